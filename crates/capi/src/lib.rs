@@ -1,0 +1,1 @@
+//! C API to the corehop runtime.

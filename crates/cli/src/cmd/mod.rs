@@ -1,0 +1,2 @@
+//! One module per subcommand; each has `Args` (clap) and `run(Args)`.
+pub mod topo;

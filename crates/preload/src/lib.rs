@@ -1,0 +1,1 @@
+//! LD_PRELOAD system-call offload for unmodified programs.

@@ -1,0 +1,2 @@
+//! The live corehop runtime on Linux.
+#![deny(unsafe_op_in_unsafe_fn)]

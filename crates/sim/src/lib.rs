@@ -1,0 +1,2 @@
+//! A deterministic discrete-event simulator of asymmetric multicores.
+#![forbid(unsafe_code)]

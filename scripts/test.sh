@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The test command from the README: installs what the tests need, then runs every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# System packages some tests drive as real programs (skipped when already present).
+need=()
+for tool in sqlite3 strace python3; do
+  command -v "$tool" >/dev/null 2>&1 || need+=("$tool")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "==> installing ${need[*]}"
+  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null
+  else sudo apt-get update -qq && sudo apt-get install -y -qq "${need[@]}" >/dev/null; fi
+fi
+
+echo "==> unit, property and integration tests"
+cargo test --workspace --all-targets
+
+echo "==> doc tests"
+cargo test --workspace --doc
+
+echo "==> release-mode runtime tests (hop hazards show up under optimisation)"
+cargo test --release -p corehop-runtime
+
+echo "==> loom model checks of the lock-free hand-offs"
+RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 \
+  cargo test --release -p corehop-runtime --lib --target-dir target/loom -- loom
