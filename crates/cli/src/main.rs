@@ -2,10 +2,14 @@
 use clap::{Parser, Subcommand};
 
 mod cmd;
+mod report;
 
 /// corehop puts each piece of work on the CPU core that suits it.
+///
+/// Start with `corehop tour`: this machine as corehop sees it, the hop mechanisms measured
+/// against the cache-line floor, and a quick run of each subsystem.
 #[derive(Parser)]
-#[command(name = "corehop", version, about, long_about = None)]
+#[command(name = "corehop", version, about, long_about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -13,13 +17,29 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Show this machine as corehop sees it: CPUs, cores, SMT siblings, caches, classes, speeds.
+    /// A two-minute tour: this machine, hop costs measured here, each subsystem in brief.
+    Tour(cmd::tour::Args),
+    /// Show a machine as corehop sees it: CPUs, cores, SMT siblings, caches, classes, speeds.
     Topo(cmd::topo::Args),
+    /// Measure corehop's mechanisms on this machine, each next to a same-run baseline.
+    #[command(subcommand)]
+    Bench(cmd::bench::Bench),
+    /// Run a simulation scenario (TOML) on a modelled machine.
+    Sim(cmd::sim::Args),
+    /// Run an unmodified program with system-call offload to service CPUs (LD_PRELOAD).
+    Run(cmd::run::Args),
+    /// Replay a system-call trace through the run-length predictor and report its accuracy.
+    Predict(cmd::predict::Args),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Tour(args) => cmd::tour::run(args),
         Command::Topo(args) => cmd::topo::run(args),
+        Command::Bench(bench) => cmd::bench::run(bench),
+        Command::Sim(args) => cmd::sim::run(args),
+        Command::Run(args) => cmd::run::run(args),
+        Command::Predict(args) => cmd::predict::run(args),
     }
 }

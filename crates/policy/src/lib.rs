@@ -4,3 +4,10 @@
 //! as each type documents), observations come in as method calls, decisions come out as values.
 //! The live runtime and the simulator are two drivers of the same code.
 #![forbid(unsafe_code)]
+
+pub mod components;
+pub mod objects;
+pub mod offload;
+pub mod pick;
+pub mod smt;
+pub mod spin;

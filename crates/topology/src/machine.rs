@@ -111,11 +111,7 @@ impl Machine {
     /// The CPUs that share `id`'s physical core (including `id`), sorted.
     pub fn smt_siblings(&self, id: CpuId) -> Vec<CpuId> {
         let Some(cpu) = self.cpu(id) else { return Vec::new() };
-        self.cpus
-            .iter()
-            .filter(|c| c.core == cpu.core && c.package == cpu.package)
-            .map(|c| c.id)
-            .collect()
+        self.cpus.iter().filter(|c| c.core == cpu.core && c.package == cpu.package).map(|c| c.id).collect()
     }
 
     /// Caches that `id` uses, lowest level first.

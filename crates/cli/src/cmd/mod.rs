@@ -1,2 +1,7 @@
 //! One module per subcommand; each has `Args` (clap) and `run(Args)`.
+pub mod bench;
+pub mod predict;
+pub mod run;
+pub mod sim;
 pub mod topo;
+pub mod tour;

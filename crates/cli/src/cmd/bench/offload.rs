@@ -1,0 +1,8 @@
+//! `corehop bench offload` (lands with its issue).
+
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> anyhow::Result<()> {
+    anyhow::bail!("corehop bench offload is not built yet")
+}

@@ -1,0 +1,8 @@
+//! `corehop run` (lands with its issue).
+
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> anyhow::Result<()> {
+    anyhow::bail!("corehop run is not built yet")
+}

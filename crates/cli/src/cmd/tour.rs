@@ -1,0 +1,8 @@
+//! `corehop tour` (lands with its issue).
+
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> anyhow::Result<()> {
+    anyhow::bail!("corehop tour is not built yet")
+}

@@ -1,0 +1,322 @@
+//! Shared output for benchmarks and simulations: summary statistics, aligned tables, JSON,
+//! line plots and progress bars. Every `bench` and `sim` command reports through here so they
+//! all look and behave alike.
+#![allow(dead_code)] // each subcommand uses a different part
+
+use std::path::Path;
+
+use anyhow::Context;
+use serde::Serialize;
+
+/// Min / median / max of repeated measurements (e.g. ns per round trip, one per repetition).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Stats {
+    pub min: f64,
+    pub median: f64,
+    pub max: f64,
+    pub samples: usize,
+}
+
+impl Stats {
+    /// Summarises `samples`; `None` when there are none (or any is NaN).
+    pub fn of(samples: &[f64]) -> Option<Stats> {
+        if samples.is_empty() || samples.iter().any(|s| s.is_nan()) {
+            return None;
+        }
+        let mut v = samples.to_vec();
+        v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+        let n = v.len();
+        let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
+        Some(Stats { min: v[0], median, max: v[n - 1], samples: n })
+    }
+}
+
+/// The `p`-th percentile (0..=100) of `samples` by nearest rank; `None` when empty.
+pub fn percentile(samples: &[f64], p: f64) -> Option<f64> {
+    if samples.is_empty() {
+        return None;
+    }
+    let mut v = samples.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
+    Some(v[rank.clamp(1, v.len()) - 1])
+}
+
+/// Column alignment.
+#[derive(Clone, Copy)]
+pub enum Align {
+    Left,
+    Right,
+}
+
+/// A plain-text table with a header row, aligned columns and an optional title and footnotes.
+pub struct Table {
+    title: Option<String>,
+    header: Vec<String>,
+    align: Vec<Align>,
+    rows: Vec<Vec<String>>,
+    notes: Vec<String>,
+}
+
+impl Table {
+    /// A table whose first column is left-aligned and the rest right-aligned (names, then numbers).
+    pub fn new<S: Into<String>>(header: impl IntoIterator<Item = S>) -> Table {
+        let header: Vec<String> = header.into_iter().map(Into::into).collect();
+        let align = (0..header.len()).map(|i| if i == 0 { Align::Left } else { Align::Right }).collect();
+        Table { title: None, header, align, rows: Vec::new(), notes: Vec::new() }
+    }
+
+    pub fn title(mut self, title: impl Into<String>) -> Table {
+        self.title = Some(title.into());
+        self
+    }
+
+    pub fn align(mut self, column: usize, align: Align) -> Table {
+        self.align[column] = align;
+        self
+    }
+
+    pub fn row<S: Into<String>>(&mut self, cells: impl IntoIterator<Item = S>) {
+        let mut cells: Vec<String> = cells.into_iter().map(Into::into).collect();
+        cells.resize(self.header.len(), String::new());
+        self.rows.push(cells);
+    }
+
+    /// A line printed under the table (units, what the baseline is, caveats).
+    pub fn note(&mut self, note: impl Into<String>) {
+        self.notes.push(note.into());
+    }
+
+    pub fn render(&self) -> String {
+        let widths: Vec<usize> = (0..self.header.len())
+            .map(|c| {
+                self.rows
+                    .iter()
+                    .map(|r| r[c].chars().count())
+                    .chain([self.header[c].chars().count()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let line = |cells: &[String]| {
+            let parts: Vec<String> = cells
+                .iter()
+                .zip(&widths)
+                .zip(&self.align)
+                .map(|((cell, &w), align)| match align {
+                    Align::Left => format!("{cell:<w$}"),
+                    Align::Right => format!("{cell:>w$}"),
+                })
+                .collect();
+            parts.join("  ").trim_end().to_string()
+        };
+        let mut out = String::new();
+        if let Some(title) = &self.title {
+            out.push_str(title);
+            out.push('\n');
+        }
+        out.push_str(&line(&self.header));
+        out.push('\n');
+        let total: usize = widths.iter().sum::<usize>() + 2 * widths.len().saturating_sub(1);
+        out.push_str(&"-".repeat(total));
+        out.push('\n');
+        for row in &self.rows {
+            out.push_str(&line(row));
+            out.push('\n');
+        }
+        for note in &self.notes {
+            out.push_str(note);
+            out.push('\n');
+        }
+        out
+    }
+}
+
+impl std::fmt::Display for Table {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.render())
+    }
+}
+
+/// Formats a duration in nanoseconds with a sensible unit ("85 ns", "1.42 µs", "3.1 ms").
+pub fn fmt_ns(ns: f64) -> String {
+    if ns < 1_000.0 {
+        format!("{ns:.0} ns")
+    } else if ns < 1_000_000.0 {
+        format!("{:.2} µs", ns / 1e3)
+    } else if ns < 1_000_000_000.0 {
+        format!("{:.2} ms", ns / 1e6)
+    } else {
+        format!("{:.2} s", ns / 1e9)
+    }
+}
+
+/// Formats a rate ("2.41 M/s", "830 k/s").
+pub fn fmt_rate(per_s: f64) -> String {
+    if per_s >= 1e6 {
+        format!("{:.2} M/s", per_s / 1e6)
+    } else if per_s >= 1e3 {
+        format!("{:.1} k/s", per_s / 1e3)
+    } else {
+        format!("{per_s:.1} /s")
+    }
+}
+
+/// Writes `value` as pretty JSON to stdout.
+pub fn print_json<T: Serialize>(value: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+/// One named curve of (x, y) points for [`plot_lines`].
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// Axis scale for [`plot_lines`].
+#[derive(Clone, Copy, PartialEq)]
+pub enum Scale {
+    Linear,
+    Log10,
+}
+
+/// Draws `series` as lines with markers into an SVG file.
+pub fn plot_lines(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    x_scale: Scale,
+    series: &[Series],
+) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+
+    let pts = || series.iter().flat_map(|s| s.points.iter().copied());
+    let (mut x0, mut x1) = pts().fold((f64::MAX, f64::MIN), |(a, b), (x, _)| (a.min(x), b.max(x)));
+    let y1 = pts().fold(0.0f64, |m, (_, y)| m.max(y)) * 1.1;
+    anyhow::ensure!(x0.is_finite() && x1.is_finite(), "nothing to plot");
+    if x0 == x1 {
+        x0 -= 1.0;
+        x1 += 1.0;
+    }
+    let tx = |x: f64| if x_scale == Scale::Log10 { x.max(f64::MIN_POSITIVE).log10() } else { x };
+
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(70)
+        .build_cartesian_2d(tx(x0)..tx(x1), 0.0..y1.max(1e-9))?;
+    let x_fmt =
+        |v: &f64| if x_scale == Scale::Log10 { format!("{:.3}", 10f64.powf(*v)) } else { format!("{v:.3}") };
+    chart.configure_mesh().x_desc(x_label).y_desc(y_label).x_label_formatter(&x_fmt).draw()?;
+    for (i, s) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (tx(x), y)).collect();
+        chart
+            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
+            .label(s.name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+        chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))?;
+    }
+    chart.configure_series_labels().background_style(WHITE.mix(0.85)).border_style(BLACK).draw()?;
+    root.present().with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// Draws labelled bars (e.g. median ns per mechanism) into an SVG file.
+pub fn plot_bars(path: &Path, title: &str, y_label: &str, bars: &[(String, f64)]) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+
+    anyhow::ensure!(!bars.is_empty(), "nothing to plot");
+    let y1 = bars.iter().fold(0.0f64, |m, (_, y)| m.max(*y)) * 1.15;
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let n = bars.len();
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(60)
+        .y_label_area_size(70)
+        .build_cartesian_2d((0..n).into_segmented(), 0.0..y1.max(1e-9))?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .y_desc(y_label)
+        .x_labels(n)
+        .x_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) => bars.get(*i).map(|b| b.0.clone()).unwrap_or_default(),
+            _ => String::new(),
+        })
+        .draw()?;
+    chart.draw_series(bars.iter().enumerate().map(|(i, (_, y))| {
+        let color = Palette99::pick(i).to_rgba();
+        Rectangle::new([(SegmentValue::Exact(i), 0.0), (SegmentValue::Exact(i + 1), *y)], color.filled())
+    }))?;
+    root.present().with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// A progress bar on stderr for long runs; hidden when stderr is not a terminal or in CI.
+pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
+    let hidden = std::env::var_os("CI").is_some();
+    let bar = if hidden { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(len) };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{prefix:>12} [{bar:30}] {pos}/{len} {msg} ({eta})")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(what.to_string());
+    bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_of_odd_and_even_counts() {
+        let s = Stats::of(&[3.0, 1.0, 2.0]).unwrap();
+        assert_eq!((s.min, s.median, s.max, s.samples), (1.0, 2.0, 3.0, 3));
+        let s = Stats::of(&[4.0, 1.0, 2.0, 3.0]).unwrap();
+        assert_eq!(s.median, 2.5);
+        assert!(Stats::of(&[]).is_none());
+        assert!(Stats::of(&[1.0, f64::NAN]).is_none());
+    }
+
+    #[test]
+    fn percentile_by_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50.0), Some(50.0));
+        assert_eq!(percentile(&v, 99.0), Some(99.0));
+        assert_eq!(percentile(&v, 0.0), Some(1.0));
+        assert_eq!(percentile(&[], 50.0), None);
+    }
+
+    #[test]
+    fn table_aligns_columns() {
+        let mut t = Table::new(["name", "ns"]);
+        t.row(["floor", "85"]);
+        t.row(["handoff+spin", "190"]);
+        let out = t.render();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], "name           ns");
+        assert_eq!(lines[2], "floor          85");
+        assert_eq!(lines[3], "handoff+spin  190");
+    }
+
+    #[test]
+    fn plots_write_svg_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.svg");
+        let s = [Series { name: "a".into(), points: vec![(1.0, 2.0), (10.0, 3.0)] }];
+        plot_lines(&path, "t", "x", "y", Scale::Log10, &s).unwrap();
+        assert!(std::fs::read_to_string(&path).unwrap().contains("<svg"));
+        let path = dir.path().join("b.svg");
+        plot_bars(&path, "t", "ns", &[("floor".into(), 80.0), ("spin".into(), 200.0)]).unwrap();
+        assert!(std::fs::read_to_string(&path).unwrap().contains("<svg"));
+    }
+}
