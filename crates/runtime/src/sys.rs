@@ -1,0 +1,423 @@
+//! The one OS facade of corehop: every libc call and raw system call of the runtime lives here.
+//!
+//! Other modules (and the other runtime subsystems: service cores, objects, components, SMT)
+//! call these small safe functions instead of `libc` directly, so the thread-identity and
+//! errno rules of a hopping runtime are kept in one place:
+//!
+//! - **errno is returned, never read later.** [`syscall`] issues the `syscall` instruction
+//!   itself on x86-64 and aarch64 and decodes the kernel's `-errno` return into [`Errno`], so
+//!   no thread-local `errno` is involved; a task that hops afterwards cannot read another
+//!   thread's errno by mistake.
+//! - **Thread-bound calls stay with their thread.** [`gettid`], [`pin_current_thread`] and
+//!   [`set_affinity`] act on the *calling OS thread*; inside a task that hops (`Handoff`), the
+//!   answer changes with each hop. Call them where the thread identity is what you mean.
+//! - **Time.** [`now_ns`] reads the TSC when the CPU has an invariant one (calibrated once
+//!   against `CLOCK_MONOTONIC`) and falls back to `clock_gettime(CLOCK_MONOTONIC)` otherwise.
+//!
+//! # Examples
+//! ```
+//! use corehop_runtime::sys;
+//! let cpu = sys::current_os_cpu().unwrap();
+//! sys::pin_current_thread(cpu).unwrap();
+//! assert_eq!(sys::current_os_cpu().unwrap(), cpu);
+//! let t0 = sys::now_ns();
+//! assert!(sys::now_ns() >= t0);
+//! ```
+
+use std::io;
+use std::sync::atomic::AtomicU32;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// An error number returned by the kernel, carried explicitly (never read from `errno`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Errno(pub i32);
+
+impl Errno {
+    /// The equivalent `std::io::Error`.
+    pub fn to_io(self) -> io::Error {
+        io::Error::from_raw_os_error(self.0)
+    }
+}
+
+impl std::fmt::Display for Errno {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (errno {})", self.to_io(), self.0)
+    }
+}
+
+impl std::error::Error for Errno {}
+
+impl From<Errno> for io::Error {
+    fn from(e: Errno) -> io::Error {
+        e.to_io()
+    }
+}
+
+/// Issues system call `nr` with six raw arguments and returns the kernel's result, or its
+/// error number as an [`Errno`] (the kernel returns `-errno` in `-4095..=-1`).
+///
+/// # Safety
+/// The arguments must be valid for system call `nr`: pointers must point to memory of the
+/// size and mutability the call expects, for as long as the call uses it, and the call must
+/// not break invariants Rust relies on (e.g. `munmap` of memory still borrowed, `exit` of a
+/// thread that owns live stack borrows, `clone` without a new stack).
+pub unsafe fn syscall(nr: libc::c_long, args: [usize; 6]) -> Result<isize, Errno> {
+    // SAFETY: the caller guarantees the arguments are valid for `nr`.
+    let ret = unsafe { raw_syscall(nr, args) };
+    if (-4095..0).contains(&ret) {
+        Err(Errno(-ret as i32))
+    } else {
+        Ok(ret)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+unsafe fn raw_syscall(nr: libc::c_long, a: [usize; 6]) -> isize {
+    let ret: isize;
+    // SAFETY: the Linux x86-64 syscall ABI: number in rax, arguments in rdi, rsi, rdx, r10,
+    // r8, r9; the kernel clobbers rcx and r11 and returns in rax. Argument validity is the
+    // caller's obligation (see `syscall`).
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") nr as isize => ret,
+            in("rdi") a[0], in("rsi") a[1], in("rdx") a[2],
+            in("r10") a[3], in("r8") a[4], in("r9") a[5],
+            lateout("rcx") _, lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
+
+#[cfg(target_arch = "aarch64")]
+unsafe fn raw_syscall(nr: libc::c_long, a: [usize; 6]) -> isize {
+    let ret: isize;
+    // SAFETY: the Linux aarch64 syscall ABI: number in x8, arguments in x0..x5, result in x0.
+    // Argument validity is the caller's obligation (see `syscall`).
+    unsafe {
+        std::arch::asm!(
+            "svc 0",
+            in("x8") nr,
+            inlateout("x0") a[0] as isize => ret,
+            in("x1") a[1], in("x2") a[2], in("x3") a[3], in("x4") a[4], in("x5") a[5],
+            options(nostack),
+        );
+    }
+    ret
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+unsafe fn raw_syscall(nr: libc::c_long, a: [usize; 6]) -> isize {
+    // SAFETY: argument validity is the caller's obligation. errno is read right after the
+    // call on the same thread, before anything can hop.
+    let ret = unsafe { libc::syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]) };
+    if ret == -1 {
+        -(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO) as isize)
+    } else {
+        ret as isize
+    }
+}
+
+/// The kernel's id of the calling OS thread. After a `Handoff` hop it is a different thread.
+pub fn gettid() -> i32 {
+    // SAFETY: gettid takes no arguments and cannot fail.
+    unsafe { syscall(libc::SYS_gettid, [0; 6]) }.map_or(-1, |tid| tid as i32)
+}
+
+/// The kernel's number of the CPU the calling thread runs on right now (`sched_getcpu`).
+///
+/// Only a snapshot unless the thread is pinned to one CPU.
+pub fn current_os_cpu() -> io::Result<usize> {
+    // SAFETY: sched_getcpu takes no arguments; its errno is read immediately on this thread.
+    let cpu = unsafe { libc::sched_getcpu() };
+    if cpu < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(cpu as usize)
+    }
+}
+
+/// Restricts the calling OS thread to the CPUs `os_cpus` (kernel numbers). If the thread is
+/// running elsewhere, the kernel moves it before this returns.
+///
+/// Errors: an empty list or a CPU number beyond `CPU_SETSIZE` is `InvalidInput`; CPUs the
+/// process may not use give the kernel's `EINVAL`.
+pub fn set_affinity(os_cpus: &[usize]) -> io::Result<()> {
+    if os_cpus.is_empty() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty CPU set"));
+    }
+    // SAFETY: cpu_set_t is a plain bit array; all zeroes is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &cpu in os_cpus {
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("CPU {cpu} is beyond CPU_SETSIZE ({})", libc::CPU_SETSIZE),
+            ));
+        }
+        // SAFETY: `cpu` < CPU_SETSIZE was checked above, so the bit is inside `set`.
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
+    let set_ptr = &set as *const libc::cpu_set_t as usize;
+    // SAFETY: pid 0 is the calling thread; the set pointer is valid for its size.
+    unsafe { syscall(libc::SYS_sched_setaffinity, [0, std::mem::size_of_val(&set), set_ptr, 0, 0, 0]) }
+        .map(drop)
+        .map_err(Errno::to_io)
+}
+
+/// Pins the calling OS thread to the one CPU `os_cpu` (kernel number); on return the thread
+/// runs there.
+pub fn pin_current_thread(os_cpu: usize) -> io::Result<()> {
+    set_affinity(&[os_cpu])
+}
+
+/// The CPUs (kernel numbers) the calling OS thread may run on, ascending.
+pub fn affinity() -> io::Result<Vec<usize>> {
+    // SAFETY: all zeroes is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let set_ptr = &mut set as *mut libc::cpu_set_t as usize;
+    // SAFETY: pid 0 is the calling thread; the kernel writes at most `size` bytes into `set`.
+    unsafe { syscall(libc::SYS_sched_getaffinity, [0, std::mem::size_of_val(&set), set_ptr, 0, 0, 0]) }
+        .map_err(Errno::to_io)?;
+    // SAFETY: every index is below CPU_SETSIZE, so each bit read is inside `set`.
+    Ok((0..libc::CPU_SETSIZE as usize).filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) }).collect())
+}
+
+/// How a [`futex_wait`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FutexWait {
+    /// A wake-up arrived (or a spurious one: callers re-check their condition anyway).
+    Woken,
+    /// The word did not hold `expected`, so the thread did not sleep.
+    Mismatch,
+    /// The timeout passed.
+    TimedOut,
+    /// A signal interrupted the wait.
+    Interrupted,
+}
+
+/// Sleeps while `word` holds `expected`, until [`futex_wake`] on the same word, a signal, or
+/// `timeout`. The check and the sleep are atomic in the kernel, so a wake that follows a
+/// change of `word` is never lost. Process-private futex.
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> FutexWait {
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
+        tv_nsec: t.subsec_nanos() as libc::c_long,
+    });
+    let ts_ptr = ts.as_ref().map_or(0, |t| t as *const libc::timespec as usize);
+    let op = (libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG) as usize;
+    // SAFETY: `word` is a live, aligned u32 for the duration of the call; the timeout (a
+    // relative timespec) lives on this frame.
+    match unsafe { syscall(libc::SYS_futex, [word.as_ptr() as usize, op, expected as usize, ts_ptr, 0, 0]) } {
+        Ok(_) => FutexWait::Woken,
+        Err(Errno(libc::EAGAIN)) => FutexWait::Mismatch,
+        Err(Errno(libc::ETIMEDOUT)) => FutexWait::TimedOut,
+        Err(Errno(libc::EINTR)) => FutexWait::Interrupted,
+        // The remaining errors (EFAULT, EINVAL) cannot happen with a valid reference; treat
+        // them as a spurious wake-up, which every caller already tolerates.
+        Err(_) => FutexWait::Woken,
+    }
+}
+
+/// Wakes up to `n` threads sleeping in [`futex_wait`] on `word`; returns how many woke.
+pub fn futex_wake(word: &AtomicU32, n: u32) -> usize {
+    let op = (libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG) as usize;
+    let n = n.min(i32::MAX as u32) as usize;
+    // SAFETY: `word` is a live, aligned u32; FUTEX_WAKE only uses its address.
+    unsafe { syscall(libc::SYS_futex, [word.as_ptr() as usize, op, n, 0, 0, 0]) }.map_or(0, |w| w as usize)
+}
+
+/// One iteration of a busy-wait loop (`pause` on x86): lets an SMT sibling run and saves power.
+#[inline]
+pub fn cpu_relax() {
+    std::hint::spin_loop();
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds (vDSO, no system call on Linux).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The CPU's time-stamp counter, or `None` where there is no usable one.
+#[inline]
+pub fn rdtsc() -> Option<u64> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: RDTSC exists on every x86-64 CPU and has no side effects.
+        Some(unsafe { std::arch::x86_64::_rdtsc() })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        None
+    }
+}
+
+/// How [`now_ns`] tells time on this machine.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ClockSource {
+    /// The invariant TSC, at this many ticks per nanosecond (calibrated at first use).
+    Tsc { ticks_per_ns: f64 },
+    /// `clock_gettime(CLOCK_MONOTONIC)`: no invariant TSC.
+    Monotonic,
+}
+
+struct TscCalibration {
+    source: ClockSource,
+    /// TSC value and monotonic ns at calibration, so `now_ns` shares CLOCK_MONOTONIC's origin.
+    tsc0: u64,
+    ns0: u64,
+}
+
+fn calibration() -> &'static TscCalibration {
+    static CAL: OnceLock<TscCalibration> = OnceLock::new();
+    CAL.get_or_init(|| {
+        let fallback = TscCalibration { source: ClockSource::Monotonic, tsc0: 0, ns0: 0 };
+        if !invariant_tsc() {
+            return fallback;
+        }
+        let Some(tsc_start) = rdtsc() else { return fallback };
+        let ns_start = monotonic_ns();
+        // 2 ms against CLOCK_MONOTONIC: ~50 ns read jitter makes that a 3e-5 relative error.
+        while monotonic_ns() - ns_start < 2_000_000 {
+            cpu_relax();
+        }
+        let (tsc_end, ns_end) = (rdtsc().unwrap_or(tsc_start), monotonic_ns());
+        let ticks_per_ns = (tsc_end - tsc_start) as f64 / (ns_end - ns_start) as f64;
+        if !(ticks_per_ns.is_finite() && ticks_per_ns > 0.0) {
+            return fallback;
+        }
+        TscCalibration { source: ClockSource::Tsc { ticks_per_ns }, tsc0: tsc_end, ns0: ns_end }
+    })
+}
+
+/// Whether the CPU's TSC ticks at a constant rate in all power states (CPUID 0x8000_0007
+/// EDX bit 8), which makes it a clock comparable across cores.
+fn invariant_tsc() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::__cpuid;
+        // Leaf 0x8000_0000 reports the highest extended leaf; 0x8000_0007 is only read if present.
+        let max_ext = __cpuid(0x8000_0000).eax;
+        max_ext >= 0x8000_0007 && __cpuid(0x8000_0007).edx & (1 << 8) != 0
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Which clock [`now_ns`] uses here (calibrates on first call, ~2 ms).
+pub fn clock_source() -> ClockSource {
+    calibration().source
+}
+
+/// Nanoseconds on a clock shared by all CPUs (same origin as `CLOCK_MONOTONIC`): the
+/// invariant TSC scaled by its calibrated rate, or `CLOCK_MONOTONIC` where there is none.
+/// The first call calibrates (~2 ms).
+#[inline]
+pub fn now_ns() -> u64 {
+    let cal = calibration();
+    match (cal.source, rdtsc()) {
+        (ClockSource::Tsc { ticks_per_ns }, Some(tsc)) => {
+            let delta = tsc.wrapping_sub(cal.tsc0) as i64 as f64 / ticks_per_ns;
+            (cal.ns0 as f64 + delta) as u64
+        }
+        _ => monotonic_ns(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    #[test]
+    fn syscall_returns_errno_explicitly() {
+        // close(-1) fails with EBADF.
+        // SAFETY: close of an invalid descriptor touches no memory.
+        let r = unsafe { syscall(libc::SYS_close, [usize::MAX, 0, 0, 0, 0, 0]) };
+        assert_eq!(r, Err(Errno(libc::EBADF)));
+        assert!(Errno(libc::EBADF).to_string().contains("errno 9"));
+    }
+
+    #[test]
+    fn gettid_matches_libc_and_differs_between_threads() {
+        // SAFETY: gettid has no preconditions.
+        let libc_tid = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+        assert_eq!(gettid(), libc_tid);
+        let other = std::thread::spawn(gettid).join().unwrap();
+        assert_ne!(other, gettid());
+    }
+
+    #[test]
+    fn pinning_moves_the_thread_and_affinity_reports_it() {
+        let allowed = affinity().unwrap();
+        assert!(!allowed.is_empty());
+        std::thread::spawn(move || {
+            for &cpu in &allowed {
+                pin_current_thread(cpu).unwrap();
+                assert_eq!(current_os_cpu().unwrap(), cpu);
+                assert_eq!(affinity().unwrap(), vec![cpu]);
+            }
+            set_affinity(&allowed).unwrap();
+            assert_eq!(affinity().unwrap(), allowed);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn bad_affinity_is_an_error() {
+        assert_eq!(set_affinity(&[]).unwrap_err().kind(), io::ErrorKind::InvalidInput);
+        assert_eq!(pin_current_thread(1 << 20).unwrap_err().kind(), io::ErrorKind::InvalidInput);
+        // A CPU number inside CPU_SETSIZE that this machine does not have.
+        let missing = libc::CPU_SETSIZE as usize - 1;
+        if !affinity().unwrap().contains(&missing) {
+            assert!(std::thread::spawn(move || pin_current_thread(missing)).join().unwrap().is_err());
+        }
+    }
+
+    #[test]
+    fn futex_mismatch_timeout_and_wake() {
+        let word = AtomicU32::new(1);
+        assert_eq!(futex_wait(&word, 0, None), FutexWait::Mismatch);
+        assert_eq!(futex_wait(&word, 1, Some(Duration::from_millis(1))), FutexWait::TimedOut);
+        assert_eq!(futex_wake(&word, 1), 0);
+
+        let word = Arc::new(AtomicU32::new(0));
+        let sleeper = {
+            let word = word.clone();
+            std::thread::spawn(move || {
+                while word.load(Ordering::Acquire) == 0 {
+                    futex_wait(&word, 0, None);
+                }
+            })
+        };
+        std::thread::sleep(Duration::from_millis(5));
+        word.store(1, Ordering::Release);
+        futex_wake(&word, 1);
+        sleeper.join().unwrap();
+    }
+
+    #[test]
+    fn now_ns_is_monotonic_and_tracks_the_monotonic_clock() {
+        let (a, m0) = (now_ns(), monotonic_ns());
+        std::thread::sleep(Duration::from_millis(20));
+        let (b, m1) = (now_ns(), monotonic_ns());
+        assert!(b > a);
+        // Same origin and rate as CLOCK_MONOTONIC within a loose 1 ms (calibration error
+        // over 20 ms is far below that).
+        let drift = (b as i64 - a as i64) - (m1 as i64 - m0 as i64);
+        assert!(drift.abs() < 1_000_000, "drift {drift} ns");
+        assert!((a as i64 - m0 as i64).abs() < 1_000_000);
+        if let ClockSource::Tsc { ticks_per_ns } = clock_source() {
+            assert!(ticks_per_ns > 0.01 && ticks_per_ns < 100.0);
+        }
+    }
+}
