@@ -1,1 +1,419 @@
-//! (lands with its issue)
+//! Which OS work to move to a service core (selective-os-offload; fast-core-switching §3.6).
+//!
+//! A call arrives as a [`CallDesc`] value; an [`OffloadPolicy`] answers [`Decision::Local`] or
+//! [`Decision::Offload`]; after the call the driver reports how long it ran
+//! ([`OffloadPolicy::observe`]) and, once per epoch, how well the application progressed
+//! ([`OffloadPolicy::epoch_end`]). Times are in the driver's unit (runtime: ns, sim: cycles).
+//!
+//! The policies, in the papers' terms:
+//!
+//! | policy | paper | offloads when |
+//! | --- | --- | --- |
+//! | `Never` | baseline | never |
+//! | `Always` | — | always |
+//! | `SizeThreshold` | RWThresh (4 KB) | a byte-moving call asks for at least `bytes`; other calls from §3.6 always |
+//! | `StaticProfile` | SI | the call's kind is in a set chosen from a profile (mean run ≥ 2 × hop cost) |
+//! | `Predicted` | HI / DI | the run-length predictor expects more than N (N optionally tuned) |
+//!
+//! Queue-aware: the policies that have a run-length estimate (`StaticProfile`, `Predicted`)
+//! keep a call local when the service core's expected queue delay would eat the gain, i.e.
+//! when the estimate does not clear the threshold plus the queue delay. `Always` and
+//! `SizeThreshold` ignore the queue, as the papers' baselines do.
+//!
+//! # Examples
+//! ```
+//! use corehop_policy::offload::{CallDesc, CallKind, Decision, OffloadPolicy};
+//!
+//! let mut policy: OffloadPolicy = "predicted:fa:5000".parse().unwrap();
+//! let call = CallDesc::new(CallKind::Fsync, 3, 0, 42);
+//! assert_eq!(policy.decide(&call, 0), Decision::Local); // nothing learnt yet
+//! policy.observe(&call, 80_000);
+//! assert_eq!(policy.decide(&call, 0), Decision::Offload); // last run 80 µs > N
+//! assert_eq!(policy.decide(&call, 100_000), Decision::Local); // the queue eats the gain
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+mod call;
+mod predictor;
+mod tuner;
+
+pub use call::{CallDesc, CallKind, NAMED_KINDS};
+pub use predictor::{
+    within_tolerance, Prediction, RunLengthPredictor, Source, TableForm, CONFIDENCE_MAX, CONFIDENCE_NEW,
+    GLOBAL_HISTORY, PAPER_DIRECT_MAPPED, PAPER_FULLY_ASSOCIATIVE, TOLERANCE_PERCENT,
+};
+pub use tuner::{Round, ThresholdTuner, TunerConfig};
+
+/// The 4 KB rule of fast-core-switching §3.6.
+pub const DEFAULT_SIZE_THRESHOLD: u64 = 4096;
+/// A call is worth moving statically when its mean run is at least this many hop costs.
+pub const STATIC_PROFILE_HOPS: u64 = 2;
+
+/// Typed errors of the offload decisions.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum OffloadError {
+    #[error("a predictor table needs at least one entry")]
+    EmptyTable,
+    #[error("threshold tuner: bad {field}: {reason}")]
+    BadTuner { field: &'static str, reason: String },
+    #[error("bad offload policy {spec:?}: {reason} (expected never | always | size[:BYTES] | static:CALL,CALL… | predicted[:fa|dm][:N|tuned])")]
+    BadSpec { spec: String, reason: String },
+}
+
+/// What to do with one call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// Run it on the calling core.
+    Local,
+    /// Run it on a service core; the caller waits for it.
+    Offload,
+}
+
+/// Calls chosen ahead of time (the paper's static instrumentation).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StaticProfile {
+    /// Offloaded kinds with their profiled mean run length.
+    pub kinds: BTreeMap<String, u64>,
+    /// The hop cost the profile was judged against (the threshold is twice this).
+    pub hop_cost: u64,
+}
+
+impl StaticProfile {
+    /// Chooses the kinds whose mean run is at least [`STATIC_PROFILE_HOPS`] × `hop_cost`.
+    pub fn from_profile(samples: impl IntoIterator<Item = (CallKind, u64)>, hop_cost: u64) -> StaticProfile {
+        let mut sums: BTreeMap<String, (u128, u64)> = BTreeMap::new();
+        for (kind, run) in samples {
+            let slot = sums.entry(kind_label(kind)).or_default();
+            slot.0 += u128::from(run);
+            slot.1 += 1;
+        }
+        let kinds = sums
+            .into_iter()
+            .map(|(kind, (sum, count))| (kind, (sum / u128::from(count)) as u64))
+            .filter(|&(_, mean)| mean >= STATIC_PROFILE_HOPS.saturating_mul(hop_cost))
+            .collect();
+        StaticProfile { kinds, hop_cost }
+    }
+
+    /// A profile naming the kinds outright (their mean runs unknown, taken as the threshold).
+    pub fn of_kinds(kinds: impl IntoIterator<Item = CallKind>, hop_cost: u64) -> StaticProfile {
+        let mean = STATIC_PROFILE_HOPS.saturating_mul(hop_cost);
+        StaticProfile { kinds: kinds.into_iter().map(|k| (kind_label(k), mean)).collect(), hop_cost }
+    }
+
+    fn expected_run(&self, kind: CallKind) -> Option<u64> {
+        self.kinds.get(&kind_label(kind)).copied()
+    }
+}
+
+fn kind_label(kind: CallKind) -> String {
+    match kind {
+        CallKind::Other(id) => format!("other:{id}"),
+        named => named.name().unwrap_or_default().to_string(),
+    }
+}
+
+/// The predictor-driven policy: offload when the predicted run exceeds N.
+#[derive(Clone, Debug)]
+pub struct Predicted {
+    pub predictor: RunLengthPredictor,
+    threshold: u64,
+    tuner: Option<ThresholdTuner>,
+}
+
+impl Predicted {
+    /// A fixed threshold N.
+    pub fn fixed(form: TableForm, threshold: u64) -> Result<Predicted, OffloadError> {
+        Ok(Predicted { predictor: RunLengthPredictor::new(form)?, threshold, tuner: None })
+    }
+
+    /// N tuned online from `config.initial`.
+    pub fn tuned(form: TableForm, config: TunerConfig) -> Result<Predicted, OffloadError> {
+        let tuner = ThresholdTuner::new(config)?;
+        Ok(Predicted {
+            predictor: RunLengthPredictor::new(form)?,
+            threshold: tuner.current(),
+            tuner: Some(tuner),
+        })
+    }
+
+    /// N in force now.
+    pub fn threshold(&self) -> u64 {
+        self.threshold
+    }
+
+    pub fn tuner(&self) -> Option<&ThresholdTuner> {
+        self.tuner.as_ref()
+    }
+
+    pub fn predict(&self, call: &CallDesc) -> Prediction {
+        self.predictor.predict(call.key())
+    }
+}
+
+/// An offload policy: one of the papers' decision rules.
+#[derive(Clone, Debug)]
+pub enum OffloadPolicy {
+    Never,
+    Always,
+    SizeThreshold {
+        bytes: u64,
+    },
+    StaticProfile(StaticProfile),
+    /// Boxed: the predictor table and tuner are much larger than the other variants.
+    Predicted(Box<Predicted>),
+}
+
+impl OffloadPolicy {
+    /// Decide for one call. `queue_delay` is the expected wait at the service core the call
+    /// would go to (0 when it is idle).
+    pub fn decide(&self, call: &CallDesc, queue_delay: u64) -> Decision {
+        let offload = match self {
+            OffloadPolicy::Never => false,
+            OffloadPolicy::Always => true,
+            OffloadPolicy::SizeThreshold { bytes } => !call.kind.moves_bytes() || call.size >= *bytes,
+            OffloadPolicy::StaticProfile(profile) => profile.expected_run(call.kind).is_some_and(|run| {
+                run >= (STATIC_PROFILE_HOPS.saturating_mul(profile.hop_cost)).saturating_add(queue_delay)
+            }),
+            OffloadPolicy::Predicted(p) => p.predict(call).run > p.threshold.saturating_add(queue_delay),
+        };
+        if offload {
+            Decision::Offload
+        } else {
+            Decision::Local
+        }
+    }
+
+    /// The call ran for `run` (wherever it ran).
+    pub fn observe(&mut self, call: &CallDesc, run: u64) {
+        if let OffloadPolicy::Predicted(p) = self {
+            p.predictor.observe(call.key(), run);
+        }
+    }
+
+    /// An epoch ended with this feedback (higher is better); a tuned `Predicted` moves N.
+    pub fn epoch_end(&mut self, feedback: f64) {
+        if let OffloadPolicy::Predicted(p) = self {
+            if let Some(tuner) = &mut p.tuner {
+                p.threshold = tuner.epoch_end(feedback);
+            }
+        }
+    }
+
+    /// Whether this policy learns from `observe` (drivers can skip timing otherwise).
+    pub fn learns(&self) -> bool {
+        matches!(self, OffloadPolicy::Predicted(_))
+    }
+
+    /// A short name for tables: `never`, `always`, `size4096`, `static`, `pred-fa200-N5000`, ….
+    pub fn label(&self) -> String {
+        match self {
+            OffloadPolicy::Never => "never".into(),
+            OffloadPolicy::Always => "always".into(),
+            OffloadPolicy::SizeThreshold { bytes } => format!("size{bytes}"),
+            OffloadPolicy::StaticProfile(_) => "static".into(),
+            OffloadPolicy::Predicted(p) => match p.tuner {
+                Some(_) => format!("pred-{}-tuned", p.predictor.form().label()),
+                None => format!("pred-{}-N{}", p.predictor.form().label(), p.threshold),
+            },
+        }
+    }
+}
+
+impl fmt::Display for OffloadPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.label())
+    }
+}
+
+/// Parses `never`, `always`, `size[:BYTES]`, `static:CALL,CALL…` (kinds by strace name,
+/// hop cost 0 so every listed kind moves) and `predicted[:fa|dm][:N|tuned]` (default
+/// `fa`, N from [`TunerConfig::default`], tuned). Sizes of `fa`/`dm` are the paper's.
+impl FromStr for OffloadPolicy {
+    type Err = OffloadError;
+
+    fn from_str(spec: &str) -> Result<OffloadPolicy, OffloadError> {
+        let bad = |reason: &str| OffloadError::BadSpec { spec: spec.to_string(), reason: reason.to_string() };
+        let mut parts = spec.trim().split(':');
+        let head = parts.next().unwrap_or_default().to_ascii_lowercase();
+        let rest: Vec<&str> = parts.collect();
+        let number = |text: &str, what: &str| {
+            text.trim()
+                .replace('_', "")
+                .parse::<u64>()
+                .map_err(|_| bad(&format!("{what} {text:?} is not a whole number")))
+        };
+        match (head.as_str(), rest.as_slice()) {
+            ("never", []) => Ok(OffloadPolicy::Never),
+            ("always", []) => Ok(OffloadPolicy::Always),
+            ("size", []) => Ok(OffloadPolicy::SizeThreshold { bytes: DEFAULT_SIZE_THRESHOLD }),
+            ("size", [bytes]) => Ok(OffloadPolicy::SizeThreshold { bytes: number(bytes, "size")? }),
+            ("static", [list]) => {
+                let kinds: BTreeSet<CallKind> = list
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|name| !name.is_empty())
+                    .map(|name| match CallKind::from_name(name) {
+                        CallKind::Other(_) => Err(bad(&format!("unknown call {name:?}"))),
+                        kind => Ok(kind),
+                    })
+                    .collect::<Result<_, _>>()?;
+                if kinds.is_empty() {
+                    return Err(bad("static needs at least one call name"));
+                }
+                Ok(OffloadPolicy::StaticProfile(StaticProfile::of_kinds(kinds, 0)))
+            }
+            ("predicted", args) if args.len() <= 2 => {
+                let mut form = TableForm::PAPER_FA;
+                let mut threshold = None;
+                for (i, arg) in args.iter().enumerate() {
+                    match arg.to_ascii_lowercase().as_str() {
+                        "fa" if i == 0 => form = TableForm::PAPER_FA,
+                        "dm" if i == 0 => form = TableForm::PAPER_DM,
+                        "tuned" => threshold = None,
+                        n => threshold = Some(number(n, "threshold N")?),
+                    }
+                }
+                match threshold {
+                    Some(n) => Predicted::fixed(form, n),
+                    None => Predicted::tuned(form, TunerConfig::default()),
+                }
+                .map(|p| OffloadPolicy::Predicted(Box::new(p)))
+            }
+            ("never" | "always" | "size" | "static" | "predicted", _) => {
+                Err(bad("wrong number of ':' parts"))
+            }
+            _ => Err(bad("unknown policy")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn read(size: u64) -> CallDesc {
+        CallDesc::new(CallKind::Read, 3, size, 1)
+    }
+
+    #[test]
+    fn size_threshold_is_the_4kb_rule() {
+        let p: OffloadPolicy = "size".parse().unwrap();
+        assert_eq!(p.decide(&read(4095), 0), Decision::Local);
+        assert_eq!(p.decide(&read(4096), 0), Decision::Offload);
+        // Calls without a byte count (fsync, open) always move under RWThresh.
+        assert_eq!(p.decide(&CallDesc::new(CallKind::Fsync, 3, 0, 1), 0), Decision::Offload);
+        assert_eq!(
+            "size:256".parse::<OffloadPolicy>().unwrap().decide(&read(300), 1_000_000),
+            Decision::Offload
+        );
+    }
+
+    #[test]
+    fn static_profile_keeps_kinds_with_mean_at_least_twice_the_hop() {
+        let samples = [
+            (CallKind::Fsync, 9_000),
+            (CallKind::Fsync, 11_000), // mean 10 000 ≥ 2 × 5 000
+            (CallKind::Read, 1_000),
+            (CallKind::Read, 12_000), // mean 6 500 < 10 000
+            (CallKind::Stat, 10_000), // exactly 2 ×
+        ];
+        let profile = StaticProfile::from_profile(samples, 5_000);
+        assert_eq!(profile.kinds.keys().cloned().collect::<Vec<_>>(), vec!["fsync", "stat"]);
+        let p = OffloadPolicy::StaticProfile(profile);
+        assert_eq!(p.decide(&CallDesc::new(CallKind::Fsync, 3, 0, 0), 0), Decision::Offload);
+        assert_eq!(p.decide(&read(1 << 20), 0), Decision::Local);
+        // Queue-aware: 10 000 does not clear 2 × 5 000 + 1 queued.
+        assert_eq!(p.decide(&CallDesc::new(CallKind::Stat, -1, 0, 0), 1), Decision::Local);
+    }
+
+    #[test]
+    fn predicted_offloads_above_n_and_respects_the_queue() {
+        let mut p: OffloadPolicy = "predicted:dm:1000".parse().unwrap();
+        let call = read(100);
+        p.observe(&call, 1500);
+        assert_eq!(p.decide(&call, 0), Decision::Offload);
+        assert_eq!(p.decide(&call, 499), Decision::Offload);
+        assert_eq!(p.decide(&call, 500), Decision::Local);
+        p.observe(&call, 1000);
+        // 1500 missed 1000: confidence 0, so the global mean (1250) still says offload.
+        assert_eq!(p.decide(&call, 0), Decision::Offload);
+        p.observe(&call, 1000);
+        assert_eq!(p.decide(&call, 0), Decision::Local, "1000 is not above N = 1000");
+        assert!(!OffloadPolicy::Never.learns());
+    }
+
+    #[test]
+    fn tuned_policy_follows_the_tuner() {
+        let mut p: OffloadPolicy = "predicted:fa:tuned".parse().unwrap();
+        let OffloadPolicy::Predicted(inner) = &p else { panic!("parsed to {p:?}") };
+        assert_eq!(inner.threshold(), TunerConfig::default().initial);
+        p.epoch_end(1.0);
+        let OffloadPolicy::Predicted(inner) = &p else { unreachable!() };
+        assert_eq!(inner.threshold(), TunerConfig::default().initial * 2, "now sampling above");
+    }
+
+    #[test]
+    fn specs_parse_and_label() {
+        for (spec, label) in [
+            ("never", "never"),
+            ("ALWAYS", "always"),
+            ("size:8_192", "size8192"),
+            ("static:fsync,read", "static"),
+            ("predicted", "pred-fa200-tuned"),
+            ("predicted:dm", "pred-dm1500-tuned"),
+            ("predicted:2000", "pred-fa200-N2000"),
+            ("predicted:dm:5000", "pred-dm1500-N5000"),
+        ] {
+            assert_eq!(spec.parse::<OffloadPolicy>().unwrap().label(), label, "{spec}");
+        }
+    }
+
+    #[test]
+    fn bad_specs_name_the_problem() {
+        for (spec, needle) in [
+            ("sometimes", "unknown policy"),
+            ("size:lots", "\"lots\" is not a whole number"),
+            ("static:frobnicate", "unknown call \"frobnicate\""),
+            ("static:", "at least one call"),
+            ("predicted:fa:10:20", "wrong number"),
+            ("never:1", "wrong number"),
+        ] {
+            let err = spec.parse::<OffloadPolicy>().unwrap_err();
+            assert!(err.to_string().contains(needle), "{spec}: {err}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn never_and_always_ignore_everything(size in any::<u64>(), queue in any::<u64>(), fd in any::<i32>()) {
+            let call = CallDesc::new(CallKind::Write, fd, size, 0);
+            prop_assert_eq!(OffloadPolicy::Never.decide(&call, queue), Decision::Local);
+            prop_assert_eq!(OffloadPolicy::Always.decide(&call, queue), Decision::Offload);
+        }
+
+        #[test]
+        fn more_queue_never_turns_local_into_offload(
+            runs in proptest::collection::vec(0u64..100_000, 1..20),
+            n in 0u64..50_000,
+            q1 in 0u64..50_000,
+            extra in 0u64..50_000,
+        ) {
+            let mut p = OffloadPolicy::Predicted(Box::new(Predicted::fixed(TableForm::PAPER_FA, n).unwrap()));
+            let call = read(64);
+            for run in runs {
+                p.observe(&call, run);
+            }
+            if p.decide(&call, q1) == Decision::Local {
+                prop_assert_eq!(p.decide(&call, q1 + extra), Decision::Local);
+            }
+        }
+    }
+}

@@ -1,0 +1,365 @@
+//! The run-length predictor (selective-os-offload §III.A).
+//!
+//! A table keyed by the predictor key remembers, per key, the run length seen last time and
+//! a 2-bit confidence counter: +1 when that last value was within ±5 % of the next actual
+//! run, −1 otherwise. A key whose entry is missing or has confidence 0 gets the *global*
+//! prediction instead: the mean of the last three runs of any key, because run lengths
+//! cluster. The table is either fully associative (tagged, least-recently-used eviction;
+//! 200 entries in the paper) or direct mapped (tagless, indexed by the key's low bits, so
+//! keys that collide share an entry; 1500 entries).
+//!
+//! Units are whatever the caller observes in (the runtime uses nanoseconds, the simulator
+//! cycles); the predictor only compares and averages them.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::OffloadError;
+
+/// Entries of the paper's fully-associative table.
+pub const PAPER_FULLY_ASSOCIATIVE: usize = 200;
+/// Entries of the paper's direct-mapped table.
+pub const PAPER_DIRECT_MAPPED: usize = 1500;
+/// The saturating confidence counter's top value (2 bits).
+pub const CONFIDENCE_MAX: u8 = 3;
+/// A fresh entry starts at this confidence: one observation is trusted until contradicted.
+pub const CONFIDENCE_NEW: u8 = 1;
+/// "Close enough" for the confidence counter and for accuracy reports, in percent.
+pub const TOLERANCE_PERCENT: u64 = 5;
+/// How many recent runs (of any key) the global prediction averages.
+pub const GLOBAL_HISTORY: usize = 3;
+
+/// How the predictor table is organised.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TableForm {
+    /// Tagged entries, any key anywhere, the least recently used evicted (a CAM in hardware).
+    FullyAssociative { entries: usize },
+    /// Tagless: entry `key % entries`; colliding keys share (and disturb) one entry.
+    DirectMapped { entries: usize },
+}
+
+impl TableForm {
+    /// The paper's 200-entry fully-associative table.
+    pub const PAPER_FA: TableForm = TableForm::FullyAssociative { entries: PAPER_FULLY_ASSOCIATIVE };
+    /// The paper's 1500-entry direct-mapped table.
+    pub const PAPER_DM: TableForm = TableForm::DirectMapped { entries: PAPER_DIRECT_MAPPED };
+
+    pub fn entries(self) -> usize {
+        match self {
+            TableForm::FullyAssociative { entries } | TableForm::DirectMapped { entries } => entries,
+        }
+    }
+
+    /// A short label: `fa200`, `dm1500`.
+    pub fn label(self) -> String {
+        match self {
+            TableForm::FullyAssociative { entries } => format!("fa{entries}"),
+            TableForm::DirectMapped { entries } => format!("dm{entries}"),
+        }
+    }
+}
+
+/// Where a prediction came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// The key's own last run, with confidence above zero.
+    Local,
+    /// The mean of the last runs of any key (entry missing or not confident).
+    Global,
+    /// Nothing observed yet: the prediction is 0.
+    Cold,
+}
+
+/// A predicted run length and its source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Prediction {
+    pub run: u64,
+    pub source: Source,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    key: u64,
+    last: u64,
+    confidence: u8,
+    used: u64,
+}
+
+/// The run-length predictor. Pure: `predict` reads, `observe` learns.
+#[derive(Clone, Debug)]
+pub struct RunLengthPredictor {
+    form: TableForm,
+    entries: Vec<Option<Entry>>,
+    /// Fully associative only: key → slot (the CAM lookup).
+    slots: HashMap<u64, usize>,
+    clock: u64,
+    recent: [u64; GLOBAL_HISTORY],
+    recent_len: usize,
+}
+
+/// Whether `predicted` is within ±[`TOLERANCE_PERCENT`] of `actual`.
+pub fn within_tolerance(predicted: u64, actual: u64) -> bool {
+    let diff = u128::from(predicted.abs_diff(actual));
+    diff * 100 <= u128::from(actual) * u128::from(TOLERANCE_PERCENT)
+}
+
+impl RunLengthPredictor {
+    /// A predictor with the given table; a table of zero entries is an error.
+    pub fn new(form: TableForm) -> Result<RunLengthPredictor, OffloadError> {
+        let entries = form.entries();
+        if entries == 0 {
+            return Err(OffloadError::EmptyTable);
+        }
+        Ok(RunLengthPredictor {
+            form,
+            entries: vec![None; entries],
+            slots: HashMap::with_capacity(entries),
+            clock: 0,
+            recent: [0; GLOBAL_HISTORY],
+            recent_len: 0,
+        })
+    }
+
+    pub fn form(&self) -> TableForm {
+        self.form
+    }
+
+    /// The predicted run length for the call with this key.
+    pub fn predict(&self, key: u64) -> Prediction {
+        match self.slot_of(key).and_then(|slot| self.entries[slot]) {
+            Some(entry) if entry.confidence > 0 => Prediction { run: entry.last, source: Source::Local },
+            _ => self.global(),
+        }
+    }
+
+    /// The mean of the last (up to three) observed runs of any key.
+    pub fn global(&self) -> Prediction {
+        if self.recent_len == 0 {
+            return Prediction { run: 0, source: Source::Cold };
+        }
+        let sum: u128 = self.recent[..self.recent_len].iter().map(|&r| u128::from(r)).sum();
+        Prediction { run: (sum / self.recent_len as u128) as u64, source: Source::Global }
+    }
+
+    /// The entry's confidence for this key (None when the table has no entry for it).
+    pub fn confidence(&self, key: u64) -> Option<u8> {
+        self.slot_of(key).and_then(|slot| self.entries[slot]).map(|entry| entry.confidence)
+    }
+
+    /// Learn that the call with this key ran for `run`.
+    pub fn observe(&mut self, key: u64, run: u64) {
+        self.clock += 1;
+        let clock = self.clock;
+        match self.slot_of(key) {
+            Some(slot) => {
+                let entry =
+                    self.entries[slot].get_or_insert(Entry { key, last: run, confidence: 0, used: 0 });
+                if within_tolerance(entry.last, run) {
+                    entry.confidence = (entry.confidence + 1).min(CONFIDENCE_MAX);
+                } else {
+                    entry.confidence = entry.confidence.saturating_sub(1);
+                }
+                entry.key = key;
+                entry.last = run;
+                entry.used = clock;
+            }
+            None => self.insert(key, run),
+        }
+        self.remember_global(run);
+    }
+
+    /// Number of live entries.
+    pub fn len(&self) -> usize {
+        self.entries.iter().filter(|e| e.is_some()).count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn slot_of(&self, key: u64) -> Option<usize> {
+        match self.form {
+            TableForm::FullyAssociative { .. } => self.slots.get(&key).copied(),
+            TableForm::DirectMapped { entries } => {
+                let slot = (key % entries as u64) as usize;
+                self.entries[slot].map(|_| slot)
+            }
+        }
+    }
+
+    /// Fully associative miss (direct mapped never misses an occupied slot, and fills an
+    /// empty one here too).
+    fn insert(&mut self, key: u64, run: u64) {
+        let slot = match self.form {
+            TableForm::DirectMapped { entries } => (key % entries as u64) as usize,
+            TableForm::FullyAssociative { .. } => {
+                let slot = match self.entries.iter().position(Option::is_none) {
+                    Some(free) => free,
+                    None => {
+                        let (victim, old) = self
+                            .entries
+                            .iter()
+                            .enumerate()
+                            .filter_map(|(i, e)| e.map(|e| (i, e)))
+                            .min_by_key(|(_, e)| e.used)
+                            .expect("a full table has entries");
+                        self.slots.remove(&old.key);
+                        victim
+                    }
+                };
+                self.slots.insert(key, slot);
+                slot
+            }
+        };
+        self.entries[slot] = Some(Entry { key, last: run, confidence: CONFIDENCE_NEW, used: self.clock });
+    }
+
+    fn remember_global(&mut self, run: u64) {
+        if self.recent_len < GLOBAL_HISTORY {
+            self.recent[self.recent_len] = run;
+            self.recent_len += 1;
+        } else {
+            self.recent.rotate_left(1);
+            self.recent[GLOBAL_HISTORY - 1] = run;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn fa(entries: usize) -> RunLengthPredictor {
+        RunLengthPredictor::new(TableForm::FullyAssociative { entries }).unwrap()
+    }
+
+    fn dm(entries: usize) -> RunLengthPredictor {
+        RunLengthPredictor::new(TableForm::DirectMapped { entries }).unwrap()
+    }
+
+    /// Replays `(key, actual)` and returns the prediction made before each step.
+    fn replay(p: &mut RunLengthPredictor, trace: &[(u64, u64)]) -> Vec<(u64, Source)> {
+        trace
+            .iter()
+            .map(|&(key, run)| {
+                let pred = p.predict(key);
+                p.observe(key, run);
+                (pred.run, pred.source)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn hand_built_trace_exact_per_step() {
+        use Source::*;
+        // key 1 steady at 1000, key 2 jumps around, key 1 drifts within 5 % then jumps.
+        let trace =
+            [(1, 1000), (1, 1000), (2, 300), (2, 900), (2, 100), (1, 1040), (1, 5000), (1, 5000), (2, 100)];
+        let mut p = fa(4);
+        let got = replay(&mut p, &trace);
+        let want = vec![
+            (0, Cold),      // nothing seen yet
+            (1000, Local),  // new entry starts at confidence 1; 1000 hit → 2
+            (1000, Global), // key 2 unseen: mean(1000, 1000)
+            (300, Local),   // key 2's first run; 900 misses → confidence 0
+            (733, Global),  // key 2 not confident: mean(1000, 300, 900); 100 misses, stays 0
+            (1000, Local),  // key 1 at 2; 1040 is within 5 % → 3
+            (1040, Local),  // 5000 misses → 2
+            (5000, Local),  // 5000 hits → 3
+            (3680, Global), // key 2 still 0: mean(1040, 5000, 5000); 100 hits its last → 1
+        ];
+        assert_eq!(got, want);
+        assert_eq!(p.confidence(1), Some(3));
+        assert_eq!(p.confidence(2), Some(1));
+    }
+
+    #[test]
+    fn confidence_saturates_at_three_and_recovers_after_one_miss() {
+        let mut p = fa(2);
+        for _ in 0..10 {
+            p.observe(9, 500);
+        }
+        assert_eq!(p.confidence(9), Some(CONFIDENCE_MAX));
+        p.observe(9, 2000);
+        assert_eq!(p.confidence(9), Some(2));
+        assert_eq!(p.predict(9), Prediction { run: 2000, source: Source::Local });
+    }
+
+    #[test]
+    fn fully_associative_evicts_least_recently_used() {
+        let mut p = fa(2);
+        p.observe(1, 10);
+        p.observe(2, 20);
+        p.observe(1, 10); // 1 is now more recent than 2
+        p.observe(3, 30); // evicts 2
+        assert_eq!(p.len(), 2);
+        assert_eq!(p.confidence(2), None);
+        assert_eq!(p.predict(1), Prediction { run: 10, source: Source::Local });
+        assert_eq!(p.predict(3), Prediction { run: 30, source: Source::Local });
+    }
+
+    #[test]
+    fn direct_mapped_keys_that_collide_share_an_entry() {
+        let mut p = dm(10);
+        p.observe(3, 100);
+        // 13 maps to slot 3 too: the tagless table predicts key 3's run for it.
+        assert_eq!(p.predict(13), Prediction { run: 100, source: Source::Local });
+        p.observe(13, 900);
+        assert_eq!(p.confidence(3), Some(0));
+        assert_eq!(p.predict(3).source, Source::Global);
+    }
+
+    #[test]
+    fn empty_table_is_an_error() {
+        assert!(matches!(
+            RunLengthPredictor::new(TableForm::DirectMapped { entries: 0 }),
+            Err(OffloadError::EmptyTable)
+        ));
+    }
+
+    #[test]
+    fn tolerance_is_five_percent_both_ways() {
+        assert!(within_tolerance(105, 100));
+        assert!(within_tolerance(95, 100));
+        assert!(!within_tolerance(106, 100));
+        assert!(!within_tolerance(94, 100));
+        assert!(within_tolerance(0, 0));
+        assert!(!within_tolerance(1, 0));
+        assert!(within_tolerance(u64::MAX, u64::MAX));
+    }
+
+    proptest! {
+        #[test]
+        fn invariants_hold_on_any_trace(
+            trace in proptest::collection::vec((0u64..64, 0u64..1_000_000), 0..300),
+            entries in 1usize..40,
+            direct in any::<bool>(),
+        ) {
+            let form = if direct { TableForm::DirectMapped { entries } } else { TableForm::FullyAssociative { entries } };
+            let mut p = RunLengthPredictor::new(form).unwrap();
+            let mut last_of = HashMap::new();
+            for &(key, run) in &trace {
+                let pred = p.predict(key);
+                if pred.source == Source::Local && !direct {
+                    // A fully-associative local prediction is exactly that key's last run.
+                    prop_assert_eq!(Some(&pred.run), last_of.get(&key));
+                }
+                p.observe(key, run);
+                last_of.insert(key, run);
+                prop_assert!(p.len() <= entries);
+                prop_assert!(p.confidence(key).unwrap() <= CONFIDENCE_MAX);
+            }
+            if let Some(&(_, run)) = trace.last() {
+                // The global prediction is bounded by the runs it averages.
+                let g = p.global().run;
+                let tail: Vec<u64> = trace.iter().rev().take(GLOBAL_HISTORY).map(|&(_, r)| r).collect();
+                prop_assert!(g >= *tail.iter().min().unwrap() && g <= *tail.iter().max().unwrap());
+                prop_assert!(run <= 1_000_000);
+            }
+        }
+    }
+}
