@@ -1,1 +1,216 @@
-//! (lands with its issue)
+//! How long an idle worker should spin before it sleeps (`Wake::SpinThenPark`).
+//!
+//! This is the ski-rental problem of spin-or-block: spinning costs CPU time while nothing
+//! arrives; sleeping costs a wake-up (`W`, a futex wake plus the scheduler bringing the thread
+//! back) when work does arrive. Spinning for exactly `W` and then sleeping never costs more
+//! than twice the best choice made in hindsight (the classic 2-competitive rule), so that is the
+//! budget with no history. With history, [`SpinBudget`] picks the budget that would have cost
+//! least over the recent idle gaps, the way adaptive competitive spinning does: when gaps are
+//! short (the target "went idle moments ago") it spins long enough to catch them, when they are
+//! long it stops wasting the core.
+//!
+//! The cost of one idle gap `g` under budget `B` is `g` if `g <= B` (spun, caught it) and
+//! `B + W` otherwise (spun in vain, then paid the wake-up). The chosen budget minimises the sum
+//! over the window; candidates are 0 and the observed gaps up to `max_factor * W`.
+//!
+//! Pure: observations (gap and wake-up costs in nanoseconds) in, a budget in nanoseconds out.
+//!
+//! # Examples
+//! ```
+//! use corehop_policy::spin::{SpinBudget, SpinConfig};
+//! let mut s = SpinBudget::new(SpinConfig::default());
+//! s.observe_wake_cost(8_000);
+//! for _ in 0..16 {
+//!     s.observe_idle_gap(300); // the target keeps coming back after 0.3 µs
+//! }
+//! assert!(s.budget_ns() >= 300 && s.budget_ns() < 8_000);
+//! for _ in 0..16 {
+//!     s.observe_idle_gap(5_000_000); // now it stays idle for 5 ms at a time
+//! }
+//! assert_eq!(s.budget_ns(), 0);
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+/// Tuning of [`SpinBudget`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SpinConfig {
+    /// How many recent idle gaps the budget is fitted to.
+    pub window: usize,
+    /// The wake-up cost assumed until one is observed, in ns.
+    pub initial_wake_cost_ns: u64,
+    /// Never spin longer than this many wake-up costs.
+    pub max_factor: u64,
+    /// Weight of a new wake-up cost observation in its moving average, 1/2^shift.
+    pub wake_cost_shift: u32,
+}
+
+/// No history: spin as long as a wake-up costs (about 5 µs for a futex wake on a VM).
+pub const DEFAULT_WAKE_COST_NS: u64 = 5_000;
+
+impl Default for SpinConfig {
+    fn default() -> Self {
+        SpinConfig {
+            window: 16,
+            initial_wake_cost_ns: DEFAULT_WAKE_COST_NS,
+            max_factor: 4,
+            wake_cost_shift: 3,
+        }
+    }
+}
+
+/// The adaptive spin budget of one idle worker.
+#[derive(Debug, Clone)]
+pub struct SpinBudget {
+    config: SpinConfig,
+    wake_cost_ns: u64,
+    gaps: Vec<u64>,
+    next: usize,
+    budget_ns: u64,
+}
+
+impl SpinBudget {
+    /// A budget with no history: spins for the initial wake-up cost.
+    pub fn new(config: SpinConfig) -> Self {
+        let config =
+            SpinConfig { window: config.window.max(1), max_factor: config.max_factor.max(1), ..config };
+        SpinBudget {
+            config,
+            wake_cost_ns: config.initial_wake_cost_ns,
+            gaps: Vec::with_capacity(config.window),
+            next: 0,
+            budget_ns: config.initial_wake_cost_ns,
+        }
+    }
+
+    /// How long to spin before sleeping, in ns.
+    pub fn budget_ns(&self) -> u64 {
+        self.budget_ns
+    }
+
+    /// The current estimate of a wake-up's cost, in ns.
+    pub fn wake_cost_ns(&self) -> u64 {
+        self.wake_cost_ns
+    }
+
+    /// One idle period ended after `gap_ns` (from the worker finding nothing to do until work
+    /// arrived), whether it was caught spinning or slept through.
+    pub fn observe_idle_gap(&mut self, gap_ns: u64) {
+        if self.gaps.len() < self.config.window {
+            self.gaps.push(gap_ns);
+        } else {
+            self.gaps[self.next] = gap_ns;
+        }
+        self.next = (self.next + 1) % self.config.window;
+        self.refit();
+    }
+
+    /// A sleeping worker took `cost_ns` from being woken to running again.
+    pub fn observe_wake_cost(&mut self, cost_ns: u64) {
+        let shift = self.config.wake_cost_shift.min(16);
+        let old = self.wake_cost_ns as i128;
+        let new = old + ((cost_ns as i128 - old) >> shift);
+        self.wake_cost_ns = new.max(1) as u64;
+        if self.gaps.is_empty() {
+            self.budget_ns = self.wake_cost_ns;
+        } else {
+            self.refit();
+        }
+    }
+
+    fn refit(&mut self) {
+        let wake = self.wake_cost_ns;
+        let cap = wake.saturating_mul(self.config.max_factor);
+        let cost_of = |budget: u64| -> u128 {
+            self.gaps
+                .iter()
+                .map(|&g| if g <= budget { g as u128 } else { budget as u128 + wake as u128 })
+                .sum()
+        };
+        let mut best = (cost_of(0), 0);
+        for &candidate in self.gaps.iter().filter(|&&g| g <= cap) {
+            let cost = cost_of(candidate);
+            // Ties go to the shorter budget: same cost, less CPU burnt.
+            if cost < best.0 || (cost == best.0 && candidate < best.1) {
+                best = (cost, candidate);
+            }
+        }
+        self.budget_ns = best.1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn budget_after(gaps: &[u64], wake: u64) -> u64 {
+        let mut s = SpinBudget::new(SpinConfig { initial_wake_cost_ns: wake, ..SpinConfig::default() });
+        for &g in gaps {
+            s.observe_idle_gap(g);
+        }
+        s.budget_ns()
+    }
+
+    #[test]
+    fn no_history_spins_for_one_wake_cost() {
+        let mut s = SpinBudget::new(SpinConfig::default());
+        assert_eq!(s.budget_ns(), DEFAULT_WAKE_COST_NS);
+        s.observe_wake_cost(DEFAULT_WAKE_COST_NS + 800);
+        assert_eq!(s.budget_ns(), s.wake_cost_ns());
+        assert_eq!(s.wake_cost_ns(), DEFAULT_WAKE_COST_NS + 100);
+    }
+
+    #[test]
+    fn short_gaps_are_caught_long_gaps_are_slept_through() {
+        assert_eq!(budget_after(&[200, 400, 300, 250], 5_000), 400);
+        assert_eq!(budget_after(&[1_000_000; 8], 5_000), 0);
+        // Mostly short with a rare long one: still worth spinning for the short ones.
+        assert_eq!(budget_after(&[300, 300, 300, 1_000_000], 5_000), 300);
+        // Gaps just beyond the wake cost: spinning for them would cost more than sleeping.
+        assert_eq!(budget_after(&[30_000; 8], 5_000), 0);
+    }
+
+    #[test]
+    fn the_window_forgets_old_gaps() {
+        let mut gaps = vec![200; 16];
+        gaps.extend([2_000_000; 16]);
+        assert_eq!(budget_after(&gaps, 5_000), 0);
+        gaps.extend([700; 16]);
+        assert_eq!(budget_after(&gaps, 5_000), 700);
+    }
+
+    #[test]
+    fn degenerate_config_is_clamped() {
+        let mut s = SpinBudget::new(SpinConfig { window: 0, max_factor: 0, ..SpinConfig::default() });
+        s.observe_idle_gap(10);
+        s.observe_idle_gap(20);
+        assert_eq!(s.budget_ns(), 20);
+        s.observe_wake_cost(0);
+        assert!(s.wake_cost_ns() >= 1);
+    }
+
+    proptest! {
+        #[test]
+        fn budget_is_bounded_and_no_worse_than_the_fixed_rules(
+            gaps in proptest::collection::vec(0u64..10_000_000, 1..40),
+            wake in 1u64..100_000,
+        ) {
+            let config = SpinConfig { initial_wake_cost_ns: wake, ..SpinConfig::default() };
+            let mut s = SpinBudget::new(config);
+            for &g in &gaps {
+                s.observe_idle_gap(g);
+            }
+            let b = s.budget_ns();
+            prop_assert!(b <= wake * config.max_factor);
+            let window = &gaps[gaps.len().saturating_sub(config.window)..];
+            prop_assert!(b == 0 || window.contains(&b));
+            let cost = |budget: u64| -> u128 {
+                window.iter().map(|&g| if g <= budget { g as u128 } else { (budget + wake) as u128 }).sum()
+            };
+            // Never worse over the window than always sleeping or the 2-competitive rule.
+            prop_assert!(cost(b) <= cost(0));
+            prop_assert!(cost(b) <= cost(wake));
+        }
+    }
+}
