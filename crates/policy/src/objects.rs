@@ -300,7 +300,11 @@ impl PlacerConfig {
             });
         }
         if !(self.hop_ns_hint >= 0.0 && self.hop_ns_hint.is_finite()) {
-            return Err(ObjectsError::BadConfig { name: "hop_ns_hint", value: self.hop_ns_hint, why: "must be >= 0" });
+            return Err(ObjectsError::BadConfig {
+                name: "hop_ns_hint",
+                value: self.hop_ns_hint,
+                why: "must be >= 0",
+            });
         }
         if self.idle_busy >= self.saturated_busy {
             return Err(ObjectsError::BadConfig {
