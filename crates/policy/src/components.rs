@@ -1,1 +1,650 @@
-//! (lands with its issue)
+//! Where long-running components run and how fast their cores go: the reconfiguration
+//! controller that the multiserver paper ("When Slower is Faster") left as future work.
+//!
+//! A component is a service loop (driver, IP, TCP, …) connected to others by channels. Each
+//! observation window the driver of this code (the live runtime or the simulator) reports, per
+//! component, the time it spent working (timestamps around its work, as the paper measures it)
+//! and its input queue at the start and end of the window. [`Controller::observe`] answers with
+//! [`Action`]s:
+//!
+//! - **consolidate** components whose cores are under-used onto fewer cores;
+//! - **split**: give a component that cannot keep up (its core is saturated or its queue keeps
+//!   growing) a core of its own;
+//! - **scale**: run each used core at the slowest speed step that keeps it highly used, because
+//!   idle time on a fast core is not free (sleeping at the wrong moment costs more than it
+//!   saves: "slower is faster").
+//!
+//! The plan is first-fit-decreasing bin packing of each component's *demand* (utilisation
+//! times the speed it was measured at, in units of one full-speed CPU) into CPUs filled up to a
+//! target utilisation, preferring the CPUs in use so that few components move. A changed plan
+//! must repeat for [`ControllerConfig::patience`] windows before it is acted on.
+//!
+//! Speeds are fractions of a CPU's hardware speed (what `Cpu::emulated_speed` holds). SMT
+//! siblings share one clock (the paper's Xeon throttles both threads of a core together), so
+//! a physical core runs at the fastest speed any of its used threads needs.
+
+use corehop_topology::{CpuId, Machine};
+use serde::{Deserialize, Serialize};
+
+/// Dense index of a component in a pipeline (its position in [`Layout::cpu_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ComponentId(pub usize);
+
+impl std::fmt::Display for ComponentId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "component{}", self.0)
+    }
+}
+
+/// What a component waits with when its input is empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Idle {
+    /// Keep polling the channels: lowest latency, burns the core (the paper's dedicated cores).
+    Poll,
+    /// Sleep at once; a sender wakes the core (a notification, the kernel's futex here).
+    Park,
+    /// Poll for an adaptive budget, then sleep.
+    #[default]
+    PollThenPark,
+}
+
+impl Idle {
+    /// The idle mode to use on a core that also runs other threads: polling there would take
+    /// the core from the very neighbour that produces the work, so it falls back to parking
+    /// (the paper's notifications when a component shares its core).
+    pub fn on_shared_core(self) -> Idle {
+        match self {
+            Idle::Poll => Idle::PollThenPark,
+            other => other,
+        }
+    }
+}
+
+/// What one component did over one observation window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Observation {
+    /// Time spent working, ns (duty-cycle stalls of an emulated slow core included, as the
+    /// cycles a throttled core throws away are still the component's).
+    pub busy_ns: u64,
+    /// Length of the window, ns.
+    pub window_ns: u64,
+    /// Messages waiting in the component's input channel(s) when the window opened.
+    pub queue_start: usize,
+    /// Messages waiting when the window closed.
+    pub queue_end: usize,
+    /// Capacity of the input channel(s); 0 for a source, which has no input.
+    pub queue_capacity: usize,
+}
+
+impl Observation {
+    /// Fraction of the window spent working, clamped to 0..=1.
+    pub fn utilisation(&self) -> f64 {
+        if self.window_ns == 0 {
+            return 0.0;
+        }
+        (self.busy_ns as f64 / self.window_ns as f64).min(1.0)
+    }
+
+    /// Whether the input queue shows that the component cannot keep up: it is full, or it
+    /// grew during the window and ended at least `fraction` full.
+    pub fn backlogged(&self, fraction: f64) -> bool {
+        if self.queue_capacity == 0 {
+            return false;
+        }
+        let full = self.queue_end >= self.queue_capacity;
+        let high = self.queue_end as f64 >= fraction * self.queue_capacity as f64;
+        full || (self.queue_end > self.queue_start && high)
+    }
+}
+
+/// Where each component runs and the speed each CPU is made to run at.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Layout {
+    /// The CPU of component `i`.
+    pub cpu_of: Vec<CpuId>,
+    /// Speed factor of every CPU of the machine (dense-id order), 0 < s <= 1: the fraction of
+    /// its hardware speed it runs at.
+    pub speed: Vec<f64>,
+}
+
+impl Layout {
+    /// Every component on `cpu`, all CPUs of `machine` at full speed.
+    pub fn all_on(machine: &Machine, components: usize, cpu: CpuId) -> Layout {
+        Layout { cpu_of: vec![cpu; components], speed: vec![1.0; machine.cpus().len()] }
+    }
+
+    /// The components placed on `cpu`, in id order.
+    pub fn on_cpu(&self, cpu: CpuId) -> Vec<ComponentId> {
+        (0..self.cpu_of.len()).filter(|&i| self.cpu_of[i] == cpu).map(ComponentId).collect()
+    }
+
+    /// The CPUs that host at least one component, sorted.
+    pub fn cpus_in_use(&self) -> Vec<CpuId> {
+        let mut v = self.cpu_of.clone();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// Checks the layout against `machine`: every CPU exists and every speed is in (0, 1].
+    pub fn validate(&self, machine: &Machine) -> Result<(), ComponentsError> {
+        let n = machine.cpus().len();
+        if self.speed.len() != n {
+            return Err(ComponentsError::SpeedCount { expected: n, got: self.speed.len() });
+        }
+        if let Some(&cpu) = self.cpu_of.iter().find(|c| c.0 >= n) {
+            return Err(ComponentsError::UnknownCpu { cpu, cpus: n });
+        }
+        if let Some((i, &s)) = self.speed.iter().enumerate().find(|(_, s)| !(**s > 0.0 && **s <= 1.0)) {
+            return Err(ComponentsError::BadSpeed { cpu: CpuId(i), speed: s });
+        }
+        Ok(())
+    }
+}
+
+/// A reconfiguration step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "kebab-case")]
+pub enum Action {
+    /// Hand `component` over from `from` to `to` (quiesce, transfer, resume; see the runtime).
+    Move { component: ComponentId, from: CpuId, to: CpuId },
+    /// Run `cpu` at `speed` (a fraction of its hardware speed).
+    SetSpeed { cpu: CpuId, speed: f64 },
+}
+
+impl Layout {
+    /// The layout after `actions`.
+    pub fn apply(&self, actions: &[Action]) -> Layout {
+        let mut next = self.clone();
+        for action in actions {
+            match *action {
+                Action::Move { component, to, .. } => next.cpu_of[component.0] = to,
+                Action::SetSpeed { cpu, speed } => next.speed[cpu.0] = speed,
+            }
+        }
+        next
+    }
+}
+
+/// Bad input to the controller. Every variant names the offending numbers.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ComponentsError {
+    #[error("{got} observations for {expected} components")]
+    ObservationCount { expected: usize, got: usize },
+    #[error("{cpu} is not one of the machine's {cpus} CPUs")]
+    UnknownCpu { cpu: CpuId, cpus: usize },
+    #[error("layout gives {got} CPU speeds, the machine has {expected} CPUs")]
+    SpeedCount { expected: usize, got: usize },
+    #[error("speed {speed} for {cpu} is outside (0, 1]")]
+    BadSpeed { cpu: CpuId, speed: f64 },
+    #[error("the controller may use no CPU")]
+    NoCpus,
+    #[error("controller setting {name} = {value} is out of range ({range})")]
+    BadConfig { name: &'static str, value: f64, range: &'static str },
+}
+
+/// Knobs of the controller, with the defaults the documentation of each field gives.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ControllerConfig {
+    /// Utilisation a core is packed and slowed down to (default 0.8): high enough that the
+    /// core seldom sleeps, low enough to absorb bursts.
+    pub target_utilisation: f64,
+    /// Utilisation at which a core counts as saturated (default 0.95): its components' true
+    /// demand is more than measured.
+    pub overload_utilisation: f64,
+    /// Factor applied to the measured demand of a component that cannot keep up (default 1.5):
+    /// a guess at the demand hidden by saturation; the next window measures again.
+    pub overload_headroom: f64,
+    /// A queue that grew and ended at least this full is a backlog (default 0.5).
+    pub backlog_fraction: f64,
+    /// Speed steps a CPU can be set to, as fractions of its hardware speed (default 1/8, 2/8,
+    /// …, 1: the paper's 12.5 % thermal-throttling steps).
+    pub speed_steps: Vec<f64>,
+    /// Windows a new plan must repeat before it is acted on (default 2): no flapping on one
+    /// noisy sample.
+    pub patience: u32,
+}
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        ControllerConfig {
+            target_utilisation: 0.8,
+            overload_utilisation: 0.95,
+            overload_headroom: 1.5,
+            backlog_fraction: 0.5,
+            speed_steps: (1..=8).map(|i| f64::from(i) / 8.0).collect(),
+            patience: 2,
+        }
+    }
+}
+
+impl ControllerConfig {
+    /// Checks every setting; the error names the first one out of range.
+    pub fn validate(&self) -> Result<(), ComponentsError> {
+        let check = |name, value: f64, ok: bool, range| {
+            if ok {
+                Ok(())
+            } else {
+                Err(ComponentsError::BadConfig { name, value, range })
+            }
+        };
+        let t = self.target_utilisation;
+        check("target_utilisation", t, t > 0.0 && t <= 1.0, "0 < t <= 1")?;
+        let o = self.overload_utilisation;
+        check("overload_utilisation", o, o > t && o <= 1.0, "target < o <= 1")?;
+        let h = self.overload_headroom;
+        check("overload_headroom", h, h >= 1.0 && h.is_finite(), ">= 1")?;
+        let b = self.backlog_fraction;
+        check("backlog_fraction", b, b > 0.0 && b <= 1.0, "0 < b <= 1")?;
+        let steps_ok = !self.speed_steps.is_empty()
+            && self.speed_steps.iter().all(|s| *s > 0.0 && *s <= 1.0)
+            && self.speed_steps.windows(2).all(|w| w[0] < w[1]);
+        let first = self.speed_steps.first().copied().unwrap_or(f64::NAN);
+        check("speed_steps", first, steps_ok, "non-empty, ascending, each in (0, 1]")?;
+        Ok(())
+    }
+}
+
+/// Per-component demand in units of one full-speed CPU (hardware speed 1.0, no throttling).
+fn demands(
+    cfg: &ControllerConfig,
+    machine: &Machine,
+    layout: &Layout,
+    obs: &[Observation],
+) -> Vec<(f64, bool)> {
+    let cpu_load = |cpu: CpuId| -> f64 {
+        layout.cpu_of.iter().zip(obs).filter(|(c, _)| **c == cpu).map(|(_, o)| o.utilisation()).sum()
+    };
+    layout
+        .cpu_of
+        .iter()
+        .zip(obs)
+        .map(|(&cpu, o)| {
+            let speed = machine.cpus()[cpu.0].speed * layout.speed[cpu.0];
+            let measured = o.utilisation() * speed;
+            let starved = cpu_load(cpu) >= cfg.overload_utilisation || o.backlogged(cfg.backlog_fraction);
+            if starved {
+                (measured.max(1e-6) * cfg.overload_headroom, true)
+            } else {
+                (measured, false)
+            }
+        })
+        .collect()
+}
+
+/// The layout the controller would move to from `layout` given one window of observations:
+/// stateless, no hysteresis (that is [`Controller`]'s job). `allowed` lists the CPUs the
+/// components may use, in no particular order.
+pub fn plan(
+    cfg: &ControllerConfig,
+    machine: &Machine,
+    allowed: &[CpuId],
+    layout: &Layout,
+    obs: &[Observation],
+) -> Result<Layout, ComponentsError> {
+    cfg.validate()?;
+    layout.validate(machine)?;
+    if obs.len() != layout.cpu_of.len() {
+        return Err(ComponentsError::ObservationCount { expected: layout.cpu_of.len(), got: obs.len() });
+    }
+    if allowed.is_empty() {
+        return Err(ComponentsError::NoCpus);
+    }
+    if let Some(&cpu) = allowed.iter().find(|c| c.0 >= machine.cpus().len()) {
+        return Err(ComponentsError::UnknownCpu { cpu, cpus: machine.cpus().len() });
+    }
+    let demand = demands(cfg, machine, layout, obs);
+    let hw = |cpu: CpuId| machine.cpus()[cpu.0].speed;
+
+    // CPUs in order of preference: the busiest CPUs in use first (fewest moves), then free
+    // CPUs on physical cores that host nothing yet (a full core beats an SMT sibling), then
+    // the fastest.
+    let used_cores: Vec<(usize, usize)> =
+        layout.cpu_of.iter().map(|c| (machine.cpus()[c.0].package, machine.cpus()[c.0].core)).collect();
+    let mut order: Vec<CpuId> = allowed.to_vec();
+    order.sort();
+    order.dedup();
+    order.sort_by(|a, b| {
+        let here = |c: &CpuId| layout.cpu_of.iter().filter(|x| *x == c).count();
+        let sibling_busy = |c: &CpuId| {
+            let cpu = &machine.cpus()[c.0];
+            used_cores.contains(&(cpu.package, cpu.core))
+        };
+        here(b)
+            .cmp(&here(a))
+            .then(sibling_busy(a).cmp(&sibling_busy(b)))
+            .then(hw(*b).total_cmp(&hw(*a)))
+            .then(a.cmp(b))
+    });
+
+    // First-fit decreasing; a component that cannot keep up opens a CPU of its own.
+    let mut by_demand: Vec<usize> = (0..demand.len()).collect();
+    by_demand.sort_by(|&a, &b| demand[b].0.total_cmp(&demand[a].0).then(a.cmp(&b)));
+    let mut open: Vec<(CpuId, f64, bool)> = Vec::new(); // (cpu, load, holds a starved component)
+    let mut cpu_of = layout.cpu_of.clone();
+    for i in by_demand {
+        let (d, starved) = demand[i];
+        let fits = |(cpu, load, alone): &(CpuId, f64, bool)| {
+            !*alone && !(starved && *load > 0.0) && load + d <= cfg.target_utilisation * hw(*cpu)
+        };
+        let current = open.iter().position(|b| b.0 == layout.cpu_of[i] && fits(b));
+        let slot = current.or_else(|| open.iter().position(fits)).or_else(|| {
+            let next = order.iter().find(|c| !open.iter().any(|b| b.0 == **c))?;
+            open.push((*next, 0.0, false));
+            Some(open.len() - 1)
+        });
+        // No CPU left: share the least-loaded one.
+        let slot = slot.unwrap_or_else(|| {
+            (0..open.len()).min_by(|&a, &b| open[a].1.total_cmp(&open[b].1)).expect("allowed is non-empty")
+        });
+        open[slot].1 += d;
+        open[slot].2 |= starved;
+        cpu_of[i] = open[slot].0;
+    }
+
+    // The slowest step that keeps each used CPU at or under the target; SMT siblings share
+    // the fastest clock any of them needs. Unused CPUs keep their speed.
+    let mut speed = layout.speed.clone();
+    let top = *cfg.speed_steps.last().expect("validated non-empty");
+    for &(cpu, load, _) in &open {
+        let need = load / (cfg.target_utilisation * hw(cpu));
+        speed[cpu.0] = cfg.speed_steps.iter().copied().find(|s| *s >= need).unwrap_or(top);
+    }
+    for &(cpu, _, _) in &open {
+        let core_speed = machine
+            .smt_siblings(cpu)
+            .iter()
+            .filter(|s| open.iter().any(|b| b.0 == **s))
+            .map(|s| speed[s.0])
+            .fold(0.0, f64::max);
+        for s in machine.smt_siblings(cpu) {
+            speed[s.0] = core_speed;
+        }
+    }
+    Ok(Layout { cpu_of, speed })
+}
+
+/// The actions that turn `from` into `to`: moves first (in component order), then speeds.
+pub fn diff(from: &Layout, to: &Layout) -> Vec<Action> {
+    let moves = from
+        .cpu_of
+        .iter()
+        .zip(&to.cpu_of)
+        .enumerate()
+        .filter(|(_, (a, b))| a != b)
+        .map(|(i, (&from, &to))| Action::Move { component: ComponentId(i), from, to });
+    let speeds = from
+        .speed
+        .iter()
+        .zip(&to.speed)
+        .enumerate()
+        .filter(|(_, (a, b))| a != b)
+        .map(|(i, (_, &speed))| Action::SetSpeed { cpu: CpuId(i), speed });
+    moves.chain(speeds).collect()
+}
+
+/// The stateful controller: [`plan`] plus hysteresis.
+#[derive(Debug, Clone)]
+pub struct Controller {
+    cfg: ControllerConfig,
+    allowed: Vec<CpuId>,
+    pending: Option<(Layout, u32)>,
+}
+
+impl Controller {
+    /// A controller that places components on `allowed` CPUs of `machine`.
+    pub fn new(
+        cfg: ControllerConfig,
+        machine: &Machine,
+        allowed: Vec<CpuId>,
+    ) -> Result<Self, ComponentsError> {
+        cfg.validate()?;
+        if allowed.is_empty() {
+            return Err(ComponentsError::NoCpus);
+        }
+        if let Some(&cpu) = allowed.iter().find(|c| c.0 >= machine.cpus().len()) {
+            return Err(ComponentsError::UnknownCpu { cpu, cpus: machine.cpus().len() });
+        }
+        Ok(Controller { cfg, allowed, pending: None })
+    }
+
+    pub fn config(&self) -> &ControllerConfig {
+        &self.cfg
+    }
+
+    /// Feeds one window of observations (one per component, in component order) taken under
+    /// `layout`; returns the actions to take now (empty while a new plan is still proving
+    /// itself, or when nothing should change).
+    pub fn observe(
+        &mut self,
+        machine: &Machine,
+        layout: &Layout,
+        obs: &[Observation],
+    ) -> Result<Vec<Action>, ComponentsError> {
+        let next = plan(&self.cfg, machine, &self.allowed, layout, obs)?;
+        if next == *layout {
+            self.pending = None;
+            return Ok(Vec::new());
+        }
+        let seen = match &self.pending {
+            Some((p, n)) if *p == next => n + 1,
+            _ => 1,
+        };
+        if seen >= self.cfg.patience.max(1) {
+            self.pending = None;
+            Ok(diff(layout, &next))
+        } else {
+            self.pending = Some((next, seen));
+            Ok(Vec::new())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use corehop_topology::{CoreClass, Cpu};
+    use proptest::prelude::*;
+
+    /// `n` CPUs; with `smt`, pairs of CPUs share a physical core.
+    fn machine(n: usize, smt: bool) -> Machine {
+        let cpus = (0..n)
+            .map(|i| Cpu {
+                id: CpuId(i),
+                os_id: i,
+                core: if smt { i / 2 } else { i },
+                package: 0,
+                class: CoreClass::Uniform,
+                speed: 1.0,
+                emulated_speed: None,
+            })
+            .collect();
+        Machine { name: "test".into(), source: "test".into(), cpus, caches: Vec::new(), waitpkg: false }
+    }
+
+    fn obs(util: f64) -> Observation {
+        Observation {
+            busy_ns: (util * 1e6) as u64,
+            window_ns: 1_000_000,
+            queue_start: 0,
+            queue_end: 0,
+            queue_capacity: 256,
+        }
+    }
+
+    fn all(n: usize) -> Vec<CpuId> {
+        (0..n).map(CpuId).collect()
+    }
+
+    #[test]
+    fn consolidates_an_idle_pipeline_onto_one_slow_core() {
+        let m = machine(4, false);
+        let spread = Layout { cpu_of: vec![CpuId(0), CpuId(1), CpuId(2)], speed: vec![1.0; 4] };
+        let mut ctl = Controller::new(ControllerConfig::default(), &m, all(4)).unwrap();
+        let trace = [obs(0.05), obs(0.08), obs(0.1)];
+        assert!(ctl.observe(&m, &spread, &trace).unwrap().is_empty(), "patience: not on the first window");
+        let actions = ctl.observe(&m, &spread, &trace).unwrap();
+        let next = spread.apply(&actions);
+        assert_eq!(next.cpus_in_use().len(), 1, "{actions:?}");
+        // Load 0.23 of a CPU at target 0.8 needs 0.2875 of full speed: the 3/8 step.
+        let cpu = next.cpu_of[0];
+        assert_eq!(next.speed[cpu.0], 0.375);
+        // Once consolidated, the same (now higher) utilisations at the lower speed are stable.
+        let settled = [obs(0.05 / 0.375), obs(0.08 / 0.375), obs(0.1 / 0.375)];
+        for _ in 0..3 {
+            assert!(ctl.observe(&m, &next, &settled).unwrap().is_empty());
+        }
+    }
+
+    #[test]
+    fn gives_an_overloaded_component_its_own_core() {
+        let m = machine(4, false);
+        let one = Layout::all_on(&m, 3, CpuId(0));
+        // Driver 0.2, IP 0.2, TCP 0.6: the core is saturated and TCP's queue is full.
+        let mut tcp = obs(0.58);
+        tcp.queue_start = 200;
+        tcp.queue_end = 256;
+        let trace = [obs(0.2), obs(0.2), tcp];
+        let mut ctl = Controller::new(ControllerConfig::default(), &m, all(4)).unwrap();
+        ctl.observe(&m, &one, &trace).unwrap();
+        let next = one.apply(&ctl.observe(&m, &one, &trace).unwrap());
+        let tcp_cpu = next.cpu_of[2];
+        assert_eq!(next.on_cpu(tcp_cpu), vec![ComponentId(2)], "TCP alone: {next:?}");
+        assert!(next.cpus_in_use().len() >= 2);
+        assert_eq!(next.speed[tcp_cpu.0], 1.0, "a starved component gets full speed");
+    }
+
+    #[test]
+    fn a_growing_queue_alone_is_enough_to_split() {
+        let m = machine(2, false);
+        let one = Layout::all_on(&m, 2, CpuId(0));
+        let mut busy = obs(0.5);
+        busy.queue_start = 100;
+        busy.queue_end = 180;
+        let next = plan(&ControllerConfig::default(), &m, &all(2), &one, &[obs(0.3), busy]).unwrap();
+        assert_ne!(next.cpu_of[0], next.cpu_of[1]);
+    }
+
+    #[test]
+    fn patience_resets_when_the_plan_changes() {
+        let m = machine(2, false);
+        let split = Layout { cpu_of: vec![CpuId(0), CpuId(1)], speed: vec![1.0, 1.0] };
+        let mut ctl = Controller::new(ControllerConfig::default(), &m, all(2)).unwrap();
+        assert!(ctl.observe(&m, &split, &[obs(0.7), obs(0.75)]).unwrap().is_empty());
+        // One idle window, then busy again: no consolidation on a single sample.
+        assert!(ctl.observe(&m, &split, &[obs(0.01), obs(0.01)]).unwrap().is_empty());
+        assert!(ctl.observe(&m, &split, &[obs(0.7), obs(0.75)]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn smt_siblings_share_the_faster_clock_and_full_cores_come_first() {
+        let m = machine(4, true); // cores {0,1} and {2,3}
+        let one = Layout::all_on(&m, 2, CpuId(0));
+        let mut hot = obs(0.6);
+        hot.queue_end = 256;
+        let next = plan(&ControllerConfig::default(), &m, &all(4), &one, &[obs(0.39), hot]).unwrap();
+        // The split goes to the other physical core, not CPU 0's sibling.
+        let core = |c: CpuId| m.cpus()[c.0].core;
+        assert_ne!(core(next.cpu_of[0]), core(next.cpu_of[1]), "{next:?}");
+        // Packing both onto siblings of one core: both threads get the faster speed.
+        let siblings = Layout { cpu_of: vec![CpuId(0), CpuId(1)], speed: vec![1.0; 4] };
+        let next =
+            plan(&ControllerConfig::default(), &m, &[CpuId(0), CpuId(1)], &siblings, &[obs(0.7), obs(0.1)])
+                .unwrap();
+        assert_eq!(next.speed[0], next.speed[1]);
+    }
+
+    #[test]
+    fn slow_hardware_counts_in_demand() {
+        let mut m = machine(2, false);
+        m.cpus[1].speed = 0.5;
+        // 0.6 busy on a half-speed CPU is 0.3 of a full one.
+        let l = Layout { cpu_of: vec![CpuId(1)], speed: vec![1.0, 1.0] };
+        let next = plan(&ControllerConfig::default(), &m, &all(2), &l, &[obs(0.6)]).unwrap();
+        assert_eq!(next.cpu_of, vec![CpuId(1)]);
+        // 0.3 of a full CPU on half-speed hardware at target 0.8 needs 0.75 of its speed.
+        assert_eq!(next.speed[1], 0.75);
+        // On the full-speed CPU the same work would take the 3/8 step.
+        let l = Layout { cpu_of: vec![CpuId(0)], speed: vec![1.0, 1.0] };
+        let next = plan(&ControllerConfig::default(), &m, &[CpuId(0)], &l, &[obs(0.3)]).unwrap();
+        assert_eq!(next.speed[0], 0.375);
+    }
+
+    #[test]
+    fn bad_input_is_a_typed_error() {
+        let m = machine(2, false);
+        let l = Layout::all_on(&m, 2, CpuId(0));
+        let cfg = ControllerConfig::default();
+        assert_eq!(
+            plan(&cfg, &m, &all(2), &l, &[obs(0.1)]),
+            Err(ComponentsError::ObservationCount { expected: 2, got: 1 })
+        );
+        assert_eq!(plan(&cfg, &m, &[], &l, &[obs(0.1); 2]), Err(ComponentsError::NoCpus));
+        assert_eq!(
+            plan(&cfg, &m, &[CpuId(5)], &l, &[obs(0.1); 2]),
+            Err(ComponentsError::UnknownCpu { cpu: CpuId(5), cpus: 2 })
+        );
+        let bad = Layout { cpu_of: vec![CpuId(0)], speed: vec![1.0, 0.0] };
+        assert_eq!(bad.validate(&m), Err(ComponentsError::BadSpeed { cpu: CpuId(1), speed: 0.0 }));
+        let short = Layout { cpu_of: vec![CpuId(0)], speed: vec![1.0] };
+        assert_eq!(short.validate(&m), Err(ComponentsError::SpeedCount { expected: 2, got: 1 }));
+        let far = Layout { cpu_of: vec![CpuId(9)], speed: vec![1.0; 2] };
+        assert_eq!(far.validate(&m), Err(ComponentsError::UnknownCpu { cpu: CpuId(9), cpus: 2 }));
+        let cfg = ControllerConfig { target_utilisation: 0.99, ..Default::default() };
+        assert!(matches!(
+            cfg.validate(),
+            Err(ComponentsError::BadConfig { name: "overload_utilisation", .. })
+        ));
+        let cfg = ControllerConfig { speed_steps: vec![0.5, 0.25], ..Default::default() };
+        assert!(matches!(cfg.validate(), Err(ComponentsError::BadConfig { name: "speed_steps", .. })));
+        assert!(Controller::new(ControllerConfig::default(), &m, vec![]).is_err());
+    }
+
+    #[test]
+    fn idle_falls_back_to_notifications_on_a_shared_core() {
+        assert_eq!(Idle::Poll.on_shared_core(), Idle::PollThenPark);
+        assert_eq!(Idle::Park.on_shared_core(), Idle::Park);
+        assert_eq!(Idle::PollThenPark.on_shared_core(), Idle::PollThenPark);
+    }
+
+    proptest! {
+        /// Whatever the observations: every component lands on an allowed CPU, speeds are
+        /// steps, used CPUs are not over the target unless nothing else was possible, and
+        /// applying the diff reproduces the plan.
+        #[test]
+        fn plans_are_well_formed(
+            utils in proptest::collection::vec(0.0f64..1.0, 1..7),
+            start in proptest::collection::vec(0usize..4, 7),
+            allowed_mask in 1u8..16,
+            backlog in proptest::collection::vec(any::<bool>(), 7),
+        ) {
+            let m = machine(4, true);
+            let n = utils.len();
+            let allowed: Vec<CpuId> = (0..4).filter(|i| allowed_mask & (1 << i) != 0).map(CpuId).collect();
+            let layout = Layout { cpu_of: start[..n].iter().map(|&c| CpuId(c)).collect(), speed: vec![1.0; 4] };
+            let trace: Vec<Observation> = utils.iter().zip(&backlog).map(|(&u, &b)| {
+                let mut o = obs(u);
+                if b { o.queue_end = o.queue_capacity; }
+                o
+            }).collect();
+            let cfg = ControllerConfig::default();
+            let next = plan(&cfg, &m, &allowed, &layout, &trace).unwrap();
+            prop_assert_eq!(next.cpu_of.len(), n);
+            for c in &next.cpu_of {
+                prop_assert!(allowed.contains(c));
+            }
+            for c in next.cpus_in_use() {
+                prop_assert!(cfg.speed_steps.contains(&next.speed[c.0]));
+            }
+            prop_assert_eq!(layout.apply(&diff(&layout, &next)), next.clone());
+            // Nothing starved and plenty of room: the plan uses no more CPUs than it started with.
+            let total: f64 = utils.iter().sum();
+            if backlog.iter().take(n).all(|b| !b) && total < 0.5 && layout.cpus_in_use().iter().all(|c| allowed.contains(c)) {
+                prop_assert!(next.cpus_in_use().len() <= layout.cpus_in_use().len());
+            }
+        }
+    }
+}
