@@ -328,7 +328,9 @@ pub fn plan(
     for i in by_demand {
         let (d, starved) = demand[i];
         let fits = |(cpu, load, alone): &(CpuId, f64, bool)| {
-            !*alone && !(starved && *load > 0.0) && load + d <= cfg.target_utilisation * hw(*cpu)
+            // A starved component sits alone: nothing joins it and it joins nothing.
+            let shared = *alone || (starved && *load > 0.0);
+            !shared && load + d <= cfg.target_utilisation * hw(*cpu)
         };
         let current = open.iter().position(|b| b.0 == layout.cpu_of[i] && fits(b));
         let slot = current.or_else(|| open.iter().position(fits)).or_else(|| {
