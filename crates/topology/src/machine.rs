@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::{format_cpu_list, TopologyError};
+
 /// Dense index of a CPU inside one [`Machine`] (0..machine.cpus().len()).
 ///
 /// The kernel's number for the same CPU is [`Cpu::os_id`]; the two differ when the process
@@ -42,7 +44,11 @@ pub struct Cpu {
     pub package: usize,
     /// Core class.
     pub class: CoreClass,
-    /// Relative speed of the hardware, 1.0 for the fastest core of the machine.
+    /// Relative speed of the hardware, in (0, 1]: 1.0 for the fastest core of the machine.
+    /// Discovery normalises to the fastest online CPU (so a process confined to little cores
+    /// still sees them as slow); a description may also use a reference core it does not
+    /// have, as `switch-ss` does (two simple cores at 0.5 of a complex one) so that machines
+    /// of one family compare.
     pub speed: f64,
     /// Emulation override: fraction of full speed this CPU is made to run at (duty cycling in
     /// the runtime, a slower clock in the simulator). `None` runs it as it is.
@@ -114,8 +120,164 @@ impl Machine {
         self.cpus.iter().filter(|c| c.core == cpu.core && c.package == cpu.package).map(|c| c.id).collect()
     }
 
-    /// Caches that `id` uses, lowest level first.
+    /// Caches that `id` uses, in the order the machine lists them (presets and discovery
+    /// list them lowest level first).
     pub fn caches_of(&self, id: CpuId) -> impl Iterator<Item = &Cache> {
         self.caches.iter().filter(move |c| c.cpus.contains(&id))
+    }
+
+    /// The physical cores, in dense-index order.
+    pub fn cores(&self) -> Vec<Core> {
+        let mut cores: Vec<Core> = Vec::new();
+        for cpu in &self.cpus {
+            match cores.iter_mut().find(|core| core.index == cpu.core) {
+                Some(core) => core.cpus.push(cpu.id),
+                None => cores.push(Core {
+                    index: cpu.core,
+                    package: cpu.package,
+                    class: cpu.class,
+                    cpus: vec![cpu.id],
+                }),
+            }
+        }
+        cores.sort_by_key(|core| core.index);
+        cores
+    }
+
+    /// How many packages (sockets, chips) the CPUs are on.
+    pub fn package_count(&self) -> usize {
+        self.cpus.iter().map(|c| c.package + 1).max().unwrap_or(0)
+    }
+
+    /// The CPUs of package `package`, in dense-id order.
+    pub fn package_cpus(&self, package: usize) -> Vec<CpuId> {
+        self.cpus.iter().filter(|c| c.package == package).map(|c| c.id).collect()
+    }
+
+    /// The last-level cache `id` uses: the highest-level data or unified cache listing it.
+    pub fn llc_of(&self, id: CpuId) -> Option<&Cache> {
+        self.caches_of(id).filter(|c| c.kind != CacheKind::Instruction).max_by_key(|c| c.level)
+    }
+
+    /// Bytes of data cache that only `id`'s core uses (its SMT siblings included): what an
+    /// object placed on this core can keep to itself.
+    pub fn private_cache_bytes(&self, id: CpuId) -> u64 {
+        let siblings = self.smt_siblings(id);
+        self.caches_of(id)
+            .filter(|c| c.kind != CacheKind::Instruction && c.cpus.iter().all(|cpu| siblings.contains(cpu)))
+            .map(|c| c.size_bytes)
+            .sum()
+    }
+
+    /// The fastest effective speed of any CPU (1.0 unless emulation slows every CPU down).
+    pub fn max_effective_speed(&self) -> f64 {
+        self.cpus.iter().map(Cpu::effective_speed).fold(0.0, f64::max)
+    }
+
+    /// Checks the invariants every consumer may rely on: at least one CPU; `cpus[i].id == i`;
+    /// kernel ids unique; speeds and emulated speeds in (0, 1]; core and package indexes dense,
+    /// each core on one package with one class; every cache non-empty, sorted, with a level
+    /// and a size, listing only CPUs that exist.
+    pub fn validate(&self) -> Result<(), TopologyError> {
+        let inconsistent = |message: String| Err(TopologyError::Inconsistent(message));
+        if self.cpus.is_empty() {
+            return Err(TopologyError::Empty);
+        }
+        let mut os_ids = std::collections::BTreeSet::new();
+        for (index, cpu) in self.cpus.iter().enumerate() {
+            if cpu.id != CpuId(index) {
+                return inconsistent(format!("cpu at position {index} has id {}", cpu.id));
+            }
+            if !os_ids.insert(cpu.os_id) {
+                return Err(TopologyError::Duplicate { what: "kernel CPU id (os_id)", value: cpu.os_id });
+            }
+            if !(cpu.speed > 0.0 && cpu.speed <= 1.0) {
+                return Err(TopologyError::BadSpeed { cpu: index, speed: cpu.speed });
+            }
+            if let Some(speed) = cpu.emulated_speed {
+                if !(speed > 0.0 && speed <= 1.0) {
+                    return Err(TopologyError::BadEmulatedSpeed { cpu: index, speed });
+                }
+            }
+        }
+        let cores = self.cores();
+        for (index, core) in cores.iter().enumerate() {
+            if core.index != index {
+                return inconsistent(format!("core indexes must be dense; core {index} is missing"));
+            }
+            for &cpu in &core.cpus {
+                let cpu = &self.cpus[cpu.0];
+                if cpu.package != core.package || cpu.class != core.class {
+                    return inconsistent(format!(
+                        "SMT siblings of core {index} disagree on package or class ({} vs {})",
+                        core.cpus[0], cpu.id
+                    ));
+                }
+            }
+        }
+        for package in 0..self.package_count() {
+            if self.package_cpus(package).is_empty() {
+                return inconsistent(format!("package indexes must be dense; package {package} has no CPUs"));
+            }
+        }
+        for cache in &self.caches {
+            let name = cache.to_string();
+            if cache.level == 0 || cache.size_bytes == 0 || cache.line_bytes == 0 {
+                return inconsistent(format!("{name} needs a level >= 1, a size and a line size"));
+            }
+            if cache.cpus.is_empty() {
+                return inconsistent(format!("{name} lists no CPUs"));
+            }
+            if let Some(bad) = cache.cpus.iter().find(|cpu| cpu.0 >= self.cpus.len()) {
+                return Err(TopologyError::CacheUnknownCpu {
+                    cache: name,
+                    cpu: bad.0,
+                    cpus: self.cpus.len(),
+                });
+            }
+            if cache.cpus.windows(2).any(|pair| pair[0] >= pair[1]) {
+                return inconsistent(format!("{name} must list its CPUs sorted and once each"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A physical core: one or more SMT hardware threads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Core {
+    /// Dense core index ([`Cpu::core`]).
+    pub index: usize,
+    pub package: usize,
+    pub class: CoreClass,
+    /// Its hardware threads, in dense-id order.
+    pub cpus: Vec<CpuId>,
+}
+
+impl std::fmt::Display for CoreClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CoreClass::Uniform => "uniform",
+            CoreClass::Big => "big",
+            CoreClass::Little => "little",
+        })
+    }
+}
+
+impl std::fmt::Display for CacheKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CacheKind::Data => "data",
+            CacheKind::Instruction => "instruction",
+            CacheKind::Unified => "unified",
+        })
+    }
+}
+
+/// `L2 unified cache of cpu0-3`, for messages.
+impl std::fmt::Display for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cpus: Vec<usize> = self.cpus.iter().map(|c| c.0).collect();
+        write!(f, "L{} {} cache of cpu {}", self.level, self.kind, format_cpu_list(&cpus))
     }
 }

@@ -1,0 +1,61 @@
+//! Everything that can be wrong with a machine description, a CPU list or a sysfs tree.
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+/// Why a machine could not be built, loaded, discovered or changed.
+///
+/// Variants carry the offending values so a message can name the problem exactly.
+#[derive(Debug, Error)]
+pub enum TopologyError {
+    /// A problem inside a machine file; `source` says what.
+    #[error("machine file {}: {source}", path.display())]
+    InFile {
+        path: PathBuf,
+        #[source]
+        source: Box<TopologyError>,
+    },
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// TOML syntax, an unknown key, a value of the wrong type (the message has the line).
+    #[error("{0}")]
+    Syntax(String),
+    #[error("the machine has no CPUs")]
+    Empty,
+    #[error("{what} {value} is listed twice")]
+    Duplicate { what: &'static str, value: usize },
+    #[error("cpu{cpu} has speed {speed}; a speed must be in (0, 1], 1.0 being the fastest core")]
+    BadSpeed { cpu: usize, speed: f64 },
+    #[error("cpu{cpu} has emulated speed {speed}; an emulated speed must be in (0, 1]")]
+    BadEmulatedSpeed { cpu: usize, speed: f64 },
+    #[error("{cache} lists cpu{cpu}, but the machine has only {cpus} CPUs (cpu0..cpu{})", cpus.saturating_sub(1))]
+    CacheUnknownCpu { cache: String, cpu: usize, cpus: usize },
+    #[error("{0}")]
+    Inconsistent(String),
+    #[error("bad CPU list {input:?}: {reason}")]
+    CpuList { input: String, reason: String },
+    #[error("bad size {input:?}: expected bytes or a number with K, M or G (e.g. 32K, 8M)")]
+    Size { input: String },
+    #[error("bad emulation {input:?}: {reason} (expected e.g. \"1=0.25,3=0.5\" or \"2-3=0.5\")")]
+    Emulation { input: String, reason: String },
+    #[error("cpu{cpu} does not exist; this machine has cpu0..cpu{}", cpus.saturating_sub(1))]
+    UnknownCpu { cpu: usize, cpus: usize },
+    #[error("unknown preset {name:?}; known presets: {}", known.join(", "))]
+    UnknownPreset { name: String, known: Vec<&'static str> },
+    #[error("no CPUs found under {}: {reason}", root.display())]
+    NoCpus { root: PathBuf, reason: String },
+    #[error("none of the online CPUs ({online}) is allowed for this process (allowed: {allowed})")]
+    NothingAllowed { online: String, allowed: String },
+}
+
+impl TopologyError {
+    /// Wraps `self` so that its message names the file it came from.
+    pub fn in_file(self, path: impl Into<PathBuf>) -> TopologyError {
+        TopologyError::InFile { path: path.into(), source: Box::new(self) }
+    }
+}
