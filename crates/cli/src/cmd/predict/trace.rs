@@ -1,0 +1,329 @@
+//! System-call traces as [`TraceCall`] values: `strace -f -T -tt` output, or a simple CSV.
+//!
+//! strace records no call site, so for calls that name a path (open, stat, …) the path
+//! stands in for it: the paper's AState hashes argument registers, and different paths are
+//! different pointers. Byte-moving calls are keyed by descriptor and byte count instead.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use corehop_policy::offload::{CallDesc, CallKind};
+
+/// One completed call from a trace.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceCall {
+    pub call: CallDesc,
+    pub run_ns: u64,
+}
+
+/// Which syntax a trace file is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// Decide from the first data line: `call,…` is CSV, anything with `name(` is strace.
+    Auto,
+    /// `strace -f -T -tt` (pid prefix and timestamps optional, `-T` durations required).
+    Strace,
+    /// `call,fd,size,site,run_ns` per line; a header line and `#` comments are allowed.
+    Csv,
+}
+
+/// A parsed trace: the calls and the lines that carried no completed call.
+#[derive(Debug)]
+pub struct Trace {
+    pub format: Format,
+    pub calls: Vec<TraceCall>,
+    /// Signals, exits, calls that never returned (`= ?`), unfinished calls at the end.
+    pub skipped: usize,
+}
+
+/// A line the parser could not read, with where it was.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}:{line}: {reason}")]
+pub struct ParseError {
+    pub file: String,
+    pub line: usize,
+    pub reason: String,
+}
+
+pub fn parse(path: &Path, text: &str, format: Format) -> Result<Trace, ParseError> {
+    let file = path.display().to_string();
+    let format = match format {
+        Format::Auto => detect(text),
+        other => other,
+    };
+    let mut parser = Parser { file, pending: HashMap::new(), calls: vec![], skipped: 0 };
+    for (index, line) in text.lines().enumerate() {
+        let line_no = index + 1;
+        let result = match format {
+            Format::Csv => parser.csv_line(line),
+            _ => parser.strace_line(line),
+        };
+        result.map_err(|reason| ParseError { file: parser.file.clone(), line: line_no, reason })?;
+    }
+    let skipped = parser.skipped + parser.pending.len();
+    Ok(Trace { format, calls: parser.calls, skipped })
+}
+
+fn detect(text: &str) -> Format {
+    let first = text.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#')).unwrap_or("");
+    if first.starts_with("call,") || (!first.contains('(') && first.split(',').count() == 5) {
+        Format::Csv
+    } else {
+        Format::Strace
+    }
+}
+
+struct Parser {
+    file: String,
+    /// pid → the text of an `<unfinished ...>` call so far.
+    pending: HashMap<String, String>,
+    calls: Vec<TraceCall>,
+    skipped: usize,
+}
+
+impl Parser {
+    fn csv_line(&mut self, line: &str) -> Result<(), String> {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with("call,") {
+            return Ok(());
+        }
+        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+        let [call, fd, size, site, run] = fields[..] else {
+            return Err(format!("expected 5 fields call,fd,size,site,run_ns, found {}", fields.len()));
+        };
+        if call.is_empty() {
+            return Err("empty call name".into());
+        }
+        let number = |text: &str, what: &str| {
+            text.parse::<u64>().map_err(|_| format!("{what} {text:?} is not a whole number"))
+        };
+        let fd: i32 = fd.parse().map_err(|_| format!("fd {fd:?} is not an integer"))?;
+        let desc = CallDesc::new(CallKind::from_name(call), fd, number(size, "size")?, number(site, "site")?);
+        self.calls.push(TraceCall { call: desc, run_ns: number(run, "run_ns")? });
+        Ok(())
+    }
+
+    fn strace_line(&mut self, line: &str) -> Result<(), String> {
+        let mut rest = line.trim();
+        if rest.is_empty() {
+            return Ok(());
+        }
+        // "[pid  123] " (terminal output) or "123 " (-o with -f).
+        let mut pid = String::new();
+        if let Some(after) = rest.strip_prefix("[pid") {
+            let end = after.find(']').ok_or("unclosed [pid …]")?;
+            pid = after[..end].trim().to_string();
+            rest = after[end + 1..].trim_start();
+        } else if let Some((head, tail)) = rest.split_once(' ') {
+            if !head.is_empty() && head.bytes().all(|b| b.is_ascii_digit()) {
+                pid = head.to_string();
+                rest = tail.trim_start();
+            }
+        }
+        // "12:34:56.789012 " (-tt) or "1700000000.123456 " (-ttt).
+        if let Some((head, tail)) = rest.split_once(' ') {
+            if head.bytes().next().is_some_and(|b| b.is_ascii_digit())
+                && head.bytes().all(|b| b.is_ascii_digit() || b == b':' || b == b'.')
+            {
+                rest = tail.trim_start();
+            }
+        }
+        if rest.starts_with("---") || rest.starts_with("+++") || rest.starts_with("strace:") {
+            self.skipped += 1;
+            return Ok(());
+        }
+        if let Some(resumed) = rest.strip_prefix("<... ") {
+            let (name, tail) = resumed.split_once(" resumed>").ok_or("a '<... ' line without 'resumed>'")?;
+            let Some(start) = self.pending.remove(&pid) else {
+                // Its start was cut off (a trimmed trace): nothing to pair it with.
+                self.skipped += 1;
+                return Ok(());
+            };
+            if !start.starts_with(name.trim()) {
+                return Err(format!("pid {pid:?} resumed {name:?} but its unfinished call was {start:?}"));
+            }
+            return self.complete(&format!("{start}{tail}"));
+        }
+        if let Some(start) = rest.strip_suffix("<unfinished ...>") {
+            self.pending.insert(pid, start.to_string());
+            return Ok(());
+        }
+        self.complete(rest)
+    }
+
+    /// `name(args) = ret <secs>`.
+    fn complete(&mut self, text: &str) -> Result<(), String> {
+        let open = text.find('(').ok_or_else(|| format!("not a system call: {text:?}"))?;
+        let name = &text[..open];
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(format!("not a system call name: {name:?}"));
+        }
+        let text = text.trim_end();
+        if text.ends_with("= ?") {
+            self.skipped += 1; // exit, execve in a dying thread: never returned
+            return Ok(());
+        }
+        let Some(dur_start) = text.rfind('<').filter(|_| text.ends_with('>')) else {
+            return Err(format!("{name}: no <duration> at the end (record with strace -T)"));
+        };
+        let run_ns = seconds_to_ns(&text[dur_start + 1..text.len() - 1])
+            .ok_or_else(|| format!("{name}: bad duration {:?}", &text[dur_start..]))?;
+        let close = args_end(&text[..dur_start]).ok_or_else(|| format!("{name}: no ') = result'"))?;
+        let args = split_args(&text[open + 1..close]);
+        let kind = CallKind::from_name(name);
+        let fd = args.first().and_then(|a| a.parse::<i32>().ok()).unwrap_or(-1);
+        let size = match kind {
+            CallKind::Read
+            | CallKind::Write
+            | CallKind::Pread
+            | CallKind::Pwrite
+            | CallKind::Sendto
+            | CallKind::Recvfrom => args.get(2).and_then(|a| a.parse().ok()).unwrap_or(0),
+            CallKind::Sendfile => args.get(3).and_then(|a| a.parse().ok()).unwrap_or(0),
+            CallKind::Readv | CallKind::Writev => args.get(1).map_or(0, |iov| iov_total(iov)),
+            _ => 0,
+        };
+        let site = if kind.moves_bytes() {
+            0
+        } else {
+            args.iter().take(2).find(|a| a.starts_with('"')).map_or(0, |path| fnv64(path))
+        };
+        self.calls.push(TraceCall { call: CallDesc::new(kind, fd, size, site), run_ns });
+        Ok(())
+    }
+}
+
+/// Where the argument list ends in `name(args)   = result`: the last " =" preceded by ')'
+/// (strace pads with spaces; results may contain '=' themselves).
+fn args_end(text: &str) -> Option<usize> {
+    text.rmatch_indices(" =")
+        .map(|(i, _)| text[..i].trim_end())
+        .find(|head| head.ends_with(')'))
+        .map(|head| head.len() - 1)
+}
+
+/// "0.000123" → 123 000 ns, without going through floating point.
+fn seconds_to_ns(text: &str) -> Option<u64> {
+    let (whole, frac) = text.split_once('.').unwrap_or((text, ""));
+    if frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let whole: u64 = whole.parse().ok()?;
+    let frac: u64 = if frac.is_empty() { 0 } else { format!("{frac:0<9}").parse().ok()? };
+    whole.checked_mul(1_000_000_000)?.checked_add(frac)
+}
+
+/// Top-level comma-separated arguments, respecting quotes, brackets and braces.
+fn split_args(text: &str) -> Vec<String> {
+    let mut args = vec![];
+    let mut current = String::new();
+    let (mut depth, mut quoted, mut escaped) = (0i32, false, false);
+    for c in text.chars() {
+        if quoted {
+            current.push(c);
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => quoted = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => quoted = true,
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => depth -= 1,
+            ',' if depth == 0 => {
+                args.push(current.trim().to_string());
+                current.clear();
+                continue;
+            }
+            _ => {}
+        }
+        current.push(c);
+    }
+    if !current.trim().is_empty() {
+        args.push(current.trim().to_string());
+    }
+    args
+}
+
+/// Sum of `iov_len=N` in a printed iovec array.
+fn iov_total(iov: &str) -> u64 {
+    iov.split("iov_len=")
+        .skip(1)
+        .filter_map(|part| part.split(|c: char| !c.is_ascii_digit()).next()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn fnv64(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strace(text: &str) -> Trace {
+        parse(Path::new("t.strace"), text, Format::Auto).unwrap()
+    }
+
+    #[test]
+    fn reads_plain_and_resumed_lines() {
+        let t = strace(
+            "100 00:00:01.000001 read(3, \"ab, c)\"..., 4096) = 4096 <0.000012>\n\
+             100 00:00:01.000002 write(4, \"x\"..., 10240 <unfinished ...>\n\
+             101 00:00:01.000003 openat(AT_FDCWD, \"/etc/x\", O_RDONLY) = -1 ENOENT (No such file or directory) <0.000007>\n\
+             100 00:00:01.000004 <... write resumed>) = 10240 <0.013747>\n\
+             100 00:00:01.000005 writev(1, [{iov_base=\"a\", iov_len=5}, {iov_base=\"b\", iov_len=7}], 2) = 12 <0.000002>\n\
+             101 00:00:01.000006 --- SIGCHLD {si_signo=SIGCHLD} ---\n\
+             101 00:00:01.000007 exit_group(0)     = ?\n",
+        );
+        let got: Vec<(CallKind, i32, u64, u64)> =
+            t.calls.iter().map(|c| (c.call.kind, c.call.fd, c.call.size, c.run_ns)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (CallKind::Read, 3, 4096, 12_000),
+                (CallKind::Openat, -1, 0, 7_000),
+                (CallKind::Write, 4, 10240, 13_747_000),
+                (CallKind::Writev, 1, 12, 2_000),
+            ]
+        );
+        assert_eq!(t.skipped, 2);
+        assert_ne!(t.calls[1].call.site, 0, "the path stands in for the call site");
+    }
+
+    #[test]
+    fn reads_csv_with_header_and_comments() {
+        let t = parse(
+            Path::new("t.csv"),
+            "call,fd,size,site,run_ns\n# c\nread,3,4096,7,1500\nfsync,3,0,9,80000\n",
+            Format::Auto,
+        )
+        .unwrap();
+        assert_eq!(t.format, Format::Csv);
+        assert_eq!(t.calls[1], TraceCall { call: CallDesc::new(CallKind::Fsync, 3, 0, 9), run_ns: 80_000 });
+    }
+
+    #[test]
+    fn errors_name_file_and_line() {
+        let err =
+            parse(Path::new("bad.csv"), "call,fd,size,site,run_ns\nread,3,x,0,1\n", Format::Csv).unwrap_err();
+        assert_eq!(err.to_string(), "bad.csv:2: size \"x\" is not a whole number");
+        let err = parse(Path::new("t.strace"), "read(3, \"\", 10) = 0\n", Format::Strace).unwrap_err();
+        assert!(err.to_string().starts_with("t.strace:1: read: no <duration>"), "{err}");
+        let err = parse(Path::new("t.strace"), "hello world\n", Format::Strace).unwrap_err();
+        assert!(err.to_string().contains("t.strace:1: not a system call"), "{err}");
+    }
+
+    #[test]
+    fn durations_parse_exactly() {
+        assert_eq!(seconds_to_ns("0.000012"), Some(12_000));
+        assert_eq!(seconds_to_ns("1.5"), Some(1_500_000_000));
+        assert_eq!(seconds_to_ns("2"), Some(2_000_000_000));
+        assert_eq!(seconds_to_ns("0.1234567891"), None);
+        assert_eq!(seconds_to_ns("x.1"), None);
+    }
+}

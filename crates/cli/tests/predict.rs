@@ -1,0 +1,93 @@
+//! `corehop predict` end to end: known answers on a hand-built trace, the recorded real
+//! traces, and errors that name the file and line.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces").join(name)
+}
+
+fn corehop(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_corehop")).args(args).output().expect("corehop runs")
+}
+
+fn json(args: &[&str]) -> serde_json::Value {
+    let out = corehop(args);
+    assert!(out.status.success(), "corehop {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("valid JSON")
+}
+
+#[test]
+fn hand_built_trace_gives_the_known_scores() {
+    let path = fixture("known.csv");
+    let v = json(&["predict", "--trace", path.to_str().unwrap(), "--thresholds", "5000", "--json"]);
+    let fa = &v[0]["forms"][0];
+    assert_eq!(v[0]["calls"], 5);
+    assert_eq!(fa["form"], "fa200");
+    // Predictions: cold 0, 2000 (exact), global 2000 for the first fsync, 2000 for 2100
+    // (within 5 %), 90000 (exact).
+    assert_eq!(fa["exact"], 0.4);
+    assert_eq!(fa["within_5pct"], 0.6);
+    assert_eq!(fa["decisions"][0]["right"], 0.8);
+    assert_eq!(fa["decisions"][0]["best_constant"], 0.6);
+    assert_eq!(v[0]["forms"][1]["form"], "dm1500");
+}
+
+#[test]
+fn recorded_traces_replay_with_sane_scores() {
+    for name in ["sqlite.strace", "tar.strace", "python.strace"] {
+        let path = fixture(name);
+        let v = json(&["predict", "--trace", path.to_str().unwrap(), "--json"]);
+        let report = &v[0];
+        assert!(report["calls"].as_u64().unwrap() > 300, "{name}: {}", report["calls"]);
+        assert_eq!(report["format"], "strace");
+        for form in report["forms"].as_array().unwrap() {
+            let exact = form["exact"].as_f64().unwrap();
+            let close = form["within_5pct"].as_f64().unwrap();
+            assert!(exact > 0.0 && exact <= close && close <= 1.0, "{name}: exact {exact} ±5% {close}");
+            let shares = ["local", "global", "cold"].map(|k| form[k].as_f64().unwrap());
+            assert!((shares.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+            assert_eq!(form["decisions"].as_array().unwrap().len(), 4);
+        }
+    }
+}
+
+#[test]
+fn named_only_keeps_just_the_papers_calls() {
+    let path = fixture("sqlite.strace");
+    let all = json(&["predict", "--trace", path.to_str().unwrap(), "--json"]);
+    let named = json(&["predict", "--trace", path.to_str().unwrap(), "--named-only", "--json"]);
+    let (all, named) = (all[0]["calls"].as_u64().unwrap(), named[0]["calls"].as_u64().unwrap());
+    assert!(named < all && named > 1000, "sqlite is mostly pwrite/pread/fdatasync/stat: {named} of {all}");
+}
+
+#[test]
+fn table_and_plot() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("p.svg");
+    let path = fixture("tar.strace");
+    let out = corehop(&["predict", "--trace", path.to_str().unwrap(), "--plot", svg.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("fa200") && text.contains("dm1500") && text.contains("best constant"), "{text}");
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let bad = fixture("bad-fd.csv");
+    let out = corehop(&["predict", "--trace", bad.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad-fd.csv:3: fd \"three\" is not an integer"), "{err}");
+
+    let out = corehop(&["predict", "--trace", "/nonexistent/trace.txt"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("reading trace /nonexistent/trace.txt"));
+
+    let known = fixture("known.csv");
+    let out = corehop(&["predict", "--trace", known.to_str().unwrap(), "--thresholds", "1k"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--thresholds"));
+}
