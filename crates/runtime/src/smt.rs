@@ -203,8 +203,15 @@ impl Shared {
         self.contexts.iter().find(|c| c.cpu == cpu).map_or(0, |c| c.group)
     }
 
-    fn ring_group(&self, group: usize) {
-        self.contexts.iter().filter(|c| c.group == group).for_each(Context::ring);
+    /// Wakes the contexts of `group` that may run `work` now (a reserved context is not woken
+    /// for application work in AMP: waking it would take issue slots from its sibling for
+    /// nothing). A context that sleeps through a mode change is woken by `set_mode`.
+    fn ring_group(&self, group: usize, work: Work) {
+        let mode = self.mode();
+        self.contexts
+            .iter()
+            .filter(|c| c.group == group && self.layout.allowed(c.cpu, work, mode))
+            .for_each(Context::ring);
     }
 
     fn finish_one(&self) {
@@ -391,7 +398,7 @@ impl SmtRuntime {
         let group = cpu.map_or(0, |c| shared.group_of(c));
         *lock(&shared.outstanding) += 1;
         lock(&shared.cores[group].app[queue_index(home)]).push_back(Box::new(task));
-        shared.ring_group(group);
+        shared.ring_group(group, Work::App);
     }
 
     /// Queues service work raised by code on `origin` (an offloaded call's completion, a
@@ -404,7 +411,7 @@ impl SmtRuntime {
         let group = shared.group_of(target);
         *lock(&shared.outstanding) += 1;
         lock(&shared.cores[group].service).push_back(Box::new(work));
-        shared.ring_group(group);
+        shared.ring_group(group, Work::Service);
     }
 
     /// Runs `call` as service work for code on `origin` and waits for its result (an offloaded
@@ -546,8 +553,8 @@ fn run_app_step(shared: &Shared, me: &Context, core: &CoreQueues) -> bool {
     match step {
         Ok(Step::Continue) => {
             lock(&core.app[queue]).push_back(task);
-            // The sibling may be asleep with nothing else to run.
-            shared.contexts.iter().filter(|c| c.group == me.group && c.cpu != me.cpu).for_each(Context::ring);
+            // A sibling that may run applications may be asleep with nothing else to run.
+            shared.ring_group(me.group, Work::App);
         }
         // Drop the task before reporting it finished: it may hold the last handle to the
         // runtime, whose drop must not run after a waiter has moved on.

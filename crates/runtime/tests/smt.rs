@@ -193,6 +193,7 @@ fn reserved_context_sleeps_without_service_work() {
     }
     let tid = rt.stats()[1].tid;
     let before = cpu_ticks(tid);
+    let sleeps_before = rt.stats()[1].sleeps;
     // Keep the application context busy for a while; the reserved one has nothing to do.
     let started = Instant::now();
     rt.spawn(
@@ -205,6 +206,7 @@ fn reserved_context_sleeps_without_service_work() {
     assert!(spent <= 3, "reserved context used {spent} ticks of CPU while it had no service work");
     assert_eq!(rt.context_state(RESERVED), Some(ContextState::Sleeping));
     let sleeps = rt.stats()[1].sleeps;
+    assert_eq!(sleeps, sleeps_before, "the reserved context was woken for application work it may not run");
     // Service work wakes it, runs there, and it sleeps again.
     let ran_on = rt.offload(APP, || sys::current_os_cpu().unwrap());
     assert_eq!(ran_on, reserved_os);
