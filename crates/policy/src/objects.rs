@@ -80,6 +80,10 @@ pub enum ObjectsError {
     UnknownCpu { cpu: CpuId, machine: String },
     #[error("machine {machine:?} lists no data caches for {cpu}: cannot size its cache budget")]
     NoCacheInfo { cpu: CpuId, machine: String },
+    #[error("object {object:?} ({bytes} bytes) does not fit in the free cache budget of {cpu}")]
+    NoRoom { object: ObjectId, bytes: u64, cpu: CpuId },
+    #[error("unknown object {0:?}")]
+    UnknownObject(ObjectId),
     #[error("invalid placer setting {name} = {value}: {why}")]
     BadConfig { name: &'static str, value: f64, why: &'static str },
 }
@@ -427,6 +431,8 @@ struct ObjectState {
     owner_samples: u64,
     idle_periods: u64,
     moved_at: Option<u64>,
+    /// Placed by the driver ([`Placer::pin`]): never moved by the placer.
+    pinned: bool,
 }
 
 impl ObjectState {
@@ -631,8 +637,39 @@ impl Placer {
             owner_samples: 0,
             idle_periods: 0,
             moved_at: None,
+            pinned: false,
         });
         ObjectId(self.objects.len() - 1)
+    }
+
+    /// Places `id` on `cpu` for good (the driver knows better, e.g. a test or an explicit user
+    /// request); `None` releases it back to the placer, unscheduled.
+    pub fn pin(&mut self, id: ObjectId, cpu: Option<CpuId>) -> Result<Placement, ObjectsError> {
+        let o = self.objects.get(id.0).ok_or(ObjectsError::UnknownObject(id))?;
+        let (bytes, from) = (o.hints.bytes, o.placement);
+        let Some(cpu) = cpu else {
+            let o = &mut self.objects[id.0];
+            (o.pinned, o.placement, o.phase) = (false, Placement::Local, Phase::Watching);
+            return Ok(from);
+        };
+        let core = self
+            .budgets
+            .cores
+            .iter()
+            .position(|c| c.cpu == cpu)
+            .ok_or(ObjectsError::UnknownCpu { cpu, machine: "the placer's cores".into() })?;
+        let mut room = self.room();
+        if let Some(slot) = Slot::of(from, &self.budgets) {
+            room.give(slot, bytes, 0.0);
+        } else if from == Placement::Replicated {
+            room.core_free.iter_mut().for_each(|f| *f += bytes);
+        }
+        if room.core_free[core] < bytes {
+            return Err(ObjectsError::NoRoom { object: id, bytes, cpu });
+        }
+        let o = &mut self.objects[id.0];
+        (o.pinned, o.placement, o.phase) = (true, Placement::Core { owner: cpu }, Phase::Scheduled);
+        Ok(from)
     }
 
     pub fn len(&self) -> usize {
@@ -744,7 +781,7 @@ impl Placer {
         let (min, keep, retry) = (self.config.min_samples, self.config.keep_ratio, self.config.retry_periods);
         for i in 0..self.objects.len() {
             let o = &self.objects[i];
-            if o.phase != Phase::OnTrial || o.owner_samples < min {
+            if o.pinned || o.phase != Phase::OnTrial || o.owner_samples < min {
                 continue;
             }
             let (Some(local), Some(owner)) = (o.local_ns.0, o.owner_ns.0) else { continue };
@@ -762,7 +799,7 @@ impl Placer {
     fn free_cold(&mut self, moves: &mut Vec<Move>) {
         for i in 0..self.objects.len() {
             let o = &self.objects[i];
-            if o.placement != Placement::Local && o.idle_periods >= self.config.cold_periods {
+            if !o.pinned && o.placement != Placement::Local && o.idle_periods >= self.config.cold_periods {
                 self.objects[i].phase = Phase::Watching;
                 self.objects[i].local_samples = 0;
                 self.set(i, Placement::Local, MoveReason::Cold, moves);
@@ -785,6 +822,9 @@ impl Placer {
             self.budgets.cores.iter().zip(&core_used).map(|(b, used)| b.private_bytes - used).collect();
         for i in 0..self.objects.len() {
             let o = &self.objects[i];
+            if o.pinned {
+                continue;
+            }
             let writes = o.write_share.0.unwrap_or(0.0);
             if o.placement == Placement::Replicated {
                 if writes > 2.0 * max_writes {
@@ -848,7 +888,8 @@ impl Placer {
         }
         let min = self.config.min_samples;
         let candidate = |o: &ObjectState| {
-            o.phase == Phase::Watching
+            !o.pinned
+                && o.phase == Phase::Watching
                 && o.placement == Placement::Local
                 && o.local_samples >= min
                 && o.local_ns.0.is_some_and(|c| c > hop)
@@ -971,7 +1012,8 @@ impl Placer {
         let mut mine: Vec<usize> = (0..self.objects.len())
             .filter(|&i| {
                 let o = &self.objects[i];
-                Slot::of(o.placement, &self.budgets).map(Slot::core) == Some(hot)
+                !o.pinned
+                    && Slot::of(o.placement, &self.budgets).map(Slot::core) == Some(hot)
                     && o.moved_at.is_none_or(|t| period >= t + residency)
             })
             .collect();
@@ -1301,6 +1343,23 @@ mod tests {
             moves.extend(p.end_period(&samples, &flat_busy(&p)));
         }
         assert!(moves.iter().any(|m| m.object == hot && m.reason == MoveReason::Unreplicate));
+    }
+
+    #[test]
+    fn pinned_objects_stay_and_must_fit() {
+        let m = machine(1, 2, 100_000, 0, &[]);
+        let mut p = Placer::for_machine(&m, &all(&m), PlacerConfig { fill: 1.0, ..PlacerConfig::default() }).unwrap();
+        let a = p.register(ObjectHints { bytes: 60_000, ..Default::default() });
+        let b = p.register(ObjectHints { bytes: 60_000, ..Default::default() });
+        assert_eq!(p.pin(a, Some(CpuId(1))), Ok(Placement::Local));
+        assert_eq!(p.pin(b, Some(CpuId(1))), Err(ObjectsError::NoRoom { object: b, bytes: 60_000, cpu: CpuId(1) }));
+        assert!(matches!(p.pin(b, Some(CpuId(5))), Err(ObjectsError::UnknownCpu { .. })));
+        assert_eq!(p.pin(ObjectId(9), None), Err(ObjectsError::UnknownObject(ObjectId(9))));
+        // Cheap on its owner and never used: still pinned.
+        drive(&mut p, 30, &|i| if i == 0 { 0 } else { 20 }, &|_, _| 10_000, &flat_busy);
+        assert_eq!(p.placement(a), Placement::Core { owner: CpuId(1) });
+        assert_eq!(p.pin(a, None), Ok(Placement::Core { owner: CpuId(1) }));
+        assert_eq!(p.placement(a), Placement::Local);
     }
 
     fn check_invariants(p: &Placer) -> Result<(), TestCaseError> {

@@ -1,0 +1,159 @@
+//! The per-object lock and the cell it guards: the only `unsafe` of object scheduling.
+//!
+//! An operation on an object takes the object's lock *after* it has moved to the core it runs
+//! on, and releases it before it returns, so the lock is never held across a hop. Exclusive
+//! holders get `&mut T`; shared holders (replicated read-only operations) get `&T`. The lock
+//! spins briefly and then yields, like the per-directory spin locks of the O² paper: operations
+//! are short, and most wait behind an operation running on another core.
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::sys;
+
+const WRITER: u32 = 1 << 31;
+/// Spins before yielding the CPU while the lock is held elsewhere.
+const SPINS_BEFORE_YIELD: u32 = 128;
+
+/// A reader-writer spin lock with explicit acquire/release (the C API holds it from
+/// `ct_start` to `ct_end`, across calls).
+#[derive(Debug, Default)]
+pub struct OpLock {
+    state: AtomicU32,
+}
+
+impl OpLock {
+    fn wait(spins: &mut u32) {
+        *spins += 1;
+        if *spins < SPINS_BEFORE_YIELD {
+            sys::cpu_relax();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Takes the lock exclusively, waiting for every other holder to leave.
+    pub fn lock_exclusive(&self) {
+        let mut spins = 0;
+        while self.state.compare_exchange_weak(0, WRITER, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            Self::wait(&mut spins);
+        }
+    }
+
+    /// Releases an exclusive hold. Calling it without holding the lock breaks exclusion of the
+    /// guarded cell, so only [`LockedCell`] and the C API's `ct_end` (which checks that its
+    /// thread started an operation) call it.
+    pub fn unlock_exclusive(&self) {
+        self.state.store(0, Ordering::Release);
+    }
+
+    /// Takes the lock shared with other shared holders.
+    pub fn lock_shared(&self) {
+        let mut spins = 0;
+        loop {
+            let s = self.state.load(Ordering::Relaxed);
+            if s & WRITER == 0
+                && self.state.compare_exchange_weak(s, s + 1, Ordering::Acquire, Ordering::Relaxed).is_ok()
+            {
+                return;
+            }
+            Self::wait(&mut spins);
+        }
+    }
+
+    /// Releases a shared hold.
+    pub fn unlock_shared(&self) {
+        self.state.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// A value reachable only under its [`OpLock`].
+#[derive(Debug, Default)]
+pub struct LockedCell<T> {
+    lock: OpLock,
+    value: UnsafeCell<T>,
+}
+
+// SAFETY: the value is only reached through `exclusive` (one holder, `&mut T`: needs `T: Send`
+// because the holder may be any thread) and `shared` (many holders on many threads, `&T`: needs
+// `T: Sync`). The lock's acquire/release orderings order every access after the previous
+// holder's accesses.
+unsafe impl<T: Send + Sync> Sync for LockedCell<T> {}
+
+/// Releases the hold when dropped, also when the operation panics.
+struct Release<'a>(&'a OpLock, bool);
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        if self.1 {
+            self.0.unlock_exclusive();
+        } else {
+            self.0.unlock_shared();
+        }
+    }
+}
+
+impl<T> LockedCell<T> {
+    pub fn new(value: T) -> LockedCell<T> {
+        LockedCell { lock: OpLock::default(), value: UnsafeCell::new(value) }
+    }
+
+    /// The lock alone, for operations whose data lives outside the cell (the C API).
+    pub fn lock(&self) -> &OpLock {
+        &self.lock
+    }
+
+    /// Runs `f` with the value, no other holder at the same time.
+    pub fn exclusive<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        self.lock.lock_exclusive();
+        let _release = Release(&self.lock, true);
+        // SAFETY: the exclusive hold (released by `_release` after `f`, even on unwind) means
+        // no other reference to the value exists while `f` runs.
+        f(unsafe { &mut *self.value.get() })
+    }
+
+    /// Runs `f` with the value, alongside other shared holders only.
+    pub fn shared<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+        self.lock.lock_shared();
+        let _release = Release(&self.lock, false);
+        // SAFETY: while any shared hold exists no exclusive holder can enter, so only `&T`
+        // references exist.
+        f(unsafe { &*self.value.get() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn exclusive_holders_never_overlap() {
+        let cell = Arc::new(LockedCell::new((0u64, 0u32)));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let cell = Arc::clone(&cell);
+                std::thread::spawn(move || {
+                    for _ in 0..20_000 {
+                        cell.exclusive(|(count, inside)| {
+                            *inside += 1;
+                            assert_eq!(*inside, 1);
+                            *count += 1;
+                            *inside -= 1;
+                        });
+                    }
+                })
+            })
+            .collect();
+        threads.into_iter().for_each(|t| t.join().unwrap());
+        assert_eq!(cell.shared(|v| v.0), 80_000);
+    }
+
+    #[test]
+    fn a_panicking_holder_releases_the_lock() {
+        let cell = LockedCell::new(1);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cell.exclusive(|_| panic!("boom"))));
+        assert!(r.is_err());
+        assert_eq!(cell.exclusive(|v| *v), 1);
+        assert_eq!(cell.shared(|v| *v), 1);
+    }
+}

@@ -1,0 +1,484 @@
+//! O² object scheduling: an operation on an object runs on the core whose cache holds it.
+//!
+//! [`Objects`] is a registry of objects. [`Objects::run`] (a write) and [`Objects::read`] run an
+//! operation where the object lives:
+//!
+//! ```text
+//!  caller on cpu0            route (policy::objects::Placement)          runs on
+//!  run(&dir7, lookup) ──►  Local / Replicated ─────────────────────────► cpu0 (here)
+//!                          Core { owner: cpu1 } ── move to cpu1 ───────► cpu1, stays there
+//!                          Domain { domain, home } ─ caller outside? ──► home, else here
+//! ```
+//!
+//! **Moving.** Inside a corehop task the operation would hop; a plain thread moves itself with
+//! `sched_setaffinity` (the paper's V1) and *stays pinned* to the owner afterwards, like a
+//! CoreTime thread after `ct_end`: the next operation moves it again if it must. An operation
+//! must not hop or block on another object's operation from inside its closure.
+//!
+//! **Exclusion.** Each object has a lock taken on the core the operation runs on: two
+//! operations on one object never run at the same time, on any cores, except reads of an
+//! object the policy replicated (declared [`ObjectHints::replicable`]), which share the lock.
+//!
+//! **Monitoring.** Every operation is timed with the TSC clock ([`sys::now_ns`]): how long it ran,
+//! where (locally or on the owner) and how long the move took; each core's busy time is the sum
+//! of the operations it ran. Every [`ObjectsConfig::period`] the first operation to notice
+//! hands these samples to the pure [`Placer`], which packs expensive objects into cache budgets,
+//! judges trials and rebalances; its moves update the routes.
+//!
+//! # Examples
+//! ```
+//! use corehop_runtime::objects::{Objects, ObjectsConfig};
+//! use corehop_topology::Machine;
+//! # let machine = corehop_topology::discover().unwrap();
+//! let cpus: Vec<_> = machine.cpus().iter().map(|c| c.id).collect();
+//! let objects = Objects::new(&machine, &cpus, ObjectsConfig::default()).unwrap();
+//! objects.register("counter", 0u64, 8).unwrap();
+//! objects.run(&"counter", |n| *n += 1).unwrap();
+//! assert_eq!(objects.read(&"counter", |n| *n).unwrap(), 1);
+//! ```
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use corehop_policy::objects::{CoreSample, Move, ObjectSample, Placer, PlacerConfig};
+pub use corehop_policy::objects::{ObjectHints, ObjectId, ObjectsError, Placement};
+use corehop_topology::{CpuId, Machine};
+use crossbeam_utils::CachePadded;
+
+use crate::sys;
+
+mod lock;
+pub use lock::{LockedCell, OpLock};
+
+/// Errors of the object registry.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectError {
+    #[error(transparent)]
+    Policy(#[from] ObjectsError),
+    #[error("an object is already registered under this key (as {0:?})")]
+    Duplicate(ObjectId),
+    #[error("no object is registered under this key")]
+    UnknownKey,
+    #[error("cannot move the calling thread to {cpu} (os cpu {os_id}): {source}")]
+    Migrate { cpu: CpuId, os_id: usize, source: std::io::Error },
+}
+
+/// Settings of an [`Objects`] registry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObjectsConfig {
+    /// The placement policy's knobs.
+    pub placer: PlacerConfig,
+    /// How often placement is revisited (default 10 ms).
+    pub period: Duration,
+}
+
+impl Default for ObjectsConfig {
+    fn default() -> Self {
+        ObjectsConfig { placer: PlacerConfig::default(), period: Duration::from_millis(10) }
+    }
+}
+
+/// One period's counters of an object, updated by the operation that holds its lock.
+#[derive(Debug, Default)]
+struct Counters {
+    local_ops: AtomicU64,
+    local_ns: AtomicU64,
+    owner_ops: AtomicU64,
+    owner_ns: AtomicU64,
+    hop_ns: AtomicU64,
+    writes: AtomicU64,
+}
+
+impl Counters {
+    fn take(&self) -> ObjectSample {
+        let t = |a: &AtomicU64| a.swap(0, Ordering::Relaxed);
+        ObjectSample {
+            local_ops: t(&self.local_ops),
+            local_ns: t(&self.local_ns),
+            owner_ops: t(&self.owner_ops),
+            owner_ns: t(&self.owner_ns),
+            hop_ns: t(&self.hop_ns),
+            writes: t(&self.writes),
+        }
+    }
+}
+
+/// A registered object: its value, route and counters. Cheap to clone ([`Arc`]).
+#[derive(Debug)]
+pub struct Object<T> {
+    id: ObjectId,
+    cell: LockedCell<T>,
+    route: AtomicU64,
+    counters: Counters,
+}
+
+/// A handle to a registered object: skips the key lookup on hot paths.
+pub type Handle<T> = Arc<Object<T>>;
+
+impl<T> Object<T> {
+    pub fn id(&self) -> ObjectId {
+        self.id
+    }
+
+    /// The object's lock, for operations whose data is not in the registry (the C API).
+    pub fn lock(&self) -> &OpLock {
+        self.cell.lock()
+    }
+}
+
+/// Route codes: placement packed in a u64 so operations read it with one load.
+mod route {
+    use super::Placement;
+
+    const LOCAL: u64 = 0;
+    const REPLICATED: u64 = 1;
+    const CORE: u64 = 2;
+    const DOMAIN: u64 = 3;
+
+    /// `index` maps a CPU to its index in the registry's CPU list.
+    pub fn encode(p: Placement, index: impl Fn(corehop_topology::CpuId) -> usize) -> u64 {
+        match p {
+            Placement::Local => LOCAL,
+            Placement::Replicated => REPLICATED,
+            Placement::Core { owner } => CORE | (index(owner) as u64) << 2,
+            Placement::Domain { domain, home } => DOMAIN | (index(home) as u64) << 2 | (domain as u64) << 32,
+        }
+    }
+
+    /// Where an operation from a caller (CPU index, domain) runs: `None` = where it is.
+    pub fn target(code: u64, caller_domain: Option<usize>) -> Option<usize> {
+        let at = ((code >> 2) & 0x3FFF_FFFF) as usize;
+        match code & 3 {
+            CORE => Some(at),
+            DOMAIN if caller_domain != Some((code >> 32) as usize) => Some(at),
+            _ => None,
+        }
+    }
+
+    pub fn is_replicated(code: u64) -> bool {
+        code == REPLICATED
+    }
+}
+
+#[derive(Debug, Clone)]
+struct CpuSlot {
+    id: CpuId,
+    os_id: usize,
+    domain: usize,
+}
+
+/// A registry of objects whose operations run where the objects live. Share it with `Arc`.
+#[derive(Debug)]
+pub struct Objects<K, T> {
+    cpus: Vec<CpuSlot>,
+    /// Kernel CPU number → index into `cpus`.
+    by_os_id: HashMap<usize, usize>,
+    keys: RwLock<HashMap<K, Handle<T>>>,
+    all: RwLock<Vec<Handle<T>>>,
+    placer: Mutex<Placer>,
+    busy_ns: Vec<CachePadded<AtomicU64>>,
+    period_ns: u64,
+    period_start: AtomicU64,
+}
+
+/// What an operation did, to account for it.
+struct Ran {
+    index: Option<usize>,
+    routed: bool,
+    hop_ns: u64,
+}
+
+/// An operation started with [`Objects::start`] and not yet ended (the C API's `ct_start`).
+#[derive(Debug)]
+#[must_use = "an operation holds its object's lock until it is ended"]
+pub struct Operation<T> {
+    object: Handle<T>,
+    index: Option<usize>,
+    routed: bool,
+    hop_ns: u64,
+    started_ns: u64,
+}
+
+impl<K: Hash + Eq, T> Objects<K, T> {
+    /// A registry placing objects on `cpus` of `machine` (budgets from its caches).
+    pub fn new(machine: &Machine, cpus: &[CpuId], config: ObjectsConfig) -> Result<Objects<K, T>, ObjectError> {
+        let placer = Placer::for_machine(machine, cpus, config.placer)?;
+        let slots: Vec<CpuSlot> = placer
+            .budgets()
+            .cores
+            .iter()
+            .map(|c| CpuSlot { id: c.cpu, os_id: machine.cpus[c.cpu.0].os_id, domain: c.domain })
+            .collect();
+        let by_os_id = slots.iter().enumerate().map(|(i, s)| (s.os_id, i)).collect();
+        Ok(Objects {
+            busy_ns: slots.iter().map(|_| CachePadded::new(AtomicU64::new(0))).collect(),
+            cpus: slots,
+            by_os_id,
+            keys: RwLock::new(HashMap::new()),
+            all: RwLock::new(Vec::new()),
+            placer: Mutex::new(placer),
+            period_ns: config.period.as_nanos() as u64,
+            period_start: AtomicU64::new(sys::now_ns()),
+        })
+    }
+
+    /// Registers `value` under `key`; `bytes` is how much its operations touch.
+    pub fn register(&self, key: K, value: T, bytes: u64) -> Result<Handle<T>, ObjectError> {
+        self.register_with(key, value, ObjectHints { bytes, ..ObjectHints::default() })
+    }
+
+    /// Registers `value` under `key` with full hints (group, replicable).
+    pub fn register_with(&self, key: K, value: T, hints: ObjectHints) -> Result<Handle<T>, ObjectError> {
+        let mut keys = self.keys.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(existing) = keys.get(&key) {
+            return Err(ObjectError::Duplicate(existing.id));
+        }
+        let id = self.placer.lock().unwrap_or_else(|e| e.into_inner()).register(hints);
+        let object = Arc::new(Object {
+            id,
+            cell: LockedCell::new(value),
+            route: AtomicU64::new(0),
+            counters: Counters::default(),
+        });
+        self.all.write().unwrap_or_else(|e| e.into_inner()).push(Arc::clone(&object));
+        keys.insert(key, Arc::clone(&object));
+        Ok(object)
+    }
+
+    /// The handle of the object under `key`.
+    pub fn handle<Q>(&self, key: &Q) -> Option<Handle<T>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.keys.read().unwrap_or_else(|e| e.into_inner()).get(key).cloned()
+    }
+
+    /// Runs a (writing) operation on the object under `key`, where it lives.
+    pub fn run<Q, R>(&self, key: &Q, op: impl FnOnce(&mut T) -> R) -> Result<R, ObjectError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let object = self.handle(key).ok_or(ObjectError::UnknownKey)?;
+        self.run_handle(&object, op)
+    }
+
+    /// Runs a read-only operation on the object under `key`, where it lives (on every core, if
+    /// the object is replicated).
+    pub fn read<Q, R>(&self, key: &Q, op: impl FnOnce(&T) -> R) -> Result<R, ObjectError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let object = self.handle(key).ok_or(ObjectError::UnknownKey)?;
+        self.read_handle(&object, op)
+    }
+
+    /// [`Objects::run`] through a handle.
+    pub fn run_handle<R>(&self, object: &Handle<T>, op: impl FnOnce(&mut T) -> R) -> Result<R, ObjectError> {
+        let ran = self.go(object)?;
+        let t0 = sys::now_ns();
+        let out = object.cell.exclusive(op);
+        self.account(object, &ran, t0, sys::now_ns(), true);
+        Ok(out)
+    }
+
+    /// [`Objects::read`] through a handle.
+    pub fn read_handle<R>(&self, object: &Handle<T>, op: impl FnOnce(&T) -> R) -> Result<R, ObjectError> {
+        let ran = self.go(object)?;
+        let t0 = sys::now_ns();
+        let out = if route::is_replicated(object.route.load(Ordering::Relaxed)) {
+            object.cell.shared(op)
+        } else {
+            object.cell.exclusive(|v| op(v))
+        };
+        self.account(object, &ran, t0, sys::now_ns(), false);
+        Ok(out)
+    }
+
+    /// Starts an operation whose code runs outside a closure (the C API): moves the calling
+    /// thread where the object lives and takes its lock exclusively. End it with
+    /// [`Objects::end`] on the same thread.
+    pub fn start(&self, object: &Handle<T>) -> Result<Operation<T>, ObjectError> {
+        let ran = self.go(object)?;
+        object.lock().lock_exclusive();
+        Ok(Operation {
+            object: Arc::clone(object),
+            index: ran.index,
+            routed: ran.routed,
+            hop_ns: ran.hop_ns,
+            started_ns: sys::now_ns(),
+        })
+    }
+
+    /// Ends an operation: releases the lock and accounts for it. The thread stays where it is.
+    pub fn end(&self, op: Operation<T>) {
+        let end = sys::now_ns();
+        op.object.lock().unlock_exclusive();
+        let ran = Ran { index: op.index, routed: op.routed, hop_ns: op.hop_ns };
+        self.account(&op.object, &ran, op.started_ns, end, true);
+    }
+
+    /// Where the object under `key` lives now.
+    pub fn placement<Q>(&self, key: &Q) -> Option<Placement>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let object = self.handle(key)?;
+        Some(self.placer.lock().unwrap_or_else(|e| e.into_inner()).placement(object.id))
+    }
+
+    /// Pins the object under `key` to `cpu` for good (`None`: give it back to the policy).
+    pub fn pin<Q>(&self, key: &Q, cpu: Option<CpuId>) -> Result<(), ObjectError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let object = self.handle(key).ok_or(ObjectError::UnknownKey)?;
+        let mut placer = self.placer.lock().unwrap_or_else(|e| e.into_inner());
+        placer.pin(object.id, cpu)?;
+        let placement = placer.placement(object.id);
+        object.route.store(route::encode(placement, |c| self.index_of(c)), Ordering::Release);
+        Ok(())
+    }
+
+    /// The CPUs objects are placed on.
+    pub fn cpus(&self) -> Vec<CpuId> {
+        self.cpus.iter().map(|c| c.id).collect()
+    }
+
+    /// Number of registered objects.
+    pub fn len(&self) -> usize {
+        self.all.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// How many objects are placed each way: (local, on a core, in a domain, replicated).
+    pub fn census(&self) -> Census {
+        let placer = self.placer.lock().unwrap_or_else(|e| e.into_inner());
+        let mut c = Census::default();
+        for p in placer.placements() {
+            match p {
+                Placement::Local => c.local += 1,
+                Placement::Core { .. } => c.core += 1,
+                Placement::Domain { .. } => c.domain += 1,
+                Placement::Replicated => c.replicated += 1,
+            }
+        }
+        c
+    }
+
+    /// Ends the current monitoring period now and applies the policy's moves.
+    pub fn end_period(&self) -> Vec<Move> {
+        let mut placer = self.placer.lock().unwrap_or_else(|e| e.into_inner());
+        self.end_period_locked(&mut placer, sys::now_ns())
+    }
+
+    fn index_of(&self, cpu: CpuId) -> usize {
+        self.cpus.iter().position(|c| c.id == cpu).expect("the placer only places on the registry's CPUs")
+    }
+
+    /// The calling thread's CPU index, if it is one of the registry's CPUs.
+    fn here(&self) -> Option<usize> {
+        sys::current_os_cpu().ok().and_then(|os| self.by_os_id.get(&os).copied())
+    }
+
+    /// Moves the caller to where `object`'s operations run.
+    fn go(&self, object: &Object<T>) -> Result<Ran, ObjectError> {
+        let here = self.here();
+        let code = object.route.load(Ordering::Acquire);
+        let Some(target) = route::target(code, here.map(|i| self.cpus[i].domain)) else {
+            return Ok(Ran { index: here, routed: false, hop_ns: 0 });
+        };
+        if here == Some(target) {
+            return Ok(Ran { index: here, routed: true, hop_ns: 0 });
+        }
+        let t0 = sys::now_ns();
+        let slot = &self.cpus[target];
+        sys::pin_current_thread(slot.os_id).map_err(|source| ObjectError::Migrate {
+            cpu: slot.id,
+            os_id: slot.os_id,
+            source,
+        })?;
+        Ok(Ran { index: Some(target), routed: true, hop_ns: sys::now_ns() - t0 })
+    }
+
+    fn account(&self, object: &Object<T>, ran: &Ran, start: u64, end: u64, write: bool) {
+        let ns = end.saturating_sub(start);
+        let c = &object.counters;
+        if ran.routed {
+            c.owner_ops.fetch_add(1, Ordering::Relaxed);
+            c.owner_ns.fetch_add(ns, Ordering::Relaxed);
+            c.hop_ns.fetch_add(ran.hop_ns, Ordering::Relaxed);
+        } else {
+            c.local_ops.fetch_add(1, Ordering::Relaxed);
+            c.local_ns.fetch_add(ns, Ordering::Relaxed);
+        }
+        if write {
+            c.writes.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(i) = ran.index {
+            self.busy_ns[i].fetch_add(ns, Ordering::Relaxed);
+        }
+        if end.saturating_sub(self.period_start.load(Ordering::Relaxed)) >= self.period_ns {
+            if let Ok(mut placer) = self.placer.try_lock() {
+                self.end_period_locked(&mut placer, end);
+            }
+        }
+    }
+
+    fn end_period_locked(&self, placer: &mut Placer, now: u64) -> Vec<Move> {
+        let start = self.period_start.swap(now, Ordering::Relaxed);
+        let elapsed_ns = now.saturating_sub(start);
+        let all = self.all.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let samples: Vec<ObjectSample> = all.iter().map(|o| o.counters.take()).collect();
+        let cores: Vec<CoreSample> = self
+            .busy_ns
+            .iter()
+            .map(|b| CoreSample { busy_ns: b.swap(0, Ordering::Relaxed).min(elapsed_ns), elapsed_ns })
+            .collect();
+        let moves = placer.end_period(&samples, &cores);
+        for m in &moves {
+            all[m.object.0].route.store(route::encode(m.to, |c| self.index_of(c)), Ordering::Release);
+        }
+        moves
+    }
+}
+
+/// How many objects are placed each way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Census {
+    pub local: usize,
+    pub core: usize,
+    pub domain: usize,
+    pub replicated: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_round_trip() {
+        let index = |c: CpuId| c.0;
+        let core = route::encode(Placement::Core { owner: CpuId(3) }, index);
+        assert_eq!(route::target(core, Some(0)), Some(3));
+        assert_eq!(route::target(core, None), Some(3));
+        let dom = route::encode(Placement::Domain { domain: 2, home: CpuId(5) }, index);
+        assert_eq!(route::target(dom, Some(2)), None);
+        assert_eq!(route::target(dom, Some(1)), Some(5));
+        assert_eq!(route::target(dom, None), Some(5));
+        assert_eq!(route::target(route::encode(Placement::Local, index), Some(0)), None);
+        let rep = route::encode(Placement::Replicated, index);
+        assert!(route::is_replicated(rep));
+        assert_eq!(route::target(rep, Some(0)), None);
+    }
+}
