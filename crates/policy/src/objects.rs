@@ -1348,11 +1348,15 @@ mod tests {
     #[test]
     fn pinned_objects_stay_and_must_fit() {
         let m = machine(1, 2, 100_000, 0, &[]);
-        let mut p = Placer::for_machine(&m, &all(&m), PlacerConfig { fill: 1.0, ..PlacerConfig::default() }).unwrap();
+        let mut p =
+            Placer::for_machine(&m, &all(&m), PlacerConfig { fill: 1.0, ..PlacerConfig::default() }).unwrap();
         let a = p.register(ObjectHints { bytes: 60_000, ..Default::default() });
         let b = p.register(ObjectHints { bytes: 60_000, ..Default::default() });
         assert_eq!(p.pin(a, Some(CpuId(1))), Ok(Placement::Local));
-        assert_eq!(p.pin(b, Some(CpuId(1))), Err(ObjectsError::NoRoom { object: b, bytes: 60_000, cpu: CpuId(1) }));
+        assert_eq!(
+            p.pin(b, Some(CpuId(1))),
+            Err(ObjectsError::NoRoom { object: b, bytes: 60_000, cpu: CpuId(1) })
+        );
         assert!(matches!(p.pin(b, Some(CpuId(5))), Err(ObjectsError::UnknownCpu { .. })));
         assert_eq!(p.pin(ObjectId(9), None), Err(ObjectsError::UnknownObject(ObjectId(9))));
         // Cheap on its owner and never used: still pinned.

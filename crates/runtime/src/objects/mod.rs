@@ -28,8 +28,8 @@
 //! # Examples
 //! ```
 //! use corehop_runtime::objects::{Objects, ObjectsConfig};
-//! use corehop_topology::Machine;
-//! # let machine = corehop_topology::discover().unwrap();
+//! // Any machine description works; the runtime normally uses the discovered host.
+//! let machine = corehop_topology::presets::by_name("switch-cc").unwrap();
 //! let cpus: Vec<_> = machine.cpus().iter().map(|c| c.id).collect();
 //! let objects = Objects::new(&machine, &cpus, ObjectsConfig::default()).unwrap();
 //! objects.register("counter", 0u64, 8).unwrap();
@@ -204,7 +204,11 @@ pub struct Operation<T> {
 
 impl<K: Hash + Eq, T> Objects<K, T> {
     /// A registry placing objects on `cpus` of `machine` (budgets from its caches).
-    pub fn new(machine: &Machine, cpus: &[CpuId], config: ObjectsConfig) -> Result<Objects<K, T>, ObjectError> {
+    pub fn new(
+        machine: &Machine,
+        cpus: &[CpuId],
+        config: ObjectsConfig,
+    ) -> Result<Objects<K, T>, ObjectError> {
         let placer = Placer::for_machine(machine, cpus, config.placer)?;
         let slots: Vec<CpuSlot> = placer
             .budgets()

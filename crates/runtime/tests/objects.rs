@@ -1,0 +1,186 @@
+//! The object registry's public API: routing to owners, exclusion, monitoring, errors.
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use corehop_runtime::objects::{ObjectError, ObjectHints, Objects, ObjectsConfig, Placement};
+use corehop_runtime::sys;
+use corehop_topology::{Cache, CacheKind, CoreClass, Cpu, CpuId, Machine};
+
+/// This host's usable CPUs with a private 1 MB L2 each and a shared 32 MB L3 (the sizes do not
+/// matter to these tests, only that budgets exist).
+fn host() -> Machine {
+    let os = sys::affinity().expect("affinity");
+    let cpus: Vec<Cpu> = os
+        .iter()
+        .enumerate()
+        .map(|(i, &os_id)| Cpu {
+            id: CpuId(i),
+            os_id,
+            core: i,
+            package: 0,
+            class: CoreClass::Uniform,
+            speed: 1.0,
+            emulated_speed: None,
+        })
+        .collect();
+    let mut caches: Vec<Cache> = (0..cpus.len())
+        .map(|i| Cache {
+            level: 2,
+            kind: CacheKind::Unified,
+            size_bytes: 1 << 20,
+            line_bytes: 64,
+            cpus: vec![CpuId(i)],
+        })
+        .collect();
+    caches.push(Cache {
+        level: 3,
+        kind: CacheKind::Unified,
+        size_bytes: 32 << 20,
+        line_bytes: 64,
+        cpus: cpus.iter().map(|c| c.id).collect(),
+    });
+    Machine { name: "host".into(), source: "test".into(), cpus, caches, waitpkg: false }
+}
+
+fn registry<T>(machine: &Machine) -> Objects<u32, T> {
+    let cpus: Vec<CpuId> = machine.cpus().iter().map(|c| c.id).collect();
+    // A long period: placement changes only when a test asks for it.
+    let config = ObjectsConfig { period: Duration::from_secs(3600), ..ObjectsConfig::default() };
+    Objects::new(machine, &cpus, config).unwrap()
+}
+
+#[test]
+fn operations_run_on_the_pinned_owner() {
+    let machine = host();
+    if machine.cpus().len() < 2 {
+        eprintln!("skipped: needs 2 CPUs, this process may use {}", machine.cpus().len());
+        return;
+    }
+    let objects = Arc::new(registry::<Vec<usize>>(&machine));
+    objects.register(1, Vec::new(), 4096).unwrap();
+    objects.pin(&1, Some(CpuId(1))).unwrap();
+    assert_eq!(objects.placement(&1), Some(Placement::Core { owner: CpuId(1) }));
+    let owner_os = machine.cpus()[1].os_id;
+    std::thread::spawn(move || {
+        sys::pin_current_thread(machine.cpus()[0].os_id).unwrap();
+        for _ in 0..50 {
+            objects.run(&1, |v| v.push(sys::current_os_cpu().unwrap())).unwrap();
+        }
+        let seen = objects.read(&1, |v| v.clone()).unwrap();
+        assert_eq!(seen.len(), 50);
+        assert!(seen.iter().all(|&cpu| cpu == owner_os), "ran on {seen:?}, owner is os cpu {owner_os}");
+        // The thread stays where the object lives, like CoreTime after ct_end.
+        assert_eq!(sys::current_os_cpu().unwrap(), owner_os);
+    })
+    .join()
+    .unwrap();
+}
+
+#[test]
+fn operations_on_one_object_never_overlap() {
+    let machine = host();
+    let objects = Arc::new(registry::<u64>(&machine));
+    objects.register(7, 0, 64).unwrap();
+    let n = machine.cpus().len().max(2);
+    if machine.cpus().len() > 1 {
+        objects.pin(&7, Some(CpuId(1))).unwrap();
+    }
+    let inside = Arc::new(AtomicU32::new(0));
+    let overlaps = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..2 * n)
+        .map(|t| {
+            let (objects, inside, overlaps) =
+                (Arc::clone(&objects), Arc::clone(&inside), Arc::clone(&overlaps));
+            std::thread::spawn(move || {
+                for i in 0..3000 {
+                    if i == 1500 && t == 0 {
+                        // Halfway, give the object back to the policy: it runs locally again.
+                        objects.pin(&7, None).unwrap();
+                    }
+                    objects
+                        .run(&7, |count| {
+                            if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                                overlaps.fetch_add(1, Ordering::SeqCst);
+                            }
+                            *count += 1;
+                            std::hint::spin_loop();
+                            inside.fetch_sub(1, Ordering::SeqCst);
+                        })
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    assert_eq!(objects.read(&7, |c| *c).unwrap(), 3000 * 2 * n as u64);
+}
+
+#[test]
+fn c_style_start_and_end_hold_the_lock() {
+    let machine = host();
+    let objects = Arc::new(registry::<()>(&machine));
+    let handle = objects.register(3, (), 64).unwrap();
+    let shared = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (objects, handle, shared) = (Arc::clone(&objects), Arc::clone(&handle), Arc::clone(&shared));
+            std::thread::spawn(move || {
+                for _ in 0..2000 {
+                    let op = objects.start(&handle).unwrap();
+                    // A non-atomic read-modify-write, safe only under the object's lock.
+                    let v = shared.load(Ordering::Relaxed);
+                    std::hint::spin_loop();
+                    shared.store(v + 1, Ordering::Relaxed);
+                    objects.end(op);
+                }
+            })
+        })
+        .collect();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    assert_eq!(shared.load(Ordering::Relaxed), 8000);
+}
+
+#[test]
+fn expensive_objects_get_scheduled_after_monitoring() {
+    let machine = host();
+    if machine.cpus().len() < 2 {
+        eprintln!("skipped: needs 2 CPUs");
+        return;
+    }
+    let objects = registry::<Vec<u64>>(&machine);
+    // Operations far longer than a hop: the policy puts them on trial (it does not judge the
+    // trial's outcome here, which depends on this machine's caches).
+    for key in 0..8 {
+        objects.register(key, vec![1; 64 * 1024], 512 * 1024).unwrap();
+    }
+    for _ in 0..20 {
+        for key in 0..8 {
+            objects.read(&key, |v| v.iter().sum::<u64>()).unwrap();
+        }
+    }
+    let moves = objects.end_period();
+    assert!(!moves.is_empty(), "nothing was placed");
+    let census = objects.census();
+    assert_eq!(census.local + census.core + census.domain + census.replicated, 8);
+    assert!(census.core + census.domain > 0, "{census:?}");
+}
+
+#[test]
+fn bad_requests_are_typed_errors() {
+    let machine = host();
+    let objects = registry::<u8>(&machine);
+    let first = objects.register(1, 0, 8).unwrap();
+    assert!(matches!(objects.register(1, 0, 8), Err(ObjectError::Duplicate(id)) if id == first.id()));
+    assert!(matches!(objects.run(&2, |_| ()), Err(ObjectError::UnknownKey)));
+    assert!(matches!(objects.pin(&2, Some(CpuId(0))), Err(ObjectError::UnknownKey)));
+    assert!(matches!(objects.pin(&1, Some(CpuId(999))), Err(ObjectError::Policy(_))));
+    objects.register_with(4, 0, ObjectHints { bytes: 64 << 30, ..ObjectHints::default() }).unwrap();
+    let err = objects.pin(&4, Some(CpuId(0))).unwrap_err();
+    assert!(err.to_string().contains("does not fit"), "{err}");
+    let cpus = [CpuId(0)];
+    let bare = Machine { caches: Vec::new(), ..machine };
+    let err = Objects::<u8, u8>::new(&bare, &cpus, ObjectsConfig::default()).unwrap_err();
+    assert!(err.to_string().contains("no data caches"), "{err}");
+}
