@@ -16,6 +16,7 @@
 
 mod builder;
 mod cpulist;
+mod discover;
 mod emulate;
 mod error;
 mod file;
@@ -24,6 +25,10 @@ pub mod presets;
 
 pub use builder::{CacheSpec, CoreGroup, MachineBuilder, Per};
 pub use cpulist::{format_cpu_list, format_size, parse_cpu_list, parse_size};
+pub use discover::{
+    affinity_from_status, cgroup_cpuset, cpuinfo_has_flag, discover, discover_at, discover_with,
+    DiscoverOptions, Discovery, SpeedSource,
+};
 pub use emulate::parse_emulation;
 pub use error::TopologyError;
 pub use machine::*;
