@@ -1,6 +1,61 @@
-//! Workload models, one module per paper experiment family.
+//! Workload models, one module per paper experiment family, and the `kind` → model registry.
+//!
+//! Each model module exposes a [`ModelEntry`] constant; [`MODELS`] lists them. To add one, see
+//! "How to add a model" in the crate documentation.
 pub mod objects;
 pub mod offload;
 pub mod pipeline;
 pub mod smt;
 pub mod switch;
+
+use crate::engine::{run, Model, Ps, Sim};
+use crate::scenario::{Problem, Scenario, ScenarioError};
+use crate::stats::Report;
+
+/// How a model is found and run from a scenario's `[workload] kind`.
+pub struct ModelEntry {
+    /// The `kind` string that selects this model.
+    pub kind: &'static str,
+    /// One line for listings: what the model reproduces.
+    pub about: &'static str,
+    /// Builds the model from the scenario (validating its `[workload]`) and runs it.
+    pub run: fn(&Scenario, &mut dyn FnMut(Ps)) -> Result<Report, ScenarioError>,
+}
+
+/// Every model, by kind.
+pub const MODELS: &[ModelEntry] = &[switch::ENTRY];
+
+/// The model registered for `kind`.
+pub fn find(kind: &str) -> Option<&'static ModelEntry> {
+    MODELS.iter().find(|m| m.kind == kind)
+}
+
+/// Runs `scenario` with the model its `kind` names. `progress` gets the simulated time now
+/// and then (for progress bars).
+pub fn run_scenario(scenario: &Scenario, progress: &mut dyn FnMut(Ps)) -> Result<Report, ScenarioError> {
+    let entry = find(&scenario.kind).ok_or_else(|| {
+        scenario.error(
+            "workload.kind",
+            Problem::UnknownKind { kind: scenario.kind.clone(), known: MODELS.iter().map(|m| m.kind).collect() },
+        )
+    })?;
+    (entry.run)(scenario, progress)
+}
+
+/// Runs an already built `model` on the scenario's machine, seed and limits; returns the
+/// report and the final simulation state (its ledger, and trace if `trace` is set, are there
+/// for tests to inspect).
+pub fn simulate<M: Model>(
+    scenario: &Scenario,
+    model: &mut M,
+    trace: bool,
+    progress: &mut dyn FnMut(Ps),
+) -> (Report, Sim<M::Event>) {
+    let mut sim = Sim::new(scenario.machine.clone(), scenario.seed);
+    if trace {
+        sim.stats.cores.enable_trace();
+    }
+    let stop = run(model, &mut sim, scenario.limits, progress);
+    let report = Report::collect(&scenario.name, &scenario.kind, scenario.seed, stop, &sim, model.report(&sim));
+    (report, sim)
+}

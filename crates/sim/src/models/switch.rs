@@ -1,1 +1,585 @@
-//! (lands with its issue)
+//! `kind = "switch"`: the core-switching micro-benchmark (fast-core-switching §5, §7).
+//!
+//! Tasks start on application CPUs and loop: a compute phase, then a system call drawn from
+//! the configured call types (each with a weight and a run-length distribution). A call whose
+//! type may hop (`hop = true`, the paper's modified system calls) and whose length reaches
+//! `hop_threshold_ns` (the paper's RWThresh) hops to a service ("OS") CPU, runs there and hops
+//! back; any other call runs where the task is. With `mechanism = "none"` nothing hops: the
+//! no-op baseline. The paper's `gettidbench` is one task, a tiny compute phase and `gettid`
+//! hopping on every call.
+//!
+//! ```toml
+//! [workload]
+//! kind = "switch"
+//! mechanism = "spin"            # none | affinity (V1) | handoff (V2) | fastpath (V3) | spin (V4) | wakeup (V5)
+//! iterations = 10000            # calls per task
+//! tasks = 1                     # placed round-robin on app_cpus
+//! app_cpus = [0]
+//! os_cpus = [1]                 # default: every CPU that is not an app CPU
+//! compute = 20                  # ns at full speed between calls (a distribution)
+//! hop_threshold_ns = 0          # only calls at least this long hop
+//! pick = { work_conserving = true, affinity = true, prefer_affinity = false }
+//! [[workload.calls]]
+//! name = "gettid"
+//! length = 100                  # ns at full speed (a distribution)
+//! weight = 1.0
+//! hop = true
+//! ```
+//!
+//! A CPU runs one task at a time, without preemption: a task keeps its CPU until it hops away
+//! or finishes, and others wait in the CPU's FIFO (that wait is the queueing delay).
+//!
+//! Per hopped call the events are: `Entry` (end of compute, the call is chosen) → `Left`
+//! (source path done) → `Arrive` (at the service CPU) → `CallDone` → `Left` → `Arrive` (home;
+//! the call returns).
+
+use serde::Deserialize;
+
+use rand::Rng;
+
+use corehop_policy::pick::{Candidate, Pick, PickState};
+use corehop_topology::CpuId;
+
+use crate::dist::Distribution;
+use crate::engine::{ns_to_ps, ps_to_ns, Model, Ps, Sim};
+use crate::machine::{HopTiming, Mechanism};
+use crate::models::{simulate, ModelEntry};
+use crate::scenario::{Problem, Scenario, ScenarioError};
+use crate::stats::{Metric, ModelReport, Report, RunQueues};
+
+/// Registry entry.
+pub const ENTRY: ModelEntry = ModelEntry {
+    kind: "switch",
+    about: "core-switching micro-benchmark: tasks hop to a service CPU around system calls (V1-V5)",
+    run: run_switch,
+};
+
+fn run_switch(scenario: &Scenario, progress: &mut dyn FnMut(Ps)) -> Result<Report, ScenarioError> {
+    let mut model = Switch::from_scenario(scenario)?;
+    Ok(simulate(scenario, &mut model, false, progress).0)
+}
+
+/// Which hop mechanism, or none (the baseline).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HopChoice {
+    /// Never hop: every call runs on the task's CPU.
+    None,
+    #[serde(alias = "v1")]
+    Affinity,
+    #[serde(alias = "v2")]
+    Handoff,
+    #[serde(alias = "v3")]
+    FastPath,
+    #[serde(alias = "v4")]
+    Spin,
+    #[serde(alias = "v5")]
+    Wakeup,
+}
+
+impl HopChoice {
+    fn mechanism(self) -> Option<Mechanism> {
+        match self {
+            HopChoice::None => None,
+            HopChoice::Affinity => Some(Mechanism::Affinity),
+            HopChoice::Handoff => Some(Mechanism::Handoff),
+            HopChoice::FastPath => Some(Mechanism::FastPath),
+            HopChoice::Spin => Some(Mechanism::Spin),
+            HopChoice::Wakeup => Some(Mechanism::Wakeup),
+        }
+    }
+}
+
+/// Which service CPU a hop goes to (the paper's WC / AF / PA settings, §9.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PickConfig {
+    /// Prefer an idle service CPU over a busy one.
+    pub work_conserving: bool,
+    /// Prefer the service CPU this task used last (else go round-robin).
+    pub affinity: bool,
+    /// When both apply, take the task's last CPU even if it is busy.
+    pub prefer_affinity: bool,
+}
+
+impl Default for PickConfig {
+    fn default() -> PickConfig {
+        PickConfig { work_conserving: true, affinity: true, prefer_affinity: false }
+    }
+}
+
+impl From<PickConfig> for Pick {
+    fn from(p: PickConfig) -> Pick {
+        Pick { work_conserving: p.work_conserving, affinity: p.affinity, prefer_affinity: p.prefer_affinity }
+    }
+}
+
+/// One system call type.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallConfig {
+    pub name: String,
+    /// Relative frequency among the call types.
+    #[serde(default = "one")]
+    pub weight: f64,
+    /// Run length in ns at full speed.
+    pub length: Distribution,
+    /// Whether this call may hop (the paper modified only some calls).
+    #[serde(default = "yes")]
+    pub hop: bool,
+}
+
+fn one() -> f64 {
+    1.0
+}
+fn yes() -> bool {
+    true
+}
+
+/// The `[workload]` table of `kind = "switch"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SwitchConfig {
+    pub mechanism: HopChoice,
+    #[serde(default = "default_iterations")]
+    pub iterations: u64,
+    #[serde(default = "one_task")]
+    pub tasks: usize,
+    #[serde(default = "default_app_cpus")]
+    pub app_cpus: Vec<usize>,
+    pub os_cpus: Option<Vec<usize>>,
+    #[serde(default = "default_compute")]
+    pub compute: Distribution,
+    #[serde(default)]
+    pub hop_threshold_ns: f64,
+    #[serde(default)]
+    pub pick: PickConfig,
+    #[serde(default = "default_calls")]
+    pub calls: Vec<CallConfig>,
+}
+
+fn default_iterations() -> u64 {
+    10_000
+}
+fn one_task() -> usize {
+    1
+}
+fn default_app_cpus() -> Vec<usize> {
+    vec![0]
+}
+fn default_compute() -> Distribution {
+    Distribution::Fixed(20.0)
+}
+fn default_calls() -> Vec<CallConfig> {
+    vec![CallConfig { name: "gettid".into(), weight: 1.0, length: Distribution::Fixed(100.0), hop: true }]
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// The compute phase ended: the task enters a system call.
+    Entry { task: u32 },
+    /// The source half of a hop finished: the task leaves its CPU.
+    Left { task: u32 },
+    /// The task reaches the CPU it hopped to.
+    Arrive { task: u32 },
+    /// The system call finished on the service CPU.
+    CallDone { task: u32 },
+    /// The task finished its last iteration.
+    Exit { task: u32 },
+}
+
+#[derive(Debug, Clone)]
+struct Task {
+    home: usize,
+    cpu: usize,
+    done: u64,
+    call_started: Ps,
+    /// The current call: its type and length (ps at full speed).
+    call: (usize, Ps),
+    /// The hop in flight: where to, and its timing.
+    hop: Option<(usize, HopTiming)>,
+    last_os: Option<usize>,
+    finished_at: Option<Ps>,
+}
+
+/// The micro-benchmark model.
+#[derive(Debug)]
+pub struct Switch {
+    cfg: SwitchConfig,
+    mechanism: Option<Mechanism>,
+    os_cpus: Vec<usize>,
+    cumulative_weights: Vec<f64>,
+    tasks: Vec<Task>,
+    cpus: RunQueues<u32>,
+    /// Hops on their way to each CPU (they count as load when picking).
+    inbound: Vec<usize>,
+    pick: Pick,
+    cursor: usize,
+    hopped_calls: u64,
+    calls_by_type: Vec<u64>,
+}
+
+impl Switch {
+    /// Builds the model from a scenario, checking its `[workload]`.
+    pub fn from_scenario(s: &Scenario) -> Result<Switch, ScenarioError> {
+        let cfg: SwitchConfig = s.workload()?;
+        if cfg.app_cpus.is_empty() {
+            return Err(s.error("workload.app_cpus", Problem::Invalid("needs at least one CPU".into())));
+        }
+        for (i, &cpu) in cfg.app_cpus.iter().enumerate() {
+            s.check_cpu(&format!("workload.app_cpus[{i}]"), cpu)?;
+        }
+        let os_cpus = match &cfg.os_cpus {
+            Some(list) => {
+                for (i, &cpu) in list.iter().enumerate() {
+                    s.check_cpu(&format!("workload.os_cpus[{i}]"), cpu)?;
+                }
+                list.clone()
+            }
+            None => (0..s.machine.cpu_count()).filter(|c| !cfg.app_cpus.contains(c)).collect(),
+        };
+        if os_cpus.is_empty() && cfg.mechanism != HopChoice::None {
+            return Err(s.error(
+                "workload.os_cpus",
+                Problem::Invalid("no service CPU to hop to (use mechanism = \"none\" for a baseline)".into()),
+            ));
+        }
+        if cfg.tasks == 0 {
+            return Err(s.error("workload.tasks", Problem::Invalid("needs at least one task".into())));
+        }
+        if !(cfg.hop_threshold_ns.is_finite() && cfg.hop_threshold_ns >= 0.0) {
+            return Err(s.error("workload.hop_threshold_ns", Problem::Negative(cfg.hop_threshold_ns.to_string())));
+        }
+        s.check_distribution("workload.compute", &cfg.compute)?;
+        if cfg.calls.is_empty() {
+            return Err(s.error("workload.calls", Problem::Invalid("needs at least one call type".into())));
+        }
+        let mut cumulative_weights = Vec::new();
+        let mut total = 0.0;
+        for (i, call) in cfg.calls.iter().enumerate() {
+            s.check_distribution(&format!("workload.calls[{i}].length"), &call.length)?;
+            if !(call.weight.is_finite() && call.weight > 0.0) {
+                return Err(s.error(
+                    &format!("workload.calls[{i}].weight"),
+                    Problem::Invalid(format!("must be > 0, got {}", call.weight)),
+                ));
+            }
+            total += call.weight;
+            cumulative_weights.push(total);
+        }
+        let tasks = (0..cfg.tasks)
+            .map(|i| {
+                let home = cfg.app_cpus[i % cfg.app_cpus.len()];
+                Task {
+                    home,
+                    cpu: home,
+                    done: 0,
+                    call_started: 0,
+                    call: (0, 0),
+                    hop: None,
+                    last_os: None,
+                    finished_at: None,
+                }
+            })
+            .collect();
+        Ok(Switch {
+            mechanism: cfg.mechanism.mechanism(),
+            os_cpus,
+            cumulative_weights,
+            tasks,
+            cpus: RunQueues::new(s.machine.cpu_count()),
+            inbound: vec![0; s.machine.cpu_count()],
+            pick: cfg.pick.into(),
+            cursor: 0,
+            hopped_calls: 0,
+            calls_by_type: vec![0; cfg.calls.len()],
+            cfg,
+        })
+    }
+
+    /// Per task: (CPU it finished on, iterations done, finish time). For tests.
+    pub fn task_outcomes(&self) -> Vec<(usize, u64, Option<Ps>)> {
+        self.tasks.iter().map(|t| (t.cpu, t.done, t.finished_at)).collect()
+    }
+
+    fn compute_time(&mut self, cpu: usize, sim: &mut Sim<Event>) -> Ps {
+        let work = ns_to_ps(self.cfg.compute.sample(sim.rng()));
+        sim.exec(cpu, work)
+    }
+
+    /// Starts the compute phase of `task` on its (home) CPU, `delay` from now.
+    fn compute_then_call(&mut self, task: u32, delay: Ps, sim: &mut Sim<Event>) {
+        let cpu = self.tasks[task as usize].cpu;
+        let d = self.compute_time(cpu, sim);
+        sim.schedule_in(delay + d, Event::Entry { task });
+    }
+
+    /// The call returned to user code at `now + delay`: count it, then continue or exit.
+    fn call_returned(&mut self, task: u32, delay: Ps, sim: &mut Sim<Event>) {
+        let t = &mut self.tasks[task as usize];
+        let returned = sim.now() + delay;
+        sim.stats.record_op(returned - t.call_started);
+        t.done += 1;
+        if t.done >= self.cfg.iterations {
+            sim.schedule_at(returned, Event::Exit { task });
+        } else {
+            self.compute_then_call(task, delay, sim);
+        }
+    }
+
+    fn draw_call(&mut self, sim: &mut Sim<Event>) -> (usize, Ps) {
+        let kind = if self.cumulative_weights.len() == 1 {
+            0
+        } else {
+            let total = *self.cumulative_weights.last().expect("at least one call");
+            let x = sim.rng().gen::<f64>() * total;
+            self.cumulative_weights.iter().position(|&w| x < w).unwrap_or(self.cumulative_weights.len() - 1)
+        };
+        let length = ns_to_ps(self.cfg.calls[kind].length.sample(sim.rng()));
+        (kind, length)
+    }
+
+    /// Which service CPU a hop of `task` goes to: `corehop_policy::pick`, the same decision
+    /// the runtime makes, fed with what this model knows about each service CPU.
+    fn choose_service_cpu(&mut self, task: u32) -> usize {
+        let candidates: Vec<Candidate> = self
+            .os_cpus
+            .iter()
+            .map(|&c| {
+                let load = usize::from(self.cpus.is_running(c)) + self.cpus.waiting(c) + self.inbound[c];
+                if load == 0 {
+                    Candidate::idle(CpuId(c))
+                } else {
+                    Candidate::busy(CpuId(c), load)
+                }
+            })
+            .collect();
+        let mut state = PickState { previous: self.tasks[task as usize].last_os.map(CpuId), cursor: self.cursor };
+        let choice = self.pick.pick(&candidates, &mut state).expect("service CPUs were checked non-empty");
+        self.cursor = state.cursor;
+        choice.0
+    }
+
+    /// Begins the hop of `task` from its CPU to `to`; the source path runs now.
+    fn begin_hop(&mut self, task: u32, to: usize, sim: &mut Sim<Event>) {
+        let mechanism = self.mechanism.expect("only hopping configurations hop");
+        let from = self.tasks[task as usize].cpu;
+        let timing = sim.machine.hop(mechanism, from, to, !self.cpus.is_running(to));
+        self.tasks[task as usize].hop = Some((to, timing));
+        self.inbound[to] += 1;
+        sim.schedule_in(timing.src, Event::Left { task });
+    }
+
+    /// `task` now holds its CPU (it just arrived, or waited its turn, or starts).
+    fn on_cpu(&mut self, task: u32, sim: &mut Sim<Event>) {
+        let t = &mut self.tasks[task as usize];
+        let Some((to, timing)) = t.hop.take() else {
+            // First start at home.
+            self.compute_then_call(task, 0, sim);
+            return;
+        };
+        debug_assert_eq!(to, t.cpu);
+        let (from, home, length) = (t.hop_from(), t.home, t.call.1);
+        sim.stats.record_hop(from, to, timing.total());
+        if to == home {
+            self.call_returned(task, timing.dst, sim);
+        } else {
+            let run = sim.exec(to, length);
+            sim.schedule_in(timing.dst + run, Event::CallDone { task });
+        }
+    }
+}
+
+impl Task {
+    /// Where the hop in flight came from: the other end of home ↔ service CPU.
+    fn hop_from(&self) -> usize {
+        if self.cpu == self.home {
+            self.last_os.expect("a hop home follows a hop out")
+        } else {
+            self.home
+        }
+    }
+}
+
+impl Model for Switch {
+    type Event = Event;
+
+    fn start(&mut self, sim: &mut Sim<Event>) {
+        for task in 0..self.tasks.len() as u32 {
+            let home = self.tasks[task as usize].home;
+            if let Some(task) = self.cpus.submit(home, task, sim) {
+                self.on_cpu(task, sim);
+            }
+        }
+    }
+
+    fn on_event(&mut self, event: Event, sim: &mut Sim<Event>) {
+        match event {
+            Event::Entry { task } => {
+                let call = self.draw_call(sim);
+                self.calls_by_type[call.0] += 1;
+                let t = &mut self.tasks[task as usize];
+                t.call_started = sim.now();
+                t.call = call;
+                let spec = &self.cfg.calls[call.0];
+                let hops = self.mechanism.is_some() && spec.hop && call.1 >= ns_to_ps(self.cfg.hop_threshold_ns);
+                if hops {
+                    self.hopped_calls += 1;
+                    let to = self.choose_service_cpu(task);
+                    self.begin_hop(task, to, sim);
+                } else {
+                    let run = sim.exec(t.cpu, call.1);
+                    self.call_returned(task, run, sim);
+                }
+            }
+            Event::CallDone { task } => {
+                let home = self.tasks[task as usize].home;
+                self.begin_hop(task, home, sim);
+            }
+            Event::Left { task } => {
+                let t = &mut self.tasks[task as usize];
+                let from = t.cpu;
+                let (to, timing) = t.hop.expect("a hop is in flight");
+                if to != t.home {
+                    t.last_os = Some(to);
+                }
+                if let Some(next) = self.cpus.finish(from, sim) {
+                    self.on_cpu(next, sim);
+                }
+                self.tasks[task as usize].cpu = to;
+                sim.schedule_in(timing.transit, Event::Arrive { task });
+            }
+            Event::Arrive { task } => {
+                let cpu = self.tasks[task as usize].cpu;
+                self.inbound[cpu] -= 1;
+                if let Some(task) = self.cpus.submit(cpu, task, sim) {
+                    self.on_cpu(task, sim);
+                }
+            }
+            Event::Exit { task } => {
+                let t = &mut self.tasks[task as usize];
+                t.finished_at = Some(sim.now());
+                if let Some(next) = self.cpus.finish(t.cpu, sim) {
+                    self.on_cpu(next, sim);
+                }
+            }
+        }
+    }
+
+    fn report(&self, sim: &Sim<Event>) -> ModelReport {
+        let finished: Vec<Ps> = self.tasks.iter().filter_map(|t| t.finished_at).collect();
+        let per_call = if finished.is_empty() || self.cfg.iterations == 0 {
+            f64::NAN
+        } else {
+            finished.iter().map(|&f| ps_to_ns(f)).sum::<f64>() / finished.len() as f64 / self.cfg.iterations as f64
+        };
+        let calls: u64 = self.calls_by_type.iter().sum();
+        let mut metrics = vec![
+            Metric::new("ns per call", per_call, "ns"),
+            Metric::new(
+                "calls hopped",
+                if calls == 0 { 0.0 } else { self.hopped_calls as f64 / calls as f64 },
+                "fraction",
+            ),
+            Metric::new("tasks finished", finished.len() as f64, "tasks"),
+        ];
+        let hops = sim.stats.hops.count();
+        if hops > 0 {
+            metrics.push(Metric::new("ns per hop", ps_to_ns(sim.stats.hops.total_cost) / hops as f64, "ns"));
+        }
+        ModelReport { op_name: "system call".into(), metrics }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::ScenarioDoc;
+
+    fn scenario(workload: &str) -> Scenario {
+        let text = format!("[machine]\npreset = \"switch-cc\"\n[workload]\nkind = \"switch\"\n{workload}");
+        ScenarioDoc::parse("t.toml", &text).unwrap().validate().unwrap()
+    }
+
+    fn run(workload: &str) -> (Report, Switch, Sim<Event>) {
+        let s = scenario(workload);
+        let mut m = Switch::from_scenario(&s).unwrap();
+        let (r, sim) = simulate(&s, &mut m, true, &mut |_| {});
+        (r, m, sim)
+    }
+
+    #[test]
+    fn baseline_by_hand() {
+        // 3 calls of 100 ns after 20 ns of compute each, on a full-speed CPU: 360 ns.
+        let (r, m, sim) = run("mechanism = \"none\"\niterations = 3");
+        assert_eq!(sim.now(), 360_000);
+        assert_eq!((r.ops, r.hops), (3, 0));
+        assert_eq!(r.headline().unwrap().value, 120.0);
+        assert_eq!(m.task_outcomes(), vec![(0, 3, Some(360_000))]);
+        assert_eq!((sim.stats.cores.busy(0), sim.stats.cores.busy(1)), (360_000, 0));
+    }
+
+    #[test]
+    fn one_spin_round_trip_by_hand() {
+        // switch-cc: fast path 330 + 330 ns, 8 lines × 30 ns, poll notice 30 ns, no cache
+        // misses (64 KiB L1s). Out: 330 | 30 | 330 + 240; call 100; back the same.
+        let (r, _, sim) = run("mechanism = \"spin\"\niterations = 1\ncompute = 0");
+        let hop = 330 + 30 + 330 + 240;
+        assert_eq!(sim.now(), (2 * hop + 100) * 1000);
+        assert_eq!(r.hops, 2);
+        assert_eq!(r.hop_cost_ns, Some(hop as f64));
+        // cpu0: source path out, then target path + back; cpu1: target path + call + source path.
+        assert_eq!(sim.stats.cores.busy(0), (330 + 330 + 240) * 1000);
+        assert_eq!(sim.stats.cores.busy(1), (330 + 240 + 100 + 330) * 1000);
+    }
+
+    #[test]
+    fn long_calls_hop_and_short_ones_stay() {
+        let w = "mechanism = \"fastpath\"\niterations = 200\nhop_threshold_ns = 1000\n\
+                 calls = [{ name = \"read\", length = 5000 }, { name = \"gettid\", length = 50 }, \
+                          { name = \"fsync\", length = 9000, hop = false }]";
+        let (r, m, _) = run(w);
+        let hopped = r.model.metrics.iter().find(|x| x.name == "calls hopped").unwrap().value;
+        assert_eq!(r.hops as f64, 2.0 * hopped * 200.0);
+        assert!(hopped > 0.2 && hopped < 0.5, "{hopped}");
+        assert_eq!(m.calls_by_type.iter().sum::<u64>(), 200);
+    }
+
+    #[test]
+    fn tasks_share_a_cpu_and_queue() {
+        let (r, m, sim) = run("mechanism = \"spin\"\niterations = 50\ntasks = 3");
+        assert_eq!(r.ops, 150);
+        assert!(m.task_outcomes().iter().all(|&(cpu, done, f)| cpu == 0 && done == 50 && f.is_some()));
+        assert!(r.queue_delay.unwrap().max_ns > 0.0);
+        assert_eq!(sim.stats.cores.busy(0) + sim.stats.cores.idle(0), sim.now());
+    }
+
+    #[test]
+    fn pick_spreads_over_idle_service_cpus() {
+        let text = "[machine]\npreset = \"switch-cccc\"\n[workload]\nkind = \"switch\"\nmechanism = \"spin\"\n\
+                    iterations = 20\ntasks = 2\napp_cpus = [0, 1]\nos_cpus = [2, 3]";
+        let s = ScenarioDoc::parse("t.toml", text).unwrap().validate().unwrap();
+        let mut m = Switch::from_scenario(&s).unwrap();
+        let (_, sim) = simulate(&s, &mut m, false, &mut |_| {});
+        let routes = &sim.stats.hops.by_route;
+        assert_eq!(routes.get(&(0, 2)), Some(&20));
+        assert_eq!(routes.get(&(1, 3)), Some(&20));
+    }
+
+    #[test]
+    fn bad_workloads_are_named() {
+        let s = scenario("mechanism = \"spin\"\nos_cpus = [5]");
+        let e = Switch::from_scenario(&s).unwrap_err();
+        assert_eq!(e.key, "workload.os_cpus[0]");
+        assert!(matches!(e.problem, Problem::CpuOutOfRange { cpu: 5, count: 2, .. }));
+        let e = Switch::from_scenario(&scenario("mechanism = \"warp\"")).unwrap_err();
+        assert_eq!(e.key, "workload.mechanism");
+        let e = Switch::from_scenario(&scenario("mechanism = \"v4\"\ncompute = -4")).unwrap_err();
+        assert_eq!((e.key.as_str(), matches!(e.problem, Problem::Negative(_))), ("workload.compute", true));
+        let e = Switch::from_scenario(&scenario("mechanism = \"v4\"\ncalls = [{ name = \"x\", length = 1, wieght = 2 }]"))
+            .unwrap_err();
+        assert_eq!((e.key.as_str(), matches!(e.problem, Problem::UnknownKey(_))), ("workload.calls[0].wieght", true));
+        let e = Switch::from_scenario(&scenario("mechanism = \"v4\"\napp_cpus = [0, 1]")).unwrap_err();
+        assert_eq!(e.key, "workload.os_cpus");
+    }
+}

@@ -1,0 +1,621 @@
+//! Scenario files: TOML in, a validated [`Scenario`] (or a [`ScenarioError`] naming the file,
+//! the key and the problem) out; `--set` overrides and sweeps.
+//!
+//! ```toml
+//! name = "switch-micro"          # optional, defaults to the file stem
+//! seed = 1                       # the RNG seed; same seed, same output
+//!
+//! [run]                          # optional limits; by default a run ends when its work is done
+//! horizon_us = 1000.0
+//! max_events = 10_000_000
+//!
+//! [machine]
+//! preset = "switch-cs"           # a topology preset (or `file = "machine.toml"`)
+//! emulate = "1=0.25"             # optional emulated speeds, as `corehop topo --emulate`
+//!
+//! [costs]                        # optional: overrides of the preset's CostModel
+//! mem_latency_ns = 25
+//!
+//! [workload]
+//! kind = "switch"                # which model runs; the other keys belong to the model
+//!
+//! [[sweep]]                      # optional: one run per value (several sweeps: every combination)
+//! key = "workload.mechanism"
+//! values = ["spin", "wakeup"]
+//! ```
+//!
+//! How a file becomes scenarios: parse it into a TOML table, apply `--set key=value`
+//! overrides (dotted keys), then for each point of the sweep set the swept keys and validate.
+//! Validation deserialises a canonical rendering of the table (with the preset's costs merged
+//! in), so that every serde error comes with a byte span; the span is mapped back to the dotted
+//! key it sits in, which is what the error names.
+
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use thiserror::Error;
+
+use corehop_topology::{presets, Machine};
+
+use crate::engine::{ns_to_ps, Limits};
+use crate::machine::{CostModel, SimMachine};
+
+/// A scenario that cannot be used: which file, which key, what is wrong.
+#[derive(Debug, Error, PartialEq)]
+#[error("{file}: {key}: {problem}")]
+pub struct ScenarioError {
+    /// The scenario file (or `<text>` when parsed from a string).
+    pub file: String,
+    /// The dotted key the problem is in (`workload.calls[1].length`), or `line N` for syntax.
+    pub key: String,
+    pub problem: Problem,
+}
+
+/// What is wrong with a scenario value.
+#[derive(Debug, Error, PartialEq)]
+pub enum Problem {
+    #[error("cannot read the file: {0}")]
+    Io(String),
+    #[error("not valid TOML: {0}")]
+    Syntax(String),
+    /// A key no part of the scenario knows ("unknown field `x`, expected ...").
+    #[error("unknown key: {0}")]
+    UnknownKey(String),
+    /// A latency, length or count below zero.
+    #[error("must not be negative, got {0}")]
+    Negative(String),
+    #[error("CPU {cpu} is out of range: machine {machine} has {count} CPUs (0..={})", count.saturating_sub(1))]
+    CpuOutOfRange { cpu: usize, count: usize, machine: String },
+    #[error("unknown workload kind {kind:?}; known kinds: {}", known.join(", "))]
+    UnknownKind { kind: String, known: Vec<&'static str> },
+    #[error("bad machine: {0}")]
+    Machine(String),
+    #[error("bad --set or sweep {0}")]
+    Override(String),
+    /// Anything else: a wrong type, a missing key, an inconsistent value.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// One swept key and its values.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sweep {
+    pub key: String,
+    pub values: Vec<toml::Value>,
+}
+
+impl Sweep {
+    /// Parses `key=a,b,c` (each value as TOML, else as a string).
+    pub fn parse(arg: &str) -> Result<Sweep, String> {
+        let (key, values) = arg.split_once('=').ok_or_else(|| format!("{arg:?}: expected key=a,b,c"))?;
+        let values: Vec<toml::Value> = values.split(',').map(|v| parse_value(v.trim())).collect();
+        if key.trim().is_empty() || values.is_empty() {
+            return Err(format!("{arg:?}: expected key=a,b,c"));
+        }
+        Ok(Sweep { key: key.trim().to_string(), values })
+    }
+}
+
+/// A scenario file as a TOML table, before validation: overrides and sweeps apply here.
+#[derive(Debug, Clone)]
+pub struct ScenarioDoc {
+    file: String,
+    stem: String,
+    dir: Option<std::path::PathBuf>,
+    table: toml::Table,
+}
+
+/// One run of a sweep: the swept settings and the validated scenario.
+#[derive(Debug, Clone)]
+pub struct Point {
+    /// (key, value) of every swept key at this point, in sweep order.
+    pub settings: Vec<(String, toml::Value)>,
+    pub scenario: Scenario,
+}
+
+impl ScenarioDoc {
+    /// Reads and parses a scenario file.
+    pub fn load(path: &Path) -> Result<ScenarioDoc, ScenarioError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+            file: file.clone(),
+            key: "(file)".into(),
+            problem: Problem::Io(e.to_string()),
+        })?;
+        let mut doc = ScenarioDoc::parse(&file, &text)?;
+        doc.stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        doc.dir = path.parent().map(Path::to_path_buf);
+        Ok(doc)
+    }
+
+    /// Parses scenario text; `file` names it in errors.
+    pub fn parse(file: &str, text: &str) -> Result<ScenarioDoc, ScenarioError> {
+        let table: toml::Table = toml::from_str(text).map_err(|e| ScenarioError {
+            file: file.to_string(),
+            key: e.span().map(|s| format!("line {}", line_of(text, s.start))).unwrap_or_else(|| "(file)".into()),
+            problem: Problem::Syntax(e.message().to_string()),
+        })?;
+        Ok(ScenarioDoc { file: file.to_string(), stem: "scenario".into(), dir: None, table })
+    }
+
+    /// The file name errors mention.
+    pub fn file(&self) -> &str {
+        &self.file
+    }
+
+    /// Applies `key=value` (dotted key; the value as TOML, else as a string).
+    pub fn set(&mut self, assignment: &str) -> Result<(), ScenarioError> {
+        let Some((key, value)) = assignment.split_once('=') else {
+            return Err(self.error(assignment, Problem::Override(format!("{assignment:?}: expected key=value"))));
+        };
+        self.set_value(key.trim(), parse_value(value.trim()))
+    }
+
+    /// Sets the dotted `key` to `value`, creating tables on the way.
+    pub fn set_value(&mut self, key: &str, value: toml::Value) -> Result<(), ScenarioError> {
+        set_path(&mut self.table, key, value).map_err(|why| self.error(key, Problem::Override(why)))
+    }
+
+    /// The sweeps the file declares (`[[sweep]]`), in file order.
+    pub fn sweeps(&self) -> Result<Vec<Sweep>, ScenarioError> {
+        match self.table.get("sweep") {
+            None => Ok(Vec::new()),
+            Some(v) => v.clone().try_into::<Vec<Sweep>>().map_err(|e| {
+                self.error("sweep", Problem::Invalid(format!("{} (expected [[sweep]] key = ..., values = [...])", e.message())))
+            }),
+        }
+    }
+
+    /// Every point of the file's sweeps followed by `extra` (an extra sweep of a key the file
+    /// already sweeps replaces it); one point with no settings when nothing is swept.
+    pub fn expand(&self, extra: &[Sweep]) -> Result<Vec<Point>, ScenarioError> {
+        let mut sweeps = self.sweeps()?;
+        for s in extra {
+            match sweeps.iter_mut().find(|old| old.key == s.key) {
+                Some(old) => old.values = s.values.clone(),
+                None => sweeps.push(s.clone()),
+            }
+        }
+        if let Some(empty) = sweeps.iter().find(|s| s.values.is_empty()) {
+            return Err(self.error(&empty.key, Problem::Override("sweep has no values".into())));
+        }
+        let mut combos: Vec<Vec<(String, toml::Value)>> = vec![Vec::new()];
+        for s in &sweeps {
+            combos = combos
+                .into_iter()
+                .flat_map(|c| {
+                    s.values.iter().map(move |v| {
+                        let mut c = c.clone();
+                        c.push((s.key.clone(), v.clone()));
+                        c
+                    })
+                })
+                .collect();
+        }
+        combos
+            .into_iter()
+            .map(|settings| {
+                let mut doc = self.clone();
+                doc.table.remove("sweep");
+                for (k, v) in &settings {
+                    doc.set_value(k, v.clone())?;
+                }
+                Ok(Point { scenario: doc.validate()?, settings })
+            })
+            .collect()
+    }
+
+    /// Validates the document as one scenario (the `[[sweep]]` list is ignored).
+    pub fn validate(&self) -> Result<Scenario, ScenarioError> {
+        let mut table = self.table.clone();
+        table.remove("sweep");
+        let top: Top = from_canonical(&self.file, &table)?;
+        let machine = self.machine(&top.machine)?;
+
+        // Merge the scenario's [costs] over the preset's and check the result.
+        let mut costs = toml::Table::try_from(CostModel::for_preset(&machine.name)).expect("costs serialise");
+        if let Some(toml::Value::Table(user)) = table.get("costs") {
+            merge(&mut costs, user);
+        }
+        table.insert("costs".into(), toml::Value::Table(costs));
+        let with_costs: TopCosts = from_canonical(&self.file, &table)?;
+        let costs = with_costs.costs;
+        if let Some((key, problem)) = costs.problems().into_iter().next() {
+            let problem = if problem.contains("got -") {
+                Problem::Negative(problem.rsplit("got ").next().unwrap_or_default().to_string())
+            } else {
+                Problem::Invalid(problem)
+            };
+            return Err(self.error(&format!("costs.{key}"), problem));
+        }
+        for (key, v) in [("run.horizon_us", top.run.horizon_us)] {
+            if let Some(v) = v.filter(|v| !v.is_finite() || *v < 0.0) {
+                return Err(self.error(key, Problem::Negative(v.to_string())));
+            }
+        }
+        let kind = top.workload.kind.clone();
+        let mut workload = table.get("workload").and_then(|w| w.as_table()).cloned().unwrap_or_default();
+        workload.remove("kind");
+        Ok(Scenario {
+            file: self.file.clone(),
+            name: top.name.unwrap_or_else(|| self.stem.clone()),
+            seed: top.seed,
+            limits: Limits { horizon: top.run.horizon_us.map(|us| ns_to_ps(us * 1e3)), max_events: top.run.max_events },
+            machine: SimMachine::new(machine, costs),
+            kind,
+            workload,
+        })
+    }
+
+    fn machine(&self, spec: &MachineSpec) -> Result<Machine, ScenarioError> {
+        let mut machine = match (&spec.preset, &spec.file) {
+            (Some(name), None) => presets::by_name(name)
+                .map_err(|e| self.error("machine.preset", Problem::Machine(e.to_string())))?,
+            (None, Some(file)) => {
+                let path = match &self.dir {
+                    Some(dir) => dir.join(file),
+                    None => file.into(),
+                };
+                Machine::from_toml_file(&path).map_err(|e| self.error("machine.file", Problem::Machine(e.to_string())))?
+            }
+            _ => {
+                return Err(self.error("machine", Problem::Invalid("give exactly one of `preset` or `file`".into())))
+            }
+        };
+        if let Some(emulate) = &spec.emulate {
+            machine
+                .apply_emulation(emulate)
+                .map_err(|e| self.error("machine.emulate", Problem::Machine(e.to_string())))?;
+        }
+        Ok(machine)
+    }
+
+    fn error(&self, key: &str, problem: Problem) -> ScenarioError {
+        ScenarioError { file: self.file.clone(), key: key.to_string(), problem }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Top {
+    name: Option<String>,
+    #[serde(default = "default_seed")]
+    seed: u64,
+    #[serde(default)]
+    run: RunSpec,
+    machine: MachineSpec,
+    #[allow(dead_code)] // checked in a second pass, with the preset's costs merged in
+    costs: Option<toml::Table>,
+    workload: WorkloadKind,
+}
+
+#[derive(Deserialize)]
+struct TopCosts {
+    costs: CostModel,
+}
+
+fn default_seed() -> u64 {
+    1
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RunSpec {
+    /// Stop at this simulated time (µs).
+    horizon_us: Option<f64>,
+    /// Stop after this many events.
+    max_events: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MachineSpec {
+    preset: Option<String>,
+    file: Option<String>,
+    emulate: Option<String>,
+}
+
+/// Only `kind` here; the rest of `[workload]` belongs to the model.
+#[derive(Deserialize)]
+struct WorkloadKind {
+    kind: String,
+}
+
+/// A validated scenario: what a model is built from.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub file: String,
+    pub name: String,
+    pub seed: u64,
+    pub limits: Limits,
+    pub machine: SimMachine,
+    /// The `[workload] kind`: which model runs.
+    pub kind: String,
+    /// The rest of `[workload]`, for the model ([`Scenario::workload`]).
+    workload: toml::Table,
+}
+
+impl Scenario {
+    /// Deserialises the `[workload]` table (without `kind`) into the model's configuration
+    /// type. Give the type `#[serde(deny_unknown_fields)]` so a typo is an error that names
+    /// the key.
+    pub fn workload<T: DeserializeOwned>(&self) -> Result<T, ScenarioError> {
+        #[derive(Deserialize)]
+        struct Wrap<T> {
+            workload: T,
+        }
+        let mut table = toml::Table::new();
+        table.insert("workload".into(), toml::Value::Table(self.workload.clone()));
+        from_canonical::<Wrap<T>>(&self.file, &table).map(|w| w.workload)
+    }
+
+    /// An error about `key` of this scenario.
+    pub fn error(&self, key: &str, problem: Problem) -> ScenarioError {
+        ScenarioError { file: self.file.clone(), key: key.to_string(), problem }
+    }
+
+    /// Checks that `cpu` (read from `key`) exists on the machine.
+    pub fn check_cpu(&self, key: &str, cpu: usize) -> Result<usize, ScenarioError> {
+        let count = self.machine.cpu_count();
+        if cpu < count {
+            Ok(cpu)
+        } else {
+            Err(self.error(key, Problem::CpuOutOfRange { cpu, count, machine: self.machine.name().to_string() }))
+        }
+    }
+
+    /// Checks a distribution read from `key` (see [`crate::Distribution::problem`]).
+    pub fn check_distribution(&self, key: &str, d: &crate::Distribution) -> Result<(), ScenarioError> {
+        match d.problem() {
+            None => Ok(()),
+            Some(p) if p.contains("got -") || p.contains(", -") => Err(self.error(key, Problem::Negative(p))),
+            Some(p) => Err(self.error(key, Problem::Invalid(p))),
+        }
+    }
+}
+
+/// Deserialises `table` through its canonical TOML text so that an error has a span, and
+/// turns the span into the dotted key it sits in.
+fn from_canonical<T: DeserializeOwned>(file: &str, table: &toml::Table) -> Result<T, ScenarioError> {
+    let text = toml::to_string(table).expect("a TOML table serialises");
+    toml::from_str::<T>(&text).map_err(|e| {
+        let message = e.message().to_string();
+        let key = e.span().map(|s| key_at(&text, s.start)).unwrap_or_else(|| "(top level)".into());
+        let problem = if message.starts_with("unknown field") || message.starts_with("unknown variant") {
+            if message.starts_with("unknown field") {
+                Problem::UnknownKey(message)
+            } else {
+                Problem::Invalid(message)
+            }
+        } else if let Some(rest) = message.strip_prefix("invalid value: integer `-") {
+            Problem::Negative(format!("-{}", rest.split('`').next().unwrap_or_default()))
+        } else {
+            Problem::Invalid(message)
+        };
+        ScenarioError { file: file.to_string(), key, problem }
+    })
+}
+
+/// The dotted key at byte `offset` of canonical TOML text (as `toml::to_string` writes it:
+/// `[a.b]` and `[[a.list]]` headers, one `key = value` per line).
+fn key_at(text: &str, offset: usize) -> String {
+    let mut header = String::new();
+    let mut array_counts: Vec<(String, usize)> = Vec::new();
+    let mut line_start = 0;
+    for line in text.split_inclusive('\n') {
+        let line_end = line_start + line.len();
+        let trimmed = line.trim();
+        if let Some(h) = trimmed.strip_prefix("[[").and_then(|h| h.strip_suffix("]]")) {
+            let h = h.trim().to_string();
+            let n = match array_counts.iter_mut().find(|(k, _)| *k == h) {
+                Some((_, n)) => {
+                    *n += 1;
+                    *n
+                }
+                None => {
+                    array_counts.retain(|(k, _)| !k.starts_with(&format!("{h}.")));
+                    array_counts.push((h.clone(), 0));
+                    0
+                }
+            };
+            header = format!("{h}[{n}]");
+        } else if let Some(h) = trimmed.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            // A sub-table of the current element of an array of tables keeps its index.
+            header = indexed(h.trim(), &array_counts);
+        }
+        if offset < line_end {
+            let key = match trimmed.split_once('=') {
+                Some((k, _)) if !trimmed.starts_with('[') => k.trim().trim_matches('"').to_string(),
+                _ => return header,
+            };
+            return if header.is_empty() { key } else { format!("{header}.{key}") };
+        }
+        line_start = line_end;
+    }
+    header
+}
+
+/// `a.list.b` → `a.list[2].b` when `a.list` is an array of tables whose current index is 2.
+fn indexed(path: &str, arrays: &[(String, usize)]) -> String {
+    let mut best: Option<&(String, usize)> = None;
+    for a in arrays {
+        if path.starts_with(&format!("{}.", a.0)) && best.map_or(true, |b| a.0.len() > b.0.len()) {
+            best = Some(a);
+        }
+    }
+    match best {
+        Some((prefix, n)) => format!("{prefix}[{n}]{}", &path[prefix.len()..]),
+        None => path.to_string(),
+    }
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+/// Parses a command-line value as TOML (number, bool, array, inline table), else a string.
+fn parse_value(v: &str) -> toml::Value {
+    #[derive(Deserialize)]
+    struct One {
+        v: toml::Value,
+    }
+    toml::from_str::<One>(&format!("v = {v}")).map(|o| o.v).unwrap_or_else(|_| toml::Value::String(v.to_string()))
+}
+
+fn set_path(table: &mut toml::Table, key: &str, value: toml::Value) -> Result<(), String> {
+    let parts: Vec<&str> = key.split('.').map(str::trim).collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        return Err(format!("{key:?}: empty part in the dotted key"));
+    }
+    let (last, parents) = parts.split_last().expect("split gives at least one part");
+    let mut t = table;
+    for (i, p) in parents.iter().enumerate() {
+        let entry = t.entry(p.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        t = entry.as_table_mut().ok_or_else(|| format!("{} is not a table", parts[..=i].join(".")))?;
+    }
+    t.insert(last.to_string(), value);
+    Ok(())
+}
+
+/// Recursively overlays `over` onto `base` (tables merge, everything else replaces).
+fn merge(base: &mut toml::Table, over: &toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            _ => {
+                base.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+        seed = 3
+        [machine]
+        preset = "switch-cs"
+        [workload]
+        kind = "switch"
+        iterations = 10
+    "#;
+
+    fn doc(extra: &str) -> ScenarioDoc {
+        ScenarioDoc::parse("t.toml", &format!("{BASE}\n{extra}")).unwrap()
+    }
+
+    #[test]
+    fn key_at_maps_spans_to_dotted_keys() {
+        let text = "a = 1\n[w]\nx = 1\n[[w.calls]]\nn = 1\n[w.calls.len]\nf = 2\n[[w.calls]]\nn = 3\n";
+        assert_eq!(key_at(text, 0), "a");
+        assert_eq!(key_at(text, text.find("x =").unwrap()), "w.x");
+        assert_eq!(key_at(text, text.find("f =").unwrap()), "w.calls[0].len.f");
+        assert_eq!(key_at(text, text.rfind("n =").unwrap()), "w.calls[1].n");
+    }
+
+    #[test]
+    fn a_valid_scenario_validates() {
+        let s = doc("").validate().unwrap();
+        assert_eq!((s.seed, s.kind.as_str(), s.machine.cpu_count()), (3, "switch", 2));
+        assert_eq!(s.name, "scenario");
+    }
+
+    #[test]
+    fn unknown_top_level_and_cost_keys_are_named() {
+        let e = doc("colour = 1").validate().unwrap_err();
+        assert_eq!((e.key.as_str(), matches!(e.problem, Problem::UnknownKey(_))), ("colour", true));
+        let e = doc("[costs]\nmem_latncy_ns = 3").validate().unwrap_err();
+        assert_eq!(e.key, "costs.mem_latncy_ns");
+        assert!(matches!(e.problem, Problem::UnknownKey(_)), "{e}");
+        assert!(e.to_string().starts_with("t.toml: costs.mem_latncy_ns: unknown key"), "{e}");
+    }
+
+    #[test]
+    fn negative_latency_is_named() {
+        let e = doc("[costs]\nmem_latency_ns = -25").validate().unwrap_err();
+        assert_eq!((e.key.as_str(), &e.problem), ("costs.mem_latency_ns", &Problem::Negative("-25".into())));
+        let e = doc("[costs.hop.fastpath]\nsrc_ns = -1.5").validate().unwrap_err();
+        assert_eq!(e.key, "costs.hop.fastpath.src_ns");
+    }
+
+    #[test]
+    fn syntax_errors_give_the_line() {
+        let e = ScenarioDoc::parse("bad.toml", "seed = 1\n[machine\n").unwrap_err();
+        assert_eq!(e.key, "line 2");
+        assert!(matches!(e.problem, Problem::Syntax(_)));
+    }
+
+    #[test]
+    fn unknown_preset_and_missing_sections() {
+        let mut d = doc("");
+        d.set("machine.preset=cray-1").unwrap();
+        let e = d.validate().unwrap_err();
+        assert_eq!(e.key, "machine.preset");
+        assert!(e.to_string().contains("switch-cs"), "{e}");
+        let e = ScenarioDoc::parse("t.toml", "[machine]\npreset = \"switch-cc\"").unwrap().validate().unwrap_err();
+        assert!(e.to_string().contains("workload"), "{e}");
+    }
+
+    #[test]
+    fn overrides_and_sweeps_expand() {
+        let mut d = doc("[[sweep]]\nkey = \"machine.preset\"\nvalues = [\"switch-cc\", \"switch-ss\"]");
+        d.set("seed=9").unwrap();
+        let extra = Sweep::parse("workload.iterations=1,2,3").unwrap();
+        let points = d.expand(&[extra]).unwrap();
+        assert_eq!(points.len(), 6);
+        assert_eq!(points[0].settings[0], ("machine.preset".to_string(), toml::Value::from("switch-cc")));
+        assert_eq!(points[5].settings[1], ("workload.iterations".to_string(), toml::Value::from(3)));
+        assert!(points.iter().all(|p| p.scenario.seed == 9));
+        assert_eq!(points[3].scenario.machine.name(), "switch-ss");
+        // A command-line sweep of a key the file sweeps replaces the file's values.
+        let points = d.expand(&[Sweep::parse("machine.preset=switch-cs").unwrap()]).unwrap();
+        assert_eq!(points.len(), 1);
+    }
+
+    #[test]
+    fn bad_overrides_are_errors() {
+        let mut d = doc("");
+        assert!(matches!(d.set("noequals").unwrap_err().problem, Problem::Override(_)));
+        assert!(matches!(d.set("seed.x=1").unwrap_err().problem, Problem::Override(_)));
+        assert!(Sweep::parse("novalues").is_err());
+    }
+
+    #[test]
+    fn values_parse_as_toml_or_string() {
+        assert_eq!(parse_value("3"), toml::Value::Integer(3));
+        assert_eq!(parse_value("2.5"), toml::Value::Float(2.5));
+        assert_eq!(parse_value("true"), toml::Value::Boolean(true));
+        assert_eq!(parse_value("switch-cs"), toml::Value::String("switch-cs".into()));
+        assert_eq!(parse_value("\"x y\""), toml::Value::String("x y".into()));
+    }
+
+    #[test]
+    fn workload_errors_name_nested_keys() {
+        #[derive(Deserialize, Debug)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct W {
+            iterations: u64,
+            calls: Vec<C>,
+        }
+        #[derive(Deserialize, Debug)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct C {
+            name: String,
+            length: crate::Distribution,
+        }
+        let s = doc("calls = [{ name = \"a\", length = 1 }, { name = \"b\", lenght = 2 }]").validate().unwrap();
+        let e = s.workload::<W>().unwrap_err();
+        assert_eq!(e.key, "workload.calls[1].lenght");
+        let e = s.check_cpu("workload.os_cpus[0]", 7).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "t.toml: workload.os_cpus[0]: CPU 7 is out of range: machine switch-cs has 2 CPUs (0..=1)"
+        );
+    }
+}

@@ -1,0 +1,422 @@
+//! What every model measures the same way: per-CPU busy/idle time, hops, queueing delay and
+//! completed operations, plus [`RunQueues`], the one-job-at-a-time CPU most models need.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::Serialize;
+
+use crate::engine::{ps_to_ns, Ps, Sim};
+
+/// One interval during which a CPU was busy (recorded only when tracing is on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    pub cpu: usize,
+    pub start: Ps,
+    pub end: Ps,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct CpuAccount {
+    busy: bool,
+    since: Ps,
+    busy_total: Ps,
+    idle_total: Ps,
+}
+
+/// Per-CPU busy/idle accounting. Every CPU is idle at time 0; models flip CPUs between busy
+/// and idle as work starts and stops; [`CoreLedger::close`] ends the open interval, so that
+/// afterwards `busy + idle == elapsed` for every CPU.
+#[derive(Debug, Clone)]
+pub struct CoreLedger {
+    cpus: Vec<CpuAccount>,
+    trace: Option<Vec<Segment>>,
+    closed_at: Option<Ps>,
+}
+
+impl CoreLedger {
+    fn new(cpus: usize) -> CoreLedger {
+        let idle = CpuAccount { busy: false, since: 0, busy_total: 0, idle_total: 0 };
+        CoreLedger { cpus: vec![idle; cpus], trace: None, closed_at: None }
+    }
+
+    fn account(&mut self, cpu: usize) -> &mut CpuAccount {
+        let n = self.cpus.len();
+        self.cpus.get_mut(cpu).unwrap_or_else(|| panic!("model used cpu {cpu}, machine has {n}"))
+    }
+
+    /// Marks `cpu` busy from `now` (no effect if it already is).
+    pub fn set_busy(&mut self, cpu: usize, now: Ps) {
+        let a = self.account(cpu);
+        if !a.busy {
+            a.idle_total += now - a.since;
+            a.busy = true;
+            a.since = now;
+        }
+    }
+
+    /// Marks `cpu` idle from `now` (no effect if it already is).
+    pub fn set_idle(&mut self, cpu: usize, now: Ps) {
+        let a = self.account(cpu);
+        if a.busy {
+            let start = a.since;
+            a.busy_total += now - start;
+            a.busy = false;
+            a.since = now;
+            if let Some(trace) = &mut self.trace {
+                trace.push(Segment { cpu, start, end: now });
+            }
+        }
+    }
+
+    /// Whether `cpu` is busy now.
+    pub fn is_busy(&self, cpu: usize) -> bool {
+        self.cpus[cpu].busy
+    }
+
+    /// When `cpu` last became idle, if it is idle now.
+    pub fn idle_since(&self, cpu: usize) -> Option<Ps> {
+        let a = &self.cpus[cpu];
+        (!a.busy).then_some(a.since)
+    }
+
+    /// Total busy time of `cpu` (complete after [`CoreLedger::close`]).
+    pub fn busy(&self, cpu: usize) -> Ps {
+        self.cpus[cpu].busy_total
+    }
+
+    /// Total idle time of `cpu` (complete after [`CoreLedger::close`]).
+    pub fn idle(&self, cpu: usize) -> Ps {
+        self.cpus[cpu].idle_total
+    }
+
+    /// Number of CPUs accounted for.
+    pub fn cpu_count(&self) -> usize {
+        self.cpus.len()
+    }
+
+    /// Starts recording every busy interval (for tests and timelines).
+    pub fn enable_trace(&mut self) {
+        self.trace.get_or_insert_with(Vec::new);
+    }
+
+    /// The busy intervals recorded since [`CoreLedger::enable_trace`].
+    pub fn trace(&self) -> &[Segment] {
+        self.trace.as_deref().unwrap_or(&[])
+    }
+
+    /// Ends the run at `end`: closes every open interval.
+    pub fn close(&mut self, end: Ps) {
+        for cpu in 0..self.cpus.len() {
+            if self.cpus[cpu].busy {
+                self.set_idle(cpu, end);
+                self.cpus[cpu].busy = true; // still running at the end, for anyone who asks
+            } else {
+                let a = &mut self.cpus[cpu];
+                a.idle_total += end - a.since;
+                a.since = end;
+            }
+        }
+        self.closed_at = Some(end);
+    }
+}
+
+/// Hop counts: how many times work moved from one CPU to another, and what it cost.
+#[derive(Debug, Clone, Default)]
+pub struct HopStats {
+    /// Hops by (from, to) CPU.
+    pub by_route: BTreeMap<(usize, usize), u64>,
+    /// Sum of the time each hop took from leaving the source to running on the target.
+    pub total_cost: Ps,
+}
+
+impl HopStats {
+    /// All hops.
+    pub fn count(&self) -> u64 {
+        self.by_route.values().sum()
+    }
+}
+
+/// Everything the engine measures for every model.
+#[derive(Debug, Clone)]
+pub struct Stats {
+    pub cores: CoreLedger,
+    pub hops: HopStats,
+    /// Time each job waited in a run queue before it started (0 when it started at once).
+    pub queue_delays: Vec<Ps>,
+    /// Latency of each completed operation (what an operation is, the model says).
+    pub op_latencies: Vec<Ps>,
+}
+
+impl Stats {
+    pub(crate) fn new(cpus: usize) -> Stats {
+        Stats {
+            cores: CoreLedger::new(cpus),
+            hops: HopStats::default(),
+            queue_delays: Vec::new(),
+            op_latencies: Vec::new(),
+        }
+    }
+
+    /// Records a hop from `from` to `to` that took `cost` from departure to running.
+    pub fn record_hop(&mut self, from: usize, to: usize, cost: Ps) {
+        *self.hops.by_route.entry((from, to)).or_insert(0) += 1;
+        self.hops.total_cost += cost;
+    }
+
+    /// Records one completed operation and how long it took.
+    pub fn record_op(&mut self, latency: Ps) {
+        self.op_latencies.push(latency);
+    }
+
+    pub(crate) fn close(&mut self, end: Ps) {
+        self.cores.close(end);
+    }
+}
+
+/// Mean, median, 99th percentile and maximum of a set of durations, in nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Summary {
+    pub count: u64,
+    pub mean_ns: f64,
+    pub p50_ns: f64,
+    pub p99_ns: f64,
+    pub max_ns: f64,
+}
+
+impl Summary {
+    /// Summarises `samples` (picoseconds); `None` when empty.
+    pub fn of(samples: &[Ps]) -> Option<Summary> {
+        if samples.is_empty() {
+            return None;
+        }
+        let mut v = samples.to_vec();
+        v.sort_unstable();
+        let n = v.len();
+        let rank = |p: f64| v[((p * n as f64).ceil() as usize).clamp(1, n) - 1];
+        let sum: u128 = v.iter().map(|&x| x as u128).sum();
+        Some(Summary {
+            count: n as u64,
+            mean_ns: sum as f64 / n as f64 / 1e3,
+            p50_ns: ps_to_ns(rank(0.5)),
+            p99_ns: ps_to_ns(rank(0.99)),
+            max_ns: ps_to_ns(v[n - 1]),
+        })
+    }
+}
+
+/// A named model-specific result ("ns per call", "calls hopped", ...).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Metric {
+    pub name: String,
+    pub value: f64,
+    pub unit: String,
+}
+
+impl Metric {
+    pub fn new(name: impl Into<String>, value: f64, unit: impl Into<String>) -> Metric {
+        Metric { name: name.into(), value, unit: unit.into() }
+    }
+}
+
+/// What a model reports besides the common statistics. The first metric is the headline: the
+/// one number a sweep's pivot table and plot show.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ModelReport {
+    /// What one completed operation is ("gettid call", "request", ...).
+    pub op_name: String,
+    pub metrics: Vec<Metric>,
+}
+
+/// A CPU's line in the report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CpuReport {
+    pub cpu: usize,
+    pub class: String,
+    pub speed: f64,
+    pub busy_ns: f64,
+    pub idle_ns: f64,
+    /// busy / elapsed (0 when nothing elapsed).
+    pub busy_fraction: f64,
+}
+
+/// The result of one simulation run. Its JSON form is the stable output of `corehop sim --json`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub scenario: String,
+    pub kind: String,
+    pub machine: String,
+    pub seed: u64,
+    pub stop: crate::engine::Stop,
+    pub elapsed_ns: f64,
+    pub events: u64,
+    pub ops: u64,
+    /// Completed operations per second of simulated time.
+    pub throughput_per_s: f64,
+    pub op_latency: Option<Summary>,
+    pub queue_delay: Option<Summary>,
+    pub hops: u64,
+    /// Mean time per hop from leaving the source CPU to running on the target.
+    pub hop_cost_ns: Option<f64>,
+    pub cpus: Vec<CpuReport>,
+    pub model: ModelReport,
+}
+
+impl Report {
+    /// Collects the common statistics of a finished run plus the model's own.
+    pub fn collect<E>(
+        scenario: &str,
+        kind: &str,
+        seed: u64,
+        stop: crate::engine::Stop,
+        sim: &Sim<E>,
+        model: ModelReport,
+    ) -> Report {
+        let elapsed = sim.now();
+        let cores = &sim.stats.cores;
+        let cpus = (0..cores.cpu_count())
+            .map(|cpu| {
+                let info = sim.machine.cpu(cpu);
+                CpuReport {
+                    cpu,
+                    class: format!("{:?}", info.class).to_lowercase(),
+                    speed: info.speed,
+                    busy_ns: ps_to_ns(cores.busy(cpu)),
+                    idle_ns: ps_to_ns(cores.idle(cpu)),
+                    busy_fraction: if elapsed == 0 { 0.0 } else { cores.busy(cpu) as f64 / elapsed as f64 },
+                }
+            })
+            .collect();
+        let ops = sim.stats.op_latencies.len() as u64;
+        let hops = sim.stats.hops.count();
+        Report {
+            scenario: scenario.to_string(),
+            kind: kind.to_string(),
+            machine: sim.machine.name().to_string(),
+            seed,
+            stop,
+            elapsed_ns: ps_to_ns(elapsed),
+            events: sim.events_delivered(),
+            ops,
+            throughput_per_s: if elapsed == 0 { 0.0 } else { ops as f64 / (elapsed as f64 * 1e-12) },
+            op_latency: Summary::of(&sim.stats.op_latencies),
+            queue_delay: Summary::of(&sim.stats.queue_delays),
+            hops,
+            hop_cost_ns: (hops > 0).then(|| ps_to_ns(sim.stats.hops.total_cost) / hops as f64),
+            cpus,
+            model,
+        }
+    }
+
+    /// The model's headline metric, if it has one.
+    pub fn headline(&self) -> Option<&Metric> {
+        self.model.metrics.first()
+    }
+}
+
+#[derive(Debug)]
+struct CpuQueue<J> {
+    running: bool,
+    waiting: VecDeque<(Ps, J)>,
+}
+
+/// CPUs that run one job at a time, each with a FIFO of waiting jobs.
+///
+/// A job holds its CPU from [`RunQueues::submit`] (or being handed the CPU by
+/// [`RunQueues::finish`]) until the model calls `finish` for that CPU. The ledger's busy/idle
+/// state and the queueing-delay samples are kept up to date here, so models cannot forget them.
+#[derive(Debug)]
+pub struct RunQueues<J> {
+    cpus: Vec<CpuQueue<J>>,
+}
+
+impl<J> RunQueues<J> {
+    /// One idle CPU with an empty queue per CPU of the machine.
+    pub fn new(cpus: usize) -> RunQueues<J> {
+        RunQueues { cpus: (0..cpus).map(|_| CpuQueue { running: false, waiting: VecDeque::new() }).collect() }
+    }
+
+    /// Offers `job` to `cpu`. Returns the job back if the CPU was free (it is now busy and the
+    /// caller starts the job at once); otherwise the job waits in the CPU's queue.
+    pub fn submit<E>(&mut self, cpu: usize, job: J, sim: &mut Sim<E>) -> Option<J> {
+        let q = &mut self.cpus[cpu];
+        if q.running {
+            q.waiting.push_back((sim.now(), job));
+            None
+        } else {
+            q.running = true;
+            sim.stats.cores.set_busy(cpu, sim.now());
+            sim.stats.queue_delays.push(0);
+            Some(job)
+        }
+    }
+
+    /// The job running on `cpu` is done with it. Returns the next waiting job, which now holds
+    /// the CPU, or `None` (the CPU goes idle).
+    pub fn finish<E>(&mut self, cpu: usize, sim: &mut Sim<E>) -> Option<J> {
+        let q = &mut self.cpus[cpu];
+        debug_assert!(q.running, "finish on a cpu that runs nothing");
+        match q.waiting.pop_front() {
+            Some((since, job)) => {
+                sim.stats.queue_delays.push(sim.now() - since);
+                Some(job)
+            }
+            None => {
+                q.running = false;
+                sim.stats.cores.set_idle(cpu, sim.now());
+                None
+            }
+        }
+    }
+
+    /// Whether `cpu` is running a job.
+    pub fn is_running(&self, cpu: usize) -> bool {
+        self.cpus[cpu].running
+    }
+
+    /// Jobs waiting (not running) on `cpu`.
+    pub fn waiting(&self, cpu: usize) -> usize {
+        self.cpus[cpu].waiting.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::tests::uniform_machine;
+
+    #[test]
+    fn ledger_busy_plus_idle_is_elapsed() {
+        let mut l = CoreLedger::new(2);
+        l.enable_trace();
+        l.set_busy(0, 10);
+        l.set_busy(0, 12); // already busy: no effect
+        l.set_idle(0, 30);
+        l.set_busy(1, 50);
+        l.close(100);
+        assert_eq!((l.busy(0), l.idle(0)), (20, 80));
+        assert_eq!((l.busy(1), l.idle(1)), (50, 50));
+        assert_eq!(l.trace(), &[Segment { cpu: 0, start: 10, end: 30 }, Segment { cpu: 1, start: 50, end: 100 }]);
+    }
+
+    #[test]
+    fn summary_of_known_samples() {
+        let s = Summary::of(&[1000, 2000, 3000, 4000]).unwrap();
+        assert_eq!((s.count, s.mean_ns, s.p50_ns, s.p99_ns, s.max_ns), (4, 2.5, 2.0, 4.0, 4.0));
+        assert!(Summary::of(&[]).is_none());
+    }
+
+    #[test]
+    fn run_queue_is_fifo_and_records_waits() {
+        let mut sim: Sim<()> = Sim::new(uniform_machine(1), 1);
+        let mut q = RunQueues::new(1);
+        assert_eq!(q.submit(0, 'a', &mut sim), Some('a'));
+        assert_eq!(q.submit(0, 'b', &mut sim), None);
+        assert_eq!(q.submit(0, 'c', &mut sim), None);
+        assert_eq!(q.waiting(0), 2);
+        assert_eq!(q.finish(0, &mut sim), Some('b'));
+        assert_eq!(q.finish(0, &mut sim), Some('c'));
+        assert_eq!(q.finish(0, &mut sim), None);
+        assert!(!q.is_running(0));
+        assert_eq!(sim.stats.queue_delays, vec![0, 0, 0]);
+    }
+}
