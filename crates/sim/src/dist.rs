@@ -27,7 +27,10 @@ pub enum Distribution {
     /// Exponential with this mean.
     Exponential(f64),
     /// Log-normal with this median and shape (standard deviation of the log).
-    Lognormal { median: f64, sigma: f64 },
+    Lognormal {
+        median: f64,
+        sigma: f64,
+    },
     /// One of these samples, each equally likely.
     Empirical(Vec<f64>),
 }
@@ -39,10 +42,7 @@ enum Tagged {
     Fixed(f64),
     Uniform([f64; 2]),
     Exponential(f64),
-    Lognormal {
-        median: f64,
-        sigma: f64,
-    },
+    Lognormal { median: f64, sigma: f64 },
     Empirical(Vec<f64>),
 }
 
@@ -195,7 +195,8 @@ mod tests {
             let x = u.sample(&mut rng);
             proptest::prop_assert!(x >= a && x <= a + w);
             proptest::prop_assert!(Distribution::Exponential(a).sample(&mut rng) >= 0.0);
-            proptest::prop_assert!(Distribution::Lognormal { median: a, sigma: 1.0 }.sample(&mut rng) >= 0.0);
+            let lognormal = Distribution::Lognormal { median: a, sigma: 1.0 };
+            proptest::prop_assert!(lognormal.sample(&mut rng) >= 0.0);
         }
     }
 }

@@ -263,7 +263,10 @@ impl CostModel {
             }
         }
         if !(self.smt_interference > 0.0 && self.smt_interference <= 1.0) {
-            out.push(("smt_interference".into(), format!("must be in (0, 1], got {}", self.smt_interference)));
+            out.push((
+                "smt_interference".into(),
+                format!("must be in (0, 1], got {}", self.smt_interference),
+            ));
         }
         out
     }
@@ -340,7 +343,8 @@ impl SimMachine {
             .map(|cpu| {
                 let caches: Vec<_> = machine.caches_of(cpu.id).collect();
                 let l1_bytes = caches.iter().filter(|c| c.level == 1).map(|c| c.size_bytes).sum();
-                let line_bytes = caches.iter().map(|c| u64::from(c.line_bytes)).find(|&l| l > 0).unwrap_or(64);
+                let line_bytes =
+                    caches.iter().map(|c| u64::from(c.line_bytes)).find(|&l| l > 0).unwrap_or(64);
                 let lowest_below_l1 = caches.iter().map(|c| c.level).filter(|&l| l > 1).min();
                 let miss_latency = ns_to_ps(match lowest_below_l1 {
                     Some(2) => costs.l2_latency_ns,
@@ -356,7 +360,12 @@ impl SimMachine {
                     l1_bytes,
                     line_bytes,
                     miss_latency,
-                    siblings: machine.smt_siblings(cpu.id).into_iter().map(|s| s.0).filter(|&s| s != cpu.id.0).collect(),
+                    siblings: machine
+                        .smt_siblings(cpu.id)
+                        .into_iter()
+                        .map(|s| s.0)
+                        .filter(|&s| s != cpu.id.0)
+                        .collect(),
                 }
             })
             .collect();
@@ -498,7 +507,8 @@ pub(crate) mod tests {
 
     #[test]
     fn capacity_stall_counts_lines_beyond_l1() {
-        let m = SimMachine::new(machine(&[(1.0, None, 64), (1.0, None, 8)]), CostModel::for_preset("switch-cs"));
+        let m =
+            SimMachine::new(machine(&[(1.0, None, 64), (1.0, None, 8)]), CostModel::for_preset("switch-cs"));
         assert_eq!(m.capacity_stall(0, 64 * 1024), 0);
         // 16 KiB beyond an 8 KiB L1 = 256 lines of 64 B at 4 ns.
         assert_eq!(m.capacity_stall(1, 24 * 1024), 256 * 4000);

@@ -134,7 +134,10 @@ impl ScenarioDoc {
     pub fn parse(file: &str, text: &str) -> Result<ScenarioDoc, ScenarioError> {
         let table: toml::Table = toml::from_str(text).map_err(|e| ScenarioError {
             file: file.to_string(),
-            key: e.span().map(|s| format!("line {}", line_of(text, s.start))).unwrap_or_else(|| "(file)".into()),
+            key: e
+                .span()
+                .map(|s| format!("line {}", line_of(text, s.start)))
+                .unwrap_or_else(|| "(file)".into()),
             problem: Problem::Syntax(e.message().to_string()),
         })?;
         Ok(ScenarioDoc { file: file.to_string(), stem: "scenario".into(), dir: None, table })
@@ -148,7 +151,9 @@ impl ScenarioDoc {
     /// Applies `key=value` (dotted key; the value as TOML, else as a string).
     pub fn set(&mut self, assignment: &str) -> Result<(), ScenarioError> {
         let Some((key, value)) = assignment.split_once('=') else {
-            return Err(self.error(assignment, Problem::Override(format!("{assignment:?}: expected key=value"))));
+            return Err(
+                self.error(assignment, Problem::Override(format!("{assignment:?}: expected key=value")))
+            );
         };
         self.set_value(key.trim(), parse_value(value.trim()))
     }
@@ -163,7 +168,13 @@ impl ScenarioDoc {
         match self.table.get("sweep") {
             None => Ok(Vec::new()),
             Some(v) => v.clone().try_into::<Vec<Sweep>>().map_err(|e| {
-                self.error("sweep", Problem::Invalid(format!("{} (expected [[sweep]] key = ..., values = [...])", e.message())))
+                self.error(
+                    "sweep",
+                    Problem::Invalid(format!(
+                        "{} (expected [[sweep]] key = ..., values = [...])",
+                        e.message()
+                    )),
+                )
             }),
         }
     }
@@ -242,7 +253,10 @@ impl ScenarioDoc {
             file: self.file.clone(),
             name: top.name.unwrap_or_else(|| self.stem.clone()),
             seed: top.seed,
-            limits: Limits { horizon: top.run.horizon_us.map(|us| ns_to_ps(us * 1e3)), max_events: top.run.max_events },
+            limits: Limits {
+                horizon: top.run.horizon_us.map(|us| ns_to_ps(us * 1e3)),
+                max_events: top.run.max_events,
+            },
             machine: SimMachine::new(machine, costs),
             kind,
             workload,
@@ -258,10 +272,13 @@ impl ScenarioDoc {
                     Some(dir) => dir.join(file),
                     None => file.into(),
                 };
-                Machine::from_toml_file(&path).map_err(|e| self.error("machine.file", Problem::Machine(e.to_string())))?
+                Machine::from_toml_file(&path)
+                    .map_err(|e| self.error("machine.file", Problem::Machine(e.to_string())))?
             }
             _ => {
-                return Err(self.error("machine", Problem::Invalid("give exactly one of `preset` or `file`".into())))
+                return Err(
+                    self.error("machine", Problem::Invalid("give exactly one of `preset` or `file`".into()))
+                )
             }
         };
         if let Some(emulate) = &spec.emulate {
@@ -362,7 +379,8 @@ impl Scenario {
         if cpu < count {
             Ok(cpu)
         } else {
-            Err(self.error(key, Problem::CpuOutOfRange { cpu, count, machine: self.machine.name().to_string() }))
+            Err(self
+                .error(key, Problem::CpuOutOfRange { cpu, count, machine: self.machine.name().to_string() }))
         }
     }
 
@@ -439,13 +457,11 @@ fn key_at(text: &str, offset: usize) -> String {
 
 /// `a.list.b` → `a.list[2].b` when `a.list` is an array of tables whose current index is 2.
 fn indexed(path: &str, arrays: &[(String, usize)]) -> String {
-    let mut best: Option<&(String, usize)> = None;
-    for a in arrays {
-        if path.starts_with(&format!("{}.", a.0)) && best.map_or(true, |b| a.0.len() > b.0.len()) {
-            best = Some(a);
-        }
-    }
-    match best {
+    let innermost = arrays
+        .iter()
+        .filter(|(prefix, _)| path.starts_with(&format!("{prefix}.")))
+        .max_by_key(|(p, _)| p.len());
+    match innermost {
         Some((prefix, n)) => format!("{prefix}[{n}]{}", &path[prefix.len()..]),
         None => path.to_string(),
     }
@@ -461,7 +477,9 @@ fn parse_value(v: &str) -> toml::Value {
     struct One {
         v: toml::Value,
     }
-    toml::from_str::<One>(&format!("v = {v}")).map(|o| o.v).unwrap_or_else(|_| toml::Value::String(v.to_string()))
+    toml::from_str::<One>(&format!("v = {v}"))
+        .map(|o| o.v)
+        .unwrap_or_else(|_| toml::Value::String(v.to_string()))
 }
 
 fn set_path(table: &mut toml::Table, key: &str, value: toml::Value) -> Result<(), String> {
@@ -526,7 +544,7 @@ mod tests {
 
     #[test]
     fn unknown_top_level_and_cost_keys_are_named() {
-        let e = doc("colour = 1").validate().unwrap_err();
+        let e = ScenarioDoc::parse("t.toml", &format!("colour = 1\n{BASE}")).unwrap().validate().unwrap_err();
         assert_eq!((e.key.as_str(), matches!(e.problem, Problem::UnknownKey(_))), ("colour", true));
         let e = doc("[costs]\nmem_latncy_ns = 3").validate().unwrap_err();
         assert_eq!(e.key, "costs.mem_latncy_ns");
@@ -556,7 +574,10 @@ mod tests {
         let e = d.validate().unwrap_err();
         assert_eq!(e.key, "machine.preset");
         assert!(e.to_string().contains("switch-cs"), "{e}");
-        let e = ScenarioDoc::parse("t.toml", "[machine]\npreset = \"switch-cc\"").unwrap().validate().unwrap_err();
+        let e = ScenarioDoc::parse("t.toml", "[machine]\npreset = \"switch-cc\"")
+            .unwrap()
+            .validate()
+            .unwrap_err();
         assert!(e.to_string().contains("workload"), "{e}");
     }
 
@@ -609,7 +630,8 @@ mod tests {
             name: String,
             length: crate::Distribution,
         }
-        let s = doc("calls = [{ name = \"a\", length = 1 }, { name = \"b\", lenght = 2 }]").validate().unwrap();
+        let s =
+            doc("calls = [{ name = \"a\", length = 1 }, { name = \"b\", lenght = 2 }]").validate().unwrap();
         let e = s.workload::<W>().unwrap_err();
         assert_eq!(e.key, "workload.calls[1].lenght");
         let e = s.check_cpu("workload.os_cpus[0]", 7).unwrap_err();

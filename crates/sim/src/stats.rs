@@ -395,7 +395,10 @@ mod tests {
         l.close(100);
         assert_eq!((l.busy(0), l.idle(0)), (20, 80));
         assert_eq!((l.busy(1), l.idle(1)), (50, 50));
-        assert_eq!(l.trace(), &[Segment { cpu: 0, start: 10, end: 30 }, Segment { cpu: 1, start: 50, end: 100 }]);
+        assert_eq!(
+            l.trace(),
+            &[Segment { cpu: 0, start: 10, end: 30 }, Segment { cpu: 1, start: 50, end: 100 }]
+        );
     }
 
     #[test]

@@ -12,6 +12,9 @@ use crate::engine::{run, Model, Ps, Sim};
 use crate::scenario::{Problem, Scenario, ScenarioError};
 use crate::stats::Report;
 
+/// Builds a model from a scenario and runs it; the callback gets the simulated time now and then.
+pub type RunModel = fn(&Scenario, &mut dyn FnMut(Ps)) -> Result<Report, ScenarioError>;
+
 /// How a model is found and run from a scenario's `[workload] kind`.
 pub struct ModelEntry {
     /// The `kind` string that selects this model.
@@ -19,7 +22,7 @@ pub struct ModelEntry {
     /// One line for listings: what the model reproduces.
     pub about: &'static str,
     /// Builds the model from the scenario (validating its `[workload]`) and runs it.
-    pub run: fn(&Scenario, &mut dyn FnMut(Ps)) -> Result<Report, ScenarioError>,
+    pub run: RunModel,
 }
 
 /// Every model, by kind.
@@ -36,7 +39,10 @@ pub fn run_scenario(scenario: &Scenario, progress: &mut dyn FnMut(Ps)) -> Result
     let entry = find(&scenario.kind).ok_or_else(|| {
         scenario.error(
             "workload.kind",
-            Problem::UnknownKind { kind: scenario.kind.clone(), known: MODELS.iter().map(|m| m.kind).collect() },
+            Problem::UnknownKind {
+                kind: scenario.kind.clone(),
+                known: MODELS.iter().map(|m| m.kind).collect(),
+            },
         )
     })?;
     (entry.run)(scenario, progress)
@@ -56,6 +62,7 @@ pub fn simulate<M: Model>(
         sim.stats.cores.enable_trace();
     }
     let stop = run(model, &mut sim, scenario.limits, progress);
-    let report = Report::collect(&scenario.name, &scenario.kind, scenario.seed, stop, &sim, model.report(&sim));
+    let report =
+        Report::collect(&scenario.name, &scenario.kind, scenario.seed, stop, &sim, model.report(&sim));
     (report, sim)
 }

@@ -248,7 +248,9 @@ impl Switch {
             return Err(s.error("workload.tasks", Problem::Invalid("needs at least one task".into())));
         }
         if !(cfg.hop_threshold_ns.is_finite() && cfg.hop_threshold_ns >= 0.0) {
-            return Err(s.error("workload.hop_threshold_ns", Problem::Negative(cfg.hop_threshold_ns.to_string())));
+            return Err(
+                s.error("workload.hop_threshold_ns", Problem::Negative(cfg.hop_threshold_ns.to_string()))
+            );
         }
         s.check_distribution("workload.compute", &cfg.compute)?;
         if cfg.calls.is_empty() {
@@ -354,7 +356,8 @@ impl Switch {
                 }
             })
             .collect();
-        let mut state = PickState { previous: self.tasks[task as usize].last_os.map(CpuId), cursor: self.cursor };
+        let mut state =
+            PickState { previous: self.tasks[task as usize].last_os.map(CpuId), cursor: self.cursor };
         let choice = self.pick.pick(&candidates, &mut state).expect("service CPUs were checked non-empty");
         self.cursor = state.cursor;
         choice.0
@@ -422,7 +425,8 @@ impl Model for Switch {
                 t.call_started = sim.now();
                 t.call = call;
                 let spec = &self.cfg.calls[call.0];
-                let hops = self.mechanism.is_some() && spec.hop && call.1 >= ns_to_ps(self.cfg.hop_threshold_ns);
+                let hops =
+                    self.mechanism.is_some() && spec.hop && call.1 >= ns_to_ps(self.cfg.hop_threshold_ns);
                 if hops {
                     self.hopped_calls += 1;
                     let to = self.choose_service_cpu(task);
@@ -471,7 +475,9 @@ impl Model for Switch {
         let per_call = if finished.is_empty() || self.cfg.iterations == 0 {
             f64::NAN
         } else {
-            finished.iter().map(|&f| ps_to_ns(f)).sum::<f64>() / finished.len() as f64 / self.cfg.iterations as f64
+            finished.iter().map(|&f| ps_to_ns(f)).sum::<f64>()
+                / finished.len() as f64
+                / self.cfg.iterations as f64
         };
         let calls: u64 = self.calls_by_type.iter().sum();
         let mut metrics = vec![
@@ -556,7 +562,8 @@ mod tests {
 
     #[test]
     fn pick_spreads_over_idle_service_cpus() {
-        let text = "[machine]\npreset = \"switch-cccc\"\n[workload]\nkind = \"switch\"\nmechanism = \"spin\"\n\
+        let text =
+            "[machine]\npreset = \"switch-cccc\"\n[workload]\nkind = \"switch\"\nmechanism = \"spin\"\n\
                     iterations = 20\ntasks = 2\napp_cpus = [0, 1]\nos_cpus = [2, 3]";
         let s = ScenarioDoc::parse("t.toml", text).unwrap().validate().unwrap();
         let mut m = Switch::from_scenario(&s).unwrap();
@@ -576,9 +583,14 @@ mod tests {
         assert_eq!(e.key, "workload.mechanism");
         let e = Switch::from_scenario(&scenario("mechanism = \"v4\"\ncompute = -4")).unwrap_err();
         assert_eq!((e.key.as_str(), matches!(e.problem, Problem::Negative(_))), ("workload.compute", true));
-        let e = Switch::from_scenario(&scenario("mechanism = \"v4\"\ncalls = [{ name = \"x\", length = 1, wieght = 2 }]"))
-            .unwrap_err();
-        assert_eq!((e.key.as_str(), matches!(e.problem, Problem::UnknownKey(_))), ("workload.calls[0].wieght", true));
+        let e = Switch::from_scenario(&scenario(
+            "mechanism = \"v4\"\ncalls = [{ name = \"x\", length = 1, wieght = 2 }]",
+        ))
+        .unwrap_err();
+        assert_eq!(
+            (e.key.as_str(), matches!(e.problem, Problem::UnknownKey(_))),
+            ("workload.calls[0].wieght", true)
+        );
         let e = Switch::from_scenario(&scenario("mechanism = \"v4\"\napp_cpus = [0, 1]")).unwrap_err();
         assert_eq!(e.key, "workload.os_cpus");
     }
