@@ -96,7 +96,9 @@ pub extern "C" fn ct_start(obj: *const c_void) -> c_int {
         return fail("ct_start: obj is NULL");
     }
     if OPEN.with(|o| o.borrow().is_some()) {
-        return fail(format!("ct_start({obj:p}): this thread already has an operation open (call ct_end first)"));
+        return fail(format!(
+            "ct_start({obj:p}): this thread already has an operation open (call ct_end first)"
+        ));
     }
     let key = obj as usize;
     let handle = match state.objects.handle(&key) {
@@ -162,7 +164,9 @@ pub unsafe extern "C" fn corehop_census(
     domain: *mut usize,
     replicated: *mut usize,
 ) -> c_int {
-    let Some(state) = state() else { return fail("corehop_census: corehop is not started (call corehop_init)") };
+    let Some(state) = state() else {
+        return fail("corehop_census: corehop is not started (call corehop_init)");
+    };
     let c = state.objects.census();
     for (ptr, value) in [(local, c.local), (core, c.core), (domain, c.domain), (replicated, c.replicated)] {
         // SAFETY: the caller guarantees each pointer is NULL or valid for one write.

@@ -2,10 +2,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// target/<profile>/, where cargo put libcorehop.so next to this test's deps/ directory.
+/// target/<profile>/deps/, where cargo builds libcorehop.so next to this test (a plain
+/// `cargo build` also copies it one level up).
 fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf()
+    exe.parent().expect("target/<profile>/deps/<test>").to_path_buf()
 }
 
 #[test]
@@ -30,7 +31,11 @@ fn dirlookup_example_runs_and_finds_every_name() {
         .expect("running cc");
     assert!(status.success(), "cc failed");
     // 256 directories of 32 KB = 8 MB: more than the private caches of small machines.
-    let run = Command::new(&out).args(["256", "3000"]).env("LD_LIBRARY_PATH", &lib).output().expect("running dirlookup");
+    let run = Command::new(&out)
+        .args(["256", "3000"])
+        .env("LD_LIBRARY_PATH", &lib)
+        .output()
+        .expect("running dirlookup");
     let stdout = String::from_utf8_lossy(&run.stdout);
     assert!(run.status.success(), "dirlookup failed: {stdout}\n{}", String::from_utf8_lossy(&run.stderr));
     let field = |key: &str| -> String {
@@ -47,7 +52,8 @@ fn dirlookup_example_runs_and_finds_every_name() {
     assert_eq!(field("errors"), "0");
     assert_eq!(field("misuse reported"), "yes");
     let placement = field("placement");
-    let total: usize = placement.split(' ').map(|kv| kv.split('=').nth(1).unwrap().parse::<usize>().unwrap()).sum();
+    let total: usize =
+        placement.split(' ').map(|kv| kv.split('=').nth(1).unwrap().parse::<usize>().unwrap()).sum();
     assert_eq!(total, 256, "every directory is registered exactly once: {placement}");
 }
 
