@@ -1,1 +1,620 @@
-//! (lands with its issue)
+//! Service cores: CPUs dedicated to OS work, and the per-caller offload path to them.
+//!
+//! [`ServiceCores`] starts one service thread pinned on each service CPU. Work reaches it as a
+//! closure (or a [`SysCall`] value, which is a closure over a raw system call); the caller
+//! waits (spin, then futex) and continues with the result when it is done, as if it had hopped
+//! to the service core and back. The calling thread's identity never matters to the work: the
+//! typed wrappers cover only calls whose meaning does not depend on the calling thread, and the
+//! result, including the error number, comes back as a value.
+//!
+//! [`Offloader`] is one caller's view: it owns an [`OffloadPolicy`] and asks it, per call,
+//! whether to run locally or on a service core (chosen with [`corehop_policy::pick`], with the
+//! chosen core's expected queue delay passed to the policy). It times every call and feeds the
+//! run length back to the policy (the predictor learns), and it turns the application's own
+//! progress reports ([`Offloader::progress`]) into the tuner's per-epoch feedback.
+//!
+//! ```text
+//!   app thread ── Offloader::read(fd, buf) ──▶ policy.decide(call, queue delay)
+//!        │ Local: raw syscall here, time it          │ Offload: Job ──▶ service thread (CPU s)
+//!        └────────── policy.observe(call, run) ◀─────┘       runs, times, signals Done
+//! ```
+//!
+//! Rules: a closure sent to a service core must not depend on thread identity (thread-locals,
+//! `gettid`, signal masks) and must not hold a lock taken on the calling thread. Work sent from
+//! a service thread runs inline there, so nested offloads cannot deadlock.
+//!
+//! # Examples
+//! ```
+//! use corehop_runtime::service::{Offloader, ServiceConfig, ServiceCores};
+//! use corehop_policy::offload::OffloadPolicy;
+//!
+//! let cpu = corehop_runtime::sys::affinity().unwrap()[0];
+//! let cores = ServiceCores::start(ServiceConfig::on_cpus([cpu])).unwrap();
+//! let mut off = Offloader::new(&cores, OffloadPolicy::Always);
+//! let mut buf = [0u8; 16];
+//! let err = off.read(-1, &mut buf).unwrap_err(); // bad fd, run on the service core
+//! assert_eq!(err.0, libc::EBADF);
+//! assert_eq!(off.stats().offloaded, 1);
+//! ```
+
+use std::cell::Cell;
+use std::collections::hash_map::DefaultHasher;
+use std::ffi::CStr;
+use std::hash::{Hash, Hasher};
+use std::io::{self, IoSlice, IoSliceMut};
+use std::os::fd::RawFd;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use corehop_policy::offload::{CallDesc, CallKind, Decision, OffloadPolicy};
+use corehop_policy::pick::{Candidate, Pick, PickState};
+use corehop_topology::CpuId;
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
+
+use crate::sys::{self, Errno};
+
+mod call;
+mod scoped;
+
+pub use call::{SysCall, SysResult};
+use scoped::{Done, Job};
+
+/// How long a caller spins for its result before sleeping on a futex.
+pub const DEFAULT_CALLER_SPIN: Duration = Duration::from_micros(50);
+/// How long an idle service thread polls its queue before sleeping.
+pub const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(50);
+/// Weight of the newest run in a service core's mean run length (1/8).
+const MEAN_RUN_SHIFT: u32 = 3;
+
+/// What went wrong starting service cores.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error("no service CPUs given")]
+    NoCpus,
+    #[error("service CPU {cpu} is listed twice")]
+    Duplicate { cpu: usize },
+    #[error("service CPU {cpu} is not one this process may run on (allowed: {allowed:?})")]
+    CpuNotAllowed { cpu: usize, allowed: Vec<usize> },
+    #[error("could not start the service thread for CPU {cpu}: {source}")]
+    Start { cpu: usize, source: io::Error },
+}
+
+/// Which CPUs serve, how work is spread over them, and how waiting is done.
+#[derive(Clone, Debug)]
+pub struct ServiceConfig {
+    /// Kernel CPU numbers of the service cores.
+    pub cpus: Vec<usize>,
+    /// How a caller chooses among several service cores (WC / AF / PA, fast-core-switching §9.2).
+    pub pick: Pick,
+    /// How long a caller spins for a result before sleeping.
+    pub caller_spin: Duration,
+    /// How long an idle service thread polls before sleeping.
+    pub idle_spin: Duration,
+}
+
+impl ServiceConfig {
+    /// Service cores on `cpus`, work-conserving with affinity, default spin budgets.
+    pub fn on_cpus(cpus: impl IntoIterator<Item = usize>) -> ServiceConfig {
+        ServiceConfig {
+            cpus: cpus.into_iter().collect(),
+            pick: Pick { work_conserving: true, affinity: true, prefer_affinity: false },
+            caller_spin: DEFAULT_CALLER_SPIN,
+            idle_spin: DEFAULT_IDLE_SPIN,
+        }
+    }
+}
+
+/// What one service core has done so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CoreStats {
+    pub cpu: usize,
+    pub jobs: u64,
+    /// Sum of the jobs' run times.
+    pub busy_ns: u64,
+    /// CPU time of the service thread (spinning included), from the kernel's schedstat.
+    pub thread_cpu_ns: Option<u64>,
+}
+
+#[derive(Default)]
+struct Load {
+    /// Jobs sent and not yet finished.
+    pending: AtomicUsize,
+    /// Running mean of job run times (written by the service thread only).
+    mean_run_ns: AtomicU64,
+    jobs: AtomicU64,
+    busy_ns: AtomicU64,
+    tid: AtomicI32,
+}
+
+impl Load {
+    fn expected_delay_ns(&self) -> u64 {
+        self.pending.load(Ordering::Relaxed) as u64 * self.mean_run_ns.load(Ordering::Relaxed)
+    }
+}
+
+struct Core {
+    cpu: usize,
+    tx: Option<Sender<Job>>,
+    load: Arc<Load>,
+    thread: Option<JoinHandle<()>>,
+}
+
+thread_local! {
+    /// Set on service threads: work sent from one runs inline (no self-deadlock).
+    static ON_SERVICE_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Not inlined so the flag is read from the thread that asks, every time.
+#[inline(never)]
+fn on_service_thread() -> bool {
+    ON_SERVICE_THREAD.with(Cell::get)
+}
+
+/// A set of running service cores. Dropping it stops and joins the service threads.
+pub struct ServiceCores {
+    cores: Vec<Core>,
+    config: ServiceConfig,
+    shared_pick: Mutex<PickState>,
+}
+
+impl ServiceCores {
+    /// Starts one pinned service thread per CPU in `config.cpus`.
+    pub fn start(config: ServiceConfig) -> Result<ServiceCores, ServiceError> {
+        if config.cpus.is_empty() {
+            return Err(ServiceError::NoCpus);
+        }
+        let allowed =
+            sys::affinity().map_err(|source| ServiceError::Start { cpu: config.cpus[0], source })?;
+        for (i, &cpu) in config.cpus.iter().enumerate() {
+            if config.cpus[..i].contains(&cpu) {
+                return Err(ServiceError::Duplicate { cpu });
+            }
+            if !allowed.contains(&cpu) {
+                return Err(ServiceError::CpuNotAllowed { cpu, allowed });
+            }
+        }
+        let mut cores = Vec::with_capacity(config.cpus.len());
+        for &cpu in &config.cpus {
+            cores.push(Core::start(cpu, config.idle_spin)?);
+        }
+        Ok(ServiceCores { cores, config, shared_pick: Mutex::new(PickState::default()) })
+    }
+
+    /// Kernel CPU numbers of the service cores.
+    pub fn cpus(&self) -> Vec<usize> {
+        self.cores.iter().map(|c| c.cpu).collect()
+    }
+
+    /// Per-core counters.
+    pub fn stats(&self) -> Vec<CoreStats> {
+        self.cores
+            .iter()
+            .map(|c| CoreStats {
+                cpu: c.cpu,
+                jobs: c.load.jobs.load(Ordering::Relaxed),
+                busy_ns: c.load.busy_ns.load(Ordering::Relaxed),
+                thread_cpu_ns: thread_cpu_ns(c.load.tid.load(Ordering::Relaxed)),
+            })
+            .collect()
+    }
+
+    /// Runs `f` on a service core (always; no policy) and returns its result. A panic in `f`
+    /// is re-raised here.
+    pub fn run<'a, R: Send + 'a>(&self, f: impl FnOnce() -> R + Send + 'a) -> R {
+        let index = {
+            let mut state = self.shared_pick.lock().unwrap_or_else(|p| p.into_inner());
+            self.pick(&mut state)
+        };
+        self.run_on(index, f).0
+    }
+
+    /// The median round trip of an empty closure to a service core and back, over `samples`
+    /// (the hop cost offload must beat: a same-run baseline for benchmarks).
+    pub fn round_trip_ns(&self, samples: usize) -> u64 {
+        let mut times: Vec<u64> = (0..samples.max(1))
+            .map(|_| {
+                let t0 = sys::now_ns();
+                self.run(|| ());
+                sys::now_ns().saturating_sub(t0)
+            })
+            .collect();
+        times.sort_unstable();
+        times[times.len() / 2]
+    }
+
+    fn candidates(&self) -> Vec<Candidate> {
+        self.cores
+            .iter()
+            .map(|c| match c.load.pending.load(Ordering::Relaxed) {
+                0 => Candidate::idle(CpuId(c.cpu)),
+                n => Candidate::busy(CpuId(c.cpu), n),
+            })
+            .collect()
+    }
+
+    fn pick(&self, state: &mut PickState) -> usize {
+        if self.cores.len() == 1 {
+            return 0;
+        }
+        let chosen = self.config.pick.pick(&self.candidates(), state);
+        chosen.and_then(|cpu| self.cores.iter().position(|c| c.cpu == cpu.0)).unwrap_or(0)
+    }
+
+    /// Runs `f` on core `index`; returns its result with the queue wait and run time (ns).
+    fn run_on<'a, R: Send + 'a>(&self, index: usize, f: impl FnOnce() -> R + Send + 'a) -> (R, u64, u64) {
+        if on_service_thread() {
+            let t0 = sys::now_ns();
+            let r = f();
+            return (r, 0, sys::now_ns().saturating_sub(t0));
+        }
+        let core = &self.cores[index];
+        let mut out: Option<std::thread::Result<R>> = None;
+        let done = Arc::new(Done::default());
+        {
+            let slot = &mut out;
+            let job: Box<dyn FnOnce() + Send + '_> =
+                Box::new(move || *slot = Some(panic::catch_unwind(AssertUnwindSafe(f))));
+            // SAFETY: we wait for `done` right below before `out` (and anything `f` borrows)
+            // can go away; `Done::wait` cannot panic. If the send fails the job comes back
+            // and is dropped unrun, still inside this scope. The service thread drops the
+            // closure before finishing `done` (see `Core::serve`).
+            let run = unsafe { scoped::erase(job) };
+            core.load.pending.fetch_add(1, Ordering::Relaxed);
+            let job = Job { run, done: done.clone(), sent_ns: sys::now_ns() };
+            let sent = core.tx.as_ref().map(|tx| tx.send(job));
+            match sent {
+                Some(Ok(())) => done.wait(self.config.caller_spin),
+                // The service thread is gone (it only exits on drop, so this is unreachable
+                // while `self` is borrowed); drop the job unrun.
+                Some(Err(returned)) => drop(returned),
+                None => {}
+            }
+        }
+        let (wait, run) = (done.wait_ns.load(Ordering::Relaxed), done.run_ns.load(Ordering::Relaxed));
+        match out {
+            Some(Ok(r)) => (r, wait, run),
+            Some(Err(payload)) => panic::resume_unwind(payload),
+            None => panic!("service core {} stopped before running the job", core.cpu),
+        }
+    }
+}
+
+impl Drop for ServiceCores {
+    fn drop(&mut self) {
+        for core in &mut self.cores {
+            core.tx = None; // disconnects: the service thread finishes its queue and exits
+        }
+        for core in &mut self.cores {
+            if let Some(thread) = core.thread.take() {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+impl Core {
+    fn start(cpu: usize, idle_spin: Duration) -> Result<Core, ServiceError> {
+        let (tx, rx) = crossbeam_channel::unbounded::<Job>();
+        let load = Arc::new(Load::default());
+        let (ready_tx, ready_rx) = crossbeam_channel::bounded::<io::Result<()>>(1);
+        let thread = {
+            let load = load.clone();
+            std::thread::Builder::new()
+                .name(format!("corehop-service-{cpu}"))
+                .spawn(move || {
+                    let pinned = sys::pin_current_thread(cpu);
+                    let ok = pinned.is_ok();
+                    let _ = ready_tx.send(pinned);
+                    if ok {
+                        ON_SERVICE_THREAD.with(|f| f.set(true));
+                        load.tid.store(sys::gettid(), Ordering::Relaxed);
+                        Core::serve(&rx, &load, idle_spin);
+                    }
+                })
+                .map_err(|source| ServiceError::Start { cpu, source })?
+        };
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(Core { cpu, tx: Some(tx), load, thread: Some(thread) }),
+            Ok(Err(source)) => {
+                let _ = thread.join();
+                Err(ServiceError::Start { cpu, source })
+            }
+            Err(_) => {
+                Err(ServiceError::Start { cpu, source: io::Error::other("service thread died starting") })
+            }
+        }
+    }
+
+    fn serve(rx: &Receiver<Job>, load: &Load, idle_spin: Duration) {
+        loop {
+            let job = match Core::next(rx, idle_spin) {
+                Some(job) => job,
+                None => return,
+            };
+            let start = sys::now_ns();
+            (job.run)(); // consumes the closure: its borrows end here, before `finish`
+            let end = sys::now_ns();
+            let run = end.saturating_sub(start);
+            let mean = load.mean_run_ns.load(Ordering::Relaxed);
+            let mean =
+                if mean == 0 { run } else { mean - (mean >> MEAN_RUN_SHIFT) + (run >> MEAN_RUN_SHIFT) };
+            load.mean_run_ns.store(mean, Ordering::Relaxed);
+            load.jobs.fetch_add(1, Ordering::Relaxed);
+            load.busy_ns.fetch_add(run, Ordering::Relaxed);
+            load.pending.fetch_sub(1, Ordering::Relaxed);
+            job.done.finish(start.saturating_sub(job.sent_ns), run);
+        }
+    }
+
+    /// The next job: poll for `idle_spin`, then sleep in the channel; None once disconnected.
+    fn next(rx: &Receiver<Job>, idle_spin: Duration) -> Option<Job> {
+        let start = sys::now_ns();
+        let budget = idle_spin.as_nanos() as u64;
+        loop {
+            match rx.try_recv() {
+                Ok(job) => return Some(job),
+                Err(TryRecvError::Disconnected) => return None,
+                Err(TryRecvError::Empty) if sys::now_ns().saturating_sub(start) < budget => sys::cpu_relax(),
+                Err(TryRecvError::Empty) => return rx.recv().ok(),
+            }
+        }
+    }
+}
+
+/// CPU time of thread `tid` of this process in ns (first field of its schedstat).
+pub fn thread_cpu_ns(tid: i32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// What one caller's offloading did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OffloadStats {
+    pub calls: u64,
+    pub offloaded: u64,
+    /// Run time of the calls kept local.
+    pub local_run_ns: u64,
+    /// Run time of the offloaded calls on the service cores.
+    pub remote_run_ns: u64,
+    /// Time offloaded calls waited before running (queue plus wake-up).
+    pub remote_wait_ns: u64,
+    /// What the caller spent in offloaded calls, end to end (run + wait + hop back).
+    pub remote_total_ns: u64,
+    /// Epochs reported to the threshold tuner.
+    pub epochs: u64,
+}
+
+struct Epoch {
+    length_ns: u64,
+    start_ns: u64,
+    units: u64,
+}
+
+/// One caller's offload path: a policy, a pick state, and counters. Not shared between
+/// threads: give each thread its own (the predictor is per caller, as per core in hardware).
+pub struct Offloader<'s> {
+    cores: &'s ServiceCores,
+    policy: OffloadPolicy,
+    pick_state: PickState,
+    stats: OffloadStats,
+    epoch: Option<Epoch>,
+}
+
+/// A call site from the caller's source location.
+fn site_of(location: &'static panic::Location<'static>) -> u64 {
+    let mut h = DefaultHasher::new();
+    (location.file(), location.line(), location.column()).hash(&mut h);
+    h.finish()
+}
+
+impl<'s> Offloader<'s> {
+    pub fn new(cores: &'s ServiceCores, policy: OffloadPolicy) -> Offloader<'s> {
+        Offloader {
+            cores,
+            policy,
+            pick_state: PickState::default(),
+            stats: OffloadStats::default(),
+            epoch: None,
+        }
+    }
+
+    /// Feed the policy's threshold tuner every `length` of wall time, with the progress
+    /// rate reported through [`Offloader::progress`] as the feedback.
+    pub fn with_epochs(mut self, length: Duration) -> Offloader<'s> {
+        self.epoch =
+            Some(Epoch { length_ns: length.as_nanos().max(1) as u64, start_ns: sys::now_ns(), units: 0 });
+        self
+    }
+
+    pub fn policy(&self) -> &OffloadPolicy {
+        &self.policy
+    }
+
+    pub fn stats(&self) -> OffloadStats {
+        self.stats
+    }
+
+    /// The application made `units` of progress (transactions, requests, bytes…).
+    pub fn progress(&mut self, units: u64) {
+        if let Some(epoch) = &mut self.epoch {
+            epoch.units += units;
+        }
+        self.maybe_end_epoch();
+    }
+
+    fn maybe_end_epoch(&mut self) {
+        let Some(epoch) = &mut self.epoch else { return };
+        let now = sys::now_ns();
+        let elapsed = now.saturating_sub(epoch.start_ns);
+        if elapsed >= epoch.length_ns {
+            let rate = epoch.units as f64 * 1e9 / elapsed as f64;
+            epoch.start_ns = now;
+            epoch.units = 0;
+            self.policy.epoch_end(rate);
+            self.stats.epochs += 1;
+        }
+    }
+
+    /// Runs `f`, described to the policy as `desc`, locally or on a service core as the
+    /// policy decides; the measured run length goes back to the policy.
+    pub fn call<'a, R: Send + 'a>(&mut self, desc: CallDesc, f: impl FnOnce() -> R + Send + 'a) -> R {
+        let mut state = self.pick_state;
+        let index = self.cores.pick(&mut state);
+        let queue_delay = self.cores.cores[index].load.expected_delay_ns();
+        self.stats.calls += 1;
+        let result = match self.policy.decide(&desc, queue_delay) {
+            Decision::Local => {
+                let t0 = sys::now_ns();
+                let r = f();
+                let run = sys::now_ns().saturating_sub(t0);
+                self.stats.local_run_ns += run;
+                self.policy.observe(&desc, run);
+                r
+            }
+            Decision::Offload => {
+                self.pick_state = state;
+                let t0 = sys::now_ns();
+                let (r, wait, run) = self.cores.run_on(index, f);
+                self.stats.offloaded += 1;
+                self.stats.remote_run_ns += run;
+                self.stats.remote_wait_ns += wait;
+                self.stats.remote_total_ns += sys::now_ns().saturating_sub(t0);
+                self.policy.observe(&desc, run);
+                r
+            }
+        };
+        self.maybe_end_epoch();
+        result
+    }
+
+    /// Runs a system-call value where the policy says; `site` tells call sites apart.
+    pub fn syscall(&mut self, mut call: SysCall<'_>, site: u64) -> SysResult {
+        let desc = call.desc(site);
+        self.call(desc, move || call.execute())
+    }
+
+    #[track_caller]
+    fn here(&mut self, call: SysCall<'_>) -> SysResult {
+        let site = site_of(panic::Location::caller());
+        self.syscall(call, site)
+    }
+
+    /// `read(2)`; the call site (source location) is part of the predictor key.
+    #[track_caller]
+    pub fn read(&mut self, fd: RawFd, buf: &mut [u8]) -> Result<usize, Errno> {
+        self.here(SysCall::Read { fd, buf }).map(|n| n as usize)
+    }
+
+    #[track_caller]
+    pub fn write(&mut self, fd: RawFd, buf: &[u8]) -> Result<usize, Errno> {
+        self.here(SysCall::Write { fd, buf }).map(|n| n as usize)
+    }
+
+    #[track_caller]
+    pub fn pread(&mut self, fd: RawFd, buf: &mut [u8], offset: i64) -> Result<usize, Errno> {
+        self.here(SysCall::Pread { fd, buf, offset }).map(|n| n as usize)
+    }
+
+    #[track_caller]
+    pub fn pwrite(&mut self, fd: RawFd, buf: &[u8], offset: i64) -> Result<usize, Errno> {
+        self.here(SysCall::Pwrite { fd, buf, offset }).map(|n| n as usize)
+    }
+
+    #[track_caller]
+    pub fn readv<'b>(&mut self, fd: RawFd, bufs: &'b mut [IoSliceMut<'b>]) -> Result<usize, Errno> {
+        self.here(SysCall::Readv { fd, bufs }).map(|n| n as usize)
+    }
+
+    #[track_caller]
+    pub fn writev<'b>(&mut self, fd: RawFd, bufs: &'b [IoSlice<'b>]) -> Result<usize, Errno> {
+        self.here(SysCall::Writev { fd, bufs }).map(|n| n as usize)
+    }
+
+    /// `open(2)`; returns the new descriptor (the caller owns it).
+    #[track_caller]
+    pub fn open(&mut self, path: &CStr, flags: i32, mode: u32) -> Result<RawFd, Errno> {
+        self.here(SysCall::Open { path, flags, mode }).map(|fd| fd as RawFd)
+    }
+
+    #[track_caller]
+    pub fn openat(&mut self, dirfd: RawFd, path: &CStr, flags: i32, mode: u32) -> Result<RawFd, Errno> {
+        self.here(SysCall::Openat { dirfd, path, flags, mode }).map(|fd| fd as RawFd)
+    }
+
+    #[track_caller]
+    pub fn stat(&mut self, path: &CStr) -> Result<libc::stat, Errno> {
+        let mut out = zeroed_stat();
+        self.here(SysCall::Stat { path, out: &mut out }).map(|_| out)
+    }
+
+    #[track_caller]
+    pub fn fstat(&mut self, fd: RawFd) -> Result<libc::stat, Errno> {
+        let mut out = zeroed_stat();
+        self.here(SysCall::Fstat { fd, out: &mut out }).map(|_| out)
+    }
+
+    #[track_caller]
+    pub fn lstat(&mut self, path: &CStr) -> Result<libc::stat, Errno> {
+        let mut out = zeroed_stat();
+        self.here(SysCall::Lstat { path, out: &mut out }).map(|_| out)
+    }
+
+    #[track_caller]
+    pub fn fstatat(&mut self, dirfd: RawFd, path: &CStr, flags: i32) -> Result<libc::stat, Errno> {
+        let mut out = zeroed_stat();
+        self.here(SysCall::Newfstatat { dirfd, path, out: &mut out, flags }).map(|_| out)
+    }
+
+    #[track_caller]
+    pub fn fsync(&mut self, fd: RawFd) -> Result<(), Errno> {
+        self.here(SysCall::Fsync { fd }).map(drop)
+    }
+
+    #[track_caller]
+    pub fn fdatasync(&mut self, fd: RawFd) -> Result<(), Errno> {
+        self.here(SysCall::Fdatasync { fd }).map(drop)
+    }
+
+    #[track_caller]
+    pub fn sendfile(
+        &mut self,
+        out_fd: RawFd,
+        in_fd: RawFd,
+        offset: Option<&mut i64>,
+        count: usize,
+    ) -> Result<usize, Errno> {
+        self.here(SysCall::Sendfile { out_fd, in_fd, offset, count }).map(|n| n as usize)
+    }
+
+    /// `send` on a connected socket (`sendto` without an address).
+    #[track_caller]
+    pub fn send(&mut self, fd: RawFd, buf: &[u8], flags: i32) -> Result<usize, Errno> {
+        self.here(SysCall::Sendto { fd, buf, flags, addr: None }).map(|n| n as usize)
+    }
+
+    /// `recv` on a connected socket (`recvfrom` without an address).
+    #[track_caller]
+    pub fn recv(&mut self, fd: RawFd, buf: &mut [u8], flags: i32) -> Result<usize, Errno> {
+        self.here(SysCall::Recvfrom { fd, buf, flags, addr: None }).map(|n| n as usize)
+    }
+
+    #[track_caller]
+    pub fn poll(&mut self, fds: &mut [libc::pollfd], timeout_ms: i32) -> Result<usize, Errno> {
+        self.here(SysCall::Poll { fds, timeout_ms }).map(|n| n as usize)
+    }
+
+    /// Any closure, described to the policy as an `Other` call from this source location.
+    #[track_caller]
+    pub fn offload<'a, R: Send + 'a>(&mut self, f: impl FnOnce() -> R + Send + 'a) -> R {
+        let site = site_of(panic::Location::caller());
+        self.call(CallDesc::new(CallKind::Other(u32::MAX), -1, 0, site), f)
+    }
+}
+
+fn zeroed_stat() -> libc::stat {
+    // SAFETY: `struct stat` is plain old data; all zeroes is a valid value.
+    unsafe { std::mem::zeroed() }
+}

@@ -1,0 +1,260 @@
+//! Service cores: the same calls with and without offload give the same results (return
+//! values, errno, bytes on disk), work runs on the service CPU, and bad configurations are
+//! typed errors.
+
+use std::ffi::CString;
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::RawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use corehop_policy::offload::OffloadPolicy;
+use corehop_runtime::service::{Offloader, ServiceConfig, ServiceCores, ServiceError};
+use corehop_runtime::sys::{self, Errno};
+
+fn service_cpu() -> usize {
+    *sys::affinity().unwrap().last().unwrap()
+}
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("corehop-service-{}-{tag}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn c(path: &Path) -> CString {
+    CString::new(path.to_str().unwrap()).unwrap()
+}
+
+/// A fixed script of calls through `off`; returns every result as text and the files made.
+fn script(off: &mut Offloader<'_>, dir: &Path) -> (Vec<String>, Vec<(String, Vec<u8>)>) {
+    let mut log = vec![];
+    let mut note = |what: &str, r: String| log.push(format!("{what}: {r}"));
+    let data: Vec<u8> = (0..20_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let a = dir.join("a.bin");
+    let flags = libc::O_CREAT | libc::O_RDWR | libc::O_TRUNC | libc::O_CLOEXEC;
+
+    let fd = off.open(&c(&a), flags, 0o644).unwrap();
+    note("write small", format!("{:?}", off.write(fd, &data[..10])));
+    note("write big", format!("{:?}", off.write(fd, &data[10..])));
+    let v = [IoSlice::new(b"head-"), IoSlice::new(b"tail")];
+    note("writev", format!("{:?}", off.writev(fd, &v)));
+    note("pwrite", format!("{:?}", off.pwrite(fd, b"PATCH", 100)));
+    note("fsync", format!("{:?}", off.fsync(fd)));
+    note("fdatasync", format!("{:?}", off.fdatasync(fd)));
+    let st = off.fstat(fd).unwrap();
+    note("fstat size", format!("{}", st.st_size));
+
+    // Reads: positioned, short (near the end), at EOF.
+    let mut buf = vec![0u8; 4096];
+    note("pread", format!("{:?} {:?}", off.pread(fd, &mut buf, 95), &buf[..12]));
+    let end = st.st_size;
+    note("pread short", format!("{:?}", off.pread(fd, &mut buf, end - 3).map(|n| buf[..n].to_vec())));
+    note("pread eof", format!("{:?}", off.pread(fd, &mut buf, end + 10)));
+    note("read at eof", format!("{:?}", off.read(fd, &mut buf)));
+    let (mut x, mut y) = ([0u8; 3], [0u8; 5]);
+    {
+        let mut iov = [IoSliceMut::new(&mut x), IoSliceMut::new(&mut y)];
+        note("readv eof", format!("{:?}", off.readv(fd, &mut iov)));
+    }
+    let ro = off.open(&c(&a), libc::O_RDONLY | libc::O_CLOEXEC, 0).unwrap();
+    {
+        let mut iov = [IoSliceMut::new(&mut x), IoSliceMut::new(&mut y)];
+        note("readv", format!("{:?}", off.readv(ro, &mut iov)));
+    }
+    note("readv data", format!("{x:?} {y:?}"));
+    note("write to read-only", format!("{:?}", off.write(ro, b"nope")));
+
+    // sendfile a.bin → b.bin, with and without an explicit offset.
+    let b = dir.join("b.bin");
+    let out = off.open(&c(&b), flags, 0o600).unwrap();
+    let mut offset = 5i64;
+    note("sendfile offset", format!("{:?} {offset}", off.sendfile(out, ro, Some(&mut offset), 1000)));
+    note("sendfile pos", format!("{:?}", off.sendfile(out, ro, None, 50_000)));
+
+    // Errors: bad fd, missing file, exclusive create of an existing file, stat family.
+    let mut small = [0u8; 8];
+    note("read bad fd", format!("{:?}", off.read(-1, &mut small)));
+    note("fsync bad fd", format!("{:?}", off.fsync(9999)));
+    note("open missing", format!("{:?}", off.open(&c(&dir.join("missing")), libc::O_RDONLY, 0)));
+    note(
+        "open excl",
+        format!("{:?}", off.open(&c(&a), libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, 0o644)),
+    );
+    note("stat", format!("{:?}", off.stat(&c(&a)).map(|s| (s.st_size, s.st_mode & 0o777))));
+    let link = dir.join("link");
+    std::os::unix::fs::symlink(&a, &link).unwrap();
+    note("lstat link", format!("{:?}", off.lstat(&c(&link)).map(|s| s.st_mode & libc::S_IFMT)));
+    note("stat link", format!("{:?}", off.stat(&c(&link)).map(|s| s.st_mode & libc::S_IFMT)));
+    let dirfd = off.open(&c(dir), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC, 0).unwrap();
+    note("fstatat", format!("{:?}", off.fstatat(dirfd, c"b.bin", 0).map(|s| s.st_size)));
+    let cfd = off.openat(dirfd, c"c.txt", flags, 0o644).unwrap();
+    note("write c", format!("{:?}", off.write(cfd, b"made with openat\n")));
+    note("openat missing", format!("{:?}", off.openat(dirfd, c"nope/x", libc::O_RDONLY, 0)));
+
+    // Sockets: send/recv and poll on a socketpair, including a would-block recv.
+    let mut pair = [0 as RawFd; 2];
+    // SAFETY: socketpair writes two descriptors into `pair`.
+    assert_eq!(unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, pair.as_mut_ptr()) }, 0);
+    note("recv empty", format!("{:?}", off.recv(pair[1], &mut small, libc::MSG_DONTWAIT)));
+    note("send", format!("{:?}", off.send(pair[0], b"hello sock", 0)));
+    let mut fds = [libc::pollfd { fd: pair[1], events: libc::POLLIN, revents: 0 }];
+    note("poll", format!("{:?} {}", off.poll(&mut fds, 1000), fds[0].revents));
+    note("recv short", format!("{:?} {:?}", off.recv(pair[1], &mut small, 0), small));
+    note("offload closure", format!("{}", off.offload(|| data.iter().map(|&b| b as u64).sum::<u64>())));
+
+    for fd in [fd, ro, out, dirfd, cfd, pair[0], pair[1]] {
+        // SAFETY: each descriptor was opened above and is closed once.
+        unsafe { libc::close(fd) };
+    }
+    let files = ["a.bin", "b.bin", "c.txt"]
+        .iter()
+        .map(|n| (n.to_string(), std::fs::read(dir.join(n)).unwrap()))
+        .collect();
+    (log, files)
+}
+
+#[test]
+fn offloaded_calls_give_identical_results_and_files() {
+    let cores = ServiceCores::start(ServiceConfig::on_cpus([service_cpu()])).unwrap();
+    let reference = {
+        let dir = TempDir::new("never");
+        let mut off = Offloader::new(&cores, OffloadPolicy::Never);
+        let r = script(&mut off, &dir.0);
+        assert_eq!(off.stats().offloaded, 0);
+        r
+    };
+    // Sanity of the reference itself: errors carry the kernel's errno.
+    let log = reference.0.join("\n");
+    for expected in [
+        "read bad fd: Err(Errno(9))",
+        "open missing: Err(Errno(2))",
+        "open excl: Err(Errno(17))",
+        "read at eof: Ok(0)",
+        "pread short: Ok([",
+        "write to read-only: Err(Errno(9))",
+        "recv empty: Err(Errno(11))",
+        "recv short: Ok(8)",
+        "openat missing: Err(Errno(2))",
+    ] {
+        assert!(log.contains(expected), "missing {expected:?} in\n{log}");
+    }
+    assert_eq!(reference.1[0].1.len(), 20_009);
+    for spec in ["always", "size:4096", "predicted:fa:0", "predicted:dm:tuned", "static:read,write,fsync"] {
+        let dir = TempDir::new("policy");
+        let mut off = Offloader::new(&cores, spec.parse().unwrap());
+        let got = script(&mut off, &dir.0);
+        let got_log: Vec<String> = got.0.iter().map(|l| l.replace(dir.0.to_str().unwrap(), "DIR")).collect();
+        assert_eq!(got_log, reference.0, "results differ under {spec}");
+        assert_eq!(got.1, reference.1, "files differ under {spec}");
+        if spec == "always" {
+            assert_eq!(off.stats().offloaded, off.stats().calls);
+        }
+    }
+}
+
+#[test]
+fn work_runs_on_the_service_cpu_and_panics_come_back() {
+    let cpu = service_cpu();
+    let cores = ServiceCores::start(ServiceConfig::on_cpus([cpu])).unwrap();
+    assert_eq!(cores.run(|| sys::current_os_cpu().unwrap()), cpu);
+    let caller_tid = sys::gettid();
+    assert_ne!(cores.run(sys::gettid), caller_tid, "the work ran on the service thread");
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cores.run(|| panic!("boom"))));
+    let payload = caught.unwrap_err();
+    assert_eq!(payload.downcast_ref::<&str>(), Some(&"boom"));
+    // Still serving after the panic, and nested sends run inline instead of deadlocking.
+    assert_eq!(cores.run(|| cores.run(|| 41) + 1), 42);
+    let stats = cores.stats();
+    assert_eq!(stats[0].cpu, cpu);
+    assert!(stats[0].jobs >= 4);
+    assert!(cores.round_trip_ns(20) > 0);
+}
+
+#[test]
+fn predicted_policy_learns_which_work_is_long() {
+    let cores = ServiceCores::start(ServiceConfig::on_cpus([service_cpu()])).unwrap();
+    // N = 500 µs: a 2 ms sleep is long, an empty closure is short.
+    let mut off = Offloader::new(&cores, "predicted:fa:500000".parse().unwrap());
+    let long = || std::thread::sleep(Duration::from_millis(2));
+    for _ in 0..4 {
+        off.offload(long);
+    }
+    let after_long = off.stats();
+    assert_eq!(
+        after_long.offloaded, 3,
+        "the first is predicted cold (0 ns) and runs locally; then offloaded"
+    );
+    let short = |off: &mut Offloader<'_>| off.offload(|| 1 + 1);
+    // A new call site starts from the global mean of the last three runs (long ones), so
+    // the first few short calls may still go out; once the history is short, they stay.
+    for _ in 0..3 {
+        short(&mut off);
+    }
+    let settled = off.stats().offloaded;
+    for _ in 0..10 {
+        short(&mut off);
+    }
+    assert_eq!(off.stats().offloaded, settled, "short work stays local");
+    assert!(off.stats().remote_run_ns >= 3 * 2_000_000);
+}
+
+#[test]
+fn progress_feeds_the_threshold_tuner() {
+    let cores = ServiceCores::start(ServiceConfig::on_cpus([service_cpu()])).unwrap();
+    let mut off =
+        Offloader::new(&cores, "predicted:fa:tuned".parse().unwrap()).with_epochs(Duration::from_millis(1));
+    let start = std::time::Instant::now();
+    while off.stats().epochs < 5 && start.elapsed() < Duration::from_secs(10) {
+        off.offload(|| std::thread::sleep(Duration::from_micros(300)));
+        off.progress(1);
+    }
+    assert!(off.stats().epochs >= 5);
+    let OffloadPolicy::Predicted(p) = off.policy() else { panic!("not predicted") };
+    assert!(p.tuner().unwrap().rounds() >= 1, "three epochs make a sampling round");
+}
+
+#[test]
+fn several_service_cores_share_the_work() {
+    let cpus = sys::affinity().unwrap();
+    if cpus.len() < 2 {
+        println!("skipped: needs 2 CPUs, this process may use {cpus:?}");
+        return;
+    }
+    let mut config = ServiceConfig::on_cpus(cpus[..2].to_vec());
+    config.pick = corehop_policy::pick::Pick::ROUND_ROBIN;
+    let cores = ServiceCores::start(config).unwrap();
+    let ran_on: Vec<usize> = (0..6).map(|_| cores.run(|| sys::current_os_cpu().unwrap())).collect();
+    assert_eq!(ran_on, [cpus[0], cpus[1], cpus[0], cpus[1], cpus[0], cpus[1]]);
+    assert!(cores.stats().iter().all(|s| s.jobs == 3));
+}
+
+#[test]
+fn bad_configurations_are_typed_errors() {
+    assert!(matches!(ServiceCores::start(ServiceConfig::on_cpus([])), Err(ServiceError::NoCpus)));
+    let cpu = service_cpu();
+    assert!(
+        matches!(ServiceCores::start(ServiceConfig::on_cpus([cpu, cpu])), Err(ServiceError::Duplicate { cpu: c }) if c == cpu)
+    );
+    match ServiceCores::start(ServiceConfig::on_cpus([4000])) {
+        Err(e @ ServiceError::CpuNotAllowed { cpu: 4000, .. }) => {
+            assert!(e.to_string().contains("not one this process may run on"))
+        }
+        other => panic!("expected CpuNotAllowed, got {:?}", other.err()),
+    }
+    // Errno formatting names the error.
+    assert!(Errno(libc::EBADF).to_string().contains("errno 9"));
+}
