@@ -1,7 +1,50 @@
-//! The live corehop runtime on Linux.
+//! The live corehop runtime on Linux: pinned workers, stackful tasks that hop between CPUs.
+//!
+//! A [`Runtime`] runs one worker thread pinned to each chosen CPU. Work runs as *tasks*:
+//! stackful fibers that can move to another CPU in the middle of a function and come back,
+//! with everything on their stack intact.
+//!
+//! ```
+//! use corehop_runtime::{current_cpu, hop, on, Runtime, Wake};
+//! let rt = Runtime::builder().wake(Wake::Park).build().unwrap();
+//! let (a, b) = (rt.cpus()[0], *rt.cpus().last().unwrap());
+//! let answer = rt
+//!     .block_on(a, move || {
+//!         let local = [1u64, 2, 3];
+//!         hop(b).unwrap(); // now running on b's worker, same stack
+//!         assert_eq!(current_cpu(), b);
+//!         let there = on(a, current_cpu).unwrap(); // delegate a call to a, come back to b
+//!         (local.iter().sum::<u64>(), there)
+//!     })
+//!     .unwrap();
+//! assert_eq!(answer, (6, a));
+//! ```
+//!
+//! # Map of the crate
+//! - [`sys`]: the OS facade (pinning, gettid, futex, raw syscalls with explicit errno, TSC).
+//! - `runtime`: [`Builder`], [`Runtime`], workers, [`JoinHandle`], shutdown protocol.
+//! - `task`: what a task can do: [`hop`], [`on`], [`hop_any`], [`current_cpu`],
+//!   [`no_hop_zone`], and the hop hazards with what corehop decided about each.
+//! - `fiber`: the one unsafe step, sending a suspended fiber to another thread, with its
+//!   soundness argument. `mailbox`: the lock-free hand-off and park/unpark protocol
+//!   (model-checked with loom). `context`: per-thread state behind non-inlinable accessors.
+//! - [`service`], [`objects`], [`components`], [`smt`]: the subsystems built on hops.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod context;
+mod error;
+mod fiber;
+mod mailbox;
+mod runtime;
+mod sync;
 pub mod sys;
+mod task;
+
+pub use corehop_policy::pick::{Candidate, Pick, PickState};
+pub use corehop_topology::CpuId;
+pub use error::{Error, JoinError};
+pub use runtime::{Builder, JoinHandle, Mechanism, Runtime, Wake, DEFAULT_STACK_SIZE};
+pub use task::{current_cpu, hop, hop_any, in_task, no_hop_zone, on, spawn_on, try_current_cpu, NoHopZone};
 
 // Subsystems built on the core runtime; each lands with its issue.
 pub mod components;

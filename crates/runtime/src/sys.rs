@@ -175,12 +175,23 @@ pub fn pin_current_thread(os_cpu: usize) -> io::Result<()> {
 
 /// The CPUs (kernel numbers) the calling OS thread may run on, ascending.
 pub fn affinity() -> io::Result<Vec<usize>> {
+    affinity_of(0)
+}
+
+/// The CPUs (kernel numbers) thread `tid` may run on, ascending; `tid` 0 is the calling
+/// thread, the process id is the main thread (what the process was started with).
+pub fn affinity_of(tid: i32) -> io::Result<Vec<usize>> {
     // SAFETY: all zeroes is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     let set_ptr = &mut set as *mut libc::cpu_set_t as usize;
-    // SAFETY: pid 0 is the calling thread; the kernel writes at most `size` bytes into `set`.
-    unsafe { syscall(libc::SYS_sched_getaffinity, [0, std::mem::size_of_val(&set), set_ptr, 0, 0, 0]) }
-        .map_err(Errno::to_io)?;
+    // SAFETY: the kernel writes at most `size` bytes into `set`; a bad tid is an error.
+    unsafe {
+        syscall(
+            libc::SYS_sched_getaffinity,
+            [tid as isize as usize, std::mem::size_of_val(&set), set_ptr, 0, 0, 0],
+        )
+    }
+    .map_err(Errno::to_io)?;
     // SAFETY: every index is below CPU_SETSIZE, so each bit read is inside `set`.
     Ok((0..libc::CPU_SETSIZE as usize).filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) }).collect())
 }

@@ -1,0 +1,104 @@
+//! Per-thread runtime state, reached only through accessors that cannot be cached across a hop.
+//!
+//! A task that hops continues on another OS thread, inside the same Rust function. LLVM treats
+//! the address of a thread-local as constant within a function, so a `thread_local!` read,
+//! inlined into a function that hops, could be served from the *old* thread's copy after the
+//! hop. Every accessor here is `#[inline(never)]`: each call computes the thread-local's
+//! address afresh on the thread that makes the call.
+//!
+//! Two pieces of state:
+//! - the **worker** state of a runtime worker thread: which runtime it belongs to and the CPU
+//!   it is on now (its home CPU, or under `Mechanism::Affinity` the CPU the task moved it to);
+//! - the **current task**: a pointer to the [`TaskCtx`] at the bottom of the running task's
+//!   stack, installed by the task itself whenever it starts or arrives on a thread after a hop,
+//!   and cleared by the worker whenever the task gives the thread back.
+
+use std::cell::Cell;
+use std::ptr;
+use std::sync::Arc;
+
+use corehop_topology::CpuId;
+
+use crate::fiber::{FiberYielder, Resume, Suspend};
+use crate::runtime::Shared;
+
+/// The context of one task, living at the bottom of its own stack for its whole life.
+pub(crate) struct TaskCtx {
+    pub(crate) yielder: *const FiberYielder,
+    pub(crate) shared: Arc<Shared>,
+    /// Depth of nested `no_hop_zone`s: hops are refused while it is not zero.
+    pub(crate) no_hop: Cell<u32>,
+}
+
+impl TaskCtx {
+    /// Suspends the task (it must be the one running on the calling thread) and hands
+    /// `request` to its worker; returns when a worker resumes it, possibly on another thread.
+    pub(crate) fn suspend(&self, request: Suspend) -> Resume {
+        // SAFETY: `yielder` points to the yielder corosensei passed to this task's body, which
+        // lives as long as the body, i.e. longer than the `TaskCtx` below it on the same stack;
+        // `self` being reachable means the caller runs on that stack.
+        unsafe { &*self.yielder }.suspend(request)
+    }
+}
+
+#[derive(Clone, Copy)]
+struct WorkerState {
+    /// Identifies the runtime (the address of its `Shared`).
+    runtime: *const Shared,
+    here: CpuId,
+}
+
+thread_local! {
+    static WORKER: Cell<Option<WorkerState>> = const { Cell::new(None) };
+    static TASK: Cell<*const TaskCtx> = const { Cell::new(ptr::null()) };
+}
+
+/// Marks the calling thread as the worker of `shared` on `cpu`.
+#[inline(never)]
+pub(crate) fn enter_worker(shared: &Shared, cpu: CpuId) {
+    WORKER.with(|w| w.set(Some(WorkerState { runtime: shared, here: cpu })));
+}
+
+/// Records that the calling worker thread now runs on `cpu` (an `Affinity` hop).
+#[inline(never)]
+pub(crate) fn set_here(cpu: CpuId) {
+    WORKER.with(|w| w.set(w.get().map(|s| WorkerState { here: cpu, ..s })));
+}
+
+/// The CPU the calling worker thread is on, if it is a worker.
+#[inline(never)]
+pub(crate) fn here() -> Option<CpuId> {
+    WORKER.with(|w| w.get().map(|s| s.here))
+}
+
+/// Whether the calling thread is a worker of the runtime `shared`.
+#[inline(never)]
+pub(crate) fn is_worker_of(shared: &Shared) -> bool {
+    WORKER.with(|w| w.get().is_some_and(|s| ptr::eq(s.runtime, shared)))
+}
+
+/// Installs `ctx` as the task running on the calling thread.
+#[inline(never)]
+pub(crate) fn set_task(ctx: &TaskCtx) {
+    TASK.with(|t| t.set(ctx));
+}
+
+/// The calling thread no longer runs a task.
+#[inline(never)]
+pub(crate) fn clear_task() {
+    TASK.with(|t| t.set(ptr::null()));
+}
+
+/// The task running on the calling thread, if any.
+///
+/// The reference is valid for as long as the caller runs on that task's stack: the `TaskCtx`
+/// sits at the bottom of the stack, below every frame that can call this, and the pointer is
+/// cleared by the worker whenever the task stops running on this thread.
+#[inline(never)]
+pub(crate) fn task<'a>() -> Option<&'a TaskCtx> {
+    let ptr = TASK.with(|t| t.get());
+    // SAFETY: a non-null pointer was installed by the running task from a `TaskCtx` at the
+    // bottom of its stack, which outlives every frame above it; code that is not running on
+    // that stack finds the pointer cleared (the worker clears it when `resume` returns).
+    unsafe { ptr.as_ref() }
+}

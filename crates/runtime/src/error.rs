@@ -1,0 +1,114 @@
+//! The runtime's errors, each naming the problem and the numbers involved.
+
+use std::any::Any;
+use std::io;
+
+use corehop_topology::CpuId;
+
+/// Why a runtime call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The CPU is not one the runtime (or the machine, at build time) has.
+    #[error("{cpu} is not one of the available CPUs ({})", list(available))]
+    UnknownCpu { cpu: CpuId, available: Vec<CpuId> },
+    /// The machine has the CPU, but this process may not run on it (affinity mask, cpuset).
+    #[error("{cpu} (kernel CPU {os_id}) is not in this process's allowed CPUs {allowed:?}")]
+    CpuNotAllowed { cpu: CpuId, os_id: usize, allowed: Vec<usize> },
+    /// The same CPU was chosen twice.
+    #[error("{cpu} was chosen more than once")]
+    DuplicateCpu { cpu: CpuId },
+    /// An empty CPU list was given (to the builder or to `hop_any`).
+    #[error("no CPUs were given: at least one is needed")]
+    NoCpus,
+    /// The call is only meaningful inside a task (`hop`, `on`, `hop_any`).
+    #[error(
+        "not inside a corehop task: hop/on move a running task, call them from code run by spawn_on/block_on"
+    )]
+    NotInTask,
+    /// Blocking on a task from one of the runtime's own workers could deadlock the worker.
+    #[error("block_on called from a worker of the same runtime; use corehop_runtime::on inside tasks")]
+    BlockingInTask,
+    /// The runtime is shutting down: no new tasks, and hops of running tasks are refused.
+    #[error("the runtime is shut down")]
+    ShutDown,
+    /// A hop inside a `no_hop_zone` (e.g. while a lock guard is held).
+    #[error(
+        "hop to {cpu} refused: the task is inside a no_hop_zone (it holds something tied to this thread)"
+    )]
+    HopForbidden { cpu: CpuId },
+    /// Pinning a thread to a CPU failed.
+    #[error("could not pin a thread to {cpu} (kernel CPU {os_id}): {source}")]
+    Pin { cpu: CpuId, os_id: usize, source: io::Error },
+    /// Allocating a task stack failed.
+    #[error("could not allocate a {size}-byte task stack: {source}")]
+    Stack { size: usize, source: io::Error },
+    /// Starting a worker thread failed.
+    #[error("could not start the worker thread for {cpu}: {source}")]
+    Thread { cpu: CpuId, source: io::Error },
+    /// Finding out what the machine is failed.
+    #[error("could not discover the machine: {0}")]
+    Topology(String),
+}
+
+fn list(cpus: &[CpuId]) -> String {
+    if cpus.is_empty() {
+        return "none".into();
+    }
+    cpus.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+/// Why a task gave no value.
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    /// The task's closure panicked; the payload is what `panic!` was given.
+    #[error("task panicked: {message}")]
+    Panicked { message: String, payload: Box<dyn Any + Send + 'static> },
+    /// The runtime shut down before the task started; its closure never ran.
+    #[error("task cancelled: the runtime shut down before it started")]
+    Cancelled,
+}
+
+impl JoinError {
+    pub(crate) fn from_panic(payload: Box<dyn Any + Send + 'static>) -> JoinError {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(non-string panic payload)".into());
+        JoinError::Panicked { message, payload }
+    }
+
+    /// Whether the task panicked.
+    pub fn is_panic(&self) -> bool {
+        matches!(self, JoinError::Panicked { .. })
+    }
+
+    /// Whether the task was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, JoinError::Cancelled)
+    }
+
+    /// The panic payload, to re-raise with `std::panic::resume_unwind`; `Err(self)` otherwise.
+    pub fn into_panic(self) -> Result<Box<dyn Any + Send + 'static>, JoinError> {
+        match self {
+            JoinError::Panicked { payload, .. } => Ok(payload),
+            other => Err(other),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_the_problem() {
+        let e = Error::UnknownCpu { cpu: CpuId(7), available: vec![CpuId(0), CpuId(1)] };
+        assert_eq!(e.to_string(), "cpu7 is not one of the available CPUs (cpu0, cpu1)");
+        let e = Error::CpuNotAllowed { cpu: CpuId(1), os_id: 5, allowed: vec![0, 1] };
+        assert!(e.to_string().contains("kernel CPU 5"));
+        assert!(JoinError::from_panic(Box::new("boom")).to_string().contains("boom"));
+        assert!(JoinError::from_panic(Box::new(String::from("bang"))).to_string().contains("bang"));
+        assert!(JoinError::from_panic(Box::new(3u8)).to_string().contains("non-string"));
+    }
+}

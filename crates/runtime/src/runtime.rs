@@ -1,0 +1,635 @@
+//! The runtime: its builder, its pinned workers and the life of a task.
+//!
+//! # Start-up
+//! [`Builder::build`] checks the chosen CPUs against the machine, starts one worker thread per
+//! CPU and waits until each has pinned itself (a CPU the process may not use fails here, with
+//! [`Error::CpuNotAllowed`]).
+//!
+//! # A task's life
+//! ```text
+//! spawn_on(cpu, f) ──push──► mailbox of cpu ──pop──► worker resumes the fiber
+//!                                  ▲                        │ hop(other): fiber suspends,
+//!                                  └──── push to other ◄────┘ worker pushes it on
+//!                                                           │ f returns: result to the
+//!                                                           ▼ JoinHandle, stack to the pool
+//! ```
+//! Under [`Mechanism::Affinity`] a hop never leaves the worker thread: the thread re-pins
+//! itself to the target CPU (V1), and the worker goes back home once the task finishes.
+//!
+//! # Idle workers
+//! [`Wake::Spin`] polls the mailbox (V4), [`Wake::Park`] sleeps on a futex at once,
+//! [`Wake::SpinThenPark`] polls for a budget from `corehop_policy::spin` fitted to the recent
+//! idle gaps and wake-up costs, then sleeps.
+//!
+//! # Shutdown
+//! [`Runtime::shutdown`] (also run on drop) has a defined outcome for every task:
+//! - tasks that have not started yet are **cancelled**: their closure never runs and the
+//!   joiner gets [`JoinError::Cancelled`];
+//! - tasks already running **finish**: their hops are refused from then on (`hop` returns
+//!   [`Error::ShutDown`] and the task stays where it is), except the way back of an `on()`
+//!   already under way, so that `on` either did not run its closure or returns its value;
+//! - new `spawn_on` calls fail with [`Error::ShutDown`];
+//! - `shutdown` returns when every task has finished and every worker has exited.
+
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as StdOrdering};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::thread;
+
+use corehop_policy::pick::Candidate;
+use corehop_policy::spin::{SpinBudget, SpinConfig};
+use corehop_topology::{CpuId, Machine};
+use corosensei::stack::DefaultStack;
+use crossbeam_queue::ArrayQueue;
+
+use crate::context::{self, TaskCtx};
+use crate::error::{Error, JoinError};
+use crate::fiber::{Fiber, FiberYielder, Resume, Step, Suspend};
+use crate::mailbox::{Linked, Mailbox, Reader};
+use crate::sync::{AtomicPtr, Ordering};
+use crate::sys;
+
+/// How a hop moves a task to another CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Mechanism {
+    /// V1: the OS thread running the task moves itself with `sched_setaffinity`; the kernel
+    /// migrates it. The fiber never changes threads. Slow (a migration per hop) but simple.
+    Affinity,
+    /// V2/V3: the suspended fiber is handed to the target CPU's worker through its mailbox.
+    #[default]
+    Handoff,
+}
+
+/// What an idle worker does while its mailbox is empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Wake {
+    /// V4: poll the mailbox; fastest hand-off, burns the CPU while idle.
+    Spin,
+    /// Sleep on a futex at once; every hand-off to an idle worker pays a wake-up.
+    Park,
+    /// Poll for an adaptive budget (about what a wake-up costs, fitted to recent idle gaps),
+    /// then sleep.
+    #[default]
+    SpinThenPark,
+}
+
+/// Task stack size unless [`Builder::stack_size`] says otherwise (lazily committed memory).
+pub const DEFAULT_STACK_SIZE: usize = 256 * 1024;
+/// Finished tasks' stacks kept for reuse, so spawning does not mmap every time.
+const STACK_POOL_SIZE: usize = 64;
+
+/// Configures and starts a [`Runtime`].
+#[derive(Debug, Clone)]
+pub struct Builder {
+    machine: Option<Machine>,
+    cpus: Option<Vec<CpuId>>,
+    mechanism: Mechanism,
+    wake: Wake,
+    stack_size: usize,
+    spin: SpinConfig,
+}
+
+impl Builder {
+    /// The machine whose CPUs the runtime uses. Default: the discovered host.
+    pub fn machine(mut self, machine: Machine) -> Self {
+        self.machine = Some(machine);
+        self
+    }
+
+    /// The CPUs (dense ids of the machine) to run a worker on. Default: all of them.
+    pub fn cpus(mut self, cpus: impl IntoIterator<Item = CpuId>) -> Self {
+        self.cpus = Some(cpus.into_iter().collect());
+        self
+    }
+
+    /// How hops move tasks. Default: [`Mechanism::Handoff`].
+    pub fn mechanism(mut self, mechanism: Mechanism) -> Self {
+        self.mechanism = mechanism;
+        self
+    }
+
+    /// What idle workers do. Default: [`Wake::SpinThenPark`].
+    pub fn wake(mut self, wake: Wake) -> Self {
+        self.wake = wake;
+        self
+    }
+
+    /// Bytes of stack per task (plus a guard page). Default: [`DEFAULT_STACK_SIZE`].
+    pub fn stack_size(mut self, bytes: usize) -> Self {
+        self.stack_size = bytes;
+        self
+    }
+
+    /// Tuning of the spin budget of [`Wake::SpinThenPark`].
+    pub fn spin_config(mut self, config: SpinConfig) -> Self {
+        self.spin = config;
+        self
+    }
+
+    /// Checks the configuration and starts the workers.
+    pub fn build(self) -> Result<Runtime, Error> {
+        let machine = match self.machine {
+            Some(m) => m,
+            None => default_machine()?,
+        };
+        let cpus = self.cpus.unwrap_or_else(|| machine.cpus().iter().map(|c| c.id).collect());
+        if cpus.is_empty() {
+            return Err(Error::NoCpus);
+        }
+        let mut index = vec![None; machine.cpus().len()];
+        let mut workers = Vec::with_capacity(cpus.len());
+        let mut readers = Vec::with_capacity(cpus.len());
+        for &cpu in &cpus {
+            let Some(info) = machine.cpu(cpu) else {
+                return Err(Error::UnknownCpu {
+                    cpu,
+                    available: machine.cpus().iter().map(|c| c.id).collect(),
+                });
+            };
+            if index[cpu.0].replace(workers.len()).is_some() {
+                return Err(Error::DuplicateCpu { cpu });
+            }
+            let (mailbox, reader) = Mailbox::new();
+            workers.push(WorkerSlot { cpu, os_id: info.os_id, mailbox });
+            readers.push(reader);
+        }
+        let shared = Arc::new(Shared {
+            machine,
+            cpus,
+            index,
+            workers,
+            mechanism: self.mechanism,
+            wake: self.wake,
+            stack_size: self.stack_size,
+            spin: self.spin,
+            stacks: ArrayQueue::new(STACK_POOL_SIZE),
+            live: AtomicUsize::new(0),
+            shutdown: AtomicBool::new(false),
+        });
+        let runtime = Runtime { shared: shared.clone(), threads: Mutex::new(Vec::new()) };
+        let (ready_tx, ready_rx) = mpsc::channel();
+        for (i, reader) in readers.into_iter().enumerate() {
+            let (shared, ready) = (shared.clone(), ready_tx.clone());
+            let slot = &runtime.shared.workers[i];
+            let spawned = thread::Builder::new()
+                .name(format!("corehop-{}", slot.cpu))
+                .spawn(move || worker_main(shared, i, reader, ready));
+            match spawned {
+                Ok(handle) => runtime.lock_threads().push(handle),
+                // Dropping `runtime` shuts down the workers already started.
+                Err(source) => return Err(Error::Thread { cpu: slot.cpu, source }),
+            }
+        }
+        drop(ready_tx);
+        for _ in 0..runtime.shared.workers.len() {
+            match ready_rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(Error::Topology("a worker thread died while starting".into())),
+            }
+        }
+        Ok(runtime)
+    }
+}
+
+/// The CPUs this process may use, as a uniform machine, until sysfs discovery
+/// (`corehop_topology::discover`) is available to the runtime.
+fn default_machine() -> Result<Machine, Error> {
+    let allowed = sys::affinity_of(std::process::id() as i32).map_err(|e| Error::Topology(e.to_string()))?;
+    let cpus = allowed
+        .iter()
+        .enumerate()
+        .map(|(i, &os_id)| corehop_topology::Cpu {
+            id: CpuId(i),
+            os_id,
+            core: i,
+            package: 0,
+            class: corehop_topology::CoreClass::Uniform,
+            speed: 1.0,
+            emulated_speed: None,
+        })
+        .collect();
+    Ok(Machine {
+        name: "this host".into(),
+        source: "affinity mask".into(),
+        cpus,
+        caches: Vec::new(),
+        waitpkg: false,
+    })
+}
+
+/// A running corehop runtime: one pinned worker thread per chosen CPU.
+///
+/// # Examples
+/// ```
+/// use corehop_runtime::{current_cpu, hop, Runtime, Wake};
+/// let rt = Runtime::builder().wake(Wake::Park).build().unwrap();
+/// let (first, last) = (rt.cpus()[0], *rt.cpus().last().unwrap());
+/// let seen = rt
+///     .block_on(first, move || {
+///         let here = current_cpu();
+///         hop(last).unwrap();
+///         (here, current_cpu())
+///     })
+///     .unwrap();
+/// assert_eq!(seen, (first, last));
+/// ```
+pub struct Runtime {
+    shared: Arc<Shared>,
+    threads: Mutex<Vec<thread::JoinHandle<()>>>,
+}
+
+impl Runtime {
+    /// A builder with the defaults (discovered machine, all CPUs, Handoff, SpinThenPark).
+    pub fn builder() -> Builder {
+        Builder {
+            machine: None,
+            cpus: None,
+            mechanism: Mechanism::default(),
+            wake: Wake::default(),
+            stack_size: DEFAULT_STACK_SIZE,
+            spin: SpinConfig::default(),
+        }
+    }
+
+    /// The machine the runtime's CPU ids refer to.
+    pub fn machine(&self) -> &Machine {
+        &self.shared.machine
+    }
+
+    /// The CPUs with a worker, in the order given to the builder.
+    pub fn cpus(&self) -> &[CpuId] {
+        &self.shared.cpus
+    }
+
+    pub fn mechanism(&self) -> Mechanism {
+        self.shared.mechanism
+    }
+
+    pub fn wake(&self) -> Wake {
+        self.shared.wake
+    }
+
+    /// Starts `f` as a task on `cpu`'s worker.
+    pub fn spawn_on<F, T>(&self, cpu: CpuId, f: F) -> Result<JoinHandle<T>, Error>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        self.shared.spawn_on(cpu, f)
+    }
+
+    /// Runs `f` as a task on `cpu` and waits for its value, from a thread that is not one of
+    /// this runtime's workers. A panic in `f` resumes in the caller; a task cancelled by
+    /// shutdown gives [`Error::ShutDown`].
+    pub fn block_on<F, T>(&self, cpu: CpuId, f: F) -> Result<T, Error>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        if context::is_worker_of(&self.shared) {
+            return Err(Error::BlockingInTask);
+        }
+        match self.spawn_on(cpu, f)?.join() {
+            Ok(v) => Ok(v),
+            Err(JoinError::Panicked { payload, .. }) => resume_unwind(payload),
+            Err(JoinError::Cancelled) => Err(Error::ShutDown),
+        }
+    }
+
+    /// Runs `f` on `cpu` and returns its value: inside a task of this runtime by hopping there
+    /// and back ([`crate::on`]); from any other thread as [`Runtime::block_on`].
+    pub fn on<F, T>(&self, cpu: CpuId, f: F) -> Result<T, Error>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        match context::task() {
+            Some(ctx) if ptr::eq(&*ctx.shared, &*self.shared) => crate::on(cpu, f),
+            _ => self.block_on(cpu, f),
+        }
+    }
+
+    /// What `corehop_policy::pick` needs to know about `cpus`: work queued or running on
+    /// each and whether it is idle. The calling task does not count against its own CPU.
+    pub fn candidates(&self, cpus: &[CpuId]) -> Result<Vec<Candidate>, Error> {
+        self.shared.candidates(cpus)
+    }
+
+    /// Whether shutdown has begun.
+    pub fn is_shut_down(&self) -> bool {
+        self.shared.shutdown.load(StdOrdering::SeqCst)
+    }
+
+    /// Shuts the runtime down with the outcome described in the module docs, and waits for
+    /// the workers to exit. Idempotent. Called from inside one of its own tasks it only
+    /// begins the shutdown (a worker cannot wait for itself); dropping the runtime waits.
+    pub fn shutdown(&self) {
+        self.shared.shutdown.store(true, StdOrdering::SeqCst);
+        self.shared.wake_all();
+        if context::is_worker_of(&self.shared) {
+            return;
+        }
+        for handle in self.lock_threads().drain(..) {
+            // A worker never panics (task panics are caught in the fiber); if one did, the
+            // panic has been reported and there is nothing left to clean up.
+            let _ = handle.join();
+        }
+    }
+
+    fn lock_threads(&self) -> std::sync::MutexGuard<'_, Vec<thread::JoinHandle<()>>> {
+        self.threads.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("cpus", &self.shared.cpus)
+            .field("mechanism", &self.shared.mechanism)
+            .field("wake", &self.shared.wake)
+            .finish()
+    }
+}
+
+/// The one owner of a task's result; dropping it detaches the task (it still runs).
+pub struct JoinHandle<T> {
+    slot: Arc<JoinSlot<T>>,
+    cpu: CpuId,
+}
+
+struct JoinSlot<T> {
+    result: Mutex<Option<Result<T, JoinError>>>,
+    done: Condvar,
+}
+
+impl<T> JoinSlot<T> {
+    fn finish(&self, result: Result<T, JoinError>) {
+        *self.result.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
+        self.done.notify_all();
+    }
+}
+
+impl<T> JoinHandle<T> {
+    /// Blocks the calling OS thread until the task finished; its value, or why there is none.
+    /// (Called inside a task this blocks that task's worker too.)
+    pub fn join(self) -> Result<T, JoinError> {
+        let mut result = self.slot.result.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(r) = result.take() {
+                return r;
+            }
+            result = self.slot.done.wait(result).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Whether the task has finished (a `join` would not block).
+    pub fn is_finished(&self) -> bool {
+        self.slot.result.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+    }
+
+    /// The CPU the task was spawned on.
+    pub fn cpu(&self) -> CpuId {
+        self.cpu
+    }
+}
+
+impl<T> std::fmt::Debug for JoinHandle<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JoinHandle").field("cpu", &self.cpu).field("finished", &self.is_finished()).finish()
+    }
+}
+
+/// A task as it travels between mailboxes.
+pub(crate) struct Task {
+    link: AtomicPtr<Task>,
+    fiber: Fiber,
+    started: bool,
+}
+
+// SAFETY: `link` is always the same field and only the mailbox uses it.
+unsafe impl Linked for Task {
+    fn link(&self) -> &AtomicPtr<Self> {
+        &self.link
+    }
+}
+
+pub(crate) struct WorkerSlot {
+    pub(crate) cpu: CpuId,
+    pub(crate) os_id: usize,
+    pub(crate) mailbox: Arc<Mailbox<Task>>,
+}
+
+/// What the workers, the tasks and the `Runtime` handle share.
+pub(crate) struct Shared {
+    machine: Machine,
+    cpus: Vec<CpuId>,
+    /// Machine CPU id -> worker index.
+    index: Vec<Option<usize>>,
+    pub(crate) workers: Vec<WorkerSlot>,
+    pub(crate) mechanism: Mechanism,
+    wake: Wake,
+    stack_size: usize,
+    spin: SpinConfig,
+    stacks: ArrayQueue<DefaultStack>,
+    /// Tasks spawned and not finished.
+    live: AtomicUsize,
+    pub(crate) shutdown: AtomicBool,
+}
+
+impl Shared {
+    /// The worker index of `cpu`, or the error naming the CPUs there are.
+    pub(crate) fn worker_of(&self, cpu: CpuId) -> Result<usize, Error> {
+        self.index
+            .get(cpu.0)
+            .copied()
+            .flatten()
+            .ok_or_else(|| Error::UnknownCpu { cpu, available: self.cpus.clone() })
+    }
+
+    pub(crate) fn candidates(&self, cpus: &[CpuId]) -> Result<Vec<Candidate>, Error> {
+        let here = context::task().and(context::here());
+        cpus.iter()
+            .map(|&cpu| {
+                let load = self.workers[self.worker_of(cpu)?].mailbox.load.load(Ordering::Relaxed) as usize;
+                let queue_len = if here == Some(cpu) { load.saturating_sub(1) } else { load };
+                Ok(Candidate { cpu, queue_len, idle: queue_len == 0 })
+            })
+            .collect()
+    }
+
+    pub(crate) fn spawn_on<F, T>(self: &Arc<Self>, cpu: CpuId, f: F) -> Result<JoinHandle<T>, Error>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let worker = self.worker_of(cpu)?;
+        // Count the task before looking at the flag (and shutdown sets the flag before
+        // looking at the count), so workers never exit while a spawn is getting through.
+        self.live.fetch_add(1, StdOrdering::SeqCst);
+        if self.shutdown.load(StdOrdering::SeqCst) {
+            self.task_finished();
+            return Err(Error::ShutDown);
+        }
+        let stack = match self.stacks.pop() {
+            Some(stack) => stack,
+            None => match DefaultStack::new(self.stack_size) {
+                Ok(stack) => stack,
+                Err(source) => {
+                    self.task_finished();
+                    return Err(Error::Stack { size: self.stack_size, source });
+                }
+            },
+        };
+        let slot = Arc::new(JoinSlot { result: Mutex::new(None), done: Condvar::new() });
+        let (task_slot, shared) = (slot.clone(), self.clone());
+        let body = move |yielder: &FiberYielder, input: Resume| {
+            if input == Resume::Cancel {
+                task_slot.finish(Err(JoinError::Cancelled));
+                return;
+            }
+            let ctx = TaskCtx { yielder, shared, no_hop: std::cell::Cell::new(0) };
+            context::set_task(&ctx);
+            let result = catch_unwind(AssertUnwindSafe(f)).map_err(JoinError::from_panic);
+            task_slot.finish(result);
+        };
+        let task = Box::new(Task {
+            link: AtomicPtr::new(ptr::null_mut()),
+            fiber: Fiber::new(stack, body),
+            started: false,
+        });
+        self.workers[worker].mailbox.push(task);
+        Ok(JoinHandle { slot, cpu })
+    }
+
+    fn task_finished(&self) {
+        if self.live.fetch_sub(1, StdOrdering::SeqCst) == 1 && self.shutdown.load(StdOrdering::SeqCst) {
+            self.wake_all();
+        }
+    }
+
+    fn finished(&self) -> bool {
+        self.shutdown.load(StdOrdering::SeqCst) && self.live.load(StdOrdering::SeqCst) == 0
+    }
+
+    fn wake_all(&self) {
+        self.workers.iter().for_each(|w| w.mailbox.unpark());
+    }
+}
+
+fn worker_main(
+    shared: Arc<Shared>,
+    index: usize,
+    mut reader: Reader<Task>,
+    ready: mpsc::Sender<Result<(), Error>>,
+) {
+    let slot = &shared.workers[index];
+    if let Err(source) = sys::pin_current_thread(slot.os_id) {
+        let error = if source.raw_os_error() == Some(libc::EINVAL) {
+            let allowed = sys::affinity_of(std::process::id() as i32).unwrap_or_default();
+            Error::CpuNotAllowed { cpu: slot.cpu, os_id: slot.os_id, allowed }
+        } else {
+            Error::Pin { cpu: slot.cpu, os_id: slot.os_id, source }
+        };
+        // The builder is waiting for this; if it is gone there is no one to tell.
+        let _ = ready.send(Err(error));
+        return;
+    }
+    context::enter_worker(&shared, slot.cpu);
+    // The receiver may already be gone after another worker failed; then so is the runtime.
+    let _ = ready.send(Ok(()));
+    drop(ready);
+    let mut idle = Idle { budget: SpinBudget::new(shared.spin) };
+    loop {
+        while let Some(task) = reader.pop() {
+            run_slice(&shared, slot, task);
+        }
+        if shared.finished() {
+            break;
+        }
+        idle.wait(&shared, &mut reader);
+    }
+}
+
+/// Runs `task` until it hops away or finishes, then passes it on.
+fn run_slice(shared: &Shared, slot: &WorkerSlot, mut task: Box<Task>) {
+    let input =
+        if !task.started && shared.shutdown.load(StdOrdering::SeqCst) { Resume::Cancel } else { Resume::Run };
+    task.started = true;
+    let step = task.fiber.resume(input);
+    context::clear_task();
+    slot.mailbox.load.fetch_sub(1, Ordering::Relaxed);
+    if context::here() != Some(slot.cpu) && sys::pin_current_thread(slot.os_id).is_ok() {
+        // Back home after an Affinity hop. (Should re-pinning fail, `here` keeps saying where
+        // the thread really is.)
+        context::set_here(slot.cpu);
+    }
+    match step {
+        Step::Suspended(Suspend::Hop { worker }) => shared.workers[worker].mailbox.push(task),
+        Step::Finished => {
+            if let Some(stack) = task.fiber.into_stack() {
+                // A full pool just frees the stack.
+                let _ = shared.stacks.push(stack);
+            }
+            shared.task_finished();
+        }
+    }
+}
+
+/// An idle worker's waiting strategy and, for SpinThenPark, its budget.
+struct Idle {
+    budget: SpinBudget,
+}
+
+/// Polls between clock reads while spinning (a TSC read costs about as much as 8 polls).
+const POLLS_PER_CLOCK_READ: u32 = 8;
+
+impl Idle {
+    fn wait(&mut self, shared: &Shared, reader: &mut Reader<Task>) {
+        match shared.wake {
+            Wake::Spin => {
+                while !reader.has_mail() && !shared.finished() {
+                    sys::cpu_relax();
+                }
+            }
+            Wake::Park => reader.park(),
+            Wake::SpinThenPark => self.spin_then_park(shared, reader),
+        }
+    }
+
+    fn spin_then_park(&mut self, shared: &Shared, reader: &mut Reader<Task>) {
+        let start = sys::now_ns();
+        let budget = self.budget.budget_ns();
+        let mut polls = 0u32;
+        loop {
+            if reader.has_mail() {
+                self.budget.observe_idle_gap(sys::now_ns().saturating_sub(start));
+                return;
+            }
+            if shared.finished() {
+                return;
+            }
+            polls += 1;
+            if polls.is_multiple_of(POLLS_PER_CLOCK_READ) && sys::now_ns().saturating_sub(start) >= budget {
+                break;
+            }
+            sys::cpu_relax();
+        }
+        reader.park();
+        let woke = sys::now_ns();
+        let woken_at = reader.mailbox().woken_at_ns.load(Ordering::Relaxed);
+        if woken_at >= start {
+            self.budget.observe_wake_cost(woke.saturating_sub(woken_at));
+            self.budget.observe_idle_gap(woken_at - start);
+        } else if reader.has_mail() {
+            self.budget.observe_idle_gap(woke.saturating_sub(start));
+        }
+    }
+}
