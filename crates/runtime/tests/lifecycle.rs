@@ -223,7 +223,7 @@ fn hops_inside_a_no_hop_zone_are_refused() {
 #[test]
 fn join_error_messages() {
     let rt = park_runtime();
-    let e = rt.spawn_on(rt.cpus()[0], || panic!("{}", String::from("formatted"))).unwrap().join();
-    let e: JoinError = e.map(|()| ()).unwrap_err();
+    let handle = rt.spawn_on(rt.cpus()[0], || -> () { panic!("{}", String::from("formatted")) }).unwrap();
+    let e: JoinError = handle.join().unwrap_err();
     assert_eq!(e.to_string(), "task panicked: formatted");
 }
