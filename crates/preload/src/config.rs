@@ -1,0 +1,191 @@
+//! The environment `corehop run` sets for the library, parsed once at start-up.
+//!
+//! | variable | meaning | default |
+//! | --- | --- | --- |
+//! | `COREHOP_SERVICE_CPUS` | kernel CPU numbers for the service threads, e.g. `1` or `2,3` or `2-3` (one thread each, at most 8) | the last CPU the process may use |
+//! | `COREHOP_POLICY` | which calls go across: `never`, `always`, `size[:BYTES]`, … (see [`crate::decide`]) | `size:4096` |
+//! | `COREHOP_SPIN_NS` | how long a caller spins for its reply before sleeping, and an idle service thread before sleeping | 20000 |
+//! | `COREHOP_STALL_TIMEOUT_NS` | how long a caller waits for its request to be claimed before running it itself | 10000000 |
+//! | `COREHOP_STATS_FILE` | file to append the exit summary to (see [`crate::stats`]) | none |
+//! | `COREHOP_TEST_SERVICE_STALL_NS` | **tests only**: each service thread sleeps this long before claiming a batch, to exercise the stall fallback | 0 |
+//!
+//! A bad value is reported once on stderr and turns offload off; the program still runs.
+
+use core::fmt;
+
+use crate::service::MAX_LANES;
+
+pub const DEFAULT_SPIN_NS: u64 = 20_000;
+pub const DEFAULT_STALL_TIMEOUT_NS: u64 = 10_000_000;
+
+/// The parsed environment.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// Kernel CPU numbers of the service threads (1..=MAX_LANES of them).
+    pub service_cpus: Vec<usize>,
+    /// The policy spec, as given.
+    pub policy: String,
+    pub spin_ns: u64,
+    pub stall_timeout_ns: u64,
+    /// NUL-terminated path.
+    pub stats_file: Option<Vec<u8>>,
+    pub test_stall_ns: u64,
+}
+
+/// A variable with a value the library cannot use.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConfigError {
+    pub var: &'static str,
+    pub value: String,
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}={:?}: {}", self.var, self.value, self.reason)
+    }
+}
+
+/// Parses the variables that `get` returns (raw bytes; `None` when unset). `default_cpu` is
+/// the service CPU when none is given.
+pub fn parse(get: impl Fn(&'static str) -> Option<Vec<u8>>, default_cpu: usize) -> Result<Config, ConfigError> {
+    let text = |var: &'static str| -> Result<Option<String>, ConfigError> {
+        match get(var) {
+            None => Ok(None),
+            Some(bytes) => String::from_utf8(bytes).map(Some).map_err(|e| ConfigError {
+                var,
+                value: String::from_utf8_lossy(e.as_bytes()).into_owned(),
+                reason: "not UTF-8".into(),
+            }),
+        }
+    };
+    let number = |var: &'static str, default: u64| -> Result<u64, ConfigError> {
+        match text(var)? {
+            None => Ok(default),
+            Some(v) => v.trim().parse().map_err(|_| ConfigError {
+                var,
+                value: v.clone(),
+                reason: "expected a whole number of nanoseconds".into(),
+            }),
+        }
+    };
+    let service_cpus = match text("COREHOP_SERVICE_CPUS")? {
+        None => vec![default_cpu],
+        Some(v) => parse_cpu_list(&v).map_err(|reason| ConfigError { var: "COREHOP_SERVICE_CPUS", value: v.clone(), reason })?,
+    };
+    if service_cpus.len() > MAX_LANES {
+        return Err(ConfigError {
+            var: "COREHOP_SERVICE_CPUS",
+            value: format!("{service_cpus:?}"),
+            reason: format!("at most {MAX_LANES} service CPUs"),
+        });
+    }
+    let stats_file = get("COREHOP_STATS_FILE").filter(|p| !p.is_empty()).map(|mut p| {
+        p.push(0);
+        p
+    });
+    if stats_file.as_ref().is_some_and(|p| p[..p.len() - 1].contains(&0)) {
+        return Err(ConfigError { var: "COREHOP_STATS_FILE", value: String::new(), reason: "contains a NUL byte".into() });
+    }
+    Ok(Config {
+        service_cpus,
+        policy: text("COREHOP_POLICY")?.unwrap_or_else(|| "size:4096".into()),
+        spin_ns: number("COREHOP_SPIN_NS", DEFAULT_SPIN_NS)?,
+        stall_timeout_ns: number("COREHOP_STALL_TIMEOUT_NS", DEFAULT_STALL_TIMEOUT_NS)?,
+        stats_file,
+        test_stall_ns: number("COREHOP_TEST_SERVICE_STALL_NS", 0)?,
+    })
+}
+
+/// Parses `1`, `0,2`, `2-3,6`: distinct CPU numbers, in the order given.
+pub fn parse_cpu_list(text: &str) -> Result<Vec<usize>, String> {
+    let mut cpus = Vec::new();
+    for part in text.split(',').map(str::trim) {
+        let (lo, hi) = match part.split_once('-') {
+            Some((a, b)) => (a.trim(), b.trim()),
+            None => (part, part),
+        };
+        let lo: usize = lo.parse().map_err(|_| format!("{part:?} is not a CPU number or range"))?;
+        let hi: usize = hi.parse().map_err(|_| format!("{part:?} is not a CPU number or range"))?;
+        if lo > hi {
+            return Err(format!("range {part:?} runs backwards"));
+        }
+        if hi >= libc::CPU_SETSIZE as usize {
+            return Err(format!("CPU {hi} is beyond the largest CPU number ({})", libc::CPU_SETSIZE - 1));
+        }
+        for cpu in lo..=hi {
+            if cpus.contains(&cpu) {
+                return Err(format!("CPU {cpu} is listed twice"));
+            }
+            cpus.push(cpu);
+        }
+    }
+    Ok(cpus)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&'static str, &str)]) -> impl Fn(&'static str) -> Option<Vec<u8>> {
+        let map: HashMap<&'static str, Vec<u8>> = pairs.iter().map(|(k, v)| (*k, v.as_bytes().to_vec())).collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn defaults_when_nothing_is_set() {
+        let c = parse(env(&[]), 3).unwrap();
+        assert_eq!(c.service_cpus, vec![3]);
+        assert_eq!(c.policy, "size:4096");
+        assert_eq!(c.spin_ns, DEFAULT_SPIN_NS);
+        assert_eq!(c.stall_timeout_ns, DEFAULT_STALL_TIMEOUT_NS);
+        assert_eq!(c.stats_file, None);
+        assert_eq!(c.test_stall_ns, 0);
+    }
+
+    #[test]
+    fn reads_every_variable() {
+        let c = parse(
+            env(&[
+                ("COREHOP_SERVICE_CPUS", "1,4-5"),
+                ("COREHOP_POLICY", "always"),
+                ("COREHOP_SPIN_NS", "7"),
+                ("COREHOP_STALL_TIMEOUT_NS", "8"),
+                ("COREHOP_STATS_FILE", "/tmp/s"),
+                ("COREHOP_TEST_SERVICE_STALL_NS", "9"),
+            ]),
+            0,
+        )
+        .unwrap();
+        assert_eq!(c.service_cpus, vec![1, 4, 5]);
+        assert_eq!(c.policy, "always");
+        assert_eq!((c.spin_ns, c.stall_timeout_ns, c.test_stall_ns), (7, 8, 9));
+        assert_eq!(c.stats_file.as_deref(), Some(&b"/tmp/s\0"[..]));
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        for (var, value) in [
+            ("COREHOP_SERVICE_CPUS", "x"),
+            ("COREHOP_SERVICE_CPUS", "3-1"),
+            ("COREHOP_SERVICE_CPUS", "1,1"),
+            ("COREHOP_SERVICE_CPUS", "0-8"),
+            ("COREHOP_SERVICE_CPUS", "99999"),
+            ("COREHOP_SPIN_NS", "-1"),
+            ("COREHOP_STALL_TIMEOUT_NS", "soon"),
+        ] {
+            let err = parse(env(&[(var, value)]), 0).unwrap_err();
+            assert_eq!(err.var, var, "{value}");
+            assert!(err.to_string().contains(var));
+        }
+    }
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0").unwrap(), vec![0]);
+        assert_eq!(parse_cpu_list(" 2 - 3 , 0").unwrap(), vec![2, 3, 0]);
+        assert!(parse_cpu_list("").is_err());
+        assert!(parse_cpu_list("1,").is_err());
+    }
+}

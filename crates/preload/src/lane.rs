@@ -1,0 +1,253 @@
+//! The hand-off between a calling thread and a service thread: request slots and their states.
+//!
+//! A [`Lane`] belongs to one service thread and holds [`SLOTS`] request slots plus a bitmap of
+//! submitted slots (`pending`, also the service thread's futex word). Each slot moves through
+//!
+//! ```text
+//!            caller                 service               caller
+//!   FREE ──CAS──▶ FILLING ──▶ SUBMITTED ──CAS──▶ CLAIMED ──▶ DONE ──▶ FREE
+//!                                 │
+//!                                 └──CAS (caller, after the stall timeout)──▶ CANCELLED ──▶ FREE
+//! ```
+//!
+//! Ownership of the slot's request and reply follows the state: the caller writes the request
+//! only in FILLING; the service thread reads the request and writes the reply only in CLAIMED;
+//! the caller reads the reply only in DONE. A request may point into the caller's memory
+//! (buffers, paths): the service thread touches it only while CLAIMED, and a caller never
+//! leaves a CLAIMED request — it waits until DONE. A caller that finds its request still
+//! SUBMITTED after the stall timeout withdraws it with one CAS; whoever wins that CAS against
+//! the service thread's claim decides where the call runs, so it runs exactly once.
+//!
+//! Wake-ups use the classic flag-then-recheck pattern on both sides (all SeqCst): the service
+//! thread sets `sleeping` and re-reads `pending` before its futex wait, callers set `pending`
+//! before reading `sleeping`; a parked caller sets its slot's `parked` and re-reads the state,
+//! the service thread stores DONE before reading `parked`. Neither wake-up can be lost.
+
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicU32, Ordering::SeqCst};
+
+use crate::sys;
+
+/// Request slots per lane: one bit each in the 32-bit futex word `pending`.
+pub const SLOTS: usize = 32;
+
+const FREE: u32 = 0;
+const FILLING: u32 = 1;
+const SUBMITTED: u32 = 2;
+const CLAIMED: u32 = 3;
+const DONE: u32 = 4;
+const CANCELLED: u32 = 5;
+
+/// What the service thread must check before running a call: whether it could block in a way
+/// that only a signal to the *calling* thread would end (then it refuses, and the caller runs
+/// the call itself, so EINTR and blocking behave exactly as without offload).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Check {
+    /// The call cannot block (stat family, poll/select with a zero timeout).
+    Nothing,
+    /// The call blocks if this descriptor can (pipes, sockets, terminals without O_NONBLOCK).
+    Fd(i32),
+    /// Either descriptor (sendfile).
+    Fds(i32, i32),
+    /// A socket call: cannot block with MSG_DONTWAIT in `flags`, else as `Fd`.
+    Socket(i32, i32),
+    /// A path-based call that cannot block: runs anywhere unless the path names the calling
+    /// thread (`/proc/thread-self`).
+    Path { path: u64 },
+    /// `openat(dirfd, path, flags)`: opening a FIFO or a device may wait for the other side.
+    Open { dirfd: i32, path: u64, flags: i32 },
+}
+
+/// One system call to run: its number, its raw arguments, and what to check first.
+#[derive(Clone, Copy, Debug)]
+pub struct Request {
+    pub nr: i64,
+    pub args: [u64; 6],
+    pub check: Check,
+    /// The call may fail with EPIPE/EFBIG and raise SIGPIPE/SIGXFSZ at the thread that made it.
+    pub may_signal: bool,
+}
+
+/// What came back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reply {
+    /// The kernel's raw result (`-errno` on failure). Meaningless if `refused`.
+    pub ret: i64,
+    /// The service thread did not run the call (it could block); the caller must.
+    pub refused: bool,
+    /// A signal the call raised at the service thread, to raise again at the caller (0: none).
+    pub signal: i32,
+    /// How long the call ran on the service thread, in ns.
+    pub run_ns: u64,
+}
+
+/// Sleeps until the slot leaves `state` (or `timeout_ns` passes).
+fn park(slot: &Slot, state: u32, timeout_ns: Option<u64>) {
+    slot.parked.store(1, SeqCst);
+    if slot.state.load(SeqCst) == state {
+        sys::futex_wait(&slot.state, state, timeout_ns);
+    }
+    slot.parked.store(0, SeqCst);
+}
+
+/// How a submitted call ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The service thread handled it (ran it, or refused it).
+    Done(Reply),
+    /// The service thread did not claim it in time; it was withdrawn and never ran.
+    Withdrawn,
+    /// Every slot of the lane was in use.
+    Full,
+}
+
+/// How long a caller spins, and how long it waits for a claim before withdrawing.
+#[derive(Clone, Copy, Debug)]
+pub struct Waiting {
+    pub spin_ns: u64,
+    pub stall_timeout_ns: u64,
+}
+
+#[repr(align(128))]
+struct Slot {
+    state: AtomicU32,
+    parked: AtomicU32,
+    request: UnsafeCell<Request>,
+    reply: UnsafeCell<Reply>,
+}
+
+/// The request slots of one service thread.
+#[repr(align(128))]
+pub struct Lane {
+    pending: AtomicU32,
+    sleeping: AtomicU32,
+    slots: [Slot; SLOTS],
+}
+
+// SAFETY: the UnsafeCells of each slot are accessed only by the party that owns the slot in
+// its current state (module docs), and states change only through atomics.
+unsafe impl Sync for Lane {}
+
+const EMPTY_REQUEST: Request = Request { nr: 0, args: [0; 6], check: Check::Nothing, may_signal: false };
+const EMPTY_REPLY: Reply = Reply { ret: 0, refused: false, signal: 0, run_ns: 0 };
+
+impl Lane {
+    #[allow(clippy::new_without_default)] // used in statics, where Default is not const
+    pub const fn new() -> Lane {
+        #[allow(clippy::declare_interior_mutable_const)] // copied into each slot, never shared
+        const SLOT: Slot = Slot {
+            state: AtomicU32::new(FREE),
+            parked: AtomicU32::new(0),
+            request: UnsafeCell::new(EMPTY_REQUEST),
+            reply: UnsafeCell::new(EMPTY_REPLY),
+        };
+        Lane { pending: AtomicU32::new(0), sleeping: AtomicU32::new(0), slots: [SLOT; SLOTS] }
+    }
+
+    /// Forgets every request: in a child after `fork`, where no service thread and no other
+    /// caller thread exists, whatever state the parent's threads left behind is void.
+    pub fn reset(&self) {
+        for slot in &self.slots {
+            slot.state.store(FREE, SeqCst);
+            slot.parked.store(0, SeqCst);
+        }
+        self.pending.store(0, SeqCst);
+        self.sleeping.store(0, SeqCst);
+    }
+
+    /// Submits `request` and waits for its outcome. `hint` spreads callers over the slots.
+    ///
+    /// The request's pointers must stay valid until this returns; they do, because the caller
+    /// is blocked here meanwhile.
+    pub fn call(&self, request: Request, hint: usize, waiting: Waiting) -> Outcome {
+        let Some(index) = (0..SLOTS).map(|i| (hint + i) % SLOTS).find(|&i| {
+            self.slots[i].state.compare_exchange(FREE, FILLING, SeqCst, SeqCst).is_ok()
+        }) else {
+            return Outcome::Full;
+        };
+        let slot = &self.slots[index];
+        // SAFETY: FILLING — this caller owns the request cell.
+        unsafe { *slot.request.get() = request };
+        slot.state.store(SUBMITTED, SeqCst);
+        self.pending.fetch_or(1 << index, SeqCst);
+        if self.sleeping.load(SeqCst) != 0 {
+            sys::futex_wake(&self.pending);
+        }
+        self.wait(slot, waiting)
+    }
+
+    fn wait(&self, slot: &Slot, waiting: Waiting) -> Outcome {
+        let start = sys::now_ns();
+        // Spin first: a short call comes back sooner than a futex sleep and wake-up would.
+        let spin_ns = waiting.spin_ns.min(waiting.stall_timeout_ns);
+        let mut polls = 0u32;
+        while slot.state.load(SeqCst) != DONE {
+            polls = polls.wrapping_add(1);
+            // The clock costs more than a poll: read it only now and then.
+            if polls % 64 == 0 && sys::now_ns().saturating_sub(start) >= spin_ns {
+                break;
+            }
+            core::hint::spin_loop();
+        }
+        loop {
+            match slot.state.load(SeqCst) {
+                DONE => {
+                    // SAFETY: DONE — the service thread is finished with the slot; the reply
+                    // cell is ours to read.
+                    let reply = unsafe { *slot.reply.get() };
+                    slot.state.store(FREE, SeqCst);
+                    return Outcome::Done(reply);
+                }
+                SUBMITTED => {
+                    let waited = sys::now_ns().saturating_sub(start);
+                    if waited >= waiting.stall_timeout_ns {
+                        if slot.state.compare_exchange(SUBMITTED, CANCELLED, SeqCst, SeqCst).is_ok() {
+                            slot.state.store(FREE, SeqCst);
+                            return Outcome::Withdrawn;
+                        }
+                        continue; // claimed meanwhile: from now on it must be waited for
+                    }
+                    park(slot, SUBMITTED, Some(waiting.stall_timeout_ns - waited));
+                }
+                state => park(slot, state, None),
+            }
+        }
+    }
+
+    /// The service thread's loop body: waits for submitted slots, then claims and handles each
+    /// with `handle`. Returns after one batch.
+    pub fn serve_batch(&self, spin_ns: u64, before_claim: impl Fn(), handle: impl Fn(&Request) -> Reply) {
+        let mut bits = self.pending.swap(0, SeqCst);
+        if bits == 0 {
+            let start = sys::now_ns();
+            while self.pending.load(SeqCst) == 0 && sys::now_ns().saturating_sub(start) < spin_ns {
+                core::hint::spin_loop();
+            }
+            self.sleeping.store(1, SeqCst);
+            if self.pending.load(SeqCst) == 0 {
+                sys::futex_wait(&self.pending, 0, None);
+            }
+            self.sleeping.store(0, SeqCst);
+            return;
+        }
+        before_claim();
+        while bits != 0 {
+            let index = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            let slot = &self.slots[index];
+            if slot.state.compare_exchange(SUBMITTED, CLAIMED, SeqCst, SeqCst).is_err() {
+                continue; // withdrawn, or already handled through an earlier bit
+            }
+            // SAFETY: CLAIMED — the service thread owns the request and reply cells, and the
+            // caller is blocked in `wait`, keeping the memory the request points to alive.
+            unsafe {
+                let reply = handle(&*slot.request.get());
+                *slot.reply.get() = reply;
+            }
+            slot.state.store(DONE, SeqCst);
+            if slot.parked.load(SeqCst) != 0 {
+                sys::futex_wake(&slot.state);
+            }
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! The preload's only door to the kernel: raw system calls, futexes, the clock, and the real
+//! libc symbols behind the ones this library interposes.
+//!
+//! Nothing here calls an interposed libc function (`read`, `write`, `open`, ...): inside an
+//! `LD_PRELOAD` library those names resolve to our own wrappers, so the library's own I/O uses
+//! the raw `syscall` instruction instead. Results come back as the kernel's raw value
+//! (`-errno` on failure); errno is set only by the wrapper that returns to the program.
+
+use core::ffi::{c_char, c_void};
+use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+
+/// Issues system call `nr` and returns the kernel's raw result (`-4095..=-1` is `-errno`).
+///
+/// # Safety
+/// The arguments must be valid for system call `nr` (pointers to live memory of the size and
+/// mutability the call expects, for the duration of the call).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub unsafe fn raw(nr: i64, a: [u64; 6]) -> i64 {
+    let ret: i64;
+    // SAFETY: Linux x86-64 syscall ABI (number in rax, arguments in rdi, rsi, rdx, r10, r8,
+    // r9; rcx and r11 clobbered; result in rax). Argument validity is the caller's duty.
+    unsafe {
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") nr => ret,
+            in("rdi") a[0], in("rsi") a[1], in("rdx") a[2],
+            in("r10") a[3], in("r8") a[4], in("r9") a[5],
+            lateout("rcx") _, lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
+
+/// Issues system call `nr` and returns the kernel's raw result (`-4095..=-1` is `-errno`).
+///
+/// # Safety
+/// The arguments must be valid for system call `nr` (pointers to live memory of the size and
+/// mutability the call expects, for the duration of the call).
+#[cfg(target_arch = "aarch64")]
+#[inline]
+pub unsafe fn raw(nr: i64, a: [u64; 6]) -> i64 {
+    let ret: i64;
+    // SAFETY: Linux aarch64 syscall ABI (number in x8, arguments in x0..x5, result in x0).
+    unsafe {
+        core::arch::asm!(
+            "svc 0",
+            in("x8") nr,
+            inlateout("x0") a[0] as i64 => ret,
+            in("x1") a[1], in("x2") a[2], in("x3") a[3], in("x4") a[4], in("x5") a[5],
+            options(nostack),
+        );
+    }
+    ret
+}
+
+/// Whether a raw result is an error, i.e. `-errno`.
+pub fn is_err(ret: i64) -> bool {
+    (-4095..0).contains(&ret)
+}
+
+/// The process id (a system call: glibc no longer caches it).
+pub fn getpid() -> i32 {
+    // SAFETY: getpid takes no arguments.
+    unsafe { raw(libc::SYS_getpid, [0; 6]) as i32 }
+}
+
+/// The calling thread's kernel id.
+pub fn gettid() -> i32 {
+    // SAFETY: gettid takes no arguments.
+    unsafe { raw(libc::SYS_gettid, [0; 6]) as i32 }
+}
+
+/// Sends `sig` to thread `tid` of this process.
+pub fn tgkill_self(tid: i32, sig: i32) {
+    // SAFETY: plain integers; a failed send has no effect we could act on.
+    unsafe { raw(libc::SYS_tgkill, [getpid() as u64, tid as u64, sig as u64, 0, 0, 0]) };
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds (vDSO: no system call, and not an interposed symbol).
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec on this frame.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Sleeps `ns` nanoseconds (restarting after signals).
+pub fn sleep_ns(ns: u64) {
+    let mut req = libc::timespec { tv_sec: (ns / 1_000_000_000) as i64, tv_nsec: (ns % 1_000_000_000) as i64 };
+    loop {
+        let mut rem = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        let req_ptr = &req as *const libc::timespec as u64;
+        let rem_ptr = &mut rem as *mut libc::timespec as u64;
+        // SAFETY: both timespecs live on this frame for the call.
+        let ret = unsafe { raw(libc::SYS_nanosleep, [req_ptr, rem_ptr, 0, 0, 0, 0]) };
+        if ret != -(libc::EINTR as i64) {
+            return;
+        }
+        req = rem;
+    }
+}
+
+/// Sleeps while `word == expected`, for at most `timeout_ns` (`None`: no limit). Returns
+/// `false` when the timeout passed. Spurious and signal wake-ups return `true`; callers
+/// re-check their condition.
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout_ns: Option<u64>) -> bool {
+    let ts = timeout_ns.map(|ns| libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as i64,
+        tv_nsec: (ns % 1_000_000_000) as i64,
+    });
+    let ts_ptr = ts.as_ref().map_or(0, |t| t as *const libc::timespec as u64);
+    let op = (libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG) as u64;
+    // SAFETY: `word` is a live aligned u32; the relative timeout lives on this frame.
+    let ret = unsafe { raw(libc::SYS_futex, [word.as_ptr() as u64, op, expected as u64, ts_ptr, 0, 0]) };
+    ret != -(libc::ETIMEDOUT as i64)
+}
+
+/// Wakes every thread sleeping in [`futex_wait`] on `word`.
+pub fn futex_wake(word: &AtomicU32) {
+    let op = (libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG) as u64;
+    // SAFETY: FUTEX_WAKE only uses the address of the live word.
+    unsafe { raw(libc::SYS_futex, [word.as_ptr() as u64, op, i32::MAX as u64, 0, 0, 0]) };
+}
+
+/// Restricts the calling thread to kernel CPU `cpu`. Returns the raw result.
+pub fn pin_self(cpu: usize) -> i64 {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return -(libc::EINVAL as i64);
+    }
+    // SAFETY: cpu_set_t is a plain bit array; all zeroes is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { core::mem::zeroed() };
+    // SAFETY: `cpu` < CPU_SETSIZE, so the bit lies inside `set`.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    let size = core::mem::size_of::<libc::cpu_set_t>() as u64;
+    // SAFETY: pid 0 is the calling thread; `set` is valid for `size` bytes.
+    unsafe { raw(libc::SYS_sched_setaffinity, [0, size, &set as *const _ as u64, 0, 0, 0]) }
+}
+
+/// Blocks every signal in the calling thread, so that process-directed signals go to the
+/// program's own threads, as they would without this library.
+pub fn block_all_signals() {
+    let all: u64 = !0;
+    // SAFETY: rt_sigprocmask with a valid 8-byte kernel sigset; old set not wanted.
+    unsafe { raw(libc::SYS_rt_sigprocmask, [libc::SIG_SETMASK as u64, &all as *const u64 as u64, 0, 8, 0, 0]) };
+}
+
+/// Takes a pending SIGPIPE or SIGXFSZ off the calling thread (where it is blocked) and returns
+/// its number, or 0. The kernel raises these at the thread that made the failing write; the
+/// service thread hands them on to the caller.
+pub fn take_write_signal() -> i32 {
+    let set: u64 = (1 << (libc::SIGPIPE - 1)) | (1 << (libc::SIGXFSZ - 1));
+    let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid 8-byte sigset and timespec on this frame; no siginfo wanted.
+    let ret = unsafe {
+        raw(libc::SYS_rt_sigtimedwait, [&set as *const u64 as u64, 0, &zero as *const _ as u64, 8, 0, 0])
+    };
+    if ret > 0 { ret as i32 } else { 0 }
+}
+
+/// Sets the calling thread's errno.
+pub fn set_errno(e: i32) {
+    // SAFETY: __errno_location returns the calling thread's errno slot, always valid.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// Converts a raw kernel result into the libc convention: the value, or -1 with errno set.
+pub fn to_libc(ret: i64) -> i64 {
+    if is_err(ret) {
+        set_errno(-ret as i32);
+        -1
+    } else {
+        ret
+    }
+}
+
+/// Writes all of `bytes` to `fd` with raw `write` (the library's own output).
+pub fn write_all(fd: i32, mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        // SAFETY: `bytes` is a live slice for the call.
+        let ret = unsafe { raw(libc::SYS_write, [fd as u64, bytes.as_ptr() as u64, bytes.len() as u64, 0, 0, 0]) };
+        if ret == -(libc::EINTR as i64) {
+            continue;
+        }
+        if ret <= 0 {
+            return;
+        }
+        bytes = &bytes[ret as usize..];
+    }
+}
+
+/// A lazily resolved pointer to the next definition of a libc symbol (`dlsym(RTLD_NEXT)`),
+/// i.e. the function the program would have called without this library.
+pub struct Real {
+    name: &'static [u8],
+    ptr: AtomicPtr<c_void>,
+}
+
+impl Real {
+    /// `name` must end in a NUL byte.
+    pub const fn new(name: &'static [u8]) -> Real {
+        Real { name, ptr: AtomicPtr::new(core::ptr::null_mut()) }
+    }
+
+    /// The address of the real function, or null if libc has none.
+    pub fn get(&self) -> *mut c_void {
+        let p = self.ptr.load(Ordering::Acquire);
+        if !p.is_null() {
+            return p;
+        }
+        // SAFETY: `name` is NUL-terminated (checked by the `real!` macro); dlsym is
+        // thread-safe and does not call any interposed function.
+        let p = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr() as *const c_char) };
+        self.ptr.store(p, Ordering::Release);
+        p
+    }
+}
+
+/// The highest kernel CPU number the calling thread may run on (0 if that cannot be read).
+pub fn last_allowed_cpu() -> usize {
+    let mut set = [0u64; 16];
+    // SAFETY: the kernel writes at most 128 bytes into `set`; pid 0 is the calling thread.
+    let ret = unsafe { raw(libc::SYS_sched_getaffinity, [0, 128, set.as_mut_ptr() as u64, 0, 0, 0]) };
+    if ret <= 0 {
+        return 0;
+    }
+    (0..1024).rev().find(|&cpu| set[cpu / 64] & (1 << (cpu % 64)) != 0).unwrap_or(0)
+}
+
+/// Copies `out.len()` bytes from the program's memory at `addr` through the kernel, so a bad
+/// pointer is a `false` here instead of a fault (the real call then fails with EFAULT).
+pub fn read_user(addr: u64, out: &mut [u8]) -> bool {
+    let local = libc::iovec { iov_base: out.as_mut_ptr() as *mut c_void, iov_len: out.len() };
+    let remote = libc::iovec { iov_base: addr as *mut c_void, iov_len: out.len() };
+    // SAFETY: process_vm_readv on our own pid writes at most out.len() bytes into `out` and
+    // reports unreadable remote memory as an error.
+    let got = unsafe {
+        raw(libc::SYS_process_vm_readv, [getpid() as u64, &local as *const _ as u64, 1, &remote as *const _ as u64, 1, 0])
+    };
+    got == out.len() as i64
+}
+
+/// Total bytes of an iovec array in the program's memory (0 if it cannot be read).
+pub fn iov_total(iov: u64, count: i32) -> u64 {
+    let mut total = 0u64;
+    let count = count.clamp(0, 1024) as u64;
+    let mut chunk = [0u8; 16 * 32];
+    let mut done = 0;
+    while done < count {
+        let n = (count - done).min(32);
+        let bytes = &mut chunk[..n as usize * 16];
+        if !read_user(iov + done * 16, bytes) {
+            return 0;
+        }
+        for entry in bytes.chunks_exact(16) {
+            let len = u64::from_ne_bytes(entry[8..16].try_into().unwrap_or([0; 8]));
+            total = total.saturating_add(len);
+        }
+        done += n;
+    }
+    total
+}
