@@ -48,7 +48,10 @@ impl fmt::Display for ConfigError {
 
 /// Parses the variables that `get` returns (raw bytes; `None` when unset). `default_cpu` is
 /// the service CPU when none is given.
-pub fn parse(get: impl Fn(&'static str) -> Option<Vec<u8>>, default_cpu: usize) -> Result<Config, ConfigError> {
+pub fn parse(
+    get: impl Fn(&'static str) -> Option<Vec<u8>>,
+    default_cpu: usize,
+) -> Result<Config, ConfigError> {
     let text = |var: &'static str| -> Result<Option<String>, ConfigError> {
         match get(var) {
             None => Ok(None),
@@ -71,7 +74,11 @@ pub fn parse(get: impl Fn(&'static str) -> Option<Vec<u8>>, default_cpu: usize) 
     };
     let service_cpus = match text("COREHOP_SERVICE_CPUS")? {
         None => vec![default_cpu],
-        Some(v) => parse_cpu_list(&v).map_err(|reason| ConfigError { var: "COREHOP_SERVICE_CPUS", value: v.clone(), reason })?,
+        Some(v) => parse_cpu_list(&v).map_err(|reason| ConfigError {
+            var: "COREHOP_SERVICE_CPUS",
+            value: v.clone(),
+            reason,
+        })?,
     };
     if service_cpus.len() > MAX_LANES {
         return Err(ConfigError {
@@ -85,7 +92,11 @@ pub fn parse(get: impl Fn(&'static str) -> Option<Vec<u8>>, default_cpu: usize) 
         p
     });
     if stats_file.as_ref().is_some_and(|p| p[..p.len() - 1].contains(&0)) {
-        return Err(ConfigError { var: "COREHOP_STATS_FILE", value: String::new(), reason: "contains a NUL byte".into() });
+        return Err(ConfigError {
+            var: "COREHOP_STATS_FILE",
+            value: String::new(),
+            reason: "contains a NUL byte".into(),
+        });
     }
     Ok(Config {
         service_cpus,
@@ -129,7 +140,8 @@ mod tests {
     use std::collections::HashMap;
 
     fn env(pairs: &[(&'static str, &str)]) -> impl Fn(&'static str) -> Option<Vec<u8>> {
-        let map: HashMap<&'static str, Vec<u8>> = pairs.iter().map(|(k, v)| (*k, v.as_bytes().to_vec())).collect();
+        let map: HashMap<&'static str, Vec<u8>> =
+            pairs.iter().map(|(k, v)| (*k, v.as_bytes().to_vec())).collect();
         move |k| map.get(k).cloned()
     }
 

@@ -7,6 +7,8 @@
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, Ordering};
 
+use corehop_policy::offload::{CallDesc, CallKind, Decision, OffloadPolicy};
+
 use crate::calls::Kind;
 
 /// One call as the policy sees it.
@@ -19,69 +21,88 @@ pub struct Desc {
     pub size: u64,
 }
 
-/// An offload policy: `never`, `always`, or `size[:BYTES]` (offload byte-moving calls of at
-/// least BYTES, default 4096 — the 4 KB rule of fast-core-switching §3.6 — and the other
-/// intercepted calls always).
-#[derive(Clone, Debug, PartialEq)]
-pub enum Policy {
-    Never,
-    Always,
-    Size { bytes: u64 },
+impl Desc {
+    /// The policy crate's description. The call site is not known to an interposer (no
+    /// portable return address without frame pointers), so the predictor key is the call,
+    /// its descriptor and its size.
+    fn to_policy(self) -> CallDesc {
+        let kind = match self.kind {
+            Kind::Read => CallKind::Read,
+            Kind::Write => CallKind::Write,
+            Kind::Pread => CallKind::Pread,
+            Kind::Pwrite => CallKind::Pwrite,
+            Kind::Readv => CallKind::Readv,
+            Kind::Writev => CallKind::Writev,
+            Kind::Open => CallKind::Open,
+            Kind::Openat => CallKind::Openat,
+            Kind::Stat => CallKind::Stat,
+            Kind::Lstat => CallKind::Lstat,
+            Kind::Fstat => CallKind::Fstat,
+            Kind::Fstatat => CallKind::Newfstatat,
+            Kind::Statx => CallKind::Other(libc::SYS_statx as u32),
+            Kind::Fsync => CallKind::Fsync,
+            Kind::Fdatasync => CallKind::Fdatasync,
+            Kind::Sendfile => CallKind::Sendfile,
+            Kind::Sendto => CallKind::Sendto,
+            Kind::Recvfrom => CallKind::Recvfrom,
+            Kind::Poll => CallKind::Poll,
+            Kind::Select => CallKind::Select,
+        };
+        CallDesc::new(kind, self.fd, self.size, 0)
+    }
+}
+
+/// Length of a tuning epoch for `predicted:…:tuned` (wall time between feedback reports).
+pub const EPOCH_NS: u64 = 20_000_000;
+
+/// An offload policy from `corehop_policy` (`never`, `always`, `size[:BYTES]`,
+/// `static:CALL,…`, `predicted[:fa|dm][:N|tuned]`, N in ns), plus the epoch bookkeeping that
+/// feeds a tuned predictor: the feedback is the program's rate of completed intercepted
+/// calls, the only progress signal an unmodified program offers.
+#[derive(Debug)]
+pub struct Policy {
+    inner: OffloadPolicy,
+    epoch_start_ns: u64,
+    epoch_calls: u64,
 }
 
 impl Policy {
     pub fn parse(spec: &str) -> Result<Policy, String> {
-        let (name, arg) = match spec.split_once(':') {
-            Some((n, a)) => (n, Some(a)),
-            None => (spec, None),
-        };
-        match (name, arg) {
-            ("never", None) => Ok(Policy::Never),
-            ("always", None) => Ok(Policy::Always),
-            ("size", None) => Ok(Policy::Size { bytes: 4096 }),
-            ("size", Some(bytes)) => bytes
-                .parse()
-                .map(|bytes| Policy::Size { bytes })
-                .map_err(|_| format!("size threshold {bytes:?} is not a number of bytes")),
-            _ => Err(format!("unknown policy {spec:?} (expected never, always or size[:BYTES])")),
-        }
+        let inner: OffloadPolicy =
+            spec.parse().map_err(|e: corehop_policy::offload::OffloadError| e.to_string())?;
+        Ok(Policy { inner, epoch_start_ns: 0, epoch_calls: 0 })
     }
 
     /// Whether no call can ever go across (then no service thread is started).
     pub fn offloads_nothing(&self) -> bool {
-        *self == Policy::Never
+        matches!(self.inner, OffloadPolicy::Never)
     }
 
+    /// Whether to offload. The queue delay is taken as 0: each caller waits for its own
+    /// call, and a service thread serves callers in turn.
     pub fn decide(&self, call: &Desc) -> bool {
-        match self {
-            Policy::Never => false,
-            Policy::Always => true,
-            Policy::Size { bytes } => !moves_bytes(call.kind) || call.size >= *bytes,
+        self.inner.decide(&call.to_policy(), 0) == Decision::Offload
+    }
+
+    /// The call ran for `run_ns` (wherever it ran) and finished at `now_ns`.
+    pub fn observe(&mut self, call: &Desc, run_ns: u64, now_ns: u64) {
+        self.inner.observe(&call.to_policy(), run_ns);
+        self.epoch_calls += 1;
+        if self.epoch_start_ns == 0 {
+            self.epoch_start_ns = now_ns;
+        }
+        let elapsed = now_ns.saturating_sub(self.epoch_start_ns);
+        if elapsed >= EPOCH_NS {
+            self.inner.epoch_end(self.epoch_calls as f64 * 1e9 / elapsed as f64);
+            self.epoch_start_ns = now_ns;
+            self.epoch_calls = 0;
         }
     }
 
-    /// The call ran for `run_ns` (wherever it ran).
-    pub fn observe(&mut self, _call: &Desc, _run_ns: u64) {}
-
     /// Whether `observe` is worth the clock reads.
     pub fn learns(&self) -> bool {
-        false
+        self.inner.learns()
     }
-}
-
-fn moves_bytes(kind: Kind) -> bool {
-    matches!(
-        kind,
-        Kind::Read
-            | Kind::Write
-            | Kind::Pread
-            | Kind::Pwrite
-            | Kind::Readv
-            | Kind::Writev
-            | Kind::Sendfile
-            | Kind::Sendto
-            | Kind::Recvfrom
-    )
 }
 
 /// The process-wide policy behind a try-lock.
@@ -95,6 +116,7 @@ pub struct Shared {
 unsafe impl Sync for Shared {}
 
 impl Shared {
+    #[allow(clippy::new_without_default)] // used in a static, where Default is not const
     pub const fn new() -> Shared {
         Shared { locked: AtomicBool::new(false), policy: UnsafeCell::new(None) }
     }
@@ -167,11 +189,25 @@ mod tests {
         assert!(Policy::parse("always").unwrap().decide(&call(Kind::Read, 0)));
         assert!(!Policy::parse("never").unwrap().decide(&call(Kind::Fsync, 0)));
         assert!(Policy::parse("never").unwrap().offloads_nothing());
+        assert!(!Policy::parse("size").unwrap().learns());
+    }
+
+    #[test]
+    fn predicted_learns_from_observed_runs() {
+        let mut p = Policy::parse("predicted:fa:5000").unwrap();
+        assert!(p.learns());
+        let fsync = call(Kind::Fsync, 0);
+        assert!(!p.decide(&fsync), "nothing learnt yet");
+        p.observe(&fsync, 80_000, 1);
+        assert!(p.decide(&fsync), "last run 80 us > N = 5 us");
+        let small = call(Kind::Read, 10);
+        p.observe(&small, 100, 2);
+        assert!(!p.decide(&small));
     }
 
     #[test]
     fn bad_specs_are_errors() {
-        for spec in ["", "sometimes", "size:big", "always:1"] {
+        for spec in ["", "sometimes", "size:big", "always:1", "predicted:xx:yy"] {
             assert!(Policy::parse(spec).is_err(), "{spec}");
         }
     }
@@ -180,8 +216,8 @@ mod tests {
     fn try_lock_refuses_while_held_and_fork_handshake_releases() {
         let shared = Shared::new();
         assert_eq!(shared.try_with(|_| ()), None, "no policy yet");
-        shared.install(Policy::Always);
-        assert_eq!(shared.try_with(|p| p.clone()), Some(Policy::Always));
+        shared.install(Policy::parse("always").unwrap());
+        assert_eq!(shared.try_with(|p| p.decide(&call(Kind::Read, 0))), Some(true));
         assert!(shared.lock_for_fork(1));
         assert_eq!(shared.try_with(|_| ()), None, "held across fork");
         assert!(!shared.lock_for_fork(3));

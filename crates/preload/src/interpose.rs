@@ -52,18 +52,27 @@ fn needs_mode(flags: c_int) -> bool {
 
 fn do_read(fd: c_int, buf: *mut c_void, count: size_t, local: impl FnOnce() -> i64) -> ssize_t {
     let args = [fd as u64, buf as u64, count as u64, 0, 0, 0];
-    dispatch(Kind::Read, fd, || count as u64, Some(request(libc::SYS_read, args, Check::Fd(fd))), local) as ssize_t
+    dispatch(Kind::Read, fd, || count as u64, Some(request(libc::SYS_read, args, Check::Fd(fd))), local)
+        as ssize_t
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: size_t) -> ssize_t {
-    do_read(fd, buf, count, || real!("read" as unsafe extern "C" fn(c_int, *mut c_void, size_t) -> ssize_t, fd, buf, count))
+    do_read(fd, buf, count, || {
+        real!("read" as unsafe extern "C" fn(c_int, *mut c_void, size_t) -> ssize_t, fd, buf, count)
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, count: size_t, buflen: size_t) -> ssize_t {
     let real = || {
-        real!("__read_chk" as unsafe extern "C" fn(c_int, *mut c_void, size_t, size_t) -> ssize_t, fd, buf, count, buflen)
+        real!(
+            "__read_chk" as unsafe extern "C" fn(c_int, *mut c_void, size_t, size_t) -> ssize_t,
+            fd,
+            buf,
+            count,
+            buflen
+        )
     };
     if count > buflen {
         return real() as ssize_t; // glibc reports the overflow
@@ -74,34 +83,70 @@ pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, count: size_t, 
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, count: size_t) -> ssize_t {
     let args = [fd as u64, buf as u64, count as u64, 0, 0, 0];
-    dispatch(Kind::Write, fd, || count as u64, Some(signalling(libc::SYS_write, args, Check::Fd(fd))), || {
-        real!("write" as unsafe extern "C" fn(c_int, *const c_void, size_t) -> ssize_t, fd, buf, count)
-    }) as ssize_t
+    dispatch(
+        Kind::Write,
+        fd,
+        || count as u64,
+        Some(signalling(libc::SYS_write, args, Check::Fd(fd))),
+        || real!("write" as unsafe extern "C" fn(c_int, *const c_void, size_t) -> ssize_t, fd, buf, count),
+    ) as ssize_t
 }
 
-fn do_pread(fd: c_int, buf: *mut c_void, count: size_t, offset: off_t, local: impl FnOnce() -> i64) -> ssize_t {
+fn do_pread(
+    fd: c_int,
+    buf: *mut c_void,
+    count: size_t,
+    offset: off_t,
+    local: impl FnOnce() -> i64,
+) -> ssize_t {
     let args = [fd as u64, buf as u64, count as u64, offset as u64, 0, 0];
-    dispatch(Kind::Pread, fd, || count as u64, Some(request(libc::SYS_pread64, args, Check::Fd(fd))), local) as ssize_t
+    dispatch(Kind::Pread, fd, || count as u64, Some(request(libc::SYS_pread64, args, Check::Fd(fd))), local)
+        as ssize_t
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, count: size_t, offset: off_t) -> ssize_t {
     do_pread(fd, buf, count, offset, || {
-        real!("pread" as unsafe extern "C" fn(c_int, *mut c_void, size_t, off_t) -> ssize_t, fd, buf, count, offset)
+        real!(
+            "pread" as unsafe extern "C" fn(c_int, *mut c_void, size_t, off_t) -> ssize_t,
+            fd,
+            buf,
+            count,
+            offset
+        )
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, count: size_t, offset: off_t) -> ssize_t {
     do_pread(fd, buf, count, offset, || {
-        real!("pread64" as unsafe extern "C" fn(c_int, *mut c_void, size_t, off_t) -> ssize_t, fd, buf, count, offset)
+        real!(
+            "pread64" as unsafe extern "C" fn(c_int, *mut c_void, size_t, off_t) -> ssize_t,
+            fd,
+            buf,
+            count,
+            offset
+        )
     })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn __pread_chk(fd: c_int, buf: *mut c_void, count: size_t, offset: off_t, buflen: size_t) -> ssize_t {
+pub unsafe extern "C" fn __pread_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    count: size_t,
+    offset: off_t,
+    buflen: size_t,
+) -> ssize_t {
     let real = || {
-        real!("__pread_chk" as unsafe extern "C" fn(c_int, *mut c_void, size_t, off_t, size_t) -> ssize_t, fd, buf, count, offset, buflen)
+        real!(
+            "__pread_chk" as unsafe extern "C" fn(c_int, *mut c_void, size_t, off_t, size_t) -> ssize_t,
+            fd,
+            buf,
+            count,
+            offset,
+            buflen
+        )
     };
     if count > buflen {
         return real() as ssize_t;
@@ -110,9 +155,22 @@ pub unsafe extern "C" fn __pread_chk(fd: c_int, buf: *mut c_void, count: size_t,
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn __pread64_chk(fd: c_int, buf: *mut c_void, count: size_t, offset: off_t, buflen: size_t) -> ssize_t {
+pub unsafe extern "C" fn __pread64_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    count: size_t,
+    offset: off_t,
+    buflen: size_t,
+) -> ssize_t {
     let real = || {
-        real!("__pread64_chk" as unsafe extern "C" fn(c_int, *mut c_void, size_t, off_t, size_t) -> ssize_t, fd, buf, count, offset, buflen)
+        real!(
+            "__pread64_chk" as unsafe extern "C" fn(c_int, *mut c_void, size_t, off_t, size_t) -> ssize_t,
+            fd,
+            buf,
+            count,
+            offset,
+            buflen
+        )
     };
     if count > buflen {
         return real() as ssize_t;
@@ -120,46 +178,84 @@ pub unsafe extern "C" fn __pread64_chk(fd: c_int, buf: *mut c_void, count: size_
     do_pread(fd, buf, count, offset, real)
 }
 
-fn do_pwrite(fd: c_int, buf: *const c_void, count: size_t, offset: off_t, local: impl FnOnce() -> i64) -> ssize_t {
+fn do_pwrite(
+    fd: c_int,
+    buf: *const c_void,
+    count: size_t,
+    offset: off_t,
+    local: impl FnOnce() -> i64,
+) -> ssize_t {
     let args = [fd as u64, buf as u64, count as u64, offset as u64, 0, 0];
-    dispatch(Kind::Pwrite, fd, || count as u64, Some(signalling(libc::SYS_pwrite64, args, Check::Fd(fd))), local)
-        as ssize_t
+    dispatch(
+        Kind::Pwrite,
+        fd,
+        || count as u64,
+        Some(signalling(libc::SYS_pwrite64, args, Check::Fd(fd))),
+        local,
+    ) as ssize_t
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, count: size_t, offset: off_t) -> ssize_t {
     do_pwrite(fd, buf, count, offset, || {
-        real!("pwrite" as unsafe extern "C" fn(c_int, *const c_void, size_t, off_t) -> ssize_t, fd, buf, count, offset)
+        real!(
+            "pwrite" as unsafe extern "C" fn(c_int, *const c_void, size_t, off_t) -> ssize_t,
+            fd,
+            buf,
+            count,
+            offset
+        )
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, count: size_t, offset: off_t) -> ssize_t {
     do_pwrite(fd, buf, count, offset, || {
-        real!("pwrite64" as unsafe extern "C" fn(c_int, *const c_void, size_t, off_t) -> ssize_t, fd, buf, count, offset)
+        real!(
+            "pwrite64" as unsafe extern "C" fn(c_int, *const c_void, size_t, off_t) -> ssize_t,
+            fd,
+            buf,
+            count,
+            offset
+        )
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t {
     let args = [fd as u64, iov as u64, iovcnt as u64, 0, 0, 0];
-    dispatch(Kind::Readv, fd, || sys::iov_total(iov as u64, iovcnt), Some(request(libc::SYS_readv, args, Check::Fd(fd))), || {
-        real!("readv" as unsafe extern "C" fn(c_int, *const iovec, c_int) -> ssize_t, fd, iov, iovcnt)
-    }) as ssize_t
+    dispatch(
+        Kind::Readv,
+        fd,
+        || sys::iov_total(iov as u64, iovcnt),
+        Some(request(libc::SYS_readv, args, Check::Fd(fd))),
+        || real!("readv" as unsafe extern "C" fn(c_int, *const iovec, c_int) -> ssize_t, fd, iov, iovcnt),
+    ) as ssize_t
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t {
     let args = [fd as u64, iov as u64, iovcnt as u64, 0, 0, 0];
     let req = Some(signalling(libc::SYS_writev, args, Check::Fd(fd)));
-    dispatch(Kind::Writev, fd, || sys::iov_total(iov as u64, iovcnt), req, || {
-        real!("writev" as unsafe extern "C" fn(c_int, *const iovec, c_int) -> ssize_t, fd, iov, iovcnt)
-    }) as ssize_t
+    dispatch(
+        Kind::Writev,
+        fd,
+        || sys::iov_total(iov as u64, iovcnt),
+        req,
+        || real!("writev" as unsafe extern "C" fn(c_int, *const iovec, c_int) -> ssize_t, fd, iov, iovcnt),
+    ) as ssize_t
 }
 
 // ---- open ------------------------------------------------------------------------------
 
-fn do_openat(kind: Kind, dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t, local: impl FnOnce() -> i64) -> c_int {
+fn do_openat(
+    kind: Kind,
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: mode_t,
+    local: impl FnOnce() -> i64,
+) -> c_int {
     let mode = if needs_mode(flags) { mode } else { 0 };
     let args = [dirfd as u64, path as u64, flags as u64, mode as u64, 0, 0];
     let check = Check::Open { dirfd, path: path as u64, flags };
@@ -199,17 +295,23 @@ pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int 
 
 #[no_mangle]
 pub unsafe extern "C" fn openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
-    do_openat(Kind::Openat, dirfd, path, flags, mode, || real!("openat" as OpenatFn, dirfd, path, flags, mode))
+    do_openat(Kind::Openat, dirfd, path, flags, mode, || {
+        real!("openat" as OpenatFn, dirfd, path, flags, mode)
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn openat64(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
-    do_openat(Kind::Openat, dirfd, path, flags, mode, || real!("openat64" as OpenatFn, dirfd, path, flags, mode))
+    do_openat(Kind::Openat, dirfd, path, flags, mode, || {
+        real!("openat64" as OpenatFn, dirfd, path, flags, mode)
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    let real = || real!("__openat_2" as unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int, dirfd, path, flags);
+    let real = || {
+        real!("__openat_2" as unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int, dirfd, path, flags)
+    };
     if needs_mode(flags) {
         return real() as c_int;
     }
@@ -218,7 +320,14 @@ pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_
 
 #[no_mangle]
 pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    let real = || real!("__openat64_2" as unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int, dirfd, path, flags);
+    let real = || {
+        real!(
+            "__openat64_2" as unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int,
+            dirfd,
+            path,
+            flags
+        )
+    };
     if needs_mode(flags) {
         return real() as c_int;
     }
@@ -229,7 +338,14 @@ pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: 
 
 type Stat = libc::stat;
 
-fn do_fstatat(kind: Kind, dirfd: c_int, path: *const c_char, buf: *mut Stat, flags: c_int, local: impl FnOnce() -> i64) -> c_int {
+fn do_fstatat(
+    kind: Kind,
+    dirfd: c_int,
+    path: *const c_char,
+    buf: *mut Stat,
+    flags: c_int,
+    local: impl FnOnce() -> i64,
+) -> c_int {
     let args = [dirfd as u64, path as u64, buf as u64, flags as u64, 0, 0];
     let req = request(libc::SYS_newfstatat, args, Check::Path { path: path as u64 });
     dispatch(kind, if kind == Kind::Fstatat { dirfd } else { -1 }, || 0, Some(req), local) as c_int
@@ -279,12 +395,16 @@ type FstatatFn = unsafe extern "C" fn(c_int, *const c_char, *mut Stat, c_int) ->
 
 #[no_mangle]
 pub unsafe extern "C" fn fstatat(dirfd: c_int, path: *const c_char, buf: *mut Stat, flags: c_int) -> c_int {
-    do_fstatat(Kind::Fstatat, dirfd, path, buf, flags, || real!("fstatat" as FstatatFn, dirfd, path, buf, flags))
+    do_fstatat(Kind::Fstatat, dirfd, path, buf, flags, || {
+        real!("fstatat" as FstatatFn, dirfd, path, buf, flags)
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fstatat64(dirfd: c_int, path: *const c_char, buf: *mut Stat, flags: c_int) -> c_int {
-    do_fstatat(Kind::Fstatat, dirfd, path, buf, flags, || real!("fstatat64" as FstatatFn, dirfd, path, buf, flags))
+    do_fstatat(Kind::Fstatat, dirfd, path, buf, flags, || {
+        real!("fstatat64" as FstatatFn, dirfd, path, buf, flags)
+    })
 }
 
 /// The `struct stat` versions the legacy `__xstat` entry points accept on this ABI
@@ -352,7 +472,13 @@ pub unsafe extern "C" fn __fxstat64(version: c_int, fd: c_int, buf: *mut Stat) -
 type FxstatatFn = unsafe extern "C" fn(c_int, c_int, *const c_char, *mut Stat, c_int) -> c_int;
 
 #[no_mangle]
-pub unsafe extern "C" fn __fxstatat(version: c_int, dirfd: c_int, path: *const c_char, buf: *mut Stat, flags: c_int) -> c_int {
+pub unsafe extern "C" fn __fxstatat(
+    version: c_int,
+    dirfd: c_int,
+    path: *const c_char,
+    buf: *mut Stat,
+    flags: c_int,
+) -> c_int {
     let real = || real!("__fxstatat" as FxstatatFn, version, dirfd, path, buf, flags);
     if !known_stat_version(version) {
         return real() as c_int;
@@ -361,7 +487,13 @@ pub unsafe extern "C" fn __fxstatat(version: c_int, dirfd: c_int, path: *const c
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn __fxstatat64(version: c_int, dirfd: c_int, path: *const c_char, buf: *mut Stat, flags: c_int) -> c_int {
+pub unsafe extern "C" fn __fxstatat64(
+    version: c_int,
+    dirfd: c_int,
+    path: *const c_char,
+    buf: *mut Stat,
+    flags: c_int,
+) -> c_int {
     let real = || real!("__fxstatat64" as FxstatatFn, version, dirfd, path, buf, flags);
     if !known_stat_version(version) {
         return real() as c_int;
@@ -370,12 +502,32 @@ pub unsafe extern "C" fn __fxstatat64(version: c_int, dirfd: c_int, path: *const
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn statx(dirfd: c_int, path: *const c_char, flags: c_int, mask: c_uint, buf: *mut libc::statx) -> c_int {
+pub unsafe extern "C" fn statx(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mask: c_uint,
+    buf: *mut libc::statx,
+) -> c_int {
     let args = [dirfd as u64, path as u64, flags as u64, mask as u64, buf as u64, 0];
     let req = request(libc::SYS_statx, args, Check::Path { path: path as u64 });
-    dispatch(Kind::Statx, dirfd, || 0, Some(req), || {
-        real!("statx" as unsafe extern "C" fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int, dirfd, path, flags, mask, buf)
-    }) as c_int
+    dispatch(
+        Kind::Statx,
+        dirfd,
+        || 0,
+        Some(req),
+        || {
+            real!(
+                "statx"
+                    as unsafe extern "C" fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int,
+                dirfd,
+                path,
+                flags,
+                mask,
+                buf
+            )
+        },
+    ) as c_int
 }
 
 // ---- fsync / fdatasync -----------------------------------------------------------------
@@ -383,21 +535,33 @@ pub unsafe extern "C" fn statx(dirfd: c_int, path: *const c_char, flags: c_int, 
 #[no_mangle]
 pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
     let req = request(libc::SYS_fsync, [fd as u64, 0, 0, 0, 0, 0], Check::Nothing);
-    dispatch(Kind::Fsync, fd, || 0, Some(req), || real!("fsync" as unsafe extern "C" fn(c_int) -> c_int, fd)) as c_int
+    dispatch(Kind::Fsync, fd, || 0, Some(req), || real!("fsync" as unsafe extern "C" fn(c_int) -> c_int, fd))
+        as c_int
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
     let req = request(libc::SYS_fdatasync, [fd as u64, 0, 0, 0, 0, 0], Check::Nothing);
-    dispatch(Kind::Fdatasync, fd, || 0, Some(req), || real!("fdatasync" as unsafe extern "C" fn(c_int) -> c_int, fd))
-        as c_int
+    dispatch(
+        Kind::Fdatasync,
+        fd,
+        || 0,
+        Some(req),
+        || real!("fdatasync" as unsafe extern "C" fn(c_int) -> c_int, fd),
+    ) as c_int
 }
 
 // ---- sendfile / sockets ----------------------------------------------------------------
 
 type SendfileFn = unsafe extern "C" fn(c_int, c_int, *mut off_t, size_t) -> ssize_t;
 
-fn do_sendfile(out_fd: c_int, in_fd: c_int, offset: *mut off_t, count: size_t, local: impl FnOnce() -> i64) -> ssize_t {
+fn do_sendfile(
+    out_fd: c_int,
+    in_fd: c_int,
+    offset: *mut off_t,
+    count: size_t,
+    local: impl FnOnce() -> i64,
+) -> ssize_t {
     let args = [out_fd as u64, in_fd as u64, offset as u64, count as u64, 0, 0];
     let req = signalling(libc::SYS_sendfile, args, Check::Fds(out_fd, in_fd));
     dispatch(Kind::Sendfile, out_fd, || count as u64, Some(req), local) as ssize_t
@@ -405,12 +569,21 @@ fn do_sendfile(out_fd: c_int, in_fd: c_int, offset: *mut off_t, count: size_t, l
 
 #[no_mangle]
 pub unsafe extern "C" fn sendfile(out_fd: c_int, in_fd: c_int, offset: *mut off_t, count: size_t) -> ssize_t {
-    do_sendfile(out_fd, in_fd, offset, count, || real!("sendfile" as SendfileFn, out_fd, in_fd, offset, count))
+    do_sendfile(out_fd, in_fd, offset, count, || {
+        real!("sendfile" as SendfileFn, out_fd, in_fd, offset, count)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn sendfile64(out_fd: c_int, in_fd: c_int, offset: *mut off_t, count: size_t) -> ssize_t {
-    do_sendfile(out_fd, in_fd, offset, count, || real!("sendfile64" as SendfileFn, out_fd, in_fd, offset, count))
+pub unsafe extern "C" fn sendfile64(
+    out_fd: c_int,
+    in_fd: c_int,
+    offset: *mut off_t,
+    count: size_t,
+) -> ssize_t {
+    do_sendfile(out_fd, in_fd, offset, count, || {
+        real!("sendfile64" as SendfileFn, out_fd, in_fd, offset, count)
+    })
 }
 
 #[no_mangle]
@@ -429,12 +602,31 @@ pub unsafe extern "C" fn sendto(
         check: Check::Socket(fd, flags),
         may_signal: flags & libc::MSG_NOSIGNAL == 0,
     };
-    dispatch(Kind::Sendto, fd, || len as u64, Some(req), || {
-        real!(
-            "sendto" as unsafe extern "C" fn(c_int, *const c_void, size_t, c_int, *const sockaddr, socklen_t) -> ssize_t,
-            fd, buf, len, flags, addr, addrlen
-        )
-    }) as ssize_t
+    dispatch(
+        Kind::Sendto,
+        fd,
+        || len as u64,
+        Some(req),
+        || {
+            real!(
+                "sendto"
+                    as unsafe extern "C" fn(
+                        c_int,
+                        *const c_void,
+                        size_t,
+                        c_int,
+                        *const sockaddr,
+                        socklen_t,
+                    ) -> ssize_t,
+                fd,
+                buf,
+                len,
+                flags,
+                addr,
+                addrlen
+            )
+        },
+    ) as ssize_t
 }
 
 #[no_mangle]
@@ -448,12 +640,31 @@ pub unsafe extern "C" fn recvfrom(
 ) -> ssize_t {
     let args = [fd as u64, buf as u64, len as u64, flags as u64, addr as u64, addrlen as u64];
     let req = request(libc::SYS_recvfrom, args, Check::Socket(fd, flags));
-    dispatch(Kind::Recvfrom, fd, || len as u64, Some(req), || {
-        real!(
-            "recvfrom" as unsafe extern "C" fn(c_int, *mut c_void, size_t, c_int, *mut sockaddr, *mut socklen_t) -> ssize_t,
-            fd, buf, len, flags, addr, addrlen
-        )
-    }) as ssize_t
+    dispatch(
+        Kind::Recvfrom,
+        fd,
+        || len as u64,
+        Some(req),
+        || {
+            real!(
+                "recvfrom"
+                    as unsafe extern "C" fn(
+                        c_int,
+                        *mut c_void,
+                        size_t,
+                        c_int,
+                        *mut sockaddr,
+                        *mut socklen_t,
+                    ) -> ssize_t,
+                fd,
+                buf,
+                len,
+                flags,
+                addr,
+                addrlen
+            )
+        },
+    ) as ssize_t
 }
 
 // ---- poll / select ---------------------------------------------------------------------
@@ -467,13 +678,21 @@ fn do_poll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int, local: impl FnOnce() 
 
 #[no_mangle]
 pub unsafe extern "C" fn poll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -> c_int {
-    do_poll(fds, nfds, timeout, || real!("poll" as unsafe extern "C" fn(*mut pollfd, nfds_t, c_int) -> c_int, fds, nfds, timeout))
+    do_poll(fds, nfds, timeout, || {
+        real!("poll" as unsafe extern "C" fn(*mut pollfd, nfds_t, c_int) -> c_int, fds, nfds, timeout)
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __poll_chk(fds: *mut pollfd, nfds: nfds_t, timeout: c_int, fdslen: size_t) -> c_int {
     let real = || {
-        real!("__poll_chk" as unsafe extern "C" fn(*mut pollfd, nfds_t, c_int, size_t) -> c_int, fds, nfds, timeout, fdslen)
+        real!(
+            "__poll_chk" as unsafe extern "C" fn(*mut pollfd, nfds_t, c_int, size_t) -> c_int,
+            fds,
+            nfds,
+            timeout,
+            fdslen
+        )
     };
     if (fdslen / core::mem::size_of::<pollfd>()) < nfds as usize {
         return real() as c_int;
@@ -491,13 +710,31 @@ pub unsafe extern "C" fn select(
 ) -> c_int {
     // As for poll: only a select with a zero timeout goes across.
     let mut tv = [0u8; core::mem::size_of::<timeval>()];
-    let zero_timeout = !timeout.is_null() && sys::read_user(timeout as u64, &mut tv) && tv.iter().all(|&b| b == 0);
+    let zero_timeout =
+        !timeout.is_null() && sys::read_user(timeout as u64, &mut tv) && tv.iter().all(|&b| b == 0);
     let args = [nfds as u64, readfds as u64, writefds as u64, exceptfds as u64, timeout as u64, 0];
     let req = zero_timeout.then(|| request(libc::SYS_select, args, Check::Nothing));
-    dispatch(Kind::Select, -1, || 0, req, || {
-        real!(
-            "select" as unsafe extern "C" fn(c_int, *mut libc::fd_set, *mut libc::fd_set, *mut libc::fd_set, *mut timeval) -> c_int,
-            nfds, readfds, writefds, exceptfds, timeout
-        )
-    }) as c_int
+    dispatch(
+        Kind::Select,
+        -1,
+        || 0,
+        req,
+        || {
+            real!(
+                "select"
+                    as unsafe extern "C" fn(
+                        c_int,
+                        *mut libc::fd_set,
+                        *mut libc::fd_set,
+                        *mut libc::fd_set,
+                        *mut timeval,
+                    ) -> c_int,
+                nfds,
+                readfds,
+                writefds,
+                exceptfds,
+                timeout
+            )
+        },
+    ) as c_int
 }

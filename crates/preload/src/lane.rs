@@ -160,9 +160,10 @@ impl Lane {
     /// The request's pointers must stay valid until this returns; they do, because the caller
     /// is blocked here meanwhile.
     pub fn call(&self, request: Request, hint: usize, waiting: Waiting) -> Outcome {
-        let Some(index) = (0..SLOTS).map(|i| (hint + i) % SLOTS).find(|&i| {
-            self.slots[i].state.compare_exchange(FREE, FILLING, SeqCst, SeqCst).is_ok()
-        }) else {
+        let Some(index) = (0..SLOTS)
+            .map(|i| (hint + i) % SLOTS)
+            .find(|&i| self.slots[i].state.compare_exchange(FREE, FILLING, SeqCst, SeqCst).is_ok())
+        else {
             return Outcome::Full;
         };
         let slot = &self.slots[index];
@@ -184,7 +185,7 @@ impl Lane {
         while slot.state.load(SeqCst) != DONE {
             polls = polls.wrapping_add(1);
             // The clock costs more than a poll: read it only now and then.
-            if polls % 64 == 0 && sys::now_ns().saturating_sub(start) >= spin_ns {
+            if polls.is_multiple_of(64) && sys::now_ns().saturating_sub(start) >= spin_ns {
                 break;
             }
             core::hint::spin_loop();

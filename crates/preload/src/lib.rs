@@ -58,6 +58,8 @@
 //!
 //! Configuration: environment variables, see [`config`]. Summary format: see [`stats`].
 #![deny(unsafe_op_in_unsafe_fn)]
+// Unit tests build without the exported entry points, so the path behind them looks unused.
+#![cfg_attr(test, allow(dead_code))]
 
 #[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
 compile_error!("corehop-preload supports Linux on x86-64 and aarch64 only");
@@ -65,6 +67,7 @@ compile_error!("corehop-preload supports Linux on x86-64 and aarch64 only");
 pub mod calls;
 pub mod config;
 pub mod decide;
+#[cfg(not(test))] // a test binary must not interpose its own libc calls
 mod interpose;
 pub mod lane;
 pub mod service;
@@ -255,7 +258,13 @@ static AT_EXIT: extern "C" fn() = at_exit;
 ///
 /// `request` is `None` when the call must stay with its caller whatever the policy says;
 /// `local` runs the real libc function and returns its libc-convention result.
-fn dispatch(kind: Kind, fd: i32, size: impl FnOnce() -> u64, request: Option<Request>, local: impl FnOnce() -> i64) -> i64 {
+fn dispatch(
+    kind: Kind,
+    fd: i32,
+    size: impl FnOnce() -> u64,
+    request: Option<Request>,
+    local: impl FnOnce() -> i64,
+) -> i64 {
     let Some(_inside) = Inside::enter() else {
         if STATE.load(Acquire) == READY {
             stats::bump(&stats::of(kind).seen);
@@ -309,7 +318,7 @@ fn dispatch(kind: Kind, fd: i32, size: impl FnOnce() -> u64, request: Option<Req
             stats::bump(&counters.offloaded);
             stats::add(&counters.service_ns, reply.run_ns);
             stats::add(&counters.wait_ns, sys::now_ns().saturating_sub(start));
-            POLICY.try_with(|p| p.observe(&call, reply.run_ns));
+            POLICY.try_with(|p| p.observe(&call, reply.run_ns, sys::now_ns()));
             if reply.signal != 0 {
                 sys::tgkill_self(sys::gettid(), reply.signal);
             }
@@ -334,10 +343,11 @@ fn run_local(counters: &stats::Counters, call: &Desc, local: impl FnOnce() -> i6
     }
     let start = sys::now_ns();
     let result = local();
-    let run_ns = sys::now_ns().saturating_sub(start);
+    let end = sys::now_ns();
+    let run_ns = end.saturating_sub(start);
     stats::add(&counters.local_ns, run_ns);
     stats::bump(&counters.local_timed);
-    POLICY.try_with(|p| p.observe(call, run_ns));
+    POLICY.try_with(|p| p.observe(call, run_ns, end));
     result
 }
 

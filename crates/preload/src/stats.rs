@@ -134,7 +134,9 @@ pub fn write_summary(path: &[u8], lanes: usize, pinned: bool) {
     let _ = line.write_str("\n");
     let flags = libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_CLOEXEC;
     // SAFETY: `path` is NUL-terminated (checked by the caller); openat reads it only.
-    let fd = unsafe { sys::raw(libc::SYS_openat, [libc::AT_FDCWD as u64, path.as_ptr() as u64, flags as u64, 0o644, 0, 0]) };
+    let fd = unsafe {
+        sys::raw(libc::SYS_openat, [libc::AT_FDCWD as u64, path.as_ptr() as u64, flags as u64, 0o644, 0, 0])
+    };
     if fd < 0 {
         return;
     }

@@ -88,7 +88,8 @@ pub fn now_ns() -> u64 {
 
 /// Sleeps `ns` nanoseconds (restarting after signals).
 pub fn sleep_ns(ns: u64) {
-    let mut req = libc::timespec { tv_sec: (ns / 1_000_000_000) as i64, tv_nsec: (ns % 1_000_000_000) as i64 };
+    let mut req =
+        libc::timespec { tv_sec: (ns / 1_000_000_000) as i64, tv_nsec: (ns % 1_000_000_000) as i64 };
     loop {
         let mut rem = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         let req_ptr = &req as *const libc::timespec as u64;
@@ -143,7 +144,9 @@ pub fn pin_self(cpu: usize) -> i64 {
 pub fn block_all_signals() {
     let all: u64 = !0;
     // SAFETY: rt_sigprocmask with a valid 8-byte kernel sigset; old set not wanted.
-    unsafe { raw(libc::SYS_rt_sigprocmask, [libc::SIG_SETMASK as u64, &all as *const u64 as u64, 0, 8, 0, 0]) };
+    unsafe {
+        raw(libc::SYS_rt_sigprocmask, [libc::SIG_SETMASK as u64, &all as *const u64 as u64, 0, 8, 0, 0])
+    };
 }
 
 /// Takes a pending SIGPIPE or SIGXFSZ off the calling thread (where it is blocked) and returns
@@ -156,7 +159,11 @@ pub fn take_write_signal() -> i32 {
     let ret = unsafe {
         raw(libc::SYS_rt_sigtimedwait, [&set as *const u64 as u64, 0, &zero as *const _ as u64, 8, 0, 0])
     };
-    if ret > 0 { ret as i32 } else { 0 }
+    if ret > 0 {
+        ret as i32
+    } else {
+        0
+    }
 }
 
 /// Sets the calling thread's errno.
@@ -179,7 +186,8 @@ pub fn to_libc(ret: i64) -> i64 {
 pub fn write_all(fd: i32, mut bytes: &[u8]) {
     while !bytes.is_empty() {
         // SAFETY: `bytes` is a live slice for the call.
-        let ret = unsafe { raw(libc::SYS_write, [fd as u64, bytes.as_ptr() as u64, bytes.len() as u64, 0, 0, 0]) };
+        let ret =
+            unsafe { raw(libc::SYS_write, [fd as u64, bytes.as_ptr() as u64, bytes.len() as u64, 0, 0, 0]) };
         if ret == -(libc::EINTR as i64) {
             continue;
         }
@@ -236,7 +244,10 @@ pub fn read_user(addr: u64, out: &mut [u8]) -> bool {
     // SAFETY: process_vm_readv on our own pid writes at most out.len() bytes into `out` and
     // reports unreadable remote memory as an error.
     let got = unsafe {
-        raw(libc::SYS_process_vm_readv, [getpid() as u64, &local as *const _ as u64, 1, &remote as *const _ as u64, 1, 0])
+        raw(
+            libc::SYS_process_vm_readv,
+            [getpid() as u64, &local as *const _ as u64, 1, &remote as *const _ as u64, 1, 0],
+        )
     };
     got == out.len() as i64
 }

@@ -1,8 +1,659 @@
-//! `corehop run` (lands with its issue).
+//! `corehop run`: run an unmodified program on chosen CPUs, optionally with its system calls
+//! offloaded to service CPUs by the LD_PRELOAD library `libcorehop_preload.so`
+//! (crates/preload; its crate docs describe what is intercepted and the hand-off protocol).
+//!
+//! The library is configured through environment variables set here (`COREHOP_POLICY`,
+//! `COREHOP_SERVICE_CPUS`, …) and inherited by every program CMD starts. With `--stats` each
+//! process appends one summary line to a temporary file at exit; this command adds them up
+//! and prints a table on stderr after CMD ends, so CMD's own output is untouched.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use corehop_runtime::sys;
+use corehop_topology::{format_cpu_list, parse_cpu_list};
+use serde::Serialize;
+
+use crate::report::{fmt_ns, Stats, Table};
+
+/// The file name of the preload library cargo builds.
+pub const LIBRARY: &str = "libcorehop_preload.so";
 
 #[derive(clap::Args)]
-pub struct Args {}
+#[command(after_help = "Examples:\n  \
+    corehop run --offload --policy always --stats -- sqlite3 db.sqlite 'select count(*) from t'\n  \
+    corehop run --offload --service-cpus 1 --policy size --threshold 16384 -- cp big.iso /tmp/\n  \
+    corehop run --cpus 0 -- make -j1\n\n\
+    The preload library is built with `cargo build --workspace` (or `cargo build -p corehop-preload`)\n\
+    and looked for next to the corehop binary, or at $COREHOP_PRELOAD.")]
+pub struct Args {
+    /// Run CMD with system-call offload: load libcorehop_preload.so (LD_PRELOAD, appended to
+    /// any existing one) so that read, write, pread/pwrite, readv/writev, open/openat, the stat
+    /// family, fsync/fdatasync, sendfile, sendto/recvfrom and non-waiting poll/select may run on
+    /// a service thread pinned to a service CPU. Results (return values, errno, short reads,
+    /// EINTR) are unchanged; only where the kernel work runs changes.
+    #[arg(long)]
+    pub offload: bool,
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("corehop run is not built yet")
+    /// Service CPUs (kernel numbers, e.g. `1`, `2,3`, `2-3`): one service thread per CPU in
+    /// every process of CMD, at most 8. Default: the last CPU this process may use.
+    #[arg(long, value_name = "LIST", requires = "offload")]
+    pub service_cpus: Option<String>,
+
+    /// CPUs CMD itself runs on (kernel numbers). Default with --offload: every CPU this process
+    /// may use except the service CPUs (all of them if that leaves none); without --offload:
+    /// unchanged.
+    #[arg(long, value_name = "LIST")]
+    pub cpus: Option<String>,
+
+    /// Which calls go across: `never` (the same-run baseline: intercept and count, move
+    /// nothing), `always`, `size` (calls moving at least --threshold bytes, default 4096 — the
+    /// 4 KB rule of fast-core-switching §3.6 — plus the calls that move no buffer) or
+    /// `predicted` (the run-length predictor: offload when the call is predicted to run longer
+    /// than --threshold ns; without --threshold, N is tuned online).
+    #[arg(long, value_enum, default_value_t = PolicyArg::Size, requires = "offload")]
+    pub policy: PolicyArg,
+
+    /// Threshold of the policy: bytes for `size`, nanoseconds for `predicted`.
+    #[arg(long, value_name = "BYTES|NS", requires = "offload")]
+    pub threshold: Option<u64>,
+
+    /// Print a summary on stderr when CMD ends: calls seen, offloaded, kept local and why,
+    /// time on the service CPUs and the hand-off cost, over every process CMD started.
+    #[arg(long, requires = "offload")]
+    pub stats: bool,
+
+    /// Also write that summary as JSON to FILE (shape: `processes`, `unpinned`, and `calls`:
+    /// call name → seen, offloaded, local, kept, withdrawn, busy, service_ns, wait_ns,
+    /// local_ns, local_timed).
+    #[arg(long, value_name = "FILE", requires = "offload")]
+    pub stats_json: Option<PathBuf>,
+
+    /// How long a caller waits for a service thread to take its call before running the call
+    /// itself (µs). A claimed call is always waited for, so nothing runs twice.
+    #[arg(long, value_name = "US", default_value_t = 10_000, requires = "offload")]
+    pub stall_timeout_us: u64,
+
+    /// How long a caller, and an idle service thread, spin before sleeping on a futex (µs).
+    /// Longer spins cut hand-off latency and burn more CPU.
+    #[arg(long, value_name = "US", default_value_t = 20, requires = "offload")]
+    pub spin_us: u64,
+
+    /// The program to run and its arguments (after `--`).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// The `--policy` choices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PolicyArg {
+    Never,
+    Always,
+    Size,
+    Predicted,
+}
+
+impl PolicyArg {
+    /// The policy spec the preload library parses (`corehop_policy::offload::OffloadPolicy`).
+    fn spec(self, threshold: Option<u64>) -> anyhow::Result<String> {
+        Ok(match (self, threshold) {
+            (PolicyArg::Never, None) => "never".into(),
+            (PolicyArg::Always, None) => "always".into(),
+            (PolicyArg::Never | PolicyArg::Always, Some(_)) => {
+                bail!("--threshold applies to --policy size or predicted only")
+            }
+            (PolicyArg::Size, None) => "size".into(),
+            (PolicyArg::Size, Some(bytes)) => format!("size:{bytes}"),
+            (PolicyArg::Predicted, None) => "predicted:fa:tuned".into(),
+            (PolicyArg::Predicted, Some(ns)) => format!("predicted:fa:{ns}"),
+        })
+    }
+}
+
+/// How to start a program.
+pub struct Launch {
+    pub command: Vec<OsString>,
+    /// CPUs the program runs on (`None`: as inherited).
+    pub cpus: Option<Vec<usize>>,
+    pub offload: Option<Offload>,
+}
+
+/// The preload configuration.
+pub struct Offload {
+    pub library: PathBuf,
+    pub service_cpus: Vec<usize>,
+    pub policy: String,
+    pub stall_timeout_ns: u64,
+    pub spin_ns: u64,
+    /// Where the processes append their summaries.
+    pub stats_file: Option<PathBuf>,
+}
+
+/// What a run produced.
+pub struct Finished {
+    pub status: ExitStatus,
+    pub wall_ns: u64,
+    pub summary: Option<Summary>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let allowed = sys::affinity().context("reading this process's CPU affinity")?;
+    let online = online_cpus();
+    let mut launch = Launch { command: args.command, cpus: None, offload: None };
+    let mut service_cpus = Vec::new();
+    if args.offload {
+        service_cpus = match &args.service_cpus {
+            Some(list) => checked_cpus("--service-cpus", list, &allowed, online.as_deref())?,
+            None => vec![*allowed.last().context("this process may run on no CPU")?],
+        };
+        if service_cpus.len() > 8 {
+            bail!("--service-cpus {}: at most 8 service CPUs", format_cpu_list(&service_cpus));
+        }
+        let stats_file = (args.stats || args.stats_json.is_some()).then(stats_path);
+        launch.offload = Some(Offload {
+            library: find_library()?,
+            service_cpus: service_cpus.clone(),
+            policy: args.policy.spec(args.threshold)?,
+            stall_timeout_ns: args.stall_timeout_us.saturating_mul(1_000),
+            spin_ns: args.spin_us.saturating_mul(1_000),
+            stats_file,
+        });
+    }
+    launch.cpus = match &args.cpus {
+        Some(list) => Some(checked_cpus("--cpus", list, &allowed, online.as_deref())?),
+        None if args.offload => {
+            let rest: Vec<usize> = allowed.iter().copied().filter(|c| !service_cpus.contains(c)).collect();
+            Some(if rest.is_empty() { allowed.clone() } else { rest })
+        }
+        None => None,
+    };
+    let finished = launch.run()?;
+    if let Some(summary) = &finished.summary {
+        if args.stats {
+            eprint!("{}", summary.table(&service_cpus, finished.wall_ns).render());
+        }
+        if let Some(path) = &args.stats_json {
+            let json = serde_json::to_string_pretty(summary)?;
+            std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
+        }
+    }
+    std::process::exit(exit_code(finished.status))
+}
+
+/// The shell's convention: the exit code, or 128 + the signal that ended the program.
+pub fn exit_code(status: ExitStatus) -> i32 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code,
+        (None, Some(signal)) => 128 + signal,
+        (None, None) => 1,
+    }
+}
+
+impl Launch {
+    /// Starts the program, waits for it, and collects the offload summary if one was asked for.
+    pub fn run(&self) -> anyhow::Result<Finished> {
+        let (program, rest) = self.command.split_first().context("no command given")?;
+        let mut command = Command::new(program);
+        command.args(rest);
+        if let Some(offload) = &self.offload {
+            let mut preload = std::env::var_os("LD_PRELOAD").unwrap_or_default();
+            if !preload.is_empty() {
+                preload.push(":");
+            }
+            preload.push(&offload.library);
+            command
+                .env("LD_PRELOAD", preload)
+                .env("COREHOP_SERVICE_CPUS", format_cpu_list(&offload.service_cpus))
+                .env("COREHOP_POLICY", &offload.policy)
+                .env("COREHOP_STALL_TIMEOUT_NS", offload.stall_timeout_ns.to_string())
+                .env("COREHOP_SPIN_NS", offload.spin_ns.to_string());
+            match &offload.stats_file {
+                Some(path) => command.env("COREHOP_STATS_FILE", path),
+                None => command.env_remove("COREHOP_STATS_FILE"),
+            };
+        }
+        // The child inherits the CPU mask of the thread that starts it: narrow ours for the
+        // spawn, then put it back.
+        let previous = sys::affinity().context("reading this thread's CPU affinity")?;
+        if let Some(cpus) = &self.cpus {
+            sys::set_affinity(cpus).with_context(|| format!("running on CPUs {}", format_cpu_list(cpus)))?;
+        }
+        let start = Instant::now();
+        let spawned = command.spawn();
+        if self.cpus.is_some() {
+            sys::set_affinity(&previous).context("restoring this thread's CPU affinity")?;
+        }
+        let mut child = spawned.with_context(|| format!("starting {}", program.to_string_lossy()))?;
+        let status = child.wait().context("waiting for the program")?;
+        let wall_ns = start.elapsed().as_nanos() as u64;
+        let summary = match self.offload.as_ref().and_then(|o| o.stats_file.as_ref()) {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).unwrap_or_default();
+                let _ = std::fs::remove_file(path);
+                Some(
+                    Summary::parse(&text)
+                        .with_context(|| format!("reading the offload summary {}", path.display()))?,
+                )
+            }
+            None => None,
+        };
+        Ok(Finished { status, wall_ns, summary })
+    }
+}
+
+/// A fresh path in the temporary directory for the summary lines.
+fn stats_path() -> PathBuf {
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    std::env::temp_dir().join(format!("corehop-offload-{}-{nanos}.stats", std::process::id()))
+}
+
+/// The kernel's online CPUs, if sysfs says.
+fn online_cpus() -> Option<Vec<usize>> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").ok()?;
+    parse_cpu_list(&text).ok()
+}
+
+/// Parses a CPU list given on the command line and checks every CPU exists and may be used.
+fn checked_cpus(
+    flag: &str,
+    list: &str,
+    allowed: &[usize],
+    online: Option<&[usize]>,
+) -> anyhow::Result<Vec<usize>> {
+    let cpus = parse_cpu_list(list).with_context(|| format!("{flag} {list:?}"))?;
+    if cpus.is_empty() {
+        bail!("{flag} {list:?} names no CPU");
+    }
+    for &cpu in &cpus {
+        if online.is_some_and(|online| !online.contains(&cpu)) {
+            bail!(
+                "{flag}: CPU {cpu} does not exist or is offline on this machine (online: {})",
+                format_cpu_list(online.unwrap_or_default())
+            );
+        }
+        if !allowed.contains(&cpu) {
+            bail!(
+                "{flag}: CPU {cpu} is not allowed for this process (allowed: {})",
+                format_cpu_list(allowed)
+            );
+        }
+    }
+    Ok(cpus)
+}
+
+/// Finds the preload library: `$COREHOP_PRELOAD`, else next to the corehop binary (cargo puts
+/// both in target/<profile>/), else one directory up (for test binaries in deps/).
+pub fn find_library() -> anyhow::Result<PathBuf> {
+    if let Some(path) = std::env::var_os("COREHOP_PRELOAD") {
+        let path = PathBuf::from(path);
+        if !path.is_file() {
+            bail!("COREHOP_PRELOAD={} is not a file", path.display());
+        }
+        return Ok(path.canonicalize()?);
+    }
+    let exe = std::env::current_exe().context("locating the corehop binary")?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    let candidates = [dir.join(LIBRARY), dir.join("..").join(LIBRARY)];
+    for candidate in &candidates {
+        if candidate.is_file() {
+            return Ok(candidate.canonicalize()?);
+        }
+    }
+    bail!(
+        "{LIBRARY} not found (looked in {}); build it with `cargo build --workspace` (or \
+         `cargo build -p corehop-preload`, with --release for a release corehop), or set \
+         COREHOP_PRELOAD=/path/to/{LIBRARY}",
+        dir.display()
+    )
+}
+
+/// The counters of one kind of call, added up over processes (crates/preload `stats`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CallCounts {
+    pub seen: u64,
+    pub offloaded: u64,
+    pub local: u64,
+    pub kept: u64,
+    pub withdrawn: u64,
+    pub busy: u64,
+    pub service_ns: u64,
+    pub wait_ns: u64,
+    pub local_ns: u64,
+    pub local_timed: u64,
+}
+
+impl CallCounts {
+    fn add(&mut self, other: &CallCounts) {
+        self.seen += other.seen;
+        self.offloaded += other.offloaded;
+        self.local += other.local;
+        self.kept += other.kept;
+        self.withdrawn += other.withdrawn;
+        self.busy += other.busy;
+        self.service_ns += other.service_ns;
+        self.wait_ns += other.wait_ns;
+        self.local_ns += other.local_ns;
+        self.local_timed += other.local_timed;
+    }
+}
+
+/// The offload summary of a run: every process's counters, added up.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Summary {
+    /// Processes that made intercepted calls.
+    pub processes: usize,
+    /// Processes whose service threads could not be pinned to their CPU.
+    pub unpinned: usize,
+    /// Call name → counters.
+    pub calls: BTreeMap<String, CallCounts>,
+}
+
+impl Summary {
+    /// Parses the lines the preload library appends (`corehop-preload-v1 pid=… name=a:b:…`).
+    pub fn parse(text: &str) -> anyhow::Result<Summary> {
+        let mut summary = Summary::default();
+        for (number, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+            let bad = |why: String| anyhow::anyhow!("line {}: {why}: {line:?}", number + 1);
+            let mut fields = line.split_whitespace();
+            if fields.next() != Some("corehop-preload-v1") {
+                return Err(bad("not a corehop-preload-v1 summary".into()));
+            }
+            summary.processes += 1;
+            for field in fields {
+                let (key, value) =
+                    field.split_once('=').ok_or_else(|| bad(format!("field {field:?} has no '='")))?;
+                match key {
+                    "pid" | "lanes" => {}
+                    "pinned" => summary.unpinned += usize::from(value == "0"),
+                    call => {
+                        let numbers: Vec<u64> = value
+                            .split(':')
+                            .map(str::parse)
+                            .collect::<Result<_, _>>()
+                            .map_err(|_| bad(format!("counters of {call} are not numbers")))?;
+                        let [seen, offloaded, local, kept, withdrawn, busy, service_ns, wait_ns, local_ns, local_timed] =
+                            numbers[..]
+                        else {
+                            return Err(bad(format!("{call} has {} counters, expected 10", numbers.len())));
+                        };
+                        let counts = CallCounts {
+                            seen,
+                            offloaded,
+                            local,
+                            kept,
+                            withdrawn,
+                            busy,
+                            service_ns,
+                            wait_ns,
+                            local_ns,
+                            local_timed,
+                        };
+                        summary.calls.entry(call.to_string()).or_default().add(&counts);
+                    }
+                }
+            }
+        }
+        Ok(summary)
+    }
+
+    /// Everything added up.
+    pub fn total(&self) -> CallCounts {
+        let mut total = CallCounts::default();
+        for counts in self.calls.values() {
+            total.add(counts);
+        }
+        total
+    }
+
+    /// The summary as a table, with the estimate of time moved and time lost underneath.
+    pub fn table(&self, service_cpus: &[usize], wall_ns: u64) -> Table {
+        let per = |ns: u64, n: u64| if n == 0 { "-".to_string() } else { fmt_ns(ns as f64 / n as f64) };
+        let mut table = Table::new([
+            "call",
+            "seen",
+            "offloaded",
+            "local",
+            "kept",
+            "withdrawn",
+            "busy",
+            "on service",
+            "hand-off",
+            "run local",
+        ])
+        .title(format!(
+            "corehop offload summary ({} process{}, service CPU{} {})",
+            self.processes,
+            if self.processes == 1 { "" } else { "es" },
+            if service_cpus.len() == 1 { "" } else { "s" },
+            format_cpu_list(service_cpus)
+        ));
+        let total = self.total();
+        for (name, c) in self.calls.iter().map(|(n, c)| (n.as_str(), c)).chain([("total", &total)]) {
+            table.row([
+                name.to_string(),
+                c.seen.to_string(),
+                c.offloaded.to_string(),
+                c.local.to_string(),
+                c.kept.to_string(),
+                c.withdrawn.to_string(),
+                c.busy.to_string(),
+                per(c.service_ns, c.offloaded),
+                per(c.wait_ns.saturating_sub(c.service_ns), c.offloaded),
+                per(c.local_ns, c.local_timed),
+            ]);
+        }
+        table.note(
+            "local: the policy kept it on the caller; kept: it had to stay (could block until a signal, or names \
+             the calling thread); withdrawn: the service thread did not take it in time (stall fallback); busy: no \
+             free slot, nested call or start-up. Times are per call: on service = run time on the service CPU, \
+             hand-off = the caller's wait beyond that.",
+        );
+        let overhead = total.wait_ns.saturating_sub(total.service_ns);
+        table.note(format!(
+            "estimate: {} of kernel work moved off the program's CPUs; {} lost to hand-offs ({} per offloaded call); \
+             wall time {}.",
+            fmt_ns(total.service_ns as f64),
+            fmt_ns(overhead as f64),
+            per(overhead, total.offloaded),
+            fmt_ns(wall_ns as f64)
+        ));
+        if self.unpinned > 0 {
+            table.note(format!("{} process(es) could not pin their service threads", self.unpinned));
+        }
+        table
+    }
+}
+
+/// `corehop tour` part: `sort` and `dd` on a generated file, each with and without offload
+/// (`--policy always`, so every intercepted call really goes across), outputs compared, and
+/// the offload summary of the dd run.
+#[allow(dead_code)] // called from `corehop tour` once the lead wires it in
+pub fn tour() -> anyhow::Result<()> {
+    let library = find_library()?;
+    let allowed = sys::affinity()?;
+    let service = *allowed.last().context("no CPU allowed")?;
+    let app: Vec<usize> = allowed.iter().copied().filter(|&c| c != service).collect();
+    let app = if app.is_empty() { allowed.clone() } else { app };
+    let dir = std::env::temp_dir().join(format!("corehop-tour-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let input = dir.join("input.txt");
+    let mut text = String::new();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for _ in 0..100_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        text.push_str(&format!("{:016x}\n", x));
+    }
+    std::fs::write(&input, &text)?;
+    let reps = 3;
+    let mut table = Table::new([
+        "program",
+        "plain (min/med/max)",
+        "offload (min/med/max)",
+        "same output",
+        "offloaded calls",
+    ])
+    .title(format!(
+        "corehop run --offload --policy always (service CPU {service}, program on {})",
+        format_cpu_list(&app)
+    ));
+    let programs: [(&str, Vec<OsString>, &str); 2] = [
+        ("sort", vec!["sort".into(), input.clone().into(), "-o".into()], "sorted"),
+        (
+            "dd bs=64K",
+            vec![
+                "dd".into(),
+                format!("if={}", input.display()).into(),
+                "bs=64K".into(),
+                "status=none".into(),
+            ],
+            "copy",
+        ),
+    ];
+    let mut shown = None;
+    for (name, argv, out_name) in programs {
+        let mut plain_ns = Vec::new();
+        let mut offload_ns = Vec::new();
+        let mut same = true;
+        let mut offloaded = 0;
+        for rep in 0..reps {
+            for with_offload in [false, true] {
+                let out = dir.join(format!("{out_name}-{with_offload}"));
+                let mut command = argv.clone();
+                if name == "sort" {
+                    command.push(out.clone().into());
+                } else {
+                    command.push(format!("of={}", out.display()).into());
+                }
+                let launch = Launch {
+                    command,
+                    cpus: Some(app.clone()),
+                    offload: with_offload.then(|| Offload {
+                        library: library.clone(),
+                        service_cpus: vec![service],
+                        policy: "always".into(),
+                        stall_timeout_ns: 10_000_000,
+                        spin_ns: 20_000,
+                        stats_file: Some(stats_path()),
+                    }),
+                };
+                let finished = launch.run()?;
+                if !finished.status.success() {
+                    bail!("{name} failed: {}", finished.status);
+                }
+                if with_offload {
+                    offload_ns.push(finished.wall_ns as f64);
+                    if let Some(summary) = finished.summary {
+                        offloaded = summary.total().offloaded;
+                        if rep == reps - 1 && name != "sort" {
+                            shown = Some((summary, finished.wall_ns));
+                        }
+                    }
+                } else {
+                    plain_ns.push(finished.wall_ns as f64);
+                }
+            }
+            same &= std::fs::read(dir.join(format!("{out_name}-false")))?
+                == std::fs::read(dir.join(format!("{out_name}-true")))?;
+        }
+        let show = |v: &[f64]| {
+            Stats::of(v).map_or("-".into(), |s| {
+                format!("{} / {} / {}", fmt_ns(s.min), fmt_ns(s.median), fmt_ns(s.max))
+            })
+        };
+        table.row([
+            name.to_string(),
+            show(&plain_ns),
+            show(&offload_ns),
+            if same { "yes" } else { "NO" }.to_string(),
+            offloaded.to_string(),
+        ]);
+    }
+    table.note(format!(
+        "wall time of {reps} runs each, alternating; plain = the same program without the library"
+    ));
+    print!("{}", table.render());
+    if let Some((summary, wall_ns)) = shown {
+        print!("{}", summary.table(&[service], wall_ns).render());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    println!(
+        "takeaway: unmodified programs ran with their file system calls on CPU {service} and produced \
+         byte-identical output; on this machine each hand-off costs more than the short calls it moves."
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_specs() {
+        assert_eq!(PolicyArg::Size.spec(None).unwrap(), "size");
+        assert_eq!(PolicyArg::Size.spec(Some(100)).unwrap(), "size:100");
+        assert_eq!(PolicyArg::Predicted.spec(None).unwrap(), "predicted:fa:tuned");
+        assert_eq!(PolicyArg::Predicted.spec(Some(5000)).unwrap(), "predicted:fa:5000");
+        assert!(PolicyArg::Always.spec(Some(1)).is_err());
+        for p in [PolicyArg::Never, PolicyArg::Always, PolicyArg::Size, PolicyArg::Predicted] {
+            let spec = p.spec(None).unwrap();
+            assert!(spec.parse::<corehop_policy::offload::OffloadPolicy>().is_ok(), "{spec}");
+        }
+    }
+
+    #[test]
+    fn summaries_add_up_over_processes() {
+        let text = "corehop-preload-v1 pid=1 lanes=1 pinned=1 read=3:2:0:1:0:0:200:500:40:1\n\
+                    corehop-preload-v1 pid=2 lanes=1 pinned=0 read=1:1:0:0:0:0:10:20:0:0 fsync=1:0:0:0:1:0:0:0:7:1\n";
+        let s = Summary::parse(text).unwrap();
+        assert_eq!(s.processes, 2);
+        assert_eq!(s.unpinned, 1);
+        assert_eq!(s.calls["read"].seen, 4);
+        assert_eq!(s.calls["read"].offloaded, 3);
+        assert_eq!(s.calls["read"].wait_ns, 520);
+        assert_eq!(s.calls["fsync"].withdrawn, 1);
+        assert_eq!(s.total().seen, 5);
+        let rendered = s.table(&[1], 1000).render();
+        assert!(rendered.contains("fsync") && rendered.contains("total"));
+    }
+
+    #[test]
+    fn bad_summaries_say_which_line() {
+        for text in [
+            "garbage\n",
+            "corehop-preload-v1 pid=1 read=1:2\n",
+            "corehop-preload-v1 pid=1 read=a:b:c:d:e:f:g:h:i:j\n",
+            "corehop-preload-v1 pid=1 read\n",
+        ] {
+            let err = Summary::parse(text).unwrap_err().to_string();
+            assert!(err.contains("line 1"), "{err}");
+        }
+        assert_eq!(Summary::parse("").unwrap().processes, 0);
+    }
+
+    #[test]
+    fn cpu_lists_are_checked_against_the_machine() {
+        let allowed = [0, 1];
+        let online = [0, 1, 2];
+        assert_eq!(checked_cpus("--cpus", "1", &allowed, Some(&online)).unwrap(), vec![1]);
+        let e = checked_cpus("--cpus", "7", &allowed, Some(&online)).unwrap_err().to_string();
+        assert!(e.contains("does not exist"), "{e}");
+        let e = checked_cpus("--cpus", "2", &allowed, Some(&online)).unwrap_err().to_string();
+        assert!(e.contains("not allowed"), "{e}");
+        assert!(checked_cpus("--cpus", "x", &allowed, Some(&online)).is_err());
+        assert!(checked_cpus("--cpus", "", &allowed, Some(&online)).is_err());
+    }
+
+    #[test]
+    fn exit_codes_follow_the_shell() {
+        assert_eq!(exit_code(ExitStatus::from_raw(3 << 8)), 3);
+        assert_eq!(exit_code(ExitStatus::from_raw(9)), 128 + 9);
+    }
 }
