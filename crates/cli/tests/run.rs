@@ -1,0 +1,404 @@
+//! `corehop run` on real programs: every program must give the same stdout, stderr, exit
+//! status and output files with `--offload --policy always` (every intercepted call that may go
+//! across does) as without the library, and the summary must show the calls really went across.
+//!
+//! The preload library is built here first (`cargo build -p corehop-preload`, same profile).
+//! Tests that need a tool this machine lacks (cc, sqlite3, python3) say so and skip.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/run");
+
+/// Builds the preload library next to the corehop binary, once per test process.
+fn library() -> &'static Path {
+    static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
+    LIBRARY.get_or_init(|| {
+        let bin_dir =
+            Path::new(env!("CARGO_BIN_EXE_corehop")).parent().expect("binary directory").to_path_buf();
+        let target_dir = bin_dir.parent().expect("target directory");
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo.args(["build", "-q", "-p", "corehop-preload", "--target-dir"]).arg(target_dir);
+        if bin_dir.ends_with("release") {
+            cargo.arg("--release");
+        }
+        let status = cargo.status().expect("running cargo build -p corehop-preload");
+        assert!(status.success(), "cargo build -p corehop-preload failed");
+        let library = bin_dir.join("libcorehop_preload.so");
+        assert!(library.is_file(), "{} missing after the build", library.display());
+        library
+    })
+}
+
+fn corehop() -> Command {
+    library();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_corehop"));
+    command.env_remove("LD_PRELOAD").env_remove("COREHOP_PRELOAD").env("RUST_BACKTRACE", "0");
+    command
+}
+
+fn have(tool: &str) -> bool {
+    let found = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        eprintln!("skipped: {tool} is not installed (scripts/test.sh installs it)");
+    }
+    found
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The outcome of one program run twice: without the library, and with it.
+struct Pair {
+    plain: Output,
+    offload: Output,
+    summary: Value,
+}
+
+impl Pair {
+    fn assert_same(&self) {
+        assert_eq!(text(&self.plain.stdout), text(&self.offload.stdout), "stdout differs");
+        assert_eq!(text(&self.plain.stderr), text(&self.offload.stderr), "stderr differs");
+        assert_eq!(self.plain.status.code(), self.offload.status.code(), "exit status differs");
+    }
+
+    fn calls(&self, name: &str, field: &str) -> u64 {
+        self.summary["calls"][name][field].as_u64().unwrap_or(0)
+    }
+
+    fn total(&self, field: &str) -> u64 {
+        self.summary["calls"]
+            .as_object()
+            .map_or(0, |calls| calls.values().map(|c| c[field].as_u64().unwrap_or(0)).sum())
+    }
+}
+
+/// Runs `argv` in `plain_dir` and again in `offload_dir` (each its working directory) with
+/// `--offload --policy always` plus `extra` flags and environment.
+fn run_pair(
+    argv: &[&str],
+    plain_dir: &Path,
+    offload_dir: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Pair {
+    run_pair_with("always", argv, plain_dir, offload_dir, extra, env)
+}
+
+fn run_pair_with(
+    policy: &str,
+    argv: &[&str],
+    plain_dir: &Path,
+    offload_dir: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Pair {
+    let plain =
+        corehop().arg("run").arg("--").args(argv).current_dir(plain_dir).output().expect("corehop run");
+    let json = offload_dir.join("../summary.json");
+    let offload = corehop()
+        .args(["run", "--offload", "--policy", policy, "--stats-json"])
+        .arg(&json)
+        .args(extra)
+        .arg("--")
+        .args(argv)
+        .envs(env.iter().copied())
+        .current_dir(offload_dir)
+        .output()
+        .expect("corehop run --offload");
+    let summary = std::fs::read_to_string(&json)
+        .map_or(Value::Null, |s| serde_json::from_str(&s).expect("summary JSON"));
+    Pair { plain, offload, summary }
+}
+
+/// Two fresh working directories, `plain/` and `offload/`, under one temporary directory.
+fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let root = tempfile::tempdir().expect("tempdir");
+    let plain = root.path().join("plain");
+    let offload = root.path().join("offload");
+    std::fs::create_dir(&plain).unwrap();
+    std::fs::create_dir(&offload).unwrap();
+    (root, plain, offload)
+}
+
+/// Writes the same input file into both directories.
+fn input(plain: &Path, offload: &Path, name: &str, bytes: &[u8]) {
+    std::fs::write(plain.join(name), bytes).unwrap();
+    std::fs::write(offload.join(name), bytes).unwrap();
+}
+
+fn assert_same_file(plain: &Path, offload: &Path, name: &str) {
+    let a = std::fs::read(plain.join(name)).unwrap_or_else(|e| panic!("{name} (plain): {e}"));
+    let b = std::fs::read(offload.join(name)).unwrap_or_else(|e| panic!("{name} (offload): {e}"));
+    assert!(a == b, "{name} differs: {} vs {} bytes", a.len(), b.len());
+}
+
+fn lines(n: usize) -> Vec<u8> {
+    let mut x: u64 = 88172645463325252;
+    (0..n)
+        .flat_map(|i| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            format!("{:x} row {i}\n", x % 1_000_000_007).into_bytes()
+        })
+        .collect()
+}
+
+#[test]
+fn coreutils_give_identical_results_and_files() {
+    let (_root, plain, offload) = dirs();
+    input(&plain, &offload, "in.txt", &lines(60_000));
+    let programs: [&[&str]; 7] = [
+        &["cat", "in.txt", "missing.txt"],
+        &["cp", "in.txt", "copy.txt"],
+        &["sort", "-o", "sorted.txt", "in.txt"],
+        &["wc", "in.txt", "missing.txt"],
+        &["dd", "if=in.txt", "of=dd.txt", "bs=7000", "status=none"],
+        // Short reads: a pipe hands dd at most what was written so far.
+        &["sh", "-c", "cat in.txt | dd of=pipe.txt bs=1M status=none && wc -c < pipe.txt"],
+        &["sh", "-c", "dd if=in.txt bs=4096 skip=3 count=20 status=none | md5sum"],
+    ];
+    for argv in programs {
+        let pair = run_pair(argv, &plain, &offload, &[], &[]);
+        pair.assert_same();
+        assert!(pair.total("offloaded") > 0, "{argv:?}: nothing went across: {}", pair.summary);
+    }
+    for name in ["copy.txt", "sorted.txt", "dd.txt", "pipe.txt"] {
+        assert_same_file(&plain, &offload, name);
+    }
+}
+
+#[test]
+fn the_call_exerciser_sees_identical_results_and_errno() {
+    if !have("cc") {
+        return;
+    }
+    let (root, plain, offload) = dirs();
+    let exe = root.path().join("calls");
+    let built = Command::new("cc")
+        .args(["-O1", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(Path::new(FIXTURES).join("calls.c"))
+        .output()
+        .expect("cc");
+    assert!(built.status.success(), "cc failed: {}", text(&built.stderr));
+    let exe = exe.to_str().unwrap();
+    let pair = run_pair(&[exe, "."], &plain, &offload, &[], &[]);
+    pair.assert_same();
+    let out = text(&pair.offload.stdout);
+    // The cases the equivalence must include (the output is compared line by line above).
+    for expected in [
+        "read 1M (short)                    ret=20003",
+        "read at EOF                        ret=0",
+        "read -1                            ret=-1 errno=EBADF",
+        "open missing                       ret=-1 errno=ENOENT",
+        "open bad pointer                   ret=-1 errno=EFAULT",
+        "read empty pipe, alarm             ret=-1 errno=EINTR",
+        "write closed nonblocking pipe      ret=-1 errno=EPIPE",
+        "sigpipes 1",
+        "tmpfile mode 604",
+        "comm calls",
+        "child size 5000",
+        "done",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
+    for name in ["data", "copy", "new", "child", "thread-0", "thread-3"] {
+        assert_same_file(&plain, &offload, name);
+    }
+    // Every kind of call went across at least once; the blocking ones stayed.
+    for call in [
+        "read", "write", "pread64", "pwrite64", "readv", "writev", "open", "openat", "stat", "fstat", "lstat",
+    ] {
+        assert!(pair.calls(call, "offloaded") > 0, "{call} never went across: {}", pair.summary);
+    }
+    for call in
+        ["newfstatat", "statx", "fsync", "fdatasync", "sendfile", "sendto", "recvfrom", "poll", "select"]
+    {
+        assert!(pair.calls(call, "offloaded") > 0, "{call} never went across: {}", pair.summary);
+    }
+    assert!(pair.calls("read", "kept") >= 2, "pipe reads must stay with their thread: {}", pair.summary);
+    assert!(pair.calls("open", "kept") >= 1, "/proc/thread-self must stay: {}", pair.summary);
+    assert!(pair.summary["processes"].as_u64() >= Some(2), "the forked child reports too: {}", pair.summary);
+}
+
+#[test]
+fn sqlite3_gives_identical_results_and_database() {
+    if !have("sqlite3") {
+        return;
+    }
+    let (_root, plain, offload) = dirs();
+    let script = "PRAGMA journal_mode=DELETE; PRAGMA synchronous=FULL;\n\
+        CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT, v REAL);\n\
+        WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n WHERE i < 3000)\n\
+        INSERT INTO t(name, v) SELECT printf('name-%05d', i), i * 0.5 FROM n;\n\
+        BEGIN; UPDATE t SET v = v * 2 WHERE id % 7 = 0; COMMIT;\n\
+        CREATE INDEX t_name ON t(name);\n\
+        SELECT count(*), sum(v), min(name), max(name) FROM t;\n\
+        SELECT * FROM missing_table;\n";
+    input(&plain, &offload, "script.sql", script.as_bytes());
+    let pair = run_pair(
+        &["sh", "-c", "sqlite3 db.sqlite < script.sql; sqlite3 db.sqlite .dump | md5sum"],
+        &plain,
+        &offload,
+        &[],
+        &[],
+    );
+    pair.assert_same();
+    assert!(text(&pair.plain.stderr).contains("missing_table"), "the error case ran");
+    assert!(pair.calls("pwrite64", "offloaded") + pair.calls("write", "offloaded") > 0, "{}", pair.summary);
+    assert!(pair.calls("fsync", "offloaded") + pair.calls("fdatasync", "offloaded") > 0, "{}", pair.summary);
+    assert_same_file(&plain, &offload, "db.sqlite");
+}
+
+#[test]
+fn a_python_script_gives_identical_output_and_errors() {
+    if !have("python3") {
+        return;
+    }
+    let (_root, plain, offload) = dirs();
+    let script = Path::new(FIXTURES).join("fileio.py");
+    let script = script.to_str().unwrap();
+    let pair = run_pair(&["python3", script, "."], &plain, &offload, &[], &[]);
+    pair.assert_same();
+    let out = text(&pair.offload.stdout);
+    for expected in [
+        "read closed fd: OSError EBADF",
+        "open missing: FileNotFoundError ENOENT",
+        "read at EOF: b''",
+        "done",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
+    assert!(pair.calls("read", "offloaded") > 0 && pair.calls("write", "offloaded") > 0, "{}", pair.summary);
+    for name in ["text.txt", "bin.dat"] {
+        assert_same_file(&plain, &offload, name);
+    }
+}
+
+#[test]
+fn fork_and_exec_carry_the_library_to_every_process() {
+    let (_root, plain, offload) = dirs();
+    input(&plain, &offload, "x.txt", &lines(20_000));
+    let pair = run_pair(
+        &["sh", "-c", "cat x.txt | wc -l; cat x.txt x.txt > y.txt; wc -c y.txt"],
+        &plain,
+        &offload,
+        &[],
+        &[],
+    );
+    pair.assert_same();
+    assert!(
+        pair.summary["processes"].as_u64() >= Some(3),
+        "sh, cat, wc and cat each report: {}",
+        pair.summary
+    );
+    assert_same_file(&plain, &offload, "y.txt");
+}
+
+#[test]
+fn a_stalled_service_thread_falls_back_to_local_calls_with_identical_results() {
+    let (_root, plain, offload) = dirs();
+    input(&plain, &offload, "in.txt", &lines(30_000));
+    // Test-only knob: the service thread sleeps 3 ms before taking each batch, while callers
+    // give up after 1 ms; some calls are withdrawn and run locally, some are taken late.
+    let pair = run_pair(
+        &["dd", "if=in.txt", "of=out.txt", "bs=2048", "status=none"],
+        &plain,
+        &offload,
+        &["--stall-timeout-us", "1000"],
+        &[("COREHOP_TEST_SERVICE_STALL_NS", "3000000")],
+    );
+    pair.assert_same();
+    assert_same_file(&plain, &offload, "out.txt");
+    assert!(pair.total("withdrawn") > 0, "no call fell back: {}", pair.summary);
+    let seen = pair.total("seen");
+    let accounted =
+        ["offloaded", "local", "kept", "withdrawn", "busy"].iter().map(|f| pair.total(f)).sum::<u64>();
+    assert_eq!(seen, accounted, "every call ran exactly once: {}", pair.summary);
+}
+
+#[test]
+fn every_policy_gives_identical_results() {
+    let (_root, plain, offload) = dirs();
+    input(&plain, &offload, "in.txt", &lines(30_000));
+    for policy in ["never", "size", "predicted"] {
+        let pair = run_pair_with(policy, &["cat", "in.txt"], &plain, &offload, &[], &[]);
+        pair.assert_same();
+        assert!(pair.total("seen") > 0, "{policy}: the library saw nothing: {}", pair.summary);
+        if policy == "never" {
+            assert_eq!(pair.total("offloaded"), 0, "never moves nothing: {}", pair.summary);
+        }
+    }
+}
+
+#[test]
+fn exit_status_and_signals_are_passed_on() {
+    for offload in [false, true] {
+        let flags: &[&str] = if offload { &["--offload"] } else { &[] };
+        let status = corehop().arg("run").args(flags).args(["--", "sh", "-c", "exit 7"]).status().unwrap();
+        assert_eq!(status.code(), Some(7));
+        let status =
+            corehop().arg("run").args(flags).args(["--", "sh", "-c", "kill -TERM $$"]).status().unwrap();
+        assert_eq!(status.code(), Some(128 + 15));
+    }
+}
+
+#[test]
+fn stats_print_a_summary_on_stderr_only() {
+    let out = corehop()
+        .args(["run", "--offload", "--policy", "always", "--stats", "--", "cat", "/etc/hostname"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("corehop offload summary") && stderr.contains("read"), "{stderr}");
+    assert_eq!(out.stdout, std::fs::read("/etc/hostname").unwrap());
+}
+
+#[test]
+fn bad_arguments_are_clear_errors() {
+    let cases: [(&[&str], &str); 6] = [
+        (&["run", "--offload", "--service-cpus", "4096", "--", "true"], "does not exist"),
+        (&["run", "--offload", "--service-cpus", "x", "--", "true"], "--service-cpus"),
+        (&["run", "--cpus", "3-1", "--", "true"], "--cpus"),
+        (&["run", "--offload", "--policy", "always", "--threshold", "5", "--", "true"], "--threshold"),
+        (&["run", "--", "/no/such/program"], "starting /no/such/program"),
+        (&["run", "--policy", "always", "--", "true"], "--offload"),
+    ];
+    for (args, expected) in cases {
+        let out = corehop().args(args).output().unwrap();
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains(expected), "{args:?}: expected {expected:?} in {stderr}");
+    }
+    let out = corehop()
+        .args(["run", "--offload", "--", "true"])
+        .env("COREHOP_PRELOAD", "/no/such.so")
+        .output()
+        .unwrap();
+    assert!(text(&out.stderr).contains("COREHOP_PRELOAD"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn a_bad_environment_turns_offload_off_and_the_program_still_runs() {
+    let out = Command::new("cat")
+        .arg("/etc/hostname")
+        .env("LD_PRELOAD", library())
+        .env("COREHOP_POLICY", "sometimes")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(out.stdout, std::fs::read("/etc/hostname").unwrap());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("COREHOP_POLICY") && stderr.contains("offload is off"), "{stderr}");
+}
