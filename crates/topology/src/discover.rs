@@ -195,7 +195,7 @@ fn online_cpus(cpu_dir: &Path, notes: &mut Vec<String>) -> Result<Vec<usize>, To
     }
     notes.push("cpu/online missing: every cpuN directory taken as online".into());
     let entries = std::fs::read_dir(cpu_dir)
-        .map_err(|source| TopologyError::Io { path: cpu_dir.to_path_buf(), source })?;
+        .map_err(|error| TopologyError::Io { path: cpu_dir.to_path_buf(), error })?;
     let mut cpus: Vec<usize> = entries
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.strip_prefix("cpu")?.parse().ok())
         .collect();

@@ -9,19 +9,13 @@ use thiserror::Error;
 /// Variants carry the offending values so a message can name the problem exactly.
 #[derive(Debug, Error)]
 pub enum TopologyError {
-    /// A problem inside a machine file; `source` says what.
-    #[error("machine file {}: {source}", path.display())]
-    InFile {
-        path: PathBuf,
-        #[source]
-        source: Box<TopologyError>,
-    },
-    #[error("cannot read {}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    // The messages below include the inner error's text, so they do not also chain it as a
+    // `source` (anyhow would print it twice).
+    /// A problem inside a machine file; `problem` says what.
+    #[error("machine file {}: {problem}", path.display())]
+    InFile { path: PathBuf, problem: Box<TopologyError> },
+    #[error("cannot read {}: {error}", path.display())]
+    Io { path: PathBuf, error: std::io::Error },
     /// TOML syntax, an unknown key, a value of the wrong type (the message has the line).
     #[error("{0}")]
     Syntax(String),
@@ -56,6 +50,6 @@ pub enum TopologyError {
 impl TopologyError {
     /// Wraps `self` so that its message names the file it came from.
     pub fn in_file(self, path: impl Into<PathBuf>) -> TopologyError {
-        TopologyError::InFile { path: path.into(), source: Box::new(self) }
+        TopologyError::InFile { path: path.into(), problem: Box::new(self) }
     }
 }

@@ -206,7 +206,7 @@ impl Machine {
     pub fn from_toml_file(path: impl AsRef<Path>) -> Result<Machine, TopologyError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path)
-            .map_err(|source| TopologyError::Io { path: path.to_path_buf(), source })?;
+            .map_err(|error| TopologyError::Io { path: path.to_path_buf(), error })?;
         let mut machine = Machine::from_toml_str(&text).map_err(|e| e.in_file(path))?;
         machine.source = format!("file:{}", path.display());
         Ok(machine)
