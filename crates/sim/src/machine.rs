@@ -183,11 +183,11 @@ impl CostModel {
                 interrupt_ns: 160.0,
                 ipi_latency_ns: 150.0,
                 wake_delay_cycles: 0.0,
-                task_state_lines: 8,
+                task_state_lines: 16,
                 hop: HopPaths {
-                    affinity: PathCost { src_ns: 1150.0, dst_ns: 574.0, footprint_kib: 35.0 },
-                    handoff: PathCost { src_ns: 560.0, dst_ns: 453.0, footprint_kib: 34.0 },
-                    fastpath: PathCost { src_ns: 330.0, dst_ns: 330.0, footprint_kib: 29.5 },
+                    affinity: PathCost { src_ns: 990.0, dst_ns: 495.0, footprint_kib: 36.6 },
+                    handoff: PathCost { src_ns: 420.0, dst_ns: 354.0, footprint_kib: 36.5 },
+                    fastpath: PathCost { src_ns: 212.0, dst_ns: 212.0, footprint_kib: 31.3 },
                     wakeup_extra_ns: 28.0,
                 },
                 ..base

@@ -24,6 +24,7 @@
 //! length = 100                  # ns at full speed (a distribution)
 //! weight = 1.0
 //! hop = true
+//! memory_bound = 0.0            # share of the length that does not scale with core speed
 //! ```
 //!
 //! A CPU runs one task at a time, without preemption: a task keeps its CPU until it hops away
@@ -127,6 +128,11 @@ pub struct CallConfig {
     /// Whether this call may hop (the paper modified only some calls).
     #[serde(default = "yes")]
     pub hop: bool,
+    /// Share of the length spent waiting for memory (0..=1): that part takes as long on a
+    /// slow core as on a fast one. OS code is largely memory-bound, which is why the paper
+    /// runs it on simple cores.
+    #[serde(default)]
+    pub memory_bound: f64,
 }
 
 fn one() -> f64 {
@@ -171,7 +177,13 @@ fn default_compute() -> Distribution {
     Distribution::Fixed(20.0)
 }
 fn default_calls() -> Vec<CallConfig> {
-    vec![CallConfig { name: "gettid".into(), weight: 1.0, length: Distribution::Fixed(100.0), hop: true }]
+    vec![CallConfig {
+        name: "gettid".into(),
+        weight: 1.0,
+        length: Distribution::Fixed(100.0),
+        hop: true,
+        memory_bound: 0.0,
+    }]
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -266,6 +278,12 @@ impl Switch {
                     Problem::Invalid(format!("must be > 0, got {}", call.weight)),
                 ));
             }
+            if !(0.0..=1.0).contains(&call.memory_bound) {
+                return Err(s.error(
+                    &format!("workload.calls[{i}].memory_bound"),
+                    Problem::Invalid(format!("must be in [0, 1], got {}", call.memory_bound)),
+                ));
+            }
             total += call.weight;
             cumulative_weights.push(total);
         }
@@ -329,6 +347,14 @@ impl Switch {
         }
     }
 
+    /// How long the current call of `task` runs on `cpu`: its compute share at the CPU's
+    /// speed, its memory-bound share as is.
+    fn call_time(&self, task: u32, cpu: usize, sim: &Sim<Event>) -> Ps {
+        let (kind, length) = self.tasks[task as usize].call;
+        let stalled = (length as f64 * self.cfg.calls[kind].memory_bound).round() as Ps;
+        sim.exec(cpu, length - stalled) + stalled
+    }
+
     fn draw_call(&mut self, sim: &mut Sim<Event>) -> (usize, Ps) {
         let kind = if self.cumulative_weights.len() == 1 {
             0
@@ -382,12 +408,12 @@ impl Switch {
             return;
         };
         debug_assert_eq!(to, t.cpu);
-        let (from, home, length) = (t.hop_from(), t.home, t.call.1);
+        let (from, home) = (t.hop_from(), t.home);
         sim.stats.record_hop(from, to, timing.total());
         if to == home {
             self.call_returned(task, timing.dst, sim);
         } else {
-            let run = sim.exec(to, length);
+            let run = self.call_time(task, to, sim);
             sim.schedule_in(timing.dst + run, Event::CallDone { task });
         }
     }
@@ -424,6 +450,7 @@ impl Model for Switch {
                 let t = &mut self.tasks[task as usize];
                 t.call_started = sim.now();
                 t.call = call;
+                let cpu = t.cpu;
                 let spec = &self.cfg.calls[call.0];
                 let hops =
                     self.mechanism.is_some() && spec.hop && call.1 >= ns_to_ps(self.cfg.hop_threshold_ns);
@@ -432,7 +459,7 @@ impl Model for Switch {
                     let to = self.choose_service_cpu(task);
                     self.begin_hop(task, to, sim);
                 } else {
-                    let run = sim.exec(t.cpu, call.1);
+                    let run = self.call_time(task, cpu, sim);
                     self.call_returned(task, run, sim);
                 }
             }
@@ -527,16 +554,16 @@ mod tests {
 
     #[test]
     fn one_spin_round_trip_by_hand() {
-        // switch-cc: fast path 330 + 330 ns, 8 lines × 30 ns, poll notice 30 ns, no cache
-        // misses (64 KiB L1s). Out: 330 | 30 | 330 + 240; call 100; back the same.
+        // switch-cc: fast path 212 + 212 ns, 16 lines × 30 ns of task state, poll notice 30 ns,
+        // no capacity misses (128 KiB of L1). Out: 212 | 30 | 212 + 480; call 100; back the same.
         let (r, _, sim) = run("mechanism = \"spin\"\niterations = 1\ncompute = 0");
-        let hop = 330 + 30 + 330 + 240;
+        let hop = 212 + 30 + 212 + 480;
         assert_eq!(sim.now(), (2 * hop + 100) * 1000);
         assert_eq!(r.hops, 2);
         assert_eq!(r.hop_cost_ns, Some(hop as f64));
-        // cpu0: source path out, then target path + back; cpu1: target path + call + source path.
-        assert_eq!(sim.stats.cores.busy(0), (330 + 330 + 240) * 1000);
-        assert_eq!(sim.stats.cores.busy(1), (330 + 240 + 100 + 330) * 1000);
+        // cpu0: source path out, then target path back; cpu1: target path + call + source path.
+        assert_eq!(sim.stats.cores.busy(0), (212 + 212 + 480) * 1000);
+        assert_eq!(sim.stats.cores.busy(1), (212 + 480 + 100 + 212) * 1000);
     }
 
     #[test]
