@@ -11,7 +11,7 @@
 //! | --- | --- | --- |
 //! | `Never` | baseline | never |
 //! | `Always` | — | always |
-//! | `SizeThreshold` | RWThresh (4 KB) | a byte-moving call asks for at least `bytes`; other calls from §3.6 always |
+//! | `SizeThreshold` | RWThresh (4 KB) | a byte-moving call asks for at least `bytes`; the other named calls (open, stat family, fsync, poll, …) always; `Other` calls never |
 //! | `StaticProfile` | SI | the call's kind is in a set chosen from a profile (mean run ≥ 2 × hop cost) |
 //! | `Predicted` | HI / DI | the run-length predictor expects more than N (N optionally tuned) |
 //!
@@ -177,7 +177,11 @@ impl OffloadPolicy {
         let offload = match self {
             OffloadPolicy::Never => false,
             OffloadPolicy::Always => true,
-            OffloadPolicy::SizeThreshold { bytes } => !call.kind.moves_bytes() || call.size >= *bytes,
+            OffloadPolicy::SizeThreshold { bytes } => match call.kind {
+                CallKind::Other(_) => false,
+                kind if kind.moves_bytes() => call.size >= *bytes,
+                _ => true,
+            },
             OffloadPolicy::StaticProfile(profile) => profile.expected_run(call.kind).is_some_and(|run| {
                 run >= (STATIC_PROFILE_HOPS.saturating_mul(profile.hop_cost)).saturating_add(queue_delay)
             }),
@@ -310,6 +314,8 @@ mod tests {
         assert_eq!(p.decide(&read(4096), 0), Decision::Offload);
         // Calls without a byte count (fsync, open) always move under RWThresh.
         assert_eq!(p.decide(&CallDesc::new(CallKind::Fsync, 3, 0, 1), 0), Decision::Offload);
+        // Calls outside the papers' list never switch.
+        assert_eq!(p.decide(&CallDesc::new(CallKind::Other(39), -1, 1 << 20, 1), 0), Decision::Local);
         assert_eq!(
             "size:256".parse::<OffloadPolicy>().unwrap().decide(&read(300), 1_000_000),
             Decision::Offload

@@ -401,6 +401,7 @@ pub struct Offloader<'s> {
     pick_state: PickState,
     stats: OffloadStats,
     epoch: Option<Epoch>,
+    profile: Option<Vec<(CallKind, u64)>>,
 }
 
 /// A call site from the caller's source location.
@@ -418,7 +419,20 @@ impl<'s> Offloader<'s> {
             pick_state: PickState::default(),
             stats: OffloadStats::default(),
             epoch: None,
+            profile: None,
         }
+    }
+
+    /// Record every call's kind and run length, for building a static profile
+    /// ([`corehop_policy::offload::StaticProfile::from_profile`]) from a profiling run.
+    pub fn with_profile(mut self) -> Offloader<'s> {
+        self.profile = Some(Vec::new());
+        self
+    }
+
+    /// The (kind, run ns) pairs recorded since [`Offloader::with_profile`] (then empty).
+    pub fn take_profile(&mut self) -> Vec<(CallKind, u64)> {
+        self.profile.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// Feed the policy's threshold tuner every `length` of wall time, with the progress
@@ -471,7 +485,7 @@ impl<'s> Offloader<'s> {
                 let r = f();
                 let run = sys::now_ns().saturating_sub(t0);
                 self.stats.local_run_ns += run;
-                self.policy.observe(&desc, run);
+                self.learn(&desc, run);
                 r
             }
             Decision::Offload => {
@@ -482,12 +496,19 @@ impl<'s> Offloader<'s> {
                 self.stats.remote_run_ns += run;
                 self.stats.remote_wait_ns += wait;
                 self.stats.remote_total_ns += sys::now_ns().saturating_sub(t0);
-                self.policy.observe(&desc, run);
+                self.learn(&desc, run);
                 r
             }
         };
         self.maybe_end_epoch();
         result
+    }
+
+    fn learn(&mut self, desc: &CallDesc, run: u64) {
+        self.policy.observe(desc, run);
+        if let Some(profile) = &mut self.profile {
+            profile.push((desc.kind, run));
+        }
     }
 
     /// Runs a system-call value where the policy says; `site` tells call sites apart.

@@ -213,6 +213,29 @@ fn predicted_policy_learns_which_work_is_long() {
 }
 
 #[test]
+fn a_profiling_run_chooses_the_static_set() {
+    use corehop_policy::offload::{CallKind, StaticProfile};
+    let cores = ServiceCores::start(ServiceConfig::on_cpus([service_cpu()])).unwrap();
+    let mut off = Offloader::new(&cores, OffloadPolicy::Never).with_profile();
+    let dir = TempDir::new("profile");
+    let fd = off.open(&c(&dir.0.join("p")), libc::O_CREAT | libc::O_RDWR | libc::O_CLOEXEC, 0o644).unwrap();
+    for _ in 0..3 {
+        off.write(fd, b"x").unwrap();
+        off.offload(|| std::thread::sleep(Duration::from_millis(1)));
+    }
+    // SAFETY: opened above, closed once.
+    unsafe { libc::close(fd) };
+    let profile = off.take_profile();
+    assert_eq!(profile.len(), 7);
+    assert!(off.take_profile().is_empty());
+    // Hop cost 100 µs: only the 1 ms closures (an `Other` kind) are worth moving.
+    let chosen = StaticProfile::from_profile(profile, 100_000);
+    assert_eq!(chosen.kinds.len(), 1, "{chosen:?}");
+    assert!(chosen.kinds.keys().all(|k| k.starts_with("other:")));
+    assert!(!chosen.kinds.contains_key(CallKind::Write.name().unwrap()));
+}
+
+#[test]
 fn progress_feeds_the_threshold_tuner() {
     let cores = ServiceCores::start(ServiceConfig::on_cpus([service_cpu()])).unwrap();
     let mut off =

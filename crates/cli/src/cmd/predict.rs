@@ -229,33 +229,23 @@ fn plot(path: &std::path::Path, reports: &[TraceReport]) -> anyhow::Result<()> {
     )
 }
 
-/// The front-door demo: replays the bundled SQLite trace and prints the comparison.
-#[allow(dead_code)] // called from `corehop tour` once the lead wires it in
-pub fn tour() -> anyhow::Result<()> {
+/// One line for the tour: the predictor on the bundled SQLite trace, against the best
+/// constant decision.
+pub fn tour_summary() -> anyhow::Result<String> {
     let text = include_str!("../../tests/fixtures/traces/sqlite.strace");
     let parsed = trace::parse(std::path::Path::new("sqlite.strace"), text, Format::Strace)?;
-    let thresholds = [1_000, 5_000, 20_000];
-    let forms = [TableForm::PAPER_FA, TableForm::PAPER_DM]
-        .into_iter()
-        .map(|form| evaluate(&parsed.calls, form, &thresholds))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let r = TraceReport {
-        trace: "recorded sqlite3 trace (40 durable transactions)".into(),
-        format: parsed.format,
-        calls: parsed.calls.len(),
-        skipped_lines: parsed.skipped,
-        forms,
-    };
-    println!("{}", table(&r).render());
-    let fa = &r.forms[0];
-    let mean_gain: f64 =
-        fa.decisions.iter().map(|d| d.right - d.best_constant).sum::<f64>() / fa.decisions.len() as f64;
-    println!(
-        "takeaway: the run-length predictor is exact or within ±5 % on {} of calls and picks the right offload side {} points more often than the best constant rule",
+    let n = 20_000;
+    let fa = evaluate(&parsed.calls, TableForm::PAPER_FA, &[n])?;
+    let d = &fa.decisions[0];
+    Ok(format!(
+        "predictor on a recorded sqlite3 trace ({} calls): exact {}, within ±5 % {}, right offload side at N = {} on {} of calls (best constant rule: {})",
+        parsed.calls.len(),
+        pct(fa.exact),
         pct(fa.within_5pct),
-        format_args!("{:+.1}", 100.0 * mean_gain)
-    );
-    Ok(())
+        report::fmt_ns(n as f64),
+        pct(d.right),
+        pct(d.best_constant)
+    ))
 }
 
 #[cfg(test)]

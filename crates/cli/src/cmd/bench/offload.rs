@@ -1,8 +1,513 @@
-//! `corehop bench offload` (lands with its issue).
+//! `corehop bench offload`: the offload policies side by side, in one run, on two real
+//! workloads, with `never` (everything on the application CPU) as the same-run baseline.
+//!
+//! - **sqlite**: TPC-B-like transactions on SQLite with durable commits
+//!   (`synchronous=FULL`, rollback journal, fsync on every commit) in a temporary directory;
+//!   each statement is one offload decision, COMMIT is described as an fsync (see `sqlite.rs`).
+//! - **files**: a static-file server over 127.0.0.1 (openat, fstat, send, sendfile per request)
+//!   and a closed-loop client, both on the application CPU.
+//!
+//! The application runs on one CPU and one service core on another. Every policy runs once
+//! per repetition, interleaved, so drifts in machine load hit all policies alike. Reported per
+//! policy: throughput (min/median/max over repetitions), ×never (median ratio), latency
+//! p50/p99 (all repetitions pooled), share of calls offloaded, and per-CPU busy time: the
+//! application CPU (CPU time of the app threads / wall) and the service CPU (time running
+//! offloaded work / wall; the service thread's own CPU time, spinning included, in JSON). The
+//! round trip of an empty closure to the service core and back is measured in the same run:
+//! it is the hop cost offload has to beat, and the threshold the predictors start from.
 
-#[derive(clap::Args)]
-pub struct Args {}
+use std::path::{Path, PathBuf};
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("corehop bench offload is not built yet")
+use corehop_policy::offload::{OffloadPolicy, Predicted, StaticProfile, TableForm, TunerConfig};
+use corehop_runtime::service::{thread_cpu_ns, OffloadStats, Offloader, ServiceConfig, ServiceCores};
+use corehop_runtime::sys;
+use serde::Serialize;
+
+use crate::report::{self, Align, Stats, Table};
+
+mod files;
+mod sqlite;
+
+/// Offload policies side by side on SQLite transactions and a loopback file server.
+#[derive(clap::Args, Clone)]
+pub struct Args {
+    /// Policies to compare (comma-separated): never, always, size (the 4 KB rule), static
+    /// (calls whose profiled mean run is ≥ 2 × the measured hop), predicted (run-length
+    /// predictor, N = measured hop round trip), tuned (predictor with N tuned online from the
+    /// application's own throughput). `never` is always included: it is the baseline.
+    #[arg(long, value_delimiter = ',', default_values_t = PolicyChoice::ALL.map(|p| p.name().to_string()))]
+    pub policies: Vec<String>,
+    /// Workloads (comma-separated): sqlite, files.
+    #[arg(long, value_delimiter = ',', default_values = ["sqlite", "files"])]
+    pub workloads: Vec<String>,
+    /// Repetitions of every policy (min/median/max are over these).
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// Transactions per SQLite run.
+    #[arg(long, default_value_t = 250)]
+    pub txns: usize,
+    /// Requests per file-server run.
+    #[arg(long, default_value_t = 1500)]
+    pub requests: usize,
+    /// A short run (1 repetition, 40 transactions, 200 requests) for smoke tests and the tour.
+    #[arg(long)]
+    pub quick: bool,
+    /// CPU for the application (default: the first this process may use).
+    #[arg(long)]
+    pub app_cpu: Option<usize>,
+    /// CPU for the service core (default: the last this process may use).
+    #[arg(long)]
+    pub service_cpu: Option<usize>,
+    /// How long a caller spins for an offloaded result before sleeping on a futex, in µs.
+    /// Spinning is fastest when the application CPU has nothing else to run, but it steals
+    /// the CPU from other application threads (the file server's client shares it).
+    #[arg(long, default_value_t = 10)]
+    pub caller_spin_us: u64,
+    /// How long an idle service core polls for work before sleeping, in µs.
+    #[arg(long, default_value_t = 50)]
+    pub idle_spin_us: u64,
+    /// Seed of the transaction and request streams (same seed, same work for every policy).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print JSON: `{hop_round_trip_ns, app_cpu, service_cpu, shared_cpu, results: [{workload,
+    /// policy, ops, throughput: {min, median, max, samples}, vs_never, p50_ns, p99_ns,
+    /// offloaded, app_busy, service_busy, service_thread_busy}]}` (busy values are fractions of
+    /// wall time).
+    #[arg(long)]
+    pub json: bool,
+    /// Draw throughput relative to `never` per workload and policy as bars.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PolicyChoice {
+    Never,
+    Always,
+    Size,
+    Static,
+    Predicted,
+    Tuned,
+}
+
+impl PolicyChoice {
+    const ALL: [PolicyChoice; 6] = [
+        PolicyChoice::Never,
+        PolicyChoice::Always,
+        PolicyChoice::Size,
+        PolicyChoice::Static,
+        PolicyChoice::Predicted,
+        PolicyChoice::Tuned,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            PolicyChoice::Never => "never",
+            PolicyChoice::Always => "always",
+            PolicyChoice::Size => "size",
+            PolicyChoice::Static => "static",
+            PolicyChoice::Predicted => "predicted",
+            PolicyChoice::Tuned => "tuned",
+        }
+    }
+
+    fn parse(name: &str) -> anyhow::Result<PolicyChoice> {
+        PolicyChoice::ALL.into_iter().find(|p| p.name() == name.trim()).ok_or_else(|| {
+            anyhow::anyhow!(
+                "unknown policy {name:?} in --policies (expected some of: never, always, size, static, predicted, tuned)"
+            )
+        })
+    }
+
+    fn build(self, hop_ns: u64, profile: &StaticProfile) -> anyhow::Result<OffloadPolicy> {
+        let n = hop_ns.max(1);
+        Ok(match self {
+            PolicyChoice::Never => OffloadPolicy::Never,
+            PolicyChoice::Always => OffloadPolicy::Always,
+            PolicyChoice::Size => {
+                OffloadPolicy::SizeThreshold { bytes: corehop_policy::offload::DEFAULT_SIZE_THRESHOLD }
+            }
+            PolicyChoice::Static => OffloadPolicy::StaticProfile(profile.clone()),
+            PolicyChoice::Predicted => {
+                OffloadPolicy::Predicted(Box::new(Predicted::fixed(TableForm::PAPER_FA, n)?))
+            }
+            PolicyChoice::Tuned => {
+                let config =
+                    TunerConfig { initial: n, min: 1_000, max: 100_000_000, ..TunerConfig::default() };
+                OffloadPolicy::Predicted(Box::new(Predicted::tuned(TableForm::PAPER_FA, config.clamped())?))
+            }
+        })
+    }
+}
+
+trait Clamp {
+    fn clamped(self) -> Self;
+}
+
+impl Clamp for TunerConfig {
+    /// Keeps `initial` inside [min, max] whatever the measured hop was.
+    fn clamped(mut self) -> TunerConfig {
+        self.initial = self.initial.clamp(self.min, self.max);
+        self
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Workload {
+    Sqlite,
+    Files,
+}
+
+impl Workload {
+    fn name(self) -> &'static str {
+        match self {
+            Workload::Sqlite => "sqlite",
+            Workload::Files => "files",
+        }
+    }
+
+    fn unit(self) -> &'static str {
+        match self {
+            Workload::Sqlite => "txn",
+            Workload::Files => "req",
+        }
+    }
+
+    fn parse(name: &str) -> anyhow::Result<Workload> {
+        match name.trim() {
+            "sqlite" => Ok(Workload::Sqlite),
+            "files" => Ok(Workload::Files),
+            other => anyhow::bail!("unknown workload {other:?} in --workloads (expected sqlite, files)"),
+        }
+    }
+}
+
+/// What a workload run saw from the client side.
+pub struct Run {
+    pub ops: u64,
+    pub wall_ns: u64,
+    pub latencies_ns: Vec<f64>,
+}
+
+/// What the application side did during a run.
+pub struct Served {
+    pub stats: OffloadStats,
+    /// CPU time of the application threads.
+    pub cpu_ns: u64,
+    pub profile: Vec<(corehop_policy::offload::CallKind, u64)>,
+}
+
+/// A temporary directory removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> anyhow::Result<Scratch> {
+        let dir = std::env::temp_dir().join(format!(
+            "corehop-bench-offload-{}-{}",
+            std::process::id(),
+            sys::now_ns()
+        ));
+        std::fs::create_dir_all(&dir)?;
+        Ok(Scratch(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[derive(Serialize)]
+struct Output {
+    hop_round_trip_ns: u64,
+    app_cpu: usize,
+    service_cpu: usize,
+    shared_cpu: bool,
+    results: Vec<Row>,
+}
+
+#[derive(Serialize)]
+struct Row {
+    workload: &'static str,
+    policy: &'static str,
+    ops: u64,
+    throughput: Stats,
+    vs_never: f64,
+    p50_ns: f64,
+    p99_ns: f64,
+    offloaded: f64,
+    app_busy: f64,
+    service_busy: f64,
+    service_thread_busy: Option<f64>,
+}
+
+#[derive(Default)]
+struct Samples {
+    throughput: Vec<f64>,
+    latencies: Vec<f64>,
+    ops: u64,
+    wall_ns: u64,
+    calls: u64,
+    offloaded: u64,
+    app_cpu_ns: u64,
+    service_busy_ns: u64,
+    service_thread_ns: Option<u64>,
+}
+
+struct Bench<'a> {
+    args: &'a Args,
+    cores: &'a ServiceCores,
+    app_cpu: usize,
+    dir: &'a Path,
+}
+
+impl Bench<'_> {
+    fn one(
+        &self,
+        workload: Workload,
+        policy: OffloadPolicy,
+        profile: bool,
+        data: &Path,
+    ) -> anyhow::Result<(Run, Served)> {
+        match workload {
+            Workload::Sqlite => {
+                let cpu0 = thread_cpu_ns(sys::gettid()).unwrap_or(0);
+                let mut off =
+                    Offloader::new(self.cores, policy).with_epochs(std::time::Duration::from_millis(20));
+                if profile {
+                    off = off.with_profile();
+                }
+                let run = sqlite::run(data, &mut off, self.args.txns, self.args.seed)?;
+                let cpu_ns = thread_cpu_ns(sys::gettid()).unwrap_or(0).saturating_sub(cpu0);
+                Ok((run, Served { stats: off.stats(), cpu_ns, profile: off.take_profile() }))
+            }
+            Workload::Files => files::run(
+                self.dir,
+                self.cores,
+                policy,
+                profile,
+                self.app_cpu,
+                self.args.requests,
+                self.args.seed,
+            ),
+        }
+    }
+}
+
+pub fn run(mut args: Args) -> anyhow::Result<()> {
+    if args.quick {
+        args.reps = 1;
+        args.txns = 40;
+        args.requests = 200;
+    }
+    anyhow::ensure!(
+        args.reps > 0 && args.txns > 0 && args.requests > 0,
+        "--reps, --txns and --requests must be at least 1"
+    );
+    let mut choices = vec![PolicyChoice::Never];
+    for name in &args.policies {
+        let choice = PolicyChoice::parse(name)?;
+        if !choices.contains(&choice) {
+            choices.push(choice);
+        }
+    }
+    let workloads = args.workloads.iter().map(|w| Workload::parse(w)).collect::<anyhow::Result<Vec<_>>>()?;
+    anyhow::ensure!(!workloads.is_empty(), "--workloads is empty");
+
+    let allowed = sys::affinity()?;
+    let app_cpu = args.app_cpu.unwrap_or(allowed[0]);
+    let service_cpu = args.service_cpu.unwrap_or(*allowed.last().expect("a process runs somewhere"));
+    anyhow::ensure!(
+        allowed.contains(&app_cpu),
+        "--app-cpu {app_cpu} is not one this process may use ({allowed:?})"
+    );
+    let shared_cpu = app_cpu == service_cpu;
+    let mut config = ServiceConfig::on_cpus([service_cpu]);
+    config.caller_spin = std::time::Duration::from_micros(args.caller_spin_us);
+    config.idle_spin = std::time::Duration::from_micros(args.idle_spin_us);
+    let cores = ServiceCores::start(config)?;
+    let output = std::thread::scope(|scope| {
+        // The application side runs on its own pinned thread so the caller's affinity is untouched.
+        scope
+            .spawn(|| -> anyhow::Result<Output> {
+                sys::pin_current_thread(app_cpu)?;
+                measure(&args, &cores, &choices, &workloads, app_cpu, service_cpu)
+            })
+            .join()
+            .map_err(|_| anyhow::anyhow!("benchmark thread panicked"))?
+    })?;
+    let output = Output { shared_cpu, ..output };
+    if args.json {
+        report::print_json(&output)?;
+    } else {
+        println!("{}", table(&output).render());
+    }
+    if let Some(path) = &args.plot {
+        let bars: Vec<(String, f64)> =
+            output.results.iter().map(|r| (format!("{} {}", r.workload, r.policy), r.vs_never)).collect();
+        report::plot_bars(
+            path,
+            "Offload policies: throughput relative to never (same run)",
+            "× never",
+            &bars,
+        )?;
+        if !args.json {
+            println!("plot written to {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+fn measure(
+    args: &Args,
+    cores: &ServiceCores,
+    choices: &[PolicyChoice],
+    workloads: &[Workload],
+    app_cpu: usize,
+    service_cpu: usize,
+) -> anyhow::Result<Output> {
+    let hop_ns = cores.round_trip_ns(2000);
+    let scratch = Scratch::new()?;
+    let bench = Bench { args, cores, app_cpu, dir: &scratch.0 };
+    let bar = report::progress((workloads.len() * (1 + args.reps * choices.len())) as u64, "offload");
+    let mut results = vec![];
+    for &workload in workloads {
+        let data = match workload {
+            Workload::Sqlite => sqlite::create(&scratch.0)?,
+            Workload::Files => {
+                files::create(&scratch.0)?;
+                scratch.0.clone()
+            }
+        };
+        // Profiling pass (also the warm-up): every call local, run lengths recorded.
+        bar.set_message(format!("{} profile", workload.name()));
+        let (_, served) = bench.one(workload, OffloadPolicy::Never, true, &data)?;
+        let profile = StaticProfile::from_profile(served.profile, hop_ns);
+        bar.inc(1);
+        let mut samples: Vec<Samples> = choices.iter().map(|_| Samples::default()).collect();
+        for _ in 0..args.reps {
+            for (i, choice) in choices.iter().enumerate() {
+                bar.set_message(format!("{} {}", workload.name(), choice.name()));
+                let before = cores.stats()[0];
+                let (run, served) = bench.one(workload, choice.build(hop_ns, &profile)?, false, &data)?;
+                let after = cores.stats()[0];
+                let s = &mut samples[i];
+                s.throughput.push(run.ops as f64 * 1e9 / run.wall_ns.max(1) as f64);
+                s.latencies.extend(run.latencies_ns);
+                s.ops += run.ops;
+                s.wall_ns += run.wall_ns;
+                s.calls += served.stats.calls;
+                s.offloaded += served.stats.offloaded;
+                s.app_cpu_ns += served.cpu_ns;
+                s.service_busy_ns += after.busy_ns - before.busy_ns;
+                s.service_thread_ns = match (after.thread_cpu_ns, before.thread_cpu_ns) {
+                    (Some(a), Some(b)) => Some(s.service_thread_ns.unwrap_or(0) + a.saturating_sub(b)),
+                    _ => None,
+                };
+                bar.inc(1);
+            }
+        }
+        let never_median = Stats::of(&samples[0].throughput).map_or(f64::NAN, |s| s.median);
+        for (choice, s) in choices.iter().zip(samples) {
+            let throughput = Stats::of(&s.throughput).ok_or_else(|| anyhow::anyhow!("no samples"))?;
+            let wall = s.wall_ns.max(1) as f64;
+            results.push(Row {
+                workload: workload.name(),
+                policy: choice.name(),
+                ops: s.ops,
+                throughput,
+                vs_never: throughput.median / never_median,
+                p50_ns: report::percentile(&s.latencies, 50.0).unwrap_or(f64::NAN),
+                p99_ns: report::percentile(&s.latencies, 99.0).unwrap_or(f64::NAN),
+                offloaded: if s.calls == 0 { 0.0 } else { s.offloaded as f64 / s.calls as f64 },
+                app_busy: s.app_cpu_ns as f64 / wall,
+                service_busy: s.service_busy_ns as f64 / wall,
+                service_thread_busy: s.service_thread_ns.map(|ns| ns as f64 / wall),
+            });
+        }
+    }
+    bar.finish_and_clear();
+    Ok(Output { hop_round_trip_ns: hop_ns, app_cpu, service_cpu, shared_cpu: false, results })
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.0}%", 100.0 * x)
+}
+
+fn table(out: &Output) -> Table {
+    let mut t = Table::new([
+        "workload",
+        "policy",
+        "ops/s median",
+        "min–max",
+        "×never",
+        "p50",
+        "p99",
+        "offloaded",
+        "app CPU",
+        "svc work",
+        "svc CPU",
+    ])
+    .title(format!(
+        "Offload policies, app on cpu{} and service core on cpu{} — same-run baseline: `never`, and an empty offload round trip of {}",
+        out.app_cpu,
+        out.service_cpu,
+        report::fmt_ns(out.hop_round_trip_ns as f64)
+    ))
+    .align(0, Align::Left)
+    .align(1, Align::Left);
+    for r in &out.results {
+        let unit = if r.workload == Workload::Sqlite.name() {
+            Workload::Sqlite.unit()
+        } else {
+            Workload::Files.unit()
+        };
+        t.row([
+            r.workload.to_string(),
+            r.policy.to_string(),
+            format!("{:.0} {unit}/s", r.throughput.median),
+            format!("{:.0}–{:.0}", r.throughput.min, r.throughput.max),
+            format!("{:.2}", r.vs_never),
+            report::fmt_ns(r.p50_ns),
+            report::fmt_ns(r.p99_ns),
+            pct(r.offloaded),
+            pct(r.app_busy),
+            pct(r.service_busy),
+            r.service_thread_busy.map_or("-".into(), pct),
+        ]);
+    }
+    t.note(
+        "×never: median throughput over the same run's `never` median (the baseline measured in this run)",
+    );
+    t.note("app CPU: CPU time of the app threads / wall; svc work: time offloaded calls ran (blocking included) / wall; svc CPU: service thread CPU time (idle polling included) / wall");
+    if out.shared_cpu {
+        t.note(
+            "only one CPU available: the service core shares the application CPU, so offload can only cost",
+        );
+    }
+    t
+}
+
+/// The front-door demo: a quick run of both workloads, plus the predictor on a real trace.
+#[allow(dead_code)] // called from `corehop tour` once the lead wires it in
+pub fn tour() -> anyhow::Result<()> {
+    let args = Args {
+        policies: PolicyChoice::ALL.map(|p| p.name().to_string()).to_vec(),
+        workloads: vec!["sqlite".into(), "files".into()],
+        reps: 1,
+        txns: 40,
+        requests: 200,
+        quick: true,
+        app_cpu: None,
+        service_cpu: None,
+        caller_spin_us: 10,
+        idle_spin_us: 50,
+        seed: 1,
+        json: false,
+        plot: None,
+    };
+    run(args)?;
+    println!("{}", crate::cmd::predict::tour_summary()?);
+    Ok(())
 }

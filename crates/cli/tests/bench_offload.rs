@@ -1,0 +1,112 @@
+//! `corehop bench offload` end to end on tiny runs: the JSON shape, the baseline, the
+//! policies' offload shares, and clear errors for bad flags. No assertion on speed.
+
+use std::process::Command;
+
+fn corehop(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_corehop")).args(args).env("CI", "1").output().expect("corehop runs")
+}
+
+#[test]
+fn tiny_run_reports_every_policy_against_never() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("offload.svg");
+    let out = corehop(&[
+        "bench",
+        "offload",
+        "--reps",
+        "2",
+        "--txns",
+        "8",
+        "--requests",
+        "40",
+        "--policies",
+        "always,size,predicted",
+        "--json",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["hop_round_trip_ns"].as_u64().unwrap() > 0);
+    let rows = v["results"].as_array().unwrap();
+    let names: Vec<String> = rows
+        .iter()
+        .map(|r| format!("{} {}", r["workload"].as_str().unwrap(), r["policy"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "sqlite never",
+            "sqlite always",
+            "sqlite size",
+            "sqlite predicted",
+            "files never",
+            "files always",
+            "files size",
+            "files predicted"
+        ]
+    );
+    for r in rows {
+        let policy = r["policy"].as_str().unwrap();
+        let offloaded = r["offloaded"].as_f64().unwrap();
+        match policy {
+            "never" => {
+                assert_eq!(offloaded, 0.0);
+                assert_eq!(r["vs_never"].as_f64().unwrap(), 1.0);
+                assert_eq!(r["service_busy"].as_f64().unwrap(), 0.0);
+            }
+            "always" => assert_eq!(offloaded, 1.0),
+            // SQLite: only COMMIT (1 of 6 statements) is a listed call; files: recv/openat/fstat/
+            // send always, sendfile only from 4 KB.
+            "size" if r["workload"] == "sqlite" => {
+                assert!((offloaded - 1.0 / 6.0).abs() < 1e-9, "{offloaded}")
+            }
+            _ => assert!((0.0..=1.0).contains(&offloaded)),
+        }
+        let t = &r["throughput"];
+        assert_eq!(t["samples"], 2);
+        assert!(t["min"].as_f64().unwrap() <= t["median"].as_f64().unwrap());
+        assert!(r["p50_ns"].as_f64().unwrap() <= r["p99_ns"].as_f64().unwrap());
+        let ops = if r["workload"] == "sqlite" { 16 } else { 80 };
+        assert_eq!(r["ops"], ops, "every policy does the same work");
+    }
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+}
+
+#[test]
+fn table_output_names_the_baseline() {
+    let out = corehop(&[
+        "bench",
+        "offload",
+        "--quick",
+        "--workloads",
+        "files",
+        "--policies",
+        "always",
+        "--requests",
+        "20",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("same-run baseline") && text.contains("×never"), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("files") && l.contains("always")), "{text}");
+}
+
+#[test]
+fn bad_flags_are_clear_errors() {
+    for (args, needle) in [
+        (vec!["--policies", "sometimes"], "unknown policy \"sometimes\""),
+        (vec!["--workloads", "tpcc"], "unknown workload \"tpcc\""),
+        (vec!["--reps", "0"], "--reps, --txns and --requests must be at least 1"),
+        (vec!["--app-cpu", "4000"], "--app-cpu 4000 is not one this process may use"),
+        (vec!["--service-cpu", "4000"], "service CPU 4000 is not one this process may run on"),
+    ] {
+        let mut full = vec!["bench", "offload"];
+        full.extend(args);
+        let out = corehop(&full);
+        assert!(!out.status.success(), "{full:?} should fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{full:?}: {err}");
+    }
+}
