@@ -131,6 +131,24 @@ pub fn by_name(name: &str) -> Result<Machine, TopologyError> {
     builder.source(format!("preset:{name}")).build()
 }
 
+/// A machine named on a command line or in a scenario: a preset name, or a path to a machine
+/// file (anything ending in `.toml` or containing a `/`).
+///
+/// # Examples
+/// ```
+/// use corehop_topology::presets;
+/// assert_eq!(presets::load("smt-2way").unwrap().cpus().len(), 2);
+/// assert!(presets::load("machines/absent.toml").unwrap_err().to_string().contains("absent.toml"));
+/// assert!(presets::load("absent").unwrap_err().to_string().contains("known presets"));
+/// ```
+pub fn load(spec: &str) -> Result<Machine, TopologyError> {
+    if spec.ends_with(".toml") || spec.contains('/') {
+        Machine::from_toml_file(spec)
+    } else {
+        by_name(spec)
+    }
+}
+
 /// The fast-core-switching configurations, one letter per core.
 fn switching(name: &str, letters: &str) -> MachineBuilder {
     let mut builder = MachineBuilder::new(name);

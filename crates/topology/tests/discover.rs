@@ -322,3 +322,100 @@ fn this_host_is_discovered() {
     assert!(!machine.cpus().is_empty());
     assert!(machine.source.starts_with("sysfs:/sys"));
 }
+
+/// Writes `machine` as the sysfs tree a kernel would show for it: topology, caches, classes
+/// as hybrid PMU lists, speeds as `acpi_cppc/highest_perf` in thousandths.
+fn write_as_sysfs(machine: &Machine, root: &FakeRoot) {
+    let os = |cpus: &[CpuId]| {
+        let ids: Vec<usize> = cpus.iter().map(|c| machine.cpus()[c.0].os_id).collect();
+        corehop_topology::format_cpu_list(&ids)
+    };
+    let os_ids: Vec<usize> = machine.cpus().iter().map(|c| c.os_id).collect();
+    root.online(&corehop_topology::format_cpu_list(&os_ids));
+    for cpu in machine.cpus() {
+        let siblings = os(&machine.smt_siblings(cpu.id));
+        root.topology(cpu.os_id, cpu.package * 10, cpu.core, &siblings);
+        root.cpu_file(cpu.os_id, "acpi_cppc/highest_perf", &format!("{}", (cpu.speed * 1000.0).round()));
+        for (index, cache) in machine.caches_of(cpu.id).enumerate() {
+            let kind = match cache.kind {
+                CacheKind::Data => "Data",
+                CacheKind::Instruction => "Instruction",
+                CacheKind::Unified => "Unified",
+            };
+            let size = corehop_topology::format_size(cache.size_bytes);
+            root.cache(cpu.os_id, index, cache.level, kind, &size, &os(&cache.cpus));
+        }
+    }
+    let of_class = |class: CoreClass| {
+        let ids: Vec<usize> = machine.cpus().iter().filter(|c| c.class == class).map(|c| c.os_id).collect();
+        corehop_topology::format_cpu_list(&ids)
+    };
+    root.write("sys/devices/cpu_core/cpus", &of_class(CoreClass::Big));
+    root.write("sys/devices/cpu_atom/cpus", &of_class(CoreClass::Little));
+}
+
+mod round_trip {
+    use super::*;
+    use corehop_topology::{CoreGroup, MachineBuilder, Per};
+    use proptest::prelude::*;
+
+    fn arbitrary_machine() -> impl Strategy<Value = Machine> {
+        let group = (1usize..4, 1usize..3, 0usize..3, 0u8..3, 100u32..=1000);
+        proptest::collection::vec(group, 1..4).prop_map(|groups| {
+            let mut builder = MachineBuilder::new("this host");
+            for (index, (count, threads, package, class, thousandths)) in groups.into_iter().enumerate() {
+                let class = [CoreClass::Uniform, CoreClass::Big, CoreClass::Little][class as usize];
+                // The first group is the fastest, as discovery normalises to the fastest CPU.
+                let speed = if index == 0 { 1.0 } else { f64::from(thousandths) / 1000.0 };
+                builder = builder.group(
+                    CoreGroup::new(count)
+                        .threads(threads)
+                        .package(package)
+                        .class(class)
+                        .speed(speed)
+                        .cache(1, CacheKind::Data, 32 << 10, Per::Core)
+                        .cache(1, CacheKind::Instruction, 32 << 10, Per::Core)
+                        .cache(2, CacheKind::Unified, 1 << 20, Per::Group),
+                );
+            }
+            builder.cache(3, CacheKind::Unified, 4 << 20, Per::Package).build().unwrap()
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(16))]
+
+        /// A machine written as a sysfs tree is discovered as the same machine, and a random
+        /// allowed subset gives a valid machine of exactly those CPUs.
+        #[test]
+        fn discovery_reads_back_what_sysfs_says(machine in arbitrary_machine(), keep in any::<u64>()) {
+            let root = FakeRoot::new();
+            write_as_sysfs(&machine, &root);
+            let mut found = discover_at(&root.sys()).unwrap();
+            found.source = machine.source.clone();
+            // Kernel order lists caches by level, then data before instruction.
+            let mut expected = machine.clone();
+            expected.caches.sort_by_key(|c| (c.level, c.kind as u8, c.cpus[0]));
+            found.caches.sort_by_key(|c| (c.level, c.kind as u8, c.cpus[0]));
+            prop_assert_eq!(&found, &expected);
+
+            let allowed: Vec<usize> = (0..machine.cpus().len()).filter(|i| keep >> (i % 64) & 1 == 1).collect();
+            let options = DiscoverOptions { allowed: Some(allowed.clone()), ..DiscoverOptions::sysfs(root.sys()) };
+            match discover_with(&options) {
+                Ok(restricted) => {
+                    let machine = &restricted.machine;
+                    machine.validate().unwrap();
+                    let os_ids: Vec<usize> = machine.cpus().iter().map(|c| c.os_id).collect();
+                    prop_assert_eq!(os_ids, allowed);
+                    for cache in &machine.caches {
+                        prop_assert!(cache.cpus.iter().all(|c| c.0 < machine.cpus().len()));
+                    }
+                }
+                Err(error) => {
+                    prop_assert!(allowed.is_empty(), "{}", error);
+                    prop_assert!(matches!(error, TopologyError::NothingAllowed { .. }), "{}", error);
+                }
+            }
+        }
+    }
+}

@@ -260,17 +260,11 @@ fn waitpkg_line(machine: &Machine) -> String {
 pub fn tour() -> anyhow::Result<()> {
     let discovery = discover_with(&DiscoverOptions::host()).context("discovering this machine")?;
     let machine = &discovery.machine;
-    let mut table = Table::new([
-        "cpu",
-        "os id",
-        "core",
-        "package",
-        "class",
-        "speed",
-        "private cache",
-        "last-level cache",
-    ])
-    .title("This machine, as corehop sees it (corehop topo for the full tree)");
+    let header = ["cpu", "os id", "core", "package", "class", "speed", "own data cache", "last-level cache"];
+    let mut table = Table::new(header)
+        .title("This machine, as corehop sees it (corehop topo for the full tree)")
+        .align(4, report::Align::Left)
+        .align(7, report::Align::Left);
     for cpu in machine.cpus() {
         let llc = machine
             .llc_of(cpu.id)
@@ -297,13 +291,21 @@ pub fn tour() -> anyhow::Result<()> {
     let smt = machine.cores().iter().any(|core| core.cpus.len() > 1);
     let classes: std::collections::BTreeSet<String> =
         machine.cpus().iter().map(|c| c.class.to_string()).collect();
+    // What a hop from cpu0 to its nearest other CPU can keep warm: their smallest shared cache.
+    let nearest = machine
+        .caches_of(CpuId(0))
+        .filter(|cache| cache.cpus.len() > 1 && cache.kind != corehop_topology::CacheKind::Instruction)
+        .min_by_key(|cache| cache.level)
+        .map(|cache| format!("cpu0 shares its {} with {}", cache_label(cache), cpus_text(&cache.cpus)))
+        .unwrap_or_else(|| "cpu0 shares no cache with another CPU".into());
     println!(
-        "Takeaway: {} CPUs on {} cores ({}, {}); {}.",
+        "Takeaway: {} CPUs on {} cores ({}, {}); {}; {}.",
         machine.cpus().len(),
         machine.cores().len(),
         if smt { "with SMT" } else { "no SMT" },
         if classes.len() > 1 { "mixed core classes" } else { "one core class" },
-        waitpkg_line(machine).to_lowercase().replace("user-level monitor/wait (waitpkg)", "waitpkg")
+        nearest,
+        waitpkg_line(machine).replace("User-level monitor/wait (waitpkg)", "waitpkg")
     );
     Ok(())
 }
@@ -324,6 +326,15 @@ mod tests {
         assert!(text.contains("      cpu1 (os 1)  speed 1.00\n"), "{text}");
         assert!(text.contains("      cpu5 (os 5)  speed 0.60  emulated x0.5 -> runs at 0.300\n"), "{text}");
         assert!(text.contains("waitpkg): no"), "{text}");
+    }
+
+    #[test]
+    fn tour_runs_on_this_host() {
+        if !std::path::Path::new("/sys/devices/system/cpu").is_dir() {
+            println!("skipped: this host has no /sys/devices/system/cpu");
+            return;
+        }
+        tour().unwrap();
     }
 
     #[test]
