@@ -159,6 +159,7 @@ pub fn discover_with(options: &DiscoverOptions) -> Result<Discovery, TopologyErr
             emulated_speed: None,
         });
     }
+    harmonise_core_classes(&mut cpus, &mut notes);
     let caches = caches(&cpu_dir, &used, &mut notes);
 
     let waitpkg = match &options.proc_root {
@@ -367,8 +368,8 @@ fn classes(
 /// Identifies a physical core across the machine.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum CoreKey {
-    /// The lowest kernel id among its SMT siblings (the kernel's own grouping).
-    FirstSibling(usize),
+    /// (package, the lowest kernel id among its SMT siblings): the kernel's own grouping.
+    FirstSibling(i64, usize),
     /// (package, die, core_id) when no siblings list exists.
     Ids(i64, i64, i64),
 }
@@ -395,7 +396,7 @@ fn place(cpu_dir: &Path, cpu: usize, notes: &mut Vec<String>) -> Place {
         .find_map(|file| read_trimmed(&topology.join(file)).and_then(|t| parse_cpu_list(&t).ok()))
         .filter(|list| list.contains(&cpu));
     let core_key = match siblings {
-        Some(list) => CoreKey::FirstSibling(list[0]),
+        Some(list) => CoreKey::FirstSibling(package, list[0]),
         None => {
             let die = read_trimmed(&topology.join("die_id")).and_then(|t| t.parse().ok()).unwrap_or(0);
             let core_id = number("core_id", cpu as i64);
@@ -403,6 +404,19 @@ fn place(cpu_dir: &Path, cpu: usize, notes: &mut Vec<String>) -> Place {
         }
     };
     Place { package, core_key }
+}
+
+/// SMT siblings share one core and so one class; should speeds put them on both sides of the
+/// big/little line, the core takes its first sibling's class.
+fn harmonise_core_classes(cpus: &mut [Cpu], notes: &mut Vec<String>) {
+    let mut first_class: BTreeMap<usize, CoreClass> = BTreeMap::new();
+    for cpu in cpus.iter_mut() {
+        let class = *first_class.entry(cpu.core).or_insert(cpu.class);
+        if cpu.class != class {
+            notes.push(format!("SMT siblings of core {} differ in class: {class} used", cpu.core));
+            cpu.class = class;
+        }
+    }
 }
 
 /// Every distinct cache of the used CPUs, restricted to them, lowest level first.

@@ -159,6 +159,14 @@ impl Machine {
         self.caches_of(id).filter(|c| c.kind != CacheKind::Instruction).max_by_key(|c| c.level)
     }
 
+    /// The nearest data or unified cache that `a` and `b` share (lowest level), if any: what
+    /// a hop from `a` to `b` finds still warm.
+    pub fn shared_cache(&self, a: CpuId, b: CpuId) -> Option<&Cache> {
+        self.caches_of(a)
+            .filter(|c| c.kind != CacheKind::Instruction && c.cpus.contains(&b))
+            .min_by_key(|c| c.level)
+    }
+
     /// Bytes of data cache that only `id`'s core uses (its SMT siblings included): what an
     /// object placed on this core can keep to itself.
     pub fn private_cache_bytes(&self, id: CpuId) -> u64 {

@@ -320,6 +320,8 @@ mod tests {
         let xeon = by_name("multiserver-xeon").unwrap();
         assert_eq!((xeon.cpus().len(), xeon.cores().len(), xeon.package_count()), (16, 8, 2));
         assert_eq!(xeon.smt_siblings(CpuId(3)), vec![CpuId(2), CpuId(3)]);
+        let level = |a, b| xeon.shared_cache(CpuId(a), CpuId(b)).map(|c| c.level);
+        assert_eq!((level(2, 3), level(2, 5), level(2, 9)), (Some(1), Some(3), None));
 
         let smt = by_name("smt-2way").unwrap();
         assert_eq!(smt.smt_siblings(CpuId(0)), vec![CpuId(0), CpuId(1)]);

@@ -419,3 +419,18 @@ mod round_trip {
         }
     }
 }
+
+#[test]
+fn siblings_on_both_sides_of_the_little_line_share_one_class() {
+    let root = FakeRoot::new();
+    root.online("0-3");
+    for cpu in 0..4 {
+        let first = cpu & !1;
+        root.topology(cpu, 0, first, &format!("{first}-{}", first + 1));
+        // cpu1 reads slower than its sibling cpu0 and than the 0.8 line.
+        root.cpu_file(cpu, "cpu_capacity", ["1024", "800", "1024", "1024"][cpu]);
+    }
+    let found = discover_with(&DiscoverOptions::sysfs(root.sys())).unwrap();
+    assert_eq!(found.machine.cpus()[1].class, found.machine.cpus()[0].class);
+    assert!(found.notes.iter().any(|n| n.contains("differ in class")), "{:?}", found.notes);
+}
