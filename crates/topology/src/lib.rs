@@ -12,6 +12,32 @@
 //!
 //! Emulation overrides ("cpu 1 runs at 0.25 of full speed") are part of the description, so the
 //! runtime and the simulator read them from the same place. Nothing here schedules anything.
+//!
+//! Two numberings exist side by side: [`CpuId`] is the dense index inside one machine
+//! (`0..machine.cpus().len()`), [`Cpu::os_id`] the kernel's number. They differ when the
+//! process may use only some CPUs.
+//!
+//! # Examples
+//! ```
+//! use corehop_topology::{presets, CpuId, Machine};
+//!
+//! // A paper's machine: two 3 GHz complex cores and a 3.5 MB shared L2.
+//! let mut machine = presets::by_name("switch-cc")?;
+//! machine.apply_emulation("1=0.25")?; // the paper's `sim_Cc`, emulated
+//! assert_eq!(machine.cpu(CpuId(1)).unwrap().effective_speed(), 0.25);
+//! assert_eq!(machine.shared_cache(CpuId(0), CpuId(1)).unwrap().level, 2);
+//!
+//! // Saved and loaded back as a machine file.
+//! let loaded = Machine::from_toml_str(&machine.to_toml_string())?;
+//! assert_eq!(loaded.cpus(), machine.cpus());
+//!
+//! // This host, restricted to the CPUs this process may use.
+//! if std::path::Path::new("/sys/devices/system/cpu").is_dir() {
+//!     let host = corehop_topology::discover()?;
+//!     assert!(host.cpus().iter().all(|cpu| cpu.speed > 0.0 && cpu.speed <= 1.0));
+//! }
+//! # Ok::<(), corehop_topology::TopologyError>(())
+//! ```
 #![forbid(unsafe_code)]
 
 mod builder;

@@ -38,7 +38,7 @@ pub struct Cpu {
     pub id: CpuId,
     /// The kernel's CPU number (what `sched_setaffinity` takes).
     pub os_id: usize,
-    /// Dense index of the physical core; SMT siblings share it.
+    /// Dense index of the physical core, unique across packages; SMT siblings share it.
     pub core: usize,
     /// Dense index of the package (socket).
     pub package: usize,
