@@ -1,0 +1,289 @@
+//! Bounded channels between components, in shared memory, and the doorbells that wake a parked
+//! host.
+//!
+//! The queue is crossbeam's `ArrayQueue` for both kinds. It is multi-producer multi-consumer, so
+//! an SPSC channel pays one compare-and-swap per operation more than a hand-written SPSC ring
+//! would (a few ns next to the tens to hundreds of ns a component spends on a message), and in
+//! return needs no unsafe code here. The kinds differ in who may hold a sender: an
+//! [`Spsc`] sender cannot be cloned, an [`Mpsc`] one can. Every channel has one receiver.
+//!
+//! # Wake-up protocol (no lost wake-ups)
+//!
+//! Each host (one pinned thread per CPU, see the module above) has a futex word, `AWAKE` or
+//! `PARKED`. A channel knows, as a bit mask of host indexes, which host consumes it (`rx`) and
+//! which hosts have a producer blocked on it being full (`tx_waiters`).
+//!
+//! ```text
+//!   sender                               host about to sleep
+//!   push(msg)                            word = PARKED
+//!   fence(SeqCst)                        fence(SeqCst)
+//!   for h in rx: if word[h] == PARKED    if any input non-empty (or control): word = AWAKE
+//!       word[h] = AWAKE; futex_wake      else futex_wait(word, PARKED)
+//! ```
+//!
+//! Either the sender's load sees `PARKED` (and wakes the host; a host not yet in `futex_wait`
+//! returns at once because the word is no longer `PARKED`), or the host's check sees the
+//! message: the two `SeqCst` fences order one before the other. A consumer that frees space
+//! runs the same protocol towards `tx_waiters`. A host that adopts a moved component sets its
+//! bit in `rx` before it next checks for work, so a sender that still read the old mask has
+//! its message seen by that check.
+use std::marker::PhantomData;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crossbeam_queue::ArrayQueue;
+use crossbeam_utils::CachePadded;
+
+use crate::sys;
+
+const AWAKE: u32 = 0;
+const PARKED: u32 = 1;
+
+/// The futex word of one host plus what its wake-ups cost.
+pub(crate) struct HostSignal {
+    word: CachePadded<AtomicU32>,
+    /// `now_ns` when the last futex wake was issued, to measure wake-up latency.
+    notified_at: AtomicU64,
+    /// Futex wakes issued to this host.
+    wakes: AtomicU64,
+}
+
+impl HostSignal {
+    fn new() -> HostSignal {
+        HostSignal {
+            word: CachePadded::new(AtomicU32::new(AWAKE)),
+            notified_at: AtomicU64::new(0),
+            wakes: AtomicU64::new(0),
+        }
+    }
+
+    /// Wakes the host if it is parked (or about to park). Callers issue `fence(SeqCst)` after
+    /// publishing what the host should see and before calling this.
+    pub(crate) fn notify(&self) {
+        if self.word.load(Ordering::Relaxed) == PARKED && self.word.swap(AWAKE, Ordering::AcqRel) == PARKED {
+            self.notified_at.store(sys::now_ns(), Ordering::Relaxed);
+            self.wakes.fetch_add(1, Ordering::Relaxed);
+            sys::futex_wake(&self.word, 1);
+        }
+    }
+
+    /// First half of parking: announce it. The caller must then re-check for work and call
+    /// [`HostSignal::cancel_park`] or [`HostSignal::park`].
+    pub(crate) fn prepare_park(&self) {
+        self.word.store(PARKED, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+    }
+
+    pub(crate) fn cancel_park(&self) {
+        self.word.store(AWAKE, Ordering::Relaxed);
+    }
+
+    /// Sleeps until notified (returns at once if already notified). Returns the `now_ns` at
+    /// which the notifier issued its wake, if it did.
+    pub(crate) fn park(&self) -> Option<u64> {
+        while self.word.load(Ordering::Acquire) == PARKED {
+            sys::futex_wait(&self.word, PARKED, None);
+        }
+        let at = self.notified_at.swap(0, Ordering::Relaxed);
+        (at != 0).then_some(at)
+    }
+
+    pub(crate) fn wakes(&self) -> u64 {
+        self.wakes.load(Ordering::Relaxed)
+    }
+}
+
+/// The signals of every host of one pipeline, indexed by host (= dense CPU id).
+pub(crate) struct Signals(Box<[HostSignal]>);
+
+impl Signals {
+    pub(crate) fn new(hosts: usize) -> Arc<Signals> {
+        Arc::new(Signals((0..hosts).map(|_| HostSignal::new()).collect()))
+    }
+
+    pub(crate) fn host(&self, index: usize) -> &HostSignal {
+        &self.0[index]
+    }
+
+    /// Notifies every host whose bit is set in `mask`.
+    fn ring(&self, mut mask: u64) {
+        while mask != 0 {
+            let h = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            if let Some(signal) = self.0.get(h) {
+                signal.notify();
+            }
+        }
+    }
+}
+
+/// Marker: a channel with exactly one sender (not `Clone`).
+pub struct Spsc;
+/// Marker: a channel whose sender may be cloned for several producers.
+pub struct Mpsc;
+
+/// The shared state of one channel.
+pub(crate) struct Chan<M> {
+    queue: ArrayQueue<M>,
+    signals: Arc<Signals>,
+    rx: CachePadded<AtomicU64>,
+    tx_waiters: CachePadded<AtomicU64>,
+}
+
+impl<M> Chan<M> {
+    pub(crate) fn new(capacity: usize, signals: Arc<Signals>) -> Arc<Chan<M>> {
+        Arc::new(Chan {
+            queue: ArrayQueue::new(capacity),
+            signals,
+            rx: CachePadded::new(AtomicU64::new(0)),
+            tx_waiters: CachePadded::new(AtomicU64::new(0)),
+        })
+    }
+
+    pub(crate) fn signals(&self) -> &Arc<Signals> {
+        &self.signals
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.queue.capacity()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    pub(crate) fn is_full(&self) -> bool {
+        self.queue.is_full()
+    }
+
+    /// The consumer's host is now `host` (or none). Followed, on the host, by its next check
+    /// for work, which is preceded by the fence of `prepare_park` or finds the work directly.
+    pub(crate) fn set_consumer(&self, host: Option<usize>) {
+        let mask = host.map_or(0, |h| 1u64 << h);
+        self.rx.store(mask, Ordering::SeqCst);
+    }
+
+    /// Host `host` wants a wake-up when room appears.
+    pub(crate) fn add_tx_waiter(&self, host: usize) {
+        self.tx_waiters.fetch_or(1u64 << host, Ordering::SeqCst);
+    }
+
+    pub(crate) fn pop(&self) -> Option<M> {
+        self.queue.pop()
+    }
+
+    /// Tells blocked producers there is room again; call after popping (once per batch).
+    pub(crate) fn after_pop(&self) {
+        fence(Ordering::SeqCst);
+        if self.tx_waiters.load(Ordering::Relaxed) != 0 {
+            let waiters = self.tx_waiters.swap(0, Ordering::AcqRel);
+            self.signals.ring(waiters);
+        }
+    }
+
+    /// Pushes from the front of `staged` until the queue is full; wakes the consumer once if
+    /// anything went in. When something stays behind, registers `host` (if any) to be woken
+    /// when room appears. Returns whether `staged` is now empty.
+    pub(crate) fn push_from(&self, staged: &mut std::collections::VecDeque<M>, host: Option<usize>) -> bool {
+        let mut pushed = false;
+        while let Some(m) = staged.pop_front() {
+            match self.queue.push(m) {
+                Ok(()) => pushed = true,
+                Err(m) => {
+                    staged.push_front(m);
+                    break;
+                }
+            }
+        }
+        if !staged.is_empty() {
+            if let Some(h) = host {
+                self.add_tx_waiter(h);
+            }
+            // The consumer may have made room between our failed push and the registration.
+            while let Some(m) = staged.pop_front() {
+                match self.queue.push(m) {
+                    Ok(()) => pushed = true,
+                    Err(m) => {
+                        staged.push_front(m);
+                        break;
+                    }
+                }
+            }
+        }
+        if pushed {
+            fence(Ordering::SeqCst);
+            self.signals.ring(self.rx.load(Ordering::Relaxed));
+        }
+        staged.is_empty()
+    }
+}
+
+/// The sending end of a channel. Give it to a component (its output) or send from any thread.
+pub struct Sender<M, K = Spsc> {
+    pub(crate) chan: Arc<Chan<M>>,
+    kind: PhantomData<K>,
+}
+
+impl<M, K> Sender<M, K> {
+    pub(crate) fn new(chan: Arc<Chan<M>>) -> Self {
+        Sender { chan, kind: PhantomData }
+    }
+
+    /// Sends `msg` unless the channel is full, in which case it is handed back.
+    pub fn try_send(&self, msg: M) -> Result<(), M> {
+        self.chan.queue.push(msg)?;
+        fence(Ordering::SeqCst);
+        self.chan.signals.ring(self.chan.rx.load(Ordering::Relaxed));
+        Ok(())
+    }
+
+    /// Messages waiting in the channel.
+    pub fn len(&self) -> usize {
+        self.chan.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.chan.is_empty()
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.chan.capacity()
+    }
+}
+
+impl<M> Clone for Sender<M, Mpsc> {
+    fn clone(&self) -> Self {
+        Sender::new(self.chan.clone())
+    }
+}
+
+/// The receiving end of a channel. Give it to a component (its input) or receive from any
+/// thread with [`Receiver::try_recv`].
+pub struct Receiver<M> {
+    pub(crate) chan: Arc<Chan<M>>,
+}
+
+impl<M> Receiver<M> {
+    /// The oldest message, if any; wakes producers blocked on a full channel.
+    pub fn try_recv(&self) -> Option<M> {
+        let m = self.chan.pop()?;
+        self.chan.after_pop();
+        Some(m)
+    }
+
+    pub fn len(&self) -> usize {
+        self.chan.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.chan.is_empty()
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.chan.capacity()
+    }
+}

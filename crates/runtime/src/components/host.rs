@@ -1,0 +1,227 @@
+//! The host: one thread pinned to one CPU that runs the service loops of every component placed
+//! there, throttles them to the CPU's emulated speed, and idles by polling, parking or both.
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+
+use corehop_policy::components::{ComponentId, Idle};
+use corehop_policy::spin::{SpinBudget, SpinConfig};
+use crossbeam_utils::CachePadded;
+
+use super::channel::Signals;
+use super::slot::Runnable;
+use crate::sys;
+
+/// A request to a host, handled at the top of its loop: between two batches, never while a
+/// component is inside its handler (the quiesce point of a move).
+pub(crate) enum Control {
+    /// Run this component from now on; acknowledge on `done`.
+    Adopt {
+        slot: Box<dyn Runnable>,
+        done: mpsc::Sender<()>,
+    },
+    /// Hand component `id` over to host `to`, which acknowledges on `done`.
+    Evict {
+        id: ComponentId,
+        to: usize,
+        done: mpsc::Sender<()>,
+    },
+    Stop,
+}
+
+/// Counters of one host (written by its thread, read by samplers).
+#[derive(Default)]
+pub(crate) struct HostStats {
+    pub busy_ns: AtomicU64,
+    pub spin_ns: AtomicU64,
+    pub parked_ns: AtomicU64,
+    pub parks: AtomicU64,
+}
+
+pub(crate) struct HostShared {
+    control: Mutex<Vec<Control>>,
+    pending: AtomicBool,
+    /// The emulated speed factor, as `f64` bits.
+    pub speed_bits: AtomicU64,
+    pub stats: HostStats,
+}
+
+/// What every host and the pipeline handle share.
+pub(crate) struct Shared {
+    pub hosts: Box<[CachePadded<HostShared>]>,
+    pub signals: Arc<Signals>,
+}
+
+impl Shared {
+    pub(crate) fn new(speeds: &[f64], signals: Arc<Signals>) -> Arc<Shared> {
+        let hosts = speeds
+            .iter()
+            .map(|s| {
+                CachePadded::new(HostShared {
+                    control: Mutex::new(Vec::new()),
+                    pending: AtomicBool::new(false),
+                    speed_bits: AtomicU64::new(s.to_bits()),
+                    stats: HostStats::default(),
+                })
+            })
+            .collect();
+        Arc::new(Shared { hosts, signals })
+    }
+
+    /// Queues `control` for host `host` and wakes it.
+    pub(crate) fn send(&self, host: usize, control: Control) {
+        let h = &self.hosts[host];
+        h.control.lock().unwrap_or_else(|e| e.into_inner()).push(control);
+        h.pending.store(true, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        self.signals.host(host).notify();
+    }
+}
+
+/// Extra time a CPU running at `speed` (0 < speed <= 1) of full speed spends on work that took
+/// `work_ns` at full speed: the cycles a throttled core throws away, `w · (1/s − 1)`.
+pub(crate) fn stall_ns(work_ns: u64, speed: f64) -> u64 {
+    if speed >= 1.0 || speed <= 0.0 {
+        return 0;
+    }
+    (work_ns as f64 * (1.0 / speed - 1.0)).round() as u64
+}
+
+fn spin_until(deadline_ns: u64) {
+    while sys::now_ns() < deadline_ns {
+        sys::cpu_relax();
+    }
+}
+
+pub(crate) struct HostConfig {
+    pub index: usize,
+    pub os_cpu: usize,
+    pub idle: Idle,
+    pub spin: SpinConfig,
+    pub batch: usize,
+}
+
+/// The host thread's body. Reports the pinning result on `ready`, then serves until `Stop`.
+pub(crate) fn run(
+    cfg: HostConfig,
+    shared: Arc<Shared>,
+    mut slots: Vec<Box<dyn Runnable>>,
+    ready: mpsc::Sender<std::io::Result<()>>,
+) {
+    if let Err(e) = sys::pin_current_thread(cfg.os_cpu) {
+        let _ = ready.send(Err(e));
+        return;
+    }
+    for slot in &slots {
+        slot.attach(Some(cfg.index));
+    }
+    let _ = ready.send(Ok(()));
+    let me = &shared.hosts[cfg.index];
+    let signal = shared.signals.host(cfg.index);
+    let mut budget = SpinBudget::new(cfg.spin);
+    loop {
+        if me.pending.load(Ordering::Relaxed) && !handle_controls(&cfg, &shared, &mut slots) {
+            return;
+        }
+        let speed = f64::from_bits(me.speed_bits.load(Ordering::Relaxed));
+        let mut did = 0;
+        for slot in slots.iter_mut() {
+            let t0 = sys::now_ns();
+            let n = slot.run(cfg.batch, cfg.index);
+            if n > 0 {
+                let t1 = sys::now_ns();
+                let work = t1.saturating_sub(t0);
+                let stall = stall_ns(work, speed);
+                spin_until(t1 + stall);
+                slot.add_busy(work + stall);
+                me.stats.busy_ns.fetch_add(work + stall, Ordering::Relaxed);
+                did += n;
+            }
+        }
+        if did > 0 {
+            continue;
+        }
+
+        // Idle. A host with nothing placed on it always sleeps.
+        let ready_now = |slots: &[Box<dyn Runnable>]| {
+            me.pending.load(Ordering::Relaxed) || slots.iter().any(|s| s.has_work())
+        };
+        let idle_start = sys::now_ns();
+        let spin_for = match (cfg.idle, slots.is_empty()) {
+            (_, true) | (Idle::Park, _) => Some(0),
+            (Idle::Poll, false) => None,
+            (Idle::PollThenPark, false) => Some(budget.budget_ns()),
+        };
+        let mut found = false;
+        let mut now = idle_start;
+        'spin: loop {
+            for _ in 0..16 {
+                if ready_now(&slots) {
+                    found = true;
+                    break 'spin;
+                }
+                sys::cpu_relax();
+            }
+            now = sys::now_ns();
+            if spin_for.is_some_and(|b| now >= idle_start + b) {
+                break;
+            }
+        }
+        me.stats.spin_ns.fetch_add(now.saturating_sub(idle_start), Ordering::Relaxed);
+        if !found {
+            signal.prepare_park();
+            if ready_now(&slots) {
+                signal.cancel_park();
+            } else {
+                me.stats.parks.fetch_add(1, Ordering::Relaxed);
+                let slept = sys::now_ns();
+                let notified_at = signal.park();
+                let woke = sys::now_ns();
+                me.stats.parked_ns.fetch_add(woke.saturating_sub(slept), Ordering::Relaxed);
+                if let Some(at) = notified_at.filter(|&at| at >= slept) {
+                    budget.observe_wake_cost(woke.saturating_sub(at));
+                }
+            }
+        }
+        budget.observe_idle_gap(sys::now_ns().saturating_sub(idle_start));
+    }
+}
+
+/// Takes the queued controls; false when the host must stop.
+fn handle_controls(cfg: &HostConfig, shared: &Shared, slots: &mut Vec<Box<dyn Runnable>>) -> bool {
+    let me = &shared.hosts[cfg.index];
+    me.pending.store(false, Ordering::SeqCst);
+    let controls = std::mem::take(&mut *me.control.lock().unwrap_or_else(|e| e.into_inner()));
+    for control in controls {
+        match control {
+            Control::Adopt { slot, done } => {
+                slot.attach(Some(cfg.index));
+                slots.push(slot);
+                let _ = done.send(());
+            }
+            Control::Evict { id, to, done } => {
+                // Dropping `done` unanswered tells the mover the component was not here.
+                if let Some(pos) = slots.iter().position(|s| s.id() == id) {
+                    let slot = slots.remove(pos);
+                    slot.attach(None);
+                    shared.send(to, Control::Adopt { slot, done });
+                }
+            }
+            Control::Stop => return false,
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slow_core_stalls_in_proportion() {
+        assert_eq!(stall_ns(1000, 1.0), 0);
+        assert_eq!(stall_ns(1000, 0.5), 1000);
+        assert_eq!(stall_ns(1000, 0.25), 3000);
+        assert_eq!(stall_ns(800, 0.125), 5600);
+        assert_eq!(stall_ns(1000, 0.0), 0, "no speed is no emulation, not infinite stall");
+    }
+}

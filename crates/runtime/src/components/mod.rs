@@ -1,0 +1,618 @@
+//! Components: long-running service loops on dedicated or shared CPUs, connected by channels
+//! in shared memory, that can be moved between CPUs and restarted after a crash without losing
+//! or reordering a message (the multiserver design of "When Slower is Faster").
+//!
+//! # Shape
+//!
+//! ```text
+//!   cpu0 host thread (pinned)            cpu1 host thread (pinned)
+//!   ┌──────────────────────────┐         ┌──────────────────────────┐
+//!   │ driver ──spsc──▶ ip ─────┼──spsc──▶│ tcp ──spsc──▶ sink       │
+//!   └──────────────────────────┘         └──────────────────────────┘
+//! ```
+//!
+//! A [`Component`] is a service object: `handle` one input message, staging outputs in an
+//! [`Outbox`]; a source (no input) produces in `poll`. Each CPU in use has one **host**, a
+//! thread pinned to it that runs all components placed there round-robin, a batch each.
+//! Components are not fibers: they never block and never hop, so a plain loop over them is
+//! the cheapest scheduler there is, and components that share a CPU switch without the kernel.
+//! It also settles the paper's "notification fallback": a component that would poll can never
+//! starve a neighbour on its CPU, because the host polls only when *all* its components are
+//! idle; when it parks, senders wake it through its futex word (the notification), and a
+//! dedicated host that is polling costs its senders one load.
+//!
+//! # Time and speed
+//!
+//! The host timestamps each batch ([`crate::sys::now_ns`], the TSC) and charges it to the
+//! component, as the paper did around its work. An emulated slow CPU (speed `s`, from
+//! `Cpu::emulated_speed` or [`Pipeline::set_speed`]) throttles by duty cycle: after a batch
+//! that took `w`, the host stalls `w · (1/s − 1)`, the cycles a throttled core throws away,
+//! charged to the component too.
+//!
+//! # Idling
+//!
+//! [`Idle::Poll`] spins on the inputs, [`Idle::Park`] sleeps at once, and
+//! [`Idle::PollThenPark`] spins for the adaptive budget of [`corehop_policy::spin`] (fitted to
+//! the idle gaps and wake-up costs the host measures) and then sleeps. A host with nothing
+//! placed on it always sleeps.
+//!
+//! # Moves and restarts lose nothing
+//!
+//! Messages live in the channels, which stay put; a component owns none of them except the
+//! outputs it has staged and a message to re-deliver. Hence:
+//!
+//! - **Move** ([`Pipeline::move_component`]): the old host takes the component out at the top
+//!   of its loop (quiesce: no handler is running, its last batch was flushed as far as the
+//!   output had room), stops being woken for its input, and passes it with whatever is still
+//!   staged to the new host, which starts being woken for the input and resumes. Only one
+//!   host holds the component at a time and the hand-over is a synchronised queue, so the
+//!   new host sees every write of the old; the input's FIFO order and the staged outputs'
+//!   order are unchanged.
+//! - **Crash**: a panic in `handle` or `poll` is caught at the component boundary. The outputs
+//!   staged for the failed message are discarded, a fresh instance is built by the
+//!   component's factory, and the message is delivered to it once more (messages are `Clone`
+//!   descriptors; the copy is kept for exactly this). If the fresh instance panics on it too,
+//!   it is a *poison* message: dropped and counted in [`ComponentSample::poisoned`]. So every
+//!   input message yields its outputs exactly once, in order, or is accounted as poisoned.
+//!
+//! Limits: one input channel (fan-in through an MPSC channel) and at most one output channel
+//! per component; at most 64 CPUs per pipeline.
+mod channel;
+mod host;
+mod slot;
+
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+
+use corehop_policy::components::{Action, ComponentsError, Layout, Observation};
+use corehop_topology::{CpuId, Machine};
+use crossbeam_utils::CachePadded;
+
+pub use channel::{Mpsc, Receiver, Sender, Spsc};
+pub use corehop_policy::components::{ComponentId, Idle};
+pub use corehop_policy::spin::SpinConfig;
+
+use channel::{Chan, Signals};
+use host::{Control, HostConfig, Shared};
+use slot::{ComponentStats, Runnable, Slot};
+
+/// A long-running service loop with state.
+///
+/// The runtime calls `handle` for each input message, in order, from one host thread at a
+/// time (which thread may change when the component is moved). A panic inside is caught; see
+/// the module docs for what happens to the message.
+pub trait Component: Send + 'static {
+    /// Input message: a small descriptor (indexes, lengths, an `Arc`), cloned once per
+    /// delivery so that it can be re-delivered after a crash. `()` for a source.
+    type In: Clone + Send + 'static;
+    /// Output message. Use `()` for a sink.
+    type Out: Send + 'static;
+
+    /// Handles one message; outputs go to `out` and leave when the handler returns.
+    fn handle(&mut self, msg: Self::In, out: &mut Outbox<Self::Out>);
+
+    /// Spontaneous work of a source (a component without input): produce up to `out.room()`
+    /// messages. Return false when there will never be more (until a restart).
+    fn poll(&mut self, out: &mut Outbox<Self::Out>) -> bool {
+        let _ = out;
+        false
+    }
+}
+
+/// Outputs a component stages while handling one message; the host moves them into the
+/// output channel when the handler has returned (so a crash mid-handler emits nothing).
+pub struct Outbox<M> {
+    staged: std::collections::VecDeque<M>,
+    room: usize,
+}
+
+impl<M> Outbox<M> {
+    fn new() -> Self {
+        Outbox { staged: std::collections::VecDeque::new(), room: usize::MAX }
+    }
+
+    /// Stages `msg`. More than [`Outbox::room`] is allowed; the component then waits until
+    /// the consumer has made space before it gets more input.
+    pub fn push(&mut self, msg: M) {
+        self.staged.push_back(msg);
+    }
+
+    /// How many more messages fit in the output channel now (`usize::MAX` for a sink).
+    pub fn room(&self) -> usize {
+        self.room.saturating_sub(self.staged.len())
+    }
+}
+
+/// Bad input or a failure of the components runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum ComponentError {
+    #[error("{cpu} is not one of the machine's {cpus} CPUs")]
+    UnknownCpu { cpu: CpuId, cpus: usize },
+    #[error("a pipeline can use at most {max} CPUs; the machine has {cpus}")]
+    TooManyCpus { cpus: usize, max: usize },
+    #[error("speed {speed} for {cpu} is outside (0, 1]")]
+    BadSpeed { cpu: CpuId, speed: f64 },
+    #[error("a channel needs a capacity of at least 1")]
+    ZeroCapacity,
+    #[error("the batch size must be at least 1")]
+    ZeroBatch,
+    #[error("component {name}: its {end} channel belongs to another pipeline builder")]
+    ForeignChannel { name: String, end: &'static str },
+    #[error("component {name}: its factory panicked")]
+    FactoryPanicked { name: String },
+    #[error("there is no {0}")]
+    UnknownComponent(ComponentId),
+    #[error("could not start the host of {cpu} (kernel cpu {os_cpu}): {source}")]
+    Host {
+        cpu: CpuId,
+        os_cpu: usize,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the pipeline's hosts have stopped")]
+    Stopped,
+    #[error(transparent)]
+    Layout(#[from] ComponentsError),
+}
+
+const MAX_CPUS: usize = 64;
+/// Messages a component handles per turn before the host moves to the next one.
+pub const DEFAULT_BATCH: usize = 32;
+
+fn check_speed(machine: &Machine, cpu: CpuId, speed: f64) -> Result<(), ComponentError> {
+    if cpu.0 >= machine.cpus().len() {
+        return Err(ComponentError::UnknownCpu { cpu, cpus: machine.cpus().len() });
+    }
+    if !(speed > 0.0 && speed <= 1.0) {
+        return Err(ComponentError::BadSpeed { cpu, speed });
+    }
+    Ok(())
+}
+
+/// A component's queue gauge, whatever its message type.
+trait Gauge: Send + Sync {
+    fn len(&self) -> usize;
+    fn capacity(&self) -> usize;
+}
+
+impl<M: Send> Gauge for Chan<M> {
+    fn len(&self) -> usize {
+        Chan::len(self)
+    }
+    fn capacity(&self) -> usize {
+        Chan::capacity(self)
+    }
+}
+
+struct Info {
+    name: String,
+    stats: Arc<CachePadded<ComponentStats>>,
+    input: Option<Arc<dyn Gauge>>,
+}
+
+/// Assembles a pipeline: channels, components and their CPUs, idle mode, speeds.
+///
+/// # Examples
+/// ```
+/// use corehop_runtime::components::{Component, Outbox, PipelineBuilder};
+/// use corehop_topology::{CoreClass, Cpu, CpuId, Machine};
+///
+/// struct Double;
+/// impl Component for Double {
+///     type In = u64;
+///     type Out = u64;
+///     fn handle(&mut self, x: u64, out: &mut Outbox<u64>) {
+///         out.push(2 * x);
+///     }
+/// }
+///
+/// let os_cpu = corehop_runtime::sys::current_os_cpu().unwrap();
+/// let cpu = Cpu { id: CpuId(0), os_id: os_cpu, core: 0, package: 0, class: CoreClass::Uniform,
+///                 speed: 1.0, emulated_speed: None };
+/// let machine = Machine { name: "here".into(), source: "doc".into(), cpus: vec![cpu],
+///                         caches: vec![], waitpkg: false };
+/// let mut b = PipelineBuilder::new(&machine).unwrap();
+/// let (to_double, double_in) = b.spsc::<u64>(64).unwrap();
+/// let (double_out, results) = b.spsc::<u64>(64).unwrap();
+/// b.component("double", CpuId(0), || Double).input(double_in).output(double_out).add().unwrap();
+/// let pipeline = b.start().unwrap();
+/// to_double.try_send(21).unwrap();
+/// let answer = loop {
+///     if let Some(x) = results.try_recv() { break x; }
+///     std::thread::yield_now();
+/// };
+/// assert_eq!(answer, 42);
+/// pipeline.stop();
+/// ```
+pub struct PipelineBuilder {
+    machine: Machine,
+    signals: Arc<Signals>,
+    idle: Idle,
+    spin: SpinConfig,
+    batch: usize,
+    speeds: Vec<f64>,
+    slots: Vec<(CpuId, Box<dyn Runnable>)>,
+    infos: Vec<Info>,
+}
+
+impl PipelineBuilder {
+    /// A builder for components on `machine`'s CPUs, each at its `emulated_speed` (or full
+    /// speed), idling [`Idle::PollThenPark`].
+    pub fn new(machine: &Machine) -> Result<Self, ComponentError> {
+        let n = machine.cpus().len();
+        if n > MAX_CPUS {
+            return Err(ComponentError::TooManyCpus { cpus: n, max: MAX_CPUS });
+        }
+        let speeds: Vec<f64> = machine.cpus().iter().map(|c| c.emulated_speed.unwrap_or(1.0)).collect();
+        for (i, &s) in speeds.iter().enumerate() {
+            check_speed(machine, CpuId(i), s)?;
+        }
+        Ok(PipelineBuilder {
+            machine: machine.clone(),
+            signals: Signals::new(n),
+            idle: Idle::default(),
+            spin: SpinConfig::default(),
+            batch: DEFAULT_BATCH,
+            speeds,
+            slots: Vec::new(),
+            infos: Vec::new(),
+        })
+    }
+
+    /// How hosts wait for work (default [`Idle::PollThenPark`]).
+    pub fn idle(&mut self, idle: Idle) -> &mut Self {
+        self.idle = idle;
+        self
+    }
+
+    /// Tuning of the adaptive spin budget of [`Idle::PollThenPark`].
+    pub fn spin(&mut self, spin: SpinConfig) -> &mut Self {
+        self.spin = spin;
+        self
+    }
+
+    /// Messages a component handles per turn (default [`DEFAULT_BATCH`]).
+    pub fn batch(&mut self, batch: usize) -> Result<&mut Self, ComponentError> {
+        if batch == 0 {
+            return Err(ComponentError::ZeroBatch);
+        }
+        self.batch = batch;
+        Ok(self)
+    }
+
+    /// Runs `cpu` at `speed` of its full speed (duty-cycle emulation), overriding the machine.
+    pub fn speed(&mut self, cpu: CpuId, speed: f64) -> Result<&mut Self, ComponentError> {
+        check_speed(&self.machine, cpu, speed)?;
+        self.speeds[cpu.0] = speed;
+        Ok(self)
+    }
+
+    fn chan<M: Send>(&self, capacity: usize) -> Result<Arc<Chan<M>>, ComponentError> {
+        if capacity == 0 {
+            return Err(ComponentError::ZeroCapacity);
+        }
+        Ok(Chan::new(capacity, self.signals.clone()))
+    }
+
+    /// A bounded channel with one producer and one consumer.
+    pub fn spsc<M: Send>(&self, capacity: usize) -> Result<(Sender<M, Spsc>, Receiver<M>), ComponentError> {
+        let chan = self.chan(capacity)?;
+        Ok((Sender::new(chan.clone()), Receiver { chan }))
+    }
+
+    /// A bounded channel with any number of producers (clone the sender) and one consumer.
+    pub fn mpsc<M: Send>(&self, capacity: usize) -> Result<(Sender<M, Mpsc>, Receiver<M>), ComponentError> {
+        let chan = self.chan(capacity)?;
+        Ok((Sender::new(chan.clone()), Receiver { chan }))
+    }
+
+    /// Starts describing a component called `name` on `cpu`; `factory` builds it now and again
+    /// after each crash.
+    pub fn component<C: Component>(
+        &mut self,
+        name: &str,
+        cpu: CpuId,
+        factory: impl FnMut() -> C + Send + 'static,
+    ) -> ComponentSpec<'_, C> {
+        ComponentSpec {
+            builder: self,
+            name: name.to_string(),
+            cpu,
+            factory: Box::new(factory),
+            input: None,
+            output: None,
+        }
+    }
+
+    /// Spawns one pinned host per CPU of the machine and starts the components.
+    pub fn start(self) -> Result<Pipeline, ComponentError> {
+        let PipelineBuilder { machine, signals, idle, spin, batch, speeds, slots, infos } = self;
+        let shared = Shared::new(&speeds, signals);
+        let placement: Vec<CpuId> = slots.iter().map(|(cpu, _)| *cpu).collect();
+        let mut per_host: Vec<Vec<Box<dyn Runnable>>> = (0..speeds.len()).map(|_| Vec::new()).collect();
+        for (cpu, slot) in slots {
+            per_host[cpu.0].push(slot);
+        }
+        let mut pipeline = Pipeline {
+            shared: shared.clone(),
+            machine: machine.clone(),
+            threads: Vec::new(),
+            placement: Mutex::new(placement),
+            infos,
+        };
+        for (index, slots) in per_host.into_iter().enumerate() {
+            let cpu = &machine.cpus()[index];
+            let cfg = HostConfig { index, os_cpu: cpu.os_id, idle, spin, batch };
+            let (ready_tx, ready_rx) = mpsc::channel();
+            let shared = shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("corehop-comp-{}", cpu.id))
+                .spawn(move || host::run(cfg, shared, slots, ready_tx));
+            let host_err = |source| ComponentError::Host { cpu: cpu.id, os_cpu: cpu.os_id, source };
+            let handle = spawned.map_err(host_err)?;
+            pipeline.threads.push(handle);
+            match ready_rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(host_err(e)),
+                Err(_) => return Err(ComponentError::Stopped),
+            }
+        }
+        Ok(pipeline)
+    }
+}
+
+/// One component being described; finish with [`ComponentSpec::add`].
+pub struct ComponentSpec<'a, C: Component> {
+    builder: &'a mut PipelineBuilder,
+    name: String,
+    cpu: CpuId,
+    factory: Box<dyn FnMut() -> C + Send>,
+    input: Option<Receiver<C::In>>,
+    output: Option<Arc<Chan<C::Out>>>,
+}
+
+impl<C: Component> ComponentSpec<'_, C> {
+    /// The channel the component consumes.
+    pub fn input(mut self, rx: Receiver<C::In>) -> Self {
+        self.input = Some(rx);
+        self
+    }
+
+    /// The channel the component's outputs go to.
+    pub fn output<K>(mut self, tx: Sender<C::Out, K>) -> Self {
+        self.output = Some(tx.chan);
+        self
+    }
+
+    /// Adds the component; its id is its index in [`Layout::cpu_of`] and samples.
+    pub fn add(self) -> Result<ComponentId, ComponentError> {
+        let ComponentSpec { builder, name, cpu, mut factory, input, output } = self;
+        if cpu.0 >= builder.machine.cpus().len() {
+            return Err(ComponentError::UnknownCpu { cpu, cpus: builder.machine.cpus().len() });
+        }
+        let ours = |signals: &Arc<Signals>| Arc::ptr_eq(signals, &builder.signals);
+        if input.as_ref().is_some_and(|rx| !ours(rx.chan.signals())) {
+            return Err(ComponentError::ForeignChannel { name, end: "input" });
+        }
+        if output.as_ref().is_some_and(|tx| !ours(tx.signals())) {
+            return Err(ComponentError::ForeignChannel { name, end: "output" });
+        }
+        let comp = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&mut factory))
+            .map_err(|_| ComponentError::FactoryPanicked { name: name.clone() })?;
+        let id = ComponentId(builder.slots.len());
+        let stats: Arc<CachePadded<ComponentStats>> = Arc::default();
+        let input = input.map(|rx| rx.chan);
+        let gauge = input.clone().map(|c| c as Arc<dyn Gauge>);
+        let slot = Slot {
+            id,
+            factory,
+            comp: Some(comp),
+            input,
+            output,
+            outbox: Outbox::new(),
+            redeliver: None,
+            exhausted: false,
+            stats: stats.clone(),
+        };
+        builder.slots.push((cpu, Box::new(slot)));
+        builder.infos.push(Info { name, stats, input: gauge });
+        Ok(id)
+    }
+}
+
+/// Counters of one component at one instant (cumulative since start).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ComponentSample {
+    pub name: String,
+    pub cpu: CpuId,
+    /// Time spent working, duty-cycle stalls included, ns.
+    pub busy_ns: u64,
+    /// Input messages handled to completion.
+    pub handled: u64,
+    /// Messages a source produced.
+    pub produced: u64,
+    /// Panics caught (each followed by a restart).
+    pub crashes: u64,
+    /// Messages dropped because they crashed a fresh instance too.
+    pub poisoned: u64,
+    /// The factory panicked on restart: the component no longer runs.
+    pub dead: bool,
+    /// Messages waiting in its input now, and the input's capacity (0, 0 for a source).
+    pub queue_len: usize,
+    pub queue_capacity: usize,
+}
+
+/// Counters of one host (CPU) at one instant (cumulative since start).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostSample {
+    pub cpu: CpuId,
+    pub speed: f64,
+    /// Working, stalls included.
+    pub busy_ns: u64,
+    /// Polling idle.
+    pub spin_ns: u64,
+    /// Asleep in the kernel.
+    pub parked_ns: u64,
+    pub parks: u64,
+    /// Futex wakes other threads issued to it.
+    pub wakes: u64,
+}
+
+/// A snapshot of a running pipeline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub at_ns: u64,
+    pub components: Vec<ComponentSample>,
+    pub hosts: Vec<HostSample>,
+}
+
+impl Sample {
+    /// One [`Observation`] per component for the window from `earlier` to `self`, for
+    /// [`corehop_policy::components::Controller::observe`].
+    pub fn observations_since(&self, earlier: &Sample) -> Vec<Observation> {
+        let window_ns = self.at_ns.saturating_sub(earlier.at_ns);
+        self.components
+            .iter()
+            .zip(&earlier.components)
+            .map(|(now, then)| Observation {
+                busy_ns: now.busy_ns.saturating_sub(then.busy_ns),
+                window_ns,
+                queue_start: then.queue_len,
+                queue_end: now.queue_len,
+                queue_capacity: now.queue_capacity,
+            })
+            .collect()
+    }
+}
+
+/// A running set of components. Dropping it stops the hosts.
+pub struct Pipeline {
+    shared: Arc<Shared>,
+    machine: Machine,
+    threads: Vec<JoinHandle<()>>,
+    placement: Mutex<Vec<CpuId>>,
+    infos: Vec<Info>,
+}
+
+impl Pipeline {
+    pub fn machine(&self) -> &Machine {
+        &self.machine
+    }
+
+    fn placement(&self) -> std::sync::MutexGuard<'_, Vec<CpuId>> {
+        self.placement.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn speed_of(&self, cpu: usize) -> f64 {
+        f64::from_bits(self.shared.hosts[cpu].speed_bits.load(Ordering::Relaxed))
+    }
+
+    /// Where each component runs and each CPU's speed, for the controller.
+    pub fn layout(&self) -> Layout {
+        Layout {
+            cpu_of: self.placement().clone(),
+            speed: (0..self.machine.cpus().len()).map(|i| self.speed_of(i)).collect(),
+        }
+    }
+
+    /// Moves `component` to `to` without losing or reordering a message (see the module
+    /// docs); returns once the new host runs it.
+    pub fn move_component(&self, component: ComponentId, to: CpuId) -> Result<(), ComponentError> {
+        let cpus = self.machine.cpus().len();
+        if to.0 >= cpus {
+            return Err(ComponentError::UnknownCpu { cpu: to, cpus });
+        }
+        let mut placement = self.placement();
+        let from = *placement.get(component.0).ok_or(ComponentError::UnknownComponent(component))?;
+        if from == to {
+            return Ok(());
+        }
+        let (done, adopted) = mpsc::channel();
+        self.shared.send(from.0, Control::Evict { id: component, to: to.0, done });
+        adopted.recv().map_err(|_| ComponentError::Stopped)?;
+        placement[component.0] = to;
+        Ok(())
+    }
+
+    /// Emulates `speed` (0 < speed <= 1) on `cpu` from its next batch on.
+    pub fn set_speed(&self, cpu: CpuId, speed: f64) -> Result<(), ComponentError> {
+        check_speed(&self.machine, cpu, speed)?;
+        self.shared.hosts[cpu.0].speed_bits.store(speed.to_bits(), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Carries out a controller's actions in order.
+    pub fn apply(&self, actions: &[Action]) -> Result<(), ComponentError> {
+        for action in actions {
+            match *action {
+                Action::Move { component, to, .. } => self.move_component(component, to)?,
+                Action::SetSpeed { cpu, speed } => self.set_speed(cpu, speed)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Counters of every component and host now.
+    pub fn sample(&self) -> Sample {
+        let placement = self.placement().clone();
+        let components = self
+            .infos
+            .iter()
+            .zip(placement)
+            .map(|(info, cpu)| {
+                let s = &info.stats;
+                ComponentSample {
+                    name: info.name.clone(),
+                    cpu,
+                    busy_ns: s.busy_ns.load(Ordering::Relaxed),
+                    handled: s.handled.load(Ordering::Relaxed),
+                    produced: s.produced.load(Ordering::Relaxed),
+                    crashes: s.crashes.load(Ordering::Relaxed),
+                    poisoned: s.poisoned.load(Ordering::Relaxed),
+                    dead: s.dead.load(Ordering::Relaxed),
+                    queue_len: info.input.as_ref().map_or(0, |g| g.len()),
+                    queue_capacity: info.input.as_ref().map_or(0, |g| g.capacity()),
+                }
+            })
+            .collect();
+        let hosts = self
+            .shared
+            .hosts
+            .iter()
+            .enumerate()
+            .map(|(i, h)| HostSample {
+                cpu: CpuId(i),
+                speed: self.speed_of(i),
+                busy_ns: h.stats.busy_ns.load(Ordering::Relaxed),
+                spin_ns: h.stats.spin_ns.load(Ordering::Relaxed),
+                parked_ns: h.stats.parked_ns.load(Ordering::Relaxed),
+                parks: h.stats.parks.load(Ordering::Relaxed),
+                wakes: self.shared.signals.host(i).wakes(),
+            })
+            .collect();
+        Sample { at_ns: crate::sys::now_ns(), components, hosts }
+    }
+
+    /// Stops every host and returns the final counters.
+    pub fn stop(mut self) -> Sample {
+        let last = self.sample();
+        self.shutdown();
+        last
+    }
+
+    fn shutdown(&mut self) {
+        for host in 0..self.shared.hosts.len() {
+            self.shared.send(host, Control::Stop);
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Pipeline {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

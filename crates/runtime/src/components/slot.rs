@@ -1,0 +1,194 @@
+//! One component as its host runs it: the service object, its channels, its staged outputs,
+//! the message to re-deliver after a crash, and its counters.
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use corehop_policy::components::ComponentId;
+use crossbeam_utils::CachePadded;
+
+use super::channel::Chan;
+use super::{Component, Outbox};
+
+/// Counters of one component, written by whichever host runs it (one at a time: the hand-over
+/// of a moved component orders the writes) and read by samplers.
+#[derive(Default)]
+pub(crate) struct ComponentStats {
+    pub busy_ns: AtomicU64,
+    pub handled: AtomicU64,
+    pub produced: AtomicU64,
+    pub crashes: AtomicU64,
+    pub poisoned: AtomicU64,
+    pub dead: AtomicBool,
+}
+
+/// What the host needs from a component, whatever its message types.
+pub(crate) trait Runnable: Send {
+    fn id(&self) -> ComponentId;
+    /// Handles up to `budget` messages (or one poll of a source); returns how many messages it
+    /// handled or produced. `host` is the index of the running host.
+    fn run(&mut self, budget: usize, host: usize) -> usize;
+    /// Whether [`Runnable::run`] would find something to do now.
+    fn has_work(&self) -> bool;
+    /// The component now runs on host `host` (or on none while it is handed over).
+    fn attach(&self, host: Option<usize>);
+    /// Charges `ns` of work (duty-cycle stall included) to the component.
+    fn add_busy(&self, ns: u64);
+}
+
+pub(crate) struct Slot<C: Component> {
+    pub id: ComponentId,
+    pub factory: Box<dyn FnMut() -> C + Send>,
+    pub comp: Option<C>,
+    pub input: Option<Arc<Chan<C::In>>>,
+    pub output: Option<Arc<Chan<C::Out>>>,
+    pub outbox: Outbox<C::Out>,
+    /// The message whose handling panicked, delivered once more to the restarted component.
+    pub redeliver: Option<C::In>,
+    /// A source whose `poll` said it has nothing more to produce.
+    pub exhausted: bool,
+    pub stats: Arc<CachePadded<ComponentStats>>,
+}
+
+impl<C: Component> Slot<C> {
+    fn room(&self) -> usize {
+        self.output.as_ref().map_or(usize::MAX, |o| o.capacity() - o.len())
+    }
+
+    /// Moves staged outputs into the output channel; false while some stay behind (blocked).
+    fn flush(&mut self, host: usize) -> bool {
+        match &self.output {
+            Some(out) => out.push_from(&mut self.outbox.staged, Some(host)),
+            None => {
+                // A sink: what it stages goes nowhere.
+                self.outbox.staged.clear();
+                true
+            }
+        }
+    }
+
+    /// A panic unwound out of the component: throw away what it staged for the failed message
+    /// (from `mark` on) and start a fresh instance. If the factory itself panics, the
+    /// component is dead and stops.
+    fn restart(&mut self, mark: usize) {
+        self.outbox.staged.truncate(mark);
+        self.stats.crashes.fetch_add(1, Ordering::Relaxed);
+        self.exhausted = false;
+        self.comp = None;
+        match catch_unwind(AssertUnwindSafe(&mut self.factory)) {
+            Ok(fresh) => self.comp = Some(fresh),
+            Err(_) => self.stats.dead.store(true, Ordering::Relaxed),
+        }
+    }
+}
+
+impl<C: Component> Runnable for Slot<C> {
+    fn id(&self) -> ComponentId {
+        self.id
+    }
+
+    fn run(&mut self, budget: usize, host: usize) -> usize {
+        if self.comp.is_none() || !self.flush(host) {
+            return 0;
+        }
+        let room = self.room();
+        if room == 0 {
+            // Output full: be woken when the consumer makes room (has_work says no till then).
+            if let Some(out) = &self.output {
+                out.add_tx_waiter(host);
+            }
+            return 0;
+        }
+        let mut did = 0;
+        let mut popped = false;
+        while did < budget && self.outbox.staged.len() < room {
+            let Some(comp) = self.comp.as_mut() else { break };
+            let (msg, redelivery) = match self.redeliver.take() {
+                Some(m) => (m, true),
+                None => match self.input.as_ref().and_then(|i| i.pop()) {
+                    Some(m) => {
+                        popped = true;
+                        (m, false)
+                    }
+                    None => {
+                        // No input: a source produces spontaneously.
+                        if self.input.is_none() && !self.exhausted {
+                            let mark = self.outbox.staged.len();
+                            self.outbox.room = room - mark;
+                            match catch_unwind(AssertUnwindSafe(|| comp.poll(&mut self.outbox))) {
+                                Ok(true) => {
+                                    let n = self.outbox.staged.len() - mark;
+                                    self.stats.produced.fetch_add(n as u64, Ordering::Relaxed);
+                                    did += n.max(1);
+                                }
+                                Ok(false) => self.exhausted = true,
+                                Err(_) => self.restart(mark),
+                            }
+                        }
+                        break;
+                    }
+                },
+            };
+            let copy = msg.clone();
+            let mark = self.outbox.staged.len();
+            self.outbox.room = room - mark;
+            did += 1;
+            match catch_unwind(AssertUnwindSafe(|| comp.handle(msg, &mut self.outbox))) {
+                Ok(()) => {
+                    self.stats.handled.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(_) => {
+                    self.restart(mark);
+                    if redelivery {
+                        // It crashed a fresh instance too: a poison message, dropped and counted.
+                        self.stats.poisoned.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        self.redeliver = Some(copy);
+                    }
+                }
+            }
+        }
+        if popped {
+            if let Some(i) = &self.input {
+                i.after_pop();
+            }
+        }
+        self.flush(host);
+        did
+    }
+
+    fn has_work(&self) -> bool {
+        if self.comp.is_none() {
+            return false;
+        }
+        // Nothing moves while the output is full; `run` has then registered this host to be
+        // woken by the consumer.
+        if self.output.as_ref().is_some_and(|o| o.is_full()) {
+            return false;
+        }
+        if !self.outbox.staged.is_empty() || self.redeliver.is_some() {
+            return true;
+        }
+        match &self.input {
+            Some(i) => !i.is_empty(),
+            None => !self.exhausted,
+        }
+    }
+
+    fn attach(&self, host: Option<usize>) {
+        if let Some(i) = &self.input {
+            i.set_consumer(host);
+        }
+        // Outputs staged on the old host may be blocked on a full channel: the new host must
+        // be the one woken when room appears.
+        if let (Some(h), Some(out)) = (host, &self.output) {
+            if !self.outbox.staged.is_empty() {
+                out.add_tx_waiter(h);
+            }
+        }
+    }
+
+    fn add_busy(&self, ns: u64) {
+        self.stats.busy_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+}
