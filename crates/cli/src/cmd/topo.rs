@@ -9,7 +9,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use corehop_topology::{
-    discover_with, format_cpu_list, format_size, presets, Cache, CpuId, DiscoverOptions, Discovery, Machine,
+    discover_with, format_cpu_list, format_size, presets, Cache, CacheKind, CpuId, DiscoverOptions,
+    Discovery, Machine,
 };
 use serde::Serialize;
 
@@ -150,9 +151,9 @@ fn cpus_text(cpus: &[CpuId]) -> String {
 
 fn cache_label(cache: &Cache) -> String {
     let kind = match cache.kind {
-        corehop_topology::CacheKind::Data => "d",
-        corehop_topology::CacheKind::Instruction => "i",
-        corehop_topology::CacheKind::Unified => "",
+        CacheKind::Data => "d",
+        CacheKind::Instruction => "i",
+        CacheKind::Unified => "",
     };
     format!("L{}{kind} {}", cache.level, format_size(cache.size_bytes))
 }
@@ -294,7 +295,7 @@ pub fn tour() -> anyhow::Result<()> {
     // What a hop from cpu0 to its nearest other CPU can keep warm: their smallest shared cache.
     let nearest = machine
         .caches_of(CpuId(0))
-        .filter(|cache| cache.cpus.len() > 1 && cache.kind != corehop_topology::CacheKind::Instruction)
+        .filter(|cache| cache.cpus.len() > 1 && cache.kind != CacheKind::Instruction)
         .min_by_key(|cache| cache.level)
         .map(|cache| format!("cpu0 shares its {} with {}", cache_label(cache), cpus_text(&cache.cpus)))
         .unwrap_or_else(|| "cpu0 shares no cache with another CPU".into());
