@@ -17,6 +17,7 @@ use libc::{iovec, mode_t, nfds_t, off_t, pollfd, size_t, sockaddr, socklen_t, ss
 use crate::calls::Kind;
 use crate::dispatch;
 use crate::lane::{Check, Request};
+use crate::memo;
 use crate::sys;
 
 /// Calls the real libc function `$name` (typed `$ty`) with `$args`, returning i64; ENOSYS if
@@ -259,7 +260,9 @@ fn do_openat(
     let mode = if needs_mode(flags) { mode } else { 0 };
     let args = [dirfd as u64, path as u64, flags as u64, mode as u64, 0, 0];
     let check = Check::Open { dirfd, path: path as u64, flags };
-    dispatch(kind, -1, || 0, Some(request(libc::SYS_openat, args, check)), local) as c_int
+    let fd = dispatch(kind, -1, || 0, Some(request(libc::SYS_openat, args, check)), local) as c_int;
+    memo::clear(fd);
+    fd
 }
 
 type OpenFn = unsafe extern "C" fn(*const c_char, c_int, ...) -> c_int;

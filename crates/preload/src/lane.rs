@@ -58,6 +58,18 @@ pub enum Check {
     Open { dirfd: i32, path: u64, flags: i32 },
 }
 
+impl Check {
+    /// The descriptors whose kind decides whether the call could block.
+    pub fn fds(self) -> [Option<i32>; 2] {
+        match self {
+            Check::Socket(_, flags) if flags & libc::MSG_DONTWAIT != 0 => [None, None],
+            Check::Fd(fd) | Check::Socket(fd, _) => [Some(fd), None],
+            Check::Fds(a, b) => [Some(a), Some(b)],
+            Check::Nothing | Check::Path { .. } | Check::Open { .. } => [None, None],
+        }
+    }
+}
+
 /// One system call to run: its number, its raw arguments, and what to check first.
 #[derive(Clone, Copy, Debug)]
 pub struct Request {
@@ -250,5 +262,100 @@ impl Lane {
                 sys::futex_wake(&slot.state);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
+    use std::sync::Arc;
+
+    const CALLERS: usize = 6;
+    const CALLS: usize = 400;
+    /// The id of the requests that only wake the service thread at the end.
+    const WAKE: usize = CALLERS * CALLS;
+
+    fn request(id: usize) -> Request {
+        Request { nr: 0, args: [id as u64, 0, 0, 0, 0, 0], check: Check::Nothing, may_signal: false }
+    }
+
+    /// Callers race a service thread that stalls now and then, with a stall timeout short
+    /// enough that many requests are withdrawn: every request must run exactly once if its
+    /// caller got `Done`, and never if it was withdrawn or found no slot.
+    #[test]
+    fn each_request_runs_once_or_never_and_replies_reach_their_caller() {
+        let lane: &'static Lane = Box::leak(Box::new(Lane::new()));
+        let runs: Arc<Vec<AtomicU32>> = Arc::new((0..=WAKE).map(|_| AtomicU32::new(0)).collect());
+        let stop = Arc::new(AtomicBool::new(false));
+        let service = {
+            let (runs, stop) = (runs.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let batches = AtomicU32::new(0);
+                while !stop.load(Relaxed) {
+                    lane.serve_batch(
+                        2_000,
+                        || {
+                            if batches.fetch_add(1, Relaxed) % 5 == 0 {
+                                std::thread::sleep(std::time::Duration::from_micros(300));
+                            }
+                        },
+                        |req| {
+                            runs[req.args[0] as usize].fetch_add(1, Relaxed);
+                            Reply { ret: req.args[0] as i64 * 3, refused: false, signal: 0, run_ns: 1 }
+                        },
+                    );
+                }
+            })
+        };
+        let callers: Vec<_> = (0..CALLERS)
+            .map(|c| {
+                std::thread::spawn(move || {
+                    let waiting = Waiting { spin_ns: 1_000, stall_timeout_ns: 100_000 };
+                    (0..CALLS)
+                        .map(|i| {
+                            let id = c * CALLS + i;
+                            let outcome = lane.call(request(id), c, waiting);
+                            if let Outcome::Done(reply) = outcome {
+                                assert_eq!(reply.ret, id as i64 * 3, "a reply reached the wrong caller");
+                            }
+                            (id, outcome)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let outcomes: Vec<(usize, Outcome)> = callers.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        stop.store(true, Relaxed);
+        // Wake the service thread so it sees `stop`.
+        while !service.is_finished() {
+            let _ = lane.call(request(WAKE), 0, Waiting { spin_ns: 0, stall_timeout_ns: 1_000_000 });
+        }
+        let (mut done, mut withdrawn) = (0, 0);
+        for (id, outcome) in outcomes {
+            let ran = runs[id].load(Relaxed);
+            match outcome {
+                Outcome::Done(_) => {
+                    done += 1;
+                    assert_eq!(ran, 1, "request {id} done, but ran {ran} times");
+                }
+                Outcome::Withdrawn | Outcome::Full => {
+                    withdrawn += 1;
+                    assert_eq!(ran, 0, "request {id} was withdrawn yet ran");
+                }
+            }
+        }
+        assert!(done > 0, "no request completed");
+        eprintln!("{done} done, {withdrawn} withdrawn or refused for lack of a slot");
+    }
+
+    #[test]
+    fn reset_frees_every_slot() {
+        let lane = Lane::new();
+        lane.slots[3].state.store(CLAIMED, SeqCst);
+        lane.pending.store(1 << 3, SeqCst);
+        lane.reset();
+        assert!(lane.slots.iter().all(|s| s.state.load(SeqCst) == FREE));
+        assert_eq!(lane.pending.load(SeqCst), 0);
     }
 }

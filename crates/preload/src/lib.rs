@@ -70,6 +70,7 @@ pub mod decide;
 #[cfg(not(test))] // a test binary must not interpose its own libc calls
 mod interpose;
 pub mod lane;
+pub mod memo;
 pub mod service;
 pub mod stats;
 pub mod sys;
@@ -278,7 +279,8 @@ fn dispatch(
     let counters = stats::of(kind);
     stats::bump(&counters.seen);
     let call = Desc { kind, fd, size: size() };
-    let Some(request) = request else {
+    let Some(request) = request.filter(|r| !r.check.fds().iter().flatten().any(|&fd| memo::may_block(fd)))
+    else {
         stats::bump(&counters.kept);
         return run_local(counters, &call, local);
     };
@@ -311,6 +313,7 @@ fn dispatch(
     let start = sys::now_ns();
     match LANES[ticket % lanes].call(request, ticket / lanes, waiting) {
         Outcome::Done(reply) if reply.refused => {
+            request.check.fds().iter().flatten().for_each(|&fd| memo::mark(fd));
             stats::bump(&counters.kept);
             run_local(counters, &call, local)
         }
