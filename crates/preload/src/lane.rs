@@ -296,7 +296,7 @@ mod tests {
                     lane.serve_batch(
                         2_000,
                         || {
-                            if batches.fetch_add(1, Relaxed) % 5 == 0 {
+                            if batches.fetch_add(1, Relaxed).is_multiple_of(5) {
                                 std::thread::sleep(std::time::Duration::from_micros(300));
                             }
                         },
