@@ -434,3 +434,35 @@ fn siblings_on_both_sides_of_the_little_line_share_one_class() {
     assert_eq!(found.machine.cpus()[1].class, found.machine.cpus()[0].class);
     assert!(found.notes.iter().any(|n| n.contains("differ in class")), "{:?}", found.notes);
 }
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+#[test]
+fn a_real_kvm_guest_snapshot() {
+    let found = discover_with(&DiscoverOptions::sysfs(fixture("kvm-2cpu/sys"))).unwrap();
+    let machine = &found.machine;
+    assert_eq!((machine.cpus().len(), machine.cores().len(), machine.package_count()), (2, 2, 1));
+    assert_eq!(found.speed_source, SpeedSource::Capacity);
+    assert!(machine.cpus().iter().all(|c| c.class == CoreClass::Uniform && c.speed == 1.0));
+    assert_eq!(
+        sizes_of(machine, 1)[..3],
+        [
+            (1, CacheKind::Data, 32 << 10, 1),
+            (1, CacheKind::Instruction, 32 << 10, 1),
+            (2, CacheKind::Unified, 1 << 20, 1),
+        ]
+    );
+    let l3 = machine.shared_cache(CpuId(0), CpuId(1)).unwrap();
+    assert_eq!((l3.level, l3.size_bytes, l3.line_bytes), (3, 32 << 20, 64));
+    assert!(found.notes.is_empty(), "{:?}", found.notes);
+}
+
+#[test]
+fn a_real_cpuinfo_without_waitpkg() {
+    let cpuinfo = std::fs::read_to_string(fixture("cpuinfo-kvm-epyc.txt")).unwrap();
+    assert!(!corehop_topology::cpuinfo_has_flag(&cpuinfo, "waitpkg"));
+    assert!(corehop_topology::cpuinfo_has_flag(&cpuinfo, "avx2"));
+    assert!(!corehop_topology::cpuinfo_has_flag(&cpuinfo, "avx51"), "whole flags only, not prefixes");
+}
