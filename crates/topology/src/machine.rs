@@ -177,11 +177,6 @@ impl Machine {
             .sum()
     }
 
-    /// The fastest effective speed of any CPU (1.0 unless emulation slows every CPU down).
-    pub fn max_effective_speed(&self) -> f64 {
-        self.cpus.iter().map(Cpu::effective_speed).fold(0.0, f64::max)
-    }
-
     /// Checks the invariants every consumer may rely on: at least one CPU; `cpus[i].id == i`;
     /// kernel ids unique; speeds and emulated speeds in (0, 1]; core and package indexes dense,
     /// each core on one package with one class; every cache non-empty, sorted, with a level
@@ -287,5 +282,54 @@ impl std::fmt::Display for Cache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let cpus: Vec<usize> = self.cpus.iter().map(|c| c.0).collect();
         write!(f, "L{} {} cache of cpu {}", self.level, self.kind, format_cpu_list(&cpus))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{CoreGroup, MachineBuilder, Per};
+
+    fn smt_pair() -> Machine {
+        MachineBuilder::new("pair")
+            .group(CoreGroup::new(2).threads(2).class(CoreClass::Big))
+            .cache(2, CacheKind::Unified, 1 << 20, Per::Machine)
+            .build()
+            .unwrap()
+    }
+
+    fn problem(change: impl FnOnce(&mut Machine)) -> String {
+        let mut machine = smt_pair();
+        change(&mut machine);
+        machine.validate().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn validate_names_each_broken_invariant() {
+        smt_pair().validate().unwrap();
+        assert!(problem(|m| m.cpus[1].id = CpuId(7)).contains("position 1 has id cpu7"));
+        assert!(problem(|m| m.cpus[1].os_id = 0).contains("os_id) 0 is listed twice"));
+        assert!(problem(|m| m.cpus[2].speed = f64::NAN).contains("cpu2 has speed NaN"));
+        assert!(problem(|m| m.cpus[3].emulated_speed = Some(0.0)).contains("cpu3 has emulated speed 0"));
+        assert!(problem(|m| m.cpus[1].class = CoreClass::Little).contains("disagree on package or class"));
+        assert!(problem(|m| m.cpus.iter_mut().skip(2).for_each(|c| c.core = 5)).contains("core 1 is missing"));
+        assert!(problem(|m| m.cpus.iter_mut().for_each(|c| c.package = 1)).contains("package 0 has no CPUs"));
+        assert!(problem(|m| m.caches[0].cpus.reverse()).contains("sorted and once each"));
+        assert!(problem(|m| m.caches[0].cpus.clear()).contains("lists no CPUs"));
+        assert!(problem(|m| m.caches[0].cpus.push(CpuId(4))).contains("lists cpu4"));
+        assert!(problem(|m| m.caches[0].level = 0).contains("level >= 1"));
+        assert!(matches!(Machine { cpus: Vec::new(), ..smt_pair() }.validate(), Err(TopologyError::Empty)));
+    }
+
+    #[test]
+    fn queries_follow_the_structure() {
+        let machine = smt_pair();
+        let cores = machine.cores();
+        assert_eq!(cores.len(), 2);
+        assert_eq!(cores[1].cpus, vec![CpuId(2), CpuId(3)]);
+        assert_eq!(machine.smt_siblings(CpuId(9)), Vec::<CpuId>::new());
+        assert_eq!(machine.private_cache_bytes(CpuId(0)), 0, "the only cache is shared by both cores");
+        assert_eq!(machine.shared_cache(CpuId(0), CpuId(3)).unwrap().level, 2);
+        assert_eq!(machine.caches[0].to_string(), "L2 unified cache of cpu 0-3");
     }
 }
