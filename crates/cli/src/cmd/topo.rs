@@ -261,34 +261,13 @@ fn waitpkg_line(machine: &Machine) -> String {
 pub fn tour() -> anyhow::Result<()> {
     let discovery = discover_with(&DiscoverOptions::host()).context("discovering this machine")?;
     let machine = &discovery.machine;
-    let header = ["cpu", "os id", "core", "package", "class", "speed", "own data cache", "last-level cache"];
-    let mut table = Table::new(header)
-        .title("This machine, as corehop sees it (corehop topo for the full tree)")
-        .align(4, report::Align::Left)
-        .align(7, report::Align::Left);
-    for cpu in machine.cpus() {
-        let llc = machine
-            .llc_of(cpu.id)
-            .map(|c| format!("{} shared by {}", cache_label(c), cpus_text(&c.cpus)))
-            .unwrap_or_else(|| "-".into());
-        table.row([
-            cpu.id.to_string(),
-            cpu.os_id.to_string(),
-            cpu.core.to_string(),
-            cpu.package.to_string(),
-            cpu.class.to_string(),
-            format!("{:.2}", cpu.speed),
-            format_size(machine.private_cache_bytes(cpu.id)),
-            llc,
-        ]);
-    }
-    table.note(format!(
+    print!("{}", tour_table(machine));
+    println!(
         "allowed: os cpus {} from {}; speeds from {}",
         format_cpu_list(&discovery.allowed),
         discovery.allowed_from,
         discovery.speed_source
-    ));
-    print!("{table}");
+    );
     let smt = machine.cores().iter().any(|core| core.cpus.len() > 1);
     let classes: std::collections::BTreeSet<String> =
         machine.cpus().iter().map(|c| c.class.to_string()).collect();
@@ -309,6 +288,45 @@ pub fn tour() -> anyhow::Result<()> {
         waitpkg_line(machine).replace("User-level monitor/wait (waitpkg)", "waitpkg")
     );
     Ok(())
+}
+
+/// One row per run of alike CPUs (same package, class, speed and caches), so that a
+/// 128-CPU server stays a few lines.
+fn tour_table(machine: &Machine) -> Table {
+    let header =
+        ["cpus", "os ids", "cores", "package", "class", "speed", "own data cache", "last-level cache"];
+    let mut table = Table::new(header)
+        .title("This machine, as corehop sees it (corehop topo for the full tree)")
+        .align(1, report::Align::Left)
+        .align(4, report::Align::Left)
+        .align(7, report::Align::Left);
+    let mut rows: Vec<(Vec<String>, Vec<CpuId>)> = Vec::new();
+    for cpu in machine.cpus() {
+        let llc = machine
+            .llc_of(cpu.id)
+            .map(|c| format!("{} shared by {}", cache_label(c), cpus_text(&c.cpus)))
+            .unwrap_or_else(|| "-".into());
+        let key = vec![
+            cpu.package.to_string(),
+            cpu.class.to_string(),
+            format!("{:.2}", cpu.speed),
+            format_size(machine.private_cache_bytes(cpu.id)),
+            llc,
+        ];
+        match rows.last_mut() {
+            Some((last, cpus)) if *last == key => cpus.push(cpu.id),
+            _ => rows.push((key, vec![cpu.id])),
+        }
+    }
+    for (key, cpus) in rows {
+        let os_ids: Vec<usize> = cpus.iter().map(|id| machine.cpus()[id.0].os_id).collect();
+        let mut cores: Vec<usize> = cpus.iter().map(|id| machine.cpus()[id.0].core).collect();
+        cores.dedup();
+        let mut row = vec![cpus_text(&cpus), format_cpu_list(&os_ids), cores.len().to_string()];
+        row.extend(key);
+        table.row(row);
+    }
+    table
 }
 
 #[cfg(test)]
@@ -336,6 +354,16 @@ mod tests {
             return;
         }
         tour().unwrap();
+    }
+
+    #[test]
+    fn tour_table_folds_alike_cpus() {
+        let text = tour_table(&presets::by_name("multiserver-xeon").unwrap()).render();
+        assert_eq!(text.lines().count(), 5, "title, header, rule, one row per socket: {text}");
+        assert!(text.contains("cpu0-7   0-7"), "{text}");
+        assert!(text.contains("L3 8M shared by cpu8-15"), "{text}");
+        let text = tour_table(&presets::by_name("hybrid-laptop").unwrap()).render();
+        assert!(text.contains("big") && text.contains("little") && text.contains("1328K"), "{text}");
     }
 
     #[test]
