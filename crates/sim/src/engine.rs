@@ -41,16 +41,22 @@ pub fn ps_to_ns(ps: Ps) -> f64 {
     ps as f64 / PS_PER_NS as f64
 }
 
-/// One scheduled event. Ordered by time, then by the order it was scheduled.
+/// One scheduled event. Ordered by time, then by the order it was scheduled: both packed into
+/// one `u128` key (time in the high half) so that a heap comparison is a single compare.
 struct Pending<E> {
-    at: Ps,
-    seq: u64,
+    key: u128,
     event: E,
+}
+
+impl<E> Pending<E> {
+    fn at(&self) -> Ps {
+        (self.key >> 64) as Ps
+    }
 }
 
 impl<E> PartialEq for Pending<E> {
     fn eq(&self, other: &Self) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
+        self.key == other.key
     }
 }
 impl<E> Eq for Pending<E> {}
@@ -62,7 +68,7 @@ impl<E> PartialOrd for Pending<E> {
 impl<E> Ord for Pending<E> {
     // Reversed so that `BinaryHeap` (a max-heap) pops the earliest (time, seq) first.
     fn cmp(&self, other: &Self) -> Ordering {
-        (other.at, other.seq).cmp(&(self.at, self.seq))
+        other.key.cmp(&self.key)
     }
 }
 
@@ -121,7 +127,8 @@ impl<E> Sim<E> {
     pub fn schedule_at(&mut self, at: Ps, event: E) {
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.queue.push(Pending { at: at.max(self.now), seq, event });
+        let at = at.max(self.now);
+        self.queue.push(Pending { key: (u128::from(at) << 64) | u128::from(seq), event });
     }
 
     /// Schedules `event` `delay` picoseconds from now.
@@ -139,13 +146,13 @@ impl<E> Sim<E> {
     /// Removes the next event and advances the clock to it.
     fn pop(&mut self) -> Option<E> {
         let next = self.queue.pop()?;
-        self.now = next.at;
+        self.now = next.at();
         self.delivered += 1;
         Some(next.event)
     }
 
     fn next_time(&self) -> Option<Ps> {
-        self.queue.peek().map(|p| p.at)
+        self.queue.peek().map(Pending::at)
     }
 }
 

@@ -437,10 +437,19 @@ impl SimMachine {
             },
             Mechanism::Spin => HopTiming { src, transit: remote_line, dst: pickup },
             // The wake-up is issued as the source path starts, so only the part of the
-            // power-up delay longer than the source path shows.
+            // power-up delay longer than the source path shows. If the target is not awake
+            // and polling (flag set: one line transfer) by the time the source path ends, the
+            // source falls back to an IPI and the target takes the interrupt (§7.2).
+            Mechanism::Wakeup if asleep && wake + remote_line > src => HopTiming {
+                src,
+                transit: ns_to_ps(c.ipi_latency_ns).max(wake - src.min(wake)),
+                dst: self.exec(to, ns_to_ps(c.interrupt_ns), false)
+                    + pickup
+                    + self.exec(to, ns_to_ps(c.hop.wakeup_extra_ns), false),
+            },
             Mechanism::Wakeup => HopTiming {
                 src,
-                transit: remote_line + wake.saturating_sub(src),
+                transit: remote_line,
                 dst: pickup + self.exec(to, ns_to_ps(c.hop.wakeup_extra_ns), false),
             },
         }
@@ -530,7 +539,7 @@ pub(crate) mod tests {
             },
             ..CostModel::default()
         };
-        let m = SimMachine::new(machine(&[(1.0, None, 64), (1.0, None, 64)]), costs);
+        let m = SimMachine::new(machine(&[(1.0, None, 64), (1.0, None, 64)]), costs.clone());
         let ns = |t: HopTiming| (t.src / 1000, t.transit / 1000, t.dst / 1000);
         // V3 to a sleeping core: IPI, wake-up delay, interrupt, target path, 2 lines.
         assert_eq!(ns(m.hop(Mechanism::FastPath, 0, 1, true)), (60, 100, 100 + 50 + 40 + 20));
@@ -538,8 +547,15 @@ pub(crate) mod tests {
         assert_eq!(ns(m.hop(Mechanism::FastPath, 0, 1, false)), (60, 100, 50 + 40 + 20));
         // V4: the idle loop polls, so one line transfer signals it.
         assert_eq!(ns(m.hop(Mechanism::Spin, 0, 1, true)), (60, 10, 40 + 20));
-        // V5: 100 ns wake-up issued at the start of a 60 ns source path: 40 ns show.
-        assert_eq!(ns(m.hop(Mechanism::Wakeup, 0, 1, true)), (60, 10 + 40, 40 + 20 + 5));
+        // V5: a 100 ns wake-up issued at the start of a 60 ns source path is late: the source
+        // sends an IPI (100 ns; the remaining 40 ns of power-up overlap it) and the target
+        // takes the interrupt.
+        assert_eq!(ns(m.hop(Mechanism::Wakeup, 0, 1, true)), (60, 100, 50 + 40 + 20 + 5));
+        // ... in time behind a 200 ns source path: the target polls, no IPI.
+        let mut slow_source = costs;
+        slow_source.hop.fastpath.src_ns = 200.0;
+        let m2 = SimMachine::new(machine(&[(1.0, None, 64), (1.0, None, 64)]), slow_source);
+        assert_eq!(ns(m2.hop(Mechanism::Wakeup, 0, 1, true)), (200, 10, 40 + 20 + 5));
         assert_eq!(ns(m.hop(Mechanism::Affinity, 0, 1, false)), (1000, 100, 50 + 500 + 20));
     }
 

@@ -1,0 +1,138 @@
+//! `corehop sim` end to end: tables, JSON, CSV, plots, overrides, sweeps and bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn scenario(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios").join(name)
+}
+
+fn corehop(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_corehop"))
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .env("CI", "1") // no progress bar
+        .output()
+        .expect("corehop runs")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = corehop(args);
+    assert!(out.status.success(), "corehop {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn fails(args: &[&str]) -> String {
+    let out = corehop(args);
+    assert!(!out.status.success(), "corehop {args:?} should fail");
+    String::from_utf8(out.stderr).unwrap()
+}
+
+#[test]
+fn micro_benchmark_prints_the_table_and_the_pivot() {
+    let micro = scenario("switch-micro.toml");
+    let out = ok(&["sim", micro.to_str().unwrap(), "--set", "workload.iterations=50"]);
+    assert!(out.contains("switch-micro"), "{out}");
+    assert!(out.contains("ns per call by machine.preset and workload.mechanism"), "{out}");
+    // The pivot comes last: one row per machine, one column per mechanism.
+    let pivot = out.lines().filter(|l| l.starts_with("switch-cs-quarter ")).last().unwrap();
+    assert_eq!(pivot.split_whitespace().count(), 7, "{pivot}");
+}
+
+#[test]
+fn json_is_deterministic_and_complete() {
+    let mix = scenario("switch-syscall-mix.toml");
+    let args = ["sim", mix.to_str().unwrap(), "--set", "workload.iterations=100", "--json"];
+    let a = ok(&args);
+    assert_eq!(a, ok(&args), "same seed, same output");
+    let v: serde_json::Value = serde_json::from_str(&a).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 16);
+    assert_eq!(runs[0]["settings"][0]["key"], "machine.preset");
+    assert_eq!(runs[0]["settings"][1]["value"], "none");
+    let report = &runs[5]["report"];
+    assert_eq!(report["ops"], 100);
+    assert_eq!(report["cpus"].as_array().unwrap().len(), 2);
+    assert_eq!(report["model"]["metrics"][0]["name"], "ns per call");
+    assert!(report["hops"].as_u64().unwrap() > 0);
+
+    let other_seed = ok(&["sim", mix.to_str().unwrap(), "--set", "workload.iterations=100", "--json", "--seed", "9"]);
+    assert_ne!(a, other_seed, "a different seed changes random lengths");
+}
+
+#[test]
+fn csv_plot_and_numeric_sweeps() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("out.csv");
+    let svg = dir.path().join("out.svg");
+    let micro = scenario("switch-micro.toml");
+    let out = ok(&[
+        "sim",
+        micro.to_str().unwrap(),
+        "--set",
+        "machine.preset=switch-cs-quarter",
+        "--set",
+        "workload.iterations=20",
+        "--sweep",
+        "machine.preset=switch-cs-quarter",
+        "--sweep",
+        "workload.mechanism=fastpath,wakeup",
+        "--sweep",
+        "costs.wake_delay_cycles=0,1000",
+        "--csv",
+        csv.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(out.contains("wake_delay_cycles"), "{out}");
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 5, "{text}");
+    assert!(lines[0].starts_with("machine.preset,workload.mechanism,costs.wake_delay_cycles,scenario"));
+    // The wake-up delay shows on V3 (IPI to a sleeping core) by about 333 + 1333 ns per call.
+    let ns = |line: &str| -> f64 { line.split(',').nth(lines[0].split(',').position(|h| h == "ns per call (ns)").unwrap()).unwrap().parse().unwrap() };
+    let v3 = ns(lines[2]) - ns(lines[1]);
+    assert!((v3 - 1666.0).abs() < 2.0, "{v3}");
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+}
+
+#[test]
+fn list_shows_models_and_presets() {
+    let out = ok(&["sim", "--list"]);
+    assert!(out.contains("switch") && out.contains("switch-cs-quarter") && out.contains("o2-16core"), "{out}");
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+const GOOD: &str = "[machine]\npreset = \"switch-cs\"\n[workload]\nkind = \"switch\"\nmechanism = \"spin\"\niterations = 5\n";
+
+#[test]
+fn bad_input_names_file_key_and_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("unknown.toml", format!("{GOOD}colour = \"red\"\n"), "workload.colour: unknown key"),
+        ("negative.toml", format!("{GOOD}[costs]\nmem_latency_ns = -25\n"), "costs.mem_latency_ns: must not be negative"),
+        ("cpu.toml", format!("{GOOD}os_cpus = [7]\n"), "workload.os_cpus[0]: CPU 7 is out of range"),
+        ("preset.toml", GOOD.replace("switch-cs", "cray-1"), "machine.preset: bad machine"),
+        ("syntax.toml", "[machine\n".to_string(), "line 1: not valid TOML"),
+        ("kind.toml", GOOD.replace("\"switch\"", "\"warp\""), "workload.kind: unknown workload kind"),
+    ];
+    for (name, text, expected) in cases {
+        let path = write(dir.path(), name, &text);
+        let err = fails(&["sim", path.to_str().unwrap()]);
+        assert!(err.contains(path.to_str().unwrap()), "{name}: {err}");
+        assert!(err.contains(expected), "{name}: {err}");
+        assert!(!err.contains("panicked"), "{name}: {err}");
+    }
+    let good = write(dir.path(), "good.toml", GOOD);
+    let err = fails(&["sim", good.to_str().unwrap(), "--set", "workload.tasks=-1"]);
+    assert!(err.contains("workload.tasks"), "{err}");
+    let err = fails(&["sim", good.to_str().unwrap(), "--sweep", "nothing"]);
+    assert!(err.contains("key=a,b,c"), "{err}");
+    let err = fails(&["sim", "/nonexistent/scenario.toml"]);
+    assert!(err.contains("/nonexistent/scenario.toml: (file): cannot read the file"), "{err}");
+}
