@@ -56,7 +56,8 @@ fn json_is_deterministic_and_complete() {
     assert_eq!(report["model"]["metrics"][0]["name"], "ns per call");
     assert!(report["hops"].as_u64().unwrap() > 0);
 
-    let other_seed = ok(&["sim", mix.to_str().unwrap(), "--set", "workload.iterations=100", "--json", "--seed", "9"]);
+    let other_seed =
+        ok(&["sim", mix.to_str().unwrap(), "--set", "workload.iterations=100", "--json", "--seed", "9"]);
     assert_ne!(a, other_seed, "a different seed changes random lengths");
 }
 
@@ -90,7 +91,13 @@ fn csv_plot_and_numeric_sweeps() {
     assert_eq!(lines.len(), 5, "{text}");
     assert!(lines[0].starts_with("machine.preset,workload.mechanism,costs.wake_delay_cycles,scenario"));
     // The wake-up delay shows on V3 (IPI to a sleeping core) by about 333 + 1333 ns per call.
-    let ns = |line: &str| -> f64 { line.split(',').nth(lines[0].split(',').position(|h| h == "ns per call (ns)").unwrap()).unwrap().parse().unwrap() };
+    let ns = |line: &str| -> f64 {
+        line.split(',')
+            .nth(lines[0].split(',').position(|h| h == "ns per call (ns)").unwrap())
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
     let v3 = ns(lines[2]) - ns(lines[1]);
     assert!((v3 - 1666.0).abs() < 2.0, "{v3}");
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
@@ -99,7 +106,10 @@ fn csv_plot_and_numeric_sweeps() {
 #[test]
 fn list_shows_models_and_presets() {
     let out = ok(&["sim", "--list"]);
-    assert!(out.contains("switch") && out.contains("switch-cs-quarter") && out.contains("o2-16core"), "{out}");
+    assert!(
+        out.contains("switch") && out.contains("switch-cs-quarter") && out.contains("o2-16core"),
+        "{out}"
+    );
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -115,7 +125,11 @@ fn bad_input_names_file_key_and_problem() {
     let dir = tempfile::tempdir().unwrap();
     let cases = [
         ("unknown.toml", format!("{GOOD}colour = \"red\"\n"), "workload.colour: unknown key"),
-        ("negative.toml", format!("{GOOD}[costs]\nmem_latency_ns = -25\n"), "costs.mem_latency_ns: must not be negative"),
+        (
+            "negative.toml",
+            format!("{GOOD}[costs]\nmem_latency_ns = -25\n"),
+            "costs.mem_latency_ns: must not be negative",
+        ),
         ("cpu.toml", format!("{GOOD}os_cpus = [7]\n"), "workload.os_cpus[0]: CPU 7 is out of range"),
         ("preset.toml", GOOD.replace("switch-cs", "cray-1"), "machine.preset: bad machine"),
         ("syntax.toml", "[machine\n".to_string(), "line 1: not valid TOML"),
