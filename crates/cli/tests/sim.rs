@@ -35,7 +35,7 @@ fn micro_benchmark_prints_the_table_and_the_pivot() {
     assert!(out.contains("switch-micro"), "{out}");
     assert!(out.contains("ns per call by machine.preset and workload.mechanism"), "{out}");
     // The pivot comes last: one row per machine, one column per mechanism.
-    let pivot = out.lines().filter(|l| l.starts_with("switch-cs-quarter ")).last().unwrap();
+    let pivot = out.lines().rfind(|l| l.starts_with("switch-cs-quarter ")).unwrap();
     assert_eq!(pivot.split_whitespace().count(), 7, "{pivot}");
 }
 
