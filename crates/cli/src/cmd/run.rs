@@ -68,7 +68,7 @@ pub struct Args {
     #[arg(long, requires = "offload")]
     pub stats: bool,
 
-    /// Also write that summary as JSON to FILE (shape: `processes`, `unpinned`, and `calls`:
+    /// Write the summary as JSON to FILE (shape: `processes`, `unpinned`, and `calls`:
     /// call name → seen, offloaded, local, kept, withdrawn, busy, service_ns, wait_ns,
     /// local_ns, local_timed).
     #[arg(long, value_name = "FILE", requires = "offload")]
@@ -313,6 +313,29 @@ pub fn find_library() -> anyhow::Result<PathBuf> {
     )
 }
 
+/// [`find_library`], and when it is missing and corehop runs under cargo (`cargo run -- tour`
+/// sets `$CARGO`), builds it first with the profile of this binary.
+fn find_or_build_library() -> anyhow::Result<PathBuf> {
+    let missing = match find_library() {
+        Ok(path) => return Ok(path),
+        Err(e) => e,
+    };
+    let (Some(cargo), Ok(exe)) = (std::env::var_os("CARGO"), std::env::current_exe()) else {
+        return Err(missing);
+    };
+    let release = exe.parent().is_some_and(|dir| dir.ends_with("release"));
+    eprintln!("building {LIBRARY} (cargo build -p corehop-preload{})…", if release { " --release" } else { "" });
+    let mut build = Command::new(cargo);
+    build.args(["build", "-q", "-p", "corehop-preload"]);
+    if release {
+        build.arg("--release");
+    }
+    if !build.status().context("running cargo")?.success() {
+        bail!("cargo build -p corehop-preload failed");
+    }
+    find_library()
+}
+
 /// The counters of one kind of call, added up over processes (crates/preload `stats`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct CallCounts {
@@ -475,7 +498,7 @@ impl Summary {
 /// the offload summary of the dd run.
 #[allow(dead_code)] // called from `corehop tour` once the lead wires it in
 pub fn tour() -> anyhow::Result<()> {
-    let library = find_library()?;
+    let library = find_or_build_library()?;
     let allowed = sys::affinity()?;
     let service = *allowed.last().context("no CPU allowed")?;
     let app: Vec<usize> = allowed.iter().copied().filter(|&c| c != service).collect();
