@@ -15,7 +15,7 @@ use core::ffi::{c_char, c_int, c_uint, c_void};
 use libc::{iovec, mode_t, nfds_t, off_t, pollfd, size_t, sockaddr, socklen_t, ssize_t, timeval};
 
 use crate::calls::Kind;
-use crate::dispatch;
+use crate::intercept::dispatch;
 use crate::lane::{Check, Request};
 use crate::memo;
 use crate::sys;

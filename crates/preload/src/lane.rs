@@ -23,10 +23,66 @@
 //! before reading `sleeping`; a parked caller sets its slot's `parked` and re-reads the state,
 //! the service thread stores DONE before reading `parked`. Neither wake-up can be lost.
 
-use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicU32, Ordering::SeqCst};
+use core::sync::atomic::Ordering::SeqCst;
 
-use crate::sys;
+use model::{futex_wait, futex_wake, now_ns, AtomicU32, UnsafeCell};
+
+/// The real primitives, or (under `--cfg loom`) loom's, with the futex modelled by a condition
+/// variable so that a lost wake-up shows as a deadlock and time standing still.
+#[cfg(not(loom))]
+mod model {
+    pub use crate::sys::{futex_wait, futex_wake, now_ns};
+    pub use core::sync::atomic::AtomicU32;
+
+    /// `core::cell::UnsafeCell` with loom's closure API.
+    pub struct UnsafeCell<T>(core::cell::UnsafeCell<T>);
+
+    impl<T> UnsafeCell<T> {
+        pub const fn new(value: T) -> UnsafeCell<T> {
+            UnsafeCell(core::cell::UnsafeCell::new(value))
+        }
+
+        pub fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+            f(self.0.get())
+        }
+
+        pub fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+            f(self.0.get())
+        }
+    }
+}
+
+#[cfg(loom)]
+mod model {
+    pub use loom::cell::UnsafeCell;
+    pub use loom::sync::atomic::AtomicU32;
+    use loom::sync::{Condvar, Mutex};
+
+    loom::lazy_static! {
+        static ref FUTEX: (Mutex<()>, Condvar) = (Mutex::new(()), Condvar::new());
+    }
+
+    /// A futex wait: check and sleep atomically (under the mutex) until a wake. Timeouts are
+    /// not modelled: a timed wait sleeps until woken like an untimed one.
+    pub fn futex_wait(word: &AtomicU32, expected: u32, _timeout_ns: Option<u64>) -> bool {
+        let (lock, wakes) = &*FUTEX;
+        let guard = lock.lock().unwrap();
+        if word.load(core::sync::atomic::Ordering::SeqCst) == expected {
+            drop(wakes.wait(guard).unwrap());
+        }
+        true
+    }
+
+    pub fn futex_wake(_word: &AtomicU32) {
+        let (lock, wakes) = &*FUTEX;
+        let _guard = lock.lock().unwrap();
+        wakes.notify_all();
+    }
+
+    pub fn now_ns() -> u64 {
+        0
+    }
+}
 
 /// Request slots per lane: one bit each in the 32-bit futex word `pending`.
 pub const SLOTS: usize = 32;
@@ -97,7 +153,7 @@ pub struct Reply {
 fn park(slot: &Slot, state: u32, timeout_ns: Option<u64>) {
     slot.parked.store(1, SeqCst);
     if slot.state.load(SeqCst) == state {
-        sys::futex_wait(&slot.state, state, timeout_ns);
+        futex_wait(&slot.state, state, timeout_ns);
     }
     slot.parked.store(0, SeqCst);
 }
@@ -144,6 +200,7 @@ const EMPTY_REQUEST: Request = Request { nr: 0, args: [0; 6], check: Check::Noth
 const EMPTY_REPLY: Reply = Reply { ret: 0, refused: false, signal: 0, run_ns: 0 };
 
 impl Lane {
+    #[cfg(not(loom))]
     #[allow(clippy::new_without_default)] // used in statics, where Default is not const
     pub const fn new() -> Lane {
         #[allow(clippy::declare_interior_mutable_const)] // copied into each slot, never shared
@@ -154,6 +211,31 @@ impl Lane {
             reply: UnsafeCell::new(EMPTY_REPLY),
         };
         Lane { pending: AtomicU32::new(0), sleeping: AtomicU32::new(0), slots: [SLOT; SLOTS] }
+    }
+
+    #[cfg(loom)]
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Lane {
+        let slot = || Slot {
+            state: AtomicU32::new(FREE),
+            parked: AtomicU32::new(0),
+            request: UnsafeCell::new(EMPTY_REQUEST),
+            reply: UnsafeCell::new(EMPTY_REPLY),
+        };
+        Lane {
+            pending: AtomicU32::new(0),
+            sleeping: AtomicU32::new(0),
+            slots: core::array::from_fn(|_| slot()),
+        }
+    }
+
+    /// Wakes the service thread without a request (its next batch finds nothing to claim).
+    #[cfg(any(test, loom))]
+    pub fn kick(&self) {
+        self.pending.fetch_or(1 << (SLOTS - 1), SeqCst);
+        if self.sleeping.load(SeqCst) != 0 {
+            futex_wake(&self.pending);
+        }
     }
 
     /// Forgets every request: in a child after `fork`, where no service thread and no other
@@ -180,24 +262,24 @@ impl Lane {
         };
         let slot = &self.slots[index];
         // SAFETY: FILLING — this caller owns the request cell.
-        unsafe { *slot.request.get() = request };
+        slot.request.with_mut(|cell| unsafe { *cell = request });
         slot.state.store(SUBMITTED, SeqCst);
         self.pending.fetch_or(1 << index, SeqCst);
         if self.sleeping.load(SeqCst) != 0 {
-            sys::futex_wake(&self.pending);
+            futex_wake(&self.pending);
         }
         self.wait(slot, waiting)
     }
 
     fn wait(&self, slot: &Slot, waiting: Waiting) -> Outcome {
-        let start = sys::now_ns();
+        let start = now_ns();
         // Spin first: a short call comes back sooner than a futex sleep and wake-up would.
         let spin_ns = waiting.spin_ns.min(waiting.stall_timeout_ns);
         let mut polls = 0u32;
-        while slot.state.load(SeqCst) != DONE {
+        while spin_ns > 0 && slot.state.load(SeqCst) != DONE {
             polls = polls.wrapping_add(1);
             // The clock costs more than a poll: read it only now and then.
-            if polls.is_multiple_of(64) && sys::now_ns().saturating_sub(start) >= spin_ns {
+            if polls.is_multiple_of(64) && now_ns().saturating_sub(start) >= spin_ns {
                 break;
             }
             core::hint::spin_loop();
@@ -207,12 +289,12 @@ impl Lane {
                 DONE => {
                     // SAFETY: DONE — the service thread is finished with the slot; the reply
                     // cell is ours to read.
-                    let reply = unsafe { *slot.reply.get() };
+                    let reply = slot.reply.with(|cell| unsafe { *cell });
                     slot.state.store(FREE, SeqCst);
                     return Outcome::Done(reply);
                 }
                 SUBMITTED => {
-                    let waited = sys::now_ns().saturating_sub(start);
+                    let waited = now_ns().saturating_sub(start);
                     if waited >= waiting.stall_timeout_ns {
                         if slot.state.compare_exchange(SUBMITTED, CANCELLED, SeqCst, SeqCst).is_ok() {
                             slot.state.store(FREE, SeqCst);
@@ -232,13 +314,13 @@ impl Lane {
     pub fn serve_batch(&self, spin_ns: u64, before_claim: impl Fn(), handle: impl Fn(&Request) -> Reply) {
         let mut bits = self.pending.swap(0, SeqCst);
         if bits == 0 {
-            let start = sys::now_ns();
-            while self.pending.load(SeqCst) == 0 && sys::now_ns().saturating_sub(start) < spin_ns {
+            let start = now_ns();
+            while spin_ns > 0 && self.pending.load(SeqCst) == 0 && now_ns().saturating_sub(start) < spin_ns {
                 core::hint::spin_loop();
             }
             self.sleeping.store(1, SeqCst);
             if self.pending.load(SeqCst) == 0 {
-                sys::futex_wait(&self.pending, 0, None);
+                futex_wait(&self.pending, 0, None);
             }
             self.sleeping.store(0, SeqCst);
             return;
@@ -253,19 +335,18 @@ impl Lane {
             }
             // SAFETY: CLAIMED — the service thread owns the request and reply cells, and the
             // caller is blocked in `wait`, keeping the memory the request points to alive.
-            unsafe {
-                let reply = handle(&*slot.request.get());
-                *slot.reply.get() = reply;
-            }
+            let reply = slot.request.with(|cell| handle(unsafe { &*cell }));
+            // SAFETY: as above, the reply cell is the service thread's while CLAIMED.
+            slot.reply.with_mut(|cell| unsafe { *cell = reply });
             slot.state.store(DONE, SeqCst);
             if slot.parked.load(SeqCst) != 0 {
-                sys::futex_wake(&slot.state);
+                futex_wake(&slot.state);
             }
         }
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
@@ -357,5 +438,84 @@ mod tests {
         lane.reset();
         assert!(lane.slots.iter().all(|s| s.state.load(SeqCst) == FREE));
         assert_eq!(lane.pending.load(SeqCst), 0);
+    }
+}
+
+/// Model checks of the hand-off (`RUSTFLAGS="--cfg loom" cargo test -p corehop-preload --lib
+/// --release -- loom`): every interleaving of callers and the service thread, with the futex
+/// modelled so that a lost wake-up is a deadlock loom reports.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::atomic::AtomicBool;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    fn request(id: u64) -> Request {
+        Request { nr: 0, args: [id, 0, 0, 0, 0, 0], check: Check::Nothing, may_signal: false }
+    }
+
+    /// Serves until `done`, counting runs.
+    fn service(lane: Arc<Lane>, runs: Arc<AtomicU32>, done: Arc<AtomicBool>) -> thread::JoinHandle<()> {
+        thread::spawn(move || {
+            while !done.load(SeqCst) {
+                lane.serve_batch(
+                    0,
+                    || {},
+                    |req| {
+                        runs.fetch_add(1, SeqCst);
+                        Reply { ret: req.args[0] as i64 + 100, ..Reply::default() }
+                    },
+                );
+            }
+        })
+    }
+
+    /// A caller that gives up at once races the service thread's claim: the call runs exactly
+    /// once if the caller got `Done`, never if it withdrew, and the parked caller is always woken.
+    #[test]
+    fn loom_withdraw_races_claim_and_the_call_runs_once_or_never() {
+        loom::model(|| {
+            let lane = Arc::new(Lane::new());
+            let runs = Arc::new(AtomicU32::new(0));
+            let done = Arc::new(AtomicBool::new(false));
+            let server = service(lane.clone(), runs.clone(), done.clone());
+            let outcome = lane.call(request(1), 0, Waiting { spin_ns: 0, stall_timeout_ns: 0 });
+            done.store(true, SeqCst);
+            lane.kick();
+            server.join().unwrap();
+            match outcome {
+                Outcome::Done(reply) => {
+                    assert_eq!(reply.ret, 101);
+                    assert_eq!(runs.load(SeqCst), 1);
+                }
+                Outcome::Withdrawn => assert_eq!(runs.load(SeqCst), 0),
+                Outcome::Full => panic!("an empty lane has free slots"),
+            }
+        });
+    }
+
+    /// Two callers that wait as long as it takes each get their own reply; no wake-up is lost.
+    #[test]
+    fn loom_two_patient_callers_both_get_their_reply() {
+        loom::model(|| {
+            let lane = Arc::new(Lane::new());
+            let runs = Arc::new(AtomicU32::new(0));
+            let done = Arc::new(AtomicBool::new(false));
+            let server = service(lane.clone(), runs.clone(), done.clone());
+            let patient = Waiting { spin_ns: 0, stall_timeout_ns: u64::MAX };
+            let other = {
+                let lane = lane.clone();
+                thread::spawn(move || lane.call(request(2), 1, patient))
+            };
+            let mine = lane.call(request(1), 0, patient);
+            let theirs = other.join().unwrap();
+            done.store(true, SeqCst);
+            lane.kick();
+            server.join().unwrap();
+            assert_eq!(mine, Outcome::Done(Reply { ret: 101, ..Reply::default() }));
+            assert_eq!(theirs, Outcome::Done(Reply { ret: 102, ..Reply::default() }));
+            assert_eq!(runs.load(SeqCst), 2);
+        });
     }
 }

@@ -327,7 +327,10 @@ fn find_or_build_library() -> anyhow::Result<PathBuf> {
         return Err(missing);
     };
     let release = exe.parent().is_some_and(|dir| dir.ends_with("release"));
-    eprintln!("building {LIBRARY} (cargo build -p corehop-preload{})…", if release { " --release" } else { "" });
+    eprintln!(
+        "building {LIBRARY} (cargo build -p corehop-preload{})…",
+        if release { " --release" } else { "" }
+    );
     let mut build = Command::new(cargo);
     build.args(["build", "-q", "-p", "corehop-preload"]);
     if release {

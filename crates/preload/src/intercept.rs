@@ -1,0 +1,286 @@
+//! The interposed path: start-up from the environment, the decision and hand-off of each
+//! call ([`dispatch`]), the fork handlers and the summary at exit (crate docs: "A call's path").
+
+use core::cell::Cell;
+use core::sync::atomic::Ordering::{Acquire, Release, SeqCst};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize};
+use std::sync::OnceLock;
+
+use crate::calls::Kind;
+use crate::config::{self, Config};
+use crate::decide::{Desc, Policy, Shared};
+use crate::lane::{Outcome, Request, Waiting};
+use crate::service::{self, ServiceConfig, LANES, MAX_LANES};
+use crate::{memo, stats, sys};
+
+const UNINIT: u32 = 0;
+const INITIALIZING: u32 = 1;
+const READY: u32 = 2;
+const OFF: u32 = 3;
+
+/// Library start-up state (UNINIT → INITIALIZING → READY or OFF).
+static STATE: AtomicU32 = AtomicU32::new(UNINIT);
+/// Service threads: not started, starting, running, or failed to start.
+static SERVICE: AtomicU32 = AtomicU32::new(UNINIT);
+static CONFIG: OnceLock<Config> = OnceLock::new();
+static POLICY: Shared = Shared::new();
+/// The process whose service threads the lanes belong to (a vfork child differs).
+static PID: AtomicI32 = AtomicI32::new(0);
+/// Whether calls run locally are timed (the policy learns, or a summary is wanted).
+static TIMING: AtomicBool = AtomicBool::new(false);
+static SPIN_NS: AtomicU64 = AtomicU64::new(config::DEFAULT_SPIN_NS);
+static STALL_TIMEOUT_NS: AtomicU64 = AtomicU64::new(config::DEFAULT_STALL_TIMEOUT_NS);
+static LANE_COUNT: AtomicUsize = AtomicUsize::new(1);
+/// Hands out per-thread tickets that spread threads over lanes and slots.
+static NEXT_TICKET: AtomicU32 = AtomicU32::new(1);
+static FORK_HAD_LOCK: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// Set while this thread is inside the library (re-entry runs locally).
+    static INSIDE: Cell<bool> = const { Cell::new(false) };
+    /// This thread's ticket (0: none yet).
+    static TICKET: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Marks the thread as inside the library for its lifetime.
+struct Inside;
+
+impl Inside {
+    fn enter() -> Option<Inside> {
+        INSIDE.with(|inside| (!inside.replace(true)).then_some(Inside))
+    }
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        INSIDE.with(|inside| inside.set(false));
+    }
+}
+
+/// Whether the library is configured and offload may happen; starts it up on first use.
+fn ready() -> bool {
+    match STATE.load(Acquire) {
+        READY => true,
+        UNINIT => {
+            if STATE.compare_exchange(UNINIT, INITIALIZING, SeqCst, SeqCst).is_err() {
+                return false;
+            }
+            let ok = start_up();
+            STATE.store(if ok { READY } else { OFF }, Release);
+            ok
+        }
+        _ => false,
+    }
+}
+
+fn env_bytes(name: &'static str) -> Option<Vec<u8>> {
+    let mut cname = [0u8; 64];
+    cname[..name.len()].copy_from_slice(name.as_bytes());
+    // SAFETY: `cname` is NUL-terminated (names are short constants); getenv returns null or a
+    // NUL-terminated string owned by the environment, copied out at once.
+    unsafe {
+        let value = libc::getenv(cname.as_ptr() as *const libc::c_char);
+        (!value.is_null()).then(|| core::ffi::CStr::from_ptr(value).to_bytes().to_vec())
+    }
+}
+
+fn complain(what: &str) {
+    let mut line = Vec::with_capacity(what.len() + 64);
+    line.extend_from_slice(b"corehop-preload: ");
+    line.extend_from_slice(what.as_bytes());
+    line.extend_from_slice(b"; system-call offload is off\n");
+    sys::write_all(2, &line);
+}
+
+fn start_up() -> bool {
+    let config = match config::parse(env_bytes, sys::last_allowed_cpu()) {
+        Ok(config) => config,
+        Err(e) => {
+            complain(&e.to_string());
+            return false;
+        }
+    };
+    let policy = match Policy::parse(&config.policy) {
+        Ok(policy) => policy,
+        Err(e) => {
+            complain(&format!("COREHOP_POLICY: {e}"));
+            return false;
+        }
+    };
+    TIMING.store(policy.learns() || config.stats_file.is_some(), SeqCst);
+    SPIN_NS.store(config.spin_ns, SeqCst);
+    STALL_TIMEOUT_NS.store(config.stall_timeout_ns, SeqCst);
+    LANE_COUNT.store(config.service_cpus.len(), SeqCst);
+    if policy.offloads_nothing() {
+        SERVICE.store(OFF, SeqCst);
+    }
+    POLICY.install(policy);
+    PID.store(sys::getpid(), SeqCst);
+    // SAFETY: the three handlers are plain functions that only touch atomics and static state.
+    unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork_parent), Some(after_fork_child)) };
+    let _ = CONFIG.set(config);
+    true
+}
+
+/// Starts the service threads on first need; false if they are not (yet) running.
+fn service_running() -> bool {
+    match SERVICE.load(Acquire) {
+        READY => true,
+        UNINIT => {
+            if SERVICE.compare_exchange(UNINIT, INITIALIZING, SeqCst, SeqCst).is_err() {
+                return false;
+            }
+            let Some(config) = CONFIG.get() else {
+                SERVICE.store(OFF, Release);
+                return false;
+            };
+            let mut cpus = [0; MAX_LANES];
+            cpus[..config.service_cpus.len()].copy_from_slice(&config.service_cpus);
+            let ok = service::start(&ServiceConfig {
+                cpus,
+                lanes: config.service_cpus.len(),
+                spin_ns: config.spin_ns,
+                test_stall_ns: config.test_stall_ns,
+            });
+            SERVICE.store(if ok { READY } else { OFF }, Release);
+            ok
+        }
+        _ => false,
+    }
+}
+
+extern "C" fn before_fork() {
+    FORK_HAD_LOCK.store(POLICY.lock_for_fork(100_000), SeqCst);
+}
+
+extern "C" fn after_fork_parent() {
+    POLICY.after_fork(FORK_HAD_LOCK.load(SeqCst), false);
+}
+
+extern "C" fn after_fork_child() {
+    POLICY.after_fork(FORK_HAD_LOCK.load(SeqCst), true);
+    PID.store(sys::getpid(), SeqCst);
+    stats::reset();
+    // The parent's service threads do not exist here; start our own when first needed.
+    if SERVICE.load(SeqCst) != OFF {
+        SERVICE.store(UNINIT, SeqCst);
+    }
+}
+
+/// At exit: append this process's summary to the stats file, if one was asked for.
+extern "C" fn at_exit() {
+    if STATE.load(Acquire) != READY {
+        return;
+    }
+    if let Some(path) = CONFIG.get().and_then(|c| c.stats_file.as_deref()) {
+        let lanes = if SERVICE.load(SeqCst) == READY { LANE_COUNT.load(SeqCst) } else { 0 };
+        stats::write_summary(path, lanes, service::PIN_FAILED.load(SeqCst) == 0);
+    }
+}
+
+#[used]
+#[link_section = ".fini_array"]
+static AT_EXIT: extern "C" fn() = at_exit;
+
+/// The interposed path of every call: decide, offload or run locally, count.
+///
+/// `request` is `None` when the call must stay with its caller whatever the policy says;
+/// `local` runs the real libc function and returns its libc-convention result.
+pub(crate) fn dispatch(
+    kind: Kind,
+    fd: i32,
+    size: impl FnOnce() -> u64,
+    request: Option<Request>,
+    local: impl FnOnce() -> i64,
+) -> i64 {
+    let Some(_inside) = Inside::enter() else {
+        if STATE.load(Acquire) == READY {
+            stats::bump(&stats::of(kind).seen);
+            stats::bump(&stats::of(kind).busy);
+        }
+        return local();
+    };
+    if !ready() {
+        return local();
+    }
+    let counters = stats::of(kind);
+    stats::bump(&counters.seen);
+    let call = Desc { kind, fd, size: size() };
+    let Some(request) = request.filter(|r| !r.check.fds().iter().flatten().any(|&fd| memo::may_block(fd)))
+    else {
+        stats::bump(&counters.kept);
+        return run_local(counters, &call, local);
+    };
+    match POLICY.try_with(|p| p.decide(&call)) {
+        Some(true) => {}
+        Some(false) => {
+            stats::bump(&counters.local);
+            return run_local(counters, &call, local);
+        }
+        None => {
+            stats::bump(&counters.busy);
+            return run_local(counters, &call, local);
+        }
+    }
+    if sys::getpid() != PID.load(SeqCst) || !service_running() {
+        stats::bump(&counters.busy);
+        return run_local(counters, &call, local);
+    }
+    // A pending cancellation acts at the call's start, as it would in libc's wrapper.
+    // SAFETY: pthread_testcancel has no preconditions.
+    unsafe { pthread_testcancel() };
+    let ticket = TICKET.with(|t| {
+        if t.get() == 0 {
+            t.set(NEXT_TICKET.fetch_add(1, SeqCst));
+        }
+        t.get() as usize
+    });
+    let lanes = LANE_COUNT.load(SeqCst).max(1);
+    let waiting = Waiting { spin_ns: SPIN_NS.load(SeqCst), stall_timeout_ns: STALL_TIMEOUT_NS.load(SeqCst) };
+    let start = sys::now_ns();
+    match LANES[ticket % lanes].call(request, ticket / lanes, waiting) {
+        Outcome::Done(reply) if reply.refused => {
+            request.check.fds().iter().flatten().for_each(|&fd| memo::mark(fd));
+            stats::bump(&counters.kept);
+            run_local(counters, &call, local)
+        }
+        Outcome::Done(reply) => {
+            stats::bump(&counters.offloaded);
+            stats::add(&counters.service_ns, reply.run_ns);
+            stats::add(&counters.wait_ns, sys::now_ns().saturating_sub(start));
+            POLICY.try_with(|p| p.observe(&call, reply.run_ns, sys::now_ns()));
+            if reply.signal != 0 {
+                sys::tgkill_self(sys::gettid(), reply.signal);
+            }
+            sys::to_libc(reply.ret)
+        }
+        Outcome::Withdrawn => {
+            stats::bump(&counters.withdrawn);
+            run_local(counters, &call, local)
+        }
+        Outcome::Full => {
+            stats::bump(&counters.busy);
+            run_local(counters, &call, local)
+        }
+    }
+}
+
+/// Runs the real libc function on the calling thread, timing it when someone wants to know.
+/// Nothing after `local` touches errno.
+fn run_local(counters: &stats::Counters, call: &Desc, local: impl FnOnce() -> i64) -> i64 {
+    if !TIMING.load(core::sync::atomic::Ordering::Relaxed) {
+        return local();
+    }
+    let start = sys::now_ns();
+    let result = local();
+    let end = sys::now_ns();
+    let run_ns = end.saturating_sub(start);
+    stats::add(&counters.local_ns, run_ns);
+    stats::bump(&counters.local_timed);
+    POLICY.try_with(|p| p.observe(call, run_ns, end));
+    result
+}
+
+extern "C" {
+    fn pthread_testcancel();
+}
