@@ -55,7 +55,10 @@ pub struct Args {
     #[arg(long)]
     seed: Option<u64>,
 
-    /// Print the results as JSON (shape in the module docs) instead of tables.
+    /// Print the results as JSON instead of tables: {scenario, runs: [{settings: [{key, value}],
+    /// report}]}, a report holding elapsed_ns, ops, throughput_per_s, op_latency, queue_delay,
+    /// hops, hop_cost_ns, cpus [{cpu, busy_ns, idle_ns, busy_fraction, ...}] and the model's
+    /// metrics (the first is the headline). Field list: scenarios/README.md.
     #[arg(long)]
     json: bool,
 
