@@ -527,6 +527,37 @@ mod tests {
     }
 
     #[test]
+    fn machine_files_resolve_next_to_the_scenario() {
+        let dir = std::env::temp_dir().join(format!("corehop-sim-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut machine = presets::by_name("switch-cs").unwrap();
+        machine.name = "switch-cs-copy".into();
+        std::fs::write(dir.join("m.toml"), machine.to_toml_string()).unwrap();
+        let scenario = "[machine]\nfile = \"m.toml\"\nemulate = \"1=0.5\"\n[workload]\nkind = \"switch\"\n";
+        std::fs::write(dir.join("s.toml"), scenario).unwrap();
+        let s = ScenarioDoc::load(&dir.join("s.toml")).unwrap().validate().unwrap();
+        assert_eq!((s.name.as_str(), s.machine.name(), s.machine.cpu_count()), ("s", "switch-cs-copy", 2));
+        assert_eq!(s.machine.cpu(1).speed, 0.25);
+        // A switch-* machine gets the switch cost preset.
+        assert_eq!(s.machine.costs(), &CostModel::for_preset("switch-cs"));
+
+        std::fs::write(dir.join("both.toml"), "[machine]\nfile = \"m.toml\"\npreset = \"switch-cc\"\n")
+            .unwrap();
+        let e = ScenarioDoc::load(&dir.join("both.toml")).unwrap().validate().unwrap_err();
+        assert_eq!(e.key, "machine");
+        std::fs::write(
+            dir.join("gone.toml"),
+            "[machine]\nfile = \"nope.toml\"\n[workload]\nkind = \"switch\"\n",
+        )
+        .unwrap();
+        let e = ScenarioDoc::load(&dir.join("gone.toml")).unwrap().validate().unwrap_err();
+        assert_eq!(e.key, "machine.file");
+        let e = doc("").expand(&[Sweep::parse("machine.emulate=5=0.5").unwrap()]).unwrap_err();
+        assert_eq!(e.key, "machine.emulate");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn key_at_maps_spans_to_dotted_keys() {
         let text = "a = 1\n[w]\nx = 1\n[[w.calls]]\nn = 1\n[w.calls.len]\nf = 2\n[[w.calls]]\nn = 3\n";
         assert_eq!(key_at(text, 0), "a");

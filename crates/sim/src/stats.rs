@@ -143,8 +143,10 @@ pub struct Stats {
     pub hops: HopStats,
     /// Time each job waited in a run queue before it started (0 when it started at once).
     pub queue_delays: Vec<Ps>,
-    /// Latency of each completed operation (what an operation is, the model says).
-    pub op_latencies: Vec<Ps>,
+    /// (completion time, latency) of each operation (what an operation is, the model says).
+    /// A model may record an operation ahead of time, when it already knows when it will
+    /// complete; the report counts only those complete by the end of the run.
+    pub ops: Vec<(Ps, Ps)>,
 }
 
 impl Stats {
@@ -153,7 +155,7 @@ impl Stats {
             cores: CoreLedger::new(cpus),
             hops: HopStats::default(),
             queue_delays: Vec::new(),
-            op_latencies: Vec::new(),
+            ops: Vec::new(),
         }
     }
 
@@ -163,9 +165,9 @@ impl Stats {
         self.hops.total_cost += cost;
     }
 
-    /// Records one completed operation and how long it took.
-    pub fn record_op(&mut self, latency: Ps) {
-        self.op_latencies.push(latency);
+    /// Records one operation that completes at `completed_at` after taking `latency`.
+    pub fn record_op(&mut self, completed_at: Ps, latency: Ps) {
+        self.ops.push((completed_at, latency));
     }
 
     pub(crate) fn close(&mut self, end: Ps) {
@@ -286,7 +288,9 @@ impl Report {
                 }
             })
             .collect();
-        let ops = sim.stats.op_latencies.len() as u64;
+        let latencies: Vec<Ps> =
+            sim.stats.ops.iter().filter(|&&(at, _)| at <= elapsed).map(|&(_, latency)| latency).collect();
+        let ops = latencies.len() as u64;
         let hops = sim.stats.hops.count();
         Report {
             scenario: scenario.to_string(),
@@ -298,7 +302,7 @@ impl Report {
             events: sim.events_delivered(),
             ops,
             throughput_per_s: if elapsed == 0 { 0.0 } else { ops as f64 / (elapsed as f64 * 1e-12) },
-            op_latency: Summary::of(&sim.stats.op_latencies),
+            op_latency: Summary::of(&latencies),
             queue_delay: Summary::of(&sim.stats.queue_delays),
             hops,
             hop_cost_ns: (hops > 0).then(|| ps_to_ns(sim.stats.hops.total_cost) / hops as f64),

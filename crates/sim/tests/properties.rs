@@ -191,3 +191,29 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn limits_stop_a_run_and_the_ledger_still_adds_up() {
+    let text = "[run]\nhorizon_us = 50\n[machine]\npreset = \"switch-cs\"\n[workload]\nkind = \"switch\"\n\
+                mechanism = \"handoff\"\niterations = 1000000\n";
+    let scenario = ScenarioDoc::parse("h.toml", text).unwrap().validate().unwrap();
+    let report = models::run_scenario(&scenario, &mut |_| {}).unwrap();
+    assert_eq!(report.stop, corehop_sim::Stop::Horizon);
+    assert_eq!(report.elapsed_ns, 50_000.0);
+    for cpu in &report.cpus {
+        assert_eq!(cpu.busy_ns + cpu.idle_ns, 50_000.0, "cpu{}", cpu.cpu);
+    }
+    // Calls take ~6.8 µs on switch-cs with V2; only those back by 50 µs count.
+    assert_eq!(report.ops, 7);
+
+    let text = text.replace("horizon_us = 50", "max_events = 100");
+    let scenario = ScenarioDoc::parse("e.toml", &text).unwrap().validate().unwrap();
+    let report = models::run_scenario(&scenario, &mut |_| {}).unwrap();
+    assert_eq!((report.stop, report.events), (corehop_sim::Stop::EventBudget, 100));
+
+    let e = ScenarioDoc::parse("n.toml", &text.replace("max_events = 100", "horizon_us = -1"))
+        .unwrap()
+        .validate()
+        .unwrap_err();
+    assert_eq!((e.key.as_str(), e.problem), ("run.horizon_us", Problem::Negative("-1".into())));
+}
