@@ -147,6 +147,7 @@ impl<E> Sim<E> {
     fn pop(&mut self) -> Option<E> {
         let next = self.queue.pop()?;
         self.now = next.at();
+        self.stats.now = self.now;
         self.delivered += 1;
         Some(next.event)
     }
@@ -222,6 +223,7 @@ pub fn run<M: Model>(
         _ => sim.now,
     };
     sim.now = end;
+    sim.stats.now = end;
     sim.stats.close(end);
     stop
 }

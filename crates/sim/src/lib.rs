@@ -59,8 +59,8 @@
 //!    - [`RunQueues`] for CPUs that serve one job at a time (it keeps the busy/idle ledger
 //!      and the queueing-delay samples for you); or flip [`CoreLedger::set_busy`] /
 //!      [`CoreLedger::set_idle`] yourself if your CPUs behave differently;
-//!    - [`Stats::record_hop`] for every hop and [`Stats::record_op`] for every completed
-//!      operation (throughput and latency come from these);
+//!    - [`Stats::record_hop`] for every hop and [`Stats::record_op`] (or [`Stats::record_op_at`]) for every
+//!      completed operation (throughput and latency come from these);
 //!    - [`Sim::rng`] for all randomness (never another source), [`Distribution::sample`].
 //! 4. **Decisions come from `corehop_policy`.** Call the same pure policy the runtime calls, at
 //!    the same decision point (e.g. `corehop_policy::pick::Pick::pick` for the target CPU, as

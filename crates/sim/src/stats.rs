@@ -147,6 +147,8 @@ pub struct Stats {
     /// A model may record an operation ahead of time, when it already knows when it will
     /// complete; the report counts only those complete by the end of the run.
     pub ops: Vec<(Ps, Ps)>,
+    /// The engine's clock, kept here so that recording needs no time argument.
+    pub(crate) now: Ps,
 }
 
 impl Stats {
@@ -156,6 +158,7 @@ impl Stats {
             hops: HopStats::default(),
             queue_delays: Vec::new(),
             ops: Vec::new(),
+            now: 0,
         }
     }
 
@@ -165,9 +168,16 @@ impl Stats {
         self.hops.total_cost += cost;
     }
 
-    /// Records one operation that completes at `completed_at` after taking `latency`.
-    pub fn record_op(&mut self, completed_at: Ps, latency: Ps) {
-        self.ops.push((completed_at, latency));
+    /// Records one operation that completed now (at the time of the event being handled)
+    /// after taking `latency`.
+    pub fn record_op(&mut self, latency: Ps) {
+        self.ops.push((self.now, latency));
+    }
+
+    /// Records one operation that will complete at `completed_at` (now or later) after taking
+    /// `latency`; it counts only if the run gets that far.
+    pub fn record_op_at(&mut self, completed_at: Ps, latency: Ps) {
+        self.ops.push((completed_at.max(self.now), latency));
     }
 
     pub(crate) fn close(&mut self, end: Ps) {

@@ -338,7 +338,7 @@ impl Switch {
     fn call_returned(&mut self, task: u32, delay: Ps, sim: &mut Sim<Event>) {
         let t = &mut self.tasks[task as usize];
         let returned = sim.now() + delay;
-        sim.stats.record_op(returned, returned - t.call_started);
+        sim.stats.record_op_at(returned, returned - t.call_started);
         t.done += 1;
         if t.done >= self.cfg.iterations {
             sim.schedule_at(returned, Event::Exit { task });
