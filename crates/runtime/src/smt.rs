@@ -335,8 +335,18 @@ impl SmtBuilder {
 /// ```no_run
 /// use corehop_policy::smt::Mode;
 /// use corehop_runtime::smt::{SmtRuntime, Step};
-/// # fn machine() -> corehop_topology::Machine { unimplemented!() }
-/// let rt = SmtRuntime::builder().machine(machine()).mode(Mode::Amp).build()?;
+/// use corehop_topology::{CoreClass, Cpu, CpuId, Machine};
+///
+/// // Kernel CPUs 0 and 1 declared SMT siblings of one core (real ones, or emulated).
+/// let cpu = |i: usize| Cpu {
+///     id: CpuId(i), os_id: i, core: 0, package: 0,
+///     class: CoreClass::Uniform, speed: 1.0, emulated_speed: None,
+/// };
+/// let machine = Machine {
+///     name: "one SMT core".into(), source: "example".into(),
+///     cpus: vec![cpu(0), cpu(1)], caches: vec![], waitpkg: false,
+/// };
+/// let rt = SmtRuntime::builder().machine(machine).mode(Mode::Amp).build()?;
 /// let mut left = 100;
 /// rt.spawn(None, move |_cx| { left -= 1; if left == 0 { Step::Done } else { Step::Continue } });
 /// rt.submit_service(corehop_topology::CpuId(0), || { /* runs on the reserved sibling */ });
