@@ -624,7 +624,7 @@ impl Idle {
         }
         reader.park();
         let woke = sys::now_ns();
-        let woken_at = reader.mailbox().woken_at_ns.load(Ordering::Relaxed);
+        let woken_at = reader.mailbox().woken_at_ns.load(StdOrdering::Relaxed);
         if woken_at >= start {
             self.budget.observe_wake_cost(woke.saturating_sub(woken_at));
             self.budget.observe_idle_gap(woken_at - start);

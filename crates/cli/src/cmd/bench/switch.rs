@@ -1,8 +1,457 @@
-//! `corehop bench switch` (lands with its issue).
+//! `corehop bench switch`: the fast-core-switching paper's gettid benchmark, done right.
+//!
+//! Every hop mechanism and wake-up is measured as round trips (there and back) between the
+//! same two CPUs, side by side in one process, next to two baselines taken in the same run:
+//! the **floor**, a raw cache-line round trip between two threads pinned on those CPUs (no
+//! mechanism can beat it: a hop has to move at least one line each way), and a plain
+//! **gettid** system call (what the paper's benchmark wrapped). Each repetition rebuilds the
+//! runtimes and runs every variant once, so noise falls on all of them alike.
 
-#[derive(clap::Args)]
-pub struct Args {}
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("corehop bench switch is not built yet")
+use anyhow::{bail, Context};
+use corehop_runtime::{hop, on, sys, CpuId, Mechanism, Runtime, Wake};
+use corehop_topology::Machine;
+use serde::Serialize;
+
+use crate::report::{self, Stats, Table};
+
+/// Measure hop round trips per mechanism and wake-up against the cache-line floor.
+///
+/// Rows (each: min/median/max over repetitions of the mean per operation, and the ratio of
+/// the median to the same-run floor's median):
+///
+///   floor                   cache-line round trip between two threads pinned on FROM and TO
+///   gettid                  one plain gettid system call on FROM (no hop)
+///   affinity                hop round trip, V1: the thread re-pins itself (sched_setaffinity)
+///   handoff+spin            hop round trip, fiber handed over, idle worker polls (V4)
+///   handoff+park            hop round trip, idle worker sleeps on a futex at once
+///   handoff+spin-then-park  hop round trip, adaptive spin then futex; back-to-back round
+///                           trips, so the target went idle moments ago
+///   handoff+spin-then-park-after-idle
+///                           the same after the target sat idle for --idle-gap-us
+///   hop-one-way             one Handoff+Spin hop, FROM to TO (TSC stamps on both sides)
+///   on                      on(TO, f) delegation from a task on FROM; also calls per second
+///
+/// --json prints this stable shape:
+///
+///   { "machine": { "name", "source", "cpus", "from_cpu", "to_cpu", "from_os_cpu",
+///                  "to_os_cpu", "clock" },
+///     "results": [ { "name", "min_ns", "median_ns", "max_ns", "ratio_to_floor",
+///                    "calls_per_s" (only for "on") } ] }
+///
+/// Times are ns per round trip (per call for gettid and on, per hop for hop-one-way).
+/// The slow variants (affinity, handoff+park) run a tenth of --iters per repetition.
+#[derive(clap::Args, Debug, Clone)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// CPU (dense id, see `corehop topo`) the task starts on and returns to.
+    #[arg(long, default_value_t = 0)]
+    pub from: usize,
+    /// CPU (dense id) the task hops to.
+    #[arg(long, default_value_t = 1)]
+    pub to: usize,
+    /// Round trips per repetition for the fast variants (a tenth for affinity and park).
+    #[arg(long, default_value_t = 20_000)]
+    pub iters: u64,
+    /// Repetitions: each rebuilds the runtimes and measures every variant once.
+    #[arg(long, default_value_t = 10)]
+    pub reps: usize,
+    /// How long the target sits idle before each round trip of the after-idle row, in µs.
+    #[arg(long, default_value_t = 20)]
+    pub idle_gap_us: u64,
+    /// A quick run (300 round trips, 2 repetitions) for tests and the tour.
+    #[arg(long)]
+    pub quick: bool,
+    /// Print the results as JSON (shape above) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also draw the medians as a bar chart into this SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+}
+
+/// One row of the results, as printed by `--json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub name: String,
+    pub min_ns: f64,
+    pub median_ns: f64,
+    pub max_ns: f64,
+    pub ratio_to_floor: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calls_per_s: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct MachineInfo {
+    name: String,
+    source: String,
+    cpus: usize,
+    from_cpu: usize,
+    to_cpu: usize,
+    from_os_cpu: usize,
+    to_os_cpu: usize,
+    clock: String,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    machine: MachineInfo,
+    results: Vec<Row>,
+}
+
+/// The variants, in table order.
+const FLOOR: &str = "floor";
+const GETTID: &str = "gettid";
+const AFFINITY: &str = "affinity";
+const SPIN: &str = "handoff+spin";
+const PARK: &str = "handoff+park";
+const SPIN_THEN_PARK: &str = "handoff+spin-then-park";
+const AFTER_IDLE: &str = "handoff+spin-then-park-after-idle";
+const ONE_WAY: &str = "hop-one-way";
+const ON: &str = "on";
+const NAMES: [&str; 9] = [FLOOR, GETTID, AFFINITY, SPIN, PARK, SPIN_THEN_PARK, AFTER_IDLE, ONE_WAY, ON];
+
+/// Slow variants run this fraction of the iterations.
+const SLOW_DIVISOR: u64 = 10;
+
+struct Plan {
+    machine: Machine,
+    from: CpuId,
+    to: CpuId,
+    from_os: usize,
+    to_os: usize,
+    iters: u64,
+    reps: usize,
+    idle_gap_ns: u64,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let report = measure(&args)?;
+    if args.json {
+        report::print_json(&report)?;
+    } else {
+        print!("{}", table(&report));
+        println!("{}", takeaway(&report.results));
+    }
+    if let Some(path) = &args.plot {
+        let bars: Vec<(String, f64)> = report.results.iter().map(|r| (r.name.clone(), r.median_ns)).collect();
+        report::plot_bars(path, "hop round trips vs the cache-line floor", "median ns", &bars)?;
+        if !args.json {
+            println!("plot written to {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+/// A quick run for `corehop tour`: compact table and a one-line takeaway.
+#[allow(dead_code)] // called from `corehop tour` once the lead wires it in
+pub fn tour() -> anyhow::Result<()> {
+    let args = Args {
+        from: 0,
+        to: 1,
+        iters: 2_000,
+        reps: 3,
+        idle_gap_us: 20,
+        quick: false,
+        json: false,
+        plot: None,
+    };
+    let report = measure(&args)?;
+    let mut t = Table::new(["hop mechanism", "median", "x floor"]);
+    for r in &report.results {
+        t.row([r.name.clone(), report::fmt_ns(r.median_ns), format!("{:.1}", r.ratio_to_floor)]);
+    }
+    print!("{t}");
+    println!("{}", takeaway(&report.results));
+    Ok(())
+}
+
+fn plan(args: &Args) -> anyhow::Result<Plan> {
+    // The machine the runtime sees by default (discovered, restricted to allowed CPUs).
+    let machine =
+        Runtime::builder().wake(Wake::Park).build().map(|rt| rt.machine().clone()).context("starting a runtime")?;
+    let n = machine.cpus().len();
+    for (flag, cpu) in [("--from", args.from), ("--to", args.to)] {
+        if cpu >= n {
+            bail!("{flag} {cpu}: this machine has CPUs 0..{} (dense ids, see `corehop topo`)", n - 1);
+        }
+    }
+    if args.from == args.to {
+        bail!("--from and --to are both {}: a hop needs two different CPUs", args.from);
+    }
+    let (iters, reps) = if args.quick { (300, 2) } else { (args.iters, args.reps) };
+    if iters == 0 || reps == 0 {
+        bail!("--iters and --reps must be at least 1");
+    }
+    let (from, to) = (CpuId(args.from), CpuId(args.to));
+    Ok(Plan {
+        from_os: machine.cpus()[args.from].os_id,
+        to_os: machine.cpus()[args.to].os_id,
+        machine,
+        from,
+        to,
+        iters,
+        reps,
+        idle_gap_ns: args.idle_gap_us * 1_000,
+    })
+}
+
+fn measure(args: &Args) -> anyhow::Result<Report> {
+    let plan = plan(args)?;
+    let mut samples: HashMap<&str, Vec<f64>> = HashMap::new();
+    let bar = report::progress(plan.reps as u64, "switch");
+    for _ in 0..plan.reps {
+        // `on` and hop-one-way are measured on the handoff+spin runtime.
+        for name in NAMES.into_iter().filter(|n| *n != ONE_WAY && *n != ON) {
+            bar.set_message(name);
+            let (ns, extra) = measure_one(&plan, name).with_context(|| format!("measuring {name}"))?;
+            samples.entry(name).or_default().push(ns);
+            if let Some((one_way, on_call)) = extra {
+                samples.entry(ONE_WAY).or_default().push(one_way);
+                samples.entry(ON).or_default().push(on_call);
+            }
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let floor = samples.get(FLOOR).and_then(|s| Stats::of(s)).context("no floor samples")?.median;
+    let results = NAMES
+        .iter()
+        .filter_map(|name| {
+            let stats = Stats::of(samples.get(name)?)?;
+            Some(Row {
+                name: name.to_string(),
+                min_ns: stats.min,
+                median_ns: stats.median,
+                max_ns: stats.max,
+                ratio_to_floor: stats.median / floor,
+                calls_per_s: (*name == ON).then(|| 1e9 / stats.median),
+            })
+        })
+        .collect();
+    let clock = match sys::clock_source() {
+        sys::ClockSource::Tsc { ticks_per_ns } => format!("tsc ({:.3} GHz)", ticks_per_ns),
+        sys::ClockSource::Monotonic => "clock_gettime(CLOCK_MONOTONIC)".into(),
+    };
+    let machine = MachineInfo {
+        name: plan.machine.name.clone(),
+        source: plan.machine.source.clone(),
+        cpus: plan.machine.cpus().len(),
+        from_cpu: plan.from.0,
+        to_cpu: plan.to.0,
+        from_os_cpu: plan.from_os,
+        to_os_cpu: plan.to_os,
+        clock,
+    };
+    Ok(Report { machine, results })
+}
+
+/// One repetition of one variant: ns per operation, plus (one-way ns, on() ns per call) for
+/// the handoff+spin runtime.
+fn measure_one(plan: &Plan, name: &str) -> anyhow::Result<(f64, Option<(f64, f64)>)> {
+    let slow = (plan.iters / SLOW_DIVISOR).max(1);
+    Ok(match name {
+        FLOOR => (floor(plan.from_os, plan.to_os, plan.iters)?, None),
+        GETTID => (gettid(plan.from_os, plan.iters)?, None),
+        AFFINITY => (round_trips(plan, Mechanism::Affinity, Wake::Park, slow, 0)?, None),
+        PARK => (round_trips(plan, Mechanism::Handoff, Wake::Park, slow, 0)?, None),
+        SPIN_THEN_PARK => (round_trips(plan, Mechanism::Handoff, Wake::SpinThenPark, plan.iters, 0)?, None),
+        AFTER_IDLE => {
+            // Fewer iterations: each one waits out the idle gap first.
+            let iters = (plan.iters / 4).max(1);
+            (round_trips(plan, Mechanism::Handoff, Wake::SpinThenPark, iters, plan.idle_gap_ns)?, None)
+        }
+        SPIN => {
+            let rt = runtime(plan, Mechanism::Handoff, Wake::Spin)?;
+            let rtt = round_trips_on(&rt, plan, plan.iters, 0)?;
+            let one_way = one_way_hops(&rt, plan)?;
+            let on_call = on_calls(&rt, plan)?;
+            (rtt, Some((one_way, on_call)))
+        }
+        other => bail!("unknown variant {other}"),
+    })
+}
+
+fn runtime(plan: &Plan, mechanism: Mechanism, wake: Wake) -> anyhow::Result<Runtime> {
+    Ok(Runtime::builder()
+        .machine(plan.machine.clone())
+        .cpus([plan.from, plan.to])
+        .mechanism(mechanism)
+        .wake(wake)
+        .build()?)
+}
+
+fn round_trips(plan: &Plan, mechanism: Mechanism, wake: Wake, iters: u64, gap_ns: u64) -> anyhow::Result<f64> {
+    let rt = runtime(plan, mechanism, wake)?;
+    round_trips_on(&rt, plan, iters, gap_ns)
+}
+
+/// Mean ns per hop there and back, after a warm-up (which also trains the spin budget). With
+/// a gap, the task waits `gap_ns` on FROM before each round trip, so TO has been idle that
+/// long, and only the round trips are timed.
+fn round_trips_on(rt: &Runtime, plan: &Plan, iters: u64, gap_ns: u64) -> anyhow::Result<f64> {
+    let (from, to) = (plan.from, plan.to);
+    let warmup = (iters / 10).max(1);
+    let ns = rt.block_on(from, move || -> Result<f64, corehop_runtime::Error> {
+        for _ in 0..warmup {
+            wait_ns(gap_ns);
+            hop(to)?;
+            hop(from)?;
+        }
+        if gap_ns == 0 {
+            let t0 = sys::now_ns();
+            for _ in 0..iters {
+                hop(to)?;
+                hop(from)?;
+            }
+            return Ok((sys::now_ns() - t0) as f64 / iters as f64);
+        }
+        let mut total = 0;
+        for _ in 0..iters {
+            wait_ns(gap_ns);
+            let t0 = sys::now_ns();
+            hop(to)?;
+            hop(from)?;
+            total += sys::now_ns() - t0;
+        }
+        Ok(total as f64 / iters as f64)
+    })??;
+    Ok(ns)
+}
+
+fn wait_ns(ns: u64) {
+    if ns > 0 {
+        let start = sys::now_ns();
+        while sys::now_ns() - start < ns {
+            sys::cpu_relax();
+        }
+    }
+}
+
+/// Mean ns of one hop FROM -> TO, stamped with the TSC on both sides.
+fn one_way_hops(rt: &Runtime, plan: &Plan) -> anyhow::Result<f64> {
+    let (from, to, iters) = (plan.from, plan.to, plan.iters);
+    let ns = rt.block_on(from, move || -> Result<f64, corehop_runtime::Error> {
+        let mut total = 0;
+        for _ in 0..iters {
+            let t0 = sys::now_ns();
+            hop(to)?;
+            total += sys::now_ns().saturating_sub(t0);
+            hop(from)?;
+        }
+        Ok(total as f64 / iters as f64)
+    })??;
+    Ok(ns)
+}
+
+/// Mean ns per `on(TO, f)` call from a task on FROM.
+fn on_calls(rt: &Runtime, plan: &Plan) -> anyhow::Result<f64> {
+    let (from, to, iters) = (plan.from, plan.to, plan.iters);
+    let ns = rt.block_on(from, move || -> Result<f64, corehop_runtime::Error> {
+        let t0 = sys::now_ns();
+        for i in 0..iters {
+            black_box(on(to, || black_box(i))?);
+        }
+        Ok((sys::now_ns() - t0) as f64 / iters as f64)
+    })??;
+    Ok(ns)
+}
+
+/// Mean ns per cache-line round trip between two threads pinned on the two CPUs.
+fn floor(from_os: usize, to_os: usize, iters: u64) -> anyhow::Result<f64> {
+    #[repr(align(128))]
+    struct Line(AtomicU64);
+    let line = Line(AtomicU64::new(0));
+    let ready = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let responder = s.spawn(|| -> std::io::Result<()> {
+            let pinned = sys::pin_current_thread(to_os);
+            ready.store(true, Ordering::Release);
+            pinned?;
+            for i in 0..iters {
+                while line.0.load(Ordering::Acquire) != 2 * i + 1 {
+                    sys::cpu_relax();
+                }
+                line.0.store(2 * i + 2, Ordering::Release);
+            }
+            Ok(())
+        });
+        let initiator = s.spawn(|| -> std::io::Result<f64> {
+            sys::pin_current_thread(from_os)?;
+            while !ready.load(Ordering::Acquire) {
+                sys::cpu_relax();
+            }
+            let t0 = sys::now_ns();
+            for i in 0..iters {
+                line.0.store(2 * i + 1, Ordering::Release);
+                while line.0.load(Ordering::Acquire) != 2 * i + 2 {
+                    sys::cpu_relax();
+                }
+            }
+            Ok((sys::now_ns() - t0) as f64 / iters as f64)
+        });
+        let ns = initiator.join().map_err(|_| anyhow::anyhow!("floor thread panicked"))?;
+        responder.join().map_err(|_| anyhow::anyhow!("floor thread panicked"))??;
+        Ok(ns?)
+    })
+}
+
+/// Mean ns per plain gettid system call on a thread pinned on `os_cpu`.
+fn gettid(os_cpu: usize, iters: u64) -> anyhow::Result<f64> {
+    std::thread::scope(|s| {
+        s.spawn(|| -> anyhow::Result<f64> {
+            sys::pin_current_thread(os_cpu)?;
+            let t0 = sys::now_ns();
+            for _ in 0..iters {
+                black_box(sys::gettid());
+            }
+            Ok((sys::now_ns() - t0) as f64 / iters as f64)
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("gettid thread panicked"))?
+    })
+}
+
+fn table(report: &Report) -> Table {
+    let m = &report.machine;
+    let mut t = Table::new(["variant", "min", "median", "max", "x floor", "calls/s"]).title(format!(
+        "hop round trips between cpu{} (kernel {}) and cpu{} (kernel {}) on {}",
+        m.from_cpu, m.from_os_cpu, m.to_cpu, m.to_os_cpu, m.name
+    ));
+    for r in &report.results {
+        t.row([
+            r.name.clone(),
+            report::fmt_ns(r.min_ns),
+            report::fmt_ns(r.median_ns),
+            report::fmt_ns(r.max_ns),
+            format!("{:.2}", r.ratio_to_floor),
+            r.calls_per_s.map(report::fmt_rate).unwrap_or_default(),
+        ]);
+    }
+    t.note("min/median/max over repetitions of the mean per round trip (per call: gettid, on; per hop: hop-one-way)");
+    t.note(format!("x floor = median / same-run cache-line round trip; clock: {}", m.clock));
+    t
+}
+
+fn median_of(rows: &[Row], name: &str) -> Option<f64> {
+    rows.iter().find(|r| r.name == name).map(|r| r.median_ns)
+}
+
+fn takeaway(rows: &[Row]) -> String {
+    match (median_of(rows, FLOOR), median_of(rows, SPIN), median_of(rows, AFFINITY), median_of(rows, SPIN_THEN_PARK))
+    {
+        (Some(floor), Some(spin), Some(affinity), Some(stp)) => format!(
+            "takeaway: a Handoff+Spin hop round trip costs {:.1}x the cache-line floor and is {:.0}x faster than \
+             sched_setaffinity (V1); spin-then-park right after idle costs {:.1}x the floor",
+            spin / floor,
+            affinity / spin,
+            stp / floor
+        ),
+        _ => "takeaway: incomplete run".into(),
+    }
 }

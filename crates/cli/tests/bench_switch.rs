@@ -1,0 +1,70 @@
+//! `corehop bench switch` end to end: the stable JSON shape, the plot, and clear errors.
+//! (Checks shape and sanity, never speed.)
+
+use std::process::Command;
+
+fn corehop(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_corehop")).args(args).env("CI", "1").output().expect("corehop runs")
+}
+
+fn two_cpus() -> bool {
+    let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    if n < 2 {
+        println!("skipped: bench switch needs two CPUs, this process may use {n}");
+    }
+    n >= 2
+}
+
+#[test]
+fn quick_json_has_the_documented_shape() {
+    if !two_cpus() {
+        return;
+    }
+    let out = corehop(&["bench", "switch", "--quick", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let obj = v.as_object().unwrap();
+    assert_eq!(obj.keys().collect::<Vec<_>>(), ["machine", "results"]);
+    for key in ["name", "source", "cpus", "from_cpu", "to_cpu", "from_os_cpu", "to_os_cpu", "clock"] {
+        assert!(v["machine"].get(key).is_some(), "machine.{key} missing");
+    }
+    let results = v["results"].as_array().unwrap();
+    let names: Vec<&str> = results.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    for required in ["floor", "gettid", "affinity", "handoff+spin", "handoff+park", "handoff+spin-then-park", "on"] {
+        assert!(names.contains(&required), "{required} missing from {names:?}");
+    }
+    for r in results {
+        let (min, med, max) =
+            (r["min_ns"].as_f64().unwrap(), r["median_ns"].as_f64().unwrap(), r["max_ns"].as_f64().unwrap());
+        assert!(min > 0.0 && min <= med && med <= max, "{r}");
+        assert!(r["ratio_to_floor"].as_f64().unwrap() > 0.0);
+        assert_eq!(r.get("calls_per_s").is_some(), r["name"] == "on", "{r}");
+    }
+    let floor = results.iter().find(|r| r["name"] == "floor").unwrap();
+    assert!((floor["ratio_to_floor"].as_f64().unwrap() - 1.0).abs() < 1e-9);
+}
+
+#[test]
+fn table_and_plot() {
+    if !two_cpus() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("switch.svg");
+    let out = corehop(&["bench", "switch", "--quick", "--plot", svg.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("handoff+spin-then-park") && text.contains("x floor") && text.contains("takeaway"));
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+}
+
+#[test]
+fn bad_cpus_are_clear_errors() {
+    let out = corehop(&["bench", "switch", "--quick", "--to", "4096"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--to 4096"), "{err}");
+    let out = corehop(&["bench", "switch", "--quick", "--from", "1", "--to", "1"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("two different CPUs"));
+}
