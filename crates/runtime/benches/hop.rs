@@ -2,12 +2,17 @@
 //! CPUs under each wake-up, and `on()` delegation. For the side-by-side comparison against
 //! the cache-line floor use `corehop bench switch`; this file tracks each primitive over time.
 
-use criterion::{criterion_group, criterion_main, Criterion};
 use corehop_runtime::{hop, on, CpuId, Mechanism, Runtime, Wake};
+use criterion::{criterion_group, criterion_main, Criterion};
 
 /// Times `iters` operations inside one task on `from` (criterion's `iter_custom`), so task
 /// start-up is not part of the figure.
-fn in_task(rt: &Runtime, from: CpuId, iters: u64, op: impl Fn() + Send + Sync + Clone + 'static) -> std::time::Duration {
+fn in_task(
+    rt: &Runtime,
+    from: CpuId,
+    iters: u64,
+    op: impl Fn() + Send + Sync + Clone + 'static,
+) -> std::time::Duration {
     rt.block_on(from, move || {
         let t0 = std::time::Instant::now();
         for _ in 0..iters {
@@ -28,7 +33,12 @@ fn hops(c: &mut Criterion) {
     drop(probe);
     let mut group = c.benchmark_group("hop_round_trip");
     for (name, wake) in [("spin", Wake::Spin), ("spin_then_park", Wake::SpinThenPark), ("park", Wake::Park)] {
-        let rt = Runtime::builder().cpus([from, to]).mechanism(Mechanism::Handoff).wake(wake).build().expect("runtime");
+        let rt = Runtime::builder()
+            .cpus([from, to])
+            .mechanism(Mechanism::Handoff)
+            .wake(wake)
+            .build()
+            .expect("runtime");
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 in_task(&rt, from, iters, move || {
@@ -42,9 +52,11 @@ fn hops(c: &mut Criterion) {
 
     let rt = Runtime::builder().cpus([from, to]).wake(Wake::Spin).build().expect("runtime");
     c.bench_function("on_delegation", |b| {
-        b.iter_custom(|iters| in_task(&rt, from, iters, move || {
-            std::hint::black_box(on(to, || 1u64).expect("on"));
-        }))
+        b.iter_custom(|iters| {
+            in_task(&rt, from, iters, move || {
+                std::hint::black_box(on(to, || 1u64).expect("on"));
+            })
+        })
     });
 }
 

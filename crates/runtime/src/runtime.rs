@@ -193,30 +193,9 @@ impl Builder {
     }
 }
 
-/// The CPUs this process may use, as a uniform machine, until sysfs discovery
-/// (`corehop_topology::discover`) is available to the runtime.
+/// The host as sysfs describes it, restricted to the CPUs this process may use.
 fn default_machine() -> Result<Machine, Error> {
-    let allowed = sys::affinity_of(std::process::id() as i32).map_err(|e| Error::Topology(e.to_string()))?;
-    let cpus = allowed
-        .iter()
-        .enumerate()
-        .map(|(i, &os_id)| corehop_topology::Cpu {
-            id: CpuId(i),
-            os_id,
-            core: i,
-            package: 0,
-            class: corehop_topology::CoreClass::Uniform,
-            speed: 1.0,
-            emulated_speed: None,
-        })
-        .collect();
-    Ok(Machine {
-        name: "this host".into(),
-        source: "affinity mask".into(),
-        cpus,
-        caches: Vec::new(),
-        waitpkg: false,
-    })
+    corehop_topology::discover().map_err(|e| Error::Topology(e.to_string()))
 }
 
 /// A running corehop runtime: one pinned worker thread per chosen CPU.

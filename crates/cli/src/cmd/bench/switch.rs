@@ -173,8 +173,11 @@ pub fn tour() -> anyhow::Result<()> {
 
 fn plan(args: &Args) -> anyhow::Result<Plan> {
     // The machine the runtime sees by default (discovered, restricted to allowed CPUs).
-    let machine =
-        Runtime::builder().wake(Wake::Park).build().map(|rt| rt.machine().clone()).context("starting a runtime")?;
+    let machine = Runtime::builder()
+        .wake(Wake::Park)
+        .build()
+        .map(|rt| rt.machine().clone())
+        .context("starting a runtime")?;
     let n = machine.cpus().len();
     for (flag, cpu) in [("--from", args.from), ("--to", args.to)] {
         if cpu >= n {
@@ -286,7 +289,13 @@ fn runtime(plan: &Plan, mechanism: Mechanism, wake: Wake) -> anyhow::Result<Runt
         .build()?)
 }
 
-fn round_trips(plan: &Plan, mechanism: Mechanism, wake: Wake, iters: u64, gap_ns: u64) -> anyhow::Result<f64> {
+fn round_trips(
+    plan: &Plan,
+    mechanism: Mechanism,
+    wake: Wake,
+    iters: u64,
+    gap_ns: u64,
+) -> anyhow::Result<f64> {
     let rt = runtime(plan, mechanism, wake)?;
     round_trips_on(&rt, plan, iters, gap_ns)
 }
