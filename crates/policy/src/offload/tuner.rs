@@ -10,9 +10,12 @@
 //!
 //! Each epoch the driver reports one feedback number (higher is better: the application's own
 //! progress rate, measured by the runtime; no hardware counters needed) and gets the N to use
-//! for the next epoch. While N keeps winning, the run between samplings doubles (less sampling
-//! overhead) and the step `f` narrows towards `min_step` (finer search); when N moves, the run
-//! length goes back to the base and the step widens again.
+//! for the next epoch. When an alternate wins, N moves there and the run between samplings goes
+//! back to the base. When N stays, the run doubles (less sampling overhead, as in the paper)
+//! and the step adapts: if an alternate was clearly worse, N sits near an optimum and the step
+//! `f` narrows towards `min_step` (finer search); if all three were within the margin, the
+//! curve is flat here (e.g. N above every call: nothing moves either way) and the step widens
+//! towards `max_step` to look further.
 
 use serde::{Deserialize, Serialize};
 
@@ -32,6 +35,8 @@ pub struct TunerConfig {
     pub step: f64,
     /// The step never narrows below this.
     pub min_step: f64,
+    /// The step never widens beyond this.
+    pub max_step: f64,
     /// An alternate must beat N's feedback by more than this fraction (0.01 = the paper's 1 %).
     pub margin: f64,
     /// Epochs to run between samplings after N changed (the paper: 100 M / 25 M = 4).
@@ -48,6 +53,7 @@ impl Default for TunerConfig {
             max: 100_000_000,
             step: 2.0,
             min_step: 1.1,
+            max_step: 16.0,
             margin: 0.01,
             run_epochs: 4,
             max_run_epochs: 64,
@@ -190,16 +196,20 @@ impl ThresholdTuner {
 
     fn conclude(&mut self, scores: [f64; 3]) {
         let base = scores[0];
+        let margin = self.config.margin * base.abs();
         let best = (1..3).max_by(|&a, &b| scores[a].total_cmp(&scores[b])).expect("two alternates");
-        let needed = base + self.config.margin * base.abs();
-        let moved = scores[best] > needed && self.candidates[best] != self.threshold;
+        let moved = scores[best] > base + margin && self.candidates[best] != self.threshold;
         if moved {
             self.threshold = self.candidates[best];
             self.run_epochs = self.config.run_epochs;
-            self.step = (self.step * self.step).min(self.config.step);
         } else {
             self.run_epochs = (self.run_epochs * 2).min(self.config.max_run_epochs);
-            self.step = self.step.sqrt().max(self.config.min_step);
+            let flat = scores[1..].iter().all(|&s| s >= base - margin);
+            self.step = if flat {
+                (self.step * self.step).min(self.config.max_step)
+            } else {
+                self.step.sqrt().max(self.config.min_step)
+            };
         }
         self.rounds += 1;
         self.last_round = Some(Round { candidates: self.candidates, scores, chosen: self.threshold });
@@ -258,14 +268,14 @@ mod tests {
     }
 
     #[test]
-    fn gains_inside_the_margin_do_not_move_n_and_the_interval_lengthens() {
+    fn at_an_optimum_n_stays_the_interval_lengthens_and_the_step_narrows() {
         let mut t = ThresholdTuner::new(TunerConfig { initial: 1000, ..TunerConfig::default() }).unwrap();
         let mut runs = vec![];
         for _ in 0..4 {
-            // Alternates better by only 0.5 %: below the 1 % margin.
+            // One alternate better by only 0.5 % (inside the 1 % margin), the other clearly worse.
             t.epoch_end(100.0);
             t.epoch_end(100.5);
-            t.epoch_end(100.5);
+            t.epoch_end(90.0);
             assert_eq!(t.threshold(), 1000);
             runs.push(t.run_epochs());
             let epochs = t.run_epochs() as usize;
@@ -273,6 +283,23 @@ mod tests {
         }
         assert_eq!(runs, vec![8, 16, 32, 64]);
         assert!((t.step() - TunerConfig::default().min_step).abs() < 0.2);
+    }
+
+    #[test]
+    fn on_a_flat_curve_the_step_widens_until_it_finds_a_slope() {
+        // Nothing changes above N = 5000 (say, every call is shorter); below, lower is better.
+        let feedback = |n: u64| if n >= 5000 { 1.0 } else { 2.0 - n as f64 / 5000.0 };
+        let mut t = ThresholdTuner::new(TunerConfig { initial: 40_000, ..TunerConfig::default() }).unwrap();
+        run(&mut t, 3, feedback);
+        assert_eq!((t.threshold(), t.step()), (40_000, 4.0), "flat: N stays, the step squares");
+        let epochs = t.run_epochs() as usize;
+        run(&mut t, epochs + 3, feedback);
+        assert_eq!((t.threshold(), t.step()), (40_000, 16.0), "N/4 = 10 000 is still flat");
+        let epochs = t.run_epochs() as usize;
+        run(&mut t, epochs + 3, feedback);
+        assert_eq!(t.threshold(), 2_500, "N/16 reaches the slope");
+        run(&mut t, 300, feedback);
+        assert!(t.threshold() < 100, "and the slope leads down: {}", t.threshold());
     }
 
     #[test]
