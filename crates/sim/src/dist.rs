@@ -17,6 +17,8 @@ use rand::Rng;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
+use crate::scenario::Problem;
+
 /// A distribution of non-negative values.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -81,21 +83,25 @@ impl<'de> Deserialize<'de> for Distribution {
 impl Distribution {
     /// Why this distribution cannot be used, if it cannot: negative or non-finite values,
     /// reversed bounds, no samples.
-    pub fn problem(&self) -> Option<String> {
-        let bad = |v: f64| !v.is_finite() || v < 0.0;
+    pub fn problem(&self) -> Option<Problem> {
+        let values: Vec<f64> = match self {
+            Distribution::Fixed(v) | Distribution::Exponential(v) => vec![*v],
+            Distribution::Uniform([a, b]) => vec![*a, *b],
+            Distribution::Lognormal { median, sigma } => vec![*median, *sigma],
+            Distribution::Empirical(s) => s.clone(),
+        };
+        if let Some(v) = values.iter().find(|v| **v < 0.0) {
+            return Some(Problem::Negative(v.to_string()));
+        }
+        if let Some(v) = values.iter().find(|v| !v.is_finite()) {
+            return Some(Problem::Invalid(format!("must be a finite number, got {v}")));
+        }
         match self {
-            Distribution::Fixed(v) | Distribution::Exponential(v) if bad(*v) => {
-                Some(format!("must be a finite number >= 0, got {v}"))
+            Distribution::Uniform([a, b]) if a > b => {
+                Some(Problem::Invalid(format!("uniform bounds must be [low, high], got [{a}, {b}]")))
             }
-            Distribution::Uniform([a, b]) if bad(*a) || bad(*b) || a > b => {
-                Some(format!("uniform bounds must satisfy 0 <= low <= high, got [{a}, {b}]"))
-            }
-            Distribution::Lognormal { median, sigma } if bad(*median) || bad(*sigma) => {
-                Some(format!("lognormal median and sigma must be >= 0, got median {median}, sigma {sigma}"))
-            }
-            Distribution::Empirical(s) if s.is_empty() => Some("empirical needs at least one sample".into()),
-            Distribution::Empirical(s) => {
-                s.iter().find(|&&v| bad(v)).map(|v| format!("empirical samples must be >= 0, got {v}"))
+            Distribution::Empirical(s) if s.is_empty() => {
+                Some(Problem::Invalid("empirical needs at least one sample".into()))
             }
             _ => None,
         }
@@ -165,7 +171,7 @@ mod tests {
         let err = parse("{ gaussian = 3 }").unwrap_err().to_string();
         assert!(err.contains("gaussian"), "{err}");
         assert!(parse("\"fast\"").is_err());
-        assert!(parse("-5").unwrap().problem().unwrap().contains("-5"));
+        assert_eq!(parse("-5").unwrap().problem(), Some(Problem::Negative("-5".into())));
         assert!(parse("{ uniform = [5, 1] }").unwrap().problem().is_some());
         assert!(parse("{ empirical = [] }").unwrap().problem().is_some());
         assert!(parse("{ lognormal = { median = 5, sigma = -1 } }").unwrap().problem().is_some());

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use corehop_topology::{CoreClass, Machine};
 
 use crate::engine::{ns_to_ps, Ps};
+use crate::scenario::Problem;
 
 /// How a task moves between cores (the paper's V1–V5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -230,12 +231,14 @@ impl CostModel {
     }
 
     /// Every field that is not a valid cost, as (field, problem). Latencies must be finite and
-    /// >= 0, the clock > 0, the SMT factor in (0, 1].
-    pub fn problems(&self) -> Vec<(String, String)> {
+    /// >= 0, the clocks > 0, the SMT factor in (0, 1].
+    pub fn problems(&self) -> Vec<(String, Problem)> {
         let mut out = Vec::new();
         let mut non_negative = |name: &str, v: f64| {
-            if !v.is_finite() || v < 0.0 {
-                out.push((name.to_string(), format!("must be a finite number >= 0, got {v}")));
+            if v < 0.0 {
+                out.push((name.to_string(), Problem::Negative(v.to_string())));
+            } else if !v.is_finite() {
+                out.push((name.to_string(), Problem::Invalid(format!("must be a finite number, got {v}"))));
             }
         };
         non_negative("l1_latency_ns", self.l1_latency_ns);
@@ -254,19 +257,21 @@ impl CostModel {
             non_negative(&format!("hop.{name}.dst_ns"), p.dst_ns);
             non_negative(&format!("hop.{name}.footprint_kib"), p.footprint_kib);
         }
-        if !(self.clock_ghz.is_finite() && self.clock_ghz > 0.0) {
-            out.push(("clock_ghz".into(), format!("must be > 0, got {}", self.clock_ghz)));
+        let positive = |v: f64| v.is_finite() && v > 0.0;
+        if !positive(self.clock_ghz) {
+            out.push(("clock_ghz".into(), Problem::Invalid(format!("must be > 0, got {}", self.clock_ghz))));
         }
         for (i, &ghz) in self.cpu_clock_ghz.iter().enumerate() {
-            if !(ghz.is_finite() && ghz > 0.0) {
-                out.push((format!("cpu_clock_ghz[{i}]"), format!("must be > 0, got {ghz}")));
+            if !positive(ghz) {
+                out.push((
+                    format!("cpu_clock_ghz[{i}]"),
+                    Problem::Invalid(format!("must be > 0, got {ghz}")),
+                ));
             }
         }
         if !(self.smt_interference > 0.0 && self.smt_interference <= 1.0) {
-            out.push((
-                "smt_interference".into(),
-                format!("must be in (0, 1], got {}", self.smt_interference),
-            ));
+            let why = format!("must be in (0, 1], got {}", self.smt_interference);
+            out.push(("smt_interference".into(), Problem::Invalid(why)));
         }
         out
     }
