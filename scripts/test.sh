@@ -26,3 +26,7 @@ cargo test --release -p corehop-runtime
 echo "==> loom model checks of the lock-free hand-offs"
 RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 \
   cargo test --release -p corehop-runtime --lib --target-dir target/loom -- loom
+
+echo "==> loom model checks of the preload library's slot hand-off"
+RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 \
+  cargo test --release -p corehop-preload --lib --target-dir target/loom -- loom

@@ -13,7 +13,7 @@
 
 use core::fmt;
 
-use crate::service::MAX_LANES;
+use crate::lane::MAX_LANES;
 
 pub const DEFAULT_SPIN_NS: u64 = 20_000;
 pub const DEFAULT_STALL_TIMEOUT_NS: u64 = 10_000_000;

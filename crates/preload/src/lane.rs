@@ -18,10 +18,15 @@
 //! SUBMITTED after the stall timeout withdraws it with one CAS; whoever wins that CAS against
 //! the service thread's claim decides where the call runs, so it runs exactly once.
 //!
-//! Wake-ups use the classic flag-then-recheck pattern on both sides (all SeqCst): the service
-//! thread sets `sleeping` and re-reads `pending` before its futex wait, callers set `pending`
-//! before reading `sleeping`; a parked caller sets its slot's `parked` and re-reads the state,
-//! the service thread stores DONE before reading `parked`. Neither wake-up can be lost.
+//! Wake-ups never depend on the order of two *different* atomics (the store-then-load pattern
+//! that needs sequential consistency): each sleeper announces itself with a flag bit in the very
+//! word it sleeps on, set by a read-modify-write, and each waker changes that word with a
+//! read-modify-write that returns the old value, flag included. A caller parks by CAS
+//! `state → state|PARKED`; the service thread publishes with `swap(DONE)` and wakes if the old
+//! value had PARKED. The service thread sleeps by CAS `pending: 0 → ASLEEP`; a caller submits
+//! with `fetch_or(bit)` and wakes it if the old value had ASLEEP. Both words are futex words, so
+//! a change between the flag and the sleep makes the sleep return at once. Neither wake-up can
+//! be lost (checked under loom, see `loom_tests`).
 
 use core::sync::atomic::Ordering::SeqCst;
 
@@ -84,8 +89,16 @@ mod model {
     }
 }
 
-/// Request slots per lane: one bit each in the 32-bit futex word `pending`.
-pub const SLOTS: usize = 32;
+/// The most service threads (and lanes) a process gets.
+pub const MAX_LANES: usize = 8;
+
+/// Request slots per lane: one bit each in the 32-bit futex word `pending`, whose top bit is
+/// [`ASLEEP`].
+pub const SLOTS: usize = 31;
+/// In `pending`: the service thread is asleep (or about to sleep) on it.
+const ASLEEP: u32 = 1 << 31;
+/// In a slot's state: the caller is asleep (or about to sleep) on it.
+const PARKED: u32 = 0x100;
 
 const FREE: u32 = 0;
 const FILLING: u32 = 1;
@@ -150,12 +163,26 @@ pub struct Reply {
 }
 
 /// Sleeps until the slot leaves `state` (or `timeout_ns` passes).
-fn park(slot: &Slot, state: u32, timeout_ns: Option<u64>) {
-    slot.parked.store(1, SeqCst);
-    if slot.state.load(SeqCst) == state {
-        futex_wait(&slot.state, state, timeout_ns);
+fn park(slot: &Slot, seen: u32, timeout_ns: Option<u64>) {
+    let parked = seen | PARKED;
+    if seen == parked || slot.state.compare_exchange(seen, parked, SeqCst, SeqCst).is_ok() {
+        futex_wait(&slot.state, parked, timeout_ns);
     }
-    slot.parked.store(0, SeqCst);
+}
+
+/// SUBMITTED → CLAIMED, keeping a PARKED flag the caller may set meanwhile (it then sleeps
+/// until DONE). False if the request is not (or no longer) submitted.
+fn claim(slot: &Slot) -> bool {
+    let mut state = slot.state.load(SeqCst);
+    loop {
+        if state & !PARKED != SUBMITTED {
+            return false;
+        }
+        match slot.state.compare_exchange(state, CLAIMED | (state & PARKED), SeqCst, SeqCst) {
+            Ok(_) => return true,
+            Err(now) => state = now,
+        }
+    }
 }
 
 /// How a submitted call ended.
@@ -179,7 +206,6 @@ pub struct Waiting {
 #[repr(align(128))]
 struct Slot {
     state: AtomicU32,
-    parked: AtomicU32,
     request: UnsafeCell<Request>,
     reply: UnsafeCell<Reply>,
 }
@@ -188,7 +214,6 @@ struct Slot {
 #[repr(align(128))]
 pub struct Lane {
     pending: AtomicU32,
-    sleeping: AtomicU32,
     slots: [Slot; SLOTS],
 }
 
@@ -206,11 +231,10 @@ impl Lane {
         #[allow(clippy::declare_interior_mutable_const)] // copied into each slot, never shared
         const SLOT: Slot = Slot {
             state: AtomicU32::new(FREE),
-            parked: AtomicU32::new(0),
             request: UnsafeCell::new(EMPTY_REQUEST),
             reply: UnsafeCell::new(EMPTY_REPLY),
         };
-        Lane { pending: AtomicU32::new(0), sleeping: AtomicU32::new(0), slots: [SLOT; SLOTS] }
+        Lane { pending: AtomicU32::new(0), slots: [SLOT; SLOTS] }
     }
 
     #[cfg(loom)]
@@ -218,22 +242,16 @@ impl Lane {
     pub fn new() -> Lane {
         let slot = || Slot {
             state: AtomicU32::new(FREE),
-            parked: AtomicU32::new(0),
             request: UnsafeCell::new(EMPTY_REQUEST),
             reply: UnsafeCell::new(EMPTY_REPLY),
         };
-        Lane {
-            pending: AtomicU32::new(0),
-            sleeping: AtomicU32::new(0),
-            slots: core::array::from_fn(|_| slot()),
-        }
+        Lane { pending: AtomicU32::new(0), slots: core::array::from_fn(|_| slot()) }
     }
 
     /// Wakes the service thread without a request (its next batch finds nothing to claim).
     #[cfg(any(test, loom))]
     pub fn kick(&self) {
-        self.pending.fetch_or(1 << (SLOTS - 1), SeqCst);
-        if self.sleeping.load(SeqCst) != 0 {
+        if self.pending.fetch_or(1 << (SLOTS - 1), SeqCst) & ASLEEP != 0 {
             futex_wake(&self.pending);
         }
     }
@@ -243,10 +261,8 @@ impl Lane {
     pub fn reset(&self) {
         for slot in &self.slots {
             slot.state.store(FREE, SeqCst);
-            slot.parked.store(0, SeqCst);
         }
         self.pending.store(0, SeqCst);
-        self.sleeping.store(0, SeqCst);
     }
 
     /// Submits `request` and waits for its outcome. `hint` spreads callers over the slots.
@@ -264,8 +280,7 @@ impl Lane {
         // SAFETY: FILLING — this caller owns the request cell.
         slot.request.with_mut(|cell| unsafe { *cell = request });
         slot.state.store(SUBMITTED, SeqCst);
-        self.pending.fetch_or(1 << index, SeqCst);
-        if self.sleeping.load(SeqCst) != 0 {
+        if self.pending.fetch_or(1 << index, SeqCst) & ASLEEP != 0 {
             futex_wake(&self.pending);
         }
         self.wait(slot, waiting)
@@ -276,7 +291,7 @@ impl Lane {
         // Spin first: a short call comes back sooner than a futex sleep and wake-up would.
         let spin_ns = waiting.spin_ns.min(waiting.stall_timeout_ns);
         let mut polls = 0u32;
-        while spin_ns > 0 && slot.state.load(SeqCst) != DONE {
+        while spin_ns > 0 && slot.state.load(SeqCst) & !PARKED != DONE {
             polls = polls.wrapping_add(1);
             // The clock costs more than a poll: read it only now and then.
             if polls.is_multiple_of(64) && now_ns().saturating_sub(start) >= spin_ns {
@@ -285,7 +300,8 @@ impl Lane {
             core::hint::spin_loop();
         }
         loop {
-            match slot.state.load(SeqCst) {
+            let state = slot.state.load(SeqCst);
+            match state & !PARKED {
                 DONE => {
                     // SAFETY: DONE — the service thread is finished with the slot; the reply
                     // cell is ours to read.
@@ -296,15 +312,15 @@ impl Lane {
                 SUBMITTED => {
                     let waited = now_ns().saturating_sub(start);
                     if waited >= waiting.stall_timeout_ns {
-                        if slot.state.compare_exchange(SUBMITTED, CANCELLED, SeqCst, SeqCst).is_ok() {
+                        if slot.state.compare_exchange(state, CANCELLED, SeqCst, SeqCst).is_ok() {
                             slot.state.store(FREE, SeqCst);
                             return Outcome::Withdrawn;
                         }
                         continue; // claimed meanwhile: from now on it must be waited for
                     }
-                    park(slot, SUBMITTED, Some(waiting.stall_timeout_ns - waited));
+                    park(slot, state, Some(waiting.stall_timeout_ns - waited));
                 }
-                state => park(slot, state, None),
+                _ => park(slot, state, None),
             }
         }
     }
@@ -312,17 +328,16 @@ impl Lane {
     /// The service thread's loop body: waits for submitted slots, then claims and handles each
     /// with `handle`. Returns after one batch.
     pub fn serve_batch(&self, spin_ns: u64, before_claim: impl Fn(), handle: impl Fn(&Request) -> Reply) {
-        let mut bits = self.pending.swap(0, SeqCst);
+        let mut bits = self.pending.swap(0, SeqCst) & !ASLEEP;
         if bits == 0 {
             let start = now_ns();
             while spin_ns > 0 && self.pending.load(SeqCst) == 0 && now_ns().saturating_sub(start) < spin_ns {
                 core::hint::spin_loop();
             }
-            self.sleeping.store(1, SeqCst);
-            if self.pending.load(SeqCst) == 0 {
-                futex_wait(&self.pending, 0, None);
+            if self.pending.compare_exchange(0, ASLEEP, SeqCst, SeqCst).is_ok() {
+                futex_wait(&self.pending, ASLEEP, None);
             }
-            self.sleeping.store(0, SeqCst);
+            self.pending.fetch_and(!ASLEEP, SeqCst);
             return;
         }
         before_claim();
@@ -330,7 +345,7 @@ impl Lane {
             let index = bits.trailing_zeros() as usize;
             bits &= bits - 1;
             let slot = &self.slots[index];
-            if slot.state.compare_exchange(SUBMITTED, CLAIMED, SeqCst, SeqCst).is_err() {
+            if !claim(slot) {
                 continue; // withdrawn, or already handled through an earlier bit
             }
             // SAFETY: CLAIMED — the service thread owns the request and reply cells, and the
@@ -338,8 +353,7 @@ impl Lane {
             let reply = slot.request.with(|cell| handle(unsafe { &*cell }));
             // SAFETY: as above, the reply cell is the service thread's while CLAIMED.
             slot.reply.with_mut(|cell| unsafe { *cell = reply });
-            slot.state.store(DONE, SeqCst);
-            if slot.parked.load(SeqCst) != 0 {
+            if slot.state.swap(DONE, SeqCst) & PARKED != 0 {
                 futex_wake(&slot.state);
             }
         }
@@ -433,7 +447,7 @@ mod tests {
     #[test]
     fn reset_frees_every_slot() {
         let lane = Lane::new();
-        lane.slots[3].state.store(CLAIMED, SeqCst);
+        lane.slots[3].state.store(CLAIMED | PARKED, SeqCst);
         lane.pending.store(1 << 3, SeqCst);
         lane.reset();
         assert!(lane.slots.iter().all(|s| s.state.load(SeqCst) == FREE));

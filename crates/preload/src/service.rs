@@ -16,8 +16,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 use crate::lane::{Check, Lane, Reply, Request};
 use crate::sys;
 
-/// The most service threads (and lanes) a process gets.
-pub const MAX_LANES: usize = 8;
+pub use crate::lane::MAX_LANES;
 
 /// One lane per possible service thread, in static memory: nothing is allocated per call.
 pub static LANES: [Lane; MAX_LANES] = [const { Lane::new() }; MAX_LANES];

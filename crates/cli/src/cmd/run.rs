@@ -492,6 +492,12 @@ impl Summary {
             per(overhead, total.offloaded),
             fmt_ns(wall_ns as f64)
         ));
+        if self.processes == 0 {
+            table.note(
+                "no process reported: CMD made no intercepted call, is statically linked (LD_PRELOAD does not \
+                 apply), or ended without exit() (e.g. _exit or a signal)",
+            );
+        }
         if self.unpinned > 0 {
             table.note(format!("{} process(es) could not pin their service threads", self.unpinned));
         }
