@@ -1,9 +1,16 @@
 //! Service cores: CPUs dedicated to OS work, and the per-caller offload path to them.
 //!
-//! [`ServiceCores`] starts one service thread pinned on each service CPU. Work reaches it as a
-//! closure (or a [`SysCall`] value, which is a closure over a raw system call); the caller
-//! waits (spin, then futex) and continues with the result when it is done, as if it had hopped
-//! to the service core and back. The calling thread's identity never matters to the work: the
+//! Service cores come in two forms, behind the same [`ServiceCores`] / [`Offloader`] API:
+//!
+//! - **Service threads** ([`ServiceCores::start`]): one thread pinned on each service CPU. Work
+//!   reaches it as a closure (or a [`SysCall`] value, which is a closure over a raw system
+//!   call); the caller waits (spin, then futex) and continues with the result when it is done,
+//!   as if it had hopped to the service core and back. Works from any thread.
+//! - **Hops** ([`ServiceCores::on_runtime_cpus`]): the service CPUs are workers of a
+//!   [`crate::Runtime`], and the calling *task* itself moves there with [`crate::on`] and back
+//!   (the papers' core switch). Called from outside a task, or when the hop is refused (a
+//!   [`crate::no_hop_zone`], shutdown), the work runs locally instead and is counted in
+//!   [`CoreStats::fallbacks`]. The calling thread's identity never matters to the work: the
 //! typed wrappers cover only calls whose meaning does not depend on the calling thread, and the
 //! result, including the error number, comes back as a value.
 //!
@@ -114,8 +121,11 @@ pub struct CoreStats {
     pub jobs: u64,
     /// Sum of the jobs' run times.
     pub busy_ns: u64,
-    /// CPU time of the service thread (spinning included), from the kernel's schedstat.
+    /// CPU time of the service thread (spinning included), from the kernel's schedstat; None
+    /// for hop-based service cores (their CPU is a runtime worker's).
     pub thread_cpu_ns: Option<u64>,
+    /// Hop-based cores: work that ran locally because the caller could not hop there.
+    pub fallbacks: u64,
 }
 
 #[derive(Default)]
@@ -127,19 +137,33 @@ struct Load {
     jobs: AtomicU64,
     busy_ns: AtomicU64,
     tid: AtomicI32,
+    fallbacks: AtomicU64,
 }
 
 impl Load {
     fn expected_delay_ns(&self) -> u64 {
         self.pending.load(Ordering::Relaxed) as u64 * self.mean_run_ns.load(Ordering::Relaxed)
     }
+
+    /// A job of `run` ns finished here (only its CPU's runner calls this for thread cores;
+    /// hop cores may race, which at worst loses one sample of the running mean).
+    fn record(&self, run: u64) {
+        let mean = self.mean_run_ns.load(Ordering::Relaxed);
+        let mean = if mean == 0 { run } else { mean - (mean >> MEAN_RUN_SHIFT) + (run >> MEAN_RUN_SHIFT) };
+        self.mean_run_ns.store(mean, Ordering::Relaxed);
+        self.jobs.fetch_add(1, Ordering::Relaxed);
+        self.busy_ns.fetch_add(run, Ordering::Relaxed);
+    }
 }
 
 struct Core {
     cpu: usize,
+    /// Thread cores: the service thread's queue (None once shutting down).
     tx: Option<Sender<Job>>,
     load: Arc<Load>,
     thread: Option<JoinHandle<()>>,
+    /// Hop cores: the runtime CPU the calling task hops to.
+    hop_to: Option<CpuId>,
 }
 
 thread_local! {
@@ -183,7 +207,27 @@ impl ServiceCores {
         Ok(ServiceCores { cores, config, shared_pick: Mutex::new(PickState::default()) })
     }
 
-    /// Kernel CPU numbers of the service cores.
+    /// Service cores that are CPUs of a [`crate::Runtime`]: offloaded work runs by hopping the
+    /// calling task there and back ([`crate::on`]). `config.cpus` are the runtime's CPU ids;
+    /// the spin settings do not apply (the runtime's wake-up settings do).
+    pub fn on_runtime_cpus(config: ServiceConfig) -> Result<ServiceCores, ServiceError> {
+        if config.cpus.is_empty() {
+            return Err(ServiceError::NoCpus);
+        }
+        for (i, &cpu) in config.cpus.iter().enumerate() {
+            if config.cpus[..i].contains(&cpu) {
+                return Err(ServiceError::Duplicate { cpu });
+            }
+        }
+        let cores = config
+            .cpus
+            .iter()
+            .map(|&cpu| Core { cpu, tx: None, load: Arc::default(), thread: None, hop_to: Some(CpuId(cpu)) })
+            .collect();
+        Ok(ServiceCores { cores, config, shared_pick: Mutex::new(PickState::default()) })
+    }
+
+    /// Kernel CPU numbers of the service cores (runtime CPU ids for hop cores).
     pub fn cpus(&self) -> Vec<usize> {
         self.cores.iter().map(|c| c.cpu).collect()
     }
@@ -196,7 +240,11 @@ impl ServiceCores {
                 cpu: c.cpu,
                 jobs: c.load.jobs.load(Ordering::Relaxed),
                 busy_ns: c.load.busy_ns.load(Ordering::Relaxed),
-                thread_cpu_ns: thread_cpu_ns(c.load.tid.load(Ordering::Relaxed)),
+                thread_cpu_ns: c
+                    .thread
+                    .as_ref()
+                    .and_then(|_| thread_cpu_ns(c.load.tid.load(Ordering::Relaxed))),
+                fallbacks: c.load.fallbacks.load(Ordering::Relaxed),
             })
             .collect()
     }
@@ -251,6 +299,9 @@ impl ServiceCores {
             return (r, 0, sys::now_ns().saturating_sub(t0));
         }
         let core = &self.cores[index];
+        if let Some(cpu) = core.hop_to {
+            return Self::hop_and_run(core, cpu, f);
+        }
         let mut out: Option<std::thread::Result<R>> = None;
         let done = Arc::new(Done::default());
         {
@@ -278,6 +329,37 @@ impl ServiceCores {
             Some(Ok(r)) => (r, wait, run),
             Some(Err(payload)) => panic::resume_unwind(payload),
             None => panic!("service core {} stopped before running the job", core.cpu),
+        }
+    }
+}
+
+impl ServiceCores {
+    /// Hop cores: the task moves to `cpu`, runs `f`, and comes back. If it cannot hop, `f`
+    /// runs here. Returns the result, the hop overhead (as the wait) and the run time.
+    fn hop_and_run<R>(core: &Core, cpu: CpuId, f: impl FnOnce() -> R) -> (R, u64, u64) {
+        let mut work = Some(f);
+        let t0 = sys::now_ns();
+        core.load.pending.fetch_add(1, Ordering::Relaxed);
+        let hopped = crate::on(cpu, || {
+            let f = work.take().expect("runs once");
+            let start = sys::now_ns();
+            let r = f();
+            (r, sys::now_ns().saturating_sub(start))
+        });
+        core.load.pending.fetch_sub(1, Ordering::Relaxed);
+        match hopped {
+            Ok((r, run)) => {
+                core.load.record(run);
+                (r, sys::now_ns().saturating_sub(t0).saturating_sub(run), run)
+            }
+            Err(_) => {
+                // `on` did not run the closure, so the work is still here: run it locally.
+                core.load.fallbacks.fetch_add(1, Ordering::Relaxed);
+                let f = work.take().expect("`on` failed before running the closure");
+                let start = sys::now_ns();
+                let r = f();
+                (r, 0, sys::now_ns().saturating_sub(start))
+            }
         }
     }
 }
@@ -317,7 +399,7 @@ impl Core {
                 .map_err(|source| ServiceError::Start { cpu, source })?
         };
         match ready_rx.recv() {
-            Ok(Ok(())) => Ok(Core { cpu, tx: Some(tx), load, thread: Some(thread) }),
+            Ok(Ok(())) => Ok(Core { cpu, tx: Some(tx), load, thread: Some(thread), hop_to: None }),
             Ok(Err(source)) => {
                 let _ = thread.join();
                 Err(ServiceError::Start { cpu, source })

@@ -281,3 +281,49 @@ fn bad_configurations_are_typed_errors() {
     // Errno formatting names the error.
     assert!(Errno(libc::EBADF).to_string().contains("errno 9"));
 }
+
+#[test]
+fn hop_based_service_cores_give_the_same_results() {
+    use corehop_runtime::{current_cpu, no_hop_zone, Runtime, Wake};
+    let rt = Runtime::builder().wake(Wake::Park).build().unwrap();
+    if rt.cpus().len() < 2 {
+        println!("skipped: hop-based service cores need a runtime on 2 CPUs, got {:?}", rt.cpus());
+        return;
+    }
+    let (app, service) = (rt.cpus()[0], *rt.cpus().last().unwrap());
+    let reference = {
+        let thread_cores = ServiceCores::start(ServiceConfig::on_cpus([service_cpu()])).unwrap();
+        let dir = TempDir::new("hop-ref");
+        script(&mut Offloader::new(&thread_cores, OffloadPolicy::Never), &dir.0)
+    };
+    let dir = TempDir::new("hop");
+    let path = dir.0.clone();
+    let (got, stats, ran_on, fallbacks) = rt
+        .block_on(app, move || {
+            let cores = ServiceCores::on_runtime_cpus(ServiceConfig::on_cpus([service.0])).unwrap();
+            let mut off = Offloader::new(&cores, OffloadPolicy::Always);
+            let got = script(&mut off, &path);
+            let ran_on = off.offload(current_cpu);
+            assert_eq!(current_cpu(), app, "the task came back");
+            // Inside a no-hop zone the work runs here instead, and is counted.
+            let here = {
+                let _zone = no_hop_zone();
+                off.offload(current_cpu)
+            };
+            assert_eq!(here, app);
+            (got, off.stats(), ran_on, cores.stats()[0].fallbacks)
+        })
+        .unwrap();
+    assert_eq!(got, reference, "hop-based offload changed a result or a file");
+    assert_eq!(ran_on, service);
+    assert_eq!(stats.offloaded, stats.calls);
+    assert_eq!(fallbacks, 1);
+    // Outside any task there is nothing to hop: the work runs locally.
+    let cores = ServiceCores::on_runtime_cpus(ServiceConfig::on_cpus([service.0])).unwrap();
+    assert_eq!(cores.run(|| 7), 7);
+    assert_eq!(cores.stats()[0].fallbacks, 1);
+    assert!(matches!(
+        ServiceCores::on_runtime_cpus(ServiceConfig::on_cpus([1, 1])),
+        Err(ServiceError::Duplicate { cpu: 1 })
+    ));
+}
