@@ -10,9 +10,11 @@
 //!   [`crate::Runtime`], and the calling *task* itself moves there with [`crate::on`] and back
 //!   (the papers' core switch). Called from outside a task, or when the hop is refused (a
 //!   [`crate::no_hop_zone`], shutdown), the work runs locally instead and is counted in
-//!   [`CoreStats::fallbacks`]. The calling thread's identity never matters to the work: the
-//! typed wrappers cover only calls whose meaning does not depend on the calling thread, and the
-//! result, including the error number, comes back as a value.
+//!   [`CoreStats::fallbacks`].
+//!
+//! The calling thread's identity never matters to the work: the typed wrappers cover only
+//! calls whose meaning does not depend on the calling thread, and the result, including the
+//! error number, comes back as a value.
 //!
 //! [`Offloader`] is one caller's view: it owns an [`OffloadPolicy`] and asks it, per call,
 //! whether to run locally or on a service core (chosen with [`corehop_policy::pick`], with the
