@@ -711,6 +711,20 @@ impl<'s> Offloader<'s> {
         self.here(SysCall::Poll { fds, timeout_ms }).map(|n| n as usize)
     }
 
+    /// `select(2)` over the sets given; returns how many descriptors are ready (the sets and
+    /// the timeout are updated in place, as the kernel does).
+    #[track_caller]
+    pub fn select(
+        &mut self,
+        nfds: i32,
+        read: Option<&mut libc::fd_set>,
+        write: Option<&mut libc::fd_set>,
+        except: Option<&mut libc::fd_set>,
+        timeout: Option<&mut libc::timeval>,
+    ) -> Result<usize, Errno> {
+        self.here(SysCall::Select { nfds, read, write, except, timeout }).map(|n| n as usize)
+    }
+
     /// Any closure, described to the policy as an `Other` call from this source location.
     #[track_caller]
     pub fn offload<'a, R: Send + 'a>(&mut self, f: impl FnOnce() -> R + Send + 'a) -> R {

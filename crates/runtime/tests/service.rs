@@ -113,6 +113,23 @@ fn script(off: &mut Offloader<'_>, dir: &Path) -> (Vec<String>, Vec<(String, Vec
     note("send", format!("{:?}", off.send(pair[0], b"hello sock", 0)));
     let mut fds = [libc::pollfd { fd: pair[1], events: libc::POLLIN, revents: 0 }];
     note("poll", format!("{:?} {}", off.poll(&mut fds, 1000), fds[0].revents));
+    // SAFETY: fd_set is plain data; FD_ZERO/FD_SET/FD_ISSET only touch the set for fds below
+    // FD_SETSIZE (socketpair descriptors of a test process are small).
+    let mut set: libc::fd_set = unsafe { std::mem::zeroed() };
+    unsafe { libc::FD_SET(pair[1], &mut set) };
+    let mut timeout = libc::timeval { tv_sec: 1, tv_usec: 0 };
+    let ready = off.select(pair[1] + 1, Some(&mut set), None, None, Some(&mut timeout));
+    note("select", format!("{ready:?} {}", unsafe { libc::FD_ISSET(pair[1], &set) }));
+    // A descriptor number inside the table that is closed (select ignores numbers beyond it).
+    // SAFETY: dup/close of our own socket; fd_set as above.
+    let closed = unsafe { libc::dup(pair[0]) };
+    unsafe { libc::close(closed) };
+    let mut bad: libc::fd_set = unsafe { std::mem::zeroed() };
+    unsafe { libc::FD_SET(closed, &mut bad) };
+    note(
+        "select bad fd",
+        format!("{:?}", off.select(closed + 1, Some(&mut bad), None, None, Some(&mut timeout))),
+    );
     note("recv short", format!("{:?} {:?}", off.recv(pair[1], &mut small, 0), small));
     note("offload closure", format!("{}", off.offload(|| data.iter().map(|&b| b as u64).sum::<u64>())));
 
@@ -148,6 +165,8 @@ fn offloaded_calls_give_identical_results_and_files() {
         "write to read-only: Err(Errno(9))",
         "recv empty: Err(Errno(11))",
         "recv short: Ok(8)",
+        "select: Ok(1) true",
+        "select bad fd: Err(Errno(9))",
         "openat missing: Err(Errno(2))",
     ] {
         assert!(log.contains(expected), "missing {expected:?} in\n{log}");
