@@ -21,11 +21,28 @@ struct CpuAccount {
     since: Ps,
     busy_total: Ps,
     idle_total: Ps,
+    /// How long this CPU polls when it next goes idle, before it sleeps.
+    poll_budget: Ps,
+    /// The budget of the current idle gap (fixed when the gap began).
+    gap_budget: Ps,
+    poll_total: Ps,
+}
+
+impl CpuAccount {
+    fn end_gap(&mut self, now: Ps) {
+        let gap = now - self.since;
+        self.idle_total += gap;
+        self.poll_total += gap.min(self.gap_budget);
+    }
 }
 
 /// Per-CPU busy/idle accounting. Every CPU is idle at time 0; models flip CPUs between busy
 /// and idle as work starts and stops; [`CoreLedger::close`] ends the open interval, so that
 /// afterwards `busy + idle == elapsed` for every CPU.
+///
+/// Idle time is split further: an idle CPU first polls for its poll budget
+/// ([`CoreLedger::set_poll_budget`], 0 by default: it sleeps at once), then sleeps. Polling is
+/// idle time that still burns the core (what V4 costs in power).
 #[derive(Debug, Clone)]
 pub struct CoreLedger {
     cpus: Vec<CpuAccount>,
@@ -35,7 +52,15 @@ pub struct CoreLedger {
 
 impl CoreLedger {
     fn new(cpus: usize) -> CoreLedger {
-        let idle = CpuAccount { busy: false, since: 0, busy_total: 0, idle_total: 0 };
+        let idle = CpuAccount {
+            busy: false,
+            since: 0,
+            busy_total: 0,
+            idle_total: 0,
+            poll_budget: 0,
+            gap_budget: 0,
+            poll_total: 0,
+        };
         CoreLedger { cpus: vec![idle; cpus], trace: None, closed_at: None }
     }
 
@@ -48,7 +73,7 @@ impl CoreLedger {
     pub fn set_busy(&mut self, cpu: usize, now: Ps) {
         let a = self.account(cpu);
         if !a.busy {
-            a.idle_total += now - a.since;
+            a.end_gap(now);
             a.busy = true;
             a.since = now;
         }
@@ -62,6 +87,7 @@ impl CoreLedger {
             a.busy_total += now - start;
             a.busy = false;
             a.since = now;
+            a.gap_budget = a.poll_budget;
             if let Some(trace) = &mut self.trace {
                 trace.push(Segment { cpu, start, end: now });
             }
@@ -77,6 +103,29 @@ impl CoreLedger {
     pub fn idle_since(&self, cpu: usize) -> Option<Ps> {
         let a = &self.cpus[cpu];
         (!a.busy).then_some(a.since)
+    }
+
+    /// How long `cpu` polls in its next idle gap before it sleeps (`Ps::MAX`: never sleeps).
+    /// The budget of a gap is fixed when the gap begins. At time 0 every CPU is idle with a
+    /// budget of 0; setting a budget on an idle CPU applies to its current gap too.
+    pub fn set_poll_budget(&mut self, cpu: usize, budget: Ps) {
+        let a = self.account(cpu);
+        a.poll_budget = budget;
+        if !a.busy && a.since == 0 {
+            a.gap_budget = budget;
+        }
+    }
+
+    /// Whether `cpu` is idle and still polling at time `at` (not yet asleep): its gap so far
+    /// is within the gap's budget, the rule `corehop_policy::spin` assumes.
+    pub fn is_polling(&self, cpu: usize, at: Ps) -> bool {
+        let a = &self.cpus[cpu];
+        !a.busy && at.saturating_sub(a.since) <= a.gap_budget
+    }
+
+    /// Total time `cpu` spent polling while idle (part of [`CoreLedger::idle`]).
+    pub fn polled(&self, cpu: usize) -> Ps {
+        self.cpus[cpu].poll_total
     }
 
     /// Total busy time of `cpu` (complete after [`CoreLedger::close`]).
@@ -112,7 +161,7 @@ impl CoreLedger {
                 self.cpus[cpu].busy = true; // still running at the end, for anyone who asks
             } else {
                 let a = &mut self.cpus[cpu];
-                a.idle_total += end - a.since;
+                a.end_gap(end);
                 a.since = end;
             }
         }
@@ -247,6 +296,8 @@ pub struct CpuReport {
     pub speed: f64,
     pub busy_ns: f64,
     pub idle_ns: f64,
+    /// The part of the idle time spent polling (the core stays powered).
+    pub poll_ns: f64,
     /// busy / elapsed (0 when nothing elapsed).
     pub busy_fraction: f64,
 }
@@ -294,6 +345,7 @@ impl Report {
                     speed: info.speed,
                     busy_ns: ps_to_ns(cores.busy(cpu)),
                     idle_ns: ps_to_ns(cores.idle(cpu)),
+                    poll_ns: ps_to_ns(cores.polled(cpu)),
                     busy_fraction: if elapsed == 0 { 0.0 } else { cores.busy(cpu) as f64 / elapsed as f64 },
                 }
             })

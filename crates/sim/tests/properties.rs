@@ -99,7 +99,7 @@ fn missing_file_is_an_io_error() {
 }
 
 const PRESETS: [&str; 5] = ["switch-cc", "switch-cs-quarter", "switch-ccss", "hybrid-laptop", "smt-2way"];
-const MECHANISMS: [&str; 6] = ["none", "affinity", "handoff", "fastpath", "spin", "wakeup"];
+const MECHANISMS: [&str; 7] = ["none", "affinity", "handoff", "fastpath", "spin", "wakeup", "spinpark"];
 
 prop_compose! {
     fn random_scenario()(
@@ -176,10 +176,11 @@ proptest! {
             for w in segs.windows(2) {
                 prop_assert!(w[0].1 <= w[1].0, "overlap on cpu{}: {:?}", cpu, w);
             }
-            // busy + idle = elapsed, and busy is exactly the traced intervals.
+            // busy + idle = elapsed, busy is exactly the traced intervals, polling is idle time.
             let busy: u64 = segs.iter().map(|(s, e)| e - s).sum();
             prop_assert_eq!(sim.stats.cores.busy(cpu), busy);
             prop_assert_eq!(sim.stats.cores.busy(cpu) + sim.stats.cores.idle(cpu), sim.now());
+            prop_assert!(sim.stats.cores.polled(cpu) <= sim.stats.cores.idle(cpu));
         }
         // Hops only between CPUs that exist.
         for &(from, to) in sim.stats.hops.by_route.keys() {

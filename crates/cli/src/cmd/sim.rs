@@ -213,6 +213,10 @@ fn results_table(file: &str, runs: &[(Point, Report)]) -> Table {
         "queue wait".into(),
         "busy %".into(),
     ]);
+    let polls = runs.iter().any(|(_, r)| r.cpus.iter().any(|c| c.poll_ns > 0.0));
+    if polls {
+        header.push("poll %".into());
+    }
     let title = format!(
         "{} ({}, kind {}, seed {}): {} run{}",
         first.1.scenario,
@@ -233,6 +237,12 @@ fn results_table(file: &str, runs: &[(Point, Report)]) -> Table {
         row.push(
             r.cpus.iter().map(|c| format!("{:.0}", 100.0 * c.busy_fraction)).collect::<Vec<_>>().join(" "),
         );
+        if polls {
+            let elapsed = r.elapsed_ns.max(f64::MIN_POSITIVE);
+            let poll: Vec<String> =
+                r.cpus.iter().map(|c| format!("{:.0}", 100.0 * c.poll_ns / elapsed)).collect();
+            row.push(poll.join(" "));
+        }
         t.row(row);
     }
     if runs.len() == 1 {
@@ -242,7 +252,7 @@ fn results_table(file: &str, runs: &[(Point, Report)]) -> Table {
     }
     t.note(format!(
         "ops are {}s; busy % per CPU (cpu0 cpu1 ...); hop cost from leaving the source to running on the target; \
-         queue wait = mean time a job waited for its CPU",
+         queue wait = mean time a job waited for its CPU; poll % = share of the run a CPU spent idle but polling",
         first.1.model.op_name
     ));
     t
@@ -326,6 +336,7 @@ fn to_csv(runs: &[(Point, Report)]) -> String {
     );
     let cpus = first.1.cpus.len();
     header.extend((0..cpus).map(|c| format!("cpu{c}_busy_fraction")));
+    header.extend((0..cpus).map(|c| format!("cpu{c}_poll_ns")));
     header.extend(first.1.model.metrics.iter().map(|m| format!("{} ({})", m.name, m.unit)));
     let mut out = header.iter().map(|h| csv_field(h)).collect::<Vec<_>>().join(",") + "\n";
     let opt = |v: Option<f64>| v.map(|v| v.to_string()).unwrap_or_default();
@@ -348,6 +359,7 @@ fn to_csv(runs: &[(Point, Report)]) -> String {
             opt(r.hop_cost_ns),
         ]);
         row.extend((0..cpus).map(|c| r.cpus.get(c).map(|x| x.busy_fraction.to_string()).unwrap_or_default()));
+        row.extend((0..cpus).map(|c| r.cpus.get(c).map(|x| x.poll_ns.to_string()).unwrap_or_default()));
         row.extend(r.model.metrics.iter().map(|m| m.value.to_string()));
         out += &(row.iter().map(|f| csv_field(f)).collect::<Vec<_>>().join(",") + "\n");
     }

@@ -12,6 +12,7 @@
 //! [workload]
 //! kind = "switch"
 //! mechanism = "spin"            # none | affinity (V1) | handoff (V2) | fastpath (V3) | spin (V4) | wakeup (V5)
+//!                               # | spinpark (poll for corehop_policy::spin's budget, then park)
 //! iterations = 10000            # calls per task
 //! tasks = 1                     # placed round-robin on app_cpus
 //! app_cpus = [0]
@@ -39,10 +40,11 @@ use serde::Deserialize;
 use rand::Rng;
 
 use corehop_policy::pick::{Candidate, Pick, PickState};
+use corehop_policy::spin::{SpinBudget, SpinConfig};
 use corehop_topology::CpuId;
 
 use crate::dist::Distribution;
-use crate::engine::{ns_to_ps, ps_to_ns, Model, Ps, Sim};
+use crate::engine::{ns_to_ps, ps_to_ns, Model, Ps, Sim, PS_PER_NS};
 use crate::machine::{HopTiming, Mechanism};
 use crate::models::{simulate, ModelEntry};
 use crate::scenario::{Problem, Scenario, ScenarioError};
@@ -76,6 +78,11 @@ pub enum HopChoice {
     Spin,
     #[serde(alias = "v5")]
     Wakeup,
+    /// The runtime's `Wake::SpinThenPark`: an idle CPU polls for an adaptive budget
+    /// (`corehop_policy::spin`), then parks; a hop to a polling CPU costs what V4 does, a hop
+    /// to a parked one what V3 does (a futex wake is an IPI and a scheduler pass).
+    #[serde(rename = "spinpark", alias = "spin-then-park")]
+    SpinThenPark,
 }
 
 impl HopChoice {
@@ -87,6 +94,8 @@ impl HopChoice {
             HopChoice::FastPath => Some(Mechanism::FastPath),
             HopChoice::Spin => Some(Mechanism::Spin),
             HopChoice::Wakeup => Some(Mechanism::Wakeup),
+            // Decided per hop from the target's state: see `Switch::begin_hop`.
+            HopChoice::SpinThenPark => Some(Mechanism::Spin),
         }
     }
 }
@@ -227,6 +236,8 @@ pub struct Switch {
     inbound: Vec<usize>,
     pick: Pick,
     cursor: usize,
+    /// Per CPU: how long it polls when idle (used with `mechanism = "spinpark"`).
+    spin: Vec<SpinBudget>,
     hopped_calls: u64,
     calls_by_type: Vec<u64>,
 }
@@ -311,6 +322,7 @@ impl Switch {
             inbound: vec![0; s.machine.cpu_count()],
             pick: cfg.pick.into(),
             cursor: 0,
+            spin: vec![SpinBudget::new(SpinConfig::default()); s.machine.cpu_count()],
             hopped_calls: 0,
             calls_by_type: vec![0; cfg.calls.len()],
             cfg,
@@ -391,12 +403,52 @@ impl Switch {
 
     /// Begins the hop of `task` from its CPU to `to`; the source path runs now.
     fn begin_hop(&mut self, task: u32, to: usize, sim: &mut Sim<Event>) {
-        let mechanism = self.mechanism.expect("only hopping configurations hop");
         let from = self.tasks[task as usize].cpu;
-        let timing = sim.machine.hop(mechanism, from, to, !self.cpus.is_running(to));
+        // A CPU another hop is already on its way to is awake by the time this one lands.
+        let target_idle = !self.cpus.is_running(to) && self.inbound[to] == 0;
+        let timing = if self.cfg.mechanism == HopChoice::SpinThenPark {
+            self.spin_then_park(from, to, target_idle, sim)
+        } else {
+            let mechanism = self.mechanism.expect("only hopping configurations hop");
+            sim.machine.hop(mechanism, from, to, target_idle)
+        };
         self.tasks[task as usize].hop = Some((to, timing));
         self.inbound[to] += 1;
         sim.schedule_in(timing.src, Event::Left { task });
+    }
+
+    /// The timing of a hop under spin-then-park: the target is caught polling if its idle gap
+    /// at the moment the source signals is within its budget; otherwise it has parked and
+    /// must be woken. The target's `SpinBudget` (the runtime's own policy) learns from the gap
+    /// and from the wake-up cost, and sets how long it polls next time.
+    fn spin_then_park(
+        &mut self,
+        from: usize,
+        to: usize,
+        target_idle: bool,
+        sim: &mut Sim<Event>,
+    ) -> HopTiming {
+        let polling = sim.machine.hop(Mechanism::Spin, from, to, target_idle);
+        if !target_idle {
+            return polling;
+        }
+        let signal_at = sim.now() + polling.src;
+        let idle_since = sim.stats.cores.idle_since(to).expect("target is idle");
+        let caught = sim.stats.cores.is_polling(to, signal_at);
+        let parked = sim.machine.hop(Mechanism::FastPath, from, to, true);
+        let budget = &mut self.spin[to];
+        // Whole nanoseconds, rounded up: a budget fitted to a gap must cover it.
+        let ns_up = |ps: Ps| ps.div_ceil(PS_PER_NS);
+        budget.observe_idle_gap(ns_up(signal_at - idle_since));
+        if !caught {
+            budget.observe_wake_cost(ns_up(parked.total().saturating_sub(polling.total())));
+        }
+        sim.stats.cores.set_poll_budget(to, budget.budget_ns().saturating_mul(PS_PER_NS));
+        if caught {
+            polling
+        } else {
+            parked
+        }
     }
 
     /// `task` now holds its CPU (it just arrived, or waited its turn, or starts).
@@ -434,6 +486,16 @@ impl Model for Switch {
     type Event = Event;
 
     fn start(&mut self, sim: &mut Sim<Event>) {
+        // Idle CPUs poll forever under V4, for an adaptive budget under spin-then-park, and
+        // sleep at once otherwise.
+        let budget = |cpu: usize| match self.cfg.mechanism {
+            HopChoice::Spin => Ps::MAX,
+            HopChoice::SpinThenPark => self.spin[cpu].budget_ns().saturating_mul(PS_PER_NS),
+            _ => 0,
+        };
+        for cpu in 0..sim.machine.cpu_count() {
+            sim.stats.cores.set_poll_budget(cpu, budget(cpu));
+        }
         for task in 0..self.tasks.len() as u32 {
             let home = self.tasks[task as usize].home;
             if let Some(task) = self.cpus.submit(home, task, sim) {
@@ -598,6 +660,32 @@ mod tests {
         let routes = &sim.stats.hops.by_route;
         assert_eq!(routes.get(&(0, 2)), Some(&20));
         assert_eq!(routes.get(&(1, 3)), Some(&20));
+    }
+
+    #[test]
+    fn spin_then_park_polls_for_short_gaps_and_parks_for_long_ones() {
+        let headline = |r: &Report| r.headline().unwrap().value;
+        // Gaps of ~1 µs: after the first (shorter) gap has taught it a too-short budget once,
+        // the service CPU is always caught polling: V4's cost, V4's polling.
+        let (spin, _, _) = run("mechanism = \"spin\"\niterations = 100");
+        let (spinpark, _, _) = run("mechanism = \"spinpark\"\niterations = 100");
+        assert!(headline(&spinpark) - headline(&spin) < 0.01 * headline(&spin));
+        assert!(spinpark.cpus[1].poll_ns > 0.95 * spin.cpus[1].poll_ns);
+
+        // 1 ms between calls: the service CPU learns to park at once (its gaps are long) while
+        // the application CPU keeps polling (its task is back within ~1 µs). So a hop out costs
+        // what V3's does and a hop home what V4's does; V4 polls through every gap.
+        let long = "iterations = 100\ncompute = 1000000";
+        let (spin, _, _) = run(&format!("mechanism = \"spin\"\n{long}"));
+        let (spinpark, _, _) = run(&format!("mechanism = \"spinpark\"\n{long}"));
+        let (fastpath, _, _) = run(&format!("mechanism = \"fastpath\"\n{long}"));
+        let cost = |r: &Report| r.hop_cost_ns.unwrap();
+        let halfway = (cost(&spin) + cost(&fastpath)) / 2.0;
+        assert!((cost(&spinpark) - halfway).abs() < 0.02 * halfway, "{} vs {halfway}", cost(&spinpark));
+        assert!(spinpark.cpus[0].poll_ns > 0.95 * spinpark.cpus[0].idle_ns, "{:?}", spinpark.cpus[0]);
+        assert!(spin.cpus[1].poll_ns > 0.99 * spin.cpus[1].idle_ns);
+        assert!(spinpark.cpus[1].poll_ns < 0.01 * spinpark.cpus[1].idle_ns, "{:?}", spinpark.cpus[1]);
+        assert_eq!(fastpath.cpus[1].poll_ns, 0.0);
     }
 
     #[test]
