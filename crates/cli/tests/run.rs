@@ -402,3 +402,20 @@ fn a_bad_environment_turns_offload_off_and_the_program_still_runs() {
     let stderr = text(&out.stderr);
     assert!(stderr.contains("COREHOP_POLICY") && stderr.contains("offload is off"), "{stderr}");
 }
+
+#[test]
+fn compare_runs_both_ways_and_checks_the_outputs() {
+    let out = corehop()
+        .args(["run", "--offload", "--policy", "always", "--compare", "2", "--", "wc", "-c", "/etc/hostname"])
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("plain (baseline)") && stdout.contains("offload always"), "{stdout}");
+    assert!(!stdout.contains("NO"), "{stdout}");
+    // A program whose output differs from run to run (its pid) is caught.
+    let out =
+        corehop().args(["run", "--offload", "--compare", "2", "--", "sh", "-c", "echo $$"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("did not all give the same output"), "{}", text(&out.stderr));
+}

@@ -85,6 +85,13 @@ pub struct Args {
     #[arg(long, value_name = "US", default_value_t = 20, requires = "offload")]
     pub spin_us: u64,
 
+    /// Instead of running CMD once: run it REPS times without the library and REPS times with
+    /// it, alternating, with its output captured; print the wall time of each (min / median /
+    /// max, and the ratio to the plain median, the same-run baseline) and whether every run's
+    /// stdout, stderr and exit status matched the first plain run. Fails if any did not.
+    #[arg(long, value_name = "REPS", requires = "offload", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub compare: Option<u32>,
+
     /// The program to run and its arguments (after `--`).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -124,9 +131,12 @@ pub struct Launch {
     /// CPUs the program runs on (`None`: as inherited).
     pub cpus: Option<Vec<usize>>,
     pub offload: Option<Offload>,
+    /// Collect stdout and stderr instead of passing them through.
+    pub capture: bool,
 }
 
 /// The preload configuration.
+#[derive(Clone)]
 pub struct Offload {
     pub library: PathBuf,
     pub service_cpus: Vec<usize>,
@@ -142,12 +152,14 @@ pub struct Finished {
     pub status: ExitStatus,
     pub wall_ns: u64,
     pub summary: Option<Summary>,
+    /// stdout and stderr, when captured.
+    pub output: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let allowed = sys::affinity().context("reading this process's CPU affinity")?;
     let online = online_cpus();
-    let mut launch = Launch { command: args.command, cpus: None, offload: None };
+    let mut launch = Launch { command: args.command, cpus: None, offload: None, capture: false };
     let mut service_cpus = Vec::new();
     if args.offload {
         service_cpus = match &args.service_cpus {
@@ -175,6 +187,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         None => None,
     };
+    if let Some(reps) = args.compare {
+        return compare(launch, reps, &service_cpus, args.stats);
+    }
     let finished = launch.run()?;
     if let Some(summary) = &finished.summary {
         if args.stats {
@@ -186,6 +201,66 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     std::process::exit(exit_code(finished.status))
+}
+
+/// `--compare`: the program with and without the library, alternating, outputs compared.
+fn compare(mut launch: Launch, reps: u32, service_cpus: &[usize], stats: bool) -> anyhow::Result<()> {
+    launch.capture = true;
+    let offload = launch.offload.take().context("--compare needs --offload")?;
+    let bar = crate::report::progress(u64::from(reps) * 2, "runs");
+    let mut times: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let mut same = [true, true];
+    let mut first: Option<(ExitStatus, Vec<u8>, Vec<u8>)> = None;
+    let mut last_summary = None;
+    for _ in 0..reps {
+        for (mode, with_offload) in [false, true].into_iter().enumerate() {
+            launch.offload =
+                with_offload.then(|| Offload { stats_file: Some(stats_path()), ..offload.clone() });
+            let finished = launch.run()?;
+            times[mode].push(finished.wall_ns as f64);
+            let output = finished.output.clone().unwrap_or_default();
+            let this = (finished.status, output.0, output.1);
+            match &first {
+                None => first = Some(this),
+                Some(reference) => same[mode] &= *reference == this,
+            }
+            if finished.summary.is_some() {
+                last_summary = finished.summary.map(|s| (s, finished.wall_ns));
+            }
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    let plain = Stats::of(&times[0]).context("no plain run")?;
+    let command: Vec<String> = launch.command.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let mut table = Table::new(["mode", "min", "median", "max", "median / plain", "same output"])
+        .title(format!("corehop run --compare {reps}: {}", command.join(" ")));
+    for (mode, name) in [(0, "plain (baseline)"), (1, offload.policy.as_str())] {
+        let s = Stats::of(&times[mode]).context("no run")?;
+        table.row([
+            if mode == 0 { name.to_string() } else { format!("offload {name}") },
+            fmt_ns(s.min),
+            fmt_ns(s.median),
+            fmt_ns(s.max),
+            format!("{:.2}", s.median / plain.median),
+            if same[mode] { "yes" } else { "NO" }.to_string(),
+        ]);
+    }
+    table.note(format!(
+        "wall time of {reps} runs each, alternating; service CPU {}; same output = stdout, stderr and exit status \
+         equal to the first plain run",
+        format_cpu_list(service_cpus)
+    ));
+    print!("{}", table.render());
+    if stats {
+        if let Some((summary, wall_ns)) = &last_summary {
+            print!("{}", summary.table(service_cpus, *wall_ns).render());
+        }
+    }
+    if !(same[0] && same[1]) {
+        bail!("the runs did not all give the same output (see the table)");
+    }
+    Ok(())
 }
 
 /// The shell's convention: the exit code, or 128 + the signal that ended the program.
@@ -220,6 +295,9 @@ impl Launch {
                 None => command.env_remove("COREHOP_STATS_FILE"),
             };
         }
+        if self.capture {
+            command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+        }
         // The child inherits the CPU mask of the thread that starts it: narrow ours for the
         // spawn, then put it back.
         let previous = sys::affinity().context("reading this thread's CPU affinity")?;
@@ -231,8 +309,14 @@ impl Launch {
         if self.cpus.is_some() {
             sys::set_affinity(&previous).context("restoring this thread's CPU affinity")?;
         }
-        let mut child = spawned.with_context(|| format!("starting {}", program.to_string_lossy()))?;
-        let status = child.wait().context("waiting for the program")?;
+        let child = spawned.with_context(|| format!("starting {}", program.to_string_lossy()))?;
+        let (status, output) = if self.capture {
+            let out = child.wait_with_output().context("waiting for the program")?;
+            (out.status, Some((out.stdout, out.stderr)))
+        } else {
+            let mut child = child;
+            (child.wait().context("waiting for the program")?, None)
+        };
         let wall_ns = start.elapsed().as_nanos() as u64;
         let summary = match self.offload.as_ref().and_then(|o| o.stats_file.as_ref()) {
             Some(path) => {
@@ -245,7 +329,7 @@ impl Launch {
             }
             None => None,
         };
-        Ok(Finished { status, wall_ns, summary })
+        Ok(Finished { status, wall_ns, summary, output })
     }
 }
 
@@ -569,6 +653,7 @@ pub fn tour() -> anyhow::Result<()> {
                 }
                 let launch = Launch {
                     command,
+                    capture: false,
                     cpus: Some(app.clone()),
                     offload: with_offload.then(|| Offload {
                         library: library.clone(),
