@@ -75,6 +75,36 @@ fn tiny_run_reports_every_policy_against_never() {
 }
 
 #[test]
+fn recorded_traces_replay_in_predict() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("run");
+    let out = corehop(&[
+        "bench",
+        "offload",
+        "--quick",
+        "--policies",
+        "never",
+        "--txns",
+        "5",
+        "--requests",
+        "20",
+        "--record-trace",
+        prefix.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for (workload, calls) in [("sqlite", 5 * 6), ("files", 20 * 5)] {
+        let trace = dir.path().join(format!("run-{workload}.csv"));
+        let text = std::fs::read_to_string(&trace).unwrap();
+        assert_eq!(text.lines().count(), 1 + calls, "{workload}: header + one line per call");
+        let out = corehop(&["predict", "--trace", trace.to_str().unwrap(), "--json"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v[0]["calls"], calls);
+        assert_eq!(v[0]["format"], "csv");
+    }
+}
+
+#[test]
 fn table_output_names_the_baseline() {
     let out = corehop(&[
         "bench",

@@ -485,7 +485,7 @@ pub struct Offloader<'s> {
     pick_state: PickState,
     stats: OffloadStats,
     epoch: Option<Epoch>,
-    profile: Option<Vec<(CallKind, u64)>>,
+    profile: Option<Vec<(CallDesc, u64)>>,
 }
 
 /// A call site from the caller's source location.
@@ -507,15 +507,15 @@ impl<'s> Offloader<'s> {
         }
     }
 
-    /// Record every call's kind and run length, for building a static profile
-    /// ([`corehop_policy::offload::StaticProfile::from_profile`]) from a profiling run.
+    /// Record every call's description and run length: a trace (for `corehop predict`) and
+    /// the input of a static profile ([`corehop_policy::offload::StaticProfile::from_profile`]).
     pub fn with_profile(mut self) -> Offloader<'s> {
         self.profile = Some(Vec::new());
         self
     }
 
-    /// The (kind, run ns) pairs recorded since [`Offloader::with_profile`] (then empty).
-    pub fn take_profile(&mut self) -> Vec<(CallKind, u64)> {
+    /// The (call, run ns) pairs recorded since [`Offloader::with_profile`] (then empty).
+    pub fn take_profile(&mut self) -> Vec<(CallDesc, u64)> {
         self.profile.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
@@ -591,7 +591,7 @@ impl<'s> Offloader<'s> {
     fn learn(&mut self, desc: &CallDesc, run: u64) {
         self.policy.observe(desc, run);
         if let Some(profile) = &mut self.profile {
-            profile.push((desc.kind, run));
+            profile.push((*desc, run));
         }
     }
 

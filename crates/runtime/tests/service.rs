@@ -248,7 +248,7 @@ fn a_profiling_run_chooses_the_static_set() {
     assert_eq!(profile.len(), 7);
     assert!(off.take_profile().is_empty());
     // Hop cost 100 µs: only the 1 ms closures (an `Other` kind) are worth moving.
-    let chosen = StaticProfile::from_profile(profile, 100_000);
+    let chosen = StaticProfile::from_profile(profile.iter().map(|(call, run)| (call.kind, *run)), 100_000);
     assert_eq!(chosen.kinds.len(), 1, "{chosen:?}");
     assert!(chosen.kinds.keys().all(|k| k.starts_with("other:")));
     assert!(!chosen.kinds.contains_key(CallKind::Write.name().unwrap()));

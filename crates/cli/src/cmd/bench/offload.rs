@@ -18,6 +18,7 @@
 
 use std::path::{Path, PathBuf};
 
+use anyhow::Context;
 use corehop_policy::offload::{OffloadPolicy, Predicted, StaticProfile, TableForm, TunerConfig};
 use corehop_runtime::service::{thread_cpu_ns, OffloadStats, Offloader, ServiceConfig, ServiceCores};
 use corehop_runtime::sys;
@@ -40,16 +41,17 @@ pub struct Args {
     /// Workloads (comma-separated): sqlite, files.
     #[arg(long, value_delimiter = ',', default_values = ["sqlite", "files"])]
     pub workloads: Vec<String>,
-    /// Repetitions of every policy (min/median/max are over these).
-    #[arg(long, default_value_t = 3)]
-    pub reps: usize,
-    /// Transactions per SQLite run.
-    #[arg(long, default_value_t = 250)]
-    pub txns: usize,
-    /// Requests per file-server run.
-    #[arg(long, default_value_t = 1500)]
-    pub requests: usize,
-    /// A short run (1 repetition, 40 transactions, 200 requests) for smoke tests and the tour.
+    /// Repetitions of every policy (min/median/max are over these) [default: 3; 1 with --quick].
+    #[arg(long)]
+    pub reps: Option<usize>,
+    /// Transactions per SQLite run [default: 250; 40 with --quick].
+    #[arg(long)]
+    pub txns: Option<usize>,
+    /// Requests per file-server run [default: 1500; 200 with --quick].
+    #[arg(long)]
+    pub requests: Option<usize>,
+    /// A short run for smoke tests and the tour: smaller defaults for the three counts above
+    /// (values given explicitly still win).
     #[arg(long)]
     pub quick: bool,
     /// CPU for the application (default: the first this process may use).
@@ -75,6 +77,10 @@ pub struct Args {
     /// wall time).
     #[arg(long)]
     pub json: bool,
+    /// Also write each workload's profiling run (every call run locally, timed in ns) as a
+    /// `corehop predict` CSV trace: PREFIX-sqlite.csv, PREFIX-files.csv.
+    #[arg(long, value_name = "PREFIX")]
+    pub record_trace: Option<PathBuf>,
     /// Draw throughput relative to `never` per workload and policy as bars.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
@@ -194,7 +200,8 @@ pub struct Served {
     pub stats: OffloadStats,
     /// CPU time of the application threads.
     pub cpu_ns: u64,
-    pub profile: Vec<(corehop_policy::offload::CallKind, u64)>,
+    /// Every call of a profiling run with its run length.
+    pub profile: Vec<(corehop_policy::offload::CallDesc, u64)>,
 }
 
 /// A temporary directory removed on drop.
@@ -256,7 +263,8 @@ struct Samples {
 }
 
 struct Bench<'a> {
-    args: &'a Args,
+    counts: &'a Counts,
+    seed: u64,
     cores: &'a ServiceCores,
     app_cpu: usize,
     dir: &'a Path,
@@ -278,7 +286,7 @@ impl Bench<'_> {
                 if profile {
                     off = off.with_profile();
                 }
-                let run = sqlite::run(data, &mut off, self.args.txns, self.args.seed)?;
+                let run = sqlite::run(data, &mut off, self.counts.txns, self.seed)?;
                 let cpu_ns = thread_cpu_ns(sys::gettid()).unwrap_or(0).saturating_sub(cpu0);
                 Ok((run, Served { stats: off.stats(), cpu_ns, profile: off.take_profile() }))
             }
@@ -288,21 +296,29 @@ impl Bench<'_> {
                 policy,
                 profile,
                 self.app_cpu,
-                self.args.requests,
-                self.args.seed,
+                self.counts.requests,
+                self.seed,
             ),
         }
     }
 }
 
-pub fn run(mut args: Args) -> anyhow::Result<()> {
-    if args.quick {
-        args.reps = 1;
-        args.txns = 40;
-        args.requests = 200;
-    }
+/// The counts a run uses, after `--quick` and explicit values.
+struct Counts {
+    reps: usize,
+    txns: usize,
+    requests: usize,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let (reps, txns, requests) = if args.quick { (1, 40, 200) } else { (3, 250, 1500) };
+    let counts = Counts {
+        reps: args.reps.unwrap_or(reps),
+        txns: args.txns.unwrap_or(txns),
+        requests: args.requests.unwrap_or(requests),
+    };
     anyhow::ensure!(
-        args.reps > 0 && args.txns > 0 && args.requests > 0,
+        counts.reps > 0 && counts.txns > 0 && counts.requests > 0,
         "--reps, --txns and --requests must be at least 1"
     );
     let mut choices = vec![PolicyChoice::Never];
@@ -332,7 +348,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         scope
             .spawn(|| -> anyhow::Result<Output> {
                 sys::pin_current_thread(app_cpu)?;
-                measure(&args, &cores, &choices, &workloads, app_cpu, service_cpu)
+                measure(&args, &counts, &cores, &choices, &workloads, app_cpu, service_cpu)
             })
             .join()
             .map_err(|_| anyhow::anyhow!("benchmark thread panicked"))?
@@ -361,6 +377,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
 
 fn measure(
     args: &Args,
+    counts: &Counts,
     cores: &ServiceCores,
     choices: &[PolicyChoice],
     workloads: &[Workload],
@@ -369,8 +386,8 @@ fn measure(
 ) -> anyhow::Result<Output> {
     let hop_ns = cores.round_trip_ns(2000);
     let scratch = Scratch::new()?;
-    let bench = Bench { args, cores, app_cpu, dir: &scratch.0 };
-    let bar = report::progress((workloads.len() * (1 + args.reps * choices.len())) as u64, "offload");
+    let bench = Bench { counts, seed: args.seed, cores, app_cpu, dir: &scratch.0 };
+    let bar = report::progress((workloads.len() * (1 + counts.reps * choices.len())) as u64, "offload");
     let mut results = vec![];
     for &workload in workloads {
         let data = match workload {
@@ -383,10 +400,16 @@ fn measure(
         // Profiling pass (also the warm-up): every call local, run lengths recorded.
         bar.set_message(format!("{} profile", workload.name()));
         let (_, served) = bench.one(workload, OffloadPolicy::Never, true, &data)?;
-        let profile = StaticProfile::from_profile(served.profile, hop_ns);
+        if let Some(prefix) = &args.record_trace {
+            let path = PathBuf::from(format!("{}-{}.csv", prefix.display(), workload.name()));
+            write_trace(&path, &served.profile)?;
+            bar.println(format!("trace of the profiling run written to {}", path.display()));
+        }
+        let profile =
+            StaticProfile::from_profile(served.profile.iter().map(|(call, run)| (call.kind, *run)), hop_ns);
         bar.inc(1);
         let mut samples: Vec<Samples> = choices.iter().map(|_| Samples::default()).collect();
-        for _ in 0..args.reps {
+        for _ in 0..counts.reps {
             for (i, choice) in choices.iter().enumerate() {
                 bar.set_message(format!("{} {}", workload.name(), choice.name()));
                 let before = cores.stats()[0];
@@ -429,6 +452,20 @@ fn measure(
     }
     bar.finish_and_clear();
     Ok(Output { hop_round_trip_ns: hop_ns, app_cpu, service_cpu, shared_cpu: false, results })
+}
+
+/// Writes calls as a `corehop predict` CSV trace (`call,fd,size,site,run_ns`).
+fn write_trace(path: &Path, calls: &[(corehop_policy::offload::CallDesc, u64)]) -> anyhow::Result<()> {
+    use std::fmt::Write as _;
+    let mut text = String::from("call,fd,size,site,run_ns\n");
+    for (call, run) in calls {
+        let name = match call.kind.name() {
+            Some(name) => name.to_string(),
+            None => format!("{:?}", call.kind).to_lowercase().replace(['(', ')'], ""),
+        };
+        writeln!(text, "{name},{},{},{},{run}", call.fd, call.size, call.site)?;
+    }
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
 fn pct(x: f64) -> String {
@@ -495,9 +532,9 @@ pub fn tour() -> anyhow::Result<()> {
     let args = Args {
         policies: PolicyChoice::ALL.map(|p| p.name().to_string()).to_vec(),
         workloads: vec!["sqlite".into(), "files".into()],
-        reps: 1,
-        txns: 40,
-        requests: 200,
+        reps: None,
+        txns: None,
+        requests: None,
         quick: true,
         app_cpu: None,
         service_cpu: None,
@@ -505,6 +542,7 @@ pub fn tour() -> anyhow::Result<()> {
         idle_spin_us: 50,
         seed: 1,
         json: false,
+        record_trace: None,
         plot: None,
     };
     run(args)?;
