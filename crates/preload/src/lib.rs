@@ -53,8 +53,10 @@
 //! points and are not seen. The service thread shares the process's descriptors, working
 //! directory and credentials; a thread that changed its own (with `unshare(CLONE_FILES)`,
 //! `setfsuid`, Landlock) should not run with offload. The program has one more thread per
-//! service CPU. A signal handler that `longjmp`s out of a call waiting for its reply is not
-//! supported.
+//! service CPU. A signal handler that `longjmp`s out of a call waiting for its reply, and
+//! asynchronous thread cancellation during that wait, are not supported (the service thread
+//! may still write into the abandoned buffer). A process that ends with `_exit` or a signal
+//! writes no summary.
 //!
 //! Configuration: environment variables, see [`config`]. Summary format: see [`stats`].
 #![deny(unsafe_op_in_unsafe_fn)]
