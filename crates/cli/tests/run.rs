@@ -419,3 +419,28 @@ fn compare_runs_both_ways_and_checks_the_outputs() {
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("did not all give the same output"), "{}", text(&out.stderr));
 }
+
+#[test]
+fn several_service_cpus_serve_a_multi_threaded_program() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 {
+        eprintln!("skipped: needs two CPUs, this process may use {cpus}");
+        return;
+    }
+    if !have("python3") {
+        return;
+    }
+    let (_root, plain, offload) = dirs();
+    let script = "import threading\n\
+        def work(i):\n    data = bytes([i]) * 300000\n    with open(f't{i}.bin', 'wb') as f:\n        f.write(data)\n    \
+        with open(f't{i}.bin', 'rb') as f:\n        assert f.read() == data\n\
+        ts = [threading.Thread(target=work, args=(i,)) for i in range(6)]\n\
+        [t.start() for t in ts]\n[t.join() for t in ts]\nprint('ok')\n";
+    input(&plain, &offload, "threads.py", script.as_bytes());
+    let pair = run_pair(&["python3", "threads.py"], &plain, &offload, &["--service-cpus", "0,1"], &[]);
+    pair.assert_same();
+    assert!(pair.total("offloaded") > 0, "{}", pair.summary);
+    for i in 0..6 {
+        assert_same_file(&plain, &offload, &format!("t{i}.bin"));
+    }
+}
