@@ -41,22 +41,16 @@ pub fn ps_to_ns(ps: Ps) -> f64 {
     ps as f64 / PS_PER_NS as f64
 }
 
-/// One scheduled event. Ordered by time, then by the order it was scheduled: both packed into
-/// one `u128` key (time in the high half) so that a heap comparison is a single compare.
+/// One scheduled event. Ordered by time, then by the order it was scheduled.
 struct Pending<E> {
-    key: u128,
+    at: Ps,
+    seq: u64,
     event: E,
-}
-
-impl<E> Pending<E> {
-    fn at(&self) -> Ps {
-        (self.key >> 64) as Ps
-    }
 }
 
 impl<E> PartialEq for Pending<E> {
     fn eq(&self, other: &Self) -> bool {
-        self.key == other.key
+        (self.at, self.seq) == (other.at, other.seq)
     }
 }
 impl<E> Eq for Pending<E> {}
@@ -68,7 +62,7 @@ impl<E> PartialOrd for Pending<E> {
 impl<E> Ord for Pending<E> {
     // Reversed so that `BinaryHeap` (a max-heap) pops the earliest (time, seq) first.
     fn cmp(&self, other: &Self) -> Ordering {
-        other.key.cmp(&self.key)
+        other.at.cmp(&self.at).then(other.seq.cmp(&self.seq))
     }
 }
 
@@ -127,8 +121,7 @@ impl<E> Sim<E> {
     pub fn schedule_at(&mut self, at: Ps, event: E) {
         let seq = self.next_seq;
         self.next_seq += 1;
-        let at = at.max(self.now);
-        self.queue.push(Pending { key: (u128::from(at) << 64) | u128::from(seq), event });
+        self.queue.push(Pending { at: at.max(self.now), seq, event });
     }
 
     /// Schedules `event` `delay` picoseconds from now.
@@ -146,14 +139,14 @@ impl<E> Sim<E> {
     /// Removes the next event and advances the clock to it.
     fn pop(&mut self) -> Option<E> {
         let next = self.queue.pop()?;
-        self.now = next.at();
+        self.now = next.at;
         self.stats.now = self.now;
         self.delivered += 1;
         Some(next.event)
     }
 
     fn next_time(&self) -> Option<Ps> {
-        self.queue.peek().map(Pending::at)
+        self.queue.peek().map(|p| p.at)
     }
 }
 

@@ -395,7 +395,11 @@ fn draw(path: &Path, runs: &[(Point, Report)]) -> anyhow::Result<()> {
                 }),
             }
         }
-        report::plot_lines(path, &title, &first.0.settings[keys - 1].0, &headline, Scale::Linear, &series)
+        // Sweeps over orders of magnitude read better on a log axis.
+        let xs = || series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
+        let (lo, hi) = (xs().fold(f64::INFINITY, f64::min), xs().fold(0.0, f64::max));
+        let scale = if lo > 0.0 && hi / lo >= 100.0 { Scale::Log10 } else { Scale::Linear };
+        report::plot_lines(path, &title, &first.0.settings[keys - 1].0, &headline, scale, &series)
     } else if keys > 0 {
         let bars: Vec<(String, f64)> = runs
             .iter()
