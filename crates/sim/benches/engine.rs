@@ -7,7 +7,9 @@
 //! - `engine/switch-model`: a real model, the core-switching micro-benchmark (six events per
 //!   hopped call, run queues, busy/idle ledger, hop timing, `policy::pick`), on `switch-cs`.
 //!
-//! Criterion reports the throughput in elements (= events) per second.
+//! Criterion reports the throughput in elements (= events) per second of wall-clock time. On a
+//! shared machine that understates the engine; for CPU time, run one iteration under `time`:
+//! `/usr/bin/time -f %U target/release/deps/engine-* --test engine/queue` (10⁶ events).
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use rand::Rng;
