@@ -54,6 +54,23 @@ fn recorded_traces_replay_with_sane_scores() {
 }
 
 #[test]
+fn in_process_traces_from_the_bench_replay() {
+    // Recorded with `corehop bench offload --policies never --record-trace …` (ns timings).
+    for (name, calls) in [("sqlite-inprocess.csv", 1500), ("fileserver-inprocess.csv", 2000)] {
+        let path = fixture(name);
+        let v = json(&["predict", "--trace", path.to_str().unwrap(), "--thresholds", "2000,20000", "--json"]);
+        assert_eq!(v[0]["calls"], calls, "{name}");
+        assert_eq!(v[0]["format"], "csv");
+        for form in v[0]["forms"].as_array().unwrap() {
+            for d in form["decisions"].as_array().unwrap() {
+                let right = d["right"].as_f64().unwrap();
+                assert!((0.0..=1.0).contains(&right) && d["best_constant"].as_f64().unwrap() >= 0.5);
+            }
+        }
+    }
+}
+
+#[test]
 fn named_only_keeps_just_the_papers_calls() {
     let path = fixture("sqlite.strace");
     let all = json(&["predict", "--trace", path.to_str().unwrap(), "--json"]);

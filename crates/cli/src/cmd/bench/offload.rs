@@ -403,7 +403,7 @@ fn measure(
         if let Some(prefix) = &args.record_trace {
             let path = PathBuf::from(format!("{}-{}.csv", prefix.display(), workload.name()));
             write_trace(&path, &served.profile)?;
-            bar.println(format!("trace of the profiling run written to {}", path.display()));
+            eprintln!("trace of the {} profiling run written to {}", workload.name(), path.display());
         }
         let profile =
             StaticProfile::from_profile(served.profile.iter().map(|(call, run)| (call.kind, *run)), hop_ns);
