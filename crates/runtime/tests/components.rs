@@ -419,3 +419,59 @@ proptest! {
         prop_assert!(s.components.iter().all(|c| c.poisoned == 0 && !c.dead));
     }
 }
+
+/// Forwards after burning `ns` of CPU: a bottleneck that keeps its input channel full.
+struct Slow {
+    ns: u64,
+}
+
+impl Component for Slow {
+    type In = u64;
+    type Out = u64;
+    fn handle(&mut self, m: u64, out: &mut Outbox<u64>) {
+        let t0 = sys::now_ns();
+        while sys::now_ns() - t0 < self.ns {
+            std::hint::spin_loop();
+        }
+        out.push(m);
+    }
+}
+
+/// Regression: a producer blocked on a full channel to another CPU used to register for a
+/// wake-up too early; the consumer spent the registration on room the producer had already
+/// refilled, and both CPUs slept for good within a few hundred messages.
+#[test]
+fn a_bottleneck_on_another_cpu_never_strands_a_blocked_producer() {
+    let m = machine();
+    let far = CpuId(m.cpus().len() - 1);
+    for idle in [Idle::Park, Idle::PollThenPark] {
+        let mut b = PipelineBuilder::new(&m).unwrap();
+        b.idle(idle);
+        let (t1, r1) = b.spsc::<u64>(256).unwrap();
+        let (t2, r2) = b.spsc::<u64>(256).unwrap();
+        let (t3, r3) = b.spsc::<u64>(256).unwrap();
+        let next = Arc::new(AtomicU64::new(0));
+        let crashes = Arc::new(Crashes::default());
+        let (n, c) = (next.clone(), crashes.clone());
+        b.component("source", CpuId(0), move || Source {
+            next: n.clone(),
+            total: 20_000,
+            crashes: c.clone(),
+        })
+        .output(t1)
+        .add()
+        .unwrap();
+        b.component("fast", CpuId(0), || Slow { ns: 0 }).input(r1).output(t2).add().unwrap();
+        b.component("slow", far, || Slow { ns: 1_000 }).input(r2).output(t3).add().unwrap();
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let g = got.clone();
+        b.component("sink", far, move || Sink { stage: 9, got: g.clone(), crashes: crashes.clone() })
+            .input(r3)
+            .add()
+            .unwrap();
+        let p = b.start().unwrap();
+        wait_for(&got, 20_000);
+        p.stop();
+        assert_eq!(*got.lock().unwrap(), (0..20_000).collect::<Vec<_>>(), "{idle:?}");
+    }
+}

@@ -23,10 +23,16 @@
 //!
 //! Either the sender's load sees `PARKED` (and wakes the host; a host not yet in `futex_wait`
 //! returns at once because the word is no longer `PARKED`), or the host's check sees the
-//! message: the two `SeqCst` fences order one before the other. A consumer that frees space
-//! runs the same protocol towards `tx_waiters`. A host that adopts a moved component sets its
-//! bit in `rx` before it next checks for work, so a sender that still read the old mask has
-//! its message seen by that check.
+//! message: the two `SeqCst` fences order one before the other. A host that adopts a moved
+//! component sets its bit in `rx` before it next checks for work, so a sender that still read
+//! the old mask has its message seen by that check.
+//!
+//! Room works the other way round. A consumer, after popping, takes (swaps to zero) the
+//! `tx_waiters` mask and wakes those hosts. A host registers there only inside its final
+//! check, after its word says `PARKED`: register, fence, look at the queue again. Registering
+//! any earlier is a lost wake-up waiting to happen: a consumer may spend the registration on
+//! room it made *before* the registration, which the host has since filled again, and the
+//! host would then sleep on a full queue with nobody left to wake it.
 use std::marker::PhantomData;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -167,9 +173,12 @@ impl<M> Chan<M> {
         self.rx.store(mask, Ordering::SeqCst);
     }
 
-    /// Host `host` wants a wake-up when room appears.
-    pub(crate) fn add_tx_waiter(&self, host: usize) {
+    /// Registers host `host` (already marked as about to park) to be woken when room appears,
+    /// then looks again: true if there is room after all.
+    pub(crate) fn wait_for_room(&self, host: usize) -> bool {
         self.tx_waiters.fetch_or(1u64 << host, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        !self.queue.is_full()
     }
 
     pub(crate) fn pop(&self) -> Option<M> {
@@ -186,9 +195,8 @@ impl<M> Chan<M> {
     }
 
     /// Pushes from the front of `staged` until the queue is full; wakes the consumer once if
-    /// anything went in. When something stays behind, registers `host` (if any) to be woken
-    /// when room appears. Returns whether `staged` is now empty.
-    pub(crate) fn push_from(&self, staged: &mut std::collections::VecDeque<M>, host: Option<usize>) -> bool {
+    /// anything went in. Returns whether `staged` is now empty.
+    pub(crate) fn push_from(&self, staged: &mut std::collections::VecDeque<M>) -> bool {
         let mut pushed = false;
         while let Some(m) = staged.pop_front() {
             match self.queue.push(m) {
@@ -196,21 +204,6 @@ impl<M> Chan<M> {
                 Err(m) => {
                     staged.push_front(m);
                     break;
-                }
-            }
-        }
-        if !staged.is_empty() {
-            if let Some(h) = host {
-                self.add_tx_waiter(h);
-            }
-            // The consumer may have made room between our failed push and the registration.
-            while let Some(m) = staged.pop_front() {
-                match self.queue.push(m) {
-                    Ok(()) => pushed = true,
-                    Err(m) => {
-                        staged.push_front(m);
-                        break;
-                    }
                 }
             }
         }

@@ -126,7 +126,7 @@ pub(crate) fn run(
         let mut did = 0;
         for slot in slots.iter_mut() {
             let t0 = sys::now_ns();
-            let n = slot.run(cfg.batch, cfg.index);
+            let n = slot.run(cfg.batch);
             if n > 0 {
                 let t1 = sys::now_ns();
                 let work = t1.saturating_sub(t0);
@@ -142,8 +142,8 @@ pub(crate) fn run(
         }
 
         // Idle. A host with nothing placed on it always sleeps.
-        let ready_now = |slots: &[Box<dyn Runnable>]| {
-            me.pending.load(Ordering::Relaxed) || slots.iter().any(|s| s.has_work())
+        let ready_now = |slots: &[Box<dyn Runnable>], sleeping: Option<usize>| {
+            me.pending.load(Ordering::Relaxed) || slots.iter().any(|s| s.has_work(sleeping))
         };
         let idle_start = sys::now_ns();
         let spin_for = match (cfg.idle, slots.is_empty()) {
@@ -155,7 +155,7 @@ pub(crate) fn run(
         let mut now = idle_start;
         'spin: loop {
             for _ in 0..16 {
-                if ready_now(&slots) {
+                if ready_now(&slots, None) {
                     found = true;
                     break 'spin;
                 }
@@ -169,7 +169,7 @@ pub(crate) fn run(
         me.stats.spin_ns.fetch_add(now.saturating_sub(idle_start), Ordering::Relaxed);
         if !found {
             signal.prepare_park();
-            if ready_now(&slots) {
+            if ready_now(&slots, Some(cfg.index)) {
                 signal.cancel_park();
             } else {
                 me.stats.parks.fetch_add(1, Ordering::Relaxed);

@@ -107,9 +107,17 @@ pub struct Outbox<M> {
     room: usize,
 }
 
-impl<M> Outbox<M> {
-    fn new() -> Self {
+impl<M> Default for Outbox<M> {
+    /// An outbox with unlimited room, for running a handler outside a pipeline (tests).
+    fn default() -> Self {
         Outbox { staged: std::collections::VecDeque::new(), room: usize::MAX }
+    }
+}
+
+impl<M> Outbox<M> {
+    /// What was staged, in order (for running a handler outside a pipeline).
+    pub fn into_staged(self) -> Vec<M> {
+        self.staged.into()
     }
 
     /// Stages `msg`. More than [`Outbox::room`] is allowed; the component then waits until
@@ -410,7 +418,7 @@ impl<C: Component> ComponentSpec<'_, C> {
             comp: Some(comp),
             input,
             output,
-            outbox: Outbox::new(),
+            outbox: Outbox::default(),
             redeliver: None,
             exhausted: false,
             stats: stats.clone(),

@@ -26,10 +26,12 @@ pub(crate) struct ComponentStats {
 pub(crate) trait Runnable: Send {
     fn id(&self) -> ComponentId;
     /// Handles up to `budget` messages (or one poll of a source); returns how many messages it
-    /// handled or produced. `host` is the index of the running host.
-    fn run(&mut self, budget: usize, host: usize) -> usize;
-    /// Whether [`Runnable::run`] would find something to do now.
-    fn has_work(&self) -> bool;
+    /// handled or produced.
+    fn run(&mut self, budget: usize) -> usize;
+    /// Whether [`Runnable::run`] would find something to do now. With `sleeping_host`, the
+    /// host is about to sleep (its futex word already says so): a component blocked on a full
+    /// output registers that host to be woken when room appears, then looks again.
+    fn has_work(&self, sleeping_host: Option<usize>) -> bool;
     /// The component now runs on host `host` (or on none while it is handed over).
     fn attach(&self, host: Option<usize>);
     /// Charges `ns` of work (duty-cycle stall included) to the component.
@@ -56,9 +58,9 @@ impl<C: Component> Slot<C> {
     }
 
     /// Moves staged outputs into the output channel; false while some stay behind (blocked).
-    fn flush(&mut self, host: usize) -> bool {
+    fn flush(&mut self) -> bool {
         match &self.output {
-            Some(out) => out.push_from(&mut self.outbox.staged, Some(host)),
+            Some(out) => out.push_from(&mut self.outbox.staged),
             None => {
                 // A sink: what it stages goes nowhere.
                 self.outbox.staged.clear();
@@ -87,16 +89,12 @@ impl<C: Component> Runnable for Slot<C> {
         self.id
     }
 
-    fn run(&mut self, budget: usize, host: usize) -> usize {
-        if self.comp.is_none() || !self.flush(host) {
+    fn run(&mut self, budget: usize) -> usize {
+        if self.comp.is_none() || !self.flush() {
             return 0;
         }
         let room = self.room();
         if room == 0 {
-            // Output full: be woken when the consumer makes room (has_work says no till then).
-            if let Some(out) = &self.output {
-                out.add_tx_waiter(host);
-            }
             return 0;
         }
         let mut did = 0;
@@ -114,12 +112,12 @@ impl<C: Component> Runnable for Slot<C> {
                         // No input: a source produces spontaneously.
                         if self.input.is_none() && !self.exhausted {
                             let mark = self.outbox.staged.len();
-                            self.outbox.room = room - mark;
+                            self.outbox.room = room;
                             match catch_unwind(AssertUnwindSafe(|| comp.poll(&mut self.outbox))) {
                                 Ok(true) => {
                                     let n = self.outbox.staged.len() - mark;
                                     self.stats.produced.fetch_add(n as u64, Ordering::Relaxed);
-                                    did += n.max(1);
+                                    did += n;
                                 }
                                 Ok(false) => self.exhausted = true,
                                 Err(_) => self.restart(mark),
@@ -131,7 +129,7 @@ impl<C: Component> Runnable for Slot<C> {
             };
             let copy = msg.clone();
             let mark = self.outbox.staged.len();
-            self.outbox.room = room - mark;
+            self.outbox.room = room;
             did += 1;
             match catch_unwind(AssertUnwindSafe(|| comp.handle(msg, &mut self.outbox))) {
                 Ok(()) => {
@@ -153,18 +151,24 @@ impl<C: Component> Runnable for Slot<C> {
                 i.after_pop();
             }
         }
-        self.flush(host);
+        self.flush();
         did
     }
 
-    fn has_work(&self) -> bool {
+    fn has_work(&self, sleeping_host: Option<usize>) -> bool {
         if self.comp.is_none() {
             return false;
         }
-        // Nothing moves while the output is full; `run` has then registered this host to be
-        // woken by the consumer.
-        if self.output.as_ref().is_some_and(|o| o.is_full()) {
-            return false;
+        // Nothing moves while the output is full. Registering only here, right before the
+        // host sleeps, matters: a consumer clears every registration it sees, so one made
+        // earlier may already have been spent on room that this host has since filled again.
+        if let Some(out) = &self.output {
+            if out.is_full() {
+                match sleeping_host {
+                    Some(h) if out.wait_for_room(h) => {}
+                    _ => return false,
+                }
+            }
         }
         if !self.outbox.staged.is_empty() || self.redeliver.is_some() {
             return true;
@@ -178,13 +182,6 @@ impl<C: Component> Runnable for Slot<C> {
     fn attach(&self, host: Option<usize>) {
         if let Some(i) = &self.input {
             i.set_consumer(host);
-        }
-        // Outputs staged on the old host may be blocked on a full channel: the new host must
-        // be the one woken when room appears.
-        if let (Some(h), Some(out)) = (host, &self.output) {
-            if !self.outbox.staged.is_empty() {
-                out.add_tx_waiter(h);
-            }
         }
     }
 

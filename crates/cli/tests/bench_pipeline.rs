@@ -1,0 +1,101 @@
+//! `corehop bench pipeline` end to end on tiny runs: the JSON shape, the same-run baseline,
+//! intact frames, the controller row, and clear errors for bad flags. No assertion on speed.
+
+use std::process::Command;
+
+fn corehop(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_corehop")).args(args).env("CI", "1").output().expect("corehop runs")
+}
+
+#[test]
+fn tiny_run_reports_every_configuration_against_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("pipeline.svg");
+    let out = corehop(&[
+        "bench",
+        "pipeline",
+        "--placements",
+        "one-core,split,smt",
+        "--speeds",
+        "1,0.5",
+        "--idle",
+        "park,poll-then-park",
+        "--duration-ms",
+        "30",
+        "--reps",
+        "2",
+        "--epoch-ms",
+        "10",
+        "--json",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cpus = v["cpus"].as_u64().unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    let fixed = if cpus >= 2 { 2 } else { 1 } * 2 * 2;
+    assert_eq!(rows.len(), fixed + 1, "placements × speeds × idle modes, then the controller");
+    assert_eq!(rows[0]["placement"], "one-core");
+    assert_eq!(rows[0]["idle"], "park");
+    assert_eq!(rows[0]["vs_baseline"].as_f64().unwrap(), 1.0);
+    for r in rows {
+        assert_eq!(r["bad_frames"], 0, "every frame passed the checksum and order checks: {r}");
+        assert_eq!(r["throughput_fps"]["samples"], 2);
+        assert_eq!(r["layout"].as_array().unwrap().len(), 4);
+        for c in ["driver", "ip", "tcp", "app"] {
+            assert!(r["utilisation"][c].as_f64().unwrap() >= 0.0);
+        }
+    }
+    assert_eq!(rows[1]["speeds"][0].as_f64().unwrap(), 1.0);
+    assert_eq!(rows[2]["speeds"][0].as_f64().unwrap(), 0.5);
+    assert_eq!(rows.last().unwrap()["placement"], "controller");
+    let skipped = v["skipped"].as_array().unwrap();
+    assert!(skipped.iter().any(|s| s["placement"] == "smt") || cpus >= 2, "{skipped:?}");
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+}
+
+#[test]
+fn the_table_names_the_baseline_and_skipped_placements() {
+    let out = corehop(&[
+        "bench",
+        "pipeline",
+        "--placements",
+        "one-core,dedicated",
+        "--speeds",
+        "1",
+        "--idle",
+        "poll",
+        "--duration-ms",
+        "20",
+        "--reps",
+        "1",
+        "--no-controller",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("×base"), "{text}");
+    assert!(text.contains("refused by a checksum or order check: 0"), "{text}");
+    assert!(!text.contains("controller"));
+}
+
+#[test]
+fn bad_flags_are_clear_errors() {
+    for (args, expect) in [
+        (&["--speeds", "0"][..], "outside (0, 1]"),
+        (&["--speeds", "1.5"][..], "outside (0, 1]"),
+        (&["--placements", "everywhere"][..], "unknown placement \"everywhere\""),
+        (&["--idle", "nap"][..], "unknown idle mode \"nap\""),
+        (&["--reps", "0"][..], "--reps must be at least 1"),
+        (&["--capacity", "0"][..], "--capacity must be at least 1"),
+        (&["--rate=-5"][..], "--rate must be a positive"),
+    ] {
+        let mut all = vec!["bench", "pipeline", "--duration-ms", "5"];
+        all.extend_from_slice(args);
+        let out = corehop(&all);
+        assert!(!out.status.success(), "{args:?} should fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(expect), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
