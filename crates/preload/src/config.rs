@@ -6,7 +6,7 @@
 //! | `COREHOP_POLICY` | which calls go across: `never`, `always`, `size[:BYTES]`, … (see [`crate::decide`]) | `size:4096` |
 //! | `COREHOP_SPIN_NS` | how long a caller spins for its reply before sleeping, and an idle service thread before sleeping | 20000 |
 //! | `COREHOP_STALL_TIMEOUT_NS` | how long a caller waits for its request to be claimed before running it itself | 10000000 |
-//! | `COREHOP_STATS_FILE` | file to append the exit summary to (see [`crate::stats`]) | none |
+//! | `COREHOP_STATS_FILE` | file to append the exit summary to (see [`crate::stats`]); `-` is stderr | none |
 //! | `COREHOP_TEST_SERVICE_STALL_NS` | **tests only**: each service thread sleeps this long before claiming a batch, to exercise the stall fallback | 0 |
 //!
 //! A bad value is reported once on stderr and turns offload off; the program still runs.

@@ -118,6 +118,10 @@ fn start_up() -> bool {
     PID.store(sys::getpid(), SeqCst);
     // SAFETY: the three handlers are plain functions that only touch atomics and static state.
     unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork_parent), Some(after_fork_child)) };
+    // Registered now, after the program's own early `atexit` handlers, so it runs before them
+    // (they run in reverse): GNU tools close stderr in theirs.
+    // SAFETY: `at_exit` is a plain function that touches static state and makes raw syscalls.
+    unsafe { libc::atexit(at_exit) };
     let _ = CONFIG.set(config);
     true
 }
@@ -177,10 +181,6 @@ extern "C" fn at_exit() {
         stats::write_summary(path, lanes, service::PIN_FAILED.load(SeqCst) == 0);
     }
 }
-
-#[used]
-#[link_section = ".fini_array"]
-static AT_EXIT: extern "C" fn() = at_exit;
 
 /// The interposed path of every call: decide, offload or run locally, count.
 ///

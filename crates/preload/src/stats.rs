@@ -2,7 +2,8 @@
 //! exit.
 //!
 //! The summary is one line per process, appended with a single raw `write` to the file named
-//! by `COREHOP_STATS_FILE` (`O_APPEND`, so the lines of a process tree do not interleave):
+//! by `COREHOP_STATS_FILE` (`O_APPEND`, so the lines of a process tree do not interleave), or
+//! to stderr when that is `-` (for use without `corehop run`):
 //!
 //! ```text
 //! corehop-preload-v1 pid=1234 lanes=1 pinned=1 read=SEEN:OFF:LOCAL:KEPT:WITHDRAWN:BUSY:SVC_NS:WAIT_NS:LOCAL_NS:LOCAL_TIMED write=...
@@ -114,8 +115,8 @@ impl core::fmt::Write for Line {
     }
 }
 
-/// Appends this process's summary line to `path` (a NUL-terminated C string), if it made any
-/// intercepted call. `lanes` and `pinned` describe the service threads.
+/// Appends this process's summary line to `path` (a NUL-terminated C string; `-` is stderr),
+/// if it made any intercepted call. `lanes` and `pinned` describe the service threads.
 pub fn write_summary(path: &[u8], lanes: usize, pinned: bool) {
     if COUNTERS.iter().all(|c| c.seen.load(Relaxed) == 0) {
         return;
@@ -132,6 +133,10 @@ pub fn write_summary(path: &[u8], lanes: usize, pinned: bool) {
         }
     }
     let _ = line.write_str("\n");
+    if path == b"-\0" {
+        sys::write_all(2, &line.buf[..line.len]);
+        return;
+    }
     let flags = libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_CLOEXEC;
     // SAFETY: `path` is NUL-terminated (checked by the caller); openat reads it only.
     let fd = unsafe {
