@@ -31,7 +31,18 @@ fn fails(args: &[&str]) -> String {
 #[test]
 fn micro_benchmark_prints_the_table_and_the_pivot() {
     let micro = scenario("switch-micro.toml");
-    let out = ok(&["sim", micro.to_str().unwrap(), "--set", "workload.iterations=50"]);
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("bars.svg");
+    let out = ok(&[
+        "sim",
+        micro.to_str().unwrap(),
+        "--set",
+        "workload.iterations=50",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    let bars = std::fs::read_to_string(&svg).unwrap();
+    assert!(bars.contains("<svg") && bars.contains("switch-cs-quarter / wakeup"), "one labelled bar per run");
     assert!(out.contains("switch-micro"), "{out}");
     assert!(out.contains("ns per call by machine.preset and workload.mechanism"), "{out}");
     // The pivot comes last: one row per machine, one column per mechanism.
@@ -143,6 +154,8 @@ fn bad_input_names_file_key_and_problem() {
         assert!(!err.contains("panicked"), "{name}: {err}");
     }
     let good = write(dir.path(), "good.toml", GOOD);
+    let single = ok(&["sim", good.to_str().unwrap()]);
+    assert!(single.contains("1 run") && single.contains("calls hopped: 1.0000 fraction"), "{single}");
     let err = fails(&["sim", good.to_str().unwrap(), "--set", "workload.tasks=-1"]);
     assert!(err.contains("workload.tasks"), "{err}");
     let err = fails(&["sim", good.to_str().unwrap(), "--sweep", "nothing"]);
