@@ -232,6 +232,10 @@ pub struct PlacerConfig {
     pub keep_ratio: f64,
     /// Operations sampled locally and on the owner before an object is judged.
     pub min_samples: u64,
+    /// Active periods an object is watched locally before it can be tried, and on its owner
+    /// before its trial is judged; the first half of each is not measured (caches are still
+    /// warming up, which says nothing about the steady state).
+    pub watch_periods: u64,
     /// Periods a demoted (cheap) object waits before it is tried again.
     pub retry_periods: u64,
     /// Weight of the newest period in the moving averages (heat, costs).
@@ -264,6 +268,7 @@ impl Default for PlacerConfig {
             load_slack: 0.2,
             keep_ratio: 0.9,
             min_samples: 8,
+            watch_periods: 4,
             retry_periods: 50,
             alpha: 0.3,
             saturated_busy: 0.9,
@@ -273,7 +278,7 @@ impl Default for PlacerConfig {
             min_residency: 4,
             replicate_load_share: 0.5,
             replicate_max_writes: 0.05,
-            cold_periods: 20,
+            cold_periods: 100,
             hop_ns_hint: 500.0,
         }
     }
@@ -341,7 +346,8 @@ pub struct ObjectSample {
     /// Operations run on the owner after a hop there.
     pub owner_ops: u64,
     pub owner_ns: u64,
-    /// Time spent hopping to the owner (summed over `owner_ops`).
+    /// CPU time spent moving operations to the owner and back (summed over `owner_ops`); time
+    /// spent waiting in the owner's queue is not counted (the CPUs run other work meanwhile).
     pub hop_ns: u64,
     /// Operations that wrote the object.
     pub writes: u64,
@@ -423,12 +429,19 @@ struct ObjectState {
     heat: Ewma,
     local_ns: Ewma,
     owner_ns: Ewma,
-    /// The best owner cost seen, to notice when the owner starts missing.
-    best_owner_ns: Option<f64>,
+    /// Its cost per operation on the owner when its trial succeeded: what the owner's cache
+    /// gave then, to notice when it starts missing.
+    accepted_owner_ns: Option<f64>,
     hop_ns: Ewma,
     write_share: Ewma,
-    local_samples: u64,
-    owner_samples: u64,
+    /// Periods with operations in the current phase (watching or on trial).
+    phase_periods: u64,
+    /// The last period's sample.
+    recent: ObjectSample,
+    /// Cost (ns, ops) summed over the phase, first period excepted: local operations while
+    /// watching, operations on the owner plus their hops while on trial.
+    watched_local: (f64, u64),
+    trial_owner: (f64, u64),
     idle_periods: u64,
     moved_at: Option<u64>,
     /// Placed by the driver ([`Placer::pin`]): never moved by the placer.
@@ -436,10 +449,30 @@ struct ObjectState {
 }
 
 impl ObjectState {
+    fn enter(&mut self, phase: Phase) {
+        self.phase = phase;
+        self.phase_periods = 0;
+        match phase {
+            Phase::Watching => self.watched_local = (0.0, 0),
+            Phase::OnTrial => self.trial_owner = (0.0, 0),
+            Phase::Scheduled | Phase::Cheap { .. } => {}
+        }
+    }
+
     /// Estimated work per period on its owner, in ns (what it adds to a core's load).
     fn load(&self) -> f64 {
         let cost = self.owner_ns.0.or(self.local_ns.0).unwrap_or(0.0);
         self.heat.0.unwrap_or(0.0) * cost
+    }
+
+    /// Work it brought in the last period alone, in ns.
+    fn recent_load(&self) -> f64 {
+        let cost = self.owner_ns.0.or(self.local_ns.0).unwrap_or(0.0);
+        self.recent.ops() as f64 * cost
+    }
+
+    fn watched_local_ns(&self) -> Option<f64> {
+        (self.watched_local.1 > 0).then(|| self.watched_local.0 / self.watched_local.1 as f64)
     }
 }
 
@@ -630,11 +663,13 @@ impl Placer {
             heat: Ewma::default(),
             local_ns: Ewma::default(),
             owner_ns: Ewma::default(),
-            best_owner_ns: None,
+            accepted_owner_ns: None,
             hop_ns: Ewma::default(),
             write_share: Ewma::default(),
-            local_samples: 0,
-            owner_samples: 0,
+            phase_periods: 0,
+            recent: ObjectSample::default(),
+            watched_local: (0.0, 0),
+            trial_owner: (0.0, 0),
             idle_periods: 0,
             moved_at: None,
             pinned: false,
@@ -649,7 +684,8 @@ impl Placer {
         let (bytes, from) = (o.hints.bytes, o.placement);
         let Some(cpu) = cpu else {
             let o = &mut self.objects[id.0];
-            (o.pinned, o.placement, o.phase) = (false, Placement::Local, Phase::Watching);
+            (o.pinned, o.placement) = (false, Placement::Local);
+            o.enter(Phase::Watching);
             return Ok(from);
         };
         let core = self
@@ -668,7 +704,8 @@ impl Placer {
             return Err(ObjectsError::NoRoom { object: id, bytes, cpu });
         }
         let o = &mut self.objects[id.0];
-        (o.pinned, o.placement, o.phase) = (true, Placement::Core { owner: cpu }, Phase::Scheduled);
+        (o.pinned, o.placement) = (true, Placement::Core { owner: cpu });
+        o.enter(Phase::Scheduled);
         Ok(from)
     }
 
@@ -729,30 +766,37 @@ impl Placer {
     }
 
     fn observe(&mut self, samples: &[ObjectSample]) {
-        let alpha = self.config.alpha;
+        let (alpha, watch) = (self.config.alpha, self.config.watch_periods);
         for (i, o) in self.objects.iter_mut().enumerate() {
             let s = samples.get(i).copied().unwrap_or_default();
             o.heat.add(s.ops() as f64, alpha);
+            o.recent = s;
             if s.ops() == 0 {
                 o.idle_periods += 1;
                 continue;
             }
             o.idle_periods = 0;
             o.write_share.add(s.writes as f64 / s.ops() as f64, alpha);
-            if s.local_ops > 0 {
-                o.local_ns.add(s.local_ns as f64 / s.local_ops as f64, alpha);
-                o.local_samples += s.local_ops;
+            o.phase_periods += 1;
+            // The first half of a phase runs on cold caches: not a steady-state cost.
+            let cold = o.phase_periods <= watch / 2 && matches!(o.phase, Phase::Watching | Phase::OnTrial);
+            if s.local_ops > 0 && !cold {
+                let per_op = s.local_ns as f64 / s.local_ops as f64;
+                o.local_ns.add(per_op, alpha);
+                if o.phase == Phase::Watching {
+                    o.watched_local =
+                        (o.watched_local.0 + s.local_ns as f64, o.watched_local.1 + s.local_ops);
+                }
             }
-            if s.owner_ops > 0 {
-                let per_op = s.owner_ns as f64 / s.owner_ops as f64;
+            if s.owner_ops > 0 && !cold {
+                let (per_op, hop) =
+                    (s.owner_ns as f64 / s.owner_ops as f64, s.hop_ns as f64 / s.owner_ops as f64);
                 o.owner_ns.add(per_op, alpha);
-                o.hop_ns.add(s.hop_ns as f64 / s.owner_ops as f64, alpha);
-                o.owner_samples += s.owner_ops;
-            }
-        }
-        for o in &mut self.objects {
-            if let (Phase::Scheduled, Some(cost)) = (o.phase, o.owner_ns.0) {
-                o.best_owner_ns = Some(o.best_owner_ns.map_or(cost, |b| b.min(cost)));
+                o.hop_ns.add(hop, alpha);
+                if o.phase == Phase::OnTrial {
+                    let (ns, ops) = o.trial_owner;
+                    o.trial_owner = (ns + (s.owner_ns + s.hop_ns) as f64, ops + s.owner_ops);
+                }
             }
         }
     }
@@ -779,18 +823,24 @@ impl Placer {
 
     fn judge_trials(&mut self, moves: &mut Vec<Move>) {
         let (min, keep, retry) = (self.config.min_samples, self.config.keep_ratio, self.config.retry_periods);
+        let watch = self.config.watch_periods;
         for i in 0..self.objects.len() {
             let o = &self.objects[i];
-            if o.pinned || o.phase != Phase::OnTrial || o.owner_samples < min {
+            if o.pinned || o.phase != Phase::OnTrial || o.phase_periods < watch {
                 continue;
             }
-            let (Some(local), Some(owner)) = (o.local_ns.0, o.owner_ns.0) else { continue };
-            let scheduled = owner + o.hop_ns.0.unwrap_or(0.0);
+            let Some(local) = o.watched_local_ns() else { continue };
+            let (ns, ops) = o.trial_owner;
+            if ops < min {
+                continue;
+            }
+            let scheduled = ns / ops as f64;
             if scheduled <= keep * local {
-                self.objects[i].phase = Phase::Scheduled;
-                self.objects[i].best_owner_ns = Some(owner);
+                let owner = o.owner_ns.0.unwrap_or(scheduled);
+                self.objects[i].enter(Phase::Scheduled);
+                self.objects[i].accepted_owner_ns = Some(owner);
             } else {
-                self.objects[i].phase = Phase::Cheap { retry_at: self.period + retry };
+                self.objects[i].enter(Phase::Cheap { retry_at: self.period + retry });
                 self.set(i, Placement::Local, MoveReason::Cheap, moves);
             }
         }
@@ -800,8 +850,7 @@ impl Placer {
         for i in 0..self.objects.len() {
             let o = &self.objects[i];
             if !o.pinned && o.placement != Placement::Local && o.idle_periods >= self.config.cold_periods {
-                self.objects[i].phase = Phase::Watching;
-                self.objects[i].local_samples = 0;
+                self.objects[i].enter(Phase::Watching);
                 self.set(i, Placement::Local, MoveReason::Cold, moves);
             }
         }
@@ -828,8 +877,7 @@ impl Placer {
             let writes = o.write_share.0.unwrap_or(0.0);
             if o.placement == Placement::Replicated {
                 if writes > 2.0 * max_writes {
-                    self.objects[i].phase = Phase::Watching;
-                    self.objects[i].local_samples = 0;
+                    self.objects[i].enter(Phase::Watching);
                     self.set(i, Placement::Local, MoveReason::Unreplicate, moves);
                 }
                 continue;
@@ -851,7 +899,7 @@ impl Placer {
                 for (c, f) in free.iter_mut().enumerate() {
                     *f = *f + if own == Some(c) { bytes } else { 0 } - bytes;
                 }
-                self.objects[i].phase = Phase::Scheduled;
+                self.objects[i].enter(Phase::Scheduled);
                 self.set(i, Placement::Replicated, MoveReason::Replicate, moves);
             }
         }
@@ -879,20 +927,19 @@ impl Placer {
         for o in &mut self.objects {
             if let Phase::Cheap { retry_at } = o.phase {
                 if period >= retry_at {
-                    o.phase = Phase::Watching;
-                    o.local_samples = 0;
-                    o.owner_samples = 0;
+                    o.enter(Phase::Watching);
                     o.owner_ns = Ewma::default();
                 }
             }
         }
-        let min = self.config.min_samples;
+        let (min, watch) = (self.config.min_samples, self.config.watch_periods);
         let candidate = |o: &ObjectState| {
             !o.pinned
                 && o.phase == Phase::Watching
                 && o.placement == Placement::Local
-                && o.local_samples >= min
-                && o.local_ns.0.is_some_and(|c| c > hop)
+                && o.watched_local.1 >= min
+                && o.phase_periods >= watch
+                && o.watched_local_ns().is_some_and(|c| c > hop)
         };
         // Units: a group's candidates together, or single objects.
         let mut units: Vec<Vec<usize>> = Vec::new();
@@ -943,8 +990,7 @@ impl Placer {
                 }
             }
             for (i, slot) in slots {
-                self.objects[i].phase = Phase::OnTrial;
-                self.objects[i].owner_samples = 0;
+                self.objects[i].enter(Phase::OnTrial);
                 let to = slot.placement(&self.budgets);
                 self.set(i, to, MoveReason::Trial, moves);
             }
@@ -987,21 +1033,22 @@ impl Placer {
         }
     }
 
-    /// Whether core `i`'s scheduled objects now cost clearly more on it than their best.
+    /// Whether core `i`'s scheduled objects cost clearly more on it in the last period than
+    /// the same operations cost when their trials succeeded (its cache no longer holds them).
     fn core_missing(&self, i: usize) -> bool {
-        let (mut now, mut best) = (0.0, 0.0);
+        let (mut actual, mut expected, mut ops) = (0.0, 0.0, 0);
         for o in &self.objects {
             if o.phase != Phase::Scheduled || Slot::of(o.placement, &self.budgets).map(Slot::core) != Some(i)
             {
                 continue;
             }
-            if let (Some(cost), Some(b)) = (o.owner_ns.0, o.best_owner_ns) {
-                let heat = o.heat.0.unwrap_or(0.0);
-                now += heat * cost;
-                best += heat * b;
+            if let Some(accepted) = o.accepted_owner_ns {
+                actual += o.recent.owner_ns as f64;
+                expected += o.recent.owner_ops as f64 * accepted;
+                ops += o.recent.owner_ops;
             }
         }
-        best > 0.0 && now > self.config.miss_ratio * best
+        ops >= 4 * self.config.min_samples && actual > self.config.miss_ratio * expected
     }
 
     /// Moves objects from core `hot` to idle cores until about half the busy gap has moved
@@ -1020,33 +1067,75 @@ impl Placer {
         if mine.is_empty() {
             return;
         }
-        // Cooler objects first: moving a few very hot ones overshoots and chases oscillations.
-        mine.sort_by(|&a, &b| self.objects[a].load().total_cmp(&self.objects[b].load()).then(a.cmp(&b)));
+        // What loads the core now (this period), hottest first; an object bigger than what is
+        // left of the goal is skipped so one move never overshoots into the other direction.
+        let loads: Vec<f64> = self.objects.iter().map(ObjectState::recent_load).collect();
+        let recent = |i: usize| loads[i];
+        mine.retain(|&i| recent(i) > 0.0);
+        mine.sort_by(|&a, &b| recent(b).total_cmp(&recent(a)).then(a.cmp(&b)));
         let hot_domain = self.budgets.cores[hot].domain;
-        let mut targets: Vec<usize> = idle.iter().copied().filter(|&t| t != hot).collect();
-        targets.sort_by(|&a, &b| {
-            let same = |i: usize| self.budgets.cores[i].domain != hot_domain;
-            same(a).cmp(&same(b)).then(busy[a].total_cmp(&busy[b])).then(a.cmp(&b))
-        });
-        let core_load: f64 = mine.iter().map(|&i| self.objects[i].load()).sum();
-        let target_busy = targets.first().map_or(0.0, |&t| busy[t]);
+        let targets: Vec<usize> = idle.iter().copied().filter(|&t| t != hot).collect();
+        let core_load: f64 = mine.iter().map(|&i| recent(i)).sum();
+        let mean_target_busy = targets.iter().map(|&t| busy[t]).sum::<f64>() / targets.len().max(1) as f64;
         let goal_load = match reason {
-            MoveReason::Saturated => core_load * ((busy[hot] - target_busy) / 2.0 / busy[hot].max(1e-9)),
+            MoveReason::Saturated => core_load * ((busy[hot] - mean_target_busy) / 2.0 / busy[hot].max(1e-9)),
             _ => core_load / 4.0,
         };
         let mut room = self.room();
+        let mut added = vec![0.0; self.budgets.cores.len()];
         let mut moved = 0.0;
         for i in mine {
+            let (bytes, load, pack_load) = (self.objects[i].hints.bytes, recent(i), self.objects[i].load());
             if moved >= goal_load {
                 break;
             }
-            let (bytes, load) = (self.objects[i].hints.bytes, self.objects[i].load());
-            let Some(&target) = targets.iter().find(|&&t| room.core_free[t] >= bytes) else { continue };
+            if moved + load > goal_load * 1.5 {
+                continue;
+            }
+            // The least-loaded idle core so far; the same shared-cache domain breaks ties.
+            let Some(target) = targets.iter().copied().min_by(|&a, &b| {
+                let key =
+                    |t: usize| (added[t] + busy[t] * core_load, self.budgets.cores[t].domain != hot_domain);
+                let (ka, kb) = (key(a), key(b));
+                ka.0.total_cmp(&kb.0).then(ka.1.cmp(&kb.1)).then(a.cmp(&b))
+            }) else {
+                break;
+            };
             let from = Slot::of(self.objects[i].placement, &self.budgets).expect("object is on core `hot`");
-            room.give(from, bytes, load);
-            room.take(Slot::Core(target), bytes, load);
-            moved += load;
+            if room.core_free[target] >= bytes {
+                room.give(from, bytes, pack_load);
+                room.take(Slot::Core(target), bytes, pack_load);
+                added[target] += load;
+                moved += load;
+                self.set(i, Slot::Core(target).placement(&self.budgets), reason, moves);
+                continue;
+            }
+            // The target's cache is full: swap with its coolest object, which takes `i`'s slot.
+            let free_at_from = |room: &Room| match from {
+                Slot::Core(c) => room.core_free[c],
+                Slot::Domain(d, _) => room.domain_free[d],
+            };
+            let victim = (0..self.objects.len())
+                .filter(|&v| {
+                    let o = &self.objects[v];
+                    !o.pinned
+                        && Slot::of(o.placement, &self.budgets) == Some(Slot::Core(target))
+                        && o.moved_at.is_none_or(|t| period >= t + residency)
+                        && loads[v] < load / 2.0
+                        && room.core_free[target] + o.hints.bytes >= bytes
+                        && free_at_from(&room) + bytes >= o.hints.bytes
+                })
+                .min_by(|&a, &b| loads[a].total_cmp(&loads[b]).then(a.cmp(&b)));
+            let Some(v) = victim else { continue };
+            let (v_bytes, v_pack) = (self.objects[v].hints.bytes, self.objects[v].load());
+            room.give(from, bytes, pack_load);
+            room.give(Slot::Core(target), v_bytes, v_pack);
+            room.take(Slot::Core(target), bytes, pack_load);
+            room.take(from, v_bytes, v_pack);
+            added[target] += load - loads[v];
+            moved += load - loads[v];
             self.set(i, Slot::Core(target).placement(&self.budgets), reason, moves);
+            self.set(v, from.placement(&self.budgets), reason, moves);
         }
     }
 }
@@ -1253,7 +1342,7 @@ mod tests {
         let ids: Vec<ObjectId> = (0..8)
             .map(|i| p.register(ObjectHints { bytes: 10_000, group: Some(i / 4), ..Default::default() }))
             .collect();
-        drive(&mut p, 3, &|_| 20, &|_, owner| if owner { 1000 } else { 5000 }, &flat_busy);
+        drive(&mut p, 8, &|_| 20, &|_, owner| if owner { 1000 } else { 5000 }, &flat_busy);
         for g in ids.chunks(4) {
             let first = p.placement(g[0]);
             assert!(first.is_scheduled());

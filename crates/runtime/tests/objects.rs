@@ -70,8 +70,8 @@ fn operations_run_on_the_pinned_owner() {
         let seen = objects.read(&1, |v| v.clone()).unwrap();
         assert_eq!(seen.len(), 50);
         assert!(seen.iter().all(|&cpu| cpu == owner_os), "ran on {seen:?}, owner is os cpu {owner_os}");
-        // The thread stays where the object lives, like CoreTime after ct_end.
-        assert_eq!(sys::current_os_cpu().unwrap(), owner_os);
+        // The thread is handed back where it was, like CoreTime after ct_end.
+        assert_eq!(sys::affinity().unwrap(), vec![machine.cpus()[0].os_id]);
     })
     .join()
     .unwrap();
@@ -155,16 +155,50 @@ fn expensive_objects_get_scheduled_after_monitoring() {
     for key in 0..8 {
         objects.register(key, vec![1; 64 * 1024], 512 * 1024).unwrap();
     }
-    for _ in 0..20 {
-        for key in 0..8 {
-            objects.read(&key, |v| v.iter().sum::<u64>()).unwrap();
+    // A few monitoring periods (the policy skips the first, cold ones).
+    let mut moves = Vec::new();
+    for _ in 0..6 {
+        for _ in 0..20 {
+            for key in 0..8 {
+                objects.read(&key, |v| v.iter().sum::<u64>()).unwrap();
+            }
         }
+        moves.extend(objects.end_period());
     }
-    let moves = objects.end_period();
     assert!(!moves.is_empty(), "nothing was placed");
     let census = objects.census();
     assert_eq!(census.local + census.core + census.domain + census.replicated, 8);
     assert!(census.core + census.domain > 0, "{census:?}");
+}
+
+#[test]
+fn tasks_hop_to_the_owner_and_back() {
+    let machine = host();
+    if machine.cpus().len() < 2 {
+        eprintln!("skipped: needs 2 CPUs");
+        return;
+    }
+    let rt = corehop_runtime::Runtime::builder().machine(machine.clone()).build().unwrap();
+    let objects = Arc::new(registry::<Vec<CpuId>>(&machine));
+    objects.register(1, Vec::new(), 4096).unwrap();
+    objects.pin(&1, Some(CpuId(1))).unwrap();
+    let tasks: Vec<_> = (0..4)
+        .map(|i| {
+            let objects = Arc::clone(&objects);
+            let home = CpuId(i % 2);
+            rt.spawn_on(home, move || {
+                for _ in 0..200 {
+                    objects.run(&1, |seen| seen.push(corehop_runtime::current_cpu())).unwrap();
+                    assert_eq!(corehop_runtime::current_cpu(), home, "the task came back home");
+                }
+            })
+            .unwrap()
+        })
+        .collect();
+    tasks.into_iter().for_each(|t| t.join().unwrap());
+    let seen = objects.read(&1, |v| v.clone()).unwrap();
+    assert_eq!(seen.len(), 800);
+    assert!(seen.iter().all(|&c| c == CpuId(1)));
 }
 
 #[test]

@@ -10,10 +10,14 @@
 //!                          Domain { domain, home } ─ caller outside? ──► home, else here
 //! ```
 //!
-//! **Moving.** Inside a corehop task the operation would hop; a plain thread moves itself with
-//! `sched_setaffinity` (the paper's V1) and *stays pinned* to the owner afterwards, like a
-//! CoreTime thread after `ct_end`: the next operation moves it again if it must. An operation
-//! must not hop or block on another object's operation from inside its closure.
+//! **Moving.** Inside a corehop task the operation hops to the owner's CPU and, once it is
+//! done, back to where the task came from (CoreTime's `ct_end` hands the thread back to its
+//! core), so tasks stay spread over the CPUs as they were. The registry must then be built on
+//! the runtime's machine: it hops with the machine's CPU ids. A plain thread moves itself with
+//! `sched_setaffinity` (the paper's V1) and restores its previous affinity afterwards. If the
+//! way back fails (the runtime is shutting down), the caller stays on the owner's CPU. The
+//! operation itself runs in a [`no_hop_zone`](crate::no_hop_zone): it cannot hop while it
+//! holds the object's lock.
 //!
 //! **Exclusion.** Each object has a lock taken on the core the operation runs on: two
 //! operations on one object never run at the same time, on any cores, except reads of an
@@ -64,6 +68,8 @@ pub enum ObjectError {
     UnknownKey,
     #[error("cannot move the calling thread to {cpu} (os cpu {os_id}): {source}")]
     Migrate { cpu: CpuId, os_id: usize, source: std::io::Error },
+    #[error("cannot hop the calling task to {cpu}: {source}")]
+    Hop { cpu: CpuId, source: crate::Error },
 }
 
 /// Settings of an [`Objects`] registry.
@@ -180,15 +186,29 @@ pub struct Objects<K, T> {
     all: RwLock<Vec<Handle<T>>>,
     placer: Mutex<Placer>,
     busy_ns: Vec<CachePadded<AtomicU64>>,
+    /// The cheapest move seen (ns): a move that took much longer waited for its target, which
+    /// costs the target no work, so the placer is told at most a few times this.
+    cheapest_move_ns: AtomicU64,
     period_ns: u64,
     period_start: AtomicU64,
 }
 
-/// What an operation did, to account for it.
+/// What an operation did, to account for it, and how its caller gets back.
 struct Ran {
     index: Option<usize>,
     routed: bool,
     hop_ns: u64,
+    back: Back,
+}
+
+/// Where the caller returns after an operation that ran elsewhere.
+#[derive(Debug)]
+enum Back {
+    Stay,
+    /// A task hops back to this CPU.
+    Hop(CpuId),
+    /// A plain thread restores this affinity (kernel CPU numbers).
+    Affinity(Vec<usize>),
 }
 
 /// An operation started with [`Objects::start`] and not yet ended (the C API's `ct_start`).
@@ -199,6 +219,7 @@ pub struct Operation<T> {
     index: Option<usize>,
     routed: bool,
     hop_ns: u64,
+    back: Back,
     started_ns: u64,
 }
 
@@ -224,6 +245,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
             keys: RwLock::new(HashMap::new()),
             all: RwLock::new(Vec::new()),
             placer: Mutex::new(placer),
+            cheapest_move_ns: AtomicU64::new(u64::MAX),
             period_ns: config.period.as_nanos() as u64,
             period_start: AtomicU64::new(sys::now_ns()),
         })
@@ -284,23 +306,33 @@ impl<K: Hash + Eq, T> Objects<K, T> {
 
     /// [`Objects::run`] through a handle.
     pub fn run_handle<R>(&self, object: &Handle<T>, op: impl FnOnce(&mut T) -> R) -> Result<R, ObjectError> {
-        let ran = self.go(object)?;
+        let mut ran = self.go(object)?;
         let t0 = sys::now_ns();
-        let out = object.cell.exclusive(op);
-        self.account(object, &ran, t0, sys::now_ns(), true);
+        let out = {
+            let _zone = crate::no_hop_zone();
+            object.cell.exclusive(op)
+        };
+        let t1 = sys::now_ns();
+        ran.hop_ns += self.come_back(std::mem::replace(&mut ran.back, Back::Stay));
+        self.account(object, &ran, t0, t1, true);
         Ok(out)
     }
 
     /// [`Objects::read`] through a handle.
     pub fn read_handle<R>(&self, object: &Handle<T>, op: impl FnOnce(&T) -> R) -> Result<R, ObjectError> {
-        let ran = self.go(object)?;
+        let mut ran = self.go(object)?;
         let t0 = sys::now_ns();
-        let out = if route::is_replicated(object.route.load(Ordering::Relaxed)) {
-            object.cell.shared(op)
-        } else {
-            object.cell.exclusive(|v| op(v))
+        let out = {
+            let _zone = crate::no_hop_zone();
+            if route::is_replicated(object.route.load(Ordering::Relaxed)) {
+                object.cell.shared(op)
+            } else {
+                object.cell.exclusive(|v| op(v))
+            }
         };
-        self.account(object, &ran, t0, sys::now_ns(), false);
+        let t1 = sys::now_ns();
+        ran.hop_ns += self.come_back(std::mem::replace(&mut ran.back, Back::Stay));
+        self.account(object, &ran, t0, t1, false);
         Ok(out)
     }
 
@@ -315,15 +347,17 @@ impl<K: Hash + Eq, T> Objects<K, T> {
             index: ran.index,
             routed: ran.routed,
             hop_ns: ran.hop_ns,
+            back: ran.back,
             started_ns: sys::now_ns(),
         })
     }
 
-    /// Ends an operation: releases the lock and accounts for it. The thread stays where it is.
+    /// Ends an operation: releases the lock, moves the caller back and accounts for it.
     pub fn end(&self, op: Operation<T>) {
         let end = sys::now_ns();
         op.object.lock().unlock_exclusive();
-        let ran = Ran { index: op.index, routed: op.routed, hop_ns: op.hop_ns };
+        let hop_ns = op.hop_ns + self.come_back(op.back);
+        let ran = Ran { index: op.index, routed: op.routed, hop_ns, back: Back::Stay };
         self.account(&op.object, &ran, op.started_ns, end, true);
     }
 
@@ -400,19 +434,48 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         let here = self.here();
         let code = object.route.load(Ordering::Acquire);
         let Some(target) = route::target(code, here.map(|i| self.cpus[i].domain)) else {
-            return Ok(Ran { index: here, routed: false, hop_ns: 0 });
+            return Ok(Ran { index: here, routed: false, hop_ns: 0, back: Back::Stay });
         };
         if here == Some(target) {
-            return Ok(Ran { index: here, routed: true, hop_ns: 0 });
+            return Ok(Ran { index: here, routed: true, hop_ns: 0, back: Back::Stay });
         }
         let t0 = sys::now_ns();
         let slot = &self.cpus[target];
-        sys::pin_current_thread(slot.os_id).map_err(|source| ObjectError::Migrate {
-            cpu: slot.id,
-            os_id: slot.os_id,
-            source,
-        })?;
-        Ok(Ran { index: Some(target), routed: true, hop_ns: sys::now_ns() - t0 })
+        let back = match crate::try_current_cpu().filter(|_| crate::in_task()) {
+            Some(origin) => {
+                crate::hop(slot.id).map_err(|source| ObjectError::Hop { cpu: slot.id, source })?;
+                Back::Hop(origin)
+            }
+            None => {
+                let migrate = |source| ObjectError::Migrate { cpu: slot.id, os_id: slot.os_id, source };
+                let saved = sys::affinity().map_err(migrate)?;
+                sys::pin_current_thread(slot.os_id).map_err(migrate)?;
+                Back::Affinity(saved)
+            }
+        };
+        let hop_ns = self.move_cost(sys::now_ns() - t0);
+        Ok(Ran { index: Some(target), routed: true, hop_ns, back })
+    }
+
+    /// Moves the caller back after an operation; returns what the move cost.
+    fn come_back(&self, back: Back) -> u64 {
+        let t0 = sys::now_ns();
+        let moved = match back {
+            Back::Stay => return 0,
+            Back::Hop(origin) => crate::hop(origin).is_ok(),
+            Back::Affinity(saved) => sys::set_affinity(&saved).is_ok(),
+        };
+        if moved {
+            self.move_cost(sys::now_ns() - t0)
+        } else {
+            0
+        }
+    }
+
+    /// A move's cost as the placer should weigh it: at most four times the cheapest move seen.
+    fn move_cost(&self, ns: u64) -> u64 {
+        let cheapest = self.cheapest_move_ns.fetch_min(ns.max(1), Ordering::Relaxed).min(ns.max(1));
+        ns.min(cheapest.saturating_mul(4))
     }
 
     fn account(&self, object: &Object<T>, ran: &Ran, start: u64, end: u64, write: bool) {

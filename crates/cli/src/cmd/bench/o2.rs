@@ -1,8 +1,724 @@
-//! `corehop bench o2` (lands with its issue).
+//! `corehop bench o2`: the O² paper's directory lookups under three schedulers, side by side.
+//!
+//! Workload (o2-coretime §5): directories of 1 000 entries of 32 bytes; each worker looks up a
+//! random name in a random directory (a linear scan under the directory's lock). Popularity is
+//! uniform, or oscillates between all directories and a sixteenth of them (Figure 4(b)).
+//! Schedulers, each on every CPU of the run, one after the other on the same data:
+//!
+//! - `threads`: one pinned thread per CPU, every lookup where the thread is (the baseline);
+//! - `sharded`: one pinned thread per CPU owning the directories that hash to it; a lookup for
+//!   another shard is sent to its owner's queue and the sender keeps going (up to 8 requests in
+//!   flight) — static sharding as a Seastar user would write it;
+//! - `o2`: corehop tasks (several per CPU) look up through the runtime's object registry, which
+//!   measures every lookup, packs the directories that are expensive to fetch into the CPUs'
+//!   cache budgets and hops each lookup to its directory's CPU (and back).
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
 
-#[derive(clap::Args)]
-pub struct Args {}
+use anyhow::Context;
+use clap::ValueEnum;
+use crossbeam_queue::ArrayQueue;
+use crossbeam_utils::CachePadded;
+use serde::Serialize;
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("corehop bench o2 is not built yet")
+use corehop_policy::objects::Budgets;
+use corehop_runtime::objects::{Census, Handle, Objects, ObjectsConfig, OpLock};
+use corehop_runtime::{sys, Runtime};
+use corehop_topology::{format_size, parse_cpu_list, parse_size, CpuId, Machine};
+
+use crate::report::{self, Scale, Series, Stats, Table};
+
+/// Entries per directory and bytes per entry, as in the paper.
+const ENTRIES: usize = 1000;
+type Entry = [u64; 4];
+const DIR_BYTES: u64 = (ENTRIES * std::mem::size_of::<Entry>()) as u64;
+/// Requests a shard may have waiting at other shards.
+const SHARD_DEPTH: u64 = 8;
+
+/// Directory lookups: plain threads vs static sharding vs O² object scheduling.
+///
+/// Throughput (lookups per second, all CPUs together) against the total size of all
+/// directories, from well under one CPU's private cache to well over all on-chip cache
+/// (sizes taken from this machine's caches). `threads` is the same-run baseline: every other
+/// figure is also shown as a ratio to it. Each point is the min/median/max of --reps runs of
+/// --ms milliseconds, after a warm-up run of the same length that lets O² place directories.
+///
+/// JSON (--json), one object:
+///   { "machine": { "name", "cpus", "private_cache_bytes", "private_cache_total_bytes",
+///                  "on_chip_bytes" },
+///     "settings": { "ms", "warmup_ms", "reps", "tasks_per_cpu" },
+///     "results": [ { "popularity": "uniform"|"oscillating", "size_bytes", "directories",
+///                    "scheduler": "threads"|"sharded"|"o2", "min_lookups_per_s",
+///                    "median_lookups_per_s", "max_lookups_per_s", "ratio_to_threads",
+///                    "placement": null | { "local", "core", "domain", "replicated" } } ] }
+#[derive(clap::Args, Debug)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// Total directory sizes to measure, comma-separated ("256K,1M,1.5M,4M"). Default: from a
+    /// quarter of one CPU's private cache to twice all on-chip cache, doubling, plus 1.5× one
+    /// and 1.5× all private caches (where O²'s gain should appear).
+    #[arg(long, value_delimiter = ',')]
+    sizes: Vec<String>,
+    /// Which popularity patterns to run.
+    #[arg(long, value_enum, default_value_t = PopularityArg::Both)]
+    popularity: PopularityArg,
+    /// Milliseconds per measured run.
+    #[arg(long, default_value_t = 100)]
+    ms: u64,
+    /// Measured runs per point (min/median/max are over these).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// corehop tasks per CPU under O² (a CPU keeps working while some of its tasks are away).
+    #[arg(long, default_value_t = 4)]
+    tasks_per_cpu: usize,
+    /// Length of each popularity phase when oscillating, in ms.
+    #[arg(long, default_value_t = 40)]
+    phase_ms: u64,
+    /// CPUs to use, as a kernel CPU list ("0-3,6"). Default: every CPU this process may use.
+    #[arg(long)]
+    cpus: Option<String>,
+    /// A short run for tests and the tour: two sizes, one rep, 40 ms each.
+    #[arg(long)]
+    quick: bool,
+    /// Print JSON (shape in the long help) instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Also draw throughput against size into this SVG file.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum PopularityArg {
+    Uniform,
+    Oscillating,
+    Both,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Popularity {
+    Uniform,
+    Oscillating,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Scheduler {
+    Threads,
+    Sharded,
+    O2,
+}
+
+const SCHEDULERS: [Scheduler; 3] = [Scheduler::Threads, Scheduler::Sharded, Scheduler::O2];
+
+#[derive(Serialize)]
+struct MachineInfo {
+    name: String,
+    cpus: usize,
+    private_cache_bytes: u64,
+    private_cache_total_bytes: u64,
+    on_chip_bytes: u64,
+}
+
+#[derive(Serialize)]
+struct Settings {
+    ms: u64,
+    warmup_ms: u64,
+    reps: usize,
+    tasks_per_cpu: usize,
+}
+
+#[derive(Serialize, Clone, Copy)]
+struct PlacementCounts {
+    local: usize,
+    core: usize,
+    domain: usize,
+    replicated: usize,
+}
+
+impl From<Census> for PlacementCounts {
+    fn from(c: Census) -> Self {
+        PlacementCounts { local: c.local, core: c.core, domain: c.domain, replicated: c.replicated }
+    }
+}
+
+#[derive(Serialize)]
+struct Row {
+    popularity: Popularity,
+    size_bytes: u64,
+    directories: usize,
+    scheduler: Scheduler,
+    min_lookups_per_s: f64,
+    median_lookups_per_s: f64,
+    max_lookups_per_s: f64,
+    ratio_to_threads: f64,
+    placement: Option<PlacementCounts>,
+}
+
+#[derive(Serialize)]
+struct Output {
+    machine: MachineInfo,
+    settings: Settings,
+    results: Vec<Row>,
+}
+
+/// The directories: read-only after creation, shared by every scheduler.
+struct Dirs {
+    dirs: Vec<Box<[Entry]>>,
+}
+
+fn mix(mut x: u64) -> u64 {
+    // splitmix64's finaliser: distinct inputs give well-spread, distinct-looking names.
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+fn name(dir: usize, file: usize) -> Entry {
+    let base = mix(((dir as u64) << 20) | file as u64);
+    [base, mix(base ^ 1), mix(base ^ 2), mix(base ^ 3)]
+}
+
+impl Dirs {
+    fn new(count: usize) -> Dirs {
+        Dirs { dirs: (0..count).map(|d| (0..ENTRIES).map(|f| name(d, f)).collect()).collect() }
+    }
+
+    /// The paper's inner loop: scan the directory for the name.
+    #[inline(never)]
+    fn lookup(&self, dir: usize, want: &Entry) -> Option<usize> {
+        self.dirs[dir].iter().position(|e| e == want)
+    }
+}
+
+/// xorshift64*: per-worker, cheap, good enough to pick directories.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        ((self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as usize * n) >> 32
+    }
+}
+
+/// What every worker of one run shares.
+struct Run {
+    dirs: Arc<Dirs>,
+    popularity: Popularity,
+    phase_ns: u64,
+    start_ns: u64,
+    stop: AtomicBool,
+}
+
+impl Run {
+    /// A random (directory, file) from the directories popular now.
+    fn pick(&self, rng: &mut Rng) -> (usize, usize) {
+        let all = self.dirs.dirs.len();
+        let active = match self.popularity {
+            Popularity::Uniform => all,
+            Popularity::Oscillating => {
+                let phase = sys::now_ns().saturating_sub(self.start_ns) / self.phase_ns.max(1);
+                if phase.is_multiple_of(2) {
+                    all
+                } else {
+                    (all / 16).max(1)
+                }
+            }
+        };
+        (rng.below(active), rng.below(ENTRIES))
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+}
+
+struct Bench {
+    machine: Machine,
+    cpus: Vec<CpuId>,
+    ms: u64,
+    reps: usize,
+    tasks_per_cpu: usize,
+    phase_ms: u64,
+}
+
+impl Bench {
+    fn os_ids(&self) -> Vec<usize> {
+        self.cpus.iter().map(|c| self.machine.cpus()[c.0].os_id).collect()
+    }
+
+    /// Starts `n` pinned threads running `work(index, run)` for `ms`, returns lookups/s.
+    fn timed_threads(&self, run: &Arc<Run>, work: impl Fn(usize, &Run) -> u64 + Sync) -> anyhow::Result<f64> {
+        let os = self.os_ids();
+        let barrier = Barrier::new(os.len() + 1);
+        let total = std::thread::scope(|s| -> anyhow::Result<(u64, Duration)> {
+            let workers: Vec<_> = os
+                .iter()
+                .enumerate()
+                .map(|(i, &cpu)| {
+                    let (barrier, work, run) = (&barrier, &work, Arc::clone(run));
+                    s.spawn(move || -> anyhow::Result<u64> {
+                        sys::pin_current_thread(cpu).with_context(|| format!("pinning to os cpu {cpu}"))?;
+                        barrier.wait();
+                        Ok(work(i, &run))
+                    })
+                })
+                .collect();
+            barrier.wait();
+            let t0 = Instant::now();
+            std::thread::sleep(Duration::from_millis(self.ms));
+            run.stop.store(true, Ordering::Relaxed);
+            let mut sum = 0;
+            for w in workers {
+                sum += w.join().map_err(|_| anyhow::anyhow!("a worker thread panicked"))??;
+            }
+            Ok((sum, t0.elapsed()))
+        })?;
+        Ok(total.0 as f64 / total.1.as_secs_f64())
+    }
+
+    fn threads(&self, run: &Arc<Run>, locks: &[OpLock]) -> anyhow::Result<f64> {
+        self.timed_threads(run, |i, run| {
+            let mut rng = Rng(mix(i as u64 + 1) | 1);
+            let mut done = 0;
+            while !run.stopped() {
+                let (d, f) = run.pick(&mut rng);
+                locks[d].lock_exclusive();
+                let hit = run.dirs.lookup(d, &name(d, f));
+                locks[d].unlock_exclusive();
+                debug_assert_eq!(hit, Some(f));
+                done += 1;
+            }
+            done
+        })
+    }
+
+    fn sharded(&self, run: &Arc<Run>) -> anyhow::Result<f64> {
+        let n = self.cpus.len();
+        let queues: Vec<ArrayQueue<u64>> =
+            (0..n).map(|_| ArrayQueue::new(n * SHARD_DEPTH as usize)).collect();
+        let completions: Vec<CachePadded<AtomicU64>> =
+            (0..n).map(|_| CachePadded::new(AtomicU64::new(0))).collect();
+        self.timed_threads(run, |me, run| {
+            let mut rng = Rng(mix(me as u64 + 77) | 1);
+            let (mut done, mut in_flight) = (0u64, 0u64);
+            while !run.stopped() {
+                // Serve requests for this shard's directories.
+                while let Some(req) = queues[me].pop() {
+                    let (d, f, from) =
+                        ((req >> 32) as usize, ((req >> 16) & 0xffff) as usize, (req & 0xffff) as usize);
+                    std::hint::black_box(run.dirs.lookup(d, &name(d, f)));
+                    completions[from].fetch_add(1, Ordering::Relaxed);
+                }
+                if completions[me].load(Ordering::Relaxed) > 0 {
+                    let c = completions[me].swap(0, Ordering::Relaxed);
+                    (in_flight, done) = (in_flight - c, done + c);
+                }
+                if in_flight < SHARD_DEPTH {
+                    let (d, f) = run.pick(&mut rng);
+                    let home = mix(d as u64) as usize % n;
+                    if home == me {
+                        std::hint::black_box(run.dirs.lookup(d, &name(d, f)));
+                        done += 1;
+                    } else if queues[home].push(((d as u64) << 32) | ((f as u64) << 16) | me as u64).is_ok() {
+                        in_flight += 1;
+                    }
+                }
+            }
+            done
+        })
+    }
+
+    fn o2(
+        &self,
+        rt: &Runtime,
+        run: &Arc<Run>,
+        objects: &Arc<Objects<usize, ()>>,
+        handles: &Arc<Vec<Handle<()>>>,
+    ) -> anyhow::Result<f64> {
+        let tasks: Vec<_> = self
+            .cpus
+            .iter()
+            .flat_map(|&cpu| (0..self.tasks_per_cpu).map(move |k| (cpu, k)))
+            .map(|(cpu, k)| {
+                let (run, objects, handles) = (Arc::clone(run), Arc::clone(objects), Arc::clone(handles));
+                rt.spawn_on(cpu, move || -> Result<u64, String> {
+                    let mut rng = Rng(mix(((cpu.0 as u64) << 8) + k as u64 + 991) | 1);
+                    let mut done = 0;
+                    while !run.stopped() {
+                        let (d, f) = run.pick(&mut rng);
+                        let want = name(d, f);
+                        objects
+                            .read_handle(&handles[d], |_| std::hint::black_box(run.dirs.lookup(d, &want)))
+                            .map_err(|e| e.to_string())?;
+                        done += 1;
+                    }
+                    Ok(done)
+                })
+            })
+            .collect::<Result<_, _>>()
+            .context("starting O² tasks")?;
+        let t0 = Instant::now();
+        std::thread::sleep(Duration::from_millis(self.ms));
+        run.stop.store(true, Ordering::Relaxed);
+        let mut sum = 0;
+        for t in tasks {
+            sum += t
+                .join()
+                .map_err(|e| anyhow::anyhow!("O² task failed: {e:?}"))?
+                .map_err(|e| anyhow::anyhow!(e))?;
+        }
+        Ok(sum as f64 / t0.elapsed().as_secs_f64())
+    }
+
+    fn new_run(&self, dirs: &Arc<Dirs>, popularity: Popularity) -> Arc<Run> {
+        Arc::new(Run {
+            dirs: Arc::clone(dirs),
+            popularity,
+            phase_ns: self.phase_ms * 1_000_000,
+            start_ns: sys::now_ns(),
+            stop: AtomicBool::new(false),
+        })
+    }
+
+    /// One size, one popularity: a warm-up run then `reps` measured runs of each scheduler.
+    fn point(
+        &self,
+        rt: &Runtime,
+        size: u64,
+        popularity: Popularity,
+        bar: &indicatif::ProgressBar,
+    ) -> anyhow::Result<Vec<Row>> {
+        let count = (size / DIR_BYTES).max(1) as usize;
+        let dirs = Arc::new(Dirs::new(count));
+        let locks: Vec<OpLock> = (0..count).map(|_| OpLock::default()).collect();
+        let config = ObjectsConfig { period: Duration::from_millis(5), ..ObjectsConfig::default() };
+        let objects = Arc::new(
+            Objects::new(&self.machine, &self.cpus, config).context("starting the object registry")?,
+        );
+        let handles: Arc<Vec<Handle<()>>> =
+            Arc::new((0..count).map(|d| objects.register(d, (), DIR_BYTES)).collect::<Result<_, _>>()?);
+        let mut rows = Vec::new();
+        let mut threads_median = 0.0;
+        for scheduler in SCHEDULERS {
+            let mut samples = Vec::new();
+            for rep in 0..=self.reps {
+                let run = self.new_run(&dirs, popularity);
+                let rate = match scheduler {
+                    Scheduler::Threads => self.threads(&run, &locks)?,
+                    Scheduler::Sharded => self.sharded(&run)?,
+                    Scheduler::O2 => self.o2(rt, &run, &objects, &handles)?,
+                };
+                // Rep 0 warms the caches (and lets O² place directories); it is not reported.
+                if rep > 0 {
+                    samples.push(rate);
+                }
+                bar.inc(1);
+            }
+            let stats = Stats::of(&samples).context("no measurements")?;
+            if scheduler == Scheduler::Threads {
+                threads_median = stats.median;
+            }
+            rows.push(Row {
+                popularity,
+                size_bytes: size,
+                directories: count,
+                scheduler,
+                min_lookups_per_s: stats.min,
+                median_lookups_per_s: stats.median,
+                max_lookups_per_s: stats.max,
+                ratio_to_threads: if threads_median > 0.0 { stats.median / threads_median } else { 0.0 },
+                placement: (scheduler == Scheduler::O2).then(|| objects.census().into()),
+            });
+        }
+        Ok(rows)
+    }
+}
+
+/// Cache sizes of the CPUs of a run, in bytes.
+#[derive(Clone, Copy)]
+struct CacheSizes {
+    /// One CPU's private caches (the smallest, if they differ).
+    one: u64,
+    /// All the CPUs' private caches together.
+    all: u64,
+    /// Every cache on chip (private and shared).
+    on_chip: u64,
+}
+
+fn cache_sizes(machine: &Machine, cpus: &[CpuId]) -> anyhow::Result<CacheSizes> {
+    let budgets = Budgets::from_machine(machine, cpus, 1.0).context("sizing this machine's caches")?;
+    let one = budgets.cores.iter().map(|c| c.private_bytes).min().unwrap_or(0);
+    let all: u64 = budgets.cores.iter().map(|c| c.private_bytes).sum();
+    Ok(CacheSizes { one, all, on_chip: budgets.total_bytes() })
+}
+
+fn default_sizes(one: u64, all: u64, on_chip: u64, quick: bool) -> Vec<u64> {
+    if quick {
+        return vec![(one / 2).max(DIR_BYTES), (all * 3 / 2).max(2 * DIR_BYTES)];
+    }
+    let mut sizes = vec![one * 3 / 2, all * 3 / 2];
+    let mut s = (one / 4).max(DIR_BYTES);
+    while s <= 2 * on_chip.max(one) {
+        sizes.push(s);
+        s *= 2;
+    }
+    sizes.sort_unstable();
+    sizes.dedup_by(|a, b| (*a as f64 / *b as f64) < 1.15);
+    sizes
+}
+
+fn setup(args: &Args) -> anyhow::Result<(Bench, Vec<u64>, CacheSizes)> {
+    let machine = corehop_topology::discover().context("discovering this machine")?;
+    let cpus: Vec<CpuId> = match &args.cpus {
+        None => machine.cpus().iter().map(|c| c.id).collect(),
+        Some(list) => parse_cpu_list(list)
+            .with_context(|| format!("--cpus {list:?}"))?
+            .into_iter()
+            .map(|os| {
+                machine
+                    .cpu_by_os_id(os)
+                    .with_context(|| format!("--cpus: os cpu {os} is not one this process may use"))
+            })
+            .collect::<anyhow::Result<_>>()?,
+    };
+    anyhow::ensure!(!cpus.is_empty(), "--cpus: no CPUs given");
+    anyhow::ensure!(args.reps > 0, "--reps must be at least 1");
+    anyhow::ensure!(args.ms > 0, "--ms must be at least 1");
+    anyhow::ensure!(args.tasks_per_cpu > 0, "--tasks-per-cpu must be at least 1");
+    let caches = cache_sizes(&machine, &cpus)?;
+    let sizes = if args.sizes.is_empty() {
+        default_sizes(caches.one, caches.all, caches.on_chip, args.quick)
+    } else {
+        args.sizes
+            .iter()
+            .map(|s| {
+                parse_size(s).with_context(|| format!("--sizes: {s:?} is not a size like 256K, 1.5M or 64M"))
+            })
+            .collect::<anyhow::Result<_>>()?
+    };
+    if let Some(&bad) = sizes.iter().find(|&&s| s < DIR_BYTES) {
+        anyhow::bail!("--sizes: {bad} bytes is less than one directory ({DIR_BYTES} bytes)");
+    }
+    let (ms, reps) = if args.quick { (40, 1) } else { (args.ms, args.reps) };
+    let bench =
+        Bench { machine, cpus, ms, reps, tasks_per_cpu: args.tasks_per_cpu, phase_ms: args.phase_ms.max(1) };
+    Ok((bench, sizes, caches))
+}
+
+fn measure(bench: &Bench, sizes: &[u64], popularities: &[Popularity]) -> anyhow::Result<Vec<Row>> {
+    let rt = Runtime::builder()
+        .machine(bench.machine.clone())
+        .cpus(bench.cpus.iter().copied())
+        .build()
+        .context("starting the corehop runtime")?;
+    let runs = (sizes.len() * popularities.len() * SCHEDULERS.len() * (bench.reps + 1)) as u64;
+    let bar = report::progress(runs, "bench o2");
+    let mut rows = Vec::new();
+    for &popularity in popularities {
+        for &size in sizes {
+            bar.set_message(format!("{popularity:?} {}", format_size(size)));
+            rows.extend(bench.point(&rt, size, popularity, &bar)?);
+        }
+    }
+    bar.finish_and_clear();
+    rt.shutdown();
+    Ok(rows)
+}
+
+fn table(rows: &[Row], popularity: Popularity, title: String) -> Table {
+    let header = ["size", "dirs", "threads k/s", "sharded k/s", "×thr", "o2 k/s", "×thr", "o2 placed"];
+    let mut t = Table::new(header).title(title);
+    let k = |x: f64| x / 1e3;
+    let cell = |r: &Row| {
+        let (lo, med, hi) = (k(r.min_lookups_per_s), k(r.median_lookups_per_s), k(r.max_lookups_per_s));
+        if r.min_lookups_per_s == r.max_lookups_per_s {
+            format!("{med:.0}")
+        } else {
+            format!("{med:.0} ({lo:.0}–{hi:.0})")
+        }
+    };
+    let mut sizes: Vec<u64> =
+        rows.iter().filter(|r| r.popularity == popularity).map(|r| r.size_bytes).collect();
+    sizes.dedup();
+    for size in sizes {
+        let get = |s: Scheduler| {
+            rows.iter().find(|r| r.popularity == popularity && r.size_bytes == size && r.scheduler == s)
+        };
+        let (Some(th), Some(sh), Some(o2)) =
+            (get(Scheduler::Threads), get(Scheduler::Sharded), get(Scheduler::O2))
+        else {
+            continue;
+        };
+        let placed = o2
+            .placement
+            .map_or(String::new(), |p| format!("{}/{}", p.core + p.domain + p.replicated, th.directories));
+        t.row([
+            format_size(size),
+            th.directories.to_string(),
+            cell(th),
+            cell(sh),
+            format!("{:.2}", sh.ratio_to_threads),
+            cell(o2),
+            format!("{:.2}", o2.ratio_to_threads),
+            placed,
+        ]);
+    }
+    t
+}
+
+fn popularities(arg: PopularityArg) -> Vec<Popularity> {
+    match arg {
+        PopularityArg::Uniform => vec![Popularity::Uniform],
+        PopularityArg::Oscillating => vec![Popularity::Oscillating],
+        PopularityArg::Both => vec![Popularity::Uniform, Popularity::Oscillating],
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let (bench, sizes, CacheSizes { one, all, on_chip }) = setup(&args)?;
+    let pops = popularities(args.popularity);
+    let rows = measure(&bench, &sizes, &pops)?;
+    if let Some(path) = &args.plot {
+        let series: Vec<Series> = pops
+            .iter()
+            .flat_map(|&p| SCHEDULERS.iter().map(move |&s| (p, s)))
+            .map(|(p, s)| Series {
+                name: format!("{s:?} ({p:?})").to_lowercase(),
+                points: rows
+                    .iter()
+                    .filter(|r| r.popularity == p && r.scheduler == s)
+                    .map(|r| (r.size_bytes as f64 / (1 << 20) as f64, r.median_lookups_per_s / 1e6))
+                    .collect(),
+            })
+            .collect();
+        report::plot_lines(
+            path,
+            "Directory lookups: threads vs sharding vs O²",
+            "total directory data (MiB)",
+            "M lookups/s",
+            Scale::Log10,
+            &series,
+        )?;
+    }
+    if args.json {
+        return report::print_json(&Output {
+            machine: MachineInfo {
+                name: bench.machine.name.clone(),
+                cpus: bench.cpus.len(),
+                private_cache_bytes: one,
+                private_cache_total_bytes: all,
+                on_chip_bytes: on_chip,
+            },
+            settings: Settings {
+                ms: bench.ms,
+                warmup_ms: bench.ms,
+                reps: bench.reps,
+                tasks_per_cpu: bench.tasks_per_cpu,
+            },
+            results: rows,
+        });
+    }
+    for p in pops {
+        let mut t = table(
+            &rows,
+            p,
+            format!(
+                "Directory lookups, {p:?} popularity, {} CPUs: median (min–max) of {} runs",
+                bench.cpus.len(),
+                bench.reps
+            )
+            .replace("Uniform", "uniform")
+            .replace("Oscillating", "oscillating"),
+        );
+        t.note(format!(
+            "caches: {} private per CPU, {} private in all, {} on chip; ×thr = median / threads' median in this run",
+            format_size(one),
+            format_size(all),
+            format_size(on_chip)
+        ));
+        t.note("o2 placed = directories O² scheduled to a CPU (the rest run where the caller is)");
+        println!("{t}");
+    }
+    Ok(())
+}
+
+/// The tour's part: two sizes (half one CPU's private cache; 1.5× all private caches), uniform.
+#[allow(dead_code)] // called from `corehop tour` once the lead wires it in
+pub fn tour() -> anyhow::Result<()> {
+    let args = Args {
+        sizes: Vec::new(),
+        popularity: PopularityArg::Uniform,
+        ms: 40,
+        reps: 1,
+        tasks_per_cpu: 4,
+        phase_ms: 40,
+        cpus: None,
+        quick: true,
+        json: false,
+        plot: None,
+    };
+    let (bench, sizes, CacheSizes { one, all, .. }) = setup(&args)?;
+    let rows = measure(&bench, &sizes, &[Popularity::Uniform])?;
+    print!(
+        "{}",
+        table(
+            &rows,
+            Popularity::Uniform,
+            "O² object scheduling: directory lookups (corehop bench o2)".into()
+        )
+    );
+    let big = rows.iter().filter(|r| r.scheduler == Scheduler::O2).max_by_key(|r| r.size_bytes);
+    if let Some(r) = big {
+        println!(
+            "Takeaway: with {} of directories (one CPU's private cache is {}, all together {}), O² runs at {:.2}× plain threads{}.",
+            format_size(r.size_bytes),
+            format_size(one),
+            format_size(all),
+            r.ratio_to_threads,
+            if r.ratio_to_threads > 1.05 { ": lookups go where the directory is cached" } else { " here: the gain needs more data than one cache but fewer hops than this machine makes cheap" }
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookups_find_every_name() {
+        let dirs = Dirs::new(3);
+        for d in 0..3 {
+            for f in [0, 1, 500, ENTRIES - 1] {
+                assert_eq!(dirs.lookup(d, &name(d, f)), Some(f));
+            }
+        }
+        assert_eq!(dirs.lookup(0, &name(1, 0)), None);
+    }
+
+    #[test]
+    fn rng_stays_in_range() {
+        let mut rng = Rng(12345);
+        for n in [1, 2, 16, 1000, 1 << 20] {
+            for _ in 0..1000 {
+                assert!(rng.below(n) < n);
+            }
+        }
+    }
+
+    #[test]
+    fn default_sizes_span_the_caches() {
+        let sizes = default_sizes(1 << 20, 2 << 20, 34 << 20, false);
+        assert_eq!(sizes[0], 256 << 10);
+        assert!(*sizes.last().unwrap() >= 34 << 20);
+        assert!(sizes.contains(&(3 << 19)) && sizes.contains(&(3 << 20)), "{sizes:?}");
+        assert!(sizes.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(default_sizes(1 << 20, 2 << 20, 34 << 20, true), vec![512 << 10, 3 << 20]);
+    }
 }

@@ -13,10 +13,7 @@
 //! p50/p99 (all repetitions pooled), share of calls offloaded, and per-CPU busy time: the
 //! application CPU (CPU time of the app threads / wall) and the service CPU (time running
 //! offloaded work / wall; the service thread's own CPU time, spinning included, in JSON). The
-//! Wall times and latencies use `std::time::Instant` (CLOCK_MONOTONIC), independent of the
-//! runtime's calibrated TSC clock, so a calibration skewed by a busy machine cannot bias the
-//! busy shares. The round trip of an empty closure to the service core and back is measured in
-//! the same run:
+//! round trip of an empty closure to the service core and back is measured in the same run:
 //! it is the hop cost offload has to beat, and the threshold the predictors start from.
 
 use std::path::{Path, PathBuf};

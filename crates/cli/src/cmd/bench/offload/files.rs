@@ -10,7 +10,6 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::time::Instant;
 
 use anyhow::Context;
 use corehop_policy::offload::OffloadPolicy;
@@ -100,10 +99,10 @@ pub fn run(
             let mut rng = rand_pcg::Pcg64::seed_from_u64(seed);
             let mut latencies = Vec::with_capacity(requests);
             let mut body = vec![0u8; SIZES[SIZES.len() - 1]];
-            let start = Instant::now();
+            let start = sys::now_ns();
             for seq in 0..requests {
                 let index = rng.gen_range(0..SIZES.len());
-                let t0 = Instant::now();
+                let t0 = sys::now_ns();
                 let mut req = [0u8; 8];
                 req[..4].copy_from_slice(&(index as u32).to_le_bytes());
                 req[4..].copy_from_slice(&(seq as u32).to_le_bytes());
@@ -114,13 +113,9 @@ pub fn run(
                 anyhow::ensure!(size == SIZES[index], "asked for {} bytes, told {size}", SIZES[index]);
                 stream.read_exact(&mut body[..size])?;
                 anyhow::ensure!(body[size - 1] == ((size - 1) * 31 + index) as u8, "wrong bytes served");
-                latencies.push(t0.elapsed().as_nanos() as f64);
+                latencies.push((sys::now_ns() - t0) as f64);
             }
-            let run = Run {
-                ops: requests as u64,
-                wall_ns: start.elapsed().as_nanos() as u64,
-                latencies_ns: latencies,
-            };
+            let run = Run { ops: requests as u64, wall_ns: sys::now_ns() - start, latencies_ns: latencies };
             Ok((run, thread_cpu_ns(sys::gettid()).unwrap_or(0).saturating_sub(cpu0)))
         });
         let client = client.join().map_err(|_| anyhow::anyhow!("client thread panicked"))?;

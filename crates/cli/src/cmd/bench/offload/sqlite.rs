@@ -9,11 +9,11 @@
 //! `always` everything, `static` and the predictors whatever measures long.
 
 use std::path::Path;
-use std::time::Instant;
 
 use anyhow::Context;
 use corehop_policy::offload::{CallDesc, CallKind};
 use corehop_runtime::service::Offloader;
+use corehop_runtime::sys;
 use rand::{Rng, SeedableRng};
 use rusqlite::{params, Connection};
 
@@ -76,12 +76,11 @@ pub fn run(path: &Path, off: &mut Offloader<'_>, txns: usize, seed: u64) -> anyh
     let mut conn = open(path)?;
     let mut rng = rand_pcg::Pcg64::seed_from_u64(seed);
     let mut latencies = Vec::with_capacity(txns);
-    let start = Instant::now();
+    let start = sys::now_ns();
     for _ in 0..txns {
         let (aid, tid, delta) =
             (rng.gen_range(1..=ACCOUNTS), rng.gen_range(1..=TELLERS), rng.gen_range(-5000..=5000i64));
-        let t0 = Instant::now();
-        let mtime = start.elapsed().as_micros() as i64;
+        let t0 = sys::now_ns();
         conn.execute_batch("BEGIN")?;
         for (id, sql) in STATEMENTS {
             let c = &mut conn;
@@ -92,15 +91,15 @@ pub fn run(path: &Path, off: &mut Offloader<'_>, txns: usize, seed: u64) -> anyh
                     2 => stmt.query_row(params![aid], |row| row.get::<_, i64>(0)).map(drop),
                     3 => stmt.execute(params![delta, tid]).map(drop),
                     4 => stmt.execute(params![delta]).map(drop),
-                    _ => stmt.execute(params![tid, aid, delta, mtime]).map(drop),
+                    _ => stmt.execute(params![tid, aid, delta, t0 as i64]).map(drop),
                 }
             });
             r.with_context(|| format!("statement {id}"))?;
         }
         let c = &mut conn;
         off.call(desc(COMMIT_SITE, true), move || c.execute_batch("COMMIT")).context("COMMIT")?;
-        latencies.push(t0.elapsed().as_nanos() as f64);
+        latencies.push((sys::now_ns() - t0) as f64);
         off.progress(1);
     }
-    Ok(Run { ops: txns as u64, wall_ns: start.elapsed().as_nanos() as u64, latencies_ns: latencies })
+    Ok(Run { ops: txns as u64, wall_ns: sys::now_ns() - start, latencies_ns: latencies })
 }

@@ -1,0 +1,82 @@
+//! `corehop bench o2`: the JSON shape of a quick run and the errors for bad flags (never speed).
+use std::process::Command;
+
+fn corehop(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_corehop")).args(args).env("CI", "1").output().expect("running corehop")
+}
+
+#[test]
+fn quick_json_has_every_scheduler_per_size() {
+    let out = corehop(&["bench", "o2", "--quick", "--json", "--sizes", "64K,1M", "--popularity", "both"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    let machine = &v["machine"];
+    assert!(machine["cpus"].as_u64().unwrap() >= 1);
+    for key in ["private_cache_bytes", "private_cache_total_bytes", "on_chip_bytes"] {
+        assert!(machine[key].as_u64().is_some(), "machine.{key}");
+    }
+    assert_eq!(v["settings"]["reps"], 1);
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2 * 2 * 3, "2 popularities × 2 sizes × 3 schedulers");
+    for r in results {
+        for key in ["min_lookups_per_s", "median_lookups_per_s", "max_lookups_per_s", "ratio_to_threads"] {
+            assert!(r[key].as_f64().unwrap() > 0.0, "{key} in {r}");
+        }
+        let (min, med, max) = (
+            r["min_lookups_per_s"].as_f64(),
+            r["median_lookups_per_s"].as_f64(),
+            r["max_lookups_per_s"].as_f64(),
+        );
+        assert!(min <= med && med <= max);
+        let scheduler = r["scheduler"].as_str().unwrap();
+        assert!(["threads", "sharded", "o2"].contains(&scheduler));
+        assert!(["uniform", "oscillating"].contains(&r["popularity"].as_str().unwrap()));
+        if scheduler == "threads" {
+            assert_eq!(r["ratio_to_threads"], 1.0);
+        }
+        let dirs = r["directories"].as_u64().unwrap();
+        assert_eq!(dirs, r["size_bytes"].as_u64().unwrap() / 32_000);
+        match scheduler {
+            "o2" => {
+                let p = &r["placement"];
+                let total: u64 =
+                    ["local", "core", "domain", "replicated"].iter().map(|k| p[k].as_u64().unwrap()).sum();
+                assert_eq!(total, dirs, "every directory has one placement");
+            }
+            _ => assert!(r["placement"].is_null()),
+        }
+    }
+}
+
+#[test]
+fn plot_writes_an_svg() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("o2.svg");
+    let out = corehop(&[
+        "bench",
+        "o2",
+        "--quick",
+        "--sizes",
+        "64K",
+        "--popularity",
+        "uniform",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("o2 placed"));
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+}
+
+#[test]
+fn bad_flags_are_named() {
+    let err = |args: &[&str]| {
+        let out = corehop(args);
+        assert!(!out.status.success(), "{args:?} should fail");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(err(&["bench", "o2", "--sizes", "12Q"]).contains("--sizes"));
+    assert!(err(&["bench", "o2", "--sizes", "1K"]).contains("less than one directory"));
+    assert!(err(&["bench", "o2", "--cpus", "9999"]).contains("--cpus"));
+    assert!(err(&["bench", "o2", "--reps", "0"]).contains("--reps"));
+}
