@@ -14,7 +14,7 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
 use crate::machine::SimMachine;
@@ -114,6 +114,14 @@ impl<E> Sim<E> {
     /// The simulation's random number generator (seeded from the scenario).
     pub fn rng(&mut self) -> &mut Pcg64Mcg {
         &mut self.rng
+    }
+
+    /// A new random stream for one entity of a model (a task, a client), seeded from the
+    /// simulation's. Drawing an entity's randomness from its own stream keeps its workload the
+    /// same when timing changes the order entities act in (common random numbers), so that
+    /// runs comparing mechanisms or policies compare them on the same work.
+    pub fn split_rng(&mut self) -> Pcg64Mcg {
+        Pcg64Mcg::seed_from_u64(self.rng.gen())
     }
 
     /// Schedules `event` at absolute time `at`. A time in the past is delivered now: time never

@@ -61,7 +61,9 @@
 //!      [`CoreLedger::set_idle`] yourself if your CPUs behave differently;
 //!    - [`Stats::record_hop`] for every hop and [`Stats::record_op`] (or [`Stats::record_op_at`]) for every
 //!      completed operation (throughput and latency come from these);
-//!    - [`Sim::rng`] for all randomness (never another source), [`Distribution::sample`].
+//!    - [`Sim::rng`] for all randomness (never another source), [`Distribution::sample`];
+//!      give each task or client its own stream with [`Sim::split_rng`] at start, so that a
+//!      sweep over mechanisms or policies runs them all on the same random workload.
 //! 4. **Decisions come from `corehop_policy`.** Call the same pure policy the runtime calls, at
 //!    the same decision point (e.g. `corehop_policy::pick::Pick::pick` for the target CPU, as
 //!    [`models::switch`] does), feeding it the observations it expects in nanoseconds.

@@ -38,6 +38,7 @@
 use serde::Deserialize;
 
 use rand::Rng;
+use rand_pcg::Pcg64Mcg;
 
 use corehop_policy::pick::{Candidate, Pick, PickState};
 use corehop_policy::spin::{SpinBudget, SpinConfig};
@@ -221,6 +222,9 @@ struct Task {
     hop: Option<(usize, HopTiming)>,
     last_os: Option<usize>,
     finished_at: Option<Ps>,
+    /// The task's own random stream: its sequence of calls does not depend on timing, so
+    /// runs that differ only in mechanism or policy see the same workload.
+    rng: Pcg64Mcg,
 }
 
 /// The micro-benchmark model.
@@ -310,6 +314,7 @@ impl Switch {
                     hop: None,
                     last_os: None,
                     finished_at: None,
+                    rng: Pcg64Mcg::new(0),
                 }
             })
             .collect();
@@ -334,15 +339,11 @@ impl Switch {
         self.tasks.iter().map(|t| (t.cpu, t.done, t.finished_at)).collect()
     }
 
-    fn compute_time(&mut self, cpu: usize, sim: &mut Sim<Event>) -> Ps {
-        let work = ns_to_ps(self.cfg.compute.sample(sim.rng()));
-        sim.exec(cpu, work)
-    }
-
     /// Starts the compute phase of `task` on its (home) CPU, `delay` from now.
     fn compute_then_call(&mut self, task: u32, delay: Ps, sim: &mut Sim<Event>) {
-        let cpu = self.tasks[task as usize].cpu;
-        let d = self.compute_time(cpu, sim);
+        let t = &mut self.tasks[task as usize];
+        let work = ns_to_ps(self.cfg.compute.sample(&mut t.rng));
+        let d = sim.exec(t.cpu, work);
         sim.schedule_in(delay + d, Event::Entry { task });
     }
 
@@ -367,15 +368,16 @@ impl Switch {
         sim.exec(cpu, length - stalled) + stalled
     }
 
-    fn draw_call(&mut self, sim: &mut Sim<Event>) -> (usize, Ps) {
+    fn draw_call(&mut self, task: u32) -> (usize, Ps) {
+        let rng = &mut self.tasks[task as usize].rng;
         let kind = if self.cumulative_weights.len() == 1 {
             0
         } else {
             let total = *self.cumulative_weights.last().expect("at least one call");
-            let x = sim.rng().gen::<f64>() * total;
+            let x = rng.gen::<f64>() * total;
             self.cumulative_weights.iter().position(|&w| x < w).unwrap_or(self.cumulative_weights.len() - 1)
         };
-        let length = ns_to_ps(self.cfg.calls[kind].length.sample(sim.rng()));
+        let length = ns_to_ps(self.cfg.calls[kind].length.sample(rng));
         (kind, length)
     }
 
@@ -496,6 +498,9 @@ impl Model for Switch {
         for cpu in 0..sim.machine.cpu_count() {
             sim.stats.cores.set_poll_budget(cpu, budget(cpu));
         }
+        for t in &mut self.tasks {
+            t.rng = sim.split_rng();
+        }
         for task in 0..self.tasks.len() as u32 {
             let home = self.tasks[task as usize].home;
             if let Some(task) = self.cpus.submit(home, task, sim) {
@@ -507,7 +512,7 @@ impl Model for Switch {
     fn on_event(&mut self, event: Event, sim: &mut Sim<Event>) {
         match event {
             Event::Entry { task } => {
-                let call = self.draw_call(sim);
+                let call = self.draw_call(task);
                 self.calls_by_type[call.0] += 1;
                 let t = &mut self.tasks[task as usize];
                 t.call_started = sim.now();
@@ -635,7 +640,7 @@ mod tests {
                           { name = \"fsync\", length = 9000, hop = false }]";
         let (r, m, _) = run(w);
         let hopped = r.model.metrics.iter().find(|x| x.name == "calls hopped").unwrap().value;
-        assert_eq!(r.hops as f64, 2.0 * hopped * 200.0);
+        assert_eq!(r.hops, (2.0 * hopped * 200.0).round() as u64);
         assert!(hopped > 0.2 && hopped < 0.5, "{hopped}");
         assert_eq!(m.calls_by_type.iter().sum::<u64>(), 200);
     }
@@ -686,6 +691,29 @@ mod tests {
         assert!(spin.cpus[1].poll_ns > 0.99 * spin.cpus[1].idle_ns);
         assert!(spinpark.cpus[1].poll_ns < 0.01 * spinpark.cpus[1].idle_ns, "{:?}", spinpark.cpus[1]);
         assert_eq!(fastpath.cpus[1].poll_ns, 0.0);
+    }
+
+    #[test]
+    fn policies_are_compared_on_the_same_random_workload() {
+        let text = |pick: &str| {
+            format!(
+                "[machine]\npreset = \"switch-ccss\"\n[workload]\nkind = \"switch\"\nmechanism = \"spin\"\n\
+                 iterations = 300\ntasks = 4\napp_cpus = [0, 1]\ncompute = {{ exponential = 500 }}\n\
+                 hop_threshold_ns = 1000\npick = {pick}\n\
+                 calls = [{{ name = \"a\", length = {{ exponential = 1500 }} }}, {{ name = \"b\", length = 200 }}]"
+            )
+        };
+        let run_with = |pick: &str| {
+            let s = ScenarioDoc::parse("t.toml", &text(pick)).unwrap().validate().unwrap();
+            let mut m = Switch::from_scenario(&s).unwrap();
+            let (r, _) = simulate(&s, &mut m, false, &mut |_| {});
+            (r, m.calls_by_type.clone())
+        };
+        let (wc, wc_calls) = run_with("{ work_conserving = true, affinity = false }");
+        let (rr, rr_calls) = run_with("{ work_conserving = false, affinity = false }");
+        // Same calls, same lengths, so the same calls hop; only where they go and when differ.
+        assert_eq!((wc_calls, wc.hops), (rr_calls, rr.hops));
+        assert_ne!(wc.elapsed_ns, rr.elapsed_ns);
     }
 
     #[test]
