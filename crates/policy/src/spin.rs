@@ -10,8 +10,10 @@
 //! long it stops wasting the core.
 //!
 //! The cost of one idle gap `g` under budget `B` is `g` if `g <= B` (spun, caught it) and
-//! `B + W` otherwise (spun in vain, then paid the wake-up). The chosen budget minimises the sum
-//! over the window; candidates are 0 and the observed gaps up to `max_factor * W`.
+//! `B + W` otherwise (spun in vain, then paid the wake-up). The *fitted* budget minimises the
+//! sum over the window; candidates are 0 and the observed gaps up to `max_factor * W`. The
+//! budget used is the fit times `slack` (capped at `max_factor * W`): the fit sits exactly on
+//! the longest gap it catches, and a gap a little longer next time would pay a whole wake-up.
 //!
 //! Pure: observations (gap and wake-up costs in nanoseconds) in, a budget in nanoseconds out.
 //!
@@ -23,6 +25,7 @@
 //! for _ in 0..16 {
 //!     s.observe_idle_gap(300); // the target keeps coming back after 0.3 µs
 //! }
+//! assert_eq!(s.fitted_ns(), 300);
 //! assert!(s.budget_ns() >= 300 && s.budget_ns() < 8_000);
 //! for _ in 0..16 {
 //!     s.observe_idle_gap(5_000_000); // now it stays idle for 5 ms at a time
@@ -43,6 +46,8 @@ pub struct SpinConfig {
     pub max_factor: u64,
     /// Weight of a new wake-up cost observation in its moving average, 1/2^shift.
     pub wake_cost_shift: u32,
+    /// The budget is the fitted one times this (at least 1.0), for jitter in the gaps.
+    pub slack: f64,
 }
 
 /// No history: spin as long as a wake-up costs (about 5 µs for a futex wake on a VM).
@@ -55,6 +60,7 @@ impl Default for SpinConfig {
             initial_wake_cost_ns: DEFAULT_WAKE_COST_NS,
             max_factor: 4,
             wake_cost_shift: 3,
+            slack: 2.0,
         }
     }
 }
@@ -66,6 +72,7 @@ pub struct SpinBudget {
     wake_cost_ns: u64,
     gaps: Vec<u64>,
     next: usize,
+    fitted_ns: u64,
     budget_ns: u64,
 }
 
@@ -79,6 +86,7 @@ impl SpinBudget {
             wake_cost_ns: config.initial_wake_cost_ns,
             gaps: Vec::with_capacity(config.window),
             next: 0,
+            fitted_ns: config.initial_wake_cost_ns,
             budget_ns: config.initial_wake_cost_ns,
         }
     }
@@ -86,6 +94,11 @@ impl SpinBudget {
     /// How long to spin before sleeping, in ns.
     pub fn budget_ns(&self) -> u64 {
         self.budget_ns
+    }
+
+    /// The budget that would have cost least over the recent gaps (before `slack`), in ns.
+    pub fn fitted_ns(&self) -> u64 {
+        self.fitted_ns
     }
 
     /// The current estimate of a wake-up's cost, in ns.
@@ -112,6 +125,7 @@ impl SpinBudget {
         let new = old + ((cost_ns as i128 - old) >> shift);
         self.wake_cost_ns = new.max(1) as u64;
         if self.gaps.is_empty() {
+            self.fitted_ns = self.wake_cost_ns;
             self.budget_ns = self.wake_cost_ns;
         } else {
             self.refit();
@@ -135,7 +149,8 @@ impl SpinBudget {
                 best = (cost, candidate);
             }
         }
-        self.budget_ns = best.1;
+        self.fitted_ns = best.1;
+        self.budget_ns = ((best.1 as f64 * self.config.slack) as u64).min(cap).max(best.1);
     }
 }
 
@@ -144,12 +159,13 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn budget_after(gaps: &[u64], wake: u64) -> u64 {
+    fn fit_after(gaps: &[u64], wake: u64) -> u64 {
         let mut s = SpinBudget::new(SpinConfig { initial_wake_cost_ns: wake, ..SpinConfig::default() });
         for &g in gaps {
             s.observe_idle_gap(g);
         }
-        s.budget_ns()
+        assert_eq!(s.budget_ns(), (s.fitted_ns() * 2).min(wake * 4));
+        s.fitted_ns()
     }
 
     #[test]
@@ -163,29 +179,30 @@ mod tests {
 
     #[test]
     fn short_gaps_are_caught_long_gaps_are_slept_through() {
-        assert_eq!(budget_after(&[200, 400, 300, 250], 5_000), 400);
-        assert_eq!(budget_after(&[1_000_000; 8], 5_000), 0);
+        assert_eq!(fit_after(&[200, 400, 300, 250], 5_000), 400);
+        assert_eq!(fit_after(&[1_000_000; 8], 5_000), 0);
         // Mostly short with a rare long one: still worth spinning for the short ones.
-        assert_eq!(budget_after(&[300, 300, 300, 1_000_000], 5_000), 300);
+        assert_eq!(fit_after(&[300, 300, 300, 1_000_000], 5_000), 300);
         // Gaps just beyond the wake cost: spinning for them would cost more than sleeping.
-        assert_eq!(budget_after(&[30_000; 8], 5_000), 0);
+        assert_eq!(fit_after(&[30_000; 8], 5_000), 0);
     }
 
     #[test]
     fn the_window_forgets_old_gaps() {
         let mut gaps = vec![200; 16];
         gaps.extend([2_000_000; 16]);
-        assert_eq!(budget_after(&gaps, 5_000), 0);
+        assert_eq!(fit_after(&gaps, 5_000), 0);
         gaps.extend([700; 16]);
-        assert_eq!(budget_after(&gaps, 5_000), 700);
+        assert_eq!(fit_after(&gaps, 5_000), 700);
     }
 
     #[test]
     fn degenerate_config_is_clamped() {
-        let mut s = SpinBudget::new(SpinConfig { window: 0, max_factor: 0, ..SpinConfig::default() });
+        let config = SpinConfig { window: 0, max_factor: 0, slack: f64::NAN, ..SpinConfig::default() };
+        let mut s = SpinBudget::new(config);
         s.observe_idle_gap(10);
         s.observe_idle_gap(20);
-        assert_eq!(s.budget_ns(), 20);
+        assert_eq!((s.fitted_ns(), s.budget_ns()), (20, 20));
         s.observe_wake_cost(0);
         assert!(s.wake_cost_ns() >= 1);
     }
@@ -201,8 +218,9 @@ mod tests {
             for &g in &gaps {
                 s.observe_idle_gap(g);
             }
-            let b = s.budget_ns();
-            prop_assert!(b <= wake * config.max_factor);
+            let b = s.fitted_ns();
+            prop_assert!(b <= s.budget_ns() && s.budget_ns() <= wake * config.max_factor);
+            prop_assert_eq!(s.budget_ns() == 0, b == 0);
             let window = &gaps[gaps.len().saturating_sub(config.window)..];
             prop_assert!(b == 0 || window.contains(&b));
             let cost = |budget: u64| -> u128 {

@@ -601,7 +601,13 @@ impl Idle {
             }
             sys::cpu_relax();
         }
-        reader.park();
+        // Sleep until there is mail (a stale notification makes `park` return at once).
+        loop {
+            reader.park();
+            if reader.has_mail() || shared.finished() {
+                break;
+            }
+        }
         let woke = sys::now_ns();
         let woken_at = reader.mailbox().woken_at_ns.load(StdOrdering::Relaxed);
         if woken_at >= start {
