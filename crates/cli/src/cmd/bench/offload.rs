@@ -311,6 +311,30 @@ struct Counts {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    let output = collect(&args)?;
+    if args.json {
+        report::print_json(&output)?;
+    } else {
+        println!("{}", table(&output).render());
+    }
+    if let Some(path) = &args.plot {
+        let bars: Vec<(String, f64)> =
+            output.results.iter().map(|r| (format!("{} {}", r.workload, r.policy), r.vs_never)).collect();
+        report::plot_bars(
+            path,
+            "Offload policies: throughput relative to never (same run)",
+            "× never",
+            &bars,
+        )?;
+        if !args.json {
+            println!("plot written to {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+/// Validates the arguments, starts the service core and measures every policy.
+fn collect(args: &Args) -> anyhow::Result<Output> {
     let (reps, txns, requests) = if args.quick { (1, 40, 200) } else { (3, 250, 1500) };
     let counts = Counts {
         reps: args.reps.unwrap_or(reps),
@@ -348,31 +372,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         scope
             .spawn(|| -> anyhow::Result<Output> {
                 sys::pin_current_thread(app_cpu)?;
-                measure(&args, &counts, &cores, &choices, &workloads, app_cpu, service_cpu)
+                measure(args, &counts, &cores, &choices, &workloads, app_cpu, service_cpu)
             })
             .join()
             .map_err(|_| anyhow::anyhow!("benchmark thread panicked"))?
     })?;
-    let output = Output { shared_cpu, ..output };
-    if args.json {
-        report::print_json(&output)?;
-    } else {
-        println!("{}", table(&output).render());
-    }
-    if let Some(path) = &args.plot {
-        let bars: Vec<(String, f64)> =
-            output.results.iter().map(|r| (format!("{} {}", r.workload, r.policy), r.vs_never)).collect();
-        report::plot_bars(
-            path,
-            "Offload policies: throughput relative to never (same run)",
-            "× never",
-            &bars,
-        )?;
-        if !args.json {
-            println!("plot written to {}", path.display());
-        }
-    }
-    Ok(())
+    Ok(Output { shared_cpu, ..output })
 }
 
 fn measure(
@@ -545,7 +550,83 @@ pub fn tour() -> anyhow::Result<()> {
         record_trace: None,
         plot: None,
     };
-    run(args)?;
+    let output = collect(&args)?;
+    println!("{}", table(&output).render());
+    println!("{}", takeaway(&output));
     println!("{}", crate::cmd::predict::tour_summary()?);
     Ok(())
+}
+
+/// One line: the best policy per workload against the same run's `never`.
+fn takeaway(out: &Output) -> String {
+    let mut parts = vec![];
+    for workload in [Workload::Sqlite, Workload::Files] {
+        let rows = out.results.iter().filter(|r| r.workload == workload.name() && r.policy != "never");
+        if let Some(best) = rows.max_by(|a, b| a.vs_never.total_cmp(&b.vs_never)) {
+            parts.push(format!(
+                "{}: best {} at ×{:.2} of never",
+                workload.name(),
+                best.policy,
+                best.vs_never
+            ));
+        }
+    }
+    format!(
+        "takeaway: {} (one hop round trip = {}; offload pays only when the moved work outweighs it and the service core is free)",
+        parts.join("; "),
+        report::fmt_ns(out.hop_round_trip_ns as f64)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(workload: &'static str, policy: &'static str, vs_never: f64) -> Row {
+        let throughput = Stats { min: 1.0, median: 1.0, max: 1.0, samples: 1 };
+        Row {
+            workload,
+            policy,
+            ops: 1,
+            throughput,
+            vs_never,
+            p50_ns: 1.0,
+            p99_ns: 2.0,
+            offloaded: 0.0,
+            app_busy: 0.5,
+            service_busy: 0.0,
+            service_thread_busy: None,
+        }
+    }
+
+    #[test]
+    fn takeaway_names_the_best_policy_per_workload() {
+        let out = Output {
+            hop_round_trip_ns: 2_000,
+            app_cpu: 0,
+            service_cpu: 1,
+            shared_cpu: false,
+            results: vec![
+                row("sqlite", "never", 1.0),
+                row("sqlite", "size", 1.2),
+                row("sqlite", "always", 0.7),
+                row("files", "never", 1.0),
+                row("files", "predicted", 0.4),
+            ],
+        };
+        let line = takeaway(&out);
+        assert!(line.contains("sqlite: best size at ×1.20 of never"), "{line}");
+        assert!(line.contains("files: best predicted at ×0.40 of never"), "{line}");
+        assert!(line.contains("2.00 µs"), "{line}");
+        let text = table(&out).render();
+        assert!(text.contains("size") && text.contains("1.20"), "{text}");
+    }
+
+    #[test]
+    fn policy_and_workload_names_parse_or_name_the_problem() {
+        assert!(PolicyChoice::parse("tuned").is_ok());
+        let err = PolicyChoice::parse("fast").unwrap_err().to_string();
+        assert!(err.contains("unknown policy \"fast\""), "{err}");
+        assert!(Workload::parse("tpcc").is_err());
+    }
 }
