@@ -29,7 +29,7 @@ use std::ptr;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use crate::sync::{AtomicPtr, AtomicU32, Futex, Ordering};
+use crate::sync::{AtomicPtr, Futex, Ordering};
 
 const EMPTY: u32 = 0;
 const PARKED: u32 = 1;
@@ -45,14 +45,14 @@ pub(crate) unsafe trait Linked: Sized {
 
 /// The shared side: producers push, the owner's [`Reader`] pops.
 // Aligned to two cache lines (adjacent-line prefetch pairs them) so that producers writing
-// `head`, `state` and `load` touch one line that no other mailbox shares.
+// `head` and `state` touch one line that no other mailbox shares.
 #[repr(align(128))]
 pub(crate) struct Mailbox<T: Linked> {
     head: AtomicPtr<T>,
     parker: Futex,
-    /// Tasks queued here or running here (pushes minus finished slices): what
-    /// `policy::pick` sees as queue length.
-    pub(crate) load: AtomicU32,
+    /// Whether the reader ever parks; a reader that only polls (`Wake::Spin`) needs no
+    /// notification, which saves producers a read-modify-write per push.
+    reader_parks: bool,
     /// When the last sleeping consumer was woken (`sys::now_ns`), for the wake-cost estimate.
     pub(crate) woken_at_ns: AtomicU64,
     _owns: PhantomData<Box<T>>,
@@ -65,12 +65,12 @@ unsafe impl<T: Linked + Send> Send for Mailbox<T> {}
 unsafe impl<T: Linked + Send> Sync for Mailbox<T> {}
 
 impl<T: Linked> Mailbox<T> {
-    /// A new mailbox and its one reader.
-    pub(crate) fn new() -> (Arc<Self>, Reader<T>) {
+    /// A new mailbox and its one reader, which calls [`Reader::park`] only if `reader_parks`.
+    pub(crate) fn new(reader_parks: bool) -> (Arc<Self>, Reader<T>) {
         let mailbox = Arc::new(Mailbox {
             head: AtomicPtr::new(ptr::null_mut()),
             parker: Futex::new(EMPTY),
-            load: AtomicU32::new(0),
+            reader_parks,
             woken_at_ns: AtomicU64::new(0),
             _owns: PhantomData,
         });
@@ -80,7 +80,6 @@ impl<T: Linked> Mailbox<T> {
 
     /// Hands `node` to the reader and wakes it if it sleeps.
     pub(crate) fn push(&self, node: Box<T>) {
-        self.load.fetch_add(1, Ordering::Relaxed);
         let node = Box::into_raw(node);
         let mut head = self.head.load(Ordering::Relaxed);
         loop {
@@ -94,7 +93,9 @@ impl<T: Linked> Mailbox<T> {
                 Err(current) => head = current,
             }
         }
-        self.unpark();
+        if self.reader_parks {
+            self.unpark();
+        }
     }
 
     /// Makes the reader's next (or current) park return.
@@ -229,7 +230,7 @@ mod tests {
 
     #[test]
     fn fifo_within_and_across_batches() {
-        let (mb, mut reader) = Mailbox::<Node>::new();
+        let (mb, mut reader) = Mailbox::<Node>::new(true);
         assert!(reader.pop().is_none());
         for v in 0..3 {
             mb.push(Node::boxed(v));
@@ -238,12 +239,11 @@ mod tests {
         mb.push(Node::boxed(3));
         let rest: Vec<_> = std::iter::from_fn(|| reader.pop().map(|n| n.value)).collect();
         assert_eq!(rest, [1, 2, 3]);
-        assert_eq!(mb.load.load(Ordering::Relaxed), 4);
     }
 
     #[test]
     fn notification_before_park_is_not_lost() {
-        let (mb, mut reader) = Mailbox::<Node>::new();
+        let (mb, mut reader) = Mailbox::<Node>::new(true);
         mb.unpark();
         reader.park(); // returns at once: the token was there
         mb.push(Node::boxed(1));
@@ -253,7 +253,7 @@ mod tests {
 
     #[test]
     fn many_producers_nothing_lost_order_kept_per_producer() {
-        let (mb, mut reader) = Mailbox::<Node>::new();
+        let (mb, mut reader) = Mailbox::<Node>::new(true);
         let producers: Vec<_> = (0..4u32)
             .map(|p| {
                 let mb = mb.clone();
@@ -278,7 +278,7 @@ mod tests {
 
     #[test]
     fn dropping_frees_queued_nodes() {
-        let (mb, reader) = Mailbox::<Node>::new();
+        let (mb, reader) = Mailbox::<Node>::new(true);
         mb.push(Node::boxed(1));
         mb.push(Node::boxed(2));
         drop(reader);
@@ -300,7 +300,7 @@ mod loom_tests {
         let mut model = loom::model::Builder::new();
         model.preemption_bound = Some(2);
         model.check(|| {
-            let (mb, mut reader) = Mailbox::<Node>::new();
+            let (mb, mut reader) = Mailbox::<Node>::new(true);
             let producers: Vec<_> = (1..=2)
                 .map(|v| {
                     let mb = mb.clone();
@@ -327,7 +327,7 @@ mod loom_tests {
     #[test]
     fn loom_handoff_fifo_with_park() {
         loom::model(|| {
-            let (mb, mut reader) = Mailbox::<Node>::new();
+            let (mb, mut reader) = Mailbox::<Node>::new(true);
             let producer = {
                 let mb = mb.clone();
                 loom::thread::spawn(move || {
@@ -351,7 +351,7 @@ mod loom_tests {
     #[test]
     fn loom_unpark_wakes_parked_consumer() {
         loom::model(|| {
-            let (mb, mut reader) = Mailbox::<Node>::new();
+            let (mb, mut reader) = Mailbox::<Node>::new(true);
             let flag = Arc::new(loom::sync::atomic::AtomicBool::new(false));
             let waker = {
                 let (mb, flag) = (mb.clone(), flag.clone());

@@ -42,12 +42,13 @@ use corehop_policy::spin::{SpinBudget, SpinConfig};
 use corehop_topology::{CpuId, Machine};
 use corosensei::stack::DefaultStack;
 use crossbeam_queue::ArrayQueue;
+use crossbeam_utils::CachePadded;
 
 use crate::context::{self, TaskCtx};
 use crate::error::{Error, JoinError};
 use crate::fiber::{Fiber, FiberYielder, Resume, Step, Suspend};
 use crate::mailbox::{Linked, Mailbox, Reader};
-use crate::sync::{AtomicPtr, Ordering};
+use crate::sync::AtomicPtr;
 use crate::sys;
 
 /// How a hop moves a task to another CPU.
@@ -150,8 +151,13 @@ impl Builder {
             if index[cpu.0].replace(workers.len()).is_some() {
                 return Err(Error::DuplicateCpu { cpu });
             }
-            let (mailbox, reader) = Mailbox::new();
-            workers.push(WorkerSlot { cpu, os_id: info.os_id, mailbox });
+            let (mailbox, reader) = Mailbox::new(self.wake != Wake::Spin);
+            workers.push(WorkerSlot {
+                cpu,
+                os_id: info.os_id,
+                mailbox,
+                running: CachePadded::new(AtomicBool::new(false)),
+            });
             readers.push(reader);
         }
         let shared = Arc::new(Shared {
@@ -404,6 +410,8 @@ pub(crate) struct WorkerSlot {
     pub(crate) cpu: CpuId,
     pub(crate) os_id: usize,
     pub(crate) mailbox: Arc<Mailbox<Task>>,
+    /// Whether the worker is running a task now (written only by the worker, on its own line).
+    running: CachePadded<AtomicBool>,
 }
 
 /// What the workers, the tasks and the `Runtime` handle share.
@@ -433,12 +441,15 @@ impl Shared {
             .ok_or_else(|| Error::UnknownCpu { cpu, available: self.cpus.clone() })
     }
 
+    /// Running-or-queued work per CPU: 0, 1 or 2 (a task running, something queued). The
+    /// calling task does not count against its own CPU.
     pub(crate) fn candidates(&self, cpus: &[CpuId]) -> Result<Vec<Candidate>, Error> {
         let here = context::task().and(context::here());
         cpus.iter()
             .map(|&cpu| {
-                let load = self.workers[self.worker_of(cpu)?].mailbox.load.load(Ordering::Relaxed) as usize;
-                let queue_len = if here == Some(cpu) { load.saturating_sub(1) } else { load };
+                let worker = &self.workers[self.worker_of(cpu)?];
+                let running = worker.running.load(StdOrdering::Relaxed) && here != Some(cpu);
+                let queue_len = usize::from(running) + usize::from(worker.mailbox.has_mail());
                 Ok(Candidate { cpu, queue_len, idle: queue_len == 0 })
             })
             .collect()
@@ -542,14 +553,9 @@ fn run_slice(shared: &Shared, slot: &WorkerSlot, mut task: Box<Task>) {
     let input =
         if !task.started && shared.shutdown.load(StdOrdering::SeqCst) { Resume::Cancel } else { Resume::Run };
     task.started = true;
+    slot.running.store(true, StdOrdering::Relaxed);
     let step = task.fiber.resume(input);
-    context::clear_task();
-    slot.mailbox.load.fetch_sub(1, Ordering::Relaxed);
-    if context::here() != Some(slot.cpu) && sys::pin_current_thread(slot.os_id).is_ok() {
-        // Back home after an Affinity hop. (Should re-pinning fail, `here` keeps saying where
-        // the thread really is.)
-        context::set_here(slot.cpu);
-    }
+    // Pass the task on first (the hop's latency), then tidy up.
     match step {
         Step::Suspended(Suspend::Hop { worker }) => shared.workers[worker].mailbox.push(task),
         Step::Finished => {
@@ -559,6 +565,13 @@ fn run_slice(shared: &Shared, slot: &WorkerSlot, mut task: Box<Task>) {
             }
             shared.task_finished();
         }
+    }
+    context::clear_task();
+    slot.running.store(false, StdOrdering::Relaxed);
+    if context::here() != Some(slot.cpu) && sys::pin_current_thread(slot.os_id).is_ok() {
+        // Back home after an Affinity hop. (Should re-pinning fail, `here` keeps saying where
+        // the thread really is.)
+        context::set_here(slot.cpu);
     }
 }
 
