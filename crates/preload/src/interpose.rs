@@ -8,7 +8,6 @@
 //! are variadic in C; on the supported ABIs (x86-64 and aarch64 Linux) the optional `mode`
 //! arrives in the same register as a fixed third argument, and it is read only when the flags
 //! say it was passed (O_CREAT, O_TMPFILE), as glibc does.
-#![allow(clippy::missing_safety_doc)] // one contract for all: that of libc's function of the same name
 
 use core::ffi::{c_char, c_int, c_uint, c_void};
 
@@ -57,6 +56,11 @@ fn do_read(fd: c_int, buf: *mut c_void, count: size_t, local: impl FnOnce() -> i
         as ssize_t
 }
 
+/// `read`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `read`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: size_t) -> ssize_t {
     do_read(fd, buf, count, || {
@@ -64,6 +68,11 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: size_t) -> ssi
     })
 }
 
+/// `__read_chk`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `__read_chk`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, count: size_t, buflen: size_t) -> ssize_t {
     let real = || {
@@ -81,6 +90,11 @@ pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, count: size_t, 
     do_read(fd, buf, count, real)
 }
 
+/// `write`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `write`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, count: size_t) -> ssize_t {
     let args = [fd as u64, buf as u64, count as u64, 0, 0, 0];
@@ -105,6 +119,11 @@ fn do_pread(
         as ssize_t
 }
 
+/// `pread`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `pread`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, count: size_t, offset: off_t) -> ssize_t {
     do_pread(fd, buf, count, offset, || {
@@ -118,6 +137,11 @@ pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, count: size_t, offse
     })
 }
 
+/// `pread64`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `pread64`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, count: size_t, offset: off_t) -> ssize_t {
     do_pread(fd, buf, count, offset, || {
@@ -131,6 +155,11 @@ pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, count: size_t, off
     })
 }
 
+/// `__pread_chk`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `__pread_chk`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn __pread_chk(
     fd: c_int,
@@ -155,6 +184,11 @@ pub unsafe extern "C" fn __pread_chk(
     do_pread(fd, buf, count, offset, real)
 }
 
+/// `__pread64_chk`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `__pread64_chk`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn __pread64_chk(
     fd: c_int,
@@ -196,6 +230,11 @@ fn do_pwrite(
     ) as ssize_t
 }
 
+/// `pwrite`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `pwrite`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, count: size_t, offset: off_t) -> ssize_t {
     do_pwrite(fd, buf, count, offset, || {
@@ -209,6 +248,11 @@ pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, count: size_t, of
     })
 }
 
+/// `pwrite64`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `pwrite64`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, count: size_t, offset: off_t) -> ssize_t {
     do_pwrite(fd, buf, count, offset, || {
@@ -222,6 +266,11 @@ pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, count: size_t, 
     })
 }
 
+/// `readv`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `readv`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t {
     let args = [fd as u64, iov as u64, iovcnt as u64, 0, 0, 0];
@@ -234,6 +283,11 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, iovcnt: c_int) -> s
     ) as ssize_t
 }
 
+/// `writev`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `writev`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t {
     let args = [fd as u64, iov as u64, iovcnt as u64, 0, 0, 0];
@@ -268,16 +322,31 @@ fn do_openat(
 type OpenFn = unsafe extern "C" fn(*const c_char, c_int, ...) -> c_int;
 type OpenatFn = unsafe extern "C" fn(c_int, *const c_char, c_int, ...) -> c_int;
 
+/// `open`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `open`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     do_openat(Kind::Open, libc::AT_FDCWD, path, flags, mode, || real!("open" as OpenFn, path, flags, mode))
 }
 
+/// `open64`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `open64`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     do_openat(Kind::Open, libc::AT_FDCWD, path, flags, mode, || real!("open64" as OpenFn, path, flags, mode))
 }
 
+/// `__open_2`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `__open_2`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
     let real = || real!("__open_2" as unsafe extern "C" fn(*const c_char, c_int) -> c_int, path, flags);
@@ -287,6 +356,11 @@ pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
     do_openat(Kind::Open, libc::AT_FDCWD, path, flags, 0, real)
 }
 
+/// `__open64_2`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `__open64_2`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
     let real = || real!("__open64_2" as unsafe extern "C" fn(*const c_char, c_int) -> c_int, path, flags);
@@ -296,6 +370,11 @@ pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int 
     do_openat(Kind::Open, libc::AT_FDCWD, path, flags, 0, real)
 }
 
+/// `openat`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `openat`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     do_openat(Kind::Openat, dirfd, path, flags, mode, || {
@@ -303,6 +382,11 @@ pub unsafe extern "C" fn openat(dirfd: c_int, path: *const c_char, flags: c_int,
     })
 }
 
+/// `openat64`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `openat64`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn openat64(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     do_openat(Kind::Openat, dirfd, path, flags, mode, || {
@@ -310,6 +394,11 @@ pub unsafe extern "C" fn openat64(dirfd: c_int, path: *const c_char, flags: c_in
     })
 }
 
+/// `__openat_2`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `__openat_2`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
     let real = || {
@@ -321,6 +410,11 @@ pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_
     do_openat(Kind::Openat, dirfd, path, flags, 0, real)
 }
 
+/// `__openat64_2`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `__openat64_2`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
     let real = || {
@@ -362,33 +456,63 @@ fn do_fstat(fd: c_int, buf: *mut Stat, local: impl FnOnce() -> i64) -> c_int {
 type StatFn = unsafe extern "C" fn(*const c_char, *mut Stat) -> c_int;
 type XstatFn = unsafe extern "C" fn(c_int, *const c_char, *mut Stat) -> c_int;
 
+/// `stat`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `stat`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn stat(path: *const c_char, buf: *mut Stat) -> c_int {
     do_fstatat(Kind::Stat, libc::AT_FDCWD, path, buf, 0, || real!("stat" as StatFn, path, buf))
 }
 
+/// `stat64`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `stat64`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn stat64(path: *const c_char, buf: *mut Stat) -> c_int {
     do_fstatat(Kind::Stat, libc::AT_FDCWD, path, buf, 0, || real!("stat64" as StatFn, path, buf))
 }
 
+/// `lstat`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `lstat`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn lstat(path: *const c_char, buf: *mut Stat) -> c_int {
     let nofollow = libc::AT_SYMLINK_NOFOLLOW;
     do_fstatat(Kind::Lstat, libc::AT_FDCWD, path, buf, nofollow, || real!("lstat" as StatFn, path, buf))
 }
 
+/// `lstat64`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `lstat64`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn lstat64(path: *const c_char, buf: *mut Stat) -> c_int {
     let nofollow = libc::AT_SYMLINK_NOFOLLOW;
     do_fstatat(Kind::Lstat, libc::AT_FDCWD, path, buf, nofollow, || real!("lstat64" as StatFn, path, buf))
 }
 
+/// `fstat`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `fstat`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn fstat(fd: c_int, buf: *mut Stat) -> c_int {
     do_fstat(fd, buf, || real!("fstat" as unsafe extern "C" fn(c_int, *mut Stat) -> c_int, fd, buf))
 }
 
+/// `fstat64`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `fstat64`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn fstat64(fd: c_int, buf: *mut Stat) -> c_int {
     do_fstat(fd, buf, || real!("fstat64" as unsafe extern "C" fn(c_int, *mut Stat) -> c_int, fd, buf))
@@ -396,6 +520,11 @@ pub unsafe extern "C" fn fstat64(fd: c_int, buf: *mut Stat) -> c_int {
 
 type FstatatFn = unsafe extern "C" fn(c_int, *const c_char, *mut Stat, c_int) -> c_int;
 
+/// `fstatat`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `fstatat`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn fstatat(dirfd: c_int, path: *const c_char, buf: *mut Stat, flags: c_int) -> c_int {
     do_fstatat(Kind::Fstatat, dirfd, path, buf, flags, || {
@@ -403,6 +532,11 @@ pub unsafe extern "C" fn fstatat(dirfd: c_int, path: *const c_char, buf: *mut St
     })
 }
 
+/// `fstatat64`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `fstatat64`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn fstatat64(dirfd: c_int, path: *const c_char, buf: *mut Stat, flags: c_int) -> c_int {
     do_fstatat(Kind::Fstatat, dirfd, path, buf, flags, || {
@@ -416,6 +550,11 @@ fn known_stat_version(version: c_int) -> bool {
     version == 0 || version == 1
 }
 
+/// `__xstat`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `__xstat`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn __xstat(version: c_int, path: *const c_char, buf: *mut Stat) -> c_int {
     let real = || real!("__xstat" as XstatFn, version, path, buf);
@@ -425,6 +564,11 @@ pub unsafe extern "C" fn __xstat(version: c_int, path: *const c_char, buf: *mut 
     do_fstatat(Kind::Stat, libc::AT_FDCWD, path, buf, 0, real)
 }
 
+/// `__xstat64`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `__xstat64`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn __xstat64(version: c_int, path: *const c_char, buf: *mut Stat) -> c_int {
     let real = || real!("__xstat64" as XstatFn, version, path, buf);
@@ -434,6 +578,11 @@ pub unsafe extern "C" fn __xstat64(version: c_int, path: *const c_char, buf: *mu
     do_fstatat(Kind::Stat, libc::AT_FDCWD, path, buf, 0, real)
 }
 
+/// `__lxstat`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `__lxstat`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn __lxstat(version: c_int, path: *const c_char, buf: *mut Stat) -> c_int {
     let real = || real!("__lxstat" as XstatFn, version, path, buf);
@@ -443,6 +592,11 @@ pub unsafe extern "C" fn __lxstat(version: c_int, path: *const c_char, buf: *mut
     do_fstatat(Kind::Lstat, libc::AT_FDCWD, path, buf, libc::AT_SYMLINK_NOFOLLOW, real)
 }
 
+/// `__lxstat64`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `__lxstat64`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn __lxstat64(version: c_int, path: *const c_char, buf: *mut Stat) -> c_int {
     let real = || real!("__lxstat64" as XstatFn, version, path, buf);
@@ -454,6 +608,11 @@ pub unsafe extern "C" fn __lxstat64(version: c_int, path: *const c_char, buf: *m
 
 type FxstatFn = unsafe extern "C" fn(c_int, c_int, *mut Stat) -> c_int;
 
+/// `__fxstat`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `__fxstat`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn __fxstat(version: c_int, fd: c_int, buf: *mut Stat) -> c_int {
     let real = || real!("__fxstat" as FxstatFn, version, fd, buf);
@@ -463,6 +622,11 @@ pub unsafe extern "C" fn __fxstat(version: c_int, fd: c_int, buf: *mut Stat) -> 
     do_fstat(fd, buf, real)
 }
 
+/// `__fxstat64`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `__fxstat64`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn __fxstat64(version: c_int, fd: c_int, buf: *mut Stat) -> c_int {
     let real = || real!("__fxstat64" as FxstatFn, version, fd, buf);
@@ -474,6 +638,11 @@ pub unsafe extern "C" fn __fxstat64(version: c_int, fd: c_int, buf: *mut Stat) -
 
 type FxstatatFn = unsafe extern "C" fn(c_int, c_int, *const c_char, *mut Stat, c_int) -> c_int;
 
+/// `__fxstatat`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `__fxstatat`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn __fxstatat(
     version: c_int,
@@ -489,6 +658,11 @@ pub unsafe extern "C" fn __fxstatat(
     do_fstatat(Kind::Fstatat, dirfd, path, buf, flags, real)
 }
 
+/// `__fxstatat64`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `__fxstatat64`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn __fxstatat64(
     version: c_int,
@@ -504,6 +678,11 @@ pub unsafe extern "C" fn __fxstatat64(
     do_fstatat(Kind::Fstatat, dirfd, path, buf, flags, real)
 }
 
+/// `statx`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `statx`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn statx(
     dirfd: c_int,
@@ -535,6 +714,11 @@ pub unsafe extern "C" fn statx(
 
 // ---- fsync / fdatasync -----------------------------------------------------------------
 
+/// `fsync`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `fsync`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
     let req = request(libc::SYS_fsync, [fd as u64, 0, 0, 0, 0, 0], Check::Nothing);
@@ -542,6 +726,11 @@ pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
         as c_int
 }
 
+/// `fdatasync`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `fdatasync`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
     let req = request(libc::SYS_fdatasync, [fd as u64, 0, 0, 0, 0, 0], Check::Nothing);
@@ -570,6 +759,11 @@ fn do_sendfile(
     dispatch(Kind::Sendfile, out_fd, || count as u64, Some(req), local) as ssize_t
 }
 
+/// `sendfile`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `sendfile`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn sendfile(out_fd: c_int, in_fd: c_int, offset: *mut off_t, count: size_t) -> ssize_t {
     do_sendfile(out_fd, in_fd, offset, count, || {
@@ -577,6 +771,11 @@ pub unsafe extern "C" fn sendfile(out_fd: c_int, in_fd: c_int, offset: *mut off_
     })
 }
 
+/// `sendfile64`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `sendfile64`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn sendfile64(
     out_fd: c_int,
@@ -589,6 +788,11 @@ pub unsafe extern "C" fn sendfile64(
     })
 }
 
+/// `sendto`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `sendto`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn sendto(
     fd: c_int,
@@ -632,6 +836,11 @@ pub unsafe extern "C" fn sendto(
     ) as ssize_t
 }
 
+/// `recvfrom`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `recvfrom`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn recvfrom(
     fd: c_int,
@@ -679,6 +888,11 @@ fn do_poll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int, local: impl FnOnce() 
     dispatch(Kind::Poll, -1, || 0, req, local) as c_int
 }
 
+/// `poll`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `poll`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn poll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -> c_int {
     do_poll(fds, nfds, timeout, || {
@@ -686,6 +900,11 @@ pub unsafe extern "C" fn poll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) ->
     })
 }
 
+/// `__poll_chk`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `__poll_chk`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn __poll_chk(fds: *mut pollfd, nfds: nfds_t, timeout: c_int, fdslen: size_t) -> c_int {
     let real = || {
@@ -703,6 +922,11 @@ pub unsafe extern "C" fn __poll_chk(fds: *mut pollfd, nfds: nfds_t, timeout: c_i
     do_poll(fds, nfds, timeout, real)
 }
 
+/// `select`, possibly run on a service thread.
+///
+/// # Safety
+/// The contract of libc's `select`: every pointer valid for the call as libc documents it
+/// (a bad one gives EFAULT where the kernel checks it, exactly as without this library).
 #[no_mangle]
 pub unsafe extern "C" fn select(
     nfds: c_int,

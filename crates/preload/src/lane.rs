@@ -93,7 +93,7 @@ mod model {
 pub const MAX_LANES: usize = 8;
 
 /// Request slots per lane: one bit each in the 32-bit futex word `pending`, whose top bit is
-/// [`ASLEEP`].
+/// `ASLEEP` flag.
 pub const SLOTS: usize = 31;
 /// In `pending`: the service thread is asleep (or about to sleep) on it.
 const ASLEEP: u32 = 1 << 31;

@@ -26,10 +26,10 @@
 //!     └─ errno ← reply; re-raise SIGPIPE/SIGXFSZ at the caller if the call raised one
 //! ```
 //!
-//! The slot protocol is in [`lane`](crate::lane); what a service thread refuses (calls that could block
+//! The slot protocol is in [`lane`]; what a service thread refuses (calls that could block
 //! until a signal to the *caller* ends them — pipe, socket and terminal I/O without
 //! O_NONBLOCK, opening a FIFO, poll/select with a timeout — and calls naming the calling
-//! thread, `/proc/thread-self`) is in [`service`](crate::service).
+//! thread, `/proc/thread-self`) is in [`service`].
 //!
 //! # Rules this library keeps
 //!
