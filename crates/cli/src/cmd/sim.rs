@@ -163,10 +163,11 @@ fn run_points(points: &[Point], show_progress: bool) -> anyhow::Result<Vec<(Poin
     };
     let mut out = Vec::with_capacity(points.len());
     for point in points {
-        bar.set_message(settings_label(point));
+        let label = settings_label(point);
+        bar.set_message(label.clone());
+        // Every 65 536 events: where the run is in simulated time.
         let report = models::run_scenario(&point.scenario, &mut |now| {
-            bar.tick();
-            let _ = now;
+            bar.set_message(format!("{label} at {} simulated", report::fmt_ns(corehop_sim::ps_to_ns(now))));
         })?;
         out.push((point.clone(), report));
         bar.inc(1);
