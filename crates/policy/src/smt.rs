@@ -18,7 +18,7 @@
 //! ```
 //! use corehop_policy::smt::{Class, Hybrid, HybridConfig, Mode};
 //!
-//! let mut hybrid = Hybrid::new(HybridConfig { slice_ns: 1_000_000, start: Mode::Amp }).unwrap();
+//! let mut hybrid = Hybrid::new(HybridConfig { slice_ns: 1_000_000, switch_ns: 0, start: Mode::Amp }).unwrap();
 //! hybrid.admit(1, Class::Uni).unwrap(); // prefers AMP
 //! hybrid.admit(2, Class::Smt).unwrap(); // prefers SMP
 //! assert_eq!(hybrid.running(), vec![1]);
@@ -390,13 +390,16 @@ pub struct HybridConfig {
     /// Time slice per application in its mode, in ns: a mode lasts `slice_ns` times the number
     /// of applications in its queue, so each application gets about the same share of time.
     pub slice_ns: u64,
+    /// What a mode switch costs before the new mode's applications run, in ns; the slice
+    /// starts after it (else a switch as long as a slice would leave no time to run at all).
+    pub switch_ns: u64,
     /// The mode to start in.
     pub start: Mode,
 }
 
 impl Default for HybridConfig {
     fn default() -> Self {
-        HybridConfig { slice_ns: 10_000_000, start: Mode::Amp }
+        HybridConfig { slice_ns: 10_000_000, switch_ns: 0, start: Mode::Amp }
     }
 }
 
@@ -486,11 +489,13 @@ impl Hybrid {
         due.then(|| self.switch_to(other, now))
     }
 
-    /// When the current slice ends (ns); `tick` at or after this time switches if the other
+    /// When the current slice ends (ns): the switch cost plus one slice per application of the
+    /// current mode after the last switch. `tick` at or after this time switches if the other
     /// queue has work.
     pub fn slice_end(&self) -> u64 {
         let apps = self.queues[self.mode.index()].len().max(1) as u64;
-        self.mode_since.saturating_add(self.config.slice_ns.saturating_mul(apps))
+        let switch = if self.switches > 0 { self.config.switch_ns } else { 0 };
+        self.mode_since.saturating_add(switch).saturating_add(self.config.slice_ns.saturating_mul(apps))
     }
 
     fn switch_to(&mut self, to: Mode, now: u64) -> Switch {
@@ -645,7 +650,7 @@ mod tests {
 
     #[test]
     fn hybrid_alternates_and_skips_empty_modes() {
-        let mut h = Hybrid::new(HybridConfig { slice_ns: 100, start: Mode::Amp }).unwrap();
+        let mut h = Hybrid::new(HybridConfig { slice_ns: 100, switch_ns: 0, start: Mode::Amp }).unwrap();
         assert_eq!(h.tick(1_000), None, "nothing to run: mode stays");
         assert_eq!(h.admit(1, Class::Smt), Ok(Mode::Smp));
         let s = h.tick(1_000).expect("AMP queue empty: switch at once");
@@ -659,6 +664,18 @@ mod tests {
         assert_eq!(h.tick(1_299), None);
         assert_eq!(h.tick(1_300).map(|s| s.to), Some(Mode::Smp));
         assert_eq!(h.switches(), 3);
+    }
+
+    #[test]
+    fn hybrid_slices_start_after_the_switch_cost() {
+        let mut h = Hybrid::new(HybridConfig { slice_ns: 100, switch_ns: 100, start: Mode::Amp }).unwrap();
+        h.admit(1, Class::Uni).unwrap();
+        h.admit(2, Class::Smt).unwrap();
+        assert_eq!(h.slice_end(), 100, "no switch yet: no switch cost");
+        assert_eq!(h.tick(100).map(|s| s.to), Some(Mode::Smp));
+        assert_eq!(h.slice_end(), 300);
+        assert_eq!(h.tick(299), None);
+        assert_eq!(h.tick(300).map(|s| s.to), Some(Mode::Amp));
     }
 
     #[test]
@@ -678,7 +695,7 @@ mod tests {
         assert_eq!(h.admit(2, Class::Smt), Err(SmtError::DuplicateApp(2)));
         assert_eq!(h.reclassify(9, Class::Smt), Err(SmtError::UnknownApp(9)));
         assert_eq!(
-            Hybrid::new(HybridConfig { slice_ns: 0, start: Mode::Smp }).err(),
+            Hybrid::new(HybridConfig { slice_ns: 0, switch_ns: 0, start: Mode::Smp }).err(),
             Some(SmtError::ZeroSlice)
         );
     }
@@ -709,7 +726,7 @@ mod tests {
         /// set is always the current mode's queue; a classed application is in its mode.
         #[test]
         fn hybrid_loses_and_duplicates_nothing(ops in proptest::collection::vec(op(), 1..200)) {
-            let mut h = Hybrid::new(HybridConfig { slice_ns: 50, start: Mode::Amp }).unwrap();
+            let mut h = Hybrid::new(HybridConfig { slice_ns: 50, switch_ns: 7, start: Mode::Amp }).unwrap();
             let mut admitted = std::collections::BTreeSet::new();
             let mut now = 0;
             for op in ops {
@@ -740,7 +757,7 @@ mod tests {
         /// Over time every waiting application runs: the mode alternates while both queues have work.
         #[test]
         fn hybrid_serves_both_queues(uni in 1..5usize, smt in 1..5usize, slice in 1..1000u64) {
-            let mut h = Hybrid::new(HybridConfig { slice_ns: slice, start: Mode::Smp }).unwrap();
+            let mut h = Hybrid::new(HybridConfig { slice_ns: slice, switch_ns: slice / 2, start: Mode::Smp }).unwrap();
             for a in 0..uni { h.admit(a as AppId, Class::Uni).unwrap(); }
             for a in 0..smt { h.admit((100 + a) as AppId, Class::Smt).unwrap(); }
             let mut seen = std::collections::BTreeSet::new();

@@ -26,7 +26,7 @@ pub struct ModelEntry {
 }
 
 /// Every model, by kind.
-pub const MODELS: &[ModelEntry] = &[switch::ENTRY, offload::ENTRY, objects::ENTRY];
+pub const MODELS: &[ModelEntry] = &[switch::ENTRY, offload::ENTRY, objects::ENTRY, smt::ENTRY];
 
 /// The model registered for `kind`.
 pub fn find(kind: &str) -> Option<&'static ModelEntry> {

@@ -442,7 +442,7 @@ fn run_once(
     let rt = Arc::new(SmtRuntime::builder().machine(m).mode(mode).build()?);
     let mut hybrid = match scheme {
         Scheme::Hybrid => {
-            let mut h = Hybrid::new(HybridConfig { slice_ns: 2_000_000, start: Mode::Amp })?;
+            let mut h = Hybrid::new(HybridConfig { slice_ns: 2_000_000, switch_ns: 0, start: Mode::Amp })?;
             for (i, class) in classes.iter().enumerate() {
                 h.admit(i as u64, *class)?;
             }
