@@ -413,6 +413,20 @@ fn compare_runs_both_ways_and_checks_the_outputs() {
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     assert!(stdout.contains("plain (baseline)") && stdout.contains("offload always"), "{stdout}");
     assert!(!stdout.contains("NO"), "{stdout}");
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("cmp.svg");
+    let out = corehop()
+        .args(["run", "--offload", "--compare", "1", "--json", "--plot"])
+        .arg(&svg)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: Value = serde_json::from_slice(&out.stdout).expect("--json prints JSON");
+    assert_eq!(json["reps"], 1);
+    assert_eq!(json["plain"]["same_output"], true);
+    assert!(json["ratio"].as_f64().is_some_and(|r| r > 0.0), "{json}");
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
     // A program whose output differs from run to run (its pid) is caught.
     let out =
         corehop().args(["run", "--offload", "--compare", "2", "--", "sh", "-c", "echo $$"]).output().unwrap();

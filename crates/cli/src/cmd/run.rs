@@ -92,6 +92,16 @@ pub struct Args {
     #[arg(long, value_name = "REPS", requires = "offload", value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub compare: Option<u32>,
 
+    /// With --compare: print the result as JSON instead of a table (shape: `command`, `reps`,
+    /// `service_cpus`, `policy`, and `plain` / `offload`: each `min_ns`, `median_ns`, `max_ns`,
+    /// `same_output`; plus `ratio` = offload median / plain median).
+    #[arg(long, requires = "compare")]
+    pub json: bool,
+
+    /// With --compare: draw the median wall times as bars in an SVG file.
+    #[arg(long, value_name = "FILE.svg", requires = "compare")]
+    pub plot: Option<PathBuf>,
+
     /// The program to run and its arguments (after `--`).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -188,7 +198,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => None,
     };
     if let Some(reps) = args.compare {
-        return compare(launch, reps, &service_cpus, args.stats);
+        let output = CompareOutput { stats: args.stats, json: args.json, plot: args.plot };
+        return compare(launch, reps, &service_cpus, &output);
     }
     let finished = launch.run()?;
     if let Some(summary) = &finished.summary {
@@ -203,8 +214,35 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     std::process::exit(exit_code(finished.status))
 }
 
+/// How `--compare` reports.
+struct CompareOutput {
+    stats: bool,
+    json: bool,
+    plot: Option<PathBuf>,
+}
+
+/// One side of a `--compare` run, for `--json`.
+#[derive(Serialize)]
+struct CompareSide {
+    min_ns: f64,
+    median_ns: f64,
+    max_ns: f64,
+    same_output: bool,
+}
+
+#[derive(Serialize)]
+struct CompareJson {
+    command: Vec<String>,
+    reps: u32,
+    service_cpus: Vec<usize>,
+    policy: String,
+    plain: CompareSide,
+    offload: CompareSide,
+    ratio: f64,
+}
+
 /// `--compare`: the program with and without the library, alternating, outputs compared.
-fn compare(mut launch: Launch, reps: u32, service_cpus: &[usize], stats: bool) -> anyhow::Result<()> {
+fn compare(mut launch: Launch, reps: u32, service_cpus: &[usize], out: &CompareOutput) -> anyhow::Result<()> {
     launch.capture = true;
     let offload = launch.offload.take().context("--compare needs --offload")?;
     let bar = crate::report::progress(u64::from(reps) * 2, "runs");
@@ -251,11 +289,42 @@ fn compare(mut launch: Launch, reps: u32, service_cpus: &[usize], stats: bool) -
          equal to the first plain run",
         format_cpu_list(service_cpus)
     ));
-    print!("{}", table.render());
-    if stats {
-        if let Some((summary, wall_ns)) = &last_summary {
-            print!("{}", summary.table(service_cpus, *wall_ns).render());
+    let offloaded = Stats::of(&times[1]).context("no offloaded run")?;
+    if out.json {
+        let side = |s: Stats, same: bool| CompareSide {
+            min_ns: s.min,
+            median_ns: s.median,
+            max_ns: s.max,
+            same_output: same,
+        };
+        crate::report::print_json(&CompareJson {
+            command: command.clone(),
+            reps,
+            service_cpus: service_cpus.to_vec(),
+            policy: offload.policy.clone(),
+            plain: side(plain, same[0]),
+            offload: side(offloaded, same[1]),
+            ratio: offloaded.median / plain.median,
+        })?;
+    } else {
+        print!("{}", table.render());
+        if out.stats {
+            if let Some((summary, wall_ns)) = &last_summary {
+                print!("{}", summary.table(service_cpus, *wall_ns).render());
+            }
         }
+    }
+    if let Some(path) = &out.plot {
+        let bars = vec![
+            ("plain".to_string(), plain.median / 1e6),
+            (format!("offload {}", offload.policy), offloaded.median / 1e6),
+        ];
+        crate::report::plot_bars(
+            path,
+            &format!("corehop run --compare: {}", command.join(" ")),
+            "median wall time (ms)",
+            &bars,
+        )?;
     }
     if !(same[0] && same[1]) {
         bail!("the runs did not all give the same output (see the table)");
