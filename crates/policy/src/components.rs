@@ -332,10 +332,17 @@ pub fn plan(
             let shared = *alone || (starved && *load > 0.0);
             !shared && load + d <= cfg.target_utilisation * hw(*cpu)
         };
-        let current = open.iter().position(|b| b.0 == layout.cpu_of[i] && fits(b));
+        let own = layout.cpu_of[i];
+        let current = open.iter().position(|b| b.0 == own && fits(b));
         let slot = current.or_else(|| open.iter().position(fits)).or_else(|| {
-            let next = order.iter().find(|c| !open.iter().any(|b| b.0 == **c))?;
-            open.push((*next, 0.0, false));
+            // A new CPU: the component's own if it is free (no move), else the next in order.
+            let is_free = |c: &CpuId| !open.iter().any(|b| b.0 == *c);
+            let next = if order.contains(&own) && is_free(&own) {
+                own
+            } else {
+                *order.iter().find(|c| is_free(c))?
+            };
+            open.push((next, 0.0, false));
             Some(open.len() - 1)
         });
         // No CPU left: share the least-loaded one.
@@ -517,6 +524,17 @@ mod tests {
         assert_eq!(next.on_cpu(tcp_cpu), vec![ComponentId(2)], "TCP alone: {next:?}");
         assert!(next.cpus_in_use().len() >= 2);
         assert_eq!(next.speed[tcp_cpu.0], 1.0, "a starved component gets full speed");
+    }
+
+    #[test]
+    fn a_split_that_cannot_merge_stays_where_it_is() {
+        // TCP alone on cpu2, driver+IP on cpu0, too busy together for one CPU: the plan must
+        // not swap them back and forth (it once moved TCP to cpu0 and the others to cpu2).
+        let m = machine(4, false);
+        let split = Layout { cpu_of: vec![CpuId(0), CpuId(0), CpuId(2)], speed: vec![0.625, 1.0, 0.75, 1.0] };
+        let trace = [obs(0.4), obs(0.4), obs(0.78)];
+        let next = plan(&ControllerConfig::default(), &m, &all(4), &split, &trace).unwrap();
+        assert_eq!(next.cpu_of, split.cpu_of);
     }
 
     #[test]

@@ -26,7 +26,8 @@ pub struct ModelEntry {
 }
 
 /// Every model, by kind.
-pub const MODELS: &[ModelEntry] = &[switch::ENTRY, offload::ENTRY, objects::ENTRY, smt::ENTRY];
+pub const MODELS: &[ModelEntry] =
+    &[switch::ENTRY, offload::ENTRY, objects::ENTRY, smt::ENTRY, pipeline::ENTRY];
 
 /// The model registered for `kind`.
 pub fn find(kind: &str) -> Option<&'static ModelEntry> {
