@@ -661,7 +661,6 @@ impl Summary {
 /// `corehop tour` part: `sort` and `dd` on a generated file, each with and without offload
 /// (`--policy always`, so every intercepted call really goes across), outputs compared, and
 /// the offload summary of the dd run.
-#[allow(dead_code)] // called from `corehop tour` once the lead wires it in
 pub fn tour() -> anyhow::Result<()> {
     let library = find_or_build_library()?;
     let allowed = sys::affinity()?;

@@ -428,7 +428,6 @@ const SWITCH_MICRO: &str = include_str!("../../../../scenarios/switch-micro.toml
 
 /// A quick run of the core-switching micro-benchmark on the paper's two-core machines, with
 /// the paper's figures next to ours.
-#[allow(dead_code)] // called from `corehop tour` once the lead wires it in
 pub fn tour() -> anyhow::Result<()> {
     let mut doc = ScenarioDoc::parse("scenarios/switch-micro.toml", SWITCH_MICRO)?;
     doc.set("workload.iterations=2000")?;

@@ -257,7 +257,6 @@ fn waitpkg_line(machine: &Machine) -> String {
 }
 
 /// The tour's first stop: this host in a few lines.
-#[allow(dead_code)] // called from `corehop tour` once the lead wires it in
 pub fn tour() -> anyhow::Result<()> {
     let discovery = discover_with(&DiscoverOptions::host()).context("discovering this machine")?;
     let machine = &discovery.machine;

@@ -649,7 +649,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// The tour's part: two sizes (half one CPU's private cache; 1.5× all private caches), uniform.
-#[allow(dead_code)] // called from `corehop tour` once the lead wires it in
 pub fn tour() -> anyhow::Result<()> {
     let args = Args {
         sizes: Vec::new(),

@@ -532,7 +532,6 @@ fn table(out: &Output) -> Table {
 }
 
 /// The front-door demo: a quick run of both workloads, plus the predictor on a real trace.
-#[allow(dead_code)] // called from `corehop tour` once the lead wires it in
 pub fn tour() -> anyhow::Result<()> {
     let args = Args {
         policies: PolicyChoice::ALL.map(|p| p.name().to_string()).to_vec(),

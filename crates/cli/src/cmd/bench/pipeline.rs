@@ -512,7 +512,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// The tour's part: all-on-one-core vs split at three speeds plus the live controller.
-#[allow(dead_code)] // called from `corehop tour` once the lead wires it in
 pub fn tour() -> anyhow::Result<()> {
     let args = Args {
         placements: vec!["one-core".into(), "split".into()],

@@ -149,7 +149,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// A quick run for `corehop tour`: compact table and a one-line takeaway.
-#[allow(dead_code)] // called from `corehop tour` once the lead wires it in
 pub fn tour() -> anyhow::Result<()> {
     let args = Args {
         from: 0,
