@@ -44,7 +44,9 @@ pub use corehop_policy::pick::{Candidate, Pick, PickState};
 pub use corehop_topology::CpuId;
 pub use error::{Error, JoinError};
 pub use runtime::{Builder, JoinHandle, Mechanism, Runtime, Wake, DEFAULT_STACK_SIZE};
-pub use task::{current_cpu, hop, hop_any, in_task, no_hop_zone, on, spawn_on, try_current_cpu, NoHopZone};
+pub use task::{
+    current_cpu, hop, hop_any, in_task, no_hop_zone, on, spawn_on, try_current_cpu, yield_now, NoHopZone,
+};
 
 // Subsystems built on the core runtime; each lands with its issue.
 pub mod components;

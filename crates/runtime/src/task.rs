@@ -72,6 +72,30 @@ pub fn hop(cpu: CpuId) -> Result<(), Error> {
     move_to(ctx, cpu, worker)
 }
 
+/// Lets the other tasks waiting for this CPU run first, then continues here.
+///
+/// Tasks switch only when one hops or ends; a task that never hops keeps its CPU, and tasks
+/// that hopped in wait behind it. Call this at natural boundaries (the object registry does
+/// after each operation). Under `Handoff` the task goes to the back of its own worker's
+/// mailbox; under `Affinity` (one OS thread per task) the OS thread yields. Errors as for
+/// [`hop`] (not in a task, inside a [`no_hop_zone`]).
+pub fn yield_now() -> Result<(), Error> {
+    let ctx = context::task().ok_or(Error::NotInTask)?;
+    let cpu = context::here().ok_or(Error::NotInTask)?;
+    if ctx.no_hop.get() > 0 {
+        return Err(Error::HopForbidden { cpu });
+    }
+    match ctx.shared.mechanism {
+        Mechanism::Handoff => {
+            let worker = ctx.shared.worker_of(cpu)?;
+            ctx.suspend(Suspend::Hop { worker });
+            context::set_task(ctx);
+        }
+        Mechanism::Affinity => std::thread::yield_now(),
+    }
+    Ok(())
+}
+
 /// Moves the task without the policy checks of [`hop`] (CPU already validated).
 #[inline(never)]
 fn move_to(ctx: &TaskCtx, cpu: CpuId, worker: usize) -> Result<(), Error> {

@@ -218,3 +218,29 @@ fn bad_requests_are_typed_errors() {
     let err = Objects::<u8, u8>::new(&bare, &cpus, ObjectsConfig::default()).unwrap_err();
     assert!(err.to_string().contains("no data caches"), "{err}");
 }
+
+#[test]
+fn yield_now_lets_a_waiting_task_run() {
+    use std::sync::atomic::AtomicBool;
+    let machine = host();
+    let rt = corehop_runtime::Runtime::builder().machine(machine).build().unwrap();
+    let other_ran = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&other_ran);
+    // The first task spins (without hopping) until the second one, queued behind it on the
+    // same CPU, has run: only yield_now lets it.
+    let spinner = rt
+        .spawn_on(CpuId(0), move || {
+            let mut yields = 0u64;
+            while !flag.load(Ordering::SeqCst) {
+                corehop_runtime::yield_now().unwrap();
+                yields += 1;
+            }
+            yields
+        })
+        .unwrap();
+    let flag = Arc::clone(&other_ran);
+    let other = rt.spawn_on(CpuId(0), move || flag.store(true, Ordering::SeqCst)).unwrap();
+    other.join().unwrap();
+    assert!(spinner.join().unwrap() >= 1);
+    assert!(matches!(corehop_runtime::yield_now(), Err(corehop_runtime::Error::NotInTask)));
+}

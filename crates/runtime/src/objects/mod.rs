@@ -17,7 +17,8 @@
 //! `sched_setaffinity` (the paper's V1) and restores its previous affinity afterwards. If the
 //! way back fails (the runtime is shutting down), the caller stays on the owner's CPU. The
 //! operation itself runs in a [`no_hop_zone`](crate::no_hop_zone): it cannot hop while it
-//! holds the object's lock.
+//! holds the object's lock. Its end is a scheduling point ([`yield_now`](crate::yield_now)):
+//! tasks that hopped in to use this CPU's objects run before the caller's next operation.
 //!
 //! **Exclusion.** Each object has a lock taken on the core the operation runs on: two
 //! operations on one object never run at the same time, on any cores, except reads of an
@@ -116,6 +117,8 @@ impl Counters {
 #[derive(Debug)]
 pub struct Object<T> {
     id: ObjectId,
+    /// Longer operations than this were preempted or blocked, not slowed by cache misses.
+    preempted_ns: u64,
     cell: LockedCell<T>,
     route: AtomicU64,
     counters: Counters,
@@ -262,9 +265,11 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         if let Some(existing) = keys.get(&key) {
             return Err(ObjectError::Duplicate(existing.id));
         }
+        let bytes_of = hints.bytes;
         let id = self.placer.lock().unwrap_or_else(|e| e.into_inner()).register(hints);
         let object = Arc::new(Object {
             id,
+            preempted_ns: preempted_after(bytes_of),
             cell: LockedCell::new(value),
             route: AtomicU64::new(0),
             counters: Counters::default(),
@@ -315,6 +320,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         let t1 = sys::now_ns();
         ran.hop_ns += self.come_back(std::mem::replace(&mut ran.back, Back::Stay));
         self.account(object, &ran, t0, t1, true);
+        Self::let_others_run();
         Ok(out)
     }
 
@@ -333,6 +339,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         let t1 = sys::now_ns();
         ran.hop_ns += self.come_back(std::mem::replace(&mut ran.back, Back::Stay));
         self.account(object, &ran, t0, t1, false);
+        Self::let_others_run();
         Ok(out)
     }
 
@@ -457,6 +464,15 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         Ok(Ran { index: Some(target), routed: true, hop_ns, back })
     }
 
+    /// An operation's end is a scheduling point: tasks that hopped here to operate on this
+    /// CPU's objects run before the caller's next operation (a plain thread: nothing to do).
+    fn let_others_run() {
+        if crate::in_task() {
+            // Refused only inside a no-hop zone or while shutting down: then simply go on.
+            let _ = crate::yield_now();
+        }
+    }
+
     /// Moves the caller back after an operation; returns what the move cost.
     fn come_back(&self, back: Back) -> u64 {
         let t0 = sys::now_ns();
@@ -481,7 +497,9 @@ impl<K: Hash + Eq, T> Objects<K, T> {
     fn account(&self, object: &Object<T>, ran: &Ran, start: u64, end: u64, write: bool) {
         let ns = end.saturating_sub(start);
         let c = &object.counters;
-        if ran.routed {
+        if ns > object.preempted_ns {
+            // Not a cache signal: the thread lost its CPU mid-operation. Not sampled.
+        } else if ran.routed {
             c.owner_ops.fetch_add(1, Ordering::Relaxed);
             c.owner_ns.fetch_add(ns, Ordering::Relaxed);
             c.hop_ns.fetch_add(ran.hop_ns, Ordering::Relaxed);
@@ -518,6 +536,12 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         }
         moves
     }
+}
+
+/// The duration beyond which an operation on `bytes` was surely preempted or blocked: reading
+/// them from memory at a pessimistic 0.5 byte/ns, and never less than 50 µs.
+fn preempted_after(bytes: u64) -> u64 {
+    (bytes * 2).max(50_000)
 }
 
 /// How many objects are placed each way.

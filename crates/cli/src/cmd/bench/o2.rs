@@ -34,6 +34,9 @@ use crate::report::{self, Scale, Series, Stats, Table};
 const ENTRIES: usize = 1000;
 type Entry = [u64; 4];
 const DIR_BYTES: u64 = (ENTRIES * std::mem::size_of::<Entry>()) as u64;
+/// The warm-up run lasts at least this long: O² watches, tries and judges directories over
+/// about ten 5 ms periods.
+const MIN_WARMUP_MS: u64 = 150;
 /// Requests a shard may have waiting at other shards.
 const SHARD_DEPTH: u64 = 8;
 
@@ -43,7 +46,8 @@ const SHARD_DEPTH: u64 = 8;
 /// directories, from well under one CPU's private cache to well over all on-chip cache
 /// (sizes taken from this machine's caches). `threads` is the same-run baseline: every other
 /// figure is also shown as a ratio to it. Each point is the min/median/max of --reps runs of
-/// --ms milliseconds, after a warm-up run of the same length that lets O² place directories.
+/// --ms milliseconds, after a warm-up run (as long, at least 150 ms) that lets O² place
+/// directories.
 ///
 /// JSON (--json), one object:
 ///   { "machine": { "name", "cpus", "private_cache_bytes", "private_cache_total_bytes",
@@ -248,12 +252,21 @@ struct Bench {
 }
 
 impl Bench {
+    fn warmup_ms(&self) -> u64 {
+        self.ms.max(MIN_WARMUP_MS)
+    }
+
     fn os_ids(&self) -> Vec<usize> {
         self.cpus.iter().map(|c| self.machine.cpus()[c.0].os_id).collect()
     }
 
     /// Starts `n` pinned threads running `work(index, run)` for `ms`, returns lookups/s.
-    fn timed_threads(&self, run: &Arc<Run>, work: impl Fn(usize, &Run) -> u64 + Sync) -> anyhow::Result<f64> {
+    fn timed_threads(
+        &self,
+        run: &Arc<Run>,
+        ms: u64,
+        work: impl Fn(usize, &Run) -> u64 + Sync,
+    ) -> anyhow::Result<f64> {
         let os = self.os_ids();
         let barrier = Barrier::new(os.len() + 1);
         let total = std::thread::scope(|s| -> anyhow::Result<(u64, Duration)> {
@@ -271,7 +284,7 @@ impl Bench {
                 .collect();
             barrier.wait();
             let t0 = Instant::now();
-            std::thread::sleep(Duration::from_millis(self.ms));
+            std::thread::sleep(Duration::from_millis(ms));
             run.stop.store(true, Ordering::Relaxed);
             let mut sum = 0;
             for w in workers {
@@ -282,8 +295,8 @@ impl Bench {
         Ok(total.0 as f64 / total.1.as_secs_f64())
     }
 
-    fn threads(&self, run: &Arc<Run>, locks: &[OpLock]) -> anyhow::Result<f64> {
-        self.timed_threads(run, |i, run| {
+    fn threads(&self, run: &Arc<Run>, ms: u64, locks: &[OpLock]) -> anyhow::Result<f64> {
+        self.timed_threads(run, ms, |i, run| {
             let mut rng = Rng(mix(i as u64 + 1) | 1);
             let mut done = 0;
             while !run.stopped() {
@@ -298,13 +311,13 @@ impl Bench {
         })
     }
 
-    fn sharded(&self, run: &Arc<Run>) -> anyhow::Result<f64> {
+    fn sharded(&self, run: &Arc<Run>, ms: u64) -> anyhow::Result<f64> {
         let n = self.cpus.len();
         let queues: Vec<ArrayQueue<u64>> =
             (0..n).map(|_| ArrayQueue::new(n * SHARD_DEPTH as usize)).collect();
         let completions: Vec<CachePadded<AtomicU64>> =
             (0..n).map(|_| CachePadded::new(AtomicU64::new(0))).collect();
-        self.timed_threads(run, |me, run| {
+        self.timed_threads(run, ms, |me, run| {
             let mut rng = Rng(mix(me as u64 + 77) | 1);
             let (mut done, mut in_flight) = (0u64, 0u64);
             while !run.stopped() {
@@ -338,6 +351,7 @@ impl Bench {
         &self,
         rt: &Runtime,
         run: &Arc<Run>,
+        ms: u64,
         objects: &Arc<Objects<usize, ()>>,
         handles: &Arc<Vec<Handle<()>>>,
     ) -> anyhow::Result<f64> {
@@ -364,7 +378,7 @@ impl Bench {
             .collect::<Result<_, _>>()
             .context("starting O² tasks")?;
         let t0 = Instant::now();
-        std::thread::sleep(Duration::from_millis(self.ms));
+        std::thread::sleep(Duration::from_millis(ms));
         run.stop.store(true, Ordering::Relaxed);
         let mut sum = 0;
         for t in tasks {
@@ -409,10 +423,11 @@ impl Bench {
             let mut samples = Vec::new();
             for rep in 0..=self.reps {
                 let run = self.new_run(&dirs, popularity);
+                let ms = if rep == 0 { self.warmup_ms() } else { self.ms };
                 let rate = match scheduler {
-                    Scheduler::Threads => self.threads(&run, &locks)?,
-                    Scheduler::Sharded => self.sharded(&run)?,
-                    Scheduler::O2 => self.o2(rt, &run, &objects, &handles)?,
+                    Scheduler::Threads => self.threads(&run, ms, &locks)?,
+                    Scheduler::Sharded => self.sharded(&run, ms)?,
+                    Scheduler::O2 => self.o2(rt, &run, ms, &objects, &handles)?,
                 };
                 // Rep 0 warms the caches (and lets O² place directories); it is not reported.
                 if rep > 0 {
@@ -617,7 +632,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             },
             settings: Settings {
                 ms: bench.ms,
-                warmup_ms: bench.ms,
+                warmup_ms: bench.warmup_ms(),
                 reps: bench.reps,
                 tasks_per_cpu: bench.tasks_per_cpu,
             },
