@@ -14,6 +14,10 @@
 //! sum over the window; candidates are 0 and the observed gaps up to `max_factor * W`. The
 //! budget used is the fit times `slack` (capped at `max_factor * W`): the fit sits exactly on
 //! the longest gap it catches, and a gap a little longer next time would pay a whole wake-up.
+//! And the budget never drops below `min_fraction * W`: a short spin costs little, catches work
+//! that comes back within moments even after a run of long idle periods, and keeps two workers
+//! that pass work back and forth from locking each other into sleeping (once both sleep, each
+//! sees the other's wake-up time as its own idle gap, which makes sleeping look right).
 //!
 //! Pure: observations (gap and wake-up costs in nanoseconds) in, a budget in nanoseconds out.
 //!
@@ -30,7 +34,8 @@
 //! for _ in 0..16 {
 //!     s.observe_idle_gap(5_000_000); // now it stays idle for 5 ms at a time
 //! }
-//! assert_eq!(s.budget_ns(), 0);
+//! assert_eq!(s.fitted_ns(), 0); // sleeping at once would have been best...
+//! assert_eq!(s.budget_ns(), s.wake_cost_ns() / 4); // ...but a short spin stays
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -48,6 +53,8 @@ pub struct SpinConfig {
     pub wake_cost_shift: u32,
     /// The budget is the fitted one times this (at least 1.0), for jitter in the gaps.
     pub slack: f64,
+    /// Always spin at least this fraction of a wake-up's cost (0.0 ..= 1.0).
+    pub min_fraction: f64,
 }
 
 /// No history: spin as long as a wake-up costs (about 5 µs for a futex wake on a VM).
@@ -61,6 +68,7 @@ impl Default for SpinConfig {
             max_factor: 4,
             wake_cost_shift: 3,
             slack: 2.0,
+            min_fraction: 0.25,
         }
     }
 }
@@ -150,7 +158,8 @@ impl SpinBudget {
             }
         }
         self.fitted_ns = best.1;
-        self.budget_ns = ((best.1 as f64 * self.config.slack) as u64).min(cap).max(best.1);
+        let floor = (wake as f64 * self.config.min_fraction) as u64;
+        self.budget_ns = ((best.1 as f64 * self.config.slack) as u64).max(floor).min(cap).max(best.1);
     }
 }
 
@@ -164,7 +173,7 @@ mod tests {
         for &g in gaps {
             s.observe_idle_gap(g);
         }
-        assert_eq!(s.budget_ns(), (s.fitted_ns() * 2).min(wake * 4));
+        assert_eq!(s.budget_ns(), (s.fitted_ns() * 2).max(wake / 4).min(wake * 4));
         s.fitted_ns()
     }
 
@@ -198,7 +207,13 @@ mod tests {
 
     #[test]
     fn degenerate_config_is_clamped() {
-        let config = SpinConfig { window: 0, max_factor: 0, slack: f64::NAN, ..SpinConfig::default() };
+        let config = SpinConfig {
+            window: 0,
+            max_factor: 0,
+            slack: f64::NAN,
+            min_fraction: f64::NAN,
+            ..SpinConfig::default()
+        };
         let mut s = SpinBudget::new(config);
         s.observe_idle_gap(10);
         s.observe_idle_gap(20);
@@ -220,7 +235,7 @@ mod tests {
             }
             let b = s.fitted_ns();
             prop_assert!(b <= s.budget_ns() && s.budget_ns() <= wake * config.max_factor);
-            prop_assert_eq!(s.budget_ns() == 0, b == 0);
+            prop_assert!(s.budget_ns() >= (wake as f64 * config.min_fraction) as u64);
             let window = &gaps[gaps.len().saturating_sub(config.window)..];
             prop_assert!(b == 0 || window.contains(&b));
             let cost = |budget: u64| -> u128 {

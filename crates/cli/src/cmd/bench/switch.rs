@@ -44,7 +44,7 @@ use crate::report::{self, Stats, Table};
 ///                    "calls_per_s" (only for "on") } ] }
 ///
 /// Times are ns per round trip (per call for gettid and on, per hop for hop-one-way).
-/// The slow variants (affinity, handoff+park) run a tenth of --iters per repetition.
+/// The slow variants (affinity, handoff+park, after-idle) run a tenth of --iters per repetition.
 #[derive(clap::Args, Debug, Clone)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -54,7 +54,7 @@ pub struct Args {
     /// CPU (dense id) the task hops to.
     #[arg(long, default_value_t = 1)]
     pub to: usize,
-    /// Round trips per repetition for the fast variants (a tenth for affinity and park).
+    /// Round trips per repetition for the fast variants (a tenth for the slow ones).
     #[arg(long, default_value_t = 20_000)]
     pub iters: u64,
     /// Repetitions: each rebuilds the runtimes and measures every variant once.
@@ -208,15 +208,10 @@ fn measure(args: &Args) -> anyhow::Result<Report> {
     let mut samples: HashMap<&str, Vec<f64>> = HashMap::new();
     let bar = report::progress(plan.reps as u64, "switch");
     for _ in 0..plan.reps {
-        // `on` and hop-one-way are measured on the handoff+spin runtime.
-        for name in NAMES.into_iter().filter(|n| *n != ONE_WAY && *n != ON) {
+        for name in NAMES {
             bar.set_message(name);
-            let (ns, extra) = measure_one(&plan, name).with_context(|| format!("measuring {name}"))?;
+            let ns = measure_one(&plan, name).with_context(|| format!("measuring {name}"))?;
             samples.entry(name).or_default().push(ns);
-            if let Some((one_way, on_call)) = extra {
-                samples.entry(ONE_WAY).or_default().push(one_way);
-                samples.entry(ON).or_default().push(on_call);
-            }
         }
         bar.inc(1);
     }
@@ -253,30 +248,24 @@ fn measure(args: &Args) -> anyhow::Result<Report> {
     Ok(Report { machine, results })
 }
 
-/// One repetition of one variant: ns per operation, plus (one-way ns, on() ns per call) for
-/// the handoff+spin runtime.
-fn measure_one(plan: &Plan, name: &str) -> anyhow::Result<(f64, Option<(f64, f64)>)> {
+/// One repetition of one variant: ns per operation. Every runtime variant gets a fresh
+/// runtime, so none inherits another's scheduler history.
+fn measure_one(plan: &Plan, name: &str) -> anyhow::Result<f64> {
     let slow = (plan.iters / SLOW_DIVISOR).max(1);
-    Ok(match name {
-        FLOOR => (floor(plan.from_os, plan.to_os, plan.iters)?, None),
-        GETTID => (gettid(plan.from_os, plan.iters)?, None),
-        AFFINITY => (round_trips(plan, Mechanism::Affinity, Wake::Park, slow, 0)?, None),
-        PARK => (round_trips(plan, Mechanism::Handoff, Wake::Park, slow, 0)?, None),
-        SPIN_THEN_PARK => (round_trips(plan, Mechanism::Handoff, Wake::SpinThenPark, plan.iters, 0)?, None),
-        AFTER_IDLE => {
-            // Fewer iterations: each one waits out the idle gap first.
-            let iters = (plan.iters / 4).max(1);
-            (round_trips(plan, Mechanism::Handoff, Wake::SpinThenPark, iters, plan.idle_gap_ns)?, None)
-        }
-        SPIN => {
-            let rt = runtime(plan, Mechanism::Handoff, Wake::Spin)?;
-            let rtt = round_trips_on(&rt, plan, plan.iters, 0)?;
-            let one_way = one_way_hops(&rt, plan)?;
-            let on_call = on_calls(&rt, plan)?;
-            (rtt, Some((one_way, on_call)))
-        }
+    let spin = || runtime(plan, Mechanism::Handoff, Wake::Spin);
+    match name {
+        FLOOR => floor(plan.from_os, plan.to_os, plan.iters),
+        GETTID => gettid(plan.from_os, plan.iters),
+        AFFINITY => round_trips(plan, Mechanism::Affinity, Wake::Park, slow, 0),
+        SPIN => round_trips_on(&spin()?, plan, plan.iters, 0),
+        PARK => round_trips(plan, Mechanism::Handoff, Wake::Park, slow, 0),
+        SPIN_THEN_PARK => round_trips(plan, Mechanism::Handoff, Wake::SpinThenPark, plan.iters, 0),
+        // Slow too: each round trip first waits out the idle gap.
+        AFTER_IDLE => round_trips(plan, Mechanism::Handoff, Wake::SpinThenPark, slow, plan.idle_gap_ns),
+        ONE_WAY => one_way_hops(&spin()?, plan),
+        ON => on_calls(&spin()?, plan),
         other => bail!("unknown variant {other}"),
-    })
+    }
 }
 
 fn runtime(plan: &Plan, mechanism: Mechanism, wake: Wake) -> anyhow::Result<Runtime> {
@@ -443,8 +432,20 @@ fn table(report: &Report) -> Table {
     }
     t.note("min/median/max over repetitions of the mean per round trip (per call: gettid, on; per hop: hop-one-way)");
     t.note(format!("x floor = median / same-run cache-line round trip; clock: {}", m.clock));
+    if let Some(floor) = report.results.iter().find(|r| r.name == FLOOR) {
+        if floor.max_ns > NOISY_SPREAD * floor.min_ns {
+            t.note(format!(
+                "warning: the floor varied {:.0}x between repetitions: other work is running on these CPUs, \
+                 so the figures are noisy (the min column is the least disturbed)",
+                floor.max_ns / floor.min_ns
+            ));
+        }
+    }
     t
 }
+
+/// A floor whose max is this many times its min means the CPUs were shared during the run.
+const NOISY_SPREAD: f64 = 3.0;
 
 fn median_of(rows: &[Row], name: &str) -> Option<f64> {
     rows.iter().find(|r| r.name == name).map(|r| r.median_ns)
