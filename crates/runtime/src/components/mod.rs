@@ -525,7 +525,8 @@ impl Pipeline {
     }
 
     /// Moves `component` to `to` without losing or reordering a message (see the module
-    /// docs); returns once the new host runs it.
+    /// docs); returns once the new host runs it. Call it from outside the pipeline: a
+    /// component's handler that waited here would hold up the very host that must let go.
     pub fn move_component(&self, component: ComponentId, to: CpuId) -> Result<(), ComponentError> {
         let cpus = self.machine.cpus().len();
         if to.0 >= cpus {

@@ -473,7 +473,8 @@ fn table(report: &Report) -> Table {
     t.note(
         "×base: median throughput over the first row's, same run. driver..app: share of wall time in each",
     );
-    t.note("component's work (duty-cycle stalls of a slowed CPU included). sleeps/s: host parks, all CPUs.");
+    t.note("component's work (duty-cycle stalls of a slowed CPU included; time the OS took the CPU away");
+    t.note("mid-batch counts too, so a loaded machine can show over 100%). sleeps/s: host parks, all CPUs.");
     let bad: u64 = report.rows.iter().map(|r| r.bad_frames).sum();
     t.note(format!("Frames refused by a checksum or order check: {bad}."));
     for s in &report.skipped {
