@@ -27,6 +27,10 @@
 //! pushes, bumps the count, and wakes if someone waits. Both sides use `SeqCst`, so either the
 //! sleeper's re-check sees the work or the producer sees the sleeper: no lost wake-up.
 //!
+//! **With the hop runtime.** Tasks of a [`crate::Runtime`] built on the same machine reach the
+//! AMP rules through [`service_call`]: it delegates a call (`crate::on`) to the reserved sibling
+//! of the task's core in AMP mode and runs it in place in SMP mode.
+//!
 //! **Switching to AMP.** [`SmtRuntime::set_mode`] publishes the mode, rings every bell, then
 //! waits until no reserved context is inside an application step started under SMP. A worker
 //! marks itself `RunningApp` *before* it reads the mode, so after `set_mode(Mode::Amp)`
@@ -44,6 +48,29 @@ use corehop_policy::smt::{Mode, SmtError, SmtLayout, Work};
 use corehop_topology::{CpuId, Machine};
 
 use crate::sys;
+
+/// Runs `call` where `layout` places service work raised by the calling task in `mode`: in AMP
+/// on the reserved sibling of the task's core (delegated with [`crate::on`], the task comes
+/// back), in SMP right here. For tasks of a [`crate::Runtime`] whose machine `layout` was built
+/// from. Errors: [`crate::Error::NotInTask`] outside a task, and those of `on`.
+///
+/// ```no_run
+/// use corehop_policy::smt::{Mode, SmtLayout};
+/// use corehop_runtime::{smt::service_call, Runtime};
+/// # let machine: corehop_topology::Machine = corehop_topology::presets::by_name("smt-2way").unwrap();
+/// let rt = Runtime::builder().machine(machine.clone()).build()?;
+/// let layout = SmtLayout::from_machine(&machine);
+/// let ran_on = rt.block_on(rt.cpus()[0], move || service_call(&layout, Mode::Amp, corehop_runtime::current_cpu))??;
+/// assert_eq!(ran_on, rt.cpus()[1]);
+/// # Ok::<(), corehop_runtime::Error>(())
+/// ```
+pub fn service_call<R>(layout: &SmtLayout, mode: Mode, call: impl FnOnce() -> R) -> Result<R, crate::Error> {
+    let here = crate::try_current_cpu().filter(|_| crate::in_task()).ok_or(crate::Error::NotInTask)?;
+    match layout.place_service(here, mode) {
+        Some(target) if target != here => crate::on(target, call),
+        _ => Ok(call()),
+    }
+}
 
 /// What one step of an application task reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,8 +4,9 @@ use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use corehop_policy::smt::SmtLayout;
 use corehop_policy::smt::{Mode, SmtError};
-use corehop_runtime::smt::{ContextState, SmtRuntime, SmtRuntimeError, Step, StepCx};
+use corehop_runtime::smt::{service_call, ContextState, SmtRuntime, SmtRuntimeError, Step, StepCx};
 use corehop_runtime::sys;
 use corehop_topology::{CoreClass, Cpu, CpuId, Machine};
 
@@ -286,4 +287,25 @@ fn set_mode_from_a_task_is_refused_and_panics_are_contained() {
     });
     rt.wait_idle();
     assert_eq!(ran.load(SeqCst), 1, "workers survive a panicking task");
+}
+
+#[test]
+fn hop_runtime_tasks_send_service_calls_to_the_reserved_sibling_in_amp() {
+    let Some((a, b)) = two_cpus() else { return };
+    let machine = described(&[&[a, b]]);
+    let layout = SmtLayout::from_machine(&machine);
+    let rt = corehop_runtime::Runtime::builder().machine(machine).build().expect("hop runtime starts");
+    let (l1, l2) = (layout.clone(), layout.clone());
+    let amp = rt
+        .block_on(APP, move || {
+            let there = service_call(&l1, Mode::Amp, || {
+                (corehop_runtime::current_cpu(), sys::current_os_cpu().unwrap())
+            });
+            (there.expect("delegated"), corehop_runtime::current_cpu())
+        })
+        .unwrap();
+    assert_eq!(amp, ((RESERVED, b), APP), "ran on the reserved sibling, task came back");
+    let smp = rt.block_on(APP, move || service_call(&l2, Mode::Smp, corehop_runtime::current_cpu)).unwrap();
+    assert_eq!(smp.unwrap(), APP);
+    assert!(matches!(service_call(&layout, Mode::Amp, || ()), Err(corehop_runtime::Error::NotInTask)));
 }
