@@ -140,6 +140,8 @@ pub struct ContextStats {
 pub enum SmtRuntimeError {
     #[error(transparent)]
     Policy(#[from] SmtError),
+    #[error("no machine given: call SmtBuilder::machine with a discovered or described machine")]
+    NoMachine,
     #[error("cannot pin the worker of {cpu} to kernel CPU {os_id}: {source}")]
     Pin { cpu: CpuId, os_id: usize, source: std::io::Error },
     #[error("cannot start a worker thread: {0}")]
@@ -284,7 +286,7 @@ impl SmtBuilder {
 
     /// Starts one pinned worker per CPU of the machine.
     pub fn build(self) -> Result<SmtRuntime, SmtRuntimeError> {
-        let machine = self.machine.ok_or(SmtError::NoSmtCore { machine: "(no machine given)".into() })?;
+        let machine = self.machine.ok_or(SmtRuntimeError::NoMachine)?;
         let layout = SmtLayout::from_machine(&machine);
         layout.check(self.mode)?;
         let mut contexts = Vec::new();

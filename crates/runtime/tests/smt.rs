@@ -254,7 +254,7 @@ fn amp_without_an_smt_core_is_a_typed_error() {
     let rt = SmtRuntime::builder().machine(two_cores).build().unwrap();
     assert!(matches!(rt.set_mode(Mode::Amp), Err(SmtRuntimeError::Policy(SmtError::NoSmtCore { .. }))));
     assert_eq!(rt.mode(), Mode::Smp);
-    assert!(SmtRuntime::builder().build().is_err(), "no machine given");
+    assert!(matches!(SmtRuntime::builder().build(), Err(SmtRuntimeError::NoMachine)));
 }
 
 #[test]
