@@ -339,7 +339,7 @@ fn paired_reading() -> Option<(u64, u64)> {
         let before = rdtsc()?;
         let ns = monotonic_ns();
         let gap = rdtsc()?.wrapping_sub(before);
-        if best.map_or(true, |(best_gap, _, _)| gap < best_gap) {
+        if best.is_none_or(|(best_gap, _, _)| gap < best_gap) {
             best = Some((gap, before + gap / 2, ns));
         }
     }
