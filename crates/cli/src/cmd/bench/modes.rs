@@ -61,10 +61,14 @@ pub struct Args {
     /// cache of the context it runs on).
     #[arg(long, default_value_t = 8.0)]
     pub service_us: f64,
-    /// A few seconds instead of about a minute: one repetition, little work (for tests).
+    /// One repetition of 8 ms of work per thread (a second or two; for tests) instead of the
+    /// default 5 × 60 ms (about ten seconds).
     #[arg(long)]
     pub quick: bool,
-    /// Print JSON (shape in the module docs: `corehop bench modes --help` above) instead of tables.
+    /// Print JSON instead of tables: `{"supported": true, "machine", "emulated", "classes":
+    /// [{app, class, weighted_speedup, own, partner}], "modes": [{mode, makespan_ms: {min,
+    /// median, max, samples}, vs_up, fp_ms, chase_ms, service_p50_us, service_p99_us,
+    /// service_dropped}]}`; without SMT: `{"supported": false, "reason", "see"}`.
     #[arg(long)]
     pub json: bool,
     /// Draw the median makespan per mode into this SVG file.
