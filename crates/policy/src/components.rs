@@ -37,7 +37,9 @@ impl std::fmt::Display for ComponentId {
     }
 }
 
-/// What a component waits with when its input is empty.
+/// What a component waits with when its input is empty. (Components that share a CPU share
+/// one service loop in the runtime, which idles only when all of them are idle, so polling
+/// never starves a neighbour; the sleeping side is woken by a notification.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum Idle {
@@ -48,18 +50,6 @@ pub enum Idle {
     /// Poll for an adaptive budget, then sleep.
     #[default]
     PollThenPark,
-}
-
-impl Idle {
-    /// The idle mode to use on a core that also runs other threads: polling there would take
-    /// the core from the very neighbour that produces the work, so it falls back to parking
-    /// (the paper's notifications when a component shares its core).
-    pub fn on_shared_core(self) -> Idle {
-        match self {
-            Idle::Poll => Idle::PollThenPark,
-            other => other,
-        }
-    }
 }
 
 /// What one component did over one observation window.
@@ -621,13 +611,6 @@ mod tests {
         let cfg = ControllerConfig { speed_steps: vec![0.5, 0.25], ..Default::default() };
         assert!(matches!(cfg.validate(), Err(ComponentsError::BadConfig { name: "speed_steps", .. })));
         assert!(Controller::new(ControllerConfig::default(), &m, vec![]).is_err());
-    }
-
-    #[test]
-    fn idle_falls_back_to_notifications_on_a_shared_core() {
-        assert_eq!(Idle::Poll.on_shared_core(), Idle::PollThenPark);
-        assert_eq!(Idle::Park.on_shared_core(), Idle::Park);
-        assert_eq!(Idle::PollThenPark.on_shared_core(), Idle::PollThenPark);
     }
 
     proptest! {
