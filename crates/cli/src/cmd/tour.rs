@@ -23,6 +23,7 @@ const PARTS: &[Part] = &[
     ("run", "an unmodified program with LD_PRELOAD offload", run_cmd::tour),
     ("o2", "operations sent to the core that caches their object (O²)", bench::o2::tour),
     ("pipeline", "components on dedicated or slow cores (multiserver)", bench::pipeline::tour),
+    ("modes", "SMT AMP vs SMP vs hybrid (smt-asymmetric-multiprocessing)", bench::modes::tour),
     ("sim", "a paper experiment in the simulator", sim::tour),
 ];
 

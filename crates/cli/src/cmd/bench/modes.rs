@@ -759,7 +759,6 @@ fn tour_table(s: &Simulated) -> Table {
 }
 
 /// A quick run for `corehop tour`: the simulated AMP/SMP/hybrid table and a one-line takeaway.
-#[allow(dead_code)] // called from `corehop tour` once the lead wires it in
 pub fn tour() -> anyhow::Result<()> {
     print!("{}", tour_table(&simulated()?));
     Ok(())
