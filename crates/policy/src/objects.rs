@@ -55,12 +55,19 @@ pub enum Placement {
 }
 
 impl Placement {
-    /// The core an operation issued on `caller` runs on, given the caller's domain.
+    /// The core an operation issued on `caller` runs on, given the caller's domain, with
+    /// [`PlacerConfig::domain_ops_at_home`] off.
     pub fn target(&self, caller: CpuId, caller_domain: usize) -> CpuId {
+        self.target_in(caller, caller_domain, false)
+    }
+
+    /// The core an operation issued on `caller` runs on; `at_home` sends operations on
+    /// domain-placed objects to their home even from inside the domain.
+    pub fn target_in(&self, caller: CpuId, caller_domain: usize, at_home: bool) -> CpuId {
         match *self {
             Placement::Local | Placement::Replicated => caller,
             Placement::Core { owner } => owner,
-            Placement::Domain { domain, .. } if domain == caller_domain => caller,
+            Placement::Domain { domain, .. } if domain == caller_domain && !at_home => caller,
             Placement::Domain { home, .. } => home,
         }
     }
@@ -259,6 +266,11 @@ pub struct PlacerConfig {
     /// What a hop costs (ns) before any has been measured; objects cheaper than a hop are never
     /// tried. Drivers that measured their hop cost pass it here.
     pub hop_ns_hint: f64,
+    /// Run every operation on a domain-placed object at its home core, even from the same
+    /// domain. Right for exclusive (victim) shared caches, as on the O² paper's Opterons, where
+    /// a line read by another core leaves the shared cache; off for inclusive shared caches,
+    /// where any core of the domain reads it there without a hop.
+    pub domain_ops_at_home: bool,
 }
 
 impl Default for PlacerConfig {
@@ -280,6 +292,7 @@ impl Default for PlacerConfig {
             replicate_max_writes: 0.05,
             cold_periods: 100,
             hop_ns_hint: 500.0,
+            domain_ops_at_home: false,
         }
     }
 }
@@ -525,28 +538,33 @@ impl Room {
     }
 
     /// First fit: the first core (fastest first) with private room and load room; else the
-    /// domain with room whose least-loaded core has load room; else any core with private room
-    /// (least loaded), then any domain with room. `None` when nothing has the bytes.
+    /// domain with room whose least-loaded core is least loaded, if that core has load room;
+    /// else the least-loaded core with private room, then that domain. `None` when nothing has
+    /// the bytes.
     fn first_fit(&self, order: &[usize], budgets: &Budgets, bytes: u64, load: f64) -> Option<Slot> {
         let fits_load = |i: usize| self.core_load[i] + load <= self.load_cap[i] || self.core_load[i] == 0.0;
         if let Some(&i) = order.iter().find(|&&i| self.core_free[i] >= bytes && fits_load(i)) {
             return Some(Slot::Core(i));
         }
-        let domain_home = |d: usize| {
-            order.iter().copied().filter(|&i| budgets.cores[i].domain == d).min_by(|&a, &b| {
-                (self.core_load[a] / self.load_cap[a].max(1e-9))
-                    .total_cmp(&(self.core_load[b] / self.load_cap[b].max(1e-9)))
+        let ratio = |i: usize| self.core_load[i] / self.load_cap[i].max(1e-9);
+        // Spread over the domains: the one whose least-loaded core is least loaded.
+        let best_domain = (0..self.domain_free.len())
+            .filter(|&d| self.domain_free[d] >= bytes)
+            .filter_map(|d| {
+                let home = order
+                    .iter()
+                    .copied()
+                    .filter(|&i| budgets.cores[i].domain == d)
+                    .min_by(|&a, &b| ratio(a).total_cmp(&ratio(b)))?;
+                Some((d, home))
             })
-        };
-        let domains = (0..self.domain_free.len()).filter(|&d| self.domain_free[d] >= bytes);
+            .min_by(|a, b| ratio(a.1).total_cmp(&ratio(b.1)).then(a.0.cmp(&b.0)));
         let mut fallback = None;
-        for d in domains {
-            if let Some(home) = domain_home(d) {
-                if fits_load(home) {
-                    return Some(Slot::Domain(d, home));
-                }
-                fallback = fallback.or(Some(Slot::Domain(d, home)));
+        if let Some((d, home)) = best_domain {
+            if fits_load(home) {
+                return Some(Slot::Domain(d, home));
             }
+            fallback = Some(Slot::Domain(d, home));
         }
         let least_loaded_core = order
             .iter()

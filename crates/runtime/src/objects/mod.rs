@@ -147,12 +147,14 @@ mod route {
     const CORE: u64 = 2;
     const DOMAIN: u64 = 3;
 
-    /// `index` maps a CPU to its index in the registry's CPU list.
-    pub fn encode(p: Placement, index: impl Fn(corehop_topology::CpuId) -> usize) -> u64 {
+    /// `index` maps a CPU to its index in the registry's CPU list; `at_home` routes every
+    /// operation on a domain-placed object to its home.
+    pub fn encode(p: Placement, at_home: bool, index: impl Fn(corehop_topology::CpuId) -> usize) -> u64 {
         match p {
             Placement::Local => LOCAL,
             Placement::Replicated => REPLICATED,
             Placement::Core { owner } => CORE | (index(owner) as u64) << 2,
+            Placement::Domain { home, .. } if at_home => CORE | (index(home) as u64) << 2,
             Placement::Domain { domain, home } => DOMAIN | (index(home) as u64) << 2 | (domain as u64) << 32,
         }
     }
@@ -192,6 +194,8 @@ pub struct Objects<K, T> {
     /// The cheapest move seen (ns): a move that took much longer waited for its target, which
     /// costs the target no work, so the placer is told at most a few times this.
     cheapest_move_ns: AtomicU64,
+    /// [`PlacerConfig::domain_ops_at_home`].
+    domain_ops_at_home: bool,
     period_ns: u64,
     period_start: AtomicU64,
 }
@@ -233,6 +237,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         cpus: &[CpuId],
         config: ObjectsConfig,
     ) -> Result<Objects<K, T>, ObjectError> {
+        let domain_ops_at_home = config.placer.domain_ops_at_home;
         let placer = Placer::for_machine(machine, cpus, config.placer)?;
         let slots: Vec<CpuSlot> = placer
             .budgets()
@@ -249,6 +254,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
             all: RwLock::new(Vec::new()),
             placer: Mutex::new(placer),
             cheapest_move_ns: AtomicU64::new(u64::MAX),
+            domain_ops_at_home,
             period_ns: config.period.as_nanos() as u64,
             period_start: AtomicU64::new(sys::now_ns()),
         })
@@ -388,7 +394,10 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         let mut placer = self.placer.lock().unwrap_or_else(|e| e.into_inner());
         placer.pin(object.id, cpu)?;
         let placement = placer.placement(object.id);
-        object.route.store(route::encode(placement, |c| self.index_of(c)), Ordering::Release);
+        object.route.store(
+            route::encode(placement, self.domain_ops_at_home, |c| self.index_of(c)),
+            Ordering::Release,
+        );
         Ok(())
     }
 
@@ -532,7 +541,9 @@ impl<K: Hash + Eq, T> Objects<K, T> {
             .collect();
         let moves = placer.end_period(&samples, &cores);
         for m in &moves {
-            all[m.object.0].route.store(route::encode(m.to, |c| self.index_of(c)), Ordering::Release);
+            all[m.object.0]
+                .route
+                .store(route::encode(m.to, self.domain_ops_at_home, |c| self.index_of(c)), Ordering::Release);
         }
         moves
     }
@@ -560,15 +571,17 @@ mod tests {
     #[test]
     fn routes_round_trip() {
         let index = |c: CpuId| c.0;
-        let core = route::encode(Placement::Core { owner: CpuId(3) }, index);
+        let core = route::encode(Placement::Core { owner: CpuId(3) }, false, index);
         assert_eq!(route::target(core, Some(0)), Some(3));
         assert_eq!(route::target(core, None), Some(3));
-        let dom = route::encode(Placement::Domain { domain: 2, home: CpuId(5) }, index);
+        let dom = route::encode(Placement::Domain { domain: 2, home: CpuId(5) }, false, index);
         assert_eq!(route::target(dom, Some(2)), None);
         assert_eq!(route::target(dom, Some(1)), Some(5));
         assert_eq!(route::target(dom, None), Some(5));
-        assert_eq!(route::target(route::encode(Placement::Local, index), Some(0)), None);
-        let rep = route::encode(Placement::Replicated, index);
+        let home = route::encode(Placement::Domain { domain: 2, home: CpuId(5) }, true, index);
+        assert_eq!(route::target(home, Some(2)), Some(5));
+        assert_eq!(route::target(route::encode(Placement::Local, false, index), Some(0)), None);
+        let rep = route::encode(Placement::Replicated, false, index);
         assert!(route::is_replicated(rep));
         assert_eq!(route::target(rep, Some(0)), None);
     }

@@ -464,7 +464,8 @@ impl Objects {
             (_, Scheduler::Threads) => cpu,
             (_, Scheduler::Sharded) => o as usize % self.busy.len(),
             (Some(p), Scheduler::O2) => {
-                p.placement(ObjectId(o as usize)).target(CpuId(cpu), self.domain[cpu]).0
+                let at_home = p.config().domain_ops_at_home;
+                p.placement(ObjectId(o as usize)).target_in(CpuId(cpu), self.domain[cpu], at_home).0
             }
             (None, Scheduler::O2) => cpu,
         }
@@ -485,7 +486,9 @@ impl Objects {
             (_, Scheduler::Sharded) => true,
             (Some(p), Scheduler::O2) => match p.placement(ObjectId(o as usize)) {
                 Placement::Core { .. } => true,
-                Placement::Domain { domain, .. } => domain != self.domain[cpu],
+                Placement::Domain { domain, .. } => {
+                    domain != self.domain[cpu] || p.config().domain_ops_at_home
+                }
                 Placement::Local | Placement::Replicated => false,
             },
             _ => false,
