@@ -1,7 +1,10 @@
 //! The kinds of calls this library intercepts, as counted and reported.
 
-/// One intercepted function family. `fstatat` covers `newfstatat`; the `_chk`, `64` and
-/// legacy `__xstat` entry points count as the call they stand for.
+use corehop_policy::offload::CallKind;
+
+/// One intercepted function family, a dense index for the per-kind counters (the policy's
+/// [`CallKind`] has no such index and no named statx). `fstatat` covers `newfstatat`; the
+/// `_chk`, `64` and legacy `__xstat` entry points count as the call they stand for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Kind {
@@ -52,30 +55,36 @@ pub const KINDS: [Kind; 20] = [
 ];
 
 impl Kind {
-    /// The name in the summary line (the system call's name as strace prints it).
-    pub fn name(self) -> &'static str {
+    /// The policy crate's kind. statx has no named kind there, so it goes by its number.
+    pub fn call_kind(self) -> CallKind {
         match self {
-            Kind::Read => "read",
-            Kind::Write => "write",
-            Kind::Pread => "pread64",
-            Kind::Pwrite => "pwrite64",
-            Kind::Readv => "readv",
-            Kind::Writev => "writev",
-            Kind::Open => "open",
-            Kind::Openat => "openat",
-            Kind::Stat => "stat",
-            Kind::Lstat => "lstat",
-            Kind::Fstat => "fstat",
-            Kind::Fstatat => "newfstatat",
-            Kind::Statx => "statx",
-            Kind::Fsync => "fsync",
-            Kind::Fdatasync => "fdatasync",
-            Kind::Sendfile => "sendfile",
-            Kind::Sendto => "sendto",
-            Kind::Recvfrom => "recvfrom",
-            Kind::Poll => "poll",
-            Kind::Select => "select",
+            Kind::Read => CallKind::Read,
+            Kind::Write => CallKind::Write,
+            Kind::Pread => CallKind::Pread,
+            Kind::Pwrite => CallKind::Pwrite,
+            Kind::Readv => CallKind::Readv,
+            Kind::Writev => CallKind::Writev,
+            Kind::Open => CallKind::Open,
+            Kind::Openat => CallKind::Openat,
+            Kind::Stat => CallKind::Stat,
+            Kind::Lstat => CallKind::Lstat,
+            Kind::Fstat => CallKind::Fstat,
+            Kind::Fstatat => CallKind::Newfstatat,
+            Kind::Statx => CallKind::Other(libc::SYS_statx as u32),
+            Kind::Fsync => CallKind::Fsync,
+            Kind::Fdatasync => CallKind::Fdatasync,
+            Kind::Sendfile => CallKind::Sendfile,
+            Kind::Sendto => CallKind::Sendto,
+            Kind::Recvfrom => CallKind::Recvfrom,
+            Kind::Poll => CallKind::Poll,
+            Kind::Select => CallKind::Select,
         }
+    }
+
+    /// The name in the summary line: the system call's name as strace prints it, which the
+    /// policy crate knows for every kind but statx.
+    pub fn name(self) -> &'static str {
+        self.call_kind().name().unwrap_or("statx")
     }
 }
 

@@ -7,7 +7,7 @@
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, Ordering};
 
-use corehop_policy::offload::{CallDesc, CallKind, Decision, OffloadPolicy};
+use corehop_policy::offload::{CallDesc, Decision, OffloadPolicy};
 
 use crate::calls::Kind;
 
@@ -26,29 +26,7 @@ impl Desc {
     /// portable return address without frame pointers), so the predictor key is the call,
     /// its descriptor and its size.
     fn to_policy(self) -> CallDesc {
-        let kind = match self.kind {
-            Kind::Read => CallKind::Read,
-            Kind::Write => CallKind::Write,
-            Kind::Pread => CallKind::Pread,
-            Kind::Pwrite => CallKind::Pwrite,
-            Kind::Readv => CallKind::Readv,
-            Kind::Writev => CallKind::Writev,
-            Kind::Open => CallKind::Open,
-            Kind::Openat => CallKind::Openat,
-            Kind::Stat => CallKind::Stat,
-            Kind::Lstat => CallKind::Lstat,
-            Kind::Fstat => CallKind::Fstat,
-            Kind::Fstatat => CallKind::Newfstatat,
-            Kind::Statx => CallKind::Other(libc::SYS_statx as u32),
-            Kind::Fsync => CallKind::Fsync,
-            Kind::Fdatasync => CallKind::Fdatasync,
-            Kind::Sendfile => CallKind::Sendfile,
-            Kind::Sendto => CallKind::Sendto,
-            Kind::Recvfrom => CallKind::Recvfrom,
-            Kind::Poll => CallKind::Poll,
-            Kind::Select => CallKind::Select,
-        };
-        CallDesc::new(kind, self.fd, self.size, 0)
+        CallDesc::new(self.kind.call_kind(), self.fd, self.size, 0)
     }
 }
 
