@@ -1,7 +1,6 @@
 //! Shared output for benchmarks and simulations: summary statistics, aligned tables, JSON,
 //! line plots and progress bars. Every `bench` and `sim` command reports through here so they
 //! all look and behave alike.
-#![allow(dead_code)] // each subcommand uses a different part
 
 use std::path::Path;
 
