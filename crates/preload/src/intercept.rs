@@ -57,20 +57,27 @@ impl Drop for Inside {
     }
 }
 
-/// Whether the library is configured and offload may happen; starts it up on first use.
-fn ready() -> bool {
-    match STATE.load(Acquire) {
+/// Runs `start` the first time for the state word `state` (UNINIT -> INITIALIZING -> READY or
+/// OFF) and says whether it is READY. A caller that finds it INITIALIZING (another thread, or
+/// a call made from inside `start` itself) gets false and runs its call locally, never waits.
+fn start_once(state: &AtomicU32, start: impl FnOnce() -> bool) -> bool {
+    match state.load(Acquire) {
         READY => true,
         UNINIT => {
-            if STATE.compare_exchange(UNINIT, INITIALIZING, SeqCst, SeqCst).is_err() {
+            if state.compare_exchange(UNINIT, INITIALIZING, SeqCst, SeqCst).is_err() {
                 return false;
             }
-            let ok = start_up();
-            STATE.store(if ok { READY } else { OFF }, Release);
+            let ok = start();
+            state.store(if ok { READY } else { OFF }, Release);
             ok
         }
         _ => false,
     }
+}
+
+/// Whether the library is configured and offload may happen; starts it up on first use.
+fn ready() -> bool {
+    start_once(&STATE, start_up)
 }
 
 fn env_bytes(name: &'static str) -> Option<Vec<u8>> {
@@ -128,29 +135,17 @@ fn start_up() -> bool {
 
 /// Starts the service threads on first need; false if they are not (yet) running.
 fn service_running() -> bool {
-    match SERVICE.load(Acquire) {
-        READY => true,
-        UNINIT => {
-            if SERVICE.compare_exchange(UNINIT, INITIALIZING, SeqCst, SeqCst).is_err() {
-                return false;
-            }
-            let Some(config) = CONFIG.get() else {
-                SERVICE.store(OFF, Release);
-                return false;
-            };
-            let mut cpus = [0; MAX_LANES];
-            cpus[..config.service_cpus.len()].copy_from_slice(&config.service_cpus);
-            let ok = service::start(&ServiceConfig {
-                cpus,
-                lanes: config.service_cpus.len(),
-                spin_ns: config.spin_ns,
-                test_stall_ns: config.test_stall_ns,
-            });
-            SERVICE.store(if ok { READY } else { OFF }, Release);
-            ok
-        }
-        _ => false,
-    }
+    start_once(&SERVICE, || {
+        let Some(config) = CONFIG.get() else { return false };
+        let mut cpus = [0; MAX_LANES];
+        cpus[..config.service_cpus.len()].copy_from_slice(&config.service_cpus);
+        service::start(&ServiceConfig {
+            cpus,
+            lanes: config.service_cpus.len(),
+            spin_ns: config.spin_ns,
+            test_stall_ns: config.test_stall_ns,
+        })
+    })
 }
 
 extern "C" fn before_fork() {
