@@ -536,7 +536,7 @@ fn worker_main(
     // The receiver may already be gone after another worker failed; then so is the runtime.
     let _ = ready.send(Ok(()));
     drop(ready);
-    let mut idle = Idle { budget: SpinBudget::new(shared.spin) };
+    let mut idle = Idle { budget: SpinBudget::new(shared.spin), caught_gap: None };
     loop {
         while let Some(task) = reader.pop() {
             run_slice(&shared, slot, task);
@@ -578,6 +578,9 @@ fn run_slice(shared: &Shared, slot: &WorkerSlot, mut task: Box<Task>) {
 /// An idle worker's waiting strategy and, for SpinThenPark, its budget.
 struct Idle {
     budget: SpinBudget,
+    /// A gap caught while spinning, fed to the budget at the next idle period: refitting
+    /// costs a few hundred ns, which must not delay the task that just arrived.
+    caught_gap: Option<u64>,
 }
 
 /// Polls between clock reads while spinning (a TSC read costs about as much as 8 polls).
@@ -597,12 +600,15 @@ impl Idle {
     }
 
     fn spin_then_park(&mut self, shared: &Shared, reader: &mut Reader<Task>) {
+        if let Some(gap) = self.caught_gap.take() {
+            self.budget.observe_idle_gap(gap);
+        }
         let start = sys::now_ns();
         let budget = self.budget.budget_ns();
         let mut polls = 0u32;
         loop {
             if reader.has_mail() {
-                self.budget.observe_idle_gap(sys::now_ns().saturating_sub(start));
+                self.caught_gap = Some(sys::now_ns().saturating_sub(start));
                 return;
             }
             if shared.finished() {
