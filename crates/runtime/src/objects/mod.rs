@@ -196,6 +196,9 @@ pub struct Objects<K, T> {
     cheapest_move_ns: AtomicU64,
     /// [`PlacerConfig::domain_ops_at_home`].
     domain_ops_at_home: bool,
+    /// Objects routed to an owner now: while there are none, no task can be waiting to run an
+    /// operation here, and operations skip their scheduling point.
+    scheduled: AtomicU64,
     period_ns: u64,
     period_start: AtomicU64,
 }
@@ -255,6 +258,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
             placer: Mutex::new(placer),
             cheapest_move_ns: AtomicU64::new(u64::MAX),
             domain_ops_at_home,
+            scheduled: AtomicU64::new(0),
             period_ns: config.period.as_nanos() as u64,
             period_start: AtomicU64::new(sys::now_ns()),
         })
@@ -326,7 +330,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         let t1 = sys::now_ns();
         ran.hop_ns += self.come_back(std::mem::replace(&mut ran.back, Back::Stay));
         self.account(object, &ran, t0, t1, true);
-        Self::let_others_run();
+        self.let_others_run();
         Ok(out)
     }
 
@@ -345,7 +349,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         let t1 = sys::now_ns();
         ran.hop_ns += self.come_back(std::mem::replace(&mut ran.back, Back::Stay));
         self.account(object, &ran, t0, t1, false);
-        Self::let_others_run();
+        self.let_others_run();
         Ok(out)
     }
 
@@ -393,6 +397,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         let object = self.handle(key).ok_or(ObjectError::UnknownKey)?;
         let mut placer = self.placer.lock().unwrap_or_else(|e| e.into_inner());
         placer.pin(object.id, cpu)?;
+        self.count_scheduled(&placer);
         let placement = placer.placement(object.id);
         object.route.store(
             route::encode(placement, self.domain_ops_at_home, |c| self.index_of(c)),
@@ -436,6 +441,11 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         self.end_period_locked(&mut placer, sys::now_ns())
     }
 
+    fn count_scheduled(&self, placer: &Placer) {
+        let n = placer.placements().iter().filter(|p| p.is_scheduled()).count();
+        self.scheduled.store(n as u64, Ordering::Relaxed);
+    }
+
     fn index_of(&self, cpu: CpuId) -> usize {
         self.cpus.iter().position(|c| c.id == cpu).expect("the placer only places on the registry's CPUs")
     }
@@ -475,8 +485,8 @@ impl<K: Hash + Eq, T> Objects<K, T> {
 
     /// An operation's end is a scheduling point: tasks that hopped here to operate on this
     /// CPU's objects run before the caller's next operation (a plain thread: nothing to do).
-    fn let_others_run() {
-        if crate::in_task() {
+    fn let_others_run(&self) {
+        if self.scheduled.load(Ordering::Relaxed) > 0 && crate::in_task() {
             // Refused only inside a no-hop zone or while shutting down: then simply go on.
             let _ = crate::yield_now();
         }
@@ -540,6 +550,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
             .map(|b| CoreSample { busy_ns: b.swap(0, Ordering::Relaxed).min(elapsed_ns), elapsed_ns })
             .collect();
         let moves = placer.end_period(&samples, &cores);
+        self.count_scheduled(placer);
         for m in &moves {
             all[m.object.0]
                 .route
