@@ -19,16 +19,13 @@ struct Cli {
 enum Command {
     /// A two-minute tour: this machine, hop costs measured here, each subsystem in brief.
     Tour(cmd::tour::Args),
-    /// Show a machine as corehop sees it: CPUs, cores, SMT siblings, caches, classes, speeds.
     Topo(cmd::topo::Args),
     /// Measure corehop's mechanisms on this machine, each next to a same-run baseline.
     #[command(subcommand)]
     Bench(cmd::bench::Bench),
-    /// Run a simulation scenario (TOML) on a modelled machine.
     Sim(cmd::sim::Args),
     /// Run an unmodified program with system-call offload to service CPUs (LD_PRELOAD).
     Run(cmd::run::Args),
-    /// Replay a system-call trace through the run-length predictor and report its accuracy.
     Predict(cmd::predict::Args),
 }
 

@@ -7,17 +7,13 @@ pub mod offload;
 pub mod pipeline;
 pub mod switch;
 
+/// Each variant's help is its `Args` doc comment (the first line is the summary).
 #[derive(Subcommand)]
 pub enum Bench {
-    /// Hop round trips per mechanism and wake-up vs the cache-line floor and a plain gettid.
     Switch(switch::Args),
-    /// Offload policies side by side on SQLite transactions and a loopback file server.
     Offload(offload::Args),
-    /// Directory lookups under plain threads, static sharding and O² object scheduling.
     O2(o2::Args),
-    /// A driver → IP → TCP → sink pipeline under placements and emulated core speeds.
     Pipeline(pipeline::Args),
-    /// SMT modes (AMP vs SMP vs hybrid) live, where the machine has SMT.
     Modes(modes::Args),
 }
 

@@ -40,6 +40,13 @@ use crate::report::{self, percentile, Stats, Table};
 /// Where to look instead on a machine without SMT.
 pub const SIM_HINT: &str = "corehop sim scenarios/smt-modes.toml";
 
+/// SMT modes live: UP vs SMP vs AMP vs the hybrid, where the machine has SMT.
+///
+/// Classes two synthetic applications by measurement (alone vs co-running), then runs each
+/// mode side by side with UP (one application per core, sibling idle) as the same-run
+/// baseline. On a machine without SMT siblings it says so and points to the simulator
+/// (`corehop sim scenarios/smt-modes.toml`); `--machine` runs the live logic on a described
+/// SMT layout instead, labelled emulated.
 #[derive(clap::Args)]
 pub struct Args {
     /// Run on this machine description (TOML, see machines/README.md) instead of the discovered
