@@ -48,7 +48,7 @@ pub use task::{
     current_cpu, hop, hop_any, in_task, no_hop_zone, on, spawn_on, try_current_cpu, yield_now, NoHopZone,
 };
 
-// Subsystems built on the core runtime; each lands with its issue.
+// Subsystems built on hops: system-call offload, O² objects, components, SMT modes.
 pub mod components;
 pub mod objects;
 pub mod service;
