@@ -121,8 +121,19 @@ fn script(off: &mut Offloader<'_>, dir: &Path) -> (Vec<String>, Vec<(String, Vec
     let ready = off.select(pair[1] + 1, Some(&mut set), None, None, Some(&mut timeout));
     note("select", format!("{ready:?} {}", unsafe { libc::FD_ISSET(pair[1], &set) }));
     // A descriptor number inside the table that is closed (select ignores numbers beyond it).
-    // SAFETY: dup/close of our own socket; fd_set as above.
-    let closed = unsafe { libc::dup(pair[0]) };
+    // Not a low number: tests run in parallel threads and the kernel hands out the lowest free
+    // number, so another test could reuse a low one between our close and the select. dup2 to
+    // a high number grows the table to hold it; closing it leaves a gap nobody will fill.
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes into our local struct.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    // Each call takes its own number, as parallel tests run this script too.
+    static TAKEN: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(1);
+    let top = (limit.rlim_cur.min(libc::FD_SETSIZE as libc::rlim_t) - 1) as i32;
+    let high = top - TAKEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: dup2/close of our own socket onto a number we then release; fd_set as above.
+    let closed = unsafe { libc::dup2(pair[0], high) };
+    assert_eq!(closed, high, "dup2 to fd {high}");
     unsafe { libc::close(closed) };
     let mut bad: libc::fd_set = unsafe { std::mem::zeroed() };
     unsafe { libc::FD_SET(closed, &mut bad) };
