@@ -445,23 +445,11 @@ impl Controller {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use corehop_topology::{CoreClass, Cpu};
     use proptest::prelude::*;
 
     /// `n` CPUs; with `smt`, pairs of CPUs share a physical core.
     fn machine(n: usize, smt: bool) -> Machine {
-        let cpus = (0..n)
-            .map(|i| Cpu {
-                id: CpuId(i),
-                os_id: i,
-                core: if smt { i / 2 } else { i },
-                package: 0,
-                class: CoreClass::Uniform,
-                speed: 1.0,
-                emulated_speed: None,
-            })
-            .collect();
-        Machine { name: "test".into(), source: "test".into(), cpus, caches: Vec::new(), waitpkg: false }
+        Machine::uniform("test", &(0..n).collect::<Vec<_>>(), if smt { 2 } else { 1 })
     }
 
     fn obs(util: f64) -> Observation {

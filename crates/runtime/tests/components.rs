@@ -10,27 +10,13 @@ use corehop_runtime::components::{
     Component, ComponentError, ComponentId, Idle, Outbox, Pipeline, PipelineBuilder,
 };
 use corehop_runtime::sys;
-use corehop_topology::{CoreClass, Cpu, CpuId, Machine};
+use corehop_topology::{CpuId, Machine};
 use proptest::prelude::*;
 
 /// This process's CPUs (at most 4) as a machine.
 fn machine() -> Machine {
-    let cpus = sys::affinity()
-        .unwrap()
-        .into_iter()
-        .take(4)
-        .enumerate()
-        .map(|(i, os_id)| Cpu {
-            id: CpuId(i),
-            os_id,
-            core: i,
-            package: 0,
-            class: CoreClass::Uniform,
-            speed: 1.0,
-            emulated_speed: None,
-        })
-        .collect();
-    Machine { name: "host".into(), source: "test".into(), cpus, caches: vec![], waitpkg: false }
+    let os_ids: Vec<usize> = sys::affinity().unwrap().into_iter().take(4).collect();
+    Machine::uniform("host", &os_ids, 1)
 }
 
 /// Injected panics are expected here: keep them off the test output.

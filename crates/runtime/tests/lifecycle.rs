@@ -4,27 +4,14 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use corehop_runtime::{hop, no_hop_zone, on, CpuId, Error, JoinError, Mechanism, Runtime, Wake};
-use corehop_topology::{CoreClass, Cpu, Machine};
+use corehop_topology::Machine;
 
 fn park_runtime() -> Runtime {
     Runtime::builder().wake(Wake::Park).build().unwrap()
 }
 
 fn machine_with_os_ids(os_ids: &[usize]) -> Machine {
-    let cpus = os_ids
-        .iter()
-        .enumerate()
-        .map(|(i, &os_id)| Cpu {
-            id: CpuId(i),
-            os_id,
-            core: i,
-            package: 0,
-            class: CoreClass::Uniform,
-            speed: 1.0,
-            emulated_speed: None,
-        })
-        .collect();
-    Machine { name: "test".into(), source: "test".into(), cpus, caches: vec![], waitpkg: false }
+    Machine::uniform("test", os_ids, 1)
 }
 
 #[test]

@@ -5,42 +5,18 @@ use std::time::Duration;
 
 use corehop_runtime::objects::{ObjectError, ObjectHints, Objects, ObjectsConfig, Placement};
 use corehop_runtime::sys;
-use corehop_topology::{Cache, CacheKind, CoreClass, Cpu, CpuId, Machine};
+use corehop_topology::{Cache, CacheKind, CpuId, Machine};
 
 /// This host's usable CPUs with a private 1 MB L2 each and a shared 32 MB L3 (the sizes do not
 /// matter to these tests, only that budgets exist).
 fn host() -> Machine {
-    let os = sys::affinity().expect("affinity");
-    let cpus: Vec<Cpu> = os
-        .iter()
-        .enumerate()
-        .map(|(i, &os_id)| Cpu {
-            id: CpuId(i),
-            os_id,
-            core: i,
-            package: 0,
-            class: CoreClass::Uniform,
-            speed: 1.0,
-            emulated_speed: None,
-        })
-        .collect();
-    let mut caches: Vec<Cache> = (0..cpus.len())
-        .map(|i| Cache {
-            level: 2,
-            kind: CacheKind::Unified,
-            size_bytes: 1 << 20,
-            line_bytes: 64,
-            cpus: vec![CpuId(i)],
-        })
-        .collect();
-    caches.push(Cache {
-        level: 3,
-        kind: CacheKind::Unified,
-        size_bytes: 32 << 20,
-        line_bytes: 64,
-        cpus: cpus.iter().map(|c| c.id).collect(),
-    });
-    Machine { name: "host".into(), source: "test".into(), cpus, caches, waitpkg: false }
+    let mut machine = Machine::uniform("host", &sys::affinity().expect("affinity"), 1);
+    let all: Vec<CpuId> = machine.cpus().iter().map(|c| c.id).collect();
+    let cache =
+        |level, size_bytes, cpus| Cache { level, kind: CacheKind::Unified, size_bytes, line_bytes: 64, cpus };
+    machine.caches = all.iter().map(|&cpu| cache(2, 1 << 20, vec![cpu])).collect();
+    machine.caches.push(cache(3, 32 << 20, all));
+    machine
 }
 
 fn registry<T>(machine: &Machine) -> Objects<u32, T> {

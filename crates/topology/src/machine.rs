@@ -99,6 +99,27 @@ pub struct Machine {
 }
 
 impl Machine {
+    /// A machine of alike CPUs on the kernel's `os_ids` (dense ids in that order), grouped
+    /// `threads_per_core` to a core, one package, no caches: the usual test and emulation layout.
+    pub fn uniform(name: impl Into<String>, os_ids: &[usize], threads_per_core: usize) -> Machine {
+        let threads = threads_per_core.max(1);
+        let cpus = os_ids
+            .iter()
+            .enumerate()
+            .map(|(i, &os_id)| Cpu {
+                id: CpuId(i),
+                os_id,
+                core: i / threads,
+                package: 0,
+                class: CoreClass::Uniform,
+                speed: 1.0,
+                emulated_speed: None,
+            })
+            .collect();
+        let name = name.into();
+        Machine { source: format!("uniform:{name}"), name, cpus, caches: Vec::new(), waitpkg: false }
+    }
+
     /// All CPUs, in dense-id order.
     pub fn cpus(&self) -> &[Cpu] {
         &self.cpus
@@ -289,6 +310,16 @@ impl std::fmt::Display for Cache {
 mod tests {
     use super::*;
     use crate::{CoreGroup, MachineBuilder, Per};
+
+    #[test]
+    fn uniform_keeps_kernel_ids_and_groups_siblings() {
+        let m = Machine::uniform("t", &[4, 5, 6, 7], 2);
+        assert!(m.validate().is_ok());
+        assert_eq!(m.cpu_by_os_id(6), Some(CpuId(2)));
+        assert_eq!(m.smt_siblings(CpuId(2)), [CpuId(2), CpuId(3)]);
+        assert!(m.cpus().iter().all(|c| c.effective_speed() == 1.0 && c.class == CoreClass::Uniform));
+        assert_eq!(Machine::uniform("t", &[0, 1], 0).cores().len(), 2, "0 threads per core means 1");
+    }
 
     fn smt_pair() -> Machine {
         MachineBuilder::new("pair")

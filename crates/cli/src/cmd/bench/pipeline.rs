@@ -551,21 +551,9 @@ pub fn tour() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use corehop_topology::{CoreClass, Cpu};
 
     fn machine(n: usize, smt: bool) -> Machine {
-        let cpus = (0..n)
-            .map(|i| Cpu {
-                id: CpuId(i),
-                os_id: i,
-                core: if smt { i / 2 } else { i },
-                package: 0,
-                class: CoreClass::Uniform,
-                speed: 1.0,
-                emulated_speed: None,
-            })
-            .collect();
-        Machine { name: "t".into(), source: "t".into(), cpus, caches: vec![], waitpkg: false }
+        Machine::uniform("test", &(0..n).collect::<Vec<_>>(), if smt { 2 } else { 1 })
     }
 
     #[test]
