@@ -28,12 +28,19 @@ pub(crate) struct TaskCtx {
     pub(crate) shared: Arc<Shared>,
     /// Depth of nested `no_hop_zone`s: hops are refused while it is not zero.
     pub(crate) no_hop: Cell<u32>,
+    /// The worker (index) the task runs on now. The task itself keeps it right, since only a
+    /// hop it makes moves it; this saves a thread-local read on every hop.
+    pub(crate) worker: Cell<usize>,
 }
 
 impl TaskCtx {
     /// Suspends the task (it must be the one running on the calling thread) and hands
     /// `request` to its worker; returns when a worker resumes it, possibly on another thread.
     pub(crate) fn suspend(&self, request: Suspend) -> Resume {
+        let request = match request {
+            // The address of a local of this frame: corosensei saves the registers just below.
+            Suspend::Hop { worker, .. } => Suspend::Hop { worker, stack: &raw const request as usize },
+        };
         // SAFETY: `yielder` points to the yielder corosensei passed to this task's body, which
         // lives as long as the body, i.e. longer than the `TaskCtx` below it on the same stack;
         // `self` being reachable means the caller runs on that stack.

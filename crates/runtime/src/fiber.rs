@@ -20,7 +20,8 @@
 //!    (its registers are saved, no frame of it is on any CPU) *before* the worker gives up the
 //!    box by pushing it into another mailbox. Ownership of the box is the permission to touch
 //!    the stack; `Box` makes it unique.
-//! 2. **Publication.** The push is a Release CAS and the pop an Acquire swap (see `mailbox`),
+//! 2. **Publication.** Sending is a Release store (lane) or CAS (list) and taking an Acquire
+//!    load or swap (see `mailbox`),
 //!    so every write the old worker made to the stack happens-before the new worker resumes it.
 //! 3. **What the stack may hold.** The closure that starts a task is `Send + 'static` and its
 //!    result is `Send` (enforced by `Runtime::spawn_on`), so everything the task *starts* with
@@ -43,7 +44,7 @@
 //!    never drops a suspended one: shutdown resumes every started task until it returns), so
 //!    corosensei never has to force-unwind a stack on a thread other than its last one.
 
-use corosensei::stack::DefaultStack;
+use corosensei::stack::{DefaultStack, Stack};
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 
 /// What a worker passes to a fiber when it resumes it.
@@ -58,8 +59,9 @@ pub(crate) enum Resume {
 /// Why a fiber gave its worker control back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Suspend {
-    /// Hand me to this worker (an index into the runtime's workers).
-    Hop { worker: usize },
+    /// Hand me to this worker (an index into the runtime's workers). `stack` is an address
+    /// near the top of the suspended stack, where the target will resume it (a prefetch hint).
+    Hop { worker: usize, stack: usize },
 }
 
 /// How a resume ended.
@@ -74,6 +76,8 @@ pub(crate) type FiberYielder = Yielder<Resume, Suspend>;
 /// A suspended or not yet started task stack.
 pub(crate) struct Fiber {
     coroutine: Coroutine<Resume, Suspend, (), DefaultStack>,
+    /// The highest address of the stack, where corosensei links each resume to its worker.
+    base: usize,
 }
 
 // SAFETY: see the module documentation: the body is `Send + 'static`, a fiber is only ever
@@ -88,7 +92,8 @@ impl Fiber {
     where
         F: FnOnce(&FiberYielder, Resume) + Send + 'static,
     {
-        Fiber { coroutine: Coroutine::with_stack(stack, body) }
+        let base = stack.base().get();
+        Fiber { coroutine: Coroutine::with_stack(stack, body), base }
     }
 
     /// Runs the fiber on the calling thread until it suspends or finishes.
@@ -97,6 +102,11 @@ impl Fiber {
             CoroutineResult::Yield(request) => Step::Suspended(request),
             CoroutineResult::Return(()) => Step::Finished,
         }
+    }
+
+    /// The highest address of the fiber's stack.
+    pub(crate) fn base(&self) -> usize {
+        self.base
     }
 
     /// The stack of a finished fiber, for reuse; `None` if it has not finished.

@@ -47,7 +47,7 @@ use crossbeam_utils::CachePadded;
 use crate::context::{self, TaskCtx};
 use crate::error::{Error, JoinError};
 use crate::fiber::{Fiber, FiberYielder, Resume, Step, Suspend};
-use crate::mailbox::{Linked, Mailbox, Reader};
+use crate::mailbox::{Hint, LaneWriter, Linked, Mailbox, Reader};
 use crate::sync::AtomicPtr;
 use crate::sys;
 
@@ -151,7 +151,7 @@ impl Builder {
             if index[cpu.0].replace(workers.len()).is_some() {
                 return Err(Error::DuplicateCpu { cpu });
             }
-            let (mailbox, reader) = Mailbox::new(self.wake != Wake::Spin);
+            let (mailbox, reader) = Mailbox::new(self.wake != Wake::Spin, cpus.len(), Some(workers.len()));
             workers.push(WorkerSlot {
                 cpu,
                 os_id: info.os_id,
@@ -160,6 +160,7 @@ impl Builder {
             });
             readers.push(reader);
         }
+        let cpus_len = cpus.len();
         let shared = Arc::new(Shared {
             machine,
             cpus,
@@ -175,12 +176,13 @@ impl Builder {
         });
         let runtime = Runtime { shared: shared.clone(), threads: Mutex::new(Vec::new()) };
         let (ready_tx, ready_rx) = mpsc::channel();
-        for (i, reader) in readers.into_iter().enumerate() {
+        let lanes = LaneWriter::all(cpus_len);
+        for (i, (reader, lane)) in readers.into_iter().zip(lanes).enumerate() {
             let (shared, ready) = (shared.clone(), ready_tx.clone());
             let slot = &runtime.shared.workers[i];
             let spawned = thread::Builder::new()
                 .name(format!("corehop-{}", slot.cpu))
-                .spawn(move || worker_main(shared, i, reader, ready));
+                .spawn(move || worker_main(shared, i, reader, lane, ready));
             match spawned {
                 Ok(handle) => runtime.lock_threads().push(handle),
                 // Dropping `runtime` shuts down the workers already started.
@@ -404,7 +406,35 @@ unsafe impl Linked for Task {
     fn link(&self) -> &AtomicPtr<Self> {
         &self.link
     }
+
+    /// The lines a hop's target touches, fetched together rather than one miss after another:
+    /// the task (its link, its saved stack pointer), the stack around where it suspended
+    /// (saved registers and the frames it returns through), and the stack's base (where the
+    /// resume links the fiber to its new worker).
+    fn prefetch(task: *const Task, hint: Hint) {
+        let task = task as usize;
+        for line in 0..size_of::<Task>().div_ceil(LINE) {
+            sys::prefetch_for_write(task + line * LINE);
+        }
+        let [stack, base] = hint.0;
+        if stack != 0 && base > stack {
+            let first = (stack & !(LINE - 1)) - STACK_LINES_BELOW * LINE;
+            let lines = ((base - first) / LINE + 1).min(STACK_LINES_MAX);
+            for line in 0..lines {
+                sys::prefetch_for_write(first + line * LINE);
+            }
+            if lines == STACK_LINES_MAX {
+                sys::prefetch_for_write(base - 16);
+            }
+        }
+    }
 }
+
+const LINE: usize = 64;
+/// The stack a hop's target prefetches: from this many lines below the suspend frame up to
+/// the base, at most STACK_LINES_MAX lines (then the base line too).
+const STACK_LINES_BELOW: usize = 2;
+const STACK_LINES_MAX: usize = 24;
 
 pub(crate) struct WorkerSlot {
     pub(crate) cpu: CpuId,
@@ -434,11 +464,18 @@ pub(crate) struct Shared {
 impl Shared {
     /// The worker index of `cpu`, or the error naming the CPUs there are.
     pub(crate) fn worker_of(&self, cpu: CpuId) -> Result<usize, Error> {
-        self.index
-            .get(cpu.0)
-            .copied()
-            .flatten()
-            .ok_or_else(|| Error::UnknownCpu { cpu, available: self.cpus.clone() })
+        self.worker_index(cpu).ok_or_else(|| Error::UnknownCpu { cpu, available: self.cpus.clone() })
+    }
+
+    /// The worker index of `cpu`, if it has a worker.
+    #[inline]
+    pub(crate) fn worker_index(&self, cpu: CpuId) -> Option<usize> {
+        self.index.get(cpu.0).copied().flatten()
+    }
+
+    /// The CPU of worker `worker`.
+    pub(crate) fn cpu_of(&self, worker: usize) -> CpuId {
+        self.workers[worker].cpu
     }
 
     /// Running-or-queued work per CPU: 0, 1 or 2 (a task running, something queued). The
@@ -485,7 +522,8 @@ impl Shared {
                 task_slot.finish(Err(JoinError::Cancelled));
                 return;
             }
-            let ctx = TaskCtx { yielder, shared, no_hop: std::cell::Cell::new(0) };
+            let worker = std::cell::Cell::new(worker);
+            let ctx = TaskCtx { yielder, shared, no_hop: std::cell::Cell::new(0), worker };
             context::set_task(&ctx);
             let result = catch_unwind(AssertUnwindSafe(f)).map_err(JoinError::from_panic);
             task_slot.finish(result);
@@ -518,6 +556,7 @@ fn worker_main(
     shared: Arc<Shared>,
     index: usize,
     mut reader: Reader<Task>,
+    lane: LaneWriter,
     ready: mpsc::Sender<Result<(), Error>>,
 ) {
     let slot = &shared.workers[index];
@@ -539,7 +578,7 @@ fn worker_main(
     let mut idle = Idle { budget: SpinBudget::new(shared.spin), caught_gap: None };
     loop {
         while let Some(task) = reader.pop() {
-            run_slice(&shared, slot, task);
+            run_slice(&shared, slot, &lane, task);
         }
         if shared.finished() {
             break;
@@ -549,7 +588,7 @@ fn worker_main(
 }
 
 /// Runs `task` until it hops away or finishes, then passes it on.
-fn run_slice(shared: &Shared, slot: &WorkerSlot, mut task: Box<Task>) {
+fn run_slice(shared: &Shared, slot: &WorkerSlot, lane: &LaneWriter, mut task: Box<Task>) {
     let input =
         if !task.started && shared.shutdown.load(StdOrdering::SeqCst) { Resume::Cancel } else { Resume::Run };
     task.started = true;
@@ -557,7 +596,10 @@ fn run_slice(shared: &Shared, slot: &WorkerSlot, mut task: Box<Task>) {
     let step = task.fiber.resume(input);
     // Pass the task on first (the hop's latency), then tidy up.
     match step {
-        Step::Suspended(Suspend::Hop { worker }) => shared.workers[worker].mailbox.push(task),
+        Step::Suspended(Suspend::Hop { worker, stack }) => {
+            let hint = Hint([stack, task.fiber.base()]);
+            shared.workers[worker].mailbox.send(lane, task, hint)
+        }
         Step::Finished => {
             if let Some(stack) = task.fiber.into_stack() {
                 // A full pool just frees the stack.
@@ -568,7 +610,10 @@ fn run_slice(shared: &Shared, slot: &WorkerSlot, mut task: Box<Task>) {
     }
     context::clear_task();
     slot.running.store(false, StdOrdering::Relaxed);
-    if context::here() != Some(slot.cpu) && sys::pin_current_thread(slot.os_id).is_ok() {
+    if shared.mechanism == Mechanism::Affinity
+        && context::here() != Some(slot.cpu)
+        && sys::pin_current_thread(slot.os_id).is_ok()
+    {
         // Back home after an Affinity hop. (Should re-pinning fail, `here` keeps saying where
         // the thread really is.)
         context::set_here(slot.cpu);

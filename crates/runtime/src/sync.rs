@@ -3,9 +3,9 @@
 //! park/unpark protocol can be model-checked; otherwise from `std` and the futex in `sys`.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
 /// A 32-bit word a thread can sleep on until it changes (a futex).
 ///

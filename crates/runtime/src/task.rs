@@ -23,6 +23,7 @@
 
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
 
 use corehop_policy::pick::{Pick, PickState};
 use corehop_topology::CpuId;
@@ -61,15 +62,28 @@ pub fn try_current_cpu() -> Option<CpuId> {
 /// runtime is shutting down (the task stays where it is), [`Error::Pin`] if an `Affinity` hop
 /// cannot re-pin the thread. A hop to the current CPU does nothing.
 pub fn hop(cpu: CpuId) -> Result<(), Error> {
-    let ctx = context::task().ok_or(Error::NotInTask)?;
-    let worker = ctx.shared.worker_of(cpu)?;
-    if ctx.no_hop.get() > 0 {
-        return Err(Error::HopForbidden { cpu });
+    let Some(ctx) = context::task() else {
+        return Err(Error::NotInTask);
+    };
+    match ctx.shared.worker_index(cpu) {
+        Some(worker) if ctx.no_hop.get() == 0 && !ctx.shared.shutdown.load(Ordering::Relaxed) => {
+            move_to(ctx, worker)
+        }
+        _ => Err(refusal(ctx, cpu)),
     }
-    if ctx.shared.shutdown.load(std::sync::atomic::Ordering::Relaxed) {
-        return Err(Error::ShutDown);
+}
+
+/// Why [`hop`] refuses to move the task to `cpu` (kept off the hop's fast path).
+#[cold]
+#[inline(never)]
+fn refusal(ctx: &TaskCtx, cpu: CpuId) -> Error {
+    if let Err(unknown) = ctx.shared.worker_of(cpu) {
+        unknown
+    } else if ctx.no_hop.get() > 0 {
+        Error::HopForbidden { cpu }
+    } else {
+        Error::ShutDown
     }
-    move_to(ctx, cpu, worker)
 }
 
 /// Lets the other tasks waiting for this CPU run first, then continues here.
@@ -80,15 +94,13 @@ pub fn hop(cpu: CpuId) -> Result<(), Error> {
 /// mailbox; under `Affinity` (one OS thread per task) the OS thread yields. Errors as for
 /// [`hop`] (not in a task, inside a [`no_hop_zone`]).
 pub fn yield_now() -> Result<(), Error> {
-    let ctx = context::task().ok_or(Error::NotInTask)?;
-    let cpu = context::here().ok_or(Error::NotInTask)?;
+    let ctx = task_ctx()?;
     if ctx.no_hop.get() > 0 {
-        return Err(Error::HopForbidden { cpu });
+        return Err(Error::HopForbidden { cpu: ctx.shared.cpu_of(ctx.worker.get()) });
     }
     match ctx.shared.mechanism {
         Mechanism::Handoff => {
-            let worker = ctx.shared.worker_of(cpu)?;
-            ctx.suspend(Suspend::Hop { worker });
+            ctx.suspend(Suspend::Hop { worker: ctx.worker.get(), stack: 0 });
             context::set_task(ctx);
         }
         Mechanism::Affinity => std::thread::yield_now(),
@@ -96,24 +108,34 @@ pub fn yield_now() -> Result<(), Error> {
     Ok(())
 }
 
-/// Moves the task without the policy checks of [`hop`] (CPU already validated).
+/// The running task's context, or [`Error::NotInTask`]. A `match`, not `ok_or(Error::..)`:
+/// an eagerly built error must be dropped again, which costs every hop a few instructions.
+fn task_ctx<'a>() -> Result<&'a TaskCtx, Error> {
+    match context::task() {
+        Some(ctx) => Ok(ctx),
+        None => Err(Error::NotInTask),
+    }
+}
+
+/// Moves the task to worker `worker` without the policy checks of [`hop`].
 #[inline(never)]
-fn move_to(ctx: &TaskCtx, cpu: CpuId, worker: usize) -> Result<(), Error> {
-    if context::here() == Some(cpu) {
+fn move_to(ctx: &TaskCtx, worker: usize) -> Result<(), Error> {
+    if ctx.worker.get() == worker {
         return Ok(());
     }
     match ctx.shared.mechanism {
         Mechanism::Handoff => {
-            ctx.suspend(Suspend::Hop { worker });
+            ctx.suspend(Suspend::Hop { worker, stack: 0 });
             // Now on the target worker's thread: tell it which task it runs.
             context::set_task(ctx);
         }
         Mechanism::Affinity => {
-            let os_id = ctx.shared.workers[worker].os_id;
+            let (cpu, os_id) = (ctx.shared.cpu_of(worker), ctx.shared.workers[worker].os_id);
             sys::pin_current_thread(os_id).map_err(|source| Error::Pin { cpu, os_id, source })?;
             context::set_here(cpu);
         }
     }
+    ctx.worker.set(worker);
     Ok(())
 }
 
@@ -127,12 +149,11 @@ pub fn on<F, R>(cpu: CpuId, f: F) -> Result<R, Error>
 where
     F: FnOnce() -> R,
 {
-    let ctx = context::task().ok_or(Error::NotInTask)?;
-    let back = current_cpu();
-    let back_worker = ctx.shared.worker_of(back)?;
+    let ctx = task_ctx()?;
+    let back = ctx.worker.get();
     hop(cpu)?;
     let result = catch_unwind(AssertUnwindSafe(f));
-    move_to(ctx, back, back_worker)?;
+    move_to(ctx, back)?;
     match result {
         Ok(value) => Ok(value),
         Err(payload) => resume_unwind(payload),
@@ -142,7 +163,7 @@ where
 /// Chooses one of `cpus` with `pick` (the §9.2 settings: work-conserving, affinity,
 /// prefer-affinity) from their current load, and hops there; returns the CPU chosen.
 pub fn hop_any(cpus: &[CpuId], pick: &Pick, state: &mut PickState) -> Result<CpuId, Error> {
-    let ctx = context::task().ok_or(Error::NotInTask)?;
+    let ctx = task_ctx()?;
     let candidates = ctx.shared.candidates(cpus)?;
     let cpu = pick.pick(&candidates, state).ok_or(Error::NoCpus)?;
     hop(cpu)?;
@@ -155,7 +176,7 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    let ctx = context::task().ok_or(Error::NotInTask)?;
+    let ctx = task_ctx()?;
     ctx.shared.spawn_on(cpu, f)
 }
 
