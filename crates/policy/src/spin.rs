@@ -82,6 +82,8 @@ pub struct SpinBudget {
     next: usize,
     fitted_ns: u64,
     budget_ns: u64,
+    /// Observations recorded since the last refit.
+    stale: bool,
 }
 
 impl SpinBudget {
@@ -96,6 +98,7 @@ impl SpinBudget {
             next: 0,
             fitted_ns: config.initial_wake_cost_ns,
             budget_ns: config.initial_wake_cost_ns,
+            stale: false,
         }
     }
 
@@ -115,23 +118,51 @@ impl SpinBudget {
     }
 
     /// One idle period ended after `gap_ns` (from the worker finding nothing to do until work
-    /// arrived), whether it was caught spinning or slept through.
+    /// arrived), whether it was caught spinning or slept through. Refits at once.
     pub fn observe_idle_gap(&mut self, gap_ns: u64) {
+        self.record_idle_gap(gap_ns);
+        self.refit_if_stale();
+    }
+
+    /// A sleeping worker took `cost_ns` from being woken to running again. Refits at once.
+    pub fn observe_wake_cost(&mut self, cost_ns: u64) {
+        self.record_wake_cost(cost_ns);
+        self.refit_if_stale();
+    }
+
+    /// [`SpinBudget::observe_idle_gap`] without the refit, which costs O(window²): a worker
+    /// records the gap when work arrives and refits later, once it is idle again and has
+    /// spun a while, so the refit never delays the work that just arrived.
+    pub fn record_idle_gap(&mut self, gap_ns: u64) {
         if self.gaps.len() < self.config.window {
             self.gaps.push(gap_ns);
         } else {
             self.gaps[self.next] = gap_ns;
         }
         self.next = (self.next + 1) % self.config.window;
-        self.refit();
+        self.stale = true;
     }
 
-    /// A sleeping worker took `cost_ns` from being woken to running again.
-    pub fn observe_wake_cost(&mut self, cost_ns: u64) {
+    /// [`SpinBudget::observe_wake_cost`] without the refit.
+    pub fn record_wake_cost(&mut self, cost_ns: u64) {
         let shift = self.config.wake_cost_shift.min(16);
         let old = self.wake_cost_ns as i128;
         let new = old + ((cost_ns as i128 - old) >> shift);
         self.wake_cost_ns = new.max(1) as u64;
+        self.stale = true;
+    }
+
+    /// Whether something was recorded since the last refit.
+    pub fn is_stale(&self) -> bool {
+        self.stale
+    }
+
+    /// Brings the budget up to date with what was recorded; cheap if nothing was.
+    pub fn refit_if_stale(&mut self) {
+        if !self.stale {
+            return;
+        }
+        self.stale = false;
         if self.gaps.is_empty() {
             self.fitted_ns = self.wake_cost_ns;
             self.budget_ns = self.wake_cost_ns;
@@ -175,6 +206,24 @@ mod tests {
         }
         assert_eq!(s.budget_ns(), (s.fitted_ns() * 2).max(wake / 4).min(wake * 4));
         s.fitted_ns()
+    }
+
+    #[test]
+    fn recording_defers_the_refit_to_the_same_result() {
+        let gaps = [300, 5_000_000, 450, 200, 9_000];
+        let mut eager = SpinBudget::new(SpinConfig::default());
+        let mut lazy = eager.clone();
+        for &g in &gaps {
+            eager.observe_idle_gap(g);
+            lazy.record_idle_gap(g);
+        }
+        eager.observe_wake_cost(20_000);
+        lazy.record_wake_cost(20_000);
+        assert!(lazy.is_stale());
+        assert_eq!(lazy.budget_ns(), SpinConfig::default().initial_wake_cost_ns, "no refit yet");
+        lazy.refit_if_stale();
+        assert!(!lazy.is_stale());
+        assert_eq!((lazy.fitted_ns(), lazy.budget_ns()), (eager.fitted_ns(), eager.budget_ns()));
     }
 
     #[test]

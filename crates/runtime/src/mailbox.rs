@@ -96,6 +96,13 @@ const LANE_SLOTS: usize = 8;
 #[cfg(loom)]
 const LANE_SLOTS: usize = 2;
 
+/// The reader's sleep word, and when a producer last woke it.
+struct Parker {
+    futex: Futex,
+    /// When the last sleeping reader was woken (`sys::now_ns`), for the wake-cost estimate.
+    woken_at_ns: AtomicU64,
+}
+
 /// One entry of a lane: a node, the hint for it, and its send number, 32 bytes.
 #[repr(align(32))]
 struct Slot<T> {
@@ -134,17 +141,16 @@ impl<T> Lane<T> {
 }
 
 /// The shared side: producers push, the owner's [`Reader`] pops.
-// Aligned to two cache lines (adjacent-line prefetch pairs them) so that producers writing
-// `head` and `state` touch one line that no other mailbox shares.
+// Each part on lines of its own (two-line padding: adjacent-line prefetch pairs them): the
+// reader polls `head` while it spins, and producers notify through `parker` on every send, so
+// sharing a line would make each send steal the line the reader polls.
 #[repr(align(128))]
 pub(crate) struct Mailbox<T: Linked> {
-    head: AtomicPtr<T>,
-    parker: Futex,
+    head: CachePadded<AtomicPtr<T>>,
+    parker: CachePadded<Parker>,
     /// Whether the reader ever parks; a reader that only polls (`Wake::Spin`) needs no
     /// notification, which saves producers a read-modify-write per push.
     reader_parks: bool,
-    /// When the last sleeping consumer was woken (`sys::now_ns`), for the wake-cost estimate.
-    pub(crate) woken_at_ns: AtomicU64,
     lanes: Box<[Lane<T>]>,
     _owns: PhantomData<Box<T>>,
 }
@@ -161,10 +167,9 @@ impl<T: Linked> Mailbox<T> {
     /// comes that way is already in its cache, so it is not prefetched.
     pub(crate) fn new(reader_parks: bool, lanes: usize, own_lane: Option<usize>) -> (Arc<Self>, Reader<T>) {
         let mailbox = Arc::new(Mailbox {
-            head: AtomicPtr::new(ptr::null_mut()),
-            parker: Futex::new(EMPTY),
+            head: CachePadded::new(AtomicPtr::new(ptr::null_mut())),
+            parker: CachePadded::new(Parker { futex: Futex::new(EMPTY), woken_at_ns: AtomicU64::new(0) }),
             reader_parks,
-            woken_at_ns: AtomicU64::new(0),
             lanes: (0..lanes).map(|_| Lane::new()).collect(),
             _owns: PhantomData,
         });
@@ -238,10 +243,15 @@ impl<T: Linked> Mailbox<T> {
 
     /// Makes the reader's next (or current) park return.
     pub(crate) fn unpark(&self) {
-        if self.parker.word.swap(NOTIFIED, Ordering::AcqRel) == PARKED {
-            self.woken_at_ns.store(crate::sys::now_ns(), std::sync::atomic::Ordering::Relaxed);
-            self.parker.wake_one();
+        if self.parker.futex.word.swap(NOTIFIED, Ordering::AcqRel) == PARKED {
+            self.parker.woken_at_ns.store(crate::sys::now_ns(), StdOrdering::Relaxed);
+            self.parker.futex.wake_one();
         }
+    }
+
+    /// When a producer last woke the sleeping reader (`sys::now_ns`).
+    pub(crate) fn woken_at_ns(&self) -> u64 {
+        self.parker.woken_at_ns.load(StdOrdering::Relaxed)
     }
 
     /// Whether something was sent that the reader has not taken yet, as seen from any thread.
@@ -377,7 +387,7 @@ impl<T: Linked> Reader<T> {
     /// Sleeps until a push or [`Mailbox::unpark`] after the last park; returns at once if one
     /// already happened. May return spuriously: callers re-check what they wait for.
     pub(crate) fn park(&mut self) {
-        let state = &self.mailbox.parker.word;
+        let state = &self.mailbox.parker.futex.word;
         if state.compare_exchange(NOTIFIED, EMPTY, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             return;
         }
@@ -387,7 +397,7 @@ impl<T: Linked> Reader<T> {
             return;
         }
         loop {
-            self.mailbox.parker.wait(PARKED);
+            self.mailbox.parker.futex.wait(PARKED);
             if state.compare_exchange(NOTIFIED, EMPTY, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 return;
             }

@@ -623,13 +623,16 @@ fn run_slice(shared: &Shared, slot: &WorkerSlot, lane: &LaneWriter, mut task: Bo
 /// An idle worker's waiting strategy and, for SpinThenPark, its budget.
 struct Idle {
     budget: SpinBudget,
-    /// A gap caught while spinning, fed to the budget at the next idle period: refitting
-    /// costs a few hundred ns, which must not delay the task that just arrived.
+    /// A gap caught while spinning, recorded at the next idle period: even recording must
+    /// not delay the task that just arrived.
     caught_gap: Option<u64>,
 }
 
 /// Polls between clock reads while spinning (a TSC read costs about as much as 8 polls).
 const POLLS_PER_CLOCK_READ: u32 = 8;
+/// Spin this long before refitting the budget to what was recorded: refitting takes a few
+/// hundred ns, which must not delay work that comes back within moments.
+const REFIT_AFTER_NS: u64 = 1_000;
 
 impl Idle {
     fn wait(&mut self, shared: &Shared, reader: &mut Reader<Task>) {
@@ -646,25 +649,36 @@ impl Idle {
 
     fn spin_then_park(&mut self, shared: &Shared, reader: &mut Reader<Task>) {
         if let Some(gap) = self.caught_gap.take() {
-            self.budget.observe_idle_gap(gap);
+            self.budget.record_idle_gap(gap);
         }
         let start = sys::now_ns();
-        let budget = self.budget.budget_ns();
-        let mut polls = 0u32;
+        let mut budget = self.budget.budget_ns();
+        let (mut polls, mut spun) = (0u32, 0);
         loop {
             if reader.has_mail() {
-                self.caught_gap = Some(sys::now_ns().saturating_sub(start));
+                // The gap as of the last clock read (short by at most a few polls): reading
+                // the clock now would delay the task that just arrived.
+                self.caught_gap = Some(spun);
                 return;
             }
             if shared.finished() {
                 return;
             }
             polls += 1;
-            if polls.is_multiple_of(POLLS_PER_CLOCK_READ) && sys::now_ns().saturating_sub(start) >= budget {
-                break;
+            if polls.is_multiple_of(POLLS_PER_CLOCK_READ) {
+                spun = sys::now_ns().saturating_sub(start);
+                if spun >= REFIT_AFTER_NS && self.budget.is_stale() {
+                    self.budget.refit_if_stale();
+                    budget = self.budget.budget_ns();
+                }
+                if spun >= budget {
+                    break;
+                }
             }
             sys::cpu_relax();
         }
+        // About to sleep anyway: the refit costs nothing that matters now.
+        self.budget.refit_if_stale();
         // Sleep until there is mail (a stale notification makes `park` return at once).
         loop {
             reader.park();
@@ -673,12 +687,13 @@ impl Idle {
             }
         }
         let woke = sys::now_ns();
-        let woken_at = reader.mailbox().woken_at_ns.load(StdOrdering::Relaxed);
+        let woken_at = reader.mailbox().woken_at_ns();
+        // Recorded only: the refit happens while spinning next time, not before this work.
         if woken_at >= start {
-            self.budget.observe_wake_cost(woke.saturating_sub(woken_at));
-            self.budget.observe_idle_gap(woken_at - start);
+            self.budget.record_wake_cost(woke.saturating_sub(woken_at));
+            self.budget.record_idle_gap(woken_at - start);
         } else if reader.has_mail() {
-            self.budget.observe_idle_gap(woke.saturating_sub(start));
+            self.budget.record_idle_gap(woke.saturating_sub(start));
         }
     }
 }
