@@ -30,9 +30,17 @@ fn quick_json_has_the_documented_shape() {
     }
     let results = v["results"].as_array().unwrap();
     let names: Vec<&str> = results.iter().map(|r| r["name"].as_str().unwrap()).collect();
-    for required in
-        ["floor", "gettid", "affinity", "handoff+spin", "handoff+park", "handoff+spin-then-park", "on"]
-    {
+    for required in [
+        "floor",
+        "floor-with-state",
+        "gettid",
+        "yield",
+        "affinity",
+        "handoff+spin",
+        "handoff+park",
+        "handoff+spin-then-park",
+        "on",
+    ] {
         assert!(names.contains(&required), "{required} missing from {names:?}");
     }
     for r in results {

@@ -408,9 +408,10 @@ unsafe impl Linked for Task {
     }
 
     /// The lines a hop's target touches, fetched together rather than one miss after another:
-    /// the task (its link, its saved stack pointer), the stack around where it suspended
-    /// (saved registers and the frames it returns through), and the stack's base (where the
-    /// resume links the fiber to its new worker).
+    /// the task (its saved stack pointer), and its stack from just below where it suspended
+    /// (the saved registers) up through the frames it returns through to the base (where the
+    /// resume links the fiber to its new worker and the task keeps its context). A deep stack
+    /// gets its top lines and the base line.
     fn prefetch(task: *const Task, hint: Hint) {
         let task = task as usize;
         for line in 0..size_of::<Task>().div_ceil(LINE) {

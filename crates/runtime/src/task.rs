@@ -124,18 +124,28 @@ fn move_to(ctx: &TaskCtx, worker: usize) -> Result<(), Error> {
         return Ok(());
     }
     match ctx.shared.mechanism {
-        Mechanism::Handoff => {
-            ctx.suspend(Suspend::Hop { worker, stack: 0 });
-            // Now on the target worker's thread: tell it which task it runs.
-            context::set_task(ctx);
-        }
-        Mechanism::Affinity => {
-            let (cpu, os_id) = (ctx.shared.cpu_of(worker), ctx.shared.workers[worker].os_id);
-            sys::pin_current_thread(os_id).map_err(|source| Error::Pin { cpu, os_id, source })?;
-            context::set_here(cpu);
-        }
+        Mechanism::Handoff => handoff(ctx, worker),
+        Mechanism::Affinity => repin(ctx, worker)?,
     }
     ctx.worker.set(worker);
+    Ok(())
+}
+
+/// A `Handoff` hop. A function of its own so that its frame, which the target must fetch
+/// along with the rest of the stack it resumes, stays a few words.
+#[inline(never)]
+fn handoff(ctx: &TaskCtx, worker: usize) {
+    ctx.suspend(Suspend::Hop { worker, stack: 0 });
+    // Now on the target worker's thread: tell it which task it runs.
+    context::set_task(ctx);
+}
+
+/// An `Affinity` hop: the thread re-pins itself.
+#[inline(never)]
+fn repin(ctx: &TaskCtx, worker: usize) -> Result<(), Error> {
+    let (cpu, os_id) = (ctx.shared.cpu_of(worker), ctx.shared.workers[worker].os_id);
+    sys::pin_current_thread(os_id).map_err(|source| Error::Pin { cpu, os_id, source })?;
+    context::set_here(cpu);
     Ok(())
 }
 

@@ -1,19 +1,27 @@
 //! `corehop bench switch`: the fast-core-switching paper's gettid benchmark, done right.
 //!
 //! Every hop mechanism and wake-up is measured as round trips (there and back) between the
-//! same two CPUs, side by side in one process, next to two baselines taken in the same run:
-//! the **floor**, a raw cache-line round trip between two threads pinned on those CPUs (no
-//! mechanism can beat it: a hop has to move at least one line each way), and a plain
-//! **gettid** system call (what the paper's benchmark wrapped). Each repetition rebuilds the
-//! runtimes and runs every variant once, so noise falls on all of them alike.
+//! same two CPUs, side by side in one process, next to baselines taken in the same run:
+//! - the **floor**, a raw cache-line round trip between two threads pinned on those CPUs (no
+//!   mechanism can beat it: a hop has to move at least one line each way);
+//! - the **floor with state**, the same with a second line behind the first, whose address
+//!   the first carries: what any hand-off of state must pay (a message, then what it names);
+//! - a plain **gettid** system call (what the paper's benchmark wrapped);
+//! - a **yield** on one CPU: a hop's software cost (suspend, send, pick up, resume) with no
+//!   line moving between CPUs.
+//!
+//! Each repetition rebuilds the runtimes and runs every variant once, and every variant's
+//! figure is paired with a floor taken just before it, so the ratio holds even when the host
+//! moves the CPUs around between repetitions (a VM's two vCPUs may share a core, a CCX, or
+//! neither, and the floor with them varies 2-10x).
 
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use anyhow::{bail, Context};
-use corehop_runtime::{hop, on, sys, CpuId, Mechanism, Runtime, Wake};
+use corehop_runtime::{hop, on, sys, yield_now, CpuId, Mechanism, Runtime, Wake};
 use corehop_topology::Machine;
 use serde::Serialize;
 
@@ -21,11 +29,16 @@ use crate::report::{self, Stats, Table};
 
 /// Measure hop round trips per mechanism and wake-up against the cache-line floor.
 ///
-/// Rows (each: min/median/max over repetitions of the mean per operation, and the ratio of
-/// the median to the same-run floor's median):
+/// Rows (each: min/median/max over repetitions of the mean per operation, and its ratio to
+/// the floor: the median over repetitions of the figure divided by a floor taken just
+/// before it):
 ///
 ///   floor                   cache-line round trip between two threads pinned on FROM and TO
+///   floor-with-state        the same, but each side then also takes a second line whose
+///                           address the first one carries: the least a hand-off of state
+///                           can cost (a hop's bound: about 2x the floor)
 ///   gettid                  one plain gettid system call on FROM (no hop)
+///   yield                   yield_now on FROM: a hop's software cost, no line moving
 ///   affinity                hop round trip, V1: the thread re-pins itself (sched_setaffinity)
 ///   handoff+spin            hop round trip, fiber handed over, idle worker polls (V4)
 ///   handoff+park            hop round trip, idle worker sleeps on a futex at once
@@ -43,7 +56,7 @@ use crate::report::{self, Stats, Table};
 ///     "results": [ { "name", "min_ns", "median_ns", "max_ns", "ratio_to_floor",
 ///                    "calls_per_s" (only for "on") } ] }
 ///
-/// Times are ns per round trip (per call for gettid and on, per hop for hop-one-way).
+/// Times are ns per round trip (per call for gettid, yield and on, per hop for hop-one-way).
 /// The slow variants (affinity, handoff+park, after-idle) run a tenth of --iters per repetition.
 #[derive(clap::Args, Debug, Clone)]
 #[command(verbatim_doc_comment)]
@@ -106,7 +119,9 @@ struct Report {
 
 /// The variants, in table order.
 const FLOOR: &str = "floor";
+const FLOOR_WITH_STATE: &str = "floor-with-state";
 const GETTID: &str = "gettid";
+const YIELD: &str = "yield";
 const AFFINITY: &str = "affinity";
 const SPIN: &str = "handoff+spin";
 const PARK: &str = "handoff+park";
@@ -114,7 +129,8 @@ const SPIN_THEN_PARK: &str = "handoff+spin-then-park";
 const AFTER_IDLE: &str = "handoff+spin-then-park-after-idle";
 const ONE_WAY: &str = "hop-one-way";
 const ON: &str = "on";
-const NAMES: [&str; 9] = [FLOOR, GETTID, AFFINITY, SPIN, PARK, SPIN_THEN_PARK, AFTER_IDLE, ONE_WAY, ON];
+const NAMES: [&str; 11] =
+    [FLOOR, FLOOR_WITH_STATE, GETTID, YIELD, AFFINITY, SPIN, PARK, SPIN_THEN_PARK, AFTER_IDLE, ONE_WAY, ON];
 
 /// Slow variants run this fraction of the iterations.
 const SLOW_DIVISOR: u64 = 10;
@@ -206,17 +222,25 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
 fn measure(args: &Args) -> anyhow::Result<Report> {
     let plan = plan(args)?;
     let mut samples: HashMap<&str, Vec<f64>> = HashMap::new();
+    let mut ratios: HashMap<&str, Vec<f64>> = HashMap::new();
+    let paired_floor_iters = (plan.iters / 4).max(100);
     let bar = report::progress(plan.reps as u64, "switch");
     for _ in 0..plan.reps {
         for name in NAMES {
             bar.set_message(name);
+            let floor_ns = match name {
+                FLOOR => None,
+                _ => {
+                    Some(floor(plan.from_os, plan.to_os, paired_floor_iters).context("measuring the floor")?)
+                }
+            };
             let ns = measure_one(&plan, name).with_context(|| format!("measuring {name}"))?;
             samples.entry(name).or_default().push(ns);
+            ratios.entry(name).or_default().push(floor_ns.map_or(1.0, |f| ns / f));
         }
         bar.inc(1);
     }
     bar.finish_and_clear();
-    let floor = samples.get(FLOOR).and_then(|s| Stats::of(s)).context("no floor samples")?.median;
     let results = NAMES
         .iter()
         .filter_map(|name| {
@@ -226,7 +250,7 @@ fn measure(args: &Args) -> anyhow::Result<Report> {
                 min_ns: stats.min,
                 median_ns: stats.median,
                 max_ns: stats.max,
-                ratio_to_floor: stats.median / floor,
+                ratio_to_floor: Stats::of(ratios.get(name)?)?.median,
                 calls_per_s: (*name == ON).then(|| 1e9 / stats.median),
             })
         })
@@ -255,7 +279,9 @@ fn measure_one(plan: &Plan, name: &str) -> anyhow::Result<f64> {
     let spin = || runtime(plan, Mechanism::Handoff, Wake::Spin);
     match name {
         FLOOR => floor(plan.from_os, plan.to_os, plan.iters),
+        FLOOR_WITH_STATE => floor_with_state(plan.from_os, plan.to_os, plan.iters),
         GETTID => gettid(plan.from_os, plan.iters),
+        YIELD => yields(&spin()?, plan),
         AFFINITY => round_trips(plan, Mechanism::Affinity, Wake::Park, slow, 0),
         SPIN => round_trips_on(&spin()?, plan, plan.iters, 0),
         PARK => round_trips(plan, Mechanism::Handoff, Wake::Park, slow, 0),
@@ -346,6 +372,19 @@ fn one_way_hops(rt: &Runtime, plan: &Plan) -> anyhow::Result<f64> {
     Ok(ns)
 }
 
+/// Mean ns per `yield_now` of a task alone on FROM: everything a hop does but move lines.
+fn yields(rt: &Runtime, plan: &Plan) -> anyhow::Result<f64> {
+    let (from, iters) = (plan.from, plan.iters);
+    let ns = rt.block_on(from, move || -> Result<f64, corehop_runtime::Error> {
+        let t0 = sys::now_ns();
+        for _ in 0..iters {
+            yield_now()?;
+        }
+        Ok((sys::now_ns() - t0) as f64 / iters as f64)
+    })??;
+    Ok(ns)
+}
+
 /// Mean ns per `on(TO, f)` call from a task on FROM.
 fn on_calls(rt: &Runtime, plan: &Plan) -> anyhow::Result<f64> {
     let (from, to, iters) = (plan.from, plan.to, plan.iters);
@@ -364,30 +403,57 @@ fn floor(from_os: usize, to_os: usize, iters: u64) -> anyhow::Result<f64> {
     #[repr(align(128))]
     struct Line(AtomicU64);
     let line = Line(AtomicU64::new(0));
-    let ready = AtomicBool::new(false);
+    ping_pong(from_os, to_os, iters, &line.0, &|_| {}, &|seq| line.0.store(seq, Ordering::Release))
+}
+
+/// Mean ns per round trip between a thread on `from_os` and one on `to_os` that take turns:
+/// each waits until `seq` shows its turn, runs `take(seq)` (what receiving costs beyond
+/// the message), then `send(seq + 1)`, which must end by storing that number into `seq`.
+fn ping_pong(
+    from_os: usize,
+    to_os: usize,
+    iters: u64,
+    seq: &AtomicU64,
+    take: &(dyn Fn(u64) + Sync),
+    send: &(dyn Fn(u64) + Sync),
+) -> anyhow::Result<f64> {
+    let start = seq.load(Ordering::Relaxed);
+    // Either side that fails to pin says so, and the other stops waiting for it.
+    let (ready, failed) = (AtomicBool::new(false), AtomicBool::new(false));
+    let wait_for = |n: u64| -> bool {
+        while seq.load(Ordering::Acquire) != n {
+            if failed.load(Ordering::Relaxed) {
+                return false;
+            }
+            sys::cpu_relax();
+        }
+        take(n);
+        true
+    };
+    let pin = |os_cpu| sys::pin_current_thread(os_cpu).inspect_err(|_| failed.store(true, Ordering::Relaxed));
     std::thread::scope(|s| {
         let responder = s.spawn(|| -> std::io::Result<()> {
-            let pinned = sys::pin_current_thread(to_os);
+            let pinned = pin(to_os);
             ready.store(true, Ordering::Release);
             pinned?;
             for i in 0..iters {
-                while line.0.load(Ordering::Acquire) != 2 * i + 1 {
-                    sys::cpu_relax();
+                if !wait_for(start + 2 * i + 1) {
+                    break;
                 }
-                line.0.store(2 * i + 2, Ordering::Release);
+                send(start + 2 * i + 2);
             }
             Ok(())
         });
         let initiator = s.spawn(|| -> std::io::Result<f64> {
-            sys::pin_current_thread(from_os)?;
+            pin(from_os)?;
             while !ready.load(Ordering::Acquire) {
                 sys::cpu_relax();
             }
             let t0 = sys::now_ns();
             for i in 0..iters {
-                line.0.store(2 * i + 1, Ordering::Release);
-                while line.0.load(Ordering::Acquire) != 2 * i + 2 {
-                    sys::cpu_relax();
+                send(start + 2 * i + 1);
+                if !wait_for(start + 2 * i + 2) {
+                    break;
                 }
             }
             Ok((sys::now_ns() - t0) as f64 / iters as f64)
@@ -396,6 +462,35 @@ fn floor(from_os: usize, to_os: usize, iters: u64) -> anyhow::Result<f64> {
         responder.join().map_err(|_| anyhow::anyhow!("floor thread panicked"))??;
         Ok(ns?)
     })
+}
+
+/// Mean ns per round trip of a message line that names a state line, which the receiver then
+/// reads and writes before answering, and names in turn: the two dependent line transfers
+/// each way that any hand-off of state needs (the message, then what it names; the state
+/// travels like a task's stack, written where it is and taken where it goes), with no
+/// software around them.
+fn floor_with_state(from_os: usize, to_os: usize, iters: u64) -> anyhow::Result<f64> {
+    #[repr(align(128))]
+    struct Message {
+        seq: AtomicU64,
+        /// Which line the state is in: an address the receiver learns only from the message.
+        state: AtomicUsize,
+    }
+    #[repr(align(128))]
+    struct State(AtomicU64);
+    let states = [State(AtomicU64::new(0))];
+    let message = Message { seq: AtomicU64::new(0), state: AtomicUsize::new(0) };
+    // Receiving: read and write the named line, as a resumed task does its stack.
+    let take = |seq: u64| {
+        let line = &states[message.state.load(Ordering::Relaxed)].0;
+        line.store(line.load(Ordering::Relaxed) ^ seq, Ordering::Relaxed);
+    };
+    // Sending: name the line just taken (it is here now, as a task's stack is).
+    let send = |seq: u64| {
+        message.state.store(0, Ordering::Relaxed);
+        message.seq.store(seq, Ordering::Release);
+    };
+    ping_pong(from_os, to_os, iters, &message.seq, &take, &send)
 }
 
 /// Mean ns per plain gettid system call on a thread pinned on `os_cpu`.
@@ -430,13 +525,17 @@ fn table(report: &Report) -> Table {
             r.calls_per_s.map(report::fmt_rate).unwrap_or_default(),
         ]);
     }
-    t.note("min/median/max over repetitions of the mean per round trip (per call: gettid, on; per hop: hop-one-way)");
-    t.note(format!("x floor = median / same-run cache-line round trip; clock: {}", m.clock));
+    t.note("min/median/max over repetitions of the mean per round trip (per call: gettid, yield, on; per hop: hop-one-way)");
+    t.note(format!(
+        "x floor = median over repetitions of (figure / a cache-line floor taken just before it); clock: {}",
+        m.clock
+    ));
     if let Some(floor) = report.results.iter().find(|r| r.name == FLOOR) {
         if floor.max_ns > NOISY_SPREAD * floor.min_ns {
             t.note(format!(
-                "warning: the floor varied {:.0}x between repetitions: other work is running on these CPUs, \
-                 so the figures are noisy (the min column is the least disturbed)",
+                "note: the floor varied {:.0}x between repetitions: other work shared these CPUs or the host \
+                 moved them (a VM's vCPUs may share a core, a CCX, or neither); x floor pairs each figure \
+                 with its own floor",
                 floor.max_ns / floor.min_ns
             ));
         }
@@ -452,14 +551,22 @@ fn median_of(rows: &[Row], name: &str) -> Option<f64> {
 }
 
 fn takeaway(rows: &[Row]) -> String {
-    match (median_of(rows, FLOOR), median_of(rows, SPIN), median_of(rows, AFFINITY), median_of(rows, SPIN_THEN_PARK))
-    {
-        (Some(floor), Some(spin), Some(affinity), Some(stp)) => format!(
-            "takeaway: a Handoff+Spin hop round trip costs {:.1}x the cache-line floor and is {:.0}x faster than \
-             sched_setaffinity (V1); spin-then-park right after idle costs {:.1}x the floor",
-            spin / floor,
-            affinity / spin,
-            stp / floor
+    let ratio = |name| rows.iter().find(|r| r.name == name).map(|r| r.ratio_to_floor);
+    let median = |name| median_of(rows, name);
+    match (
+        ratio(SPIN),
+        ratio(FLOOR_WITH_STATE),
+        ratio(YIELD),
+        median(AFFINITY),
+        median(SPIN),
+        ratio(SPIN_THEN_PARK),
+    ) {
+        (Some(spin), Some(bound), Some(software), Some(affinity), Some(spin_ns), Some(stp)) => format!(
+            "takeaway: a Handoff+Spin hop round trip costs {spin:.1}x the cache-line floor (moving a task's \
+             state at all costs {bound:.1}x, the software of two hops {:.1}x) and is {:.0}x faster than \
+             sched_setaffinity (V1); spin-then-park right after idle costs {stp:.1}x the floor",
+            2.0 * software,
+            affinity / spin_ns,
         ),
         _ => "takeaway: incomplete run".into(),
     }
