@@ -2,7 +2,7 @@
 //! line plots and progress bars. Every `bench` and `sim` command reports through here so they
 //! all look and behave alike.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use serde::Serialize;
@@ -159,6 +159,28 @@ pub fn fmt_rate(per_s: f64) -> String {
     } else {
         format!("{per_s:.1} /s")
     }
+}
+
+/// The output flags every `corehop bench` takes, flattened into its `Args`. What `--quick`
+/// shortens, the `--json` shape and what `--plot` draws differ per bench: each says so in its
+/// own long help.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct OutputArgs {
+    /// A short run (a few seconds) for smoke tests and the tour.
+    ///
+    /// The description above says what it shortens.
+    #[arg(long)]
+    pub quick: bool,
+    /// Print JSON instead of the table.
+    ///
+    /// Its stable shape is in the description above.
+    #[arg(long)]
+    pub json: bool,
+    /// Also draw the results into this SVG file.
+    ///
+    /// The description above says what it draws.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
 }
 
 /// Writes `value` as pretty JSON to stdout.

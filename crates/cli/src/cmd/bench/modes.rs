@@ -35,7 +35,7 @@ use corehop_runtime::sys;
 use corehop_sim::{models, ScenarioDoc};
 use corehop_topology::{CpuId, Machine};
 
-use crate::report::{self, percentile, Stats, Table};
+use crate::report::{self, percentile, OutputArgs, Stats, Table};
 
 /// Where to look instead on a machine without SMT.
 pub const SIM_HINT: &str = "corehop sim scenarios/smt-modes.toml";
@@ -47,6 +47,14 @@ pub const SIM_HINT: &str = "corehop sim scenarios/smt-modes.toml";
 /// baseline. On a machine without SMT siblings it says so and points to the simulator
 /// (`corehop sim scenarios/smt-modes.toml`); `--machine` runs the live logic on a described
 /// SMT layout instead, labelled emulated.
+///
+/// --quick runs one repetition of 8 ms of work per thread (a second or two) instead of the
+/// default 5 × 60 ms (about ten seconds). --plot draws the median makespan per mode.
+///
+/// --json prints `{"supported": true, "machine", "emulated", "classes": [{app, class,
+/// weighted_speedup, own, partner}], "modes": [{mode, makespan_ms: {min, median, max,
+/// samples}, vs_up, fp_ms, chase_ms, service_p50_us, service_p99_us, service_dropped}]}`;
+/// without SMT: `{"supported": false, "reason", "see"}`.
 #[derive(clap::Args)]
 pub struct Args {
     /// Run on this machine description (TOML, see machines/README.md) instead of the discovered
@@ -68,19 +76,8 @@ pub struct Args {
     /// cache of the context it runs on).
     #[arg(long, default_value_t = 8.0)]
     pub service_us: f64,
-    /// One repetition of 8 ms of work per thread (a second or two; for tests) instead of the
-    /// default 5 × 60 ms (about ten seconds).
-    #[arg(long)]
-    pub quick: bool,
-    /// Print JSON instead of tables: `{"supported": true, "machine", "emulated", "classes":
-    /// [{app, class, weighted_speedup, own, partner}], "modes": [{mode, makespan_ms: {min,
-    /// median, max, samples}, vs_up, fp_ms, chase_ms, service_p50_us, service_p99_us,
-    /// service_dropped}]}`; without SMT: `{"supported": false, "reason", "see"}`.
-    #[arg(long)]
-    pub json: bool,
-    /// Draw the median makespan per mode into this SVG file.
-    #[arg(long, value_name = "FILE.svg")]
-    pub plot: Option<PathBuf>,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 #[derive(Serialize)]
@@ -153,7 +150,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             machine.name,
             if emulated { " in the description" } else { "" }
         );
-        if args.json {
+        if args.output.json {
             return report::print_json(&Unsupported { supported: false, reason, see: SIM_HINT });
         }
         println!("corehop bench modes: {reason}.");
@@ -162,13 +159,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     let plan = Plan::new(&args);
-    let measured = measure(&machine, emulated, &plan, !args.json)?;
-    if let Some(path) = &args.plot {
+    let measured = measure(&machine, emulated, &plan, !args.output.json)?;
+    if let Some(path) = &args.output.plot {
         let bars: Vec<(String, f64)> =
             measured.modes.iter().map(|m| (m.mode.to_string(), m.makespan_ms.median)).collect();
         report::plot_bars(path, "SMT modes: makespan (median)", "ms", &bars)?;
     }
-    if args.json {
+    if args.output.json {
         return report::print_json(&measured);
     }
     print!("{}", render(&measured, &plan));
@@ -188,7 +185,8 @@ struct Plan {
 
 impl Plan {
     fn new(args: &Args) -> Plan {
-        let (reps, work_ms) = if args.quick { (1, args.work_ms.min(8.0)) } else { (args.reps, args.work_ms) };
+        let (reps, work_ms) =
+            if args.output.quick { (1, args.work_ms.min(8.0)) } else { (args.reps, args.work_ms) };
         Plan {
             reps,
             work_ms,

@@ -12,7 +12,6 @@
 //! - `o2`: corehop tasks (several per CPU) look up through the runtime's object registry, which
 //!   measures every lookup, packs the directories that are expensive to fetch into the CPUs'
 //!   cache budgets and hops each lookup to its directory's CPU (and back).
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -28,7 +27,7 @@ use corehop_runtime::objects::{Census, Handle, Objects, ObjectsConfig, OpLock};
 use corehop_runtime::{sys, Runtime};
 use corehop_topology::{format_size, parse_cpu_list, parse_size, CpuId, Machine};
 
-use crate::report::{self, Scale, Series, Stats, Table};
+use crate::report::{self, OutputArgs, Scale, Series, Stats, Table};
 
 /// Entries per directory and bytes per entry, as in the paper.
 const ENTRIES: usize = 1000;
@@ -48,6 +47,8 @@ const SHARD_DEPTH: u64 = 8;
 /// figure is also shown as a ratio to it. Each point is the min/median/max of --reps runs of
 /// --ms milliseconds, after a warm-up run (as long, at least 150 ms) that lets O² place
 /// directories.
+///
+/// --quick measures two sizes, one rep, 40 ms each; --plot draws throughput against size.
 ///
 /// JSON (--json), one object:
 ///   { "machine": { "name", "cpus", "private_cache_bytes", "private_cache_total_bytes",
@@ -83,15 +84,8 @@ pub struct Args {
     /// CPUs to use, as a kernel CPU list ("0-3,6"). Default: every CPU this process may use.
     #[arg(long)]
     cpus: Option<String>,
-    /// A short run for tests and the tour: two sizes, one rep, 40 ms each.
-    #[arg(long)]
-    quick: bool,
-    /// Print JSON (shape in the long help) instead of the table.
-    #[arg(long)]
-    json: bool,
-    /// Also draw throughput against size into this SVG file.
-    #[arg(long)]
-    plot: Option<PathBuf>,
+    #[command(flatten)]
+    output: OutputArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -508,7 +502,7 @@ fn setup(args: &Args) -> anyhow::Result<(Bench, Vec<u64>, CacheSizes)> {
     anyhow::ensure!(args.tasks_per_cpu > 0, "--tasks-per-cpu must be at least 1");
     let caches = cache_sizes(&machine, &cpus)?;
     let sizes = if args.sizes.is_empty() {
-        default_sizes(caches.one, caches.all, caches.on_chip, args.quick)
+        default_sizes(caches.one, caches.all, caches.on_chip, args.output.quick)
     } else {
         args.sizes
             .iter()
@@ -520,7 +514,7 @@ fn setup(args: &Args) -> anyhow::Result<(Bench, Vec<u64>, CacheSizes)> {
     if let Some(&bad) = sizes.iter().find(|&&s| s < DIR_BYTES) {
         anyhow::bail!("--sizes: {bad} bytes is less than one directory ({DIR_BYTES} bytes)");
     }
-    let (ms, reps) = if args.quick { (40, 1) } else { (args.ms, args.reps) };
+    let (ms, reps) = if args.output.quick { (40, 1) } else { (args.ms, args.reps) };
     let bench =
         Bench { machine, cpus, ms, reps, tasks_per_cpu: args.tasks_per_cpu, phase_ms: args.phase_ms.max(1) };
     Ok((bench, sizes, caches))
@@ -599,7 +593,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let (bench, sizes, CacheSizes { one, all, on_chip }) = setup(&args)?;
     let pops = popularities(args.popularity);
     let rows = measure(&bench, &sizes, &pops)?;
-    if let Some(path) = &args.plot {
+    if let Some(path) = &args.output.plot {
         let series: Vec<Series> = pops
             .iter()
             .flat_map(|&p| SCHEDULERS.iter().map(move |&s| (p, s)))
@@ -621,7 +615,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             &series,
         )?;
     }
-    if args.json {
+    if args.output.json {
         return report::print_json(&Output {
             machine: MachineInfo {
                 name: bench.machine.name.clone(),
@@ -673,9 +667,7 @@ pub fn tour() -> anyhow::Result<()> {
         tasks_per_cpu: 4,
         phase_ms: 40,
         cpus: None,
-        quick: true,
-        json: false,
-        plot: None,
+        output: OutputArgs { quick: true, ..OutputArgs::default() },
     };
     let (bench, sizes, CacheSizes { one, all, .. }) = setup(&args)?;
     let rows = measure(&bench, &sizes, &[Popularity::Uniform])?;

@@ -24,12 +24,19 @@ use corehop_runtime::service::{thread_cpu_ns, OffloadStats, Offloader, ServiceCo
 use corehop_runtime::sys;
 use serde::Serialize;
 
-use crate::report::{self, Align, Stats, Table};
+use crate::report::{self, Align, OutputArgs, Stats, Table};
 
 mod files;
 mod sqlite;
 
 /// Offload policies side by side on SQLite transactions and a loopback file server.
+///
+/// --quick lowers the defaults of --reps, --txns and --requests (values given explicitly
+/// still win). --plot draws throughput relative to `never` per workload and policy as bars.
+///
+/// --json prints `{hop_round_trip_ns, app_cpu, service_cpu, shared_cpu, results: [{workload,
+/// policy, ops, throughput: {min, median, max, samples}, vs_never, p50_ns, p99_ns, offloaded,
+/// app_busy, service_busy, service_thread_busy}]}` (busy values are fractions of wall time).
 #[derive(clap::Args, Clone)]
 pub struct Args {
     /// Policies to compare (comma-separated): never, always, size (the 4 KB rule), static
@@ -50,10 +57,6 @@ pub struct Args {
     /// Requests per file-server run [default: 1500; 200 with --quick].
     #[arg(long)]
     pub requests: Option<usize>,
-    /// A short run for smoke tests and the tour: smaller defaults for the three counts above
-    /// (values given explicitly still win).
-    #[arg(long)]
-    pub quick: bool,
     /// CPU for the application (default: the first this process may use).
     #[arg(long)]
     pub app_cpu: Option<usize>,
@@ -71,19 +74,12 @@ pub struct Args {
     /// Seed of the transaction and request streams (same seed, same work for every policy).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Print JSON: `{hop_round_trip_ns, app_cpu, service_cpu, shared_cpu, results: [{workload,
-    /// policy, ops, throughput: {min, median, max, samples}, vs_never, p50_ns, p99_ns,
-    /// offloaded, app_busy, service_busy, service_thread_busy}]}` (busy values are fractions of
-    /// wall time).
-    #[arg(long)]
-    pub json: bool,
     /// Also write each workload's profiling run (every call run locally, timed in ns) as a
     /// `corehop predict` CSV trace: PREFIX-sqlite.csv, PREFIX-files.csv.
     #[arg(long, value_name = "PREFIX")]
     pub record_trace: Option<PathBuf>,
-    /// Draw throughput relative to `never` per workload and policy as bars.
-    #[arg(long, value_name = "FILE.svg")]
-    pub plot: Option<PathBuf>,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -312,12 +308,12 @@ struct Counts {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let output = collect(&args)?;
-    if args.json {
+    if args.output.json {
         report::print_json(&output)?;
     } else {
         println!("{}", table(&output).render());
     }
-    if let Some(path) = &args.plot {
+    if let Some(path) = &args.output.plot {
         let bars: Vec<(String, f64)> =
             output.results.iter().map(|r| (format!("{} {}", r.workload, r.policy), r.vs_never)).collect();
         report::plot_bars(
@@ -326,7 +322,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "× never",
             &bars,
         )?;
-        if !args.json {
+        if !args.output.json {
             println!("plot written to {}", path.display());
         }
     }
@@ -335,7 +331,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 /// Validates the arguments, starts the service core and measures every policy.
 fn collect(args: &Args) -> anyhow::Result<Output> {
-    let (reps, txns, requests) = if args.quick { (1, 40, 200) } else { (3, 250, 1500) };
+    let (reps, txns, requests) = if args.output.quick { (1, 40, 200) } else { (3, 250, 1500) };
     let counts = Counts {
         reps: args.reps.unwrap_or(reps),
         txns: args.txns.unwrap_or(txns),
@@ -539,15 +535,13 @@ pub fn tour() -> anyhow::Result<()> {
         reps: None,
         txns: None,
         requests: None,
-        quick: true,
         app_cpu: None,
         service_cpu: None,
         caller_spin_us: 10,
         idle_spin_us: 50,
         seed: 1,
-        json: false,
         record_trace: None,
-        plot: None,
+        output: OutputArgs { quick: true, ..OutputArgs::default() },
     };
     let output = collect(&args)?;
     println!("{}", table(&output).render());

@@ -17,7 +17,6 @@
 //! component, on its own CPU next to only the application; driver and IP together).
 mod stack;
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,12 +28,21 @@ use corehop_runtime::sys;
 use corehop_topology::{CpuId, Machine};
 use serde::Serialize;
 
-use crate::report::{self, Stats, Table};
+use crate::report::{self, OutputArgs, Stats, Table};
 use stack::{App, Desc, Driver, Ip, Ring, Tcp, PAYLOAD};
 
 const COMPONENTS: [&str; 4] = ["driver", "ip", "tcp", "app"];
 
 /// A driver → IP → TCP (payload copy) → application pipeline under placements and speeds.
+///
+/// --quick runs 1 repetition of at most 100 ms per configuration. --plot draws throughput
+/// against emulated speed, one line per placement and idle mode.
+///
+/// --json prints `{machine, cpus, payload_bytes, duration_ms, reps, rate, rows: [{placement,
+/// idle, speeds, layout, throughput_fps: {min, median, max, samples}, gbps, vs_baseline,
+/// utilisation: {driver, ip, tcp, app}, sleeps_per_s, wakes_per_s, bad_frames}], skipped:
+/// [{placement, reason}]}`. `speeds` are per used CPU, `layout` is the CPU of each
+/// component, utilisations are fractions of wall time (medians over repetitions).
 #[derive(clap::Args, Clone)]
 pub struct Args {
     /// Placements to compare (comma-separated): one-core (all four components on one CPU),
@@ -70,19 +78,8 @@ pub struct Args {
     /// Controller observation window, ms.
     #[arg(long, default_value_t = 50)]
     pub epoch_ms: u64,
-    /// A short run (1 repetition, 100 ms per run) for smoke tests and the tour.
-    #[arg(long)]
-    pub quick: bool,
-    /// Print JSON: `{machine, cpus, payload_bytes, duration_ms, reps, rate, rows: [{placement,
-    /// idle, speeds, layout, throughput_fps: {min, median, max, samples}, gbps, vs_baseline,
-    /// utilisation: {driver, ip, tcp, app}, sleeps_per_s, wakes_per_s, bad_frames}], skipped:
-    /// [{placement, reason}]}`. `speeds` are per used CPU, `layout` is the CPU of each
-    /// component, utilisations are fractions of wall time (medians over repetitions).
-    #[arg(long)]
-    pub json: bool,
-    /// Draw throughput against emulated speed, one line per placement and idle mode.
-    #[arg(long, value_name = "FILE.svg")]
-    pub plot: Option<PathBuf>,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 fn parse_idle(name: &str) -> anyhow::Result<Idle> {
@@ -326,7 +323,7 @@ fn layout_text(layout: &[usize], speeds: &[f64]) -> String {
 /// Runs the benchmark and prints its table (or JSON); returns the rows for the tour.
 fn bench(args: &Args) -> anyhow::Result<Report> {
     let mut args = args.clone();
-    if args.quick {
+    if args.output.quick {
         args.reps = 1;
         args.duration_ms = args.duration_ms.min(100);
     }
@@ -485,12 +482,12 @@ fn table(report: &Report) -> Table {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let report = bench(&args)?;
-    if args.json {
+    if args.output.json {
         report::print_json(&report)?;
     } else {
         print!("{}", table(&report));
     }
-    if let Some(path) = &args.plot {
+    if let Some(path) = &args.output.plot {
         let mut series: Vec<report::Series> = Vec::new();
         for r in report.rows.iter().filter(|r| r.placement != "controller") {
             let name = format!("{} / {}", r.placement, r.idle);
@@ -524,9 +521,7 @@ pub fn tour() -> anyhow::Result<()> {
         reps: 1,
         no_controller: false,
         epoch_ms: 30,
-        quick: true,
-        json: false,
-        plot: None,
+        output: OutputArgs { quick: true, ..OutputArgs::default() },
     };
     let report = bench(&args)?;
     print!("{}", table(&report));

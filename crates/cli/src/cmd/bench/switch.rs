@@ -17,7 +17,6 @@
 
 use std::collections::HashMap;
 use std::hint::black_box;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use anyhow::{bail, Context};
@@ -25,7 +24,7 @@ use corehop_runtime::{hop, on, sys, yield_now, CpuId, Mechanism, Runtime, Wake};
 use corehop_topology::Machine;
 use serde::Serialize;
 
-use crate::report::{self, Stats, Table};
+use crate::report::{self, OutputArgs, Stats, Table};
 
 /// Measure hop round trips per mechanism and wake-up against the cache-line floor.
 ///
@@ -58,6 +57,8 @@ use crate::report::{self, Stats, Table};
 ///
 /// Times are ns per round trip (per call for gettid, yield and on, per hop for hop-one-way).
 /// The slow variants (affinity, handoff+park, after-idle) run a tenth of --iters per repetition.
+///
+/// --quick runs 300 round trips and 2 repetitions; --plot draws the medians as a bar chart.
 #[derive(clap::Args, Debug, Clone)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -76,15 +77,8 @@ pub struct Args {
     /// How long the target sits idle before each round trip of the after-idle row, in µs.
     #[arg(long, default_value_t = 20)]
     pub idle_gap_us: u64,
-    /// A quick run (300 round trips, 2 repetitions) for tests and the tour.
-    #[arg(long)]
-    pub quick: bool,
-    /// Print the results as JSON (shape above) instead of a table.
-    #[arg(long)]
-    pub json: bool,
-    /// Also draw the medians as a bar chart into this SVG file.
-    #[arg(long, value_name = "FILE.svg")]
-    pub plot: Option<PathBuf>,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// One row of the results, as printed by `--json`.
@@ -148,16 +142,16 @@ struct Plan {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let report = measure(&args)?;
-    if args.json {
+    if args.output.json {
         report::print_json(&report)?;
     } else {
         print!("{}", table(&report));
         println!("{}", takeaway(&report.results));
     }
-    if let Some(path) = &args.plot {
+    if let Some(path) = &args.output.plot {
         let bars: Vec<(String, f64)> = report.results.iter().map(|r| (r.name.clone(), r.median_ns)).collect();
         report::plot_bars(path, "hop round trips vs the cache-line floor", "median ns", &bars)?;
-        if !args.json {
+        if !args.output.json {
             println!("plot written to {}", path.display());
         }
     }
@@ -166,16 +160,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 /// A quick run for `corehop tour`: compact table and a one-line takeaway.
 pub fn tour() -> anyhow::Result<()> {
-    let args = Args {
-        from: 0,
-        to: 1,
-        iters: 2_000,
-        reps: 3,
-        idle_gap_us: 20,
-        quick: false,
-        json: false,
-        plot: None,
-    };
+    let args = Args { from: 0, to: 1, iters: 2_000, reps: 3, idle_gap_us: 20, output: OutputArgs::default() };
     let report = measure(&args)?;
     let mut t = Table::new(["hop mechanism", "median", "x floor"]);
     for r in &report.results {
@@ -202,7 +187,7 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
     if args.from == args.to {
         bail!("--from and --to are both {}: a hop needs two different CPUs", args.from);
     }
-    let (iters, reps) = if args.quick { (300, 2) } else { (args.iters, args.reps) };
+    let (iters, reps) = if args.output.quick { (300, 2) } else { (args.iters, args.reps) };
     if iters == 0 || reps == 0 {
         bail!("--iters and --reps must be at least 1");
     }
