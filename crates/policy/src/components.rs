@@ -19,6 +19,14 @@
 //! target utilisation, preferring the CPUs in use so that few components move. A changed plan
 //! must repeat for [`ControllerConfig::patience`] windows before it is acted on.
 //!
+//! Utilisation cannot see what a split costs: messages between cores now cross caches, and on
+//! a machine where that costs more than the added core gives, splitting a saturated pipeline
+//! makes it slower while every core still looks saturated. So a reconfiguration made while the
+//! pipeline could not keep up is a **trial**: if, over the next `patience` windows, the
+//! pipeline still cannot keep up and gets less work done than before
+//! ([`ControllerConfig::revert_loss`]), the controller undoes it and does not try that layout
+//! again for a while ([`ControllerConfig::retry_after`] windows, doubling each time).
+//!
 //! Speeds are fractions of a CPU's hardware speed (what `Cpu::emulated_speed` holds). SMT
 //! siblings share one clock (the paper's Xeon throttles both threads of a core together), so
 //! a physical core runs at the fastest speed any of its used threads needs.
@@ -66,6 +74,10 @@ pub struct Observation {
     pub queue_end: usize,
     /// Capacity of the input channel(s); 0 for a source, which has no input.
     pub queue_capacity: usize,
+    /// Messages the component finished (handled, or produced by a source) in the window: the
+    /// work done, which judges a trial reconfiguration.
+    #[serde(default)]
+    pub done: u64,
 }
 
 impl Observation {
@@ -194,8 +206,14 @@ pub struct ControllerConfig {
     /// …, 1: the paper's 12.5 % thermal-throttling steps).
     pub speed_steps: Vec<f64>,
     /// Windows a new plan must repeat before it is acted on (default 2): no flapping on one
-    /// noisy sample.
+    /// noisy sample. Also the windows a trial reconfiguration is judged over.
     pub patience: u32,
+    /// A reconfiguration made while the pipeline could not keep up is undone if the pipeline
+    /// still cannot keep up afterwards and gets this fraction less work done (default 0.05).
+    pub revert_loss: f64,
+    /// Windows an undone layout is not tried again (default 32; doubles each time it is
+    /// undone again).
+    pub retry_after: u32,
 }
 
 impl Default for ControllerConfig {
@@ -207,6 +225,8 @@ impl Default for ControllerConfig {
             backlog_fraction: 0.5,
             speed_steps: (1..=8).map(|i| f64::from(i) / 8.0).collect(),
             patience: 2,
+            revert_loss: 0.05,
+            retry_after: 32,
         }
     }
 }
@@ -234,6 +254,8 @@ impl ControllerConfig {
             && self.speed_steps.windows(2).all(|w| w[0] < w[1]);
         let first = self.speed_steps.first().copied().unwrap_or(f64::NAN);
         check("speed_steps", first, steps_ok, "non-empty, ascending, each in (0, 1]")?;
+        let r = self.revert_loss;
+        check("revert_loss", r, (0.0..1.0).contains(&r), "0 <= r < 1")?;
         Ok(())
     }
 }
@@ -385,13 +407,43 @@ pub fn diff(from: &Layout, to: &Layout) -> Vec<Action> {
     moves.chain(speeds).collect()
 }
 
-/// The stateful controller: [`plan`] plus hysteresis.
+/// The stateful controller: [`plan`] plus hysteresis, and trials that are undone when they
+/// cost work (see the module docs).
 #[derive(Debug, Clone)]
 pub struct Controller {
     cfg: ControllerConfig,
     allowed: Vec<CpuId>,
-    pending: Option<(Layout, u32)>,
+    /// A plan waiting out its patience: the plan, windows seen, work rate summed over them.
+    pending: Option<(Layout, u32, f64)>,
+    trial: Option<Trial>,
+    /// Layouts undone after a trial, not to be tried again for a while.
+    rejected: Vec<Rejected>,
+    /// Windows observed so far.
+    windows: u64,
 }
+
+/// A reconfiguration under judgement.
+#[derive(Debug, Clone)]
+struct Trial {
+    before: Layout,
+    after: Layout,
+    /// Work rate (messages per ms, all components) before the change.
+    rate_before: f64,
+    windows: u32,
+    rate_sum: f64,
+    /// Whether the pipeline still could not keep up in every window since.
+    still_starved: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Rejected {
+    layout: Layout,
+    until_window: u64,
+    backoff: u32,
+}
+
+/// Layouts remembered as rejected, at most (the oldest is forgotten first).
+const MAX_REJECTED: usize = 32;
 
 impl Controller {
     /// A controller that places components on `allowed` CPUs of `machine`.
@@ -407,7 +459,7 @@ impl Controller {
         if let Some(&cpu) = allowed.iter().find(|c| c.0 >= machine.cpus().len()) {
             return Err(ComponentsError::UnknownCpu { cpu, cpus: machine.cpus().len() });
         }
-        Ok(Controller { cfg, allowed, pending: None })
+        Ok(Controller { cfg, allowed, pending: None, trial: None, rejected: Vec::new(), windows: 0 })
     }
 
     pub fn config(&self) -> &ControllerConfig {
@@ -416,7 +468,7 @@ impl Controller {
 
     /// Feeds one window of observations (one per component, in component order) taken under
     /// `layout`; returns the actions to take now (empty while a new plan is still proving
-    /// itself, or when nothing should change).
+    /// itself, while a trial is being judged, or when nothing should change).
     pub fn observe(
         &mut self,
         machine: &Machine,
@@ -424,22 +476,89 @@ impl Controller {
         obs: &[Observation],
     ) -> Result<Vec<Action>, ComponentsError> {
         let next = plan(&self.cfg, machine, &self.allowed, layout, obs)?;
-        if next == *layout {
+        self.windows += 1;
+        let rate = work_rate(obs);
+        let starved = demands(&self.cfg, machine, layout, obs).iter().any(|&(_, starved)| starved);
+        if let Some(undo) = self.judge_trial(layout, rate, starved) {
+            return Ok(undo);
+        }
+        if self.trial.is_some() {
+            return Ok(Vec::new());
+        }
+        if next == *layout || self.is_rejected(&next) {
             self.pending = None;
             return Ok(Vec::new());
         }
-        let seen = match &self.pending {
-            Some((p, n)) if *p == next => n + 1,
-            _ => 1,
+        let (seen, rate_sum) = match &self.pending {
+            Some((p, n, sum)) if *p == next => (n + 1, sum + rate),
+            _ => (1, rate),
         };
-        if seen >= self.cfg.patience.max(1) {
-            self.pending = None;
-            Ok(diff(layout, &next))
-        } else {
-            self.pending = Some((next, seen));
-            Ok(Vec::new())
+        if seen < self.cfg.patience.max(1) {
+            self.pending = Some((next, seen, rate_sum));
+            return Ok(Vec::new());
         }
+        self.pending = None;
+        if starved {
+            self.trial = Some(Trial {
+                before: layout.clone(),
+                after: next.clone(),
+                rate_before: rate_sum / f64::from(seen),
+                windows: 0,
+                rate_sum: 0.0,
+                still_starved: true,
+            });
+        }
+        Ok(diff(layout, &next))
     }
+
+    /// Counts this window towards the trial under way, if any; once it has lasted `patience`
+    /// windows, ends it, and returns the actions that undo it if it cost work.
+    fn judge_trial(&mut self, layout: &Layout, rate: f64, starved: bool) -> Option<Vec<Action>> {
+        let trial = self.trial.as_mut()?;
+        if *layout != trial.after {
+            // Someone else changed the layout: nothing left to judge.
+            self.trial = None;
+            return None;
+        }
+        trial.windows += 1;
+        trial.rate_sum += rate;
+        trial.still_starved &= starved;
+        if trial.windows < self.cfg.patience.max(1) {
+            return None;
+        }
+        let trial = self.trial.take()?;
+        let rate_after = trial.rate_sum / f64::from(trial.windows);
+        if !(trial.still_starved && rate_after < trial.rate_before * (1.0 - self.cfg.revert_loss)) {
+            return None;
+        }
+        let backoff = match self.rejected.iter().position(|r| r.layout == trial.after) {
+            Some(i) => self.rejected.remove(i).backoff.saturating_mul(2),
+            None => self.cfg.retry_after.max(1),
+        };
+        if self.rejected.len() >= MAX_REJECTED {
+            self.rejected.remove(0);
+        }
+        self.rejected.push(Rejected {
+            layout: trial.after,
+            until_window: self.windows + u64::from(backoff),
+            backoff,
+        });
+        Some(diff(layout, &trial.before))
+    }
+
+    fn is_rejected(&self, layout: &Layout) -> bool {
+        self.rejected.iter().any(|r| r.layout == *layout && r.until_window > self.windows)
+    }
+}
+
+/// Messages finished per ms over all components: the pipeline's work rate in a window.
+fn work_rate(obs: &[Observation]) -> f64 {
+    let done: u64 = obs.iter().map(|o| o.done).sum();
+    let window_ns = obs.iter().map(|o| o.window_ns).max().unwrap_or(0);
+    if window_ns == 0 {
+        return 0.0;
+    }
+    done as f64 * 1e6 / window_ns as f64
 }
 
 #[cfg(test)]
@@ -459,6 +578,64 @@ mod tests {
             queue_start: 0,
             queue_end: 0,
             queue_capacity: 256,
+            done: 0,
+        }
+    }
+
+    /// The saturated one-core trace of `gives_an_overloaded_component_its_own_core`, with
+    /// `rate` messages done per window by each component.
+    fn saturated(rate: u64) -> [Observation; 3] {
+        let mut tcp = obs(0.58);
+        tcp.queue_start = 200;
+        tcp.queue_end = 256;
+        [obs(0.2), obs(0.2), tcp].map(|o| Observation { done: rate, ..o })
+    }
+
+    /// Feeds `trace` under `layout` until the controller acts; the layout it moves to.
+    fn act(ctl: &mut Controller, m: &Machine, layout: &Layout, trace: &[Observation]) -> Option<Layout> {
+        (0..4).find_map(|_| {
+            let actions = ctl.observe(m, layout, trace).unwrap();
+            (!actions.is_empty()).then(|| layout.apply(&actions))
+        })
+    }
+
+    #[test]
+    fn a_split_that_costs_work_is_undone_and_retried_only_after_a_backoff() {
+        let m = machine(4, false);
+        let one = Layout::all_on(&m, 3, CpuId(0));
+        let cfg = ControllerConfig { retry_after: 4, ..ControllerConfig::default() };
+        let mut ctl = Controller::new(cfg, &m, all(4)).unwrap();
+        let split = act(&mut ctl, &m, &one, &saturated(1000)).expect("splits the saturated core");
+        assert_ne!(split, one);
+        // Still saturated after the split, and 30 % less work done: undone.
+        let back = act(&mut ctl, &m, &split, &saturated(700)).expect("undoes the split");
+        assert_eq!(back, one);
+        // The one-core layout stays for the backoff, though the plan still wants the split.
+        for window in 0..4 {
+            assert!(ctl.observe(&m, &one, &saturated(1000)).unwrap().is_empty(), "window {window}");
+        }
+        // Then it is tried again; undone again, it waits twice as long.
+        assert_eq!(act(&mut ctl, &m, &one, &saturated(1000)), Some(split.clone()));
+        assert_eq!(act(&mut ctl, &m, &split, &saturated(700)), Some(one.clone()));
+        for window in 0..8 {
+            assert!(ctl.observe(&m, &one, &saturated(1000)).unwrap().is_empty(), "window {window}");
+        }
+        assert_eq!(act(&mut ctl, &m, &one, &saturated(1000)), Some(split));
+    }
+
+    #[test]
+    fn a_split_that_helps_or_ends_the_overload_stays() {
+        let m = machine(4, false);
+        let one = Layout::all_on(&m, 3, CpuId(0));
+        for after in [saturated(1300), [obs(0.3), obs(0.3), obs(0.5)]] {
+            let mut ctl = Controller::new(ControllerConfig::default(), &m, all(4)).unwrap();
+            let split = act(&mut ctl, &m, &one, &saturated(1000)).unwrap();
+            // More work done, or no longer overloaded (less work is then the offered load's
+            // doing, not the layout's): no undo.
+            for _ in 0..6 {
+                let actions = ctl.observe(&m, &split, &after).unwrap();
+                assert_ne!(split.apply(&actions), one, "undone: {actions:?}");
+            }
         }
     }
 

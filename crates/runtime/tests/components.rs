@@ -265,6 +265,7 @@ fn controller_actions_apply_while_messages_flow() {
     let cpus = cpus_here();
     let c = chain(1, 30_000, 32, Idle::PollThenPark, &[CpuId(0)], Crashes::default()).unwrap();
     wait_for(&c.got, 1_000);
+    let before = c.pipeline.sample();
     let last = *cpus.last().unwrap();
     c.pipeline
         .apply(&[
@@ -281,7 +282,12 @@ fn controller_actions_apply_while_messages_flow() {
     assert_eq!(s.components[1].cpu, last);
     let obs = s.observations_since(&s);
     assert_eq!(obs.len(), 3);
-    assert!(obs.iter().all(|o| o.busy_ns == 0 && o.window_ns == 0));
+    assert!(obs.iter().all(|o| o.busy_ns == 0 && o.window_ns == 0 && o.done == 0));
+    // The work done in between counts every message once per component that finished it.
+    let obs = s.observations_since(&before);
+    let sink_before = before.components[2].handled;
+    assert_eq!(obs[2].done, 30_000 - sink_before, "{obs:?}");
+    assert!(obs[0].done > 0 && obs[1].done > 0, "{obs:?}");
 }
 
 #[derive(Clone)]

@@ -489,6 +489,7 @@ impl Sample {
                 queue_start: then.queue_len,
                 queue_end: now.queue_len,
                 queue_capacity: now.queue_capacity,
+                done: (now.handled + now.produced).saturating_sub(then.handled + then.produced),
             })
             .collect()
     }

@@ -183,7 +183,10 @@ pub struct Pipeline {
     delivered: u64,
     last_arrival: Ps,
     controller: Option<Controller>,
-    last_epoch: ([Ps; STAGES], [usize; STAGES]),
+    /// Packets each stage finished.
+    stage_done: [u64; STAGES],
+    /// Busy time, queue lengths and packets done per stage when the last epoch closed.
+    last_epoch: ([Ps; STAGES], [usize; STAGES], [u64; STAGES]),
     moves: u64,
 }
 
@@ -292,7 +295,8 @@ impl Pipeline {
             delivered: 0,
             last_arrival: 0,
             controller,
-            last_epoch: ([0; STAGES], [0; STAGES]),
+            stage_done: [0; STAGES],
+            last_epoch: ([0; STAGES], [0; STAGES], [0; STAGES]),
             moves: 0,
             cfg,
         })
@@ -401,6 +405,7 @@ impl Pipeline {
                 queue_start: self.last_epoch.1[s],
                 queue_end: self.queues[s].len(),
                 queue_capacity: CHANNEL_CAPACITY,
+                done: self.stage_done[s] - self.last_epoch.2[s],
             })
             .collect();
         let layout = Layout {
@@ -420,7 +425,7 @@ impl Pipeline {
                 Action::SetSpeed { cpu, speed } => self.throttle[cpu.0] = speed,
             }
         }
-        self.last_epoch = (self.stage_busy, [0, 1, 2].map(|s| self.queues[s].len()));
+        self.last_epoch = (self.stage_busy, [0, 1, 2].map(|s| self.queues[s].len()), self.stage_done);
         if self.delivered < self.cfg.packets {
             sim.schedule_in(ns_to_ps(self.cfg.epoch_us * 1e3), Event::Epoch);
         }
@@ -453,6 +458,7 @@ impl Model for Pipeline {
             Event::Done { cpu } => {
                 let cpu = cpu as usize;
                 let CpuState::Busy { stage, born } = self.state[cpu] else { return };
+                self.stage_done[stage] += 1;
                 if stage + 1 < STAGES {
                     self.queues[stage + 1].push_back(born);
                     let next = self.stage_cpu[stage + 1];
