@@ -130,6 +130,43 @@ impl Distribution {
     }
 }
 
+/// A choice among kinds (e.g. a model's call types) by relative weight.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WeightedChoice {
+    /// Running totals of the weights, one per kind.
+    cumulative: Vec<f64>,
+}
+
+impl WeightedChoice {
+    /// Adds the next kind; its weight must be finite and > 0.
+    pub fn push(&mut self, weight: f64) -> Result<(), Problem> {
+        if !(weight.is_finite() && weight > 0.0) {
+            return Err(Problem::Invalid(format!("must be > 0, got {weight}")));
+        }
+        let total = self.cumulative.last().copied().unwrap_or(0.0) + weight;
+        self.cumulative.push(total);
+        Ok(())
+    }
+
+    /// How many kinds there are.
+    pub fn len(&self) -> usize {
+        self.cumulative.len()
+    }
+
+    /// Whether no kind was added.
+    pub fn is_empty(&self) -> bool {
+        self.cumulative.is_empty()
+    }
+
+    /// Draws the index of a kind (one random number), each with probability weight / total.
+    /// Panics if no kind was added.
+    pub fn draw<R: Rng + ?Sized>(&self, rng: &mut R) -> usize {
+        let total = *self.cumulative.last().expect("at least one kind");
+        let x = rng.gen::<f64>() * total;
+        self.cumulative.iter().position(|&w| x < w).unwrap_or(self.cumulative.len() - 1)
+    }
+}
+
 /// A standard normal deviate (Box–Muller; one of the pair is discarded for simplicity).
 fn standard_normal<R: Rng + ?Sized>(rng: &mut R) -> f64 {
     let u1 = 1.0 - rng.gen::<f64>(); // (0, 1]: ln is finite
@@ -191,6 +228,21 @@ mod tests {
             let mean = (0..n).map(|_| d.sample(&mut rng)).sum::<f64>() / n as f64;
             assert!((mean - d.mean()).abs() / d.mean() < 0.03, "{d:?}: {mean} vs {}", d.mean());
         }
+    }
+
+    #[test]
+    fn weighted_choice_follows_the_weights_and_rejects_bad_ones() {
+        let mut mix = WeightedChoice::default();
+        for w in [1.0, 3.0] {
+            mix.push(w).unwrap();
+        }
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert!(matches!(mix.push(bad), Err(Problem::Invalid(_))), "{bad}");
+        }
+        assert_eq!(mix.len(), 2);
+        let mut rng = Pcg64Mcg::seed_from_u64(3);
+        let second = (0..10_000).filter(|_| mix.draw(&mut rng) == 1).count();
+        assert!((7_200..7_800).contains(&second), "{second} of 10000 draws took weight 3 of 4");
     }
 
     proptest::proptest! {

@@ -68,9 +68,9 @@
 //!    the same decision point (e.g. `corehop_policy::pick::Pick::pick` for the target CPU, as
 //!    [`models::switch`] does), feeding it the observations it expects in nanoseconds.
 //!    A "never move anything" setting is the baseline.
-//! 5. **Register.** `pub const ENTRY: ModelEntry = ModelEntry { kind, about, run }` where
-//!    `run` builds the model from the scenario and calls [`models::simulate`]; add `mything::ENTRY`
-//!    to [`models::MODELS`].
+//! 5. **Register.** Step 1's checks go in `impl` [`FromScenario`] `for MyThing`; then
+//!    `pub const ENTRY: ModelEntry = ModelEntry::of::<MyThing>(kind, about)` (its `run` builds
+//!    the model and calls [`models::simulate`]); add `mything::ENTRY` to [`models::MODELS`].
 //! 6. **Scenario + tests.** A `scenarios/<paper-experiment>.toml` opening with a comment on what
 //!    it reproduces; inline tests with a hand-computed tiny case (exact picoseconds), a bad-input
 //!    case per check, and the invariants (see `tests/` for the property-test pattern: no job
@@ -84,9 +84,9 @@ pub mod models;
 pub mod scenario;
 pub mod stats;
 
-pub use dist::Distribution;
+pub use dist::{Distribution, WeightedChoice};
 pub use engine::{ns_to_ps, ps_to_ns, run, Limits, Model, Ps, Sim, Stop, PS_PER_NS};
 pub use machine::{CostModel, HopTiming, Mechanism, SimMachine};
-pub use models::{ModelEntry, MODELS};
+pub use models::{FromScenario, ModelEntry, MODELS};
 pub use scenario::{Point, Problem, Scenario, ScenarioDoc, ScenarioError, Sweep};
 pub use stats::{CoreLedger, Metric, ModelReport, Report, RunQueues, Stats, Summary};

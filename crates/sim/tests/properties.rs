@@ -2,7 +2,7 @@
 //! checked-in scenarios, and bad input.
 
 use corehop_sim::models::{self, switch::Switch};
-use corehop_sim::{Problem, Report, ScenarioDoc};
+use corehop_sim::{FromScenario, Problem, Report, ScenarioDoc};
 use proptest::prelude::*;
 
 fn scenarios_dir() -> std::path::PathBuf {

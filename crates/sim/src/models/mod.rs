@@ -25,6 +25,28 @@ pub struct ModelEntry {
     pub run: RunModel,
 }
 
+impl ModelEntry {
+    /// The entry of model `M` under `kind`: its `run` builds `M` from the scenario and
+    /// simulates it.
+    pub const fn of<M: FromScenario>(kind: &'static str, about: &'static str) -> ModelEntry {
+        ModelEntry { kind, about, run: build_and_simulate::<M> }
+    }
+}
+
+/// A model that builds itself from a scenario.
+pub trait FromScenario: Model + Sized {
+    /// Builds the model from a scenario, checking its `[workload]`.
+    fn from_scenario(scenario: &Scenario) -> Result<Self, ScenarioError>;
+}
+
+fn build_and_simulate<M: FromScenario>(
+    scenario: &Scenario,
+    progress: &mut dyn FnMut(Ps),
+) -> Result<Report, ScenarioError> {
+    let mut model = M::from_scenario(scenario)?;
+    Ok(simulate(scenario, &mut model, false, progress).0)
+}
+
 /// Every model, by kind.
 pub const MODELS: &[ModelEntry] =
     &[switch::ENTRY, offload::ENTRY, objects::ENTRY, smt::ENTRY, pipeline::ENTRY];

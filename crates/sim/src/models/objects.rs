@@ -49,21 +49,15 @@ use corehop_topology::{CacheKind, CpuId, Machine};
 
 use crate::engine::{ns_to_ps, ps_to_ns, Model, Ps, Sim};
 use crate::machine::Mechanism;
-use crate::models::{simulate, ModelEntry};
+use crate::models::{FromScenario, ModelEntry};
 use crate::scenario::{Problem, Scenario, ScenarioError};
-use crate::stats::{Metric, ModelReport, Report, RunQueues};
+use crate::stats::{Metric, ModelReport, RunQueues};
 
 /// Registry entry.
-pub const ENTRY: ModelEntry = ModelEntry {
-    kind: "objects",
-    about: "O² directory lookups: plain threads vs static sharding vs O² cache packing (o2-coretime §5)",
-    run: run_objects,
-};
-
-fn run_objects(scenario: &Scenario, progress: &mut dyn FnMut(Ps)) -> Result<Report, ScenarioError> {
-    let mut model = Objects::from_scenario(scenario)?;
-    Ok(simulate(scenario, &mut model, false, progress).0)
-}
+pub const ENTRY: ModelEntry = ModelEntry::of::<Objects>(
+    "objects",
+    "O² directory lookups: plain threads vs static sharding vs O² cache packing (o2-coretime §5)",
+);
 
 /// Which scheduler places lookups.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -359,9 +353,8 @@ pub struct Objects {
     moves: u64,
 }
 
-impl Objects {
-    /// Builds the model from a validated scenario, checking its `[workload]`.
-    pub fn from_scenario(s: &Scenario) -> Result<Objects, ScenarioError> {
+impl FromScenario for Objects {
+    fn from_scenario(s: &Scenario) -> Result<Objects, ScenarioError> {
         let cfg: ObjectsConfig = s.workload()?;
         let positive = |key: &str, v: f64| {
             if !v.is_finite() || v < 0.0 {
@@ -442,7 +435,9 @@ impl Objects {
             cfg,
         })
     }
+}
 
+impl Objects {
     /// Directories in use now.
     fn active(&self, now: Ps) -> u32 {
         match self.cfg.popularity {
@@ -684,7 +679,9 @@ impl Model for Objects {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::models::simulate;
     use crate::scenario::ScenarioDoc;
+    use crate::stats::Report;
 
     fn scenario(preset: &str, horizon_us: f64, workload: &str) -> Scenario {
         let text = format!(

@@ -55,23 +55,17 @@ use corehop_policy::offload::{
 use corehop_policy::pick::{Candidate, Pick, PickState};
 use corehop_topology::CpuId;
 
-use crate::dist::Distribution;
+use crate::dist::{Distribution, WeightedChoice};
 use crate::engine::{ps_to_ns, Model, Ps, Sim};
-use crate::models::{simulate, ModelEntry};
+use crate::models::{FromScenario, ModelEntry};
 use crate::scenario::{Problem, Scenario, ScenarioError};
-use crate::stats::{Metric, ModelReport, Report, RunQueues};
+use crate::stats::{Metric, ModelReport, RunQueues};
 
 /// Registry entry.
-pub const ENTRY: ModelEntry = ModelEntry {
-    kind: "offload",
-    about: "selective OS offload: run-length predictor and threshold N, latency and service-core queueing",
-    run: run_offload,
-};
-
-fn run_offload(scenario: &Scenario, progress: &mut dyn FnMut(Ps)) -> Result<Report, ScenarioError> {
-    let mut model = Offload::from_scenario(scenario)?;
-    Ok(simulate(scenario, &mut model, false, progress).0)
-}
+pub const ENTRY: ModelEntry = ModelEntry::of::<Offload>(
+    "offload",
+    "selective OS offload: run-length predictor and threshold N, latency and service-core queueing",
+);
 
 /// Which decision rule the application threads use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -260,7 +254,7 @@ struct Task {
 pub struct Offload {
     cfg: OffloadConfig,
     service_cpus: Vec<usize>,
-    cumulative_weights: Vec<f64>,
+    call_mix: WeightedChoice,
     ps_per_cycle: f64,
     tasks: Vec<Task>,
     service: RunQueues<u32>,
@@ -271,9 +265,8 @@ pub struct Offload {
     finished: usize,
 }
 
-impl Offload {
-    /// Builds the model from a scenario, checking its `[workload]`.
-    pub fn from_scenario(s: &Scenario) -> Result<Offload, ScenarioError> {
+impl FromScenario for Offload {
+    fn from_scenario(s: &Scenario) -> Result<Offload, ScenarioError> {
         let cfg: OffloadConfig = s.workload()?;
         let cpus = s.machine.cpu_count();
         if cfg.app_cpus.is_empty() {
@@ -329,24 +322,16 @@ impl Offload {
         if cfg.calls.is_empty() {
             return Err(s.error("workload.calls", Problem::Invalid("needs at least one call type".into())));
         }
-        let mut cumulative_weights = Vec::new();
-        let mut total = 0.0;
+        let mut call_mix = WeightedChoice::default();
         for (i, call) in cfg.calls.iter().enumerate() {
             s.check_distribution(&format!("workload.calls[{i}].length"), &call.length)?;
-            if !(call.weight.is_finite() && call.weight > 0.0) {
-                return Err(s.error(
-                    &format!("workload.calls[{i}].weight"),
-                    Problem::Invalid(format!("must be > 0, got {}", call.weight)),
-                ));
-            }
+            call_mix.push(call.weight).map_err(|p| s.error(&format!("workload.calls[{i}].weight"), p))?;
             if call.sites == 0 {
                 return Err(s.error(
                     &format!("workload.calls[{i}].sites"),
                     Problem::Invalid("needs at least one site".into()),
                 ));
             }
-            total += call.weight;
-            cumulative_weights.push(total);
         }
         let form = match cfg.table {
             TableChoice::Fa => TableForm::PAPER_FA,
@@ -414,7 +399,7 @@ impl Offload {
         Ok(Offload {
             ps_per_cycle: 1000.0 / s.machine.costs().clock_ghz,
             service_cpus,
-            cumulative_weights,
+            call_mix,
             tasks,
             service: RunQueues::new(cpus),
             inbound: vec![0; cpus],
@@ -424,7 +409,9 @@ impl Offload {
             cfg,
         })
     }
+}
 
+impl Offload {
     fn ps(&self, cycles: f64) -> Ps {
         (cycles * self.ps_per_cycle).round() as Ps
     }
@@ -445,10 +432,7 @@ impl Offload {
     }
 
     fn draw_call(&mut self, sim: &mut Sim<Event>) -> (CallDesc, f64) {
-        let total = *self.cumulative_weights.last().expect("at least one call type");
-        let x = sim.rng().gen::<f64>() * total;
-        let kind =
-            self.cumulative_weights.iter().position(|&w| x < w).unwrap_or(self.cumulative_weights.len() - 1);
+        let kind = self.call_mix.draw(sim.rng());
         let spec = &self.cfg.calls[kind];
         let site = sim.rng().gen_range(0..spec.sites);
         let length = spec.length.sample(sim.rng()).round();
@@ -621,7 +605,9 @@ impl Model for Offload {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::models::simulate;
     use crate::scenario::ScenarioDoc;
+    use crate::stats::Report;
 
     fn scenario(preset: &str, workload: &str) -> Scenario {
         let text =

@@ -51,21 +51,15 @@ use corehop_topology::CpuId;
 use serde::Deserialize;
 
 use crate::engine::{ns_to_ps, ps_to_ns, Model, Ps, Sim};
-use crate::models::{simulate, ModelEntry};
+use crate::models::{FromScenario, ModelEntry};
 use crate::scenario::{Problem, Scenario, ScenarioError};
-use crate::stats::{Metric, ModelReport, Report};
+use crate::stats::{Metric, ModelReport};
 
 /// Registry entry.
-pub const ENTRY: ModelEntry = ModelEntry {
-    kind: "pipeline",
-    about: "multiserver network stack (driver → IP → TCP) on dedicated, shared, SMT or throttled cores",
-    run: run_pipeline,
-};
-
-fn run_pipeline(scenario: &Scenario, progress: &mut dyn FnMut(Ps)) -> Result<Report, ScenarioError> {
-    let mut model = Pipeline::from_scenario(scenario)?;
-    Ok(simulate(scenario, &mut model, false, progress).0)
-}
+pub const ENTRY: ModelEntry = ModelEntry::of::<Pipeline>(
+    "pipeline",
+    "multiserver network stack (driver → IP → TCP) on dedicated, shared, SMT or throttled cores",
+);
 
 const STAGES: usize = 3;
 /// Capacity of a channel between components, as `corehop bench pipeline` builds them: what the
@@ -190,9 +184,8 @@ pub struct Pipeline {
     moves: u64,
 }
 
-impl Pipeline {
-    /// Builds the model from a scenario, checking its `[workload]`.
-    pub fn from_scenario(s: &Scenario) -> Result<Pipeline, ScenarioError> {
+impl FromScenario for Pipeline {
+    fn from_scenario(s: &Scenario) -> Result<Pipeline, ScenarioError> {
         let cfg: PipelineConfig = s.workload()?;
         let three = |key: &str, len: usize| -> Result<(), ScenarioError> {
             if len == STAGES {
@@ -301,7 +294,9 @@ impl Pipeline {
             cfg,
         })
     }
+}
 
+impl Pipeline {
     /// Where each component runs now (driver, IP, TCP) and each CPU's throttle. For tests.
     pub fn layout(&self) -> ([usize; STAGES], Vec<f64>) {
         (self.stage_cpu, self.throttle.clone())
@@ -507,6 +502,7 @@ mod tests {
     use super::*;
     use crate::models::run_scenario;
     use crate::scenario::ScenarioDoc;
+    use crate::stats::Report;
 
     fn scenario(workload: &str) -> Scenario {
         let text = format!(

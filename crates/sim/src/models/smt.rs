@@ -60,21 +60,15 @@ use corehop_topology::CpuId;
 
 use crate::dist::Distribution;
 use crate::engine::{ns_to_ps, ps_to_ns, Model, Ps, Sim};
-use crate::models::{simulate, ModelEntry};
+use crate::models::{FromScenario, ModelEntry};
 use crate::scenario::{Problem, Scenario, ScenarioError};
-use crate::stats::{Metric, ModelReport, Report};
+use crate::stats::{Metric, ModelReport};
 
 /// Registry entry.
-pub const ENTRY: ModelEntry = ModelEntry {
-    kind: "smt",
-    about: "SMT modes: applications on one SMT core in UP / SMP / AMP / hybrid mode under interrupts",
-    run: run_smt,
-};
-
-fn run_smt(scenario: &Scenario, progress: &mut dyn FnMut(Ps)) -> Result<Report, ScenarioError> {
-    let mut model = SmtModel::from_scenario(scenario)?;
-    Ok(simulate(scenario, &mut model, false, progress).0)
-}
+pub const ENTRY: ModelEntry = ModelEntry::of::<SmtModel>(
+    "smt",
+    "SMT modes: applications on one SMT core in UP / SMP / AMP / hybrid mode under interrupts",
+);
 
 /// How the core runs (`mode` in the scenario).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -320,9 +314,8 @@ pub struct SmtModel {
     interrupts: u64,
 }
 
-impl SmtModel {
-    /// Builds the model from a validated scenario, checking its `[workload]`.
-    pub fn from_scenario(scenario: &Scenario) -> Result<SmtModel, ScenarioError> {
+impl FromScenario for SmtModel {
+    fn from_scenario(scenario: &Scenario) -> Result<SmtModel, ScenarioError> {
         let mut cfg: SmtConfig = scenario.workload()?;
         let invalid = |key: &str, what: String| scenario.error(key, Problem::Invalid(what));
         let fraction = |key: &str, v: f64| {
@@ -464,7 +457,9 @@ impl SmtModel {
             interrupts: 0,
         })
     }
+}
 
+impl SmtModel {
     fn all_done(&self) -> bool {
         self.apps.iter().all(|a| a.finished.is_some())
     }
@@ -830,7 +825,9 @@ fn mean_sd(samples: &[Ps]) -> (f64, f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::models::simulate;
     use crate::scenario::ScenarioDoc;
+    use crate::stats::Report;
 
     /// A scenario under an event budget, so a model bug shows as a failed run, not a hang.
     fn scenario_on(preset: &str, workload: &str) -> Result<Scenario, ScenarioError> {

@@ -37,31 +37,24 @@
 
 use serde::Deserialize;
 
-use rand::Rng;
 use rand_pcg::Pcg64Mcg;
 
 use corehop_policy::pick::{Candidate, Pick, PickState};
 use corehop_policy::spin::{SpinBudget, SpinConfig};
 use corehop_topology::CpuId;
 
-use crate::dist::Distribution;
+use crate::dist::{Distribution, WeightedChoice};
 use crate::engine::{ns_to_ps, ps_to_ns, Model, Ps, Sim, PS_PER_NS};
 use crate::machine::{HopTiming, Mechanism};
-use crate::models::{simulate, ModelEntry};
+use crate::models::{FromScenario, ModelEntry};
 use crate::scenario::{Problem, Scenario, ScenarioError};
-use crate::stats::{Metric, ModelReport, Report, RunQueues};
+use crate::stats::{Metric, ModelReport, RunQueues};
 
 /// Registry entry.
-pub const ENTRY: ModelEntry = ModelEntry {
-    kind: "switch",
-    about: "core-switching micro-benchmark: tasks hop to a service CPU around system calls (V1-V5)",
-    run: run_switch,
-};
-
-fn run_switch(scenario: &Scenario, progress: &mut dyn FnMut(Ps)) -> Result<Report, ScenarioError> {
-    let mut model = Switch::from_scenario(scenario)?;
-    Ok(simulate(scenario, &mut model, false, progress).0)
-}
+pub const ENTRY: ModelEntry = ModelEntry::of::<Switch>(
+    "switch",
+    "core-switching micro-benchmark: tasks hop to a service CPU around system calls (V1-V5)",
+);
 
 /// Which hop mechanism, or none (the baseline).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -233,7 +226,7 @@ pub struct Switch {
     cfg: SwitchConfig,
     mechanism: Option<Mechanism>,
     os_cpus: Vec<usize>,
-    cumulative_weights: Vec<f64>,
+    call_mix: WeightedChoice,
     tasks: Vec<Task>,
     cpus: RunQueues<u32>,
     /// Hops on their way to each CPU (they count as load when picking).
@@ -246,9 +239,8 @@ pub struct Switch {
     calls_by_type: Vec<u64>,
 }
 
-impl Switch {
-    /// Builds the model from a scenario, checking its `[workload]`.
-    pub fn from_scenario(s: &Scenario) -> Result<Switch, ScenarioError> {
+impl FromScenario for Switch {
+    fn from_scenario(s: &Scenario) -> Result<Switch, ScenarioError> {
         let cfg: SwitchConfig = s.workload()?;
         if cfg.app_cpus.is_empty() {
             return Err(s.error("workload.app_cpus", Problem::Invalid("needs at least one CPU".into())));
@@ -283,24 +275,16 @@ impl Switch {
         if cfg.calls.is_empty() {
             return Err(s.error("workload.calls", Problem::Invalid("needs at least one call type".into())));
         }
-        let mut cumulative_weights = Vec::new();
-        let mut total = 0.0;
+        let mut call_mix = WeightedChoice::default();
         for (i, call) in cfg.calls.iter().enumerate() {
             s.check_distribution(&format!("workload.calls[{i}].length"), &call.length)?;
-            if !(call.weight.is_finite() && call.weight > 0.0) {
-                return Err(s.error(
-                    &format!("workload.calls[{i}].weight"),
-                    Problem::Invalid(format!("must be > 0, got {}", call.weight)),
-                ));
-            }
+            call_mix.push(call.weight).map_err(|p| s.error(&format!("workload.calls[{i}].weight"), p))?;
             if !(0.0..=1.0).contains(&call.memory_bound) {
                 return Err(s.error(
                     &format!("workload.calls[{i}].memory_bound"),
                     Problem::Invalid(format!("must be in [0, 1], got {}", call.memory_bound)),
                 ));
             }
-            total += call.weight;
-            cumulative_weights.push(total);
         }
         let tasks = (0..cfg.tasks)
             .map(|i| {
@@ -321,7 +305,7 @@ impl Switch {
         Ok(Switch {
             mechanism: cfg.mechanism.mechanism(),
             os_cpus,
-            cumulative_weights,
+            call_mix,
             tasks,
             cpus: RunQueues::new(s.machine.cpu_count()),
             inbound: vec![0; s.machine.cpu_count()],
@@ -333,7 +317,9 @@ impl Switch {
             cfg,
         })
     }
+}
 
+impl Switch {
     /// Per task: (CPU it finished on, iterations done, finish time). For tests.
     pub fn task_outcomes(&self) -> Vec<(usize, u64, Option<Ps>)> {
         self.tasks.iter().map(|t| (t.cpu, t.done, t.finished_at)).collect()
@@ -370,13 +356,8 @@ impl Switch {
 
     fn draw_call(&mut self, task: u32) -> (usize, Ps) {
         let rng = &mut self.tasks[task as usize].rng;
-        let kind = if self.cumulative_weights.len() == 1 {
-            0
-        } else {
-            let total = *self.cumulative_weights.last().expect("at least one call");
-            let x = rng.gen::<f64>() * total;
-            self.cumulative_weights.iter().position(|&w| x < w).unwrap_or(self.cumulative_weights.len() - 1)
-        };
+        // A single call type draws nothing: the task's stream goes to the call lengths alone.
+        let kind = if self.call_mix.len() == 1 { 0 } else { self.call_mix.draw(rng) };
         let length = ns_to_ps(self.cfg.calls[kind].length.sample(rng));
         (kind, length)
     }
@@ -594,7 +575,9 @@ impl Model for Switch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::models::simulate;
     use crate::scenario::ScenarioDoc;
+    use crate::stats::Report;
 
     fn scenario(workload: &str) -> Scenario {
         let text = format!("[machine]\npreset = \"switch-cc\"\n[workload]\nkind = \"switch\"\n{workload}");
