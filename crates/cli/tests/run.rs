@@ -82,17 +82,12 @@ impl Pair {
 }
 
 /// Runs `argv` in `plain_dir` and again in `offload_dir` (each its working directory) with
-/// `--offload --policy always` plus `extra` flags and environment.
-fn run_pair(
-    argv: &[&str],
-    plain_dir: &Path,
-    offload_dir: &Path,
-    extra: &[&str],
-    env: &[(&str, &str)],
-) -> Pair {
-    run_pair_with("always", argv, plain_dir, offload_dir, extra, env)
+/// `--offload --policy always`.
+fn run_pair(argv: &[&str], plain_dir: &Path, offload_dir: &Path) -> Pair {
+    run_pair_with("always", argv, plain_dir, offload_dir, &[], &[])
 }
 
+/// [`run_pair`] with another policy, and `extra` flags and environment for the offload run.
 fn run_pair_with(
     policy: &str,
     argv: &[&str],
@@ -135,6 +130,13 @@ fn input(plain: &Path, offload: &Path, name: &str, bytes: &[u8]) {
     std::fs::write(offload.join(name), bytes).unwrap();
 }
 
+/// Asserts that `out` contains every line of `expected`.
+fn assert_prints(out: &str, expected: &[&str]) {
+    for line in expected {
+        assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    }
+}
+
 fn assert_same_file(plain: &Path, offload: &Path, name: &str) {
     let a = std::fs::read(plain.join(name)).unwrap_or_else(|e| panic!("{name} (plain): {e}"));
     let b = std::fs::read(offload.join(name)).unwrap_or_else(|e| panic!("{name} (offload): {e}"));
@@ -168,7 +170,7 @@ fn coreutils_give_identical_results_and_files() {
         &["sh", "-c", "dd if=in.txt bs=4096 skip=3 count=20 status=none | md5sum"],
     ];
     for argv in programs {
-        let pair = run_pair(argv, &plain, &offload, &[], &[]);
+        let pair = run_pair(argv, &plain, &offload);
         pair.assert_same();
         assert!(pair.total("offloaded") > 0, "{argv:?}: nothing went across: {}", pair.summary);
     }
@@ -192,26 +194,26 @@ fn the_call_exerciser_sees_identical_results_and_errno() {
         .expect("cc");
     assert!(built.status.success(), "cc failed: {}", text(&built.stderr));
     let exe = exe.to_str().unwrap();
-    let pair = run_pair(&[exe, "."], &plain, &offload, &[], &[]);
+    let pair = run_pair(&[exe, "."], &plain, &offload);
     pair.assert_same();
-    let out = text(&pair.offload.stdout);
     // The cases the equivalence must include (the output is compared line by line above).
-    for expected in [
-        "read 1M (short)                    ret=20003",
-        "read at EOF                        ret=0",
-        "read -1                            ret=-1 errno=EBADF",
-        "open missing                       ret=-1 errno=ENOENT",
-        "open bad pointer                   ret=-1 errno=EFAULT",
-        "read empty pipe, alarm             ret=-1 errno=EINTR",
-        "write closed nonblocking pipe      ret=-1 errno=EPIPE",
-        "sigpipes 1",
-        "tmpfile mode 604",
-        "comm calls",
-        "child size 5000",
-        "done",
-    ] {
-        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
-    }
+    assert_prints(
+        &text(&pair.offload.stdout),
+        &[
+            "read 1M (short)                    ret=20003",
+            "read at EOF                        ret=0",
+            "read -1                            ret=-1 errno=EBADF",
+            "open missing                       ret=-1 errno=ENOENT",
+            "open bad pointer                   ret=-1 errno=EFAULT",
+            "read empty pipe, alarm             ret=-1 errno=EINTR",
+            "write closed nonblocking pipe      ret=-1 errno=EPIPE",
+            "sigpipes 1",
+            "tmpfile mode 604",
+            "comm calls",
+            "child size 5000",
+            "done",
+        ],
+    );
     for name in ["data", "copy", "new", "child", "thread-0", "thread-3"] {
         assert_same_file(&plain, &offload, name);
     }
@@ -250,8 +252,6 @@ fn sqlite3_gives_identical_results_and_database() {
         &["sh", "-c", "sqlite3 db.sqlite < script.sql; sqlite3 db.sqlite .dump | md5sum"],
         &plain,
         &offload,
-        &[],
-        &[],
     );
     pair.assert_same();
     assert!(text(&pair.plain.stderr).contains("missing_table"), "the error case ran");
@@ -268,17 +268,17 @@ fn a_python_script_gives_identical_output_and_errors() {
     let (_root, plain, offload) = dirs();
     let script = Path::new(FIXTURES).join("fileio.py");
     let script = script.to_str().unwrap();
-    let pair = run_pair(&["python3", script, "."], &plain, &offload, &[], &[]);
+    let pair = run_pair(&["python3", script, "."], &plain, &offload);
     pair.assert_same();
-    let out = text(&pair.offload.stdout);
-    for expected in [
-        "read closed fd: OSError EBADF",
-        "open missing: FileNotFoundError ENOENT",
-        "read at EOF: b''",
-        "done",
-    ] {
-        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
-    }
+    assert_prints(
+        &text(&pair.offload.stdout),
+        &[
+            "read closed fd: OSError EBADF",
+            "open missing: FileNotFoundError ENOENT",
+            "read at EOF: b''",
+            "done",
+        ],
+    );
     assert!(pair.calls("read", "offloaded") > 0 && pair.calls("write", "offloaded") > 0, "{}", pair.summary);
     for name in ["text.txt", "bin.dat"] {
         assert_same_file(&plain, &offload, name);
@@ -289,13 +289,8 @@ fn a_python_script_gives_identical_output_and_errors() {
 fn fork_and_exec_carry_the_library_to_every_process() {
     let (_root, plain, offload) = dirs();
     input(&plain, &offload, "x.txt", &lines(20_000));
-    let pair = run_pair(
-        &["sh", "-c", "cat x.txt | wc -l; cat x.txt x.txt > y.txt; wc -c y.txt"],
-        &plain,
-        &offload,
-        &[],
-        &[],
-    );
+    let pair =
+        run_pair(&["sh", "-c", "cat x.txt | wc -l; cat x.txt x.txt > y.txt; wc -c y.txt"], &plain, &offload);
     pair.assert_same();
     assert!(
         pair.summary["processes"].as_u64() >= Some(3),
@@ -311,7 +306,8 @@ fn a_stalled_service_thread_falls_back_to_local_calls_with_identical_results() {
     input(&plain, &offload, "in.txt", &lines(30_000));
     // Test-only knob: the service thread sleeps 3 ms before taking each batch, while callers
     // give up after 1 ms; some calls are withdrawn and run locally, some are taken late.
-    let pair = run_pair(
+    let pair = run_pair_with(
+        "always",
         &["dd", "if=in.txt", "of=out.txt", "bs=2048", "status=none"],
         &plain,
         &offload,
@@ -451,7 +447,14 @@ fn several_service_cpus_serve_a_multi_threaded_program() {
         ts = [threading.Thread(target=work, args=(i,)) for i in range(6)]\n\
         [t.start() for t in ts]\n[t.join() for t in ts]\nprint('ok')\n";
     input(&plain, &offload, "threads.py", script.as_bytes());
-    let pair = run_pair(&["python3", "threads.py"], &plain, &offload, &["--service-cpus", "0,1"], &[]);
+    let pair = run_pair_with(
+        "always",
+        &["python3", "threads.py"],
+        &plain,
+        &offload,
+        &["--service-cpus", "0,1"],
+        &[],
+    );
     pair.assert_same();
     assert!(pair.total("offloaded") > 0, "{}", pair.summary);
     for i in 0..6 {

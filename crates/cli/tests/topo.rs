@@ -73,16 +73,7 @@ fn preset_with_emulation_as_tree_and_json() {
 #[test]
 fn list_presets_names_every_preset() {
     let text = stdout_of(&["--list-presets"]);
-    for name in [
-        "switch-cs",
-        "switch-cs-quarter",
-        "o2-16core",
-        "offload-2core",
-        "multiserver-xeon",
-        "smt-2way",
-        "hybrid-laptop",
-        "biglittle-phone",
-    ] {
+    for name in corehop_topology::presets::names() {
         assert!(text.contains(name), "{name} missing: {text}");
     }
 }

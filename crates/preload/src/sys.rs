@@ -1,6 +1,9 @@
 //! The preload's only door to the kernel: raw system calls, futexes, the clock, and the real
 //! libc symbols behind the ones this library interposes.
 //!
+//! `raw` and the futexes repeat `corehop_runtime::sys` on purpose: an LD_PRELOAD library must
+//! stay small and not link the runtime (its worker threads and TLS destructors).
+//!
 //! Nothing here calls an interposed libc function (`read`, `write`, `open`, ...): inside an
 //! `LD_PRELOAD` library those names resolve to our own wrappers, so the library's own I/O uses
 //! the raw `syscall` instruction instead. Results come back as the kernel's raw value

@@ -222,26 +222,23 @@ fn reserved_context_sleeps_without_service_work() {
 fn offload_goes_to_the_sibling_in_amp_and_runs_inline_in_smp() {
     let Some((rt, app_os, reserved_os)) = smt_core(Mode::Amp) else { return };
     let rt = Arc::new(rt);
-    let result: Arc<Mutex<Vec<(Mode, usize, usize)>>> = Arc::default();
-    let (rt2, r) = (rt.clone(), result.clone());
-    rt.spawn(None, move |cx| {
-        let here = sys::current_os_cpu().unwrap();
-        let there = rt2.offload(cx.cpu, || sys::current_os_cpu().unwrap());
-        r.lock().unwrap().push((cx.mode, here, there));
-        Step::Done
-    });
-    rt.wait_idle();
-    assert_eq!(result.lock().unwrap()[0], (Mode::Amp, app_os, reserved_os));
+    // One task offloads a call: (its mode, the caller's OS CPU, the call's OS CPU).
+    let offload_once = || {
+        let result: Arc<Mutex<Option<(Mode, usize, usize)>>> = Arc::default();
+        let (rt2, r) = (rt.clone(), result.clone());
+        rt.spawn(None, move |cx| {
+            let here = sys::current_os_cpu().unwrap();
+            let there = rt2.offload(cx.cpu, || sys::current_os_cpu().unwrap());
+            *r.lock().unwrap() = Some((cx.mode, here, there));
+            Step::Done
+        });
+        rt.wait_idle();
+        let ran = result.lock().unwrap().take();
+        ran.expect("the task ran")
+    };
+    assert_eq!(offload_once(), (Mode::Amp, app_os, reserved_os));
     rt.set_mode(Mode::Smp).unwrap();
-    let (rt2, r) = (rt.clone(), result.clone());
-    rt.spawn(None, move |cx| {
-        let here = sys::current_os_cpu().unwrap();
-        let there = rt2.offload(cx.cpu, || sys::current_os_cpu().unwrap());
-        r.lock().unwrap().push((cx.mode, here, there));
-        Step::Done
-    });
-    rt.wait_idle();
-    let (mode, here, there) = result.lock().unwrap()[1];
+    let (mode, here, there) = offload_once();
     assert_eq!((mode, here), (Mode::Smp, there), "SMP runs the call where the caller is");
 }
 
