@@ -1,11 +1,12 @@
 //! The atomics and the sleep primitive of the runtime's hand-off protocols, behind a `loom`
 //! facade: under `--cfg loom` they come from `loom` so that `mailbox`'s hand-off and
-//! park/unpark protocol can be model-checked; otherwise from `std` and the futex in `sys`.
+//! park/unpark protocol and the components' doorbells can be model-checked; otherwise from
+//! `std` and the futex in `sys`.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// A 32-bit word a thread can sleep on until it changes (a futex).
 ///
