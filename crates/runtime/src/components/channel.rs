@@ -287,7 +287,7 @@ impl<M> Receiver<M> {
     }
 }
 
-#[cfg(loom)]
+#[cfg(all(test, loom))]
 mod loom_tests {
     use super::*;
 
