@@ -1,34 +1,35 @@
 //! A worker's inbox, and the park/unpark protocol of the worker that reads it.
 //!
 //! Two ways in:
-//! - **Lanes**, for hops between workers: each worker owns one single-slot lane into every
-//!   mailbox ([`LaneWriter`]). Sending is a plain Release store into an empty slot; taking is
-//!   an Acquire load and a plain store of null. No locked instruction on either side, and the
-//!   slot shares its line with the hint of where the task's stack is, so the reader can fetch
-//!   the task and its stack together the moment it sees the slot filled (FastForward's
-//!   single-producer queue, cut to one slot: a hop leaves one task in flight per pair).
+//! - **Lanes**, for hops between workers: each worker owns one lane into every mailbox
+//!   ([`LaneWriter`]), a single-producer ring of a few slots (Lamport's queue with sequence
+//!   numbers). Sending writes a slot and publishes it with a Release store of its sequence
+//!   number; taking is an Acquire load of that number, and the reader never writes the slot.
+//!   No locked instruction on either side, and one line moves per hop, as in the cache-line
+//!   floor. The slot also carries a hint of where the task's stack is, so the reader can
+//!   fetch the task and its stack together the moment it sees the slot filled.
 //! - **The list**, for everything else (spawns from any thread, and hops whose lane is still
 //!   full): a Treiber stack; the reader takes it all with one `swap` and reverses it.
 //!
 //! ```text
 //!  producers                                 the one consumer (the worker)
 //!  ---------                                 -----------------------------
-//!  lane (its owner only): slot empty?        alternately the lanes (round robin) and the
-//!    hint, then slot = node (Release)    ─┐  list: slot full? take it (Acquire), prefetch
-//!  list (anyone): node.next = head;       │  its hint, slot = null; or swap head -> null
-//!    CAS head -> node (Release)           │  (Acquire), reverse into FIFO order
-//!  then, if the reader ever parks:        │
-//!  swap state -> NOTIFIED (AcqRel)        │
-//!  if it was PARKED: futex wake    ───────┴► park: NOTIFIED -> EMPTY returns at once;
-//!                                            EMPTY -> PARKED, futex-sleep while PARKED
+//!  lane (its owner only): ring not full?     alternately the lanes (round robin) and the
+//!    slot = node + hint, seq = n (Release) ─┐ list: next slot's seq = n? take it (Acquire),
+//!  list (anyone): node.next = head;         │ prefetch its hint, taken = n (Release); or
+//!    CAS head -> node (Release)             │ swap head -> null (Acquire), reverse to FIFO
+//!  then, if the reader ever parks:          │
+//!  swap state -> NOTIFIED (AcqRel)          │
+//!  if it was PARKED: futex wake    ─────────┴► park: NOTIFIED -> EMPTY returns at once;
+//!                                              EMPTY -> PARKED, futex-sleep while PARKED
 //! ```
 //!
 //! Order: each lane and the list are FIFO; a node sent on a lane may overtake one that the
 //! same producer spilled to the list, and nodes from different producers have no order.
 //!
-//! Why not `crossbeam_queue::SegQueue`: a hop must cost as few contended lines and locked
-//! instructions as possible (here: one line, no lock, no allocation, the node *is* the task),
-//! and the whole protocol must be small enough to model-check with loom.
+//! Why not `crossbeam_queue::SegQueue` or `ArrayQueue`: a hop must cost as few contended lines
+//! and locked instructions as possible (here: one line, no lock, no allocation, the node *is*
+//! the task), and the whole protocol must be small enough to model-check with loom.
 //!
 //! No lost wake-ups: every access to `state` is a read-modify-write, so all of them are totally
 //! ordered. If a producer's `swap(NOTIFIED)` comes first, the consumer's next park sees
