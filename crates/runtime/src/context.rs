@@ -34,13 +34,12 @@ pub(crate) struct TaskCtx {
 }
 
 impl TaskCtx {
-    /// Suspends the task (it must be the one running on the calling thread) and hands
-    /// `request` to its worker; returns when a worker resumes it, possibly on another thread.
-    pub(crate) fn suspend(&self, request: Suspend) -> Resume {
-        let request = match request {
-            // The address of a local of this frame: corosensei saves the registers just below.
-            Suspend::Hop { worker, .. } => Suspend::Hop { worker, stack: &raw const request as usize },
-        };
+    /// Suspends the task (it must be the one running on the calling thread) and asks its
+    /// worker to hand it to worker `worker`; returns when that worker resumes it.
+    pub(crate) fn hop_to(&self, worker: usize) -> Resume {
+        let marker = 0u8;
+        // The address of a local of this frame: corosensei saves the registers just below.
+        let request = Suspend::Hop { worker, stack: std::hint::black_box(&raw const marker) as usize };
         // SAFETY: `yielder` points to the yielder corosensei passed to this task's body, which
         // lives as long as the body, i.e. longer than the `TaskCtx` below it on the same stack;
         // `self` being reachable means the caller runs on that stack.

@@ -30,7 +30,6 @@ use corehop_topology::CpuId;
 
 use crate::context::{self, TaskCtx};
 use crate::error::Error;
-use crate::fiber::Suspend;
 use crate::runtime::{JoinHandle, Mechanism};
 use crate::sys;
 
@@ -99,10 +98,7 @@ pub fn yield_now() -> Result<(), Error> {
         return Err(Error::HopForbidden { cpu: ctx.shared.cpu_of(ctx.worker.get()) });
     }
     match ctx.shared.mechanism {
-        Mechanism::Handoff => {
-            ctx.suspend(Suspend::Hop { worker: ctx.worker.get(), stack: 0 });
-            context::set_task(ctx);
-        }
+        Mechanism::Handoff => handoff(ctx, ctx.worker.get()),
         Mechanism::Affinity => std::thread::yield_now(),
     }
     Ok(())
@@ -131,12 +127,13 @@ fn move_to(ctx: &TaskCtx, worker: usize) -> Result<(), Error> {
     Ok(())
 }
 
-/// A `Handoff` hop. A function of its own so that its frame, which the target must fetch
+/// A `Handoff` hop (to the task's own worker: a yield). A function of its own so that its frame, which the target must fetch
 /// along with the rest of the stack it resumes, stays a few words.
 #[inline(never)]
 fn handoff(ctx: &TaskCtx, worker: usize) {
-    ctx.suspend(Suspend::Hop { worker, stack: 0 });
-    // Now on the target worker's thread: tell it which task it runs.
+    ctx.hop_to(worker);
+    // Now on the target worker's thread (or back on this one, for a yield): tell it which
+    // task it runs.
     context::set_task(ctx);
 }
 
