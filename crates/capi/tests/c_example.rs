@@ -18,7 +18,9 @@ fn dirlookup_example_runs_and_finds_every_name() {
     let lib = lib_dir();
     assert!(lib.join("libcorehop.so").exists(), "libcorehop.so not in {}", lib.display());
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = tempfile_dir().join("dirlookup");
+    // Removed when the test ends, pass or fail.
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let out = dir.path().join("dirlookup");
     let status = Command::new("cc")
         .args(["-O2", "-Wall", "-Werror", "-I"])
         .arg(crate_dir.join("include"))
@@ -55,10 +57,4 @@ fn dirlookup_example_runs_and_finds_every_name() {
     let total: usize =
         placement.split(' ').map(|kv| kv.split('=').nth(1).unwrap().parse::<usize>().unwrap()).sum();
     assert_eq!(total, 256, "every directory is registered exactly once: {placement}");
-}
-
-fn tempfile_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("corehop-capi-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }

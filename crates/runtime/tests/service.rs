@@ -5,8 +5,7 @@
 use std::ffi::CString;
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::RawFd;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
 use std::time::Duration;
 
 use corehop_policy::offload::OffloadPolicy;
@@ -17,22 +16,9 @@ fn service_cpu() -> usize {
     *sys::affinity().unwrap().last().unwrap()
 }
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("corehop-service-{}-{tag}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// A scratch directory for one test, removed when it drops.
+fn scratch(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("corehop-service-{tag}-")).tempdir().unwrap()
 }
 
 fn c(path: &Path) -> CString {
@@ -159,9 +145,9 @@ fn script(off: &mut Offloader<'_>, dir: &Path) -> (Vec<String>, Vec<(String, Vec
 fn offloaded_calls_give_identical_results_and_files() {
     let cores = ServiceCores::start(ServiceConfig::on_cpus([service_cpu()])).unwrap();
     let reference = {
-        let dir = TempDir::new("never");
+        let dir = scratch("never");
         let mut off = Offloader::new(&cores, OffloadPolicy::Never);
-        let r = script(&mut off, &dir.0);
+        let r = script(&mut off, dir.path());
         assert_eq!(off.stats().offloaded, 0);
         r
     };
@@ -184,10 +170,11 @@ fn offloaded_calls_give_identical_results_and_files() {
     }
     assert_eq!(reference.1[0].1.len(), 20_009);
     for spec in ["always", "size:4096", "predicted:fa:0", "predicted:dm:tuned", "static:read,write,fsync"] {
-        let dir = TempDir::new("policy");
+        let dir = scratch("policy");
         let mut off = Offloader::new(&cores, spec.parse().unwrap());
-        let got = script(&mut off, &dir.0);
-        let got_log: Vec<String> = got.0.iter().map(|l| l.replace(dir.0.to_str().unwrap(), "DIR")).collect();
+        let got = script(&mut off, dir.path());
+        let got_log: Vec<String> =
+            got.0.iter().map(|l| l.replace(dir.path().to_str().unwrap(), "DIR")).collect();
         assert_eq!(got_log, reference.0, "results differ under {spec}");
         assert_eq!(got.1, reference.1, "files differ under {spec}");
         if spec == "always" {
@@ -247,8 +234,9 @@ fn a_profiling_run_chooses_the_static_set() {
     use corehop_policy::offload::{CallKind, StaticProfile};
     let cores = ServiceCores::start(ServiceConfig::on_cpus([service_cpu()])).unwrap();
     let mut off = Offloader::new(&cores, OffloadPolicy::Never).with_profile();
-    let dir = TempDir::new("profile");
-    let fd = off.open(&c(&dir.0.join("p")), libc::O_CREAT | libc::O_RDWR | libc::O_CLOEXEC, 0o644).unwrap();
+    let dir = scratch("profile");
+    let fd =
+        off.open(&c(&dir.path().join("p")), libc::O_CREAT | libc::O_RDWR | libc::O_CLOEXEC, 0o644).unwrap();
     for _ in 0..3 {
         off.write(fd, b"x").unwrap();
         off.offload(|| std::thread::sleep(Duration::from_millis(20)));
@@ -324,11 +312,11 @@ fn hop_based_service_cores_give_the_same_results() {
     let (app, service) = (rt.cpus()[0], *rt.cpus().last().unwrap());
     let reference = {
         let thread_cores = ServiceCores::start(ServiceConfig::on_cpus([service_cpu()])).unwrap();
-        let dir = TempDir::new("hop-ref");
-        script(&mut Offloader::new(&thread_cores, OffloadPolicy::Never), &dir.0)
+        let dir = scratch("hop-ref");
+        script(&mut Offloader::new(&thread_cores, OffloadPolicy::Never), dir.path())
     };
-    let dir = TempDir::new("hop");
-    let path = dir.0.clone();
+    let dir = scratch("hop");
+    let path = dir.path().to_path_buf();
     let (got, stats, ran_on, fallbacks) = rt
         .block_on(app, move || {
             let cores = ServiceCores::on_runtime_cpus(ServiceConfig::on_cpus([service.0])).unwrap();

@@ -523,8 +523,8 @@ mod tests {
 
     #[test]
     fn machine_files_resolve_next_to_the_scenario() {
-        let dir = std::env::temp_dir().join(format!("corehop-sim-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         let mut machine = presets::by_name("switch-cs").unwrap();
         machine.name = "switch-cs-copy".into();
         std::fs::write(dir.join("m.toml"), machine.to_toml_string()).unwrap();
@@ -549,7 +549,6 @@ mod tests {
         assert_eq!(e.key, "machine.file");
         let e = doc("").expand(&[Sweep::parse("machine.emulate=5=0.5").unwrap()]).unwrap_err();
         assert_eq!(e.key, "machine.emulate");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

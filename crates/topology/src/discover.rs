@@ -501,7 +501,8 @@ mod tests {
 
     #[test]
     fn speeds_fall_back_to_the_next_source_and_classes_follow() {
-        let dir = std::env::temp_dir().join(format!("corehop-speed-{}", std::process::id()));
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         let cpu_dir = dir.join("devices/system/cpu");
         for (cpu, capacity, freq) in [(0, "1024", "3000000"), (1, "410", "1800000")] {
             std::fs::create_dir_all(cpu_dir.join(format!("cpu{cpu}/cpufreq"))).unwrap();
@@ -514,12 +515,11 @@ mod tests {
         let (speeds, source) = speeds(&cpu_dir, &[0, 1]);
         assert_eq!(source, SpeedSource::Capacity);
         assert_eq!(speeds[&1], 410.0 / 1024.0);
-        let (classes, _) = classes(&dir, &[0, 1], &speeds);
+        let (classes, _) = classes(dir, &[0, 1], &speeds);
         assert_eq!((classes[&0], classes[&1]), (CoreClass::Big, CoreClass::Little));
         std::fs::remove_file(cpu_dir.join("cpu1/cpu_capacity")).unwrap();
         let (speeds, source) = super::speeds(&cpu_dir, &[0, 1]);
         assert_eq!(source, SpeedSource::MaxFreq);
         assert_eq!(speeds[&1], 0.6);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

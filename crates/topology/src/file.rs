@@ -385,15 +385,14 @@ caches = [{ level = 3, size = "8M", per = "package" }]
 
     #[test]
     fn file_errors_name_the_file() {
-        let dir = std::env::temp_dir().join(format!("corehop-topology-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         let path = dir.join("broken.toml");
         std::fs::write(&path, "[[cores]]\ncount = 1\nsped = 1\n").unwrap();
         let message = Machine::from_toml_file(&path).unwrap_err().to_string();
         assert!(message.contains("broken.toml") && message.contains("unknown field `sped`"), "{message}");
         let missing = Machine::from_toml_file(dir.join("missing.toml")).unwrap_err().to_string();
         assert!(missing.contains("missing.toml"), "{missing}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     fn arbitrary_machine() -> impl Strategy<Value = Machine> {

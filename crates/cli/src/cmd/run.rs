@@ -667,8 +667,9 @@ pub fn tour() -> anyhow::Result<()> {
     let service = *allowed.last().context("no CPU allowed")?;
     let app: Vec<usize> = allowed.iter().copied().filter(|&c| c != service).collect();
     let app = if app.is_empty() { allowed.clone() } else { app };
-    let dir = std::env::temp_dir().join(format!("corehop-tour-run-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
+    // Removed on every way out, errors included.
+    let tmp = tempfile::Builder::new().prefix("corehop-tour-run-").tempdir()?;
+    let dir = tmp.path();
     let input = dir.join("input.txt");
     let mut text = String::new();
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -769,7 +770,6 @@ pub fn tour() -> anyhow::Result<()> {
         "wall time of {reps} runs each, alternating; plain = the same program without the library"
     ));
     print!("{}", table.render());
-    let _ = std::fs::remove_dir_all(&dir);
     let Some((summary, wall_ns)) = shown else { bail!("the dd run left no offload summary") };
     print!("{}", summary.table(&[service], wall_ns).render());
     let total = summary.total();

@@ -200,27 +200,6 @@ pub struct Served {
     pub profile: Vec<(corehop_policy::offload::CallDesc, u64)>,
 }
 
-/// A temporary directory removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> anyhow::Result<Scratch> {
-        let dir = std::env::temp_dir().join(format!(
-            "corehop-bench-offload-{}-{}",
-            std::process::id(),
-            sys::now_ns()
-        ));
-        std::fs::create_dir_all(&dir)?;
-        Ok(Scratch(dir))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[derive(Serialize)]
 struct Output {
     hop_round_trip_ns: u64,
@@ -386,16 +365,17 @@ fn measure(
     service_cpu: usize,
 ) -> anyhow::Result<Output> {
     let hop_ns = cores.round_trip_ns(2000);
-    let scratch = Scratch::new()?;
-    let bench = Bench { counts, seed: args.seed, cores, app_cpu, dir: &scratch.0 };
+    // Removed on drop, errors included.
+    let scratch = tempfile::Builder::new().prefix("corehop-bench-offload-").tempdir()?;
+    let bench = Bench { counts, seed: args.seed, cores, app_cpu, dir: scratch.path() };
     let bar = report::progress((workloads.len() * (1 + counts.reps * choices.len())) as u64, "offload");
     let mut results = vec![];
     for &workload in workloads {
         let data = match workload {
-            Workload::Sqlite => sqlite::create(&scratch.0)?,
+            Workload::Sqlite => sqlite::create(scratch.path())?,
             Workload::Files => {
-                files::create(&scratch.0)?;
-                scratch.0.clone()
+                files::create(scratch.path())?;
+                scratch.path().to_path_buf()
             }
         };
         // Profiling pass (also the warm-up): every call local, run lengths recorded.
