@@ -78,3 +78,22 @@ fn bad_cpus_are_clear_errors() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("two different CPUs"));
 }
+
+#[test]
+fn rows_measures_only_the_named_rows_and_the_floor() {
+    if !two_cpus() {
+        return;
+    }
+    let out = corehop(&["bench", "switch", "--quick", "--json", "--rows", "yield,on"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let names: Vec<&str> =
+        v["results"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["floor", "yield", "on"]);
+    let out = corehop(&["bench", "switch", "--quick", "--rows", "handoff+nothing"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("handoff+spin"),
+        "the error lists the rows there are"
+    );
+}

@@ -59,6 +59,7 @@ use crate::report::{self, OutputArgs, Stats, Table};
 /// The slow variants (affinity, handoff+park, after-idle) run a tenth of --iters per repetition.
 ///
 /// --quick runs 300 round trips and 2 repetitions; --plot draws the medians as a bar chart.
+/// --rows measures only the rows named (the floor is always measured: every ratio needs it).
 #[derive(clap::Args, Debug, Clone)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -77,6 +78,9 @@ pub struct Args {
     /// How long the target sits idle before each round trip of the after-idle row, in µs.
     #[arg(long, default_value_t = 20)]
     pub idle_gap_us: u64,
+    /// Only these rows, comma-separated (e.g. `handoff+spin,yield`); all rows by default.
+    #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(NAMES))]
+    pub rows: Vec<String>,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -138,6 +142,8 @@ struct Plan {
     iters: u64,
     reps: usize,
     idle_gap_ns: u64,
+    /// The rows to measure, in table order.
+    rows: Vec<&'static str>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -160,7 +166,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 /// A quick run for `corehop tour`: compact table and a one-line takeaway.
 pub fn tour() -> anyhow::Result<()> {
-    let args = Args { from: 0, to: 1, iters: 2_000, reps: 3, idle_gap_us: 20, output: OutputArgs::default() };
+    let args = Args {
+        from: 0,
+        to: 1,
+        iters: 2_000,
+        reps: 3,
+        idle_gap_us: 20,
+        rows: vec![],
+        output: OutputArgs::default(),
+    };
     let report = measure(&args)?;
     let mut t = Table::new(["hop mechanism", "median", "x floor"]);
     for r in &report.results {
@@ -201,6 +215,10 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
         iters,
         reps,
         idle_gap_ns: args.idle_gap_us * 1_000,
+        rows: NAMES
+            .into_iter()
+            .filter(|&name| name == FLOOR || args.rows.is_empty() || args.rows.iter().any(|r| r == name))
+            .collect(),
     })
 }
 
@@ -211,7 +229,7 @@ fn measure(args: &Args) -> anyhow::Result<Report> {
     let paired_floor_iters = (plan.iters / 4).max(100);
     let bar = report::progress(plan.reps as u64, "switch");
     for _ in 0..plan.reps {
-        for name in NAMES {
+        for &name in &plan.rows {
             bar.set_message(name);
             let floor_ns = match name {
                 FLOOR => None,
@@ -226,7 +244,8 @@ fn measure(args: &Args) -> anyhow::Result<Report> {
         bar.inc(1);
     }
     bar.finish_and_clear();
-    let results = NAMES
+    let results = plan
+        .rows
         .iter()
         .filter_map(|name| {
             let stats = Stats::of(samples.get(name)?)?;
@@ -553,6 +572,6 @@ fn takeaway(rows: &[Row]) -> String {
             2.0 * software,
             affinity / spin_ns,
         ),
-        _ => "takeaway: incomplete run".into(),
+        _ => "takeaway: needs every row (this run measured only some, see --rows)".into(),
     }
 }
