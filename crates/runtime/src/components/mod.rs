@@ -604,11 +604,11 @@ impl Pipeline {
         Sample { at_ns: crate::sys::now_ns(), components, hosts }
     }
 
-    /// Stops every host and returns the final counters.
+    /// Stops every host and returns the final counters, read once every host has stopped (a
+    /// message handled just before the stop counts; read earlier, it could be missed).
     pub fn stop(mut self) -> Sample {
-        let last = self.sample();
         self.shutdown();
-        last
+        self.sample()
     }
 
     fn shutdown(&mut self) {
