@@ -23,6 +23,9 @@ cargo test --workspace --doc
 echo "==> release-mode runtime tests (hop hazards show up under optimisation)"
 cargo test --release -p corehop-runtime
 
+echo "==> runtime tests again with corosensei's switch (the portable one) instead of ours"
+RUSTFLAGS="--cfg corehop_portable_fibers" cargo test --release -p corehop-runtime --target-dir target/portable
+
 echo "==> loom model checks of the lock-free hand-offs"
 RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 \
   cargo test --release -p corehop-runtime --lib --target-dir target/loom -- loom

@@ -19,12 +19,12 @@ use std::sync::Arc;
 
 use corehop_topology::CpuId;
 
-use crate::fiber::{FiberYielder, Resume, Suspend};
+use crate::fiber::{Resume, Suspender};
 use crate::runtime::Shared;
 
 /// The context of one task, living at the bottom of its own stack for its whole life.
 pub(crate) struct TaskCtx {
-    pub(crate) yielder: *const FiberYielder,
+    pub(crate) suspender: Suspender,
     pub(crate) shared: Arc<Shared>,
     /// Depth of nested `no_hop_zone`s: hops are refused while it is not zero.
     pub(crate) no_hop: Cell<u32>,
@@ -37,13 +37,9 @@ impl TaskCtx {
     /// Suspends the task (it must be the one running on the calling thread) and asks its
     /// worker to hand it to worker `worker`; returns when that worker resumes it.
     pub(crate) fn hop_to(&self, worker: usize) -> Resume {
-        let marker = 0u8;
-        // The address of a local of this frame: corosensei saves the registers just below.
-        let request = Suspend::Hop { worker, stack: std::hint::black_box(&raw const marker) as usize };
-        // SAFETY: `yielder` points to the yielder corosensei passed to this task's body, which
-        // lives as long as the body, i.e. longer than the `TaskCtx` below it on the same stack;
-        // `self` being reachable means the caller runs on that stack.
-        unsafe { &*self.yielder }.suspend(request)
+        // SAFETY: the suspender is this task's, and `self` being reachable means the caller
+        // runs on the task's stack (the `TaskCtx` sits at its bottom), i.e. the task runs.
+        unsafe { self.suspender.suspend(worker) }
     }
 }
 

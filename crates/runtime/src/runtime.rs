@@ -46,7 +46,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::context::{self, TaskCtx};
 use crate::error::{Error, JoinError};
-use crate::fiber::{Fiber, FiberYielder, Resume, Step, Suspend};
+use crate::fiber::{Fiber, Resume, Step, Suspend, Suspender};
 use crate::mailbox::{Hint, LaneWriter, Linked, Mailbox, Reader};
 use crate::sync::AtomicPtr;
 use crate::sys;
@@ -408,9 +408,9 @@ unsafe impl Linked for Task {
     }
 
     /// The lines a hop's target touches, fetched together rather than one miss after another:
-    /// the task (its saved stack pointer), and its stack from just below where it suspended
-    /// (the saved registers) up through the frames it returns through to the base (where the
-    /// resume links the fiber to its new worker and the task keeps its context). A deep stack
+    /// the task, and its stack from just below where it suspended (the saved registers, and
+    /// room for the calls it makes next) up through the frames it returns through to the base
+    /// (where the switch keeps both stack pointers and the task its context). A deep stack
     /// gets its top lines and the base line.
     fn prefetch(task: *const Task, hint: Hint) {
         let task = task as usize;
@@ -518,13 +518,13 @@ impl Shared {
         };
         let slot = Arc::new(JoinSlot { result: Mutex::new(None), done: Condvar::new() });
         let (task_slot, shared) = (slot.clone(), self.clone());
-        let body = move |yielder: &FiberYielder, input: Resume| {
+        let body = move |suspender: &Suspender, input: Resume| {
             if input == Resume::Cancel {
                 task_slot.finish(Err(JoinError::Cancelled));
                 return;
             }
             let worker = std::cell::Cell::new(worker);
-            let ctx = TaskCtx { yielder, shared, no_hop: std::cell::Cell::new(0), worker };
+            let ctx = TaskCtx { suspender: *suspender, shared, no_hop: std::cell::Cell::new(0), worker };
             context::set_task(&ctx);
             let result = catch_unwind(AssertUnwindSafe(f)).map_err(JoinError::from_panic);
             task_slot.finish(result);

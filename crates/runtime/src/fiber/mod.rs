@@ -1,0 +1,206 @@
+//! A task's fiber and the one step that makes hops possible: sending a suspended fiber to
+//! another worker thread.
+//!
+//! A fiber is a stack of its own (a guarded `corosensei::stack::DefaultStack` from the
+//! runtime's stack pool) with the task's closure at the bottom, and a way to switch to it and
+//! back. A suspended stack may hold anything, so fiber libraries make their fibers `!Send`.
+//! [`Fiber`] implements `Send` anyway; this is the argument for why that is sound under the
+//! rules the rest of the runtime enforces.
+//!
+//! # Two implementations of the switch
+//! - **x86-64: our own** (`switch_x86_64`). A hop resumes a fiber inside `hop`, which it
+//!   entered before it suspended, usually on another CPU. corosensei enters a fiber with a
+//!   `call` and leaves it with a `ret`, so after every hop the CPU's return-address predictor
+//!   holds the worker's return address where the fiber's should be: two mispredicted returns
+//!   per switch pair. Our switch enters and leaves with a `jmp` and never touches the return
+//!   stack, so the fiber's returns are predicted from its own calls. On the development VM a
+//!   `yield_now` fell from about 40 ns to about 25 ns (`corehop bench switch --rows yield`); a
+//!   hop between CPUs is dominated by its cache misses and gained little. This is the hot path
+//!   the runtime exists for, hence our own code rather than the crate's.
+//! - **everywhere else: corosensei** (`portable`), and on x86-64 too when built with
+//!   `--cfg corehop_portable_fibers` (the test script runs the hop tests that way, so both stay
+//!   tested).
+//!
+//! # What a hop moves
+//! A `Handoff` hop suspends the fiber inside [`crate::hop`]: the switch saves the callee-saved
+//! registers on the fiber's own stack and switches back to the worker's stack. The worker then
+//! pushes the task (this fiber, inside its `Box<Task>`) into the target worker's mailbox; the
+//! target pops it and resumes it. What moves is therefore the whole stack, with every local of
+//! every frame of the task, and nothing else: the worker threads' own stacks and thread-locals
+//! stay where they are.
+//!
+//! # Soundness
+//! 1. **One thread at a time.** A fiber is touched only by the worker that owns its `Box<Task>`:
+//!    the worker that popped it runs it; when `resume` returns, the fiber is fully switched out
+//!    (its registers are saved, no frame of it is on any CPU) *before* the worker gives up the
+//!    box by pushing it into another mailbox. Ownership of the box is the permission to touch
+//!    the stack; `Box` makes it unique.
+//! 2. **Publication.** Sending is a Release store (lane) or CAS (list) and taking an Acquire
+//!    load or swap (see `mailbox`),
+//!    so every write the old worker made to the stack happens-before the new worker resumes it.
+//! 3. **What the stack may hold.** The closure that starts a task is `Send + 'static` and its
+//!    result is `Send` (enforced by `Runtime::spawn_on`), so everything the task *starts* with
+//!    may cross threads. Values created inside the task live on its stack and move with it as
+//!    a whole: an `Rc` whose every clone is on the same stack, or a `RefCell` borrow of a
+//!    `RefCell` on that stack, stays consistent, because only one thread runs the stack at a
+//!    time (point 1) with Acquire/Release between them (point 2). Nothing on the stack can be
+//!    shared with another thread except through `Send`/`Sync` types, because the task's
+//!    code is ordinary safe Rust.
+//! 4. **The hazards this does not cover** (documented on [`crate::hop`], the caller's duty):
+//!    a `!Send` value that is tied to the *OS thread* rather than to the stack, held across a
+//!    hop: a reference into a `thread_local!`, an `Rc` cloned out of a thread-local, a
+//!    `std::sync::MutexGuard` or a pthread mutex locked before the hop and unlocked after it.
+//!    Rust cannot express "not across this call", so the runtime offers
+//!    [`crate::no_hop_zone`] to turn such a hop into an error, reaches its own per-thread
+//!    state only through non-inlined accessors (`context`), and never reads `errno` across a
+//!    hop (`sys::syscall` returns it).
+//! 5. **Unwinding never crosses the fiber boundary.** The task body catches every panic of the
+//!    user's closure and returns normally; a fiber is always run to completion (the runtime
+//!    never drops a suspended one: shutdown resumes every started task until it returns), so
+//!    no stack ever has to be force-unwound.
+
+#[cfg(any(not(target_arch = "x86_64"), corehop_portable_fibers))]
+mod portable;
+#[cfg(any(not(target_arch = "x86_64"), corehop_portable_fibers))]
+pub(crate) use portable::{Fiber, Suspender};
+
+#[cfg(all(target_arch = "x86_64", not(corehop_portable_fibers)))]
+mod switch_x86_64;
+#[cfg(all(target_arch = "x86_64", not(corehop_portable_fibers)))]
+pub(crate) use switch_x86_64::{Fiber, Suspender};
+
+/// What a worker passes to a fiber when it resumes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resume {
+    /// Run (or keep running).
+    Run,
+    /// The task never started and the runtime is shutting down: do not run the closure.
+    Cancel,
+}
+
+/// Why a fiber gave its worker control back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Suspend {
+    /// Hand me to this worker (an index into the runtime's workers). `stack` is an address
+    /// at or near the top of the suspended stack, where the target will resume it (a prefetch
+    /// hint).
+    Hop { worker: usize, stack: usize },
+}
+
+/// How a resume ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    Suspended(Suspend),
+    Finished,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use corosensei::stack::DefaultStack;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    fn fiber<F: FnOnce(&Suspender, Resume) + Send + 'static>(body: F) -> Fiber {
+        Fiber::new(DefaultStack::new(64 * 1024).unwrap(), body)
+    }
+
+    #[test]
+    fn a_fiber_runs_suspends_resumes_with_its_stack_intact_and_finishes() {
+        let seen = Arc::new(AtomicUsize::new(0));
+        let seen_in = seen.clone();
+        let mut f = fiber(move |s, input| {
+            assert_eq!(input, Resume::Run);
+            let local = [7u64; 32];
+            for worker in 0..3 {
+                // SAFETY: called on this fiber's own stack, while it runs.
+                assert_eq!(unsafe { s.suspend(worker) }, Resume::Run);
+                assert_eq!(local.iter().sum::<u64>(), 7 * 32, "the stack survives a switch");
+                seen_in.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        let base = f.base();
+        for worker in 0..3 {
+            match f.resume(Resume::Run) {
+                Step::Suspended(Suspend::Hop { worker: w, stack }) => {
+                    assert_eq!(w, worker);
+                    assert!(stack < base && base - stack < 64 * 1024, "the hint points into the stack");
+                }
+                Step::Finished => panic!("finished early"),
+            }
+        }
+        assert_eq!(f.resume(Resume::Run), Step::Finished);
+        assert_eq!(seen.load(Ordering::Relaxed), 3);
+        assert!(f.into_stack().is_some(), "a finished fiber gives its stack back");
+    }
+
+    #[test]
+    fn a_fiber_moves_to_another_thread_between_switches() {
+        let mut f = fiber(|s, _| {
+            let before = std::thread::current().id();
+            // SAFETY: on this fiber's stack, while it runs.
+            unsafe { s.suspend(1) };
+            assert_ne!(std::thread::current().id(), before);
+        });
+        assert!(matches!(f.resume(Resume::Run), Step::Suspended(_)));
+        let step = std::thread::spawn(move || {
+            let step = f.resume(Resume::Run);
+            (step, f.into_stack().is_some())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(step, (Step::Finished, true));
+    }
+
+    #[test]
+    fn the_first_input_reaches_the_body_and_unstarted_fibers_drop_their_closure() {
+        let mut f = fiber(|_, input| assert_eq!(input, Resume::Cancel));
+        assert_eq!(f.resume(Resume::Cancel), Step::Finished);
+        let captured = Arc::new(());
+        let held = captured.clone();
+        drop(fiber(move |_, _| drop(held)));
+        assert_eq!(Arc::strong_count(&captured), 1, "the closure of a fiber never resumed is dropped");
+        assert!(fiber(|_, _| {}).into_stack().is_none(), "an unfinished fiber keeps its stack");
+    }
+
+    #[test]
+    fn a_backtrace_inside_a_fiber_ends_at_its_first_frame() {
+        let mut f = fiber(|s, _| {
+            // SAFETY: on this fiber's stack, while it runs.
+            unsafe { s.suspend(0) };
+            let trace = std::backtrace::Backtrace::force_capture().to_string();
+            // Walking the stack must not crash; ours must also stop at the fiber's first frame
+            // (corosensei's continues into the resuming thread's stack).
+            assert!(trace.contains("a_backtrace_inside_a_fiber"), "{trace}");
+            #[cfg(all(target_arch = "x86_64", not(corehop_portable_fibers)))]
+            assert!(trace.trim_end().ends_with("corehop_fiber_start"), "{trace}");
+        });
+        assert!(matches!(f.resume(Resume::Run), Step::Suspended(_)));
+        // Resumed from another thread, as after a hop.
+        let step = std::thread::spawn(move || f.resume(Resume::Run)).join().unwrap();
+        assert_eq!(step, Step::Finished);
+    }
+
+    #[test]
+    fn floating_point_and_callee_saved_state_survive_a_switch() {
+        let mut f = fiber(|s, _| {
+            let mut x = 1.5f64;
+            let mut acc = 0u64;
+            for i in 0..100u64 {
+                x = std::hint::black_box(x) * 1.000_001;
+                acc = acc.wrapping_mul(31).wrapping_add(i);
+                // SAFETY: on this fiber's stack, while it runs.
+                unsafe { s.suspend(0) };
+            }
+            assert!((x - 1.5 * 1.000_001f64.powi(100)).abs() < 1e-9);
+            assert_eq!(acc, (0..100u64).fold(0u64, |a, i| a.wrapping_mul(31).wrapping_add(i)));
+        });
+        // The worker side keeps live values across resumes too.
+        let (mut y, mut steps) = (2.5f64, 0u32);
+        while f.resume(Resume::Run) != Step::Finished {
+            y = std::hint::black_box(y) + 1.0;
+            steps += 1;
+        }
+        assert_eq!((y, steps), (102.5, 100));
+    }
+}

@@ -1,0 +1,276 @@
+//! Fibers with our own x86-64 stack switch: entered and left with `jmp`, never `call`/`ret`,
+//! so the CPU's return-address predictor stays in step with each side's own calls (see the
+//! parent module for why this is ours and not corosensei's).
+//!
+//! # The switch
+//! Both directions run the same few instructions ([`switch`]): push the frame pointer, `rbx`
+//! and the address to continue at; store the stack pointer where the other side will look
+//! for it; load the other side's; pop its three words and jump to its continuation. The other
+//! callee-saved registers (`r12`-`r15`) are declared clobbered, so the compiler saves them
+//! in the surrounding frame when they are live; caller-saved registers are clobbered by the
+//! ABI anyway. Two words travel in `rdi`/`rsi`, untouched by the switch.
+//!
+//! # The stack
+//! ```text
+//!  base ─┬──────────────────────────┐  (page aligned, highest address)
+//!        │ Link: fiber_sp, parent_sp │  64 bytes
+//!        ├──────────────────────────┤  base - 64: 16-aligned, the start trampoline's rsp
+//!        │ rbp = entry fn           │
+//!        │ rbx = boxed body         │  the first resume pops these three
+//!        │ continuation = trampoline│  base - 88: the initial fiber_sp
+//!        └───── grows down ─────────┘
+//! ```
+//! The trampoline calls `entry::<F>(input, link, body)` with a 16-aligned stack and marks
+//! itself as the outermost frame (`.cfi_undefined rip`), so unwinders and backtraces stop
+//! there instead of walking into the worker's stack.
+
+use std::arch::{asm, global_asm};
+
+use corosensei::stack::{DefaultStack, Stack};
+
+use super::{Resume, Step, Suspend};
+
+/// Where each side left its stack pointer; at the top of every fiber stack.
+#[repr(C)]
+struct Link {
+    /// The fiber's stack pointer while it is suspended (or not started).
+    fiber_sp: usize,
+    /// The worker's stack pointer while the fiber runs.
+    parent_sp: usize,
+}
+
+/// Bytes reserved for the [`Link`] at the top of the stack: a whole line, and a multiple of
+/// 16 so that the trampoline starts on a 16-aligned stack.
+const LINK_BYTES: usize = 64;
+/// The three words the first resume pops (continuation, rbx, rbp).
+const START_FRAME: usize = 3 * 8;
+
+// The codes that travel in `rdi`.
+const RUN: usize = 0;
+const CANCEL: usize = 1;
+const HOP: usize = 0;
+const FINISHED: usize = 1;
+
+enum State {
+    /// Not resumed yet: the boxed body, and how to drop it if it never is.
+    New {
+        body: *mut u8,
+        drop_body: unsafe fn(*mut u8),
+    },
+    Suspended,
+    Finished,
+}
+
+/// A suspended or not yet started task stack.
+pub(crate) struct Fiber {
+    stack: DefaultStack,
+    link: *mut Link,
+    state: State,
+}
+
+// SAFETY: see the module documentation of `fiber`.
+unsafe impl Send for Fiber {}
+
+impl Fiber {
+    /// A fiber that will run `body` on `stack` when first resumed.
+    pub(crate) fn new<F>(stack: DefaultStack, body: F) -> Fiber
+    where
+        F: FnOnce(&Suspender, Resume) + Send + 'static,
+    {
+        let base = stack.base().get();
+        debug_assert!(base.is_multiple_of(16) && base - stack.limit().get() > LINK_BYTES + START_FRAME);
+        let link = (base - LINK_BYTES) as *mut Link;
+        let sp = base - LINK_BYTES - START_FRAME;
+        let body = Box::into_raw(Box::new(body));
+        let start =
+            [corehop_fiber_start as *const () as usize, body as usize, entry::<F> as *const () as usize];
+        // SAFETY: `link` and `sp..sp + START_FRAME` lie inside the stack's usable range (just
+        // below its base), which nothing else uses before the first resume; both are aligned.
+        unsafe {
+            link.write(Link { fiber_sp: sp, parent_sp: 0 });
+            (sp as *mut [usize; 3]).write(start);
+        }
+        unsafe fn drop_body<F>(body: *mut u8) {
+            // SAFETY: `body` came from `Box::into_raw(Box<F>)` and was never resumed.
+            drop(unsafe { Box::from_raw(body.cast::<F>()) });
+        }
+        Fiber { stack, link, state: State::New { body: body.cast(), drop_body: drop_body::<F> } }
+    }
+
+    /// Runs the fiber on the calling thread until it suspends or finishes.
+    ///
+    /// # Panics
+    /// If the fiber has finished.
+    #[inline(always)]
+    pub(crate) fn resume(&mut self, input: Resume) -> Step {
+        assert!(!matches!(self.state, State::Finished), "resumed a finished fiber");
+        // From here on the body belongs to the fiber.
+        self.state = State::Suspended;
+        let input = match input {
+            Resume::Run => RUN,
+            Resume::Cancel => CANCEL,
+        };
+        let link = self.link;
+        // SAFETY: the fiber is suspended (or new), so `fiber_sp` is where its last switch (or
+        // `new`) left a continuation frame; we own the fiber, so no other thread runs it. The
+        // fiber switches back here with a code in `rdi` and a worker index in `rsi`.
+        let (code, worker) =
+            unsafe { switch(&raw mut (*link).parent_sp, (*link).fiber_sp, input, link as usize) };
+        if code == FINISHED {
+            self.state = State::Finished;
+            return Step::Finished;
+        }
+        // SAFETY: the fiber just stored its stack pointer there, and is suspended again.
+        Step::Suspended(Suspend::Hop { worker, stack: unsafe { (*link).fiber_sp } })
+    }
+
+    /// The highest address of the fiber's stack.
+    pub(crate) fn base(&self) -> usize {
+        self.link as usize + LINK_BYTES
+    }
+
+    /// The stack of a finished fiber, for reuse; `None` if it has not finished.
+    pub(crate) fn into_stack(self) -> Option<DefaultStack> {
+        let finished = matches!(self.state, State::Finished);
+        // Past `Drop` (which only frees a never-resumed body): take the stack out.
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never used or dropped again after the stack is moved out of it.
+        let stack = unsafe { std::ptr::read(&this.stack) };
+        if let State::New { body, drop_body } = this.state {
+            // SAFETY: as in `Drop`.
+            unsafe { drop_body(body) };
+        }
+        finished.then_some(stack)
+    }
+}
+
+impl Drop for Fiber {
+    /// A fiber that never ran drops its body. A suspended one cannot be unwound: what its
+    /// stack holds is leaked (the runtime never drops one: it runs every task to the end).
+    fn drop(&mut self) {
+        if let State::New { body, drop_body } = self.state {
+            // SAFETY: the body was never resumed, so it is still ours, and this runs once.
+            unsafe { drop_body(body) };
+        }
+    }
+}
+
+/// The running fiber's way back to its worker.
+#[derive(Clone, Copy)]
+pub(crate) struct Suspender {
+    link: *mut Link,
+}
+
+impl Suspender {
+    /// Suspends the running fiber and asks its worker to hand it to worker `worker`; returns
+    /// what the next resume passes in.
+    ///
+    /// # Safety
+    /// Only on the stack of the fiber this suspender was given to, while that fiber runs.
+    #[inline(always)]
+    pub(crate) unsafe fn suspend(&self, worker: usize) -> Resume {
+        let link = self.link;
+        // SAFETY: we run on the fiber, so `parent_sp` is where the worker that resumed us
+        // left its continuation, and `fiber_sp` is ours to write.
+        let (code, _) = unsafe { switch(&raw mut (*link).fiber_sp, (*link).parent_sp, HOP, worker) };
+        if code == CANCEL {
+            Resume::Cancel
+        } else {
+            Resume::Run
+        }
+    }
+}
+
+/// The first frame of every fiber: runs the body, then leaves for good.
+///
+/// # Safety
+/// Reached only through the trampoline from a fiber's first resume, with `body` from
+/// `Fiber::new::<F>` and `link` that fiber's link.
+unsafe extern "C" fn entry<F>(input: usize, link: usize, body: *mut F) -> !
+where
+    F: FnOnce(&Suspender, Resume),
+{
+    let link = link as *mut Link;
+    {
+        // SAFETY: `Fiber::new::<F>` boxed the body and handed it over at the first resume.
+        let body = unsafe { Box::from_raw(body) };
+        let input = if input == CANCEL { Resume::Cancel } else { Resume::Run };
+        // A panic cannot leave this `extern "C"` frame (it aborts): the runtime's bodies
+        // catch every panic of the task's closure.
+        body(&Suspender { link }, input);
+    }
+    // Everything the body owned is dropped; tell the worker, and never come back.
+    let mut unused = 0;
+    // SAFETY: we run on the fiber, as in `Suspender::suspend`; nothing resumes a finished
+    // fiber (`Fiber::resume` asserts it), so `unused` is never read.
+    unsafe { switch(&raw mut unused, (*link).parent_sp, FINISHED, 0) };
+    unreachable!("a finished fiber was resumed")
+}
+
+/// Saves this side's continuation, stores its stack pointer at `save`, and continues the
+/// side whose stack pointer is `load`, passing it `(a, b)`; returns what that (or another)
+/// side passes when it switches back here.
+///
+/// # Safety
+/// `load` must be a stack pointer left by a `switch` (or `Fiber::new`) that has not been
+/// continued since, and `save` must stay valid until the other side reads it.
+#[inline(always)]
+unsafe fn switch(save: *mut usize, load: usize, a: usize, b: usize) -> (usize, usize) {
+    let (ra, rb);
+    // SAFETY: the caller's contract; the asm pushes only on the current stack (no
+    // `nostack`, so the compiler keeps the red zone free), and every register the other
+    // side may change is an output or clobbered.
+    unsafe {
+        asm!(
+            "lea rax, [rip + 2f]",
+            "push rbp",
+            "push rbx",
+            "push rax",
+            "mov [rcx], rsp",
+            "mov rsp, rdx",
+            "pop rax",
+            "pop rbx",
+            "pop rbp",
+            "jmp rax",
+            "2:",
+            in("rcx") save,
+            in("rdx") load,
+            inout("rdi") a => ra,
+            inout("rsi") b => rb,
+            out("r12") _,
+            out("r13") _,
+            out("r14") _,
+            out("r15") _,
+            clobber_abi("C"),
+        );
+    }
+    (ra, rb)
+}
+
+extern "C" {
+    /// The start trampoline below: `entry(rdi, rsi, rbx)` through `rbp`.
+    fn corehop_fiber_start();
+}
+
+// The continuation of a fiber's first resume. The resume's `rdi`/`rsi` (input, link) pass
+// through; `rbx` holds the boxed body and `rbp` the entry function (see `Fiber::new`). The
+// stack is 16-aligned here, so the call meets the ABI. `.cfi_undefined rip` makes this the
+// outermost frame for unwinders, and a zero `rbp` for frame-pointer walkers.
+global_asm!(
+    ".pushsection .text.corehop_fiber_start,\"ax\",@progbits",
+    ".globl corehop_fiber_start",
+    ".hidden corehop_fiber_start",
+    ".type corehop_fiber_start,@function",
+    ".p2align 4",
+    "corehop_fiber_start:",
+    ".cfi_startproc",
+    ".cfi_undefined rip",
+    "mov rdx, rbx",
+    "mov rax, rbp",
+    "xor ebp, ebp",
+    "call rax",
+    "ud2",
+    ".cfi_endproc",
+    ".size corehop_fiber_start, . - corehop_fiber_start",
+    ".popsection",
+);
