@@ -35,7 +35,7 @@ use crate::report::{self, OutputArgs, Stats, Table};
 ///   floor                   cache-line round trip between two threads pinned on FROM and TO
 ///   floor-with-state        the same, but each side then also takes a second line whose
 ///                           address the first one carries: the least a hand-off of state
-///                           can cost (a hop's bound: about 2x the floor)
+///                           can cost (a hop's bound: 2x the floor or more)
 ///   gettid                  one plain gettid system call on FROM (no hop)
 ///   yield                   yield_now on FROM: a hop's software cost, no line moving
 ///   affinity                hop round trip, V1: the thread re-pins itself (sched_setaffinity)
@@ -473,6 +473,10 @@ fn ping_pong(
 /// each way that any hand-off of state needs (the message, then what it names; the state
 /// travels like a task's stack, written where it is and taken where it goes), with no
 /// software around them.
+///
+/// The best case: on the development VM the same code costs 3.1-4.1x the floor instead of
+/// 2.1x when the state line sits above the message line rather than below it (the hardware
+/// prefetchers' doing, presumably), so a hop's real bound depends on where its lines fall.
 fn floor_with_state(from_os: usize, to_os: usize, iters: u64) -> anyhow::Result<f64> {
     #[repr(align(128))]
     struct Message {
