@@ -20,6 +20,7 @@ use std::sync::Arc;
 use corehop_topology::CpuId;
 
 use crate::fiber::{Resume, Suspender};
+use crate::overflow::Guard;
 use crate::runtime::Shared;
 
 /// The context of one task, living at the bottom of its own stack for its whole life.
@@ -31,6 +32,8 @@ pub(crate) struct TaskCtx {
     /// The worker (index) the task runs on now. The task itself keeps it right, since only a
     /// hop it makes moves it; this saves a thread-local read on every hop.
     pub(crate) worker: Cell<usize>,
+    /// The guard page below the task's stack, to report an overflow as one.
+    pub(crate) guard: Guard,
 }
 
 impl TaskCtx {

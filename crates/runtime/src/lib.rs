@@ -28,6 +28,7 @@
 //! - `fiber`: the one unsafe step, sending a suspended fiber to another thread, with its
 //!   soundness argument. `mailbox`: the lock-free hand-off and park/unpark protocol
 //!   (model-checked with loom). `context`: per-thread state behind non-inlinable accessors.
+//!   `overflow`: a task that runs off its stack is reported as such, not as a bare segfault.
 //! - [`service`], [`objects`], [`components`], [`smt`]: the subsystems built on hops.
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -35,6 +36,7 @@ mod context;
 mod error;
 mod fiber;
 mod mailbox;
+mod overflow;
 mod runtime;
 mod sync;
 pub mod sys;

@@ -40,7 +40,7 @@ use std::thread;
 use corehop_policy::pick::Candidate;
 use corehop_policy::spin::{SpinBudget, SpinConfig};
 use corehop_topology::{CpuId, Machine};
-use corosensei::stack::DefaultStack;
+use corosensei::stack::{DefaultStack, Stack};
 use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
 
@@ -48,6 +48,7 @@ use crate::context::{self, TaskCtx};
 use crate::error::{Error, JoinError};
 use crate::fiber::{Fiber, Resume, Step, Suspend, Suspender};
 use crate::mailbox::{Hint, LaneWriter, Linked, Mailbox, Reader};
+use crate::overflow::{self, Guard};
 use crate::sync::AtomicPtr;
 use crate::sys;
 
@@ -130,6 +131,7 @@ impl Builder {
 
     /// Checks the configuration and starts the workers.
     pub fn build(self) -> Result<Runtime, Error> {
+        overflow::install();
         let machine = match self.machine {
             Some(m) => m,
             None => default_machine()?,
@@ -518,13 +520,15 @@ impl Shared {
         };
         let slot = Arc::new(JoinSlot { result: Mutex::new(None), done: Condvar::new() });
         let (task_slot, shared) = (slot.clone(), self.clone());
+        let guard = Guard::of(stack.limit().get(), stack.base().get());
         let body = move |suspender: &Suspender, input: Resume| {
             if input == Resume::Cancel {
                 task_slot.finish(Err(JoinError::Cancelled));
                 return;
             }
             let worker = std::cell::Cell::new(worker);
-            let ctx = TaskCtx { suspender: *suspender, shared, no_hop: std::cell::Cell::new(0), worker };
+            let ctx =
+                TaskCtx { suspender: *suspender, shared, no_hop: std::cell::Cell::new(0), worker, guard };
             context::set_task(&ctx);
             let result = catch_unwind(AssertUnwindSafe(f)).map_err(JoinError::from_panic);
             task_slot.finish(result);

@@ -214,3 +214,52 @@ fn join_error_messages() {
     let e: JoinError = handle.join().unwrap_err();
     assert_eq!(e.to_string(), "task panicked: formatted");
 }
+
+/// Recurses until the stack runs out; the array keeps each frame large and alive.
+fn deeper(n: u64) -> u64 {
+    let frame = std::hint::black_box([n; 64]);
+    frame[0] + deeper(n + 1) + frame[63]
+}
+
+#[test]
+fn a_task_that_overflows_its_stack_is_reported_as_such() {
+    const CHILD: &str = "COREHOP_OVERFLOW_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        let rt = Runtime::builder().wake(Wake::Park).stack_size(64 * 1024).build().unwrap();
+        let cpu = rt.cpus()[0];
+        let _ = rt.block_on(cpu, || deeper(0));
+        unreachable!("the task's stack overflowed, which ends the process");
+    }
+    // Run this very test again in a child process, which overflows a task's stack.
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "a_task_that_overflows_its_stack_is_reported_as_such", "--nocapture"])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{:?}\n{stderr}", out.status);
+    assert!(
+        stderr.contains("corehop: a task on cpu") && stderr.contains("overflowed its stack of 64 KiB"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("Builder::stack_size"), "{stderr}");
+}
+
+#[test]
+fn faults_that_are_not_task_overflows_still_reach_rust_s_handler() {
+    const CHILD: &str = "COREHOP_THREAD_OVERFLOW_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        let _rt = park_runtime(); // installs corehop's handler in front of Rust's
+        std::thread::Builder::new().stack_size(64 * 1024).spawn(|| deeper(0)).unwrap().join().ok();
+        unreachable!("the thread's stack overflowed, which ends the process");
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "faults_that_are_not_task_overflows_still_reach_rust_s_handler", "--nocapture"])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("has overflowed its stack") && !stderr.contains("corehop: a task"), "{stderr}");
+}
