@@ -33,6 +33,7 @@ use crate::report::{self, OutputArgs, Stats, Table};
 /// before it):
 ///
 ///   floor                   cache-line round trip between two threads pinned on FROM and TO
+///                           (the median of 10 chunks' means: robust to an interrupted vCPU)
 ///   floor-with-state        the same, but each side then also takes a second line whose
 ///                           address the first one carries: the least a hand-off of state
 ///                           can cost (a hop's bound: 2x the floor or more)
@@ -402,7 +403,10 @@ fn on_calls(rt: &Runtime, plan: &Plan) -> anyhow::Result<f64> {
     Ok(ns)
 }
 
-/// Mean ns per cache-line round trip between two threads pinned on the two CPUs.
+/// Chunks a floor's round trips are split into (see [`ping_pong`]).
+const FLOOR_CHUNKS: u64 = 10;
+
+/// Ns per cache-line round trip between two threads pinned on the two CPUs.
 fn floor(from_os: usize, to_os: usize, iters: u64) -> anyhow::Result<f64> {
     #[repr(align(128))]
     struct Line(AtomicU64);
@@ -410,9 +414,13 @@ fn floor(from_os: usize, to_os: usize, iters: u64) -> anyhow::Result<f64> {
     ping_pong(from_os, to_os, iters, &line.0, &|_| {}, &|seq| line.0.store(seq, Ordering::Release))
 }
 
-/// Mean ns per round trip between a thread on `from_os` and one on `to_os` that take turns:
-/// each waits until `seq` shows its turn, runs `take(seq)` (what receiving costs beyond
-/// the message), then `send(seq + 1)`, which must end by storing that number into `seq`.
+/// Ns per round trip between a thread on `from_os` and one on `to_os` that take turns: each
+/// waits until `seq` shows its turn, runs `take(seq)` (what receiving costs beyond the
+/// message), then `send(seq + 1)`, which must end by storing that number into `seq`.
+///
+/// The median of the means of [`FLOOR_CHUNKS`] consecutive chunks: one interruption of a
+/// vCPU (the host can take it away for milliseconds) would otherwise inflate a short floor
+/// a hundredfold, and with it, every ratio paired with it.
 fn ping_pong(
     from_os: usize,
     to_os: usize,
@@ -453,14 +461,22 @@ fn ping_pong(
             while !ready.load(Ordering::Acquire) {
                 sys::cpu_relax();
             }
-            let t0 = sys::now_ns();
+            let chunk = iters.div_ceil(FLOOR_CHUNKS).max(1);
+            let mut means = Vec::with_capacity(FLOOR_CHUNKS as usize);
+            let (mut t0, mut in_chunk) = (sys::now_ns(), 0);
             for i in 0..iters {
                 send(start + 2 * i + 1);
                 if !wait_for(start + 2 * i + 2) {
                     break;
                 }
+                in_chunk += 1;
+                if in_chunk == chunk || i + 1 == iters {
+                    let now = sys::now_ns();
+                    means.push((now - t0) as f64 / in_chunk as f64);
+                    (t0, in_chunk) = (now, 0);
+                }
             }
-            Ok((sys::now_ns() - t0) as f64 / iters as f64)
+            Ok(report::percentile(&means, 50.0).unwrap_or(f64::NAN))
         });
         let ns = initiator.join().map_err(|_| anyhow::anyhow!("floor thread panicked"))?;
         responder.join().map_err(|_| anyhow::anyhow!("floor thread panicked"))??;
