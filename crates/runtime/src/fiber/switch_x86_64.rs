@@ -63,7 +63,8 @@ enum State {
 
 /// A suspended or not yet started task stack.
 pub(crate) struct Fiber {
-    stack: DefaultStack,
+    /// Always `Some` until `into_stack` takes it.
+    stack: Option<DefaultStack>,
     link: *mut Link,
     state: State,
 }
@@ -94,7 +95,7 @@ impl Fiber {
             // SAFETY: `body` came from `Box::into_raw(Box<F>)` and was never resumed.
             drop(unsafe { Box::from_raw(body.cast::<F>()) });
         }
-        Fiber { stack, link, state: State::New { body: body.cast(), drop_body: drop_body::<F> } }
+        Fiber { stack: Some(stack), link, state: State::New { body: body.cast(), drop_body: drop_body::<F> } }
     }
 
     /// Runs the fiber on the calling thread until it suspends or finishes.
@@ -130,17 +131,11 @@ impl Fiber {
     }
 
     /// The stack of a finished fiber, for reuse; `None` if it has not finished.
-    pub(crate) fn into_stack(self) -> Option<DefaultStack> {
-        let finished = matches!(self.state, State::Finished);
-        // Past `Drop` (which only frees a never-resumed body): take the stack out.
-        let this = std::mem::ManuallyDrop::new(self);
-        // SAFETY: `this` is never used or dropped again after the stack is moved out of it.
-        let stack = unsafe { std::ptr::read(&this.stack) };
-        if let State::New { body, drop_body } = this.state {
-            // SAFETY: as in `Drop`.
-            unsafe { drop_body(body) };
+    pub(crate) fn into_stack(mut self) -> Option<DefaultStack> {
+        match self.state {
+            State::Finished => self.stack.take(),
+            _ => None,
         }
-        finished.then_some(stack)
     }
 }
 
