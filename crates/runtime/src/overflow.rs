@@ -54,32 +54,29 @@ pub(crate) fn install() {
 /// The guard page below a task's stack, for the handler to recognise.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Guard {
-    /// Lowest address of the guard page (the stack mapping's start).
-    pub(crate) start: usize,
+    /// The guard page, `start..end` (the start of the stack's mapping, one page).
+    start: usize,
+    end: usize,
     /// Usable bytes of the stack above it.
-    pub(crate) stack_bytes: usize,
+    stack_bytes: usize,
 }
 
 impl Guard {
-    /// The guard of a stack whose mapping starts at `limit` and ends at `base`.
+    /// The guard of a stack whose mapping (guard page included) starts at `limit` and ends
+    /// at `base`. Computed when the task is made, so the handler need not ask the OS.
     pub(crate) fn of(limit: usize, base: usize) -> Guard {
         let page = page_size();
-        Guard { start: limit, stack_bytes: base - limit - page }
+        Guard { start: limit, end: limit + page, stack_bytes: base - limit - page }
     }
 
     fn contains(&self, addr: usize) -> bool {
-        (self.start..self.start + page_size()).contains(&addr)
+        (self.start..self.end).contains(&addr)
     }
 }
 
 fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions and is async-signal-safe in practice on Linux.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if size > 0 {
-        size as usize
-    } else {
-        4096
-    }
+    // SAFETY: sysconf has no preconditions.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096)
 }
 
 extern "C" fn handler(signal: libc::c_int, info: *mut libc::siginfo_t, ucontext: *mut libc::c_void) {
