@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use corehop_runtime::{
-    current_cpu, hop, hop_any, in_task, on, sys, CpuId, Mechanism, Pick, PickState, Runtime, Wake,
+    current_cpu, hop, hop_any, in_task, on, sys, yield_now, CpuId, Mechanism, Pick, PickState, Runtime, Wake,
 };
 use rand::{Rng, SeedableRng};
 
@@ -59,6 +59,41 @@ fn one_hundred_thousand_random_hops_keep_the_stack_and_the_cpu() {
         assert!(moved > hops / 4, "only {moved} of {hops} hops changed CPU");
     } else {
         println!("only one CPU available: hops stay on it");
+    }
+}
+
+#[test]
+fn many_tasks_hopping_at_once_each_keep_their_own_stack() {
+    // More tasks than a lane has slots, so hand-offs also spill to the shared list, and
+    // yields mix with hops.
+    let (tasks, hops) = (24u64, if cfg!(debug_assertions) { 300 } else { 3_000 });
+    for wake in [Wake::Spin, Wake::Park] {
+        let rt = runtime(Mechanism::Handoff, wake);
+        let cpus = rt.cpus().to_vec();
+        let handles: Vec<_> = (0..tasks)
+            .map(|t| {
+                let cpus = cpus.clone();
+                rt.spawn_on(cpus[t as usize % cpus.len()], move || {
+                    let mut rng = rand_pcg::Pcg64::seed_from_u64(t);
+                    let mut mine = [t; 64];
+                    for i in 0..hops {
+                        let k = rng.gen_range(0..cpus.len());
+                        if rng.gen_bool(0.2) {
+                            yield_now().unwrap();
+                        } else {
+                            hop(cpus[k]).unwrap();
+                            assert_eq!(current_cpu(), cpus[k]);
+                        }
+                        assert!(mine.iter().all(|&x| x == t + i), "task {t}'s stack changed at step {i}");
+                        mine.iter_mut().for_each(|x| *x += 1);
+                    }
+                    t
+                })
+                .unwrap()
+            })
+            .collect();
+        let done: Vec<u64> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        assert_eq!(done, (0..tasks).collect::<Vec<_>>(), "{wake:?}");
     }
 }
 
