@@ -39,6 +39,9 @@ pub enum Error {
     /// Pinning a thread to a CPU failed.
     #[error("could not pin a thread to {cpu} (kernel CPU {os_id}): {source}")]
     Pin { cpu: CpuId, os_id: usize, source: io::Error },
+    /// The task stack size asked for is too small to run a task at all.
+    #[error("a task stack of {size} bytes is too small: at least {min} bytes (Builder::stack_size)")]
+    StackTooSmall { size: usize, min: usize },
     /// Allocating a task stack failed.
     #[error("could not allocate a {size}-byte task stack: {source}")]
     Stack { size: usize, source: io::Error },

@@ -45,7 +45,7 @@ mod task;
 pub use corehop_policy::pick::{Candidate, Pick, PickState};
 pub use corehop_topology::CpuId;
 pub use error::{Error, JoinError};
-pub use runtime::{Builder, JoinHandle, Mechanism, Runtime, Wake, DEFAULT_STACK_SIZE};
+pub use runtime::{Builder, JoinHandle, Mechanism, Runtime, Wake, DEFAULT_STACK_SIZE, MIN_STACK_SIZE};
 pub use task::{
     current_cpu, hop, hop_any, in_task, no_hop_zone, on, spawn_on, try_current_cpu, yield_now, NoHopZone,
 };

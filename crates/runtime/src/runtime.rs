@@ -76,6 +76,11 @@ pub enum Wake {
     SpinThenPark,
 }
 
+/// The smallest task stack [`Builder::stack_size`] accepts: room for a task's start and a few
+/// small frames. Real tasks want more: printing a panic with a backtrace alone can take tens
+/// of KiB.
+pub const MIN_STACK_SIZE: usize = 16 * 1024;
+
 /// Task stack size unless [`Builder::stack_size`] says otherwise (lazily committed memory).
 pub const DEFAULT_STACK_SIZE: usize = 256 * 1024;
 /// Finished tasks' stacks kept for reuse, so spawning does not mmap every time.
@@ -117,7 +122,8 @@ impl Builder {
         self
     }
 
-    /// Bytes of stack per task (plus a guard page). Default: [`DEFAULT_STACK_SIZE`].
+    /// Bytes of stack per task (plus a guard page). Default: [`DEFAULT_STACK_SIZE`]; at least
+    /// [`MIN_STACK_SIZE`], or `build` fails with [`Error::StackTooSmall`].
     pub fn stack_size(mut self, bytes: usize) -> Self {
         self.stack_size = bytes;
         self
@@ -131,6 +137,9 @@ impl Builder {
 
     /// Checks the configuration and starts the workers.
     pub fn build(self) -> Result<Runtime, Error> {
+        if self.stack_size < MIN_STACK_SIZE {
+            return Err(Error::StackTooSmall { size: self.stack_size, min: MIN_STACK_SIZE });
+        }
         overflow::install();
         let machine = match self.machine {
             Some(m) => m,

@@ -26,6 +26,14 @@ fn bad_cpus_are_typed_errors_naming_the_problem() {
     let err = Runtime::builder().cpus([]).build().unwrap_err();
     assert!(matches!(err, Error::NoCpus), "{err}");
 
+    let err = Runtime::builder().stack_size(100).build().unwrap_err();
+    assert!(matches!(err, Error::StackTooSmall { size: 100, .. }), "{err}");
+    assert!(err.to_string().contains("100 bytes is too small"), "{err}");
+    // The smallest accepted stack runs a task that hops.
+    let rt = Runtime::builder().wake(Wake::Park).stack_size(corehop_runtime::MIN_STACK_SIZE).build().unwrap();
+    let (a, b) = (rt.cpus()[0], *rt.cpus().last().unwrap());
+    assert_eq!(rt.block_on(a, move || on(b, || 40 + 2).unwrap()).unwrap(), 42);
+
     // A machine description whose CPU this process may not run on.
     let err = Runtime::builder().machine(machine_with_os_ids(&[1000])).build().unwrap_err();
     assert!(matches!(err, Error::CpuNotAllowed { cpu: CpuId(0), os_id: 1000, .. }), "{err}");
