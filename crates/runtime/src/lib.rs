@@ -25,8 +25,8 @@
 //! - `runtime`: [`Builder`], [`Runtime`], workers, [`JoinHandle`], shutdown protocol.
 //! - `task`: what a task can do: [`hop`], [`on`], [`hop_any`], [`current_cpu`],
 //!   [`no_hop_zone`], and the hop hazards with what corehop decided about each.
-//! - `fiber`: the one unsafe step, sending a suspended fiber to another thread, with its
-//!   soundness argument. `mailbox`: the lock-free hand-off and park/unpark protocol
+//! - `fiber`: the stack switch (our own on x86-64, corosensei's elsewhere) and the one unsafe
+//!   step, sending a suspended fiber to another thread, with its soundness argument. `mailbox`: the lock-free hand-off and park/unpark protocol
 //!   (model-checked with loom). `context`: per-thread state behind non-inlinable accessors.
 //!   `overflow`: a task that runs off its stack is reported as such, not as a bare segfault.
 //! - [`service`], [`objects`], [`components`], [`smt`]: the subsystems built on hops.
