@@ -232,24 +232,33 @@ fn deeper(n: u64) -> u64 {
     frame[0] + deeper(n + 1) + frame[63]
 }
 
+/// Set in the child process a crash test runs itself in.
+const CRASH_CHILD: &str = "COREHOP_CRASH_CHILD";
+
+/// Whether this is the child process of the crash test `test`; if not, runs `test` again in
+/// a child and returns its exit status and stderr.
+fn crash_in_child(test: &str) -> Option<(std::process::ExitStatus, String)> {
+    if std::env::var_os(CRASH_CHILD).is_some() {
+        return None;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture"])
+        .env(CRASH_CHILD, "1")
+        .output()
+        .unwrap();
+    Some((out.status, String::from_utf8_lossy(&out.stderr).into_owned()))
+}
+
 #[test]
 fn a_task_that_overflows_its_stack_is_reported_as_such() {
-    const CHILD: &str = "COREHOP_OVERFLOW_CHILD";
-    if std::env::var_os(CHILD).is_some() {
+    let Some((status, stderr)) = crash_in_child("a_task_that_overflows_its_stack_is_reported_as_such") else {
         let rt = Runtime::builder().wake(Wake::Park).stack_size(64 * 1024).build().unwrap();
         let cpu = rt.cpus()[0];
         let _ = rt.block_on(cpu, || deeper(0));
         unreachable!("the task's stack overflowed, which ends the process");
-    }
-    // Run this very test again in a child process, which overflows a task's stack.
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "a_task_that_overflows_its_stack_is_reported_as_such", "--nocapture"])
-        .env(CHILD, "1")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    };
     use std::os::unix::process::ExitStatusExt;
-    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{:?}\n{stderr}", out.status);
+    assert_eq!(status.signal(), Some(libc::SIGSEGV), "{status:?}\n{stderr}");
     assert!(
         stderr.contains("corehop: a task on cpu") && stderr.contains("overflowed its stack of 64 KiB"),
         "{stderr}"
@@ -259,18 +268,13 @@ fn a_task_that_overflows_its_stack_is_reported_as_such() {
 
 #[test]
 fn faults_that_are_not_task_overflows_still_reach_rust_s_handler() {
-    const CHILD: &str = "COREHOP_THREAD_OVERFLOW_CHILD";
-    if std::env::var_os(CHILD).is_some() {
+    let Some((status, stderr)) =
+        crash_in_child("faults_that_are_not_task_overflows_still_reach_rust_s_handler")
+    else {
         let _rt = park_runtime(); // installs corehop's handler in front of Rust's
         std::thread::Builder::new().stack_size(64 * 1024).spawn(|| deeper(0)).unwrap().join().ok();
         unreachable!("the thread's stack overflowed, which ends the process");
-    }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "faults_that_are_not_task_overflows_still_reach_rust_s_handler", "--nocapture"])
-        .env(CHILD, "1")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    };
+    assert!(!status.success());
     assert!(stderr.contains("has overflowed its stack") && !stderr.contains("corehop: a task"), "{stderr}");
 }
