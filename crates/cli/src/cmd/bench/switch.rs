@@ -28,12 +28,12 @@ use crate::report::{self, OutputArgs, Stats, Table};
 
 /// Measure hop round trips per mechanism and wake-up against the cache-line floor.
 ///
-/// Rows (each: min/median/max over repetitions of the mean per operation, and its ratio to
+/// Rows (each: min/median/max over repetitions of the time per operation, and its ratio to
 /// the floor: the median over repetitions of the figure divided by a floor taken just
-/// before it):
+/// before it; within a repetition, the time is the median of the means of 10 consecutive
+/// chunks, so one interrupted vCPU does not inflate it):
 ///
 ///   floor                   cache-line round trip between two threads pinned on FROM and TO
-///                           (the median of 10 chunks' means: robust to an interrupted vCPU)
 ///   floor-with-state        the same, but each side then also takes a second line whose
 ///                           address the first one carries: the least a hand-off of state
 ///                           can cost (a hop's bound: 2x the floor or more)
@@ -332,22 +332,20 @@ fn round_trips_on(rt: &Runtime, plan: &Plan, iters: u64, gap_ns: u64) -> anyhow:
             hop(from)?;
         }
         if gap_ns == 0 {
-            let t0 = sys::now_ns();
-            for _ in 0..iters {
+            return per_op(iters, |_| {
                 hop(to)?;
-                hop(from)?;
-            }
-            return Ok((sys::now_ns() - t0) as f64 / iters as f64);
+                hop(from)
+            });
         }
-        let mut total = 0;
+        let mut ns = Vec::with_capacity(iters as usize);
         for _ in 0..iters {
             wait_ns(gap_ns);
             let t0 = sys::now_ns();
             hop(to)?;
             hop(from)?;
-            total += sys::now_ns() - t0;
+            ns.push(sys::now_ns() - t0);
         }
-        Ok(total as f64 / iters as f64)
+        Ok(median_of_chunk_means(&ns))
     })??;
     Ok(ns)
 }
@@ -365,14 +363,14 @@ fn wait_ns(ns: u64) {
 fn one_way_hops(rt: &Runtime, plan: &Plan) -> anyhow::Result<f64> {
     let (from, to, iters) = (plan.from, plan.to, plan.iters);
     let ns = rt.block_on(from, move || -> Result<f64, corehop_runtime::Error> {
-        let mut total = 0;
+        let mut ns = Vec::with_capacity(iters as usize);
         for _ in 0..iters {
             let t0 = sys::now_ns();
             hop(to)?;
-            total += sys::now_ns().saturating_sub(t0);
+            ns.push(sys::now_ns().saturating_sub(t0));
             hop(from)?;
         }
-        Ok(total as f64 / iters as f64)
+        Ok(median_of_chunk_means(&ns))
     })??;
     Ok(ns)
 }
@@ -381,11 +379,7 @@ fn one_way_hops(rt: &Runtime, plan: &Plan) -> anyhow::Result<f64> {
 fn yields(rt: &Runtime, plan: &Plan) -> anyhow::Result<f64> {
     let (from, iters) = (plan.from, plan.iters);
     let ns = rt.block_on(from, move || -> Result<f64, corehop_runtime::Error> {
-        let t0 = sys::now_ns();
-        for _ in 0..iters {
-            yield_now()?;
-        }
-        Ok((sys::now_ns() - t0) as f64 / iters as f64)
+        per_op(iters, |_| yield_now())
     })??;
     Ok(ns)
 }
@@ -394,17 +388,44 @@ fn yields(rt: &Runtime, plan: &Plan) -> anyhow::Result<f64> {
 fn on_calls(rt: &Runtime, plan: &Plan) -> anyhow::Result<f64> {
     let (from, to, iters) = (plan.from, plan.to, plan.iters);
     let ns = rt.block_on(from, move || -> Result<f64, corehop_runtime::Error> {
-        let t0 = sys::now_ns();
-        for i in 0..iters {
+        per_op(iters, |i| {
             black_box(on(to, || black_box(i))?);
-        }
-        Ok((sys::now_ns() - t0) as f64 / iters as f64)
+            Ok(())
+        })
     })??;
     Ok(ns)
 }
 
-/// Chunks a floor's round trips are split into (see [`ping_pong`]).
-const FLOOR_CHUNKS: u64 = 10;
+/// Chunks a repetition's operations are split into (see [`per_op`]).
+const CHUNKS: u64 = 10;
+
+/// Ns per operation of `iters` operations (`op(i)` runs the i-th), as the median of the
+/// means of [`CHUNKS`] consecutive chunks, timed at chunk boundaries only: one interruption
+/// of a vCPU (the host can take it away for milliseconds) would otherwise inflate a short
+/// run a hundredfold, and with it every ratio it takes part in. An error stops the run.
+fn per_op<E>(iters: u64, mut op: impl FnMut(u64) -> Result<(), E>) -> Result<f64, E> {
+    let size = iters.div_ceil(CHUNKS).max(1);
+    let mut means = Vec::with_capacity(CHUNKS as usize);
+    let (mut t0, mut in_chunk) = (sys::now_ns(), 0);
+    for i in 0..iters {
+        op(i)?;
+        in_chunk += 1;
+        if in_chunk == size || i + 1 == iters {
+            let now = sys::now_ns();
+            means.push((now - t0) as f64 / in_chunk as f64);
+            (t0, in_chunk) = (now, 0);
+        }
+    }
+    Ok(report::percentile(&means, 50.0).unwrap_or(f64::NAN))
+}
+
+/// The same for operations that time themselves: the median of the means of [`CHUNKS`]
+/// consecutive chunks of `ns` (one entry per operation).
+fn median_of_chunk_means(ns: &[u64]) -> f64 {
+    let size = (ns.len() as u64).div_ceil(CHUNKS).max(1) as usize;
+    let means: Vec<f64> = ns.chunks(size).map(|c| c.iter().sum::<u64>() as f64 / c.len() as f64).collect();
+    report::percentile(&means, 50.0).unwrap_or(f64::NAN)
+}
 
 /// Ns per cache-line round trip between two threads pinned on the two CPUs.
 fn floor(from_os: usize, to_os: usize, iters: u64) -> anyhow::Result<f64> {
@@ -417,10 +438,7 @@ fn floor(from_os: usize, to_os: usize, iters: u64) -> anyhow::Result<f64> {
 /// Ns per round trip between a thread on `from_os` and one on `to_os` that take turns: each
 /// waits until `seq` shows its turn, runs `take(seq)` (what receiving costs beyond the
 /// message), then `send(seq + 1)`, which must end by storing that number into `seq`.
-///
-/// The median of the means of [`FLOOR_CHUNKS`] consecutive chunks: one interruption of a
-/// vCPU (the host can take it away for milliseconds) would otherwise inflate a short floor
-/// a hundredfold, and with it, every ratio paired with it.
+/// Timed by [`per_op`].
 fn ping_pong(
     from_os: usize,
     to_os: usize,
@@ -461,22 +479,12 @@ fn ping_pong(
             while !ready.load(Ordering::Acquire) {
                 sys::cpu_relax();
             }
-            let chunk = iters.div_ceil(FLOOR_CHUNKS).max(1);
-            let mut means = Vec::with_capacity(FLOOR_CHUNKS as usize);
-            let (mut t0, mut in_chunk) = (sys::now_ns(), 0);
-            for i in 0..iters {
+            // A failed responder stops the run; its error is the one reported.
+            Ok(per_op(iters, |i| {
                 send(start + 2 * i + 1);
-                if !wait_for(start + 2 * i + 2) {
-                    break;
-                }
-                in_chunk += 1;
-                if in_chunk == chunk || i + 1 == iters {
-                    let now = sys::now_ns();
-                    means.push((now - t0) as f64 / in_chunk as f64);
-                    (t0, in_chunk) = (now, 0);
-                }
-            }
-            Ok(report::percentile(&means, 50.0).unwrap_or(f64::NAN))
+                wait_for(start + 2 * i + 2).then_some(()).ok_or(())
+            })
+            .unwrap_or(f64::NAN))
         });
         let ns = initiator.join().map_err(|_| anyhow::anyhow!("floor thread panicked"))?;
         responder.join().map_err(|_| anyhow::anyhow!("floor thread panicked"))??;
@@ -522,11 +530,11 @@ fn gettid(os_cpu: usize, iters: u64) -> anyhow::Result<f64> {
     std::thread::scope(|s| {
         s.spawn(|| -> anyhow::Result<f64> {
             sys::pin_current_thread(os_cpu)?;
-            let t0 = sys::now_ns();
-            for _ in 0..iters {
+            let ns = per_op(iters, |_| {
                 black_box(sys::gettid());
-            }
-            Ok((sys::now_ns() - t0) as f64 / iters as f64)
+                Ok::<_, std::convert::Infallible>(())
+            });
+            Ok(ns?)
         })
         .join()
         .map_err(|_| anyhow::anyhow!("gettid thread panicked"))?
@@ -593,5 +601,45 @@ fn takeaway(rows: &[Row]) -> String {
             affinity / spin_ns,
         ),
         _ => "takeaway: needs every row (this run measured only some, see --rows)".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_interrupted_chunk_does_not_move_the_figure() {
+        let mut ns = vec![100u64; 1000];
+        ns[500] = 5_000_000; // a vCPU taken away for 5 ms during one operation
+        assert_eq!(median_of_chunk_means(&ns), 100.0);
+        // Uneven chunks still cover every operation.
+        assert_eq!(median_of_chunk_means(&[7; 13]), 7.0);
+        assert!(median_of_chunk_means(&[]).is_nan());
+    }
+
+    #[test]
+    fn per_op_runs_every_operation_and_stops_at_an_error() {
+        let mut ran = vec![];
+        let ns = per_op(25, |i| {
+            ran.push(i);
+            Ok::<_, ()>(())
+        })
+        .unwrap();
+        assert_eq!(ran, (0..25).collect::<Vec<_>>());
+        assert!(ns >= 0.0);
+        let mut count = 0;
+        assert_eq!(
+            per_op(25, |i| {
+                count += 1;
+                if i == 3 {
+                    Err("stop")
+                } else {
+                    Ok(())
+                }
+            }),
+            Err("stop")
+        );
+        assert_eq!(count, 4);
     }
 }
