@@ -1,6 +1,6 @@
 //! The SMT runtime on a described SMT core: this machine's two CPUs declared siblings of one
 //! core, so AMP's reserved context is real CPU 1 and the application context real CPU 0.
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -121,16 +121,20 @@ fn mode_switches_under_load_lose_and_duplicate_nothing() {
     let counters: Arc<Vec<AtomicU64>> = Arc::new((0..TASKS).map(|_| AtomicU64::new(0)).collect());
     let done: Arc<Vec<AtomicU64>> = Arc::new((0..TASKS).map(|_| AtomicU64::new(0)).collect());
     let amp_on_reserved = Arc::new(AtomicU64::new(0));
+    // Tasks may finish only once the modes have switched both ways under their load (a fast
+    // machine would otherwise finish the load before the first switch).
+    let switched_both_ways = Arc::new(AtomicBool::new(false));
     let homes = [None, Some(Mode::Amp), Some(Mode::Smp)];
     for t in 0..TASKS {
         let (counters, done, bad) = (counters.clone(), done.clone(), amp_on_reserved.clone());
+        let may_finish = switched_both_ways.clone();
         rt.spawn(homes[t % 3], move |cx| {
             if cx.mode == Mode::Amp && cx.cpu == RESERVED {
                 bad.fetch_add(1, SeqCst);
             }
             let n = counters[t].fetch_add(1, SeqCst) + 1;
             std::hint::black_box((0..200).sum::<u64>());
-            if n >= STEPS {
+            if n >= STEPS && may_finish.load(SeqCst) {
                 done[t].fetch_add(1, SeqCst);
                 Step::Done
             } else {
@@ -142,10 +146,13 @@ fn mode_switches_under_load_lose_and_duplicate_nothing() {
     let mut submitted = 0;
     let mut switches = 0;
     let mut mode = Mode::Smp;
-    while counters.iter().map(|c| c.load(SeqCst)).sum::<u64>() < TASKS as u64 * STEPS {
+    while done.iter().any(|d| d.load(SeqCst) == 0) {
         mode = mode.other();
         rt.set_mode(mode).unwrap();
         switches += 1;
+        if switches >= 2 {
+            switched_both_ways.store(true, SeqCst);
+        }
         if mode == Mode::Amp {
             assert_ne!(
                 rt.context_state(RESERVED),
@@ -165,13 +172,15 @@ fn mode_switches_under_load_lose_and_duplicate_nothing() {
     rt.wait_idle();
     assert!(switches >= 2, "the load outlived at least one switch each way ({switches})");
     for t in 0..TASKS {
-        assert_eq!(counters[t].load(SeqCst), STEPS, "task {t} lost or repeated steps");
+        assert!(counters[t].load(SeqCst) >= STEPS, "task {t} finished early");
         assert_eq!(done[t].load(SeqCst), 1, "task {t} finished other than once");
     }
     assert_eq!(service_runs.load(SeqCst), submitted);
     assert_eq!(amp_on_reserved.load(SeqCst), 0, "an app step started on the reserved context under AMP");
+    // Every step the tasks counted ran exactly once: the runtime counted the same number.
     let stats = rt.stats();
-    assert_eq!(stats.iter().map(|s| s.app_steps).sum::<u64>(), TASKS as u64 * STEPS);
+    let steps: u64 = counters.iter().map(|c| c.load(SeqCst)).sum();
+    assert_eq!(stats.iter().map(|s| s.app_steps).sum::<u64>(), steps);
     assert_eq!(stats.iter().map(|s| s.service_runs).sum::<u64>(), submitted);
 }
 
