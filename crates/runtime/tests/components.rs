@@ -264,8 +264,10 @@ fn a_factory_that_panics_on_restart_leaves_the_component_dead() {
 fn controller_actions_apply_while_messages_flow() {
     let cpus = cpus_here();
     let c = chain(1, 30_000, 32, Idle::PollThenPark, &[CpuId(0)], Crashes::default()).unwrap();
-    wait_for(&c.got, 1_000);
+    // Sampled at once: by the time 1 000 messages are through, a fast run may have finished
+    // all 30 000, and the window would hold no work.
     let before = c.pipeline.sample();
+    wait_for(&c.got, 1_000);
     let last = *cpus.last().unwrap();
     c.pipeline
         .apply(&[
