@@ -53,6 +53,8 @@ impl Crashes {
 struct Source {
     next: Arc<AtomicU64>,
     total: u64,
+    /// Produce only below this (a test holds the source here, then raises it to `total`).
+    allowed: Arc<AtomicU64>,
     crashes: Arc<Crashes>,
 }
 
@@ -65,7 +67,7 @@ impl Component for Source {
         if next >= self.total {
             return false;
         }
-        let n = (out.room() as u64).min(16).min(self.total - next);
+        let n = (out.room() as u64).min(16).min(self.allowed.load(Ordering::Relaxed).saturating_sub(next));
         for seq in next..next + n {
             // A crash half-way through: what was staged is discarded, nothing was committed.
             self.crashes.maybe_panic(0, seq);
@@ -117,6 +119,8 @@ impl Component for Sink {
 
 struct Chain {
     pipeline: Pipeline,
+    /// How many messages the source may produce so far (`total` unless held).
+    allowed: Arc<AtomicU64>,
     got: Arc<Mutex<Vec<u64>>>,
     disorder: Arc<Mutex<Vec<String>>>,
     stages: usize,
@@ -131,6 +135,19 @@ fn chain(
     cpus: &[CpuId],
     crashes: Crashes,
 ) -> Result<Chain, ComponentError> {
+    held_chain(relays, total, total, capacity, idle, cpus, crashes)
+}
+
+/// The same, with the source held after `hold_at` messages until `Chain::allowed` is raised.
+fn held_chain(
+    relays: usize,
+    total: u64,
+    hold_at: u64,
+    capacity: usize,
+    idle: Idle,
+    cpus: &[CpuId],
+    crashes: Crashes,
+) -> Result<Chain, ComponentError> {
     let m = machine();
     let mut b = PipelineBuilder::new(&m)?;
     b.idle(idle);
@@ -140,10 +157,16 @@ fn chain(
     let cpu = |i: usize| cpus[i % cpus.len()];
     let (tx, mut rx) = b.spsc::<u64>(capacity)?;
     let next = Arc::new(AtomicU64::new(0));
-    let c = crashes.clone();
-    b.component("source", cpu(0), move || Source { next: next.clone(), total, crashes: c.clone() })
-        .output(tx)
-        .add()?;
+    let allowed = Arc::new(AtomicU64::new(hold_at));
+    let (c, a) = (crashes.clone(), allowed.clone());
+    b.component("source", cpu(0), move || Source {
+        next: next.clone(),
+        total,
+        allowed: a.clone(),
+        crashes: c.clone(),
+    })
+    .output(tx)
+    .add()?;
     for stage in 1..=relays {
         let (tx, next_rx) = b.spsc::<u64>(capacity)?;
         let (c, d) = (crashes.clone(), disorder.clone());
@@ -163,7 +186,7 @@ fn chain(
     b.component("sink", cpu(stage), move || Sink { stage, got: g.clone(), crashes: c.clone() })
         .input(rx)
         .add()?;
-    Ok(Chain { pipeline: b.start()?, got, disorder, stages: relays + 2 })
+    Ok(Chain { pipeline: b.start()?, allowed, got, disorder, stages: relays + 2 })
 }
 
 /// Waits until the sink has `n` messages; fails (rather than hangs) after a generous deadline.
@@ -263,11 +286,11 @@ fn a_factory_that_panics_on_restart_leaves_the_component_dead() {
 #[test]
 fn controller_actions_apply_while_messages_flow() {
     let cpus = cpus_here();
-    let c = chain(1, 30_000, 32, Idle::PollThenPark, &[CpuId(0)], Crashes::default()).unwrap();
-    // Sampled at once: by the time 1 000 messages are through, a fast run may have finished
-    // all 30 000, and the window would hold no work.
-    let before = c.pipeline.sample();
+    // Held after 1 000 messages until the actions are applied, so that work is left for the
+    // window between `before` and the end however fast the run.
+    let c = held_chain(1, 30_000, 1_000, 32, Idle::PollThenPark, &[CpuId(0)], Crashes::default()).unwrap();
     wait_for(&c.got, 1_000);
+    let before = c.pipeline.sample();
     let last = *cpus.last().unwrap();
     c.pipeline
         .apply(&[
@@ -278,6 +301,7 @@ fn controller_actions_apply_while_messages_flow() {
     let layout = c.pipeline.layout();
     assert_eq!(layout.cpu_of, vec![CpuId(0), last, CpuId(0)]);
     assert_eq!(layout.speed[last.0], 0.5);
+    c.allowed.store(30_000, Ordering::Relaxed);
     wait_for(&c.got, 30_000);
     let s = c.pipeline.stop();
     assert_eq!(*c.got.lock().unwrap(), (0..30_000).collect::<Vec<_>>());
@@ -450,6 +474,7 @@ fn a_bottleneck_on_another_cpu_never_strands_a_blocked_producer() {
         b.component("source", CpuId(0), move || Source {
             next: n.clone(),
             total: 20_000,
+            allowed: Arc::new(AtomicU64::new(20_000)),
             crashes: c.clone(),
         })
         .output(t1)
