@@ -409,7 +409,6 @@ impl<T> std::fmt::Debug for JoinHandle<T> {
 pub(crate) struct Task {
     link: AtomicPtr<Task>,
     fiber: Fiber,
-    started: bool,
 }
 
 // SAFETY: `link` is always the same field and only the mailbox uses it.
@@ -542,11 +541,7 @@ impl Shared {
             let result = catch_unwind(AssertUnwindSafe(f)).map_err(JoinError::from_panic);
             task_slot.finish(result);
         };
-        let task = Box::new(Task {
-            link: AtomicPtr::new(ptr::null_mut()),
-            fiber: Fiber::new(stack, body),
-            started: false,
-        });
+        let task = Box::new(Task { link: AtomicPtr::new(ptr::null_mut()), fiber: Fiber::new(stack, body) });
         self.workers[worker].mailbox.push(task);
         Ok(JoinHandle { slot, cpu })
     }
@@ -603,9 +598,11 @@ fn worker_main(
 
 /// Runs `task` until it hops away or finishes, then passes it on.
 fn run_slice(shared: &Shared, slot: &WorkerSlot, lane: &LaneWriter, mut task: Box<Task>) {
-    let input =
-        if !task.started && shared.shutdown.load(StdOrdering::SeqCst) { Resume::Cancel } else { Resume::Run };
-    task.started = true;
+    let input = if !task.fiber.started() && shared.shutdown.load(StdOrdering::SeqCst) {
+        Resume::Cancel
+    } else {
+        Resume::Run
+    };
     slot.running.store(true, StdOrdering::Relaxed);
     let step = task.fiber.resume(input);
     // Pass the task on first (the hop's latency), then tidy up.

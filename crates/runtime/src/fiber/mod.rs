@@ -155,7 +155,9 @@ mod tests {
     #[test]
     fn the_first_input_reaches_the_body_and_unstarted_fibers_drop_their_closure() {
         let mut f = fiber(|_, input| assert_eq!(input, Resume::Cancel));
+        assert!(!f.started());
         assert_eq!(f.resume(Resume::Cancel), Step::Finished);
+        assert!(f.started());
         let captured = Arc::new(());
         let held = captured.clone();
         drop(fiber(move |_, _| drop(held)));

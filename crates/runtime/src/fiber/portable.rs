@@ -37,6 +37,11 @@ impl Fiber {
         }
     }
 
+    /// Whether the fiber has been resumed at least once.
+    pub(crate) fn started(&self) -> bool {
+        self.coroutine.started()
+    }
+
     /// The highest address of the fiber's stack.
     pub(crate) fn base(&self) -> usize {
         self.base

@@ -125,6 +125,11 @@ impl Fiber {
         Step::Suspended(Suspend::Hop { worker, stack: unsafe { (*link).fiber_sp } })
     }
 
+    /// Whether the fiber has been resumed at least once.
+    pub(crate) fn started(&self) -> bool {
+        !matches!(self.state, State::New { .. })
+    }
+
     /// The highest address of the fiber's stack.
     pub(crate) fn base(&self) -> usize {
         self.link as usize + LINK_BYTES
