@@ -652,6 +652,7 @@ impl Idle {
                 while !reader.has_mail() && !shared.finished() {
                     sys::cpu_relax();
                 }
+                reader.prefetch_expected();
             }
             Wake::Park => reader.park(),
             Wake::SpinThenPark => self.spin_then_park(shared, reader),
@@ -667,6 +668,7 @@ impl Idle {
         let (mut polls, mut spun) = (0u32, 0);
         loop {
             if reader.has_mail() {
+                reader.prefetch_expected();
                 // The gap as of the last clock read (short by at most a few polls): reading
                 // the clock now would delay the task that just arrived.
                 self.caught_gap = Some(spun);
