@@ -601,7 +601,10 @@ fn worker_main(
     }
 }
 
-/// Runs `task` until it hops away or finishes, then passes it on.
+/// Runs `task` until it hops away or finishes, then passes it on. Inlined into the worker's
+/// loop, which then goes on where the task left it without a `ret`: the return predictor
+/// holds the task's return addresses at that point, and would get it wrong.
+#[inline(always)]
 fn run_slice(shared: &Shared, slot: &WorkerSlot, lane: &LaneWriter, mut task: Box<Task>) {
     let input = if !task.fiber.started() && shared.shutdown.load(StdOrdering::SeqCst) {
         Resume::Cancel
