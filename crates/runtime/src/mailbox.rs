@@ -317,6 +317,16 @@ struct Expected<T> {
     fetched: bool,
 }
 
+impl<T> Expected<T> {
+    /// Makes `node`, found at `hint`, the next guess; returns whether it still needs a
+    /// prefetch (not if it was the guess, already prefetched).
+    fn replace(&mut self, node: *const T, hint: Hint) -> bool {
+        let fetched = self.fetched && self.node == node && self.hint == hint;
+        *self = Expected { node, hint, fetched: false };
+        !fetched
+    }
+}
+
 // SAFETY: the reader owns the nodes in `batch` (taken out of the mailbox) and is the only
 // consumer; moving it to another thread moves that ownership, which is fine for `T: Send`.
 unsafe impl<T: Linked + Send> Send for Reader<T> {}
@@ -347,11 +357,9 @@ impl<T: Linked> Reader<T> {
                 let node = slot.node.load(Ordering::Relaxed);
                 if self.own_lane != Some(i) {
                     let hint = Hint(slot.hint.each_ref().map(|h| h.load(StdOrdering::Relaxed)));
-                    let expected = &mut self.expected;
-                    if !(expected.fetched && expected.node == node.cast_const() && expected.hint == hint) {
+                    if self.expected.replace(node, hint) {
                         T::prefetch(node, hint);
                     }
-                    *expected = Expected { node, hint, fetched: false };
                 }
                 self.taken[i] = n + 1;
                 // Release: done with the slot; the producer may fill it again.
