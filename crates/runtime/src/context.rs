@@ -8,7 +8,10 @@
 //!
 //! Two pieces of state:
 //! - the **worker** state of a runtime worker thread: which runtime it belongs to and the CPU
-//!   it is on now (its home CPU, or under `Mechanism::Affinity` the CPU the task moved it to);
+//!   it is on now, with that CPU's worker index (its home CPU, or under `Mechanism::Affinity`
+//!   the CPU the task moved it to). A running task learns where it is from here rather than
+//!   from its own `TaskCtx`: a field there rewritten on every hop would move the context's line
+//!   between CPUs with every hop;
 //! - the **current task**: a pointer to the [`TaskCtx`] at the bottom of the running task's
 //!   stack, installed by the task itself whenever it starts or arrives on a thread after a hop,
 //!   and cleared by the worker whenever the task gives the thread back.
@@ -29,9 +32,6 @@ pub(crate) struct TaskCtx {
     pub(crate) shared: Arc<Shared>,
     /// Depth of nested `no_hop_zone`s: hops are refused while it is not zero.
     pub(crate) no_hop: Cell<u32>,
-    /// The worker (index) the task runs on now. The task itself keeps it right, since only a
-    /// hop it makes moves it; this saves a thread-local read on every hop.
-    pub(crate) worker: Cell<usize>,
     /// The guard page below the task's stack, to report an overflow as one.
     pub(crate) guard: Guard,
 }
@@ -51,6 +51,8 @@ struct WorkerState {
     /// Identifies the runtime (the address of its `Shared`).
     runtime: *const Shared,
     here: CpuId,
+    /// The worker index of `here`.
+    at: usize,
 }
 
 thread_local! {
@@ -58,16 +60,17 @@ thread_local! {
     static TASK: Cell<*const TaskCtx> = const { Cell::new(ptr::null()) };
 }
 
-/// Marks the calling thread as the worker of `shared` on `cpu`.
+/// Marks the calling thread as the worker of `shared` on `cpu`, worker index `worker`.
 #[inline(never)]
-pub(crate) fn enter_worker(shared: &Shared, cpu: CpuId) {
-    WORKER.with(|w| w.set(Some(WorkerState { runtime: shared, here: cpu })));
+pub(crate) fn enter_worker(shared: &Shared, cpu: CpuId, worker: usize) {
+    WORKER.with(|w| w.set(Some(WorkerState { runtime: shared, here: cpu, at: worker })));
 }
 
-/// Records that the calling worker thread now runs on `cpu` (an `Affinity` hop).
+/// Records that the calling worker thread now runs on `cpu`, the CPU of worker `worker` (an
+/// `Affinity` hop).
 #[inline(never)]
-pub(crate) fn set_here(cpu: CpuId) {
-    WORKER.with(|w| w.set(w.get().map(|s| WorkerState { here: cpu, ..s })));
+pub(crate) fn set_here(cpu: CpuId, worker: usize) {
+    WORKER.with(|w| w.set(w.get().map(|s| WorkerState { here: cpu, at: worker, ..s })));
 }
 
 /// The CPU the calling worker thread is on, if it is a worker.
@@ -92,6 +95,14 @@ pub(crate) fn set_task(ctx: &TaskCtx) {
 #[inline(never)]
 pub(crate) fn clear_task() {
     TASK.with(|t| t.set(ptr::null()));
+}
+
+/// The task running on the calling thread and the worker index of the CPU it runs on, if a
+/// task runs there: what a hop needs, in one call.
+#[inline(never)]
+pub(crate) fn task_at<'a>() -> Option<(&'a TaskCtx, usize)> {
+    let at = WORKER.with(|w| w.get().map(|s| s.at))?;
+    task().map(|ctx| (ctx, at))
 }
 
 /// The task running on the calling thread, if any.

@@ -82,9 +82,9 @@ fn page_size() -> usize {
 extern "C" fn handler(signal: libc::c_int, info: *mut libc::siginfo_t, ucontext: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers of fault signals.
     let addr = unsafe { (*info).si_addr() } as usize;
-    if let Some(ctx) = context::task() {
+    if let (Some(ctx), Some(cpu)) = (context::task(), context::here()) {
         if ctx.guard.contains(addr) {
-            report(ctx.shared.cpu_of(ctx.worker.get()).0, ctx.guard.stack_bytes);
+            report(cpu.0, ctx.guard.stack_bytes);
             // Die of the fault as before: the default action, when the instruction re-runs.
             // SAFETY: resetting a signal to its default action.
             unsafe { libc::signal(signal, libc::SIG_DFL) };

@@ -282,6 +282,26 @@ pub fn prefetch_for_write(addr: usize) {
     let _ = addr;
 }
 
+/// Starts fetching the cache line holding `addr` for reading (x86 `PREFETCHT0`, Arm
+/// `PRFM PLDL1KEEP`): other CPUs keep their copies. A hint like [`prefetch_for_write`].
+#[inline]
+pub fn prefetch_for_read(addr: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: SSE (PREFETCHT0) is part of x86-64; a prefetch never faults.
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(addr as *const i8) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        // SAFETY: PRFM is a hint on every AArch64 CPU; it never faults.
+        unsafe {
+            std::arch::asm!("prfm pldl1keep, [{0}]", in(reg) addr, options(nostack, preserves_flags, readonly))
+        };
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    let _ = addr;
+}
+
 /// Whether the CPU has `PREFETCHW` (CPUID 0x8000_0001 ECX bit 8); older Intel CPUs do not, and
 /// the instruction would fault there. Read once.
 #[cfg(target_arch = "x86_64")]

@@ -65,12 +65,12 @@ pub fn try_current_cpu() -> Option<CpuId> {
 /// and the caller costs a mispredicted return on the CPU the task arrives on.
 #[inline]
 pub fn hop(cpu: CpuId) -> Result<(), Error> {
-    let Some(ctx) = context::task() else {
+    let Some((ctx, at)) = context::task_at() else {
         return Err(Error::NotInTask);
     };
     match ctx.shared.worker_index(cpu) {
         Some(worker) if ctx.no_hop.get() == 0 && !ctx.shared.shutdown.load(Ordering::Relaxed) => {
-            move_to(ctx, worker)
+            move_to(ctx, at, worker)
         }
         _ => Err(refusal(ctx, cpu)),
     }
@@ -98,12 +98,12 @@ fn refusal(ctx: &TaskCtx, cpu: CpuId) -> Error {
 /// [`hop`] (not in a task, inside a [`no_hop_zone`]).
 #[inline]
 pub fn yield_now() -> Result<(), Error> {
-    let ctx = task_ctx()?;
+    let (ctx, at) = task_at()?;
     if ctx.no_hop.get() > 0 {
-        return Err(Error::HopForbidden { cpu: ctx.shared.cpu_of(ctx.worker.get()) });
+        return Err(Error::HopForbidden { cpu: ctx.shared.cpu_of(at) });
     }
     match ctx.shared.mechanism {
-        Mechanism::Handoff => handoff(ctx, ctx.worker.get()),
+        Mechanism::Handoff => handoff(ctx, at),
         Mechanism::Affinity => std::thread::yield_now(),
     }
     Ok(())
@@ -118,17 +118,25 @@ fn task_ctx<'a>() -> Result<&'a TaskCtx, Error> {
     }
 }
 
-/// Moves the task to worker `worker` without the policy checks of [`hop`].
+/// The running task's context and the worker it runs on, or [`Error::NotInTask`].
+fn task_at<'a>() -> Result<(&'a TaskCtx, usize), Error> {
+    match context::task_at() {
+        Some(found) => Ok(found),
+        None => Err(Error::NotInTask),
+    }
+}
+
+/// Moves the task from worker `at` (where it runs) to worker `worker` without the policy
+/// checks of [`hop`].
 #[inline(always)]
-fn move_to(ctx: &TaskCtx, worker: usize) -> Result<(), Error> {
-    if ctx.worker.get() == worker {
+fn move_to(ctx: &TaskCtx, at: usize, worker: usize) -> Result<(), Error> {
+    if at == worker {
         return Ok(());
     }
     match ctx.shared.mechanism {
         Mechanism::Handoff => handoff(ctx, worker),
         Mechanism::Affinity => repin(ctx, worker)?,
     }
-    ctx.worker.set(worker);
     Ok(())
 }
 
@@ -153,7 +161,7 @@ fn handoff(ctx: &TaskCtx, worker: usize) {
 fn repin(ctx: &TaskCtx, worker: usize) -> Result<(), Error> {
     let (cpu, os_id) = (ctx.shared.cpu_of(worker), ctx.shared.workers[worker].os_id);
     sys::pin_current_thread(os_id).map_err(|source| Error::Pin { cpu, os_id, source })?;
-    context::set_here(cpu);
+    context::set_here(cpu, worker);
     Ok(())
 }
 
@@ -167,11 +175,11 @@ pub fn on<F, R>(cpu: CpuId, f: F) -> Result<R, Error>
 where
     F: FnOnce() -> R,
 {
-    let ctx = task_ctx()?;
-    let back = ctx.worker.get();
+    let (ctx, back) = task_at()?;
     hop(cpu)?;
     let result = catch_unwind(AssertUnwindSafe(f));
-    move_to(ctx, back)?;
+    let (_, at) = task_at()?;
+    move_to(ctx, at, back)?;
     match result {
         Ok(value) => Ok(value),
         Err(payload) => resume_unwind(payload),

@@ -105,8 +105,12 @@ impl Fiber {
     #[inline(always)]
     pub(crate) fn resume(&mut self, input: Resume) -> Step {
         assert!(!matches!(self.state, State::Finished), "resumed a finished fiber");
-        // From here on the body belongs to the fiber.
-        self.state = State::Suspended;
+        // From here on the body belongs to the fiber. Written only when it changes: a hop
+        // resumes the fiber on another CPU, and a store would take the line away from the
+        // CPU it came from on every hop.
+        if !matches!(self.state, State::Suspended) {
+            self.state = State::Suspended;
+        }
         let input = match input {
             Resume::Run => RUN,
             Resume::Cancel => CANCEL,
