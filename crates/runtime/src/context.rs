@@ -34,12 +34,36 @@ pub(crate) struct TaskCtx {
     pub(crate) no_hop: Cell<u32>,
     /// The guard page below the task's stack, to report an overflow as one.
     pub(crate) guard: Guard,
+    /// The task's own address (its `Box<Task>`), which a hop hands to the target's mailbox.
+    #[cfg_attr(not(corehop_own_switch), allow(dead_code))]
+    pub(crate) node: usize,
 }
 
 impl TaskCtx {
-    /// Suspends the task (it must be the one running on the calling thread) and asks its
-    /// worker to hand it to worker `worker`; returns when that worker resumes it.
-    pub(crate) fn hop_to(&self, worker: usize) -> Resume {
+    /// Suspends the task (it must be the one running on the calling thread, the thread of
+    /// worker `at`) and hands it to worker `worker`; returns when that worker resumes it.
+    ///
+    /// With our own switch the task sends itself through lane `at` of the target's mailbox
+    /// (`Suspender::suspend_into`); otherwise, or while that lane is full, its worker sends
+    /// it on.
+    #[inline(always)]
+    pub(crate) fn hop_to(&self, at: usize, worker: usize) -> Resume {
+        #[cfg(corehop_own_switch)]
+        {
+            let mailbox = &self.shared.workers[worker].mailbox;
+            // SAFETY: the task runs on worker `at`'s thread, and that worker is switched out
+            // inside `Fiber::resume` (it sends nothing) until the task has left.
+            let lane = unsafe { crate::mailbox::LaneWriter::borrowed(at) };
+            if let Some(slot) = mailbox.reserve(&lane) {
+                let context = slot.payload().as_ptr().cast::<usize>().cast_mut();
+                let (word, value) = slot.publication(self.node as *mut crate::runtime::Task);
+                // SAFETY: as below; the payload and the word belong to the reserved slot,
+                // which no one else writes, of a mailbox that `self.shared` keeps alive; the
+                // store of `value` publishes the task, which is in the slot's word.
+                return unsafe { self.suspender.suspend_into(context, word.as_ptr(), value, worker) };
+            }
+        }
+        let _ = at;
         // SAFETY: the suspender is this task's, and `self` being reachable means the caller
         // runs on the task's stack (the `TaskCtx` sits at its bottom), i.e. the task runs.
         unsafe { self.suspender.suspend(worker) }

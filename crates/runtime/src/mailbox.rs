@@ -3,11 +3,14 @@
 //! Two ways in:
 //! - **Lanes**, for hops between workers: each worker owns one lane into every mailbox
 //!   ([`LaneWriter`]), a single-producer ring of a few slots (Lamport's queue with sequence
-//!   numbers). Sending writes a slot and publishes it with a Release store of its sequence
-//!   number; taking is an Acquire load of that number, and the reader never writes the slot.
-//!   No locked instruction on either side, and one line moves per hop, as in the cache-line
-//!   floor. The slot also carries a hint of where the task's stack is, so the reader can
-//!   fetch the task and its stack together the moment it sees the slot filled.
+//!   numbers). A slot is one line: a word holding the node's address and the send's number,
+//!   and a payload of seven words (for a task, where it resumes: see `fiber`). Sending fills
+//!   the payload and publishes it with a Release store of the word; taking is an Acquire load
+//!   of that word, and the reader never writes the slot. No locked instruction on either side,
+//!   and one line moves per hop, as in the cache-line floor. Sending can be split in two
+//!   ([`Mailbox::reserve`], then [`Reservation::publication`]) for a producer that must make
+//!   the publishing store itself: a task's stack switch, which may publish the task only once
+//!   it has left the task's stack.
 //! - **The list**, for everything else (spawns from any thread, and hops whose lane is still
 //!   full): a Treiber stack; the reader takes it all with one `swap` and reverses it.
 //!
@@ -15,14 +18,17 @@
 //!  producers                                 the one consumer (the worker)
 //!  ---------                                 -----------------------------
 //!  lane (its owner only): ring not full?     alternately the lanes (round robin) and the
-//!    slot = node + hint, seq = n (Release) ─┐ list: next slot's seq = n? take it (Acquire),
-//!  list (anyone): node.next = head;         │ prefetch its hint, taken = n (Release); or
-//!    CAS head -> node (Release)             │ swap head -> null (Acquire), reverse to FIFO
-//!  then, if the reader ever parks:          │
+//!    payload; word = node|n (Release) ──────┐ list: next slot's word says n? take it
+//!  list (anyone): node.next = head;         │ (Acquire), taken = n, prefetch, and free
+//!    CAS head -> node (Release)             │ the slot at the next pop (Release); or swap
+//!  then, if the reader ever parks:          │ head -> null (Acquire), reverse to FIFO
 //!  swap state -> NOTIFIED (AcqRel)          │
 //!  if it was PARKED: futex wake    ─────────┴► park: NOTIFIED -> EMPTY returns at once;
 //!                                              EMPTY -> PARKED, futex-sleep while PARKED
 //! ```
+//!
+//! The reader frees a slot only at its next pop (or park), so that the payload can be used
+//! where it is, in the line that just arrived, instead of being copied out first.
 //!
 //! Order: each lane and the list are FIFO; a node sent on a lane may overtake one that the
 //! same producer spilled to the list, and nodes from different producers have no order.
@@ -41,8 +47,9 @@
 use std::cell::Cell;
 use std::marker::PhantomData;
 use std::ptr;
-// A statistic, prefetch hints and producer-private counters: outside the protocol, so not
-// modelled by loom.
+// A statistic, producer-private counters and the slots' payload words: outside the protocol
+// (the payload travels under its slot's word, as the node does), so not modelled by loom. The
+// payload must also be plain memory, which a task's stack switch writes directly.
 use std::sync::atomic::{AtomicU64, AtomicUsize as StdAtomicUsize, Ordering as StdOrdering};
 use std::sync::Arc;
 
@@ -54,12 +61,21 @@ const EMPTY: u32 = 0;
 const PARKED: u32 = 1;
 const NOTIFIED: u32 = 2;
 
-/// A node type with an intrusive link, so that pushing it needs no allocation.
+/// A node type with an intrusive link, so that pushing it needs no allocation. Nodes sent on
+/// lanes must be aligned to [`NODE_ALIGN`]: a slot's word keeps the send number in the low
+/// bits of the node's address.
 ///
 /// # Safety
 /// `link` must return the same field of `self` every time, used by nothing but [`Mailbox`].
 pub(crate) unsafe trait Linked: Sized {
     fn link(&self) -> &AtomicPtr<Self>;
+
+    /// Where the reader will work once it has taken `node`, sent with `payload` (for a task:
+    /// its stack), as addresses to prefetch.
+    fn hint(node: &Self, payload: &Payload) -> Hint {
+        let _ = (node, payload);
+        Hint::default()
+    }
 
     /// Starts fetching the lines the reader will touch once it takes `node`: the node itself
     /// and whatever `hint` locates. Must not dereference `node`: the point is to issue every
@@ -74,6 +90,22 @@ pub(crate) unsafe trait Linked: Sized {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Hint(pub(crate) [usize; 2]);
 
+/// The words a lane slot carries besides its node.
+pub(crate) const PAYLOAD_WORDS: usize = 7;
+/// A slot's payload, as the reader finds it (plain words: a stack switch writes them).
+pub(crate) type Payload = [StdAtomicUsize; PAYLOAD_WORDS];
+
+/// The alignment lane nodes need: the low bits of their address carry the send number.
+pub(crate) const NODE_ALIGN: usize = 64;
+const SEQ_MASK: usize = NODE_ALIGN - 1;
+
+/// A node taken from the mailbox, with the payload it came with if it came on a lane: still
+/// in its slot, which the reader frees at its next pop.
+pub(crate) struct Taken<'a, T> {
+    pub(crate) node: Box<T>,
+    pub(crate) payload: Option<&'a Payload>,
+}
+
 /// The right to send on lane `index` of every mailbox. One exists per lane (the runtime gives
 /// worker `i` lane `i`), and it is not `Sync`, so a lane has one producer at a time: the
 /// single-producer slot relies on that.
@@ -87,6 +119,16 @@ impl LaneWriter {
     /// The writers of lanes `0..lanes`, one each. Call once per set of mailboxes.
     pub(crate) fn all(lanes: usize) -> Vec<LaneWriter> {
         (0..lanes).map(|index| LaneWriter { index, _not_sync: PhantomData }).collect()
+    }
+
+    /// A second writer of lane `index`, for code that its owner runs and waits for (a task
+    /// sending itself from its worker's thread, while the worker is switched out).
+    ///
+    /// # Safety
+    /// Only while the owner of lane `index` uses neither its writer nor another borrowed one.
+    #[cfg_attr(not(corehop_own_switch), allow(dead_code))]
+    pub(crate) unsafe fn borrowed(index: usize) -> LaneWriter {
+        LaneWriter { index, _not_sync: PhantomData }
     }
 }
 
@@ -104,14 +146,16 @@ struct Parker {
     woken_at_ns: AtomicU64,
 }
 
-/// One entry of a lane: a node, the hint for it, and its send number, 32 bytes.
-#[repr(align(32))]
+/// One entry of a lane, one line: the node and its send number in one word, and the payload.
+#[repr(C, align(64))]
 struct Slot<T> {
-    /// The number (1, 2, ...) of the send that filled the slot; the reader, having taken `n`
-    /// nodes from the lane, waits for `n + 1`. Release/Acquire publishes `node` and `hint`.
-    seq: AtomicUsize,
-    node: AtomicPtr<T>,
-    hint: [StdAtomicUsize; 2],
+    /// The node's address, its low bits the number (1, 2, ...) of the send that filled the
+    /// slot, mod 64; the reader, having taken `n` nodes from the lane, waits for `n + 1`. The
+    /// producer is at most `LANE_SLOTS` sends ahead, so the number it finds there is always
+    /// `n + 1 - LANE_SLOTS`, never the one awaited. Release/Acquire publishes the payload.
+    word: AtomicUsize,
+    payload: [StdAtomicUsize; PAYLOAD_WORDS],
+    _node: PhantomData<*mut T>,
 }
 
 /// One producer's single-producer ring into a mailbox (Lamport's queue with sequence
@@ -121,23 +165,57 @@ struct Slot<T> {
 #[repr(align(128))]
 struct Lane<T> {
     slots: [Slot<T>; LANE_SLOTS],
-    /// Producer only: sends so far, and `taken` as it last read it.
+    /// Producer only: sends so far, and `freed` as it last read it.
     sent: CachePadded<(StdAtomicUsize, StdAtomicUsize)>,
-    /// Reader only writes: nodes taken so far. The producer reads it when the ring looks full.
-    taken: CachePadded<AtomicUsize>,
+    /// Reader only writes: nodes taken so far (for `has_mail`), and slots it is done with,
+    /// one fewer while it still uses the last one taken. The producer reads `freed` when the
+    /// ring looks full.
+    taken: CachePadded<(StdAtomicUsize, AtomicUsize)>,
 }
 
 impl<T> Lane<T> {
     fn new() -> Self {
         Lane {
             slots: std::array::from_fn(|_| Slot {
-                seq: AtomicUsize::new(0),
-                node: AtomicPtr::new(ptr::null_mut()),
-                hint: Default::default(),
+                word: AtomicUsize::new(0),
+                payload: Default::default(),
+                _node: PhantomData,
             }),
             sent: Default::default(),
-            taken: CachePadded::new(AtomicUsize::new(0)),
+            taken: CachePadded::new((StdAtomicUsize::new(0), AtomicUsize::new(0))),
         }
+    }
+}
+
+/// A free slot of a lane, reserved by the lane's producer: fill the payload, then publish.
+pub(crate) struct Reservation<'a, T> {
+    lane: &'a Lane<T>,
+    slot: &'a Slot<T>,
+    /// Sends on the lane before this one.
+    n: usize,
+}
+
+impl<'a, T> Reservation<'a, T> {
+    /// The payload words, for the producer to fill before publishing.
+    pub(crate) fn payload(&self) -> &'a Payload {
+        &self.slot.payload
+    }
+
+    /// Publishes `node` with the payload as filled.
+    pub(crate) fn publish(self, node: Box<T>) {
+        let (word, value) = self.publication(Box::into_raw(node));
+        // Release: the node, the payload and everything written to the node (for a task: its
+        // whole suspended stack) happen-before the reader's Acquire load of the word.
+        word.store(value, Ordering::Release);
+    }
+
+    /// For a producer that makes the publishing store itself: the word, and the value whose
+    /// Release store into it hands `node` (from `Box::into_raw`, [`NODE_ALIGN`]-aligned) to
+    /// the reader. Counts the send; the store must follow.
+    pub(crate) fn publication(self, node: *mut T) -> (&'a AtomicUsize, usize) {
+        debug_assert_eq!(node as usize & SEQ_MASK, 0, "lane nodes must be {NODE_ALIGN}-aligned");
+        self.lane.sent.0.store(self.n + 1, StdOrdering::Relaxed);
+        (&self.slot.word, node as usize | ((self.n + 1) & SEQ_MASK))
     }
 }
 
@@ -167,6 +245,7 @@ impl<T: Linked> Mailbox<T> {
     /// if `reader_parks`. `own_lane` is the lane the reader itself sends on, if any: what
     /// comes that way is already in its cache, so it is not prefetched.
     pub(crate) fn new(reader_parks: bool, lanes: usize, own_lane: Option<usize>) -> (Arc<Self>, Reader<T>) {
+        const { assert!(align_of::<T>() >= NODE_ALIGN, "lane nodes must be NODE_ALIGN-aligned") };
         let mailbox = Arc::new(Mailbox {
             head: CachePadded::new(AtomicPtr::new(ptr::null_mut())),
             parker: CachePadded::new(Parker { futex: Futex::new(EMPTY), woken_at_ns: AtomicU64::new(0) }),
@@ -178,6 +257,7 @@ impl<T: Linked> Mailbox<T> {
             mailbox: mailbox.clone(),
             batch: ptr::null_mut(),
             taken: vec![0; lanes],
+            held: None,
             own_lane,
             next_lane: 0,
             lanes_first: false,
@@ -186,33 +266,40 @@ impl<T: Linked> Mailbox<T> {
         (mailbox, reader)
     }
 
-    /// Hands `node` to the reader through `writer`'s lane (or the list while the lane is
-    /// still full), telling it where it will work once it takes the node; wakes it if it
-    /// sleeps.
-    pub(crate) fn send(&self, writer: &LaneWriter, node: Box<T>, hint: Hint) {
+    /// Hands `node` to the reader through `writer`'s lane with `payload` (or through the list,
+    /// without it, while the lane is still full), and wakes the reader if it sleeps.
+    pub(crate) fn send(&self, writer: &LaneWriter, node: Box<T>, payload: [usize; PAYLOAD_WORDS]) {
+        match self.reserve(writer) {
+            Some(slot) => {
+                for (word, value) in slot.payload().iter().zip(payload) {
+                    word.store(value, StdOrdering::Relaxed);
+                }
+                slot.publish(node);
+            }
+            None => self.push_to_list(node),
+        }
+        self.notify();
+    }
+
+    /// The next slot of `writer`'s lane, or `None` while all are full. Publish through it,
+    /// then [`Mailbox::notify`].
+    pub(crate) fn reserve(&self, writer: &LaneWriter) -> Option<Reservation<'_, T>> {
         let lane = &self.lanes[writer.index];
         let (sent, taken_seen) = &*lane.sent;
         let n = sent.load(StdOrdering::Relaxed);
-        let mut free = n - taken_seen.load(StdOrdering::Relaxed) < LANE_SLOTS;
-        if !free {
-            // Acquire: the reader has finished with the slots it counts as taken.
-            let taken = lane.taken.load(Ordering::Acquire);
-            taken_seen.store(taken, StdOrdering::Relaxed);
-            free = n - taken < LANE_SLOTS;
-        }
-        if free {
-            let slot = &lane.slots[n % LANE_SLOTS];
-            slot.node.store(Box::into_raw(node), Ordering::Relaxed);
-            for (h, addr) in slot.hint.iter().zip(hint.0) {
-                h.store(addr, StdOrdering::Relaxed);
+        if n - taken_seen.load(StdOrdering::Relaxed) >= LANE_SLOTS {
+            // Acquire: the reader has finished with the slots it counts as freed.
+            let freed = lane.taken.1.load(Ordering::Acquire);
+            taken_seen.store(freed, StdOrdering::Relaxed);
+            if n - freed >= LANE_SLOTS {
+                return None;
             }
-            // Release: the node, its hint and everything written to the node (for a task: its
-            // whole suspended stack) happen-before the reader's Acquire load of `seq`.
-            slot.seq.store(n + 1, Ordering::Release);
-            sent.store(n + 1, StdOrdering::Relaxed);
-        } else {
-            self.push_to_list(node);
         }
+        Some(Reservation { lane, slot: &lane.slots[n % LANE_SLOTS], n })
+    }
+
+    /// Wakes the reader if it sleeps (after a publish through a [`Reservation`]).
+    pub(crate) fn notify(&self) {
         if self.reader_parks {
             self.unpark();
         }
@@ -221,9 +308,7 @@ impl<T: Linked> Mailbox<T> {
     /// Hands `node` to the reader (from any thread) and wakes it if it sleeps.
     pub(crate) fn push(&self, node: Box<T>) {
         self.push_to_list(node);
-        if self.reader_parks {
-            self.unpark();
-        }
+        self.notify();
     }
 
     fn push_to_list(&self, node: Box<T>) {
@@ -262,7 +347,7 @@ impl<T: Linked> Mailbox<T> {
             || self
                 .lanes
                 .iter()
-                .any(|lane| lane.sent.0.load(StdOrdering::Relaxed) != lane.taken.load(Ordering::Relaxed))
+                .any(|lane| lane.sent.0.load(StdOrdering::Relaxed) != lane.taken.0.load(StdOrdering::Relaxed))
     }
 }
 
@@ -276,8 +361,8 @@ impl<T: Linked> Drop for Mailbox<T> {
             node = boxed.link().load(Ordering::Relaxed);
         }
         for lane in self.lanes.iter() {
-            for n in lane.taken.load(Ordering::Relaxed)..lane.sent.0.load(StdOrdering::Relaxed) {
-                let node = lane.slots[n % LANE_SLOTS].node.load(Ordering::Relaxed);
+            for n in lane.taken.0.load(StdOrdering::Relaxed)..lane.sent.0.load(StdOrdering::Relaxed) {
+                let node = (lane.slots[n % LANE_SLOTS].word.load(Ordering::Relaxed) & !SEQ_MASK) as *mut T;
                 // SAFETY: as above, for the nodes sent on a lane and not taken.
                 drop(unsafe { Box::from_raw(node) });
             }
@@ -292,6 +377,8 @@ pub(crate) struct Reader<T: Linked> {
     batch: *mut T,
     /// Per lane, the nodes taken from it (the reader's own copy of `Lane::taken`).
     taken: Vec<usize>,
+    /// The lane whose last slot taken is still in use (its payload), freed at the next pop.
+    held: Option<usize>,
     own_lane: Option<usize>,
     /// The lane to look at first next time (round robin, so no producer starves another).
     next_lane: usize,
@@ -336,13 +423,28 @@ impl<T: Linked> Reader<T> {
         &self.mailbox
     }
 
-    /// The next node, if any: alternately from the lanes and from the list.
-    pub(crate) fn pop(&mut self) -> Option<Box<T>> {
+    /// The next node, if any: alternately from the lanes and from the list. Frees the slot
+    /// of the last one (the `Taken` borrows the reader until then).
+    #[inline]
+    pub(crate) fn pop(&mut self) -> Option<Taken<'_, T>> {
+        self.free_held();
         self.lanes_first = !self.lanes_first;
-        if self.lanes_first {
+        let node = if self.lanes_first {
             self.pop_lane().or_else(|| self.pop_list())
         } else {
             self.pop_list().or_else(|| self.pop_lane())
+        }?;
+        // From a lane (which holds its slot), with the payload still there.
+        let payload =
+            self.held.map(|i| &self.mailbox.lanes[i].slots[(self.taken[i] - 1) % LANE_SLOTS].payload);
+        Some(Taken { node, payload })
+    }
+
+    /// Frees the slot still held, if any: its producer may fill it again.
+    fn free_held(&mut self) {
+        if let Some(i) = self.held.take() {
+            // Release: done with the slot's payload.
+            self.mailbox.lanes[i].taken.1.store(self.taken[i], Ordering::Release);
         }
     }
 
@@ -352,22 +454,24 @@ impl<T: Linked> Reader<T> {
         for _ in 0..lanes.len() {
             let (lane, n) = (&lanes[i], self.taken[i]);
             let slot = &lane.slots[n % LANE_SLOTS];
-            // Acquire: pairs with the producer's Release store of `seq`.
-            if slot.seq.load(Ordering::Acquire) == n + 1 {
-                let node = slot.node.load(Ordering::Relaxed);
+            // Acquire: pairs with the producer's Release store of the word.
+            let word = slot.word.load(Ordering::Acquire);
+            if word & SEQ_MASK == (n + 1) & SEQ_MASK {
+                self.taken[i] = n + 1;
+                lane.taken.0.store(n + 1, StdOrdering::Relaxed);
+                self.held = Some(i);
+                self.next_lane = if i + 1 == lanes.len() { 0 } else { i + 1 };
+                // SAFETY: the word holds a node from `Box::into_raw` (`publish`, or the
+                // producer's own store of a `publication`), and each send is taken once: this
+                // reader is now its only owner.
+                let node = unsafe { Box::from_raw((word & !SEQ_MASK) as *mut T) };
                 if self.own_lane != Some(i) {
-                    let hint = Hint(slot.hint.each_ref().map(|h| h.load(StdOrdering::Relaxed)));
-                    if self.expected.replace(node, hint) {
-                        T::prefetch(node, hint);
+                    let hint = T::hint(&node, &slot.payload);
+                    if self.expected.replace(&*node, hint) {
+                        T::prefetch(&*node, hint);
                     }
                 }
-                self.taken[i] = n + 1;
-                // Release: done with the slot; the producer may fill it again.
-                lane.taken.store(n + 1, Ordering::Release);
-                self.next_lane = if i + 1 == lanes.len() { 0 } else { i + 1 };
-                // SAFETY: the node came from `Box::into_raw` in `send`, and each send is taken
-                // once: this reader is now its only owner.
-                return Some(unsafe { Box::from_raw(node) });
+                return Some(node);
             }
             i = if i + 1 == lanes.len() { 0 } else { i + 1 };
         }
@@ -418,17 +522,15 @@ impl<T: Linked> Reader<T> {
     pub(crate) fn has_mail(&self) -> bool {
         !self.batch.is_null()
             || !self.mailbox.head.load(Ordering::Relaxed).is_null()
-            || self
-                .mailbox
-                .lanes
-                .iter()
-                .zip(&self.taken)
-                .any(|(lane, &n)| lane.slots[n % LANE_SLOTS].seq.load(Ordering::Relaxed) == n + 1)
+            || self.mailbox.lanes.iter().zip(&self.taken).any(|(lane, &n)| {
+                lane.slots[n % LANE_SLOTS].word.load(Ordering::Relaxed) & SEQ_MASK == (n + 1) & SEQ_MASK
+            })
     }
 
     /// Sleeps until a push or [`Mailbox::unpark`] after the last park; returns at once if one
     /// already happened. May return spuriously: callers re-check what they wait for.
     pub(crate) fn park(&mut self) {
+        self.free_held();
         let state = &self.mailbox.parker.futex.word;
         if state.compare_exchange(NOTIFIED, EMPTY, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             return;
@@ -450,6 +552,7 @@ impl<T: Linked> Reader<T> {
 impl<T: Linked> Drop for Reader<T> {
     fn drop(&mut self) {
         while self.pop().is_some() {}
+        self.free_held();
     }
 }
 
@@ -458,6 +561,7 @@ pub(crate) mod test_node {
     use super::*;
 
     /// A minimal node for the mailbox tests.
+    #[repr(align(64))]
     pub(crate) struct Node {
         pub(crate) value: u32,
         link: AtomicPtr<Node>,
@@ -489,9 +593,9 @@ mod tests {
         for v in 0..3 {
             mb.push(Node::boxed(v));
         }
-        assert_eq!(reader.pop().unwrap().value, 0);
+        assert_eq!(reader.pop().unwrap().node.value, 0);
         mb.push(Node::boxed(3));
-        let rest: Vec<_> = std::iter::from_fn(|| reader.pop().map(|n| n.value)).collect();
+        let rest: Vec<_> = std::iter::from_fn(|| reader.pop().map(|t| t.node.value)).collect();
         assert_eq!(rest, [1, 2, 3]);
     }
 
@@ -502,7 +606,7 @@ mod tests {
         reader.park(); // returns at once: the token was there
         mb.push(Node::boxed(1));
         reader.park();
-        assert_eq!(reader.pop().unwrap().value, 1);
+        assert_eq!(reader.pop().unwrap().node.value, 1);
     }
 
     #[test]
@@ -518,8 +622,8 @@ mod tests {
         let mut got = 0;
         while got < 8000 {
             match reader.pop() {
-                Some(n) => {
-                    let (p, i) = ((n.value >> 16) as usize, n.value & 0xffff);
+                Some(t) => {
+                    let (p, i) = ((t.node.value >> 16) as usize, t.node.value & 0xffff);
                     assert_eq!(i, next[p], "producer {p} out of order");
                     next[p] += 1;
                     got += 1;
@@ -535,10 +639,10 @@ mod tests {
         let (mb, mut reader) = Mailbox::<Node>::new(false, 3, Some(0));
         let writers = LaneWriter::all(3);
         for v in 0..20 {
-            mb.send(&writers[2], Node::boxed(v), Hint::default());
+            mb.send(&writers[2], Node::boxed(v), [0; PAYLOAD_WORDS]);
         }
         assert!(mb.has_mail() && reader.has_mail());
-        let mut got: Vec<u32> = std::iter::from_fn(|| reader.pop().map(|n| n.value)).collect();
+        let mut got: Vec<u32> = std::iter::from_fn(|| reader.pop().map(|t| t.node.value)).collect();
         // The first LANE_SLOTS went through the ring, in order; the rest spilled.
         let ring: Vec<u32> = got.iter().copied().filter(|&v| (v as usize) < LANE_SLOTS).collect();
         assert_eq!(ring, (0..LANE_SLOTS as u32).collect::<Vec<_>>());
@@ -546,8 +650,8 @@ mod tests {
         assert_eq!(got, (0..20).collect::<Vec<_>>());
         assert!(!mb.has_mail() && !reader.has_mail());
         // The ring is free again: the next sends go through it.
-        mb.send(&writers[2], Node::boxed(7), Hint::default());
-        assert_eq!(reader.pop().unwrap().value, 7);
+        mb.send(&writers[2], Node::boxed(7), [0; PAYLOAD_WORDS]);
+        assert_eq!(reader.pop().unwrap().node.value, 7);
     }
 
     #[test]
@@ -556,13 +660,14 @@ mod tests {
         let writers = LaneWriter::all(2);
         for v in 0..4 {
             mb.push(Node::boxed(100 + v));
-            mb.send(&writers[v as usize % 2], Node::boxed(v), Hint::default());
+            mb.send(&writers[v as usize % 2], Node::boxed(v), [0; PAYLOAD_WORDS]);
         }
-        let got: Vec<u32> = std::iter::from_fn(|| reader.pop().map(|n| n.value)).take(4).collect();
+        let got: Vec<u32> = std::iter::from_fn(|| reader.pop().map(|t| t.node.value)).take(4).collect();
         assert_eq!(got.iter().filter(|&&v| v >= 100).count(), 2, "{got:?}");
     }
 
-    /// A node that records the prefetches made for it.
+    /// A node that records the prefetches made for it; its hint is the payload's first words.
+    #[repr(align(64))]
     struct Probe {
         link: AtomicPtr<Probe>,
     }
@@ -577,9 +682,19 @@ mod tests {
             &self.link
         }
 
+        fn hint(_: &Self, payload: &Payload) -> Hint {
+            Hint([payload[0].load(StdOrdering::Relaxed), payload[1].load(StdOrdering::Relaxed)])
+        }
+
         fn prefetch(node: *const Self, hint: Hint) {
             PREFETCHED.with(|p| p.borrow_mut().push((node as usize, hint)));
         }
+    }
+
+    fn payload(hint: Hint) -> [usize; PAYLOAD_WORDS] {
+        let mut payload = [0; PAYLOAD_WORDS];
+        payload[..2].copy_from_slice(&hint.0);
+        payload
     }
 
     fn prefetched() -> Vec<(usize, Hint)> {
@@ -596,30 +711,30 @@ mod tests {
 
         let node = Box::new(Probe { link: AtomicPtr::new(ptr::null_mut()) });
         let addr = &*node as *const Probe as usize;
-        mb.send(&writers[1], node, hint);
-        let node = reader.pop().unwrap();
+        mb.send(&writers[1], node, payload(hint));
+        let node = reader.pop().unwrap().node;
         assert_eq!(prefetched(), [(addr, hint)], "taken from another worker: prefetched from the slot");
 
         // The same node comes back to the same place (a round trip): prefetched as the poll
         // finds it, once, and not again as it is taken.
-        mb.send(&writers[1], node, hint);
+        mb.send(&writers[1], node, payload(hint));
         reader.prefetch_expected();
         reader.prefetch_expected();
         assert_eq!(prefetched(), [(addr, hint)]);
-        let node = reader.pop().unwrap();
+        let node = reader.pop().unwrap().node;
         assert!(prefetched().is_empty());
 
         // The guess is wrong (the node moved on): the one taken is still prefetched from the slot.
         let moved = Hint([0x1040, 0x2000]);
-        mb.send(&writers[1], node, moved);
+        mb.send(&writers[1], node, payload(moved));
         reader.prefetch_expected();
         assert_eq!(prefetched(), [(addr, hint)]);
-        let node = reader.pop().unwrap();
+        let node = reader.pop().unwrap().node;
         assert_eq!(prefetched(), [(addr, moved)]);
 
         // What comes on the reader's own lane is in its cache already: neither prefetched nor
         // a guess.
-        mb.send(&writers[0], node, Hint([0x3000, 0x4000]));
+        mb.send(&writers[0], node, payload(Hint([0x3000, 0x4000])));
         drop(reader.pop().unwrap());
         assert!(prefetched().is_empty());
         // The guess outlives the node it names: prefetching it is harmless, and nothing else
@@ -630,13 +745,61 @@ mod tests {
     }
 
     #[test]
+    fn a_lane_carries_each_payload_with_its_node_and_the_list_none() {
+        let (mb, mut reader) = Mailbox::<Node>::new(false, 2, None);
+        let writers = LaneWriter::all(2);
+        let words = |payload: &Payload| payload.each_ref().map(|w| w.load(StdOrdering::Relaxed));
+        for round in 0..3 * LANE_SLOTS as u32 {
+            let payload: [usize; PAYLOAD_WORDS] = std::array::from_fn(|w| (round as usize) << 8 | w);
+            mb.send(&writers[1], Node::boxed(round), payload);
+            let taken = reader.pop().unwrap();
+            assert_eq!((taken.node.value, taken.payload.map(words)), (round, Some(payload)));
+        }
+        mb.push(Node::boxed(99));
+        let taken = reader.pop().unwrap();
+        assert_eq!((taken.node.value, taken.payload.map(words)), (99, None));
+    }
+
+    #[test]
+    fn a_reservation_is_published_by_the_producers_own_store() {
+        let (mb, mut reader) = Mailbox::<Node>::new(false, 2, None);
+        let writers = LaneWriter::all(2);
+        for v in 0..2 * LANE_SLOTS as u32 {
+            let slot = mb.reserve(&writers[0]).expect("the reader keeps up, so a slot is free");
+            slot.payload()[6].store(v as usize + 1, StdOrdering::Relaxed);
+            let (word, value) = slot.publication(Box::into_raw(Node::boxed(v)));
+            assert!(!reader.has_mail(), "nothing arrives before the store");
+            // What the fiber switch does in assembly, once off the task's stack.
+            word.store(value, Ordering::Release);
+            let taken = reader.pop().unwrap();
+            assert_eq!(
+                (taken.node.value, taken.payload.unwrap()[6].load(StdOrdering::Relaxed)),
+                (v, v as usize + 1)
+            );
+        }
+        // A full ring reserves nothing until the reader is done with a slot: at its next pop,
+        // since it uses a payload where it is.
+        assert!(reader.pop().is_none(), "all taken; this frees the last slot");
+        for v in 0..LANE_SLOTS as u32 {
+            mb.send(&writers[0], Node::boxed(v), [0; PAYLOAD_WORDS]);
+        }
+        assert!(mb.reserve(&writers[0]).is_none());
+        // The reader uses a payload where it is: its slot is free only at the next pop.
+        assert_eq!(reader.pop().unwrap().node.value, 0);
+        assert!(mb.reserve(&writers[0]).is_none());
+        assert!(mb.has_mail(), "seven still wait");
+        assert_eq!(reader.pop().unwrap().node.value, 1);
+        assert!(mb.reserve(&writers[0]).is_some());
+    }
+
+    #[test]
     fn dropping_frees_queued_nodes() {
         let (mb, reader) = Mailbox::<Node>::new(true, 2, None);
         mb.push(Node::boxed(1));
         mb.push(Node::boxed(2));
         drop(reader);
         // Sent after the reader is gone: the mailbox itself frees it.
-        mb.send(&LaneWriter::all(2)[1], Node::boxed(3), Hint::default());
+        mb.send(&LaneWriter::all(2)[1], Node::boxed(3), [0; PAYLOAD_WORDS]);
         drop(mb);
     }
 }
@@ -666,8 +829,8 @@ mod loom_tests {
             let mut got = 0;
             while got < 2 {
                 match reader.pop() {
-                    Some(n) => {
-                        sum += n.value;
+                    Some(t) => {
+                        sum += t.node.value;
                         got += 1;
                     }
                     None => reader.park(),
@@ -693,7 +856,7 @@ mod loom_tests {
             let mut seen = Vec::new();
             while seen.len() < 2 {
                 match reader.pop() {
-                    Some(n) => seen.push(n.value),
+                    Some(t) => seen.push(t.node.value),
                     None => reader.park(),
                 }
             }
@@ -717,7 +880,7 @@ mod loom_tests {
                 let mb = mb.clone();
                 loom::thread::spawn(move || {
                     for v in 1..=3 {
-                        mb.send(&writer, Node::boxed(v), Hint::default());
+                        mb.send(&writer, Node::boxed(v), [0; PAYLOAD_WORDS]);
                     }
                 })
             };
@@ -728,7 +891,7 @@ mod loom_tests {
             let mut seen = Vec::new();
             while seen.len() < 4 {
                 match reader.pop() {
-                    Some(n) => seen.push(n.value),
+                    Some(t) => seen.push(t.node.value),
                     None => reader.park(),
                 }
             }

@@ -46,8 +46,8 @@ use crossbeam_utils::CachePadded;
 
 use crate::context::{self, TaskCtx};
 use crate::error::{Error, JoinError};
-use crate::fiber::{Fiber, Resume, Step, Suspend, Suspender};
-use crate::mailbox::{Hint, LaneWriter, Linked, Mailbox, Reader};
+use crate::fiber::{Fiber, Resume, Step, Suspend, Suspender, SENDS_ITSELF};
+use crate::mailbox::{Hint, LaneWriter, Linked, Mailbox, Payload, Reader, Taken, PAYLOAD_WORDS};
 use crate::overflow::{self, Guard};
 use crate::sync::AtomicPtr;
 use crate::sys;
@@ -420,6 +420,12 @@ unsafe impl Linked for Task {
         &self.link
     }
 
+    /// The top of the task's stack (the payload's first word: a context's stack pointer, or
+    /// the stack hint a worker sends), and its base.
+    fn hint(task: &Task, payload: &Payload) -> Hint {
+        Hint([payload[0].load(StdOrdering::Relaxed), task.fiber.base()])
+    }
+
     /// The lines a hop's target touches, fetched together rather than one miss after another.
     /// For writing, the lines a hop writes on both CPUs: the stack from just below where the
     /// task suspended (the saved registers, and room for the calls it makes next) through the
@@ -540,17 +546,21 @@ impl Shared {
         let slot = Arc::new(JoinSlot { result: Mutex::new(None), done: Condvar::new() });
         let (task_slot, shared) = (slot.clone(), self.clone());
         let guard = Guard::of(stack.limit().get(), stack.base().get());
+        // The task's address first: its body hands it to mailboxes on every hop.
+        let task = Box::<Task>::new_uninit();
+        let node = task.as_ptr() as usize;
         let body = move |suspender: &Suspender, input: Resume| {
             if input == Resume::Cancel {
                 task_slot.finish(Err(JoinError::Cancelled));
                 return;
             }
-            let ctx = TaskCtx { suspender: *suspender, shared, no_hop: std::cell::Cell::new(0), guard };
+            let ctx = TaskCtx { suspender: *suspender, shared, no_hop: std::cell::Cell::new(0), guard, node };
             context::set_task(&ctx);
             let result = catch_unwind(AssertUnwindSafe(f)).map_err(JoinError::from_panic);
             task_slot.finish(result);
         };
-        let task = Box::new(Task { link: AtomicPtr::new(ptr::null_mut()), fiber: Fiber::new(stack, body) });
+        let task =
+            Box::write(task, Task { link: AtomicPtr::new(ptr::null_mut()), fiber: Fiber::new(stack, body) });
         self.workers[worker].mailbox.push(task);
         Ok(JoinHandle { slot, cpu })
     }
@@ -595,8 +605,8 @@ fn worker_main(
     drop(ready);
     let mut idle = Idle { budget: SpinBudget::new(shared.spin), caught_gap: None };
     loop {
-        while let Some(task) = reader.pop() {
-            run_slice(&shared, index, &lane, task);
+        while let Some(taken) = reader.pop() {
+            run_slice(&shared, index, &lane, taken);
         }
         if shared.finished() {
             break;
@@ -605,26 +615,46 @@ fn worker_main(
     }
 }
 
-/// Runs `task` until it hops away or finishes, then passes it on. Inlined into the worker's
-/// loop, which then goes on where the task left it without a `ret`: the return predictor
-/// holds the task's return addresses at that point, and would get it wrong.
+/// Runs the task taken until it hops away or finishes, then passes it on. Inlined into the
+/// worker's loop, which then goes on where the task left it without a `ret`: the return
+/// predictor holds the task's return addresses at that point, and would get it wrong.
 #[inline(always)]
-fn run_slice(shared: &Shared, index: usize, lane: &LaneWriter, mut task: Box<Task>) {
+fn run_slice(shared: &Shared, index: usize, lane: &LaneWriter, taken: Taken<'_, Task>) {
     let slot = &shared.workers[index];
+    let Taken { node: task, payload } = taken;
     let input = if !task.fiber.started() && shared.shutdown.load(StdOrdering::SeqCst) {
         Resume::Cancel
     } else {
         Resume::Run
     };
     slot.running.store(true, StdOrdering::Relaxed);
-    let step = task.fiber.resume(input);
+    // Fibers that send themselves arrive on lanes only, each with its context as payload.
+    let from = payload.filter(|_| SENDS_ITSELF);
+    let task = Box::into_raw(task);
+    // SAFETY: the task is ours (taken from our mailbox) until it sends itself, and `from` is
+    // how it last suspended; after `Sent` we do not touch it.
+    let step = unsafe { Fiber::resume(&raw mut (*task).fiber, input, from) };
     // Pass the task on first (the hop's latency), then tidy up.
     match step {
+        // The task is the target's now.
+        Step::Suspended(Suspend::Sent { worker }) => shared.workers[worker].mailbox.notify(),
         Step::Suspended(Suspend::Hop { worker, stack }) => {
-            let hint = Hint([stack, task.fiber.base()]);
-            shared.workers[worker].mailbox.send(lane, task, hint)
+            // SAFETY: it suspended without sending itself, so it is still ours.
+            let task = unsafe { Box::from_raw(task) };
+            let mailbox = &shared.workers[worker].mailbox;
+            if SENDS_ITSELF {
+                // Its lane was full. A lane's payload is a context to those readers: the
+                // list it is.
+                mailbox.push(task);
+            } else {
+                let mut payload = [0; PAYLOAD_WORDS];
+                payload[0] = stack;
+                mailbox.send(lane, task, payload);
+            }
         }
         Step::Finished => {
+            // SAFETY: a finished fiber is still ours.
+            let task = unsafe { Box::from_raw(task) };
             if let Some(stack) = task.fiber.into_stack() {
                 // A full pool just frees the stack.
                 let _ = shared.stacks.push(stack);
@@ -729,7 +759,7 @@ mod tests {
     use super::*;
 
     /// A hop moves the task's lines; with our switch that is one (corosensei's is bigger).
-    #[cfg(all(target_arch = "x86_64", not(corehop_portable_fibers)))]
+    #[cfg(corehop_own_switch)]
     #[test]
     fn a_task_is_one_line() {
         assert_eq!((size_of::<Task>(), align_of::<Task>()), (LINE, LINE));

@@ -61,9 +61,11 @@ pub fn try_current_cpu() -> Option<CpuId> {
 /// runtime is shutting down (the task stays where it is), [`Error::Pin`] if an `Affinity` hop
 /// cannot re-pin the thread. A hop to the current CPU does nothing.
 ///
-/// Inlined where the compiler agrees, down to the stack switch: each frame between the switch
-/// and the caller costs a mispredicted return on the CPU the task arrives on.
-#[inline]
+/// Always inlined, down to the stack switch: each frame between the switch and the caller
+/// costs a mispredicted return on the CPU the task arrives on, and the registers its
+/// epilogue restores from the stack come from the CPU the task left (a line transfer the
+/// hop is built to avoid: see `fiber`).
+#[inline(always)]
 pub fn hop(cpu: CpuId) -> Result<(), Error> {
     let Some((ctx, at)) = context::task_at() else {
         return Err(Error::NotInTask);
@@ -96,14 +98,14 @@ fn refusal(ctx: &TaskCtx, cpu: CpuId) -> Error {
 /// after each operation). Under `Handoff` the task goes to the back of its own worker's
 /// mailbox; under `Affinity` (one OS thread per task) the OS thread yields. Errors as for
 /// [`hop`] (not in a task, inside a [`no_hop_zone`]).
-#[inline]
+#[inline(always)]
 pub fn yield_now() -> Result<(), Error> {
     let (ctx, at) = task_at()?;
     if ctx.no_hop.get() > 0 {
         return Err(Error::HopForbidden { cpu: ctx.shared.cpu_of(at) });
     }
     match ctx.shared.mechanism {
-        Mechanism::Handoff => handoff(ctx, at),
+        Mechanism::Handoff => handoff(ctx, at, at),
         Mechanism::Affinity => std::thread::yield_now(),
     }
     Ok(())
@@ -134,13 +136,13 @@ fn move_to(ctx: &TaskCtx, at: usize, worker: usize) -> Result<(), Error> {
         return Ok(());
     }
     match ctx.shared.mechanism {
-        Mechanism::Handoff => handoff(ctx, worker),
+        Mechanism::Handoff => handoff(ctx, at, worker),
         Mechanism::Affinity => repin(ctx, worker)?,
     }
     Ok(())
 }
 
-/// A `Handoff` hop (to the task's own worker: a yield).
+/// A `Handoff` hop from worker `at` (to the task's own worker: a yield).
 ///
 /// Inlined, with [`move_to`], into [`hop`], and `hop` where it can be into its caller: the
 /// task resumes on a CPU whose return predictor holds that worker's return addresses, not
@@ -149,8 +151,8 @@ fn move_to(ctx: &TaskCtx, at: usize, worker: usize) -> Result<(), Error> {
 /// the development VM; inlined, 3.5-3.7x. The calls after the switch (`set_task`) are
 /// call-and-return pairs made on the new CPU, which it predicts.
 #[inline(always)]
-fn handoff(ctx: &TaskCtx, worker: usize) {
-    ctx.hop_to(worker);
+fn handoff(ctx: &TaskCtx, at: usize, worker: usize) {
+    ctx.hop_to(at, worker);
     // Now on the target worker's thread (or back on this one, for a yield): tell it which
     // task it runs.
     context::set_task(ctx);
@@ -171,6 +173,10 @@ fn repin(ctx: &TaskCtx, worker: usize) -> Result<(), Error> {
 /// the way back. Errors as for [`hop`], for the way there; the way back is always taken, even
 /// once shutdown has begun, so `Ok` means `f` ran and `Err` means it did not (or, under
 /// `Affinity`, that re-pinning for the way back failed).
+///
+/// Inlined, like [`hop`]: a `ret` after the way back would be mispredicted, and the
+/// registers restored with it would come from lines the other CPU wrote.
+#[inline(always)]
 pub fn on<F, R>(cpu: CpuId, f: F) -> Result<R, Error>
 where
     F: FnOnce() -> R,

@@ -22,22 +22,28 @@
 //!   tested).
 //!
 //! # What a hop moves
-//! A `Handoff` hop suspends the fiber inside [`crate::hop`]: the switch saves the callee-saved
-//! registers on the fiber's own stack and switches back to the worker's stack. The worker then
-//! pushes the task (this fiber, inside its `Box<Task>`) into the target worker's mailbox; the
-//! target pops it and resumes it. What moves is therefore the whole stack, with every local of
-//! every frame of the task, and nothing else: the worker threads' own stacks and thread-locals
-//! stay where they are.
+//! A `Handoff` hop suspends the fiber inside [`crate::hop`]. With our own switch the fiber
+//! sends itself: it reserves a slot in the target worker's mailbox, saves its registers into
+//! the slot's payload, switches back to its worker's stack and from there publishes the slot
+//! with one store (`Suspender::suspend_into`); the target resumes it from the payload. With
+//! corosensei (or while the slot ring is full) the switch saves the registers on the fiber's
+//! own stack and the worker pushes the task (this fiber, inside its `Box<Task>`) on. Either
+//! way what moves is the whole stack, with every local of every frame of the task, and
+//! nothing else: the worker threads' own stacks and thread-locals stay where they are.
 //!
 //! # Soundness
 //! 1. **One thread at a time.** A fiber is touched only by the worker that owns its `Box<Task>`:
-//!    the worker that popped it runs it; when `resume` returns, the fiber is fully switched out
-//!    (its registers are saved, no frame of it is on any CPU) *before* the worker gives up the
-//!    box by pushing it into another mailbox. Ownership of the box is the permission to touch
-//!    the stack; `Box` makes it unique.
+//!    the worker that popped it runs it. It is handed on only once it is fully switched out
+//!    (its registers saved, no frame of it on any CPU): the worker pushes the box after
+//!    `resume` returns, and a fiber that sends itself publishes the box's address with its
+//!    last instruction on the worker's stack, after which the old worker never touches it
+//!    (it holds a raw pointer, not the box, while the fiber runs). Ownership of the box is
+//!    the permission to touch the stack; `Box` makes it unique.
 //! 2. **Publication.** Sending is a Release store (lane) or CAS (list) and taking an Acquire
-//!    load or swap (see `mailbox`),
-//!    so every write the old worker made to the stack happens-before the new worker resumes it.
+//!    load or swap (see `mailbox`); the fiber's own publishing store is a plain `mov`, which
+//!    on x86-64 has Release semantics, after an `asm!` block the compiler may not move memory
+//!    accesses across. So every write the old worker made to the stack happens-before the
+//!    new worker resumes it.
 //! 3. **What the stack may hold.** The closure that starts a task is `Send + 'static` and its
 //!    result is `Send` (enforced by `Runtime::spawn_on`), so everything the task *starts* with
 //!    may cross threads. Values created inside the task live on its stack and move with it as
@@ -59,15 +65,15 @@
 //!    never drops a suspended one: shutdown resumes every started task until it returns), so
 //!    no stack ever has to be force-unwound.
 
-#[cfg(any(not(target_arch = "x86_64"), corehop_portable_fibers))]
+#[cfg(not(corehop_own_switch))]
 mod portable;
-#[cfg(any(not(target_arch = "x86_64"), corehop_portable_fibers))]
-pub(crate) use portable::{Fiber, Suspender};
+#[cfg(not(corehop_own_switch))]
+pub(crate) use portable::{Fiber, Suspender, SENDS_ITSELF};
 
-#[cfg(all(target_arch = "x86_64", not(corehop_portable_fibers)))]
+#[cfg(corehop_own_switch)]
 mod switch_x86_64;
-#[cfg(all(target_arch = "x86_64", not(corehop_portable_fibers)))]
-pub(crate) use switch_x86_64::{Fiber, Suspender};
+#[cfg(corehop_own_switch)]
+pub(crate) use switch_x86_64::{Fiber, Suspender, SENDS_ITSELF};
 
 /// What a worker passes to a fiber when it resumes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,7 +91,15 @@ pub(crate) enum Suspend {
     /// at or near the top of the suspended stack, where the target will resume it (a prefetch
     /// hint).
     Hop { worker: usize, stack: usize },
+    /// I sent myself to this worker's mailbox (`Suspender::suspend_into`, our own switch
+    /// only); I am no longer yours.
+    #[cfg_attr(not(corehop_own_switch), allow(dead_code))]
+    Sent { worker: usize },
 }
+
+/// Where a fiber that sent itself continues: the payload of the mailbox slot it sent itself
+/// in (on x86-64: stack pointer, continuation, `rbx`, `rbp`, `r12`-`r14`).
+pub(crate) type Context = crate::mailbox::Payload;
 
 /// How a resume ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,6 +119,12 @@ mod tests {
         Fiber::new(DefaultStack::new(64 * 1024).unwrap(), body)
     }
 
+    /// Resumes a fiber that suspended through `suspend` (or never ran).
+    fn run(f: &mut Fiber, input: Resume) -> Step {
+        // SAFETY: the test owns `f`, and it never suspends into a slot.
+        unsafe { Fiber::resume(f, input, None) }
+    }
+
     #[test]
     fn a_fiber_runs_suspends_resumes_with_its_stack_intact_and_finishes() {
         let seen = Arc::new(AtomicUsize::new(0));
@@ -121,15 +141,15 @@ mod tests {
         });
         let base = f.base();
         for worker in 0..3 {
-            match f.resume(Resume::Run) {
+            match run(&mut f, Resume::Run) {
                 Step::Suspended(Suspend::Hop { worker: w, stack }) => {
                     assert_eq!(w, worker);
                     assert!(stack < base && base - stack < 64 * 1024, "the hint points into the stack");
                 }
-                Step::Finished => panic!("finished early"),
+                other => panic!("expected a hop, got {other:?}"),
             }
         }
-        assert_eq!(f.resume(Resume::Run), Step::Finished);
+        assert_eq!(run(&mut f, Resume::Run), Step::Finished);
         assert_eq!(seen.load(Ordering::Relaxed), 3);
         assert!(f.into_stack().is_some(), "a finished fiber gives its stack back");
     }
@@ -142,9 +162,9 @@ mod tests {
             unsafe { s.suspend(1) };
             assert_ne!(std::thread::current().id(), before);
         });
-        assert!(matches!(f.resume(Resume::Run), Step::Suspended(_)));
+        assert!(matches!(run(&mut f, Resume::Run), Step::Suspended(_)));
         let step = std::thread::spawn(move || {
-            let step = f.resume(Resume::Run);
+            let step = run(&mut f, Resume::Run);
             (step, f.into_stack().is_some())
         })
         .join()
@@ -156,7 +176,7 @@ mod tests {
     fn the_first_input_reaches_the_body_and_unstarted_fibers_drop_their_closure() {
         let mut f = fiber(|_, input| assert_eq!(input, Resume::Cancel));
         assert!(!f.started());
-        assert_eq!(f.resume(Resume::Cancel), Step::Finished);
+        assert_eq!(run(&mut f, Resume::Cancel), Step::Finished);
         assert!(f.started());
         let captured = Arc::new(());
         let held = captured.clone();
@@ -174,12 +194,12 @@ mod tests {
             // Walking the stack must not crash; ours must also stop at the fiber's first frame
             // (corosensei's continues into the resuming thread's stack).
             assert!(trace.contains("a_backtrace_inside_a_fiber"), "{trace}");
-            #[cfg(all(target_arch = "x86_64", not(corehop_portable_fibers)))]
+            #[cfg(corehop_own_switch)]
             assert!(trace.trim_end().ends_with("corehop_fiber_start"), "{trace}");
         });
-        assert!(matches!(f.resume(Resume::Run), Step::Suspended(_)));
+        assert!(matches!(run(&mut f, Resume::Run), Step::Suspended(_)));
         // Resumed from another thread, as after a hop.
-        let step = std::thread::spawn(move || f.resume(Resume::Run)).join().unwrap();
+        let step = std::thread::spawn(move || run(&mut f, Resume::Run)).join().unwrap();
         assert_eq!(step, Step::Finished);
     }
 
@@ -199,10 +219,65 @@ mod tests {
         });
         // The worker side keeps live values across resumes too.
         let (mut y, mut steps) = (2.5f64, 0u32);
-        while f.resume(Resume::Run) != Step::Finished {
+        while run(&mut f, Resume::Run) != Step::Finished {
             y = std::hint::black_box(y) + 1.0;
             steps += 1;
         }
         assert_eq!((y, steps), (102.5, 100));
+    }
+
+    /// A fiber that sends itself: its context lands in the slot, the publishing store comes
+    /// after it (from the worker's stack), and a resume from that context on another thread
+    /// continues it with its stack and registers intact.
+    #[cfg(corehop_own_switch)]
+    #[test]
+    fn a_fiber_sends_itself_and_resumes_from_its_context_elsewhere() {
+        use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+        struct Slot {
+            context: [AtomicUsize; 7],
+            word: AtomicUsize,
+        }
+        let slot: &'static Slot =
+            Box::leak(Box::new(Slot { context: Default::default(), word: AtomicUsize::new(0) }));
+        let checks = std::sync::Arc::new(AtomicU64::new(0));
+        let seen = checks.clone();
+        let mut f = fiber(move |s, _| {
+            let local = [3u64; 40];
+            let (mut a, mut b, mut c) = (std::hint::black_box(1u64), std::hint::black_box(2u64), 0u64);
+            for round in 1..=4usize {
+                // SAFETY: on this fiber's stack, while it runs; both addresses outlive it.
+                let input = unsafe {
+                    s.suspend_into(slot.context.as_ptr().cast_mut().cast(), slot.word.as_ptr(), round, round)
+                };
+                assert_eq!(input, Resume::Run);
+                (a, b, c) = (b, a + b, c + a * b);
+                assert_eq!(local.iter().sum::<u64>(), 3 * 40, "the stack survives");
+                seen.store(a << 32 | b << 16 | c, Ordering::Relaxed);
+            }
+        });
+        let mut step = run(&mut f, Resume::Run);
+        let mut fiber_ptr = &raw mut f as usize;
+        for round in 1..=4usize {
+            assert_eq!(step, Step::Suspended(Suspend::Sent { worker: round }));
+            assert_eq!(slot.word.load(Ordering::Acquire), round, "published after the context");
+            // Another thread takes it, as a target worker does.
+            (step, fiber_ptr) = std::thread::spawn(move || {
+                // SAFETY: the fiber sent itself with this context and nothing else touches it.
+                (
+                    unsafe { Fiber::resume(fiber_ptr as *mut Fiber, Resume::Run, Some(&slot.context)) },
+                    fiber_ptr,
+                )
+            })
+            .join()
+            .unwrap();
+        }
+        assert_eq!(step, Step::Finished);
+        // a, b, c after four rounds of (b, a + b, c + a * b) from (1, 2, 0).
+        let (mut a, mut b, mut c) = (1u64, 2u64, 0u64);
+        for _ in 0..4 {
+            (a, b, c) = (b, a + b, c + a * b);
+        }
+        assert_eq!(checks.load(Ordering::Relaxed), a << 32 | b << 16 | c);
+        assert!(f.into_stack().is_some());
     }
 }

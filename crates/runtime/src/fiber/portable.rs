@@ -3,7 +3,10 @@
 use corosensei::stack::{DefaultStack, Stack};
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 
-use super::{Resume, Step, Suspend};
+use super::{Context, Resume, Step, Suspend};
+
+/// A corosensei fiber cannot publish itself after leaving its stack: its worker sends it.
+pub(crate) const SENDS_ITSELF: bool = false;
 
 /// A suspended or not yet started task stack.
 pub(crate) struct Fiber {
@@ -28,10 +31,17 @@ impl Fiber {
         Fiber { coroutine, base }
     }
 
-    /// Runs the fiber on the calling thread until it suspends or finishes.
+    /// Runs the fiber on the calling thread until it suspends or finishes. These fibers never
+    /// send themselves, so `from` is always `None`.
+    ///
+    /// # Safety
+    /// The caller owns the fiber (no other thread touches it) until this returns.
     #[inline(always)]
-    pub(crate) fn resume(&mut self, input: Resume) -> Step {
-        match self.coroutine.resume(input) {
+    pub(crate) unsafe fn resume(this: *mut Fiber, input: Resume, from: Option<&Context>) -> Step {
+        debug_assert!(from.is_none(), "a corosensei fiber never sends itself");
+        // SAFETY: the caller owns the fiber until this returns.
+        let fiber = unsafe { &mut *this };
+        match fiber.coroutine.resume(input) {
             CoroutineResult::Yield(request) => Step::Suspended(request),
             CoroutineResult::Return(()) => Step::Finished,
         }

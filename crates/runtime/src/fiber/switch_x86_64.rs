@@ -10,6 +10,18 @@
 //! in the surrounding frame when they are live; caller-saved registers are clobbered by the
 //! ABI anyway. Two words travel in `rdi`/`rsi`, untouched by the switch.
 //!
+//! # A hop: the fiber sends itself
+//! A hop could suspend like that and let the worker send the task on, but then the target
+//! resumes it by loading from lines the source wrote just before (the stack pointer, then the
+//! popped words): a second line transfer after the message, one after the other. Instead the
+//! fiber writes its [`Context`] (stack pointer, continuation, `rbx`, `rbp`, `r12`-`r14`) into
+//! the payload of the target's mailbox slot, switches to the worker's stack, and only then
+//! publishes the slot with one store ([`Suspender::suspend_into`]). The target loads the
+//! context from the slot's line, which it has just received, and jumps (`resume` with a
+//! context): nothing on the way into the task waits for another line, and the source
+//! publishes without first going back through the worker's code. `r15` is the one
+//! callee-saved register left to the compiler (the slot is full).
+//!
 //! # The stack
 //! ```text
 //!  base ─┬──────────────────────────┐  (page aligned, highest address)
@@ -28,7 +40,10 @@ use std::arch::{asm, global_asm};
 
 use corosensei::stack::{DefaultStack, Stack};
 
-use super::{Resume, Step, Suspend};
+use super::{Context, Resume, Step, Suspend};
+
+/// Fibers send themselves on a hop ([`Suspender::suspend_into`]).
+pub(crate) const SENDS_ITSELF: bool = true;
 
 /// Where each side left its stack pointer; at the top of every fiber stack.
 #[repr(C)]
@@ -50,6 +65,7 @@ const RUN: usize = 0;
 const CANCEL: usize = 1;
 const HOP: usize = 0;
 const FINISHED: usize = 1;
+const SENT: usize = 2;
 
 enum State {
     /// Not resumed yet: the boxed body, and how to drop it if it never is.
@@ -98,35 +114,55 @@ impl Fiber {
         Fiber { stack: Some(stack), link, state: State::New { body: body.cast(), drop_body: drop_body::<F> } }
     }
 
-    /// Runs the fiber on the calling thread until it suspends or finishes.
+    /// Runs the fiber on the calling thread until it suspends or finishes: from where it last
+    /// suspended, or from `from`, the context it sent itself with.
+    ///
+    /// # Safety
+    /// The caller owns the fiber (no other thread touches it) until this returns, except
+    /// after a [`Suspend::Sent`], whose fiber belongs to the mailbox it sent itself to from
+    /// the moment it did: the caller must not touch it again (hence a pointer, not `&mut`).
+    /// `from` must be the context of the fiber's last [`Suspender::suspend_into`] if that is
+    /// how it last suspended, and `None` otherwise.
     ///
     /// # Panics
     /// If the fiber has finished.
     #[inline(always)]
-    pub(crate) fn resume(&mut self, input: Resume) -> Step {
-        assert!(!matches!(self.state, State::Finished), "resumed a finished fiber");
-        // From here on the body belongs to the fiber. Written only when it changes: a hop
-        // resumes the fiber on another CPU, and a store would take the line away from the
-        // CPU it came from on every hop.
-        if !matches!(self.state, State::Suspended) {
-            self.state = State::Suspended;
-        }
+    pub(crate) unsafe fn resume(this: *mut Fiber, input: Resume, from: Option<&Context>) -> Step {
+        // SAFETY: the caller owns the fiber for now; no reference outlives this block.
+        let link = unsafe {
+            let state = &raw mut (*this).state;
+            assert!(!matches!(*state, State::Finished), "resumed a finished fiber");
+            // From here on the body belongs to the fiber. Written only when it changes: a hop
+            // resumes the fiber on another CPU, and a store would take the line away from the
+            // CPU it came from on every hop.
+            if !matches!(*state, State::Suspended) {
+                *state = State::Suspended;
+            }
+            (*this).link
+        };
         let input = match input {
             Resume::Run => RUN,
             Resume::Cancel => CANCEL,
         };
-        let link = self.link;
         // SAFETY: the fiber is suspended (or new), so `fiber_sp` is where its last switch (or
-        // `new`) left a continuation frame; we own the fiber, so no other thread runs it. The
-        // fiber switches back here with a code in `rdi` and a worker index in `rsi`.
-        let (code, worker) =
-            unsafe { switch(&raw mut (*link).parent_sp, (*link).fiber_sp, input, link as usize) };
-        if code == FINISHED {
-            self.state = State::Finished;
-            return Step::Finished;
+        // `new`) left a continuation frame, or (the caller's contract) `from` holds where its
+        // last `suspend_into` left off; the fiber switches back here with a code in `rdi` and
+        // a worker index in `rsi`.
+        let (code, worker) = unsafe {
+            match from {
+                None => switch(&raw mut (*link).parent_sp, (*link).fiber_sp, input, link as usize),
+                Some(context) => switch_in(&raw mut (*link).parent_sp, context, input, link as usize),
+            }
+        };
+        match code {
+            // SAFETY (both arms): the fiber is back with us, suspended or finished.
+            FINISHED => {
+                unsafe { (*this).state = State::Finished };
+                Step::Finished
+            }
+            SENT => Step::Suspended(Suspend::Sent { worker }),
+            _ => Step::Suspended(Suspend::Hop { worker, stack: unsafe { (*link).fiber_sp } }),
         }
-        // SAFETY: the fiber just stored its stack pointer there, and is suspended again.
-        Step::Suspended(Suspend::Hop { worker, stack: unsafe { (*link).fiber_sp } })
     }
 
     /// Whether the fiber has been resumed at least once.
@@ -166,6 +202,36 @@ pub(crate) struct Suspender {
 }
 
 impl Suspender {
+    /// Suspends the running fiber into a mailbox slot: saves its [`Context`] at `context`
+    /// (the slot's payload), switches to its worker's stack and only then stores `word` at
+    /// `publish`, which hands the fiber to the slot's reader. Its worker sees
+    /// [`Suspend::Sent`] with `worker`; the reader resumes it with that context. Returns what
+    /// that resume passes in.
+    ///
+    /// # Safety
+    /// As for [`Suspender::suspend`]; `context` must be valid for writing the context's words,
+    /// and `publish` for a store, which must publish the context to whoever resumes the fiber
+    /// (a plain store is a Release store on x86-64).
+    #[inline(always)]
+    pub(crate) unsafe fn suspend_into(
+        &self,
+        context: *mut usize,
+        publish: *mut usize,
+        word: usize,
+        worker: usize,
+    ) -> Resume {
+        let link = self.link;
+        // SAFETY: the caller's contract; we run on the fiber, so `parent_sp` is where the
+        // worker that resumed us left its continuation. Nothing touches the fiber's stack
+        // after the publishing store.
+        let code = unsafe { switch_out(context, &raw const (*link).parent_sp, publish, word, worker) };
+        if code == CANCEL {
+            Resume::Cancel
+        } else {
+            Resume::Run
+        }
+    }
+
     /// Suspends the running fiber and asks its worker to hand it to worker `worker`; returns
     /// what the next resume passes in.
     ///
@@ -239,6 +305,98 @@ unsafe fn switch(save: *mut usize, load: usize, a: usize, b: usize) -> (usize, u
             "2:",
             in("rcx") save,
             in("rdx") load,
+            inout("rdi") a => ra,
+            inout("rsi") b => rb,
+            out("r12") _,
+            out("r13") _,
+            out("r14") _,
+            out("r15") _,
+            clobber_abi("C"),
+        );
+    }
+    (ra, rb)
+}
+
+/// The fiber half of a hop: saves this side's [`Context`] at `context`, continues the worker
+/// whose stack pointer is at `parent`, passing it `(SENT, worker)`, and from the worker's
+/// stack stores `word` at `publish`. Returns the code passed by the [`switch_in`] that
+/// resumes this context.
+///
+/// # Safety
+/// As for [`switch`], with `context` valid for writing seven words and `publish` for one.
+#[inline(always)]
+unsafe fn switch_out(
+    context: *mut usize,
+    parent: *const usize,
+    publish: *mut usize,
+    word: usize,
+    worker: usize,
+) -> usize {
+    let code;
+    // SAFETY: the caller's contract. The registers the context holds are restored by
+    // `switch_in`, so to the compiler they are preserved; everything else is an output or
+    // clobbered. The inputs sit in caller-saved registers, which stay ours until the jump.
+    unsafe {
+        asm!(
+            "lea rax, [rip + 2f]",
+            "mov [rdx], rsp",
+            "mov [rdx + 8], rax",
+            "mov [rdx + 16], rbx",
+            "mov [rdx + 24], rbp",
+            "mov [rdx + 32], r12",
+            "mov [rdx + 40], r13",
+            "mov [rdx + 48], r14",
+            "mov rsp, [rcx]",
+            // Off the fiber's stack: the fiber may go.
+            "mov [r8], r9",
+            "pop rax",
+            "pop rbx",
+            "pop rbp",
+            "jmp rax",
+            "2:",
+            in("rdx") context,
+            in("rcx") parent,
+            in("r8") publish,
+            in("r9") word,
+            inout("rdi") SENT => code,
+            inout("rsi") worker => _,
+            out("r15") _,
+            clobber_abi("C"),
+        );
+    }
+    code
+}
+
+/// The worker half: saves the worker's continuation and stores its stack pointer at `save`
+/// (as [`switch`] does), then continues the fiber from `context`, passing it `(a, b)`;
+/// returns what the fiber passes when it switches back.
+///
+/// # Safety
+/// `context` must be the context of a [`switch_out`] not continued since, and `save` must
+/// stay valid until the fiber reads it.
+#[inline(always)]
+unsafe fn switch_in(save: *mut usize, context: &Context, a: usize, b: usize) -> (usize, usize) {
+    let (ra, rb);
+    // SAFETY: the caller's contract; as for `switch`, every register the fiber may change is
+    // an output or clobbered.
+    unsafe {
+        asm!(
+            "lea rax, [rip + 2f]",
+            "push rbp",
+            "push rbx",
+            "push rax",
+            "mov [rcx], rsp",
+            "mov rbx, [rdx + 16]",
+            "mov rbp, [rdx + 24]",
+            "mov r12, [rdx + 32]",
+            "mov r13, [rdx + 40]",
+            "mov r14, [rdx + 48]",
+            "mov rax, [rdx + 8]",
+            "mov rsp, [rdx]",
+            "jmp rax",
+            "2:",
+            in("rcx") save,
+            in("rdx") context.as_ptr().cast::<usize>(),
             inout("rdi") a => ra,
             inout("rsi") b => rb,
             out("r12") _,
