@@ -167,10 +167,12 @@ struct Lane<T> {
     slots: [Slot<T>; LANE_SLOTS],
     /// Producer only: sends so far, and `freed` as it last read it.
     sent: CachePadded<(StdAtomicUsize, StdAtomicUsize)>,
-    /// Reader only writes: nodes taken so far (for `has_mail`), and slots it is done with,
-    /// one fewer while it still uses the last one taken. The producer reads `freed` when the
-    /// ring looks full.
-    taken: CachePadded<(StdAtomicUsize, AtomicUsize)>,
+    /// Reader only writes: nodes taken so far (for [`Mailbox::has_mail`]).
+    taken: CachePadded<StdAtomicUsize>,
+    /// Reader only writes: slots it is done with, one fewer than `taken` while it still uses
+    /// the last one taken. The producer reads it when the ring is half used; a line apart from
+    /// `taken`, so that those reads do not make every take wait for the line to come back.
+    freed: CachePadded<AtomicUsize>,
 }
 
 impl<T> Lane<T> {
@@ -182,7 +184,8 @@ impl<T> Lane<T> {
                 _node: PhantomData,
             }),
             sent: Default::default(),
-            taken: CachePadded::new((StdAtomicUsize::new(0), AtomicUsize::new(0))),
+            taken: CachePadded::new(StdAtomicUsize::new(0)),
+            freed: CachePadded::new(AtomicUsize::new(0)),
         }
     }
 }
@@ -289,7 +292,7 @@ impl<T: Linked> Mailbox<T> {
         let n = sent.load(StdOrdering::Relaxed);
         if n - taken_seen.load(StdOrdering::Relaxed) >= LANE_SLOTS {
             // Acquire: the reader has finished with the slots it counts as freed.
-            let freed = lane.taken.1.load(Ordering::Acquire);
+            let freed = lane.freed.load(Ordering::Acquire);
             taken_seen.store(freed, StdOrdering::Relaxed);
             if n - freed >= LANE_SLOTS {
                 return None;
@@ -302,6 +305,20 @@ impl<T: Linked> Mailbox<T> {
     pub(crate) fn notify(&self) {
         if self.reader_parks {
             self.unpark();
+        }
+    }
+
+    /// After a publish through a reservation of `writer`'s lane: [`Mailbox::notify`], and
+    /// once half the ring is in use, refreshes the producer's copy of how far the reader got.
+    /// That read misses (the reader writes the line), so it is made here, after the hop, and
+    /// not by the next reservation, on a task's way out.
+    pub(crate) fn sent(&self, writer: &LaneWriter) {
+        self.notify();
+        let lane = &self.lanes[writer.index];
+        let (sent, freed_seen) = &*lane.sent;
+        if sent.load(StdOrdering::Relaxed) - freed_seen.load(StdOrdering::Relaxed) >= LANE_SLOTS / 2 {
+            // Acquire: as in `reserve`.
+            freed_seen.store(lane.freed.load(Ordering::Acquire), StdOrdering::Relaxed);
         }
     }
 
@@ -347,7 +364,7 @@ impl<T: Linked> Mailbox<T> {
             || self
                 .lanes
                 .iter()
-                .any(|lane| lane.sent.0.load(StdOrdering::Relaxed) != lane.taken.0.load(StdOrdering::Relaxed))
+                .any(|lane| lane.sent.0.load(StdOrdering::Relaxed) != lane.taken.load(StdOrdering::Relaxed))
     }
 }
 
@@ -361,7 +378,7 @@ impl<T: Linked> Drop for Mailbox<T> {
             node = boxed.link().load(Ordering::Relaxed);
         }
         for lane in self.lanes.iter() {
-            for n in lane.taken.0.load(StdOrdering::Relaxed)..lane.sent.0.load(StdOrdering::Relaxed) {
+            for n in lane.taken.load(StdOrdering::Relaxed)..lane.sent.0.load(StdOrdering::Relaxed) {
                 let node = (lane.slots[n % LANE_SLOTS].word.load(Ordering::Relaxed) & !SEQ_MASK) as *mut T;
                 // SAFETY: as above, for the nodes sent on a lane and not taken.
                 drop(unsafe { Box::from_raw(node) });
@@ -444,7 +461,7 @@ impl<T: Linked> Reader<T> {
     fn free_held(&mut self) {
         if let Some(i) = self.held.take() {
             // Release: done with the slot's payload.
-            self.mailbox.lanes[i].taken.1.store(self.taken[i], Ordering::Release);
+            self.mailbox.lanes[i].freed.store(self.taken[i], Ordering::Release);
         }
     }
 
@@ -458,7 +475,7 @@ impl<T: Linked> Reader<T> {
             let word = slot.word.load(Ordering::Acquire);
             if word & SEQ_MASK == (n + 1) & SEQ_MASK {
                 self.taken[i] = n + 1;
-                lane.taken.0.store(n + 1, StdOrdering::Relaxed);
+                lane.taken.store(n + 1, StdOrdering::Relaxed);
                 self.held = Some(i);
                 self.next_lane = if i + 1 == lanes.len() { 0 } else { i + 1 };
                 // SAFETY: the word holds a node from `Box::into_raw` (`publish`, or the

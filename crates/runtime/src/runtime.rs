@@ -637,7 +637,7 @@ fn run_slice(shared: &Shared, index: usize, lane: &LaneWriter, taken: Taken<'_, 
     // Pass the task on first (the hop's latency), then tidy up.
     match step {
         // The task is the target's now.
-        Step::Suspended(Suspend::Sent { worker }) => shared.workers[worker].mailbox.notify(),
+        Step::Suspended(Suspend::Sent { worker }) => shared.workers[worker].mailbox.sent(lane),
         Step::Suspended(Suspend::Hop { worker, stack }) => {
             // SAFETY: it suspended without sending itself, so it is still ours.
             let task = unsafe { Box::from_raw(task) };
@@ -754,12 +754,11 @@ impl Idle {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, corehop_own_switch))]
 mod tests {
     use super::*;
 
-    /// A hop moves the task's lines; with our switch that is one (corosensei's is bigger).
-    #[cfg(corehop_own_switch)]
+    /// A task is one line, which a hop only reads (corosensei's task is bigger).
     #[test]
     fn a_task_is_one_line() {
         assert_eq!((size_of::<Task>(), align_of::<Task>()), (LINE, LINE));
