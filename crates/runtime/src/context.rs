@@ -13,8 +13,8 @@
 //!   from its own `TaskCtx`: a field there rewritten on every hop would move the context's line
 //!   between CPUs with every hop;
 //! - the **current task**: a pointer to the [`TaskCtx`] at the bottom of the running task's
-//!   stack, installed by the task itself whenever it starts or arrives on a thread after a hop,
-//!   and cleared by the worker whenever the task gives the thread back.
+//!   stack, installed by the task itself when it starts and by the worker whenever it resumes
+//!   it, and cleared by the worker whenever the task gives the thread back.
 
 use std::cell::Cell;
 use std::ptr;
@@ -115,10 +115,12 @@ pub(crate) fn set_task(ctx: &TaskCtx) {
     TASK.with(|t| t.set(ctx));
 }
 
-/// The calling thread no longer runs a task.
-#[inline(never)]
-pub(crate) fn clear_task() {
-    TASK.with(|t| t.set(ptr::null()));
+/// Installs `ctx` (or none, if null) as the task the calling worker thread is about to run
+/// or has just stopped running. For the worker's own loop only, which never changes threads:
+/// inlined there, unlike the accessors a task calls.
+#[inline]
+pub(crate) fn install_task(ctx: *const TaskCtx) {
+    TASK.with(|t| t.set(ctx));
 }
 
 /// The task running on the calling thread and the worker index of the CPU it runs on, if a

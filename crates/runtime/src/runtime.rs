@@ -31,6 +31,7 @@
 //! - new `spawn_on` calls fail with [`Error::ShutDown`];
 //! - `shutdown` returns when every task has finished and every worker has exited.
 
+use std::cell::Cell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as StdOrdering};
@@ -412,6 +413,9 @@ impl<T> std::fmt::Debug for JoinHandle<T> {
 pub(crate) struct Task {
     link: AtomicPtr<Task>,
     fiber: Fiber,
+    /// The task's context, at the bottom of its stack, once it has started: the worker that
+    /// resumes it installs it as the thread's current task.
+    ctx: Cell<usize>,
 }
 
 // SAFETY: `link` is always the same field and only the mailbox uses it.
@@ -554,13 +558,18 @@ impl Shared {
                 task_slot.finish(Err(JoinError::Cancelled));
                 return;
             }
-            let ctx = TaskCtx { suspender: *suspender, shared, no_hop: std::cell::Cell::new(0), guard, node };
+            let ctx = TaskCtx { suspender: *suspender, shared, no_hop: Cell::new(0), guard, node };
             context::set_task(&ctx);
+            // SAFETY: `node` is this task, alive while it runs; its worker holds it by a raw
+            // pointer meanwhile, so this shared reference aliases no unique one.
+            unsafe { (*(node as *const Task)).ctx.set(&raw const ctx as usize) };
             let result = catch_unwind(AssertUnwindSafe(f)).map_err(JoinError::from_panic);
             task_slot.finish(result);
         };
-        let task =
-            Box::write(task, Task { link: AtomicPtr::new(ptr::null_mut()), fiber: Fiber::new(stack, body) });
+        let task = Box::write(
+            task,
+            Task { link: AtomicPtr::new(ptr::null_mut()), fiber: Fiber::new(stack, body), ctx: Cell::new(0) },
+        );
         self.workers[worker].mailbox.push(task);
         Ok(JoinHandle { slot, cpu })
     }
@@ -632,8 +641,12 @@ fn run_slice(shared: &Shared, index: usize, lane: &LaneWriter, taken: Taken<'_, 
     let from = payload.filter(|_| SENDS_ITSELF);
     let task = Box::into_raw(task);
     // SAFETY: the task is ours (taken from our mailbox) until it sends itself, and `from` is
-    // how it last suspended; after `Sent` we do not touch it.
-    let step = unsafe { Fiber::resume(&raw mut (*task).fiber, input, from) };
+    // how it last suspended; after `Sent` we do not touch it. (One that has not started yet
+    // installs its context itself.)
+    let step = unsafe {
+        context::install_task((*task).ctx.get() as *const TaskCtx);
+        Fiber::resume(&raw mut (*task).fiber, input, from)
+    };
     // Pass the task on first (the hop's latency), then tidy up.
     match step {
         // The task is the target's now.
@@ -662,7 +675,7 @@ fn run_slice(shared: &Shared, index: usize, lane: &LaneWriter, taken: Taken<'_, 
             shared.task_finished();
         }
     }
-    context::clear_task();
+    context::install_task(ptr::null());
     slot.running.store(false, StdOrdering::Relaxed);
     if shared.mechanism == Mechanism::Affinity
         && context::here() != Some(slot.cpu)

@@ -142,20 +142,17 @@ fn move_to(ctx: &TaskCtx, at: usize, worker: usize) -> Result<(), Error> {
     Ok(())
 }
 
-/// A `Handoff` hop from worker `at` (to the task's own worker: a yield).
+/// A `Handoff` hop from worker `at` (to the task's own worker: a yield). The worker that
+/// resumes the task tells its thread which task it runs.
 ///
-/// Inlined, with [`move_to`], into [`hop`], and `hop` where it can be into its caller: the
-/// task resumes on a CPU whose return predictor holds that worker's return addresses, not
-/// the task's, so every `ret` between the switch and the caller's code mispredicts. With
-/// three frames in between, Handoff+Spin round trips cost 4.0-4.5x the cache-line floor on
-/// the development VM; inlined, 3.5-3.7x. The calls after the switch (`set_task`) are
-/// call-and-return pairs made on the new CPU, which it predicts.
+/// Inlined, with [`move_to`], into [`hop`], and `hop` into its caller: the task resumes on a
+/// CPU whose return predictor holds that worker's return addresses, not the task's, so every
+/// `ret` between the switch and the caller's code mispredicts. With three frames in between,
+/// Handoff+Spin round trips cost 4.0-4.5x the cache-line floor on the development VM;
+/// inlined, 3.5-3.7x.
 #[inline(always)]
 fn handoff(ctx: &TaskCtx, at: usize, worker: usize) {
     ctx.hop_to(at, worker);
-    // Now on the target worker's thread (or back on this one, for a yield): tell it which
-    // task it runs.
-    context::set_task(ctx);
 }
 
 /// An `Affinity` hop: the thread re-pins itself.

@@ -81,7 +81,6 @@ enum State {
 pub(crate) struct Fiber {
     /// Always `Some` until `into_stack` takes it.
     stack: Option<DefaultStack>,
-    link: *mut Link,
     state: State,
 }
 
@@ -111,7 +110,7 @@ impl Fiber {
             // SAFETY: `body` came from `Box::into_raw(Box<F>)` and was never resumed.
             drop(unsafe { Box::from_raw(body.cast::<F>()) });
         }
-        Fiber { stack: Some(stack), link, state: State::New { body: body.cast(), drop_body: drop_body::<F> } }
+        Fiber { stack: Some(stack), state: State::New { body: body.cast(), drop_body: drop_body::<F> } }
     }
 
     /// Runs the fiber on the calling thread until it suspends or finishes: from where it last
@@ -138,7 +137,7 @@ impl Fiber {
             if !matches!(*state, State::Suspended) {
                 *state = State::Suspended;
             }
-            (*this).link
+            (*this).link()
         };
         let input = match input {
             Resume::Run => RUN,
@@ -172,7 +171,15 @@ impl Fiber {
 
     /// The highest address of the fiber's stack.
     pub(crate) fn base(&self) -> usize {
-        self.link as usize + LINK_BYTES
+        match &self.stack {
+            Some(stack) => stack.base().get(),
+            None => unreachable!("a fiber keeps its stack until `into_stack` consumes it"),
+        }
+    }
+
+    /// The [`Link`] at the top of the stack (computed, so that a task stays one line).
+    fn link(&self) -> *mut Link {
+        (self.base() - LINK_BYTES) as *mut Link
     }
 
     /// The stack of a finished fiber, for reuse; `None` if it has not finished.
