@@ -128,7 +128,9 @@ pub(crate) fn install_task(ctx: *const TaskCtx) {
 #[inline(never)]
 pub(crate) fn task_at<'a>() -> Option<(&'a TaskCtx, usize)> {
     let at = WORKER.with(|w| w.get().map(|s| s.at))?;
-    task().map(|ctx| (ctx, at))
+    let ptr = TASK.with(|t| t.get());
+    // SAFETY: as in `task` (read here, not called: one call per hop is enough).
+    unsafe { ptr.as_ref() }.map(|ctx| (ctx, at))
 }
 
 /// The task running on the calling thread, if any.
