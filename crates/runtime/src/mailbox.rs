@@ -921,6 +921,49 @@ mod loom_tests {
         });
     }
 
+    /// A producer that publishes with its own store (as a task's stack switch does) after
+    /// filling the payload: the consumer, parking when it sees nothing, gets every node with
+    /// its payload, and the producer reuses slots only once the consumer is done with them
+    /// (it frees a slot at its next pop; with two slots the third send waits or spills).
+    #[test]
+    fn loom_publication_by_the_producers_store_carries_the_payload() {
+        loom::model(|| {
+            let (mb, mut reader) = Mailbox::<Node>::new(true, 2, None);
+            let writer = LaneWriter::all(2).pop().unwrap();
+            let producer = {
+                let mb = mb.clone();
+                loom::thread::spawn(move || {
+                    for v in 1..=3u32 {
+                        match mb.reserve(&writer) {
+                            Some(slot) => {
+                                slot.payload()[0].store(v as usize * 10, StdOrdering::Relaxed);
+                                let (word, value) = slot.publication(Box::into_raw(Node::boxed(v)));
+                                word.store(value, Ordering::Release);
+                            }
+                            None => mb.push(Node::boxed(v)),
+                        }
+                        mb.notify();
+                    }
+                })
+            };
+            let mut seen = Vec::new();
+            while seen.len() < 3 {
+                match reader.pop() {
+                    Some(t) => {
+                        if let Some(payload) = t.payload {
+                            assert_eq!(payload[0].load(StdOrdering::Relaxed), t.node.value as usize * 10);
+                        }
+                        seen.push(t.node.value);
+                    }
+                    None => reader.park(),
+                }
+            }
+            seen.sort_unstable();
+            assert_eq!(seen, [1, 2, 3]);
+            producer.join().unwrap();
+        });
+    }
+
     /// A bare unpark (the shutdown signal) wakes a consumer that parks concurrently.
     #[test]
     fn loom_unpark_wakes_parked_consumer() {
