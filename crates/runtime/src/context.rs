@@ -60,7 +60,9 @@ impl TaskCtx {
                 // SAFETY: as below; the payload and the word belong to the reserved slot,
                 // which no one else writes, of a mailbox that `self.shared` keeps alive; the
                 // store of `value` publishes the task, which is in the slot's word.
-                return unsafe { self.suspender.suspend_into(context, word.as_ptr(), value, worker) };
+                let parent =
+                    self.shared.workers[at].parent.load(std::sync::atomic::Ordering::Relaxed) as *const usize;
+                return unsafe { self.suspender.suspend_into(context, word.as_ptr(), value, worker, parent) };
             }
         }
         let _ = at;

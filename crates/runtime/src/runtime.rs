@@ -47,7 +47,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::context::{self, TaskCtx};
 use crate::error::{Error, JoinError};
-use crate::fiber::{Fiber, Resume, Step, Suspend, Suspender, SENDS_ITSELF};
+use crate::fiber::{self, Fiber, Resume, Step, Suspend, Suspender, SENDS_ITSELF};
 use crate::mailbox::{Hint, LaneWriter, Linked, Mailbox, Payload, Reader, Taken, PAYLOAD_WORDS};
 use crate::overflow::{self, Guard};
 use crate::sync::AtomicPtr;
@@ -169,6 +169,7 @@ impl Builder {
                 os_id: info.os_id,
                 mailbox,
                 running: CachePadded::new(AtomicBool::new(false)),
+                parent: AtomicUsize::new(0),
             });
             readers.push(reader);
         }
@@ -474,6 +475,10 @@ pub(crate) struct WorkerSlot {
     pub(crate) mailbox: Arc<Mailbox<Task>>,
     /// Whether the worker is running a task now (written only by the worker, on its own line).
     running: CachePadded<AtomicBool>,
+    /// Where the worker keeps its stack pointer while a task runs (its thread's
+    /// `fiber::parent_cell`), set once at start: a hop reads it here rather than through a
+    /// thread-local call. Read only by tasks on the worker's own thread.
+    pub(crate) parent: AtomicUsize,
 }
 
 /// What the workers, the tasks and the `Runtime` handle share.
@@ -609,13 +614,15 @@ fn worker_main(
         return;
     }
     context::enter_worker(&shared, slot.cpu, index);
+    let parent = fiber::parent_cell();
+    slot.parent.store(parent as usize, StdOrdering::Relaxed);
     // The receiver may already be gone after another worker failed; then so is the runtime.
     let _ = ready.send(Ok(()));
     drop(ready);
     let mut idle = Idle { budget: SpinBudget::new(shared.spin), caught_gap: None };
     loop {
         while let Some(taken) = reader.pop() {
-            run_slice(&shared, index, &lane, taken);
+            run_slice(&shared, index, &lane, parent, taken);
         }
         if shared.finished() {
             break;
@@ -628,7 +635,7 @@ fn worker_main(
 /// worker's loop, which then goes on where the task left it without a `ret`: the return
 /// predictor holds the task's return addresses at that point, and would get it wrong.
 #[inline(always)]
-fn run_slice(shared: &Shared, index: usize, lane: &LaneWriter, taken: Taken<'_, Task>) {
+fn run_slice(shared: &Shared, index: usize, lane: &LaneWriter, parent: *mut usize, taken: Taken<'_, Task>) {
     let slot = &shared.workers[index];
     let Taken { node: task, payload } = taken;
     let input = if !task.fiber.started() && shared.shutdown.load(StdOrdering::SeqCst) {
@@ -645,7 +652,7 @@ fn run_slice(shared: &Shared, index: usize, lane: &LaneWriter, taken: Taken<'_, 
     // installs its context itself.)
     let step = unsafe {
         context::install_task((*task).ctx.get() as *const TaskCtx);
-        Fiber::resume(&raw mut (*task).fiber, input, from)
+        Fiber::resume(&raw mut (*task).fiber, input, from, parent)
     };
     // Pass the task on first (the hop's latency), then tidy up.
     match step {

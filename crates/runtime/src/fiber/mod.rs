@@ -68,12 +68,12 @@
 #[cfg(not(corehop_own_switch))]
 mod portable;
 #[cfg(not(corehop_own_switch))]
-pub(crate) use portable::{Fiber, Suspender, SENDS_ITSELF};
+pub(crate) use portable::{parent_cell, Fiber, Suspender, SENDS_ITSELF};
 
 #[cfg(corehop_own_switch)]
 mod switch_x86_64;
 #[cfg(corehop_own_switch)]
-pub(crate) use switch_x86_64::{Fiber, Suspender, SENDS_ITSELF};
+pub(crate) use switch_x86_64::{parent_cell, Fiber, Suspender, SENDS_ITSELF};
 
 /// What a worker passes to a fiber when it resumes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,7 +122,7 @@ mod tests {
     /// Resumes a fiber that suspended through `suspend` (or never ran).
     fn run(f: &mut Fiber, input: Resume) -> Step {
         // SAFETY: the test owns `f`, and it never suspends into a slot.
-        unsafe { Fiber::resume(f, input, None) }
+        unsafe { Fiber::resume(f, input, None, parent_cell()) }
     }
 
     #[test]
@@ -247,7 +247,13 @@ mod tests {
             for round in 1..=4usize {
                 // SAFETY: on this fiber's stack, while it runs; both addresses outlive it.
                 let input = unsafe {
-                    s.suspend_into(slot.context.as_ptr().cast_mut().cast(), slot.word.as_ptr(), round, round)
+                    s.suspend_into(
+                        slot.context.as_ptr().cast_mut().cast(),
+                        slot.word.as_ptr(),
+                        round,
+                        round,
+                        parent_cell(),
+                    )
                 };
                 assert_eq!(input, Resume::Run);
                 (a, b, c) = (b, a + b, c + a * b);
@@ -264,7 +270,14 @@ mod tests {
             (step, fiber_ptr) = std::thread::spawn(move || {
                 // SAFETY: the fiber sent itself with this context and nothing else touches it.
                 (
-                    unsafe { Fiber::resume(fiber_ptr as *mut Fiber, Resume::Run, Some(&slot.context)) },
+                    unsafe {
+                        Fiber::resume(
+                            fiber_ptr as *mut Fiber,
+                            Resume::Run,
+                            Some(&slot.context),
+                            parent_cell(),
+                        )
+                    },
                     fiber_ptr,
                 )
             })

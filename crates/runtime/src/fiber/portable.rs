@@ -8,6 +8,11 @@ use super::{Context, Resume, Step, Suspend};
 /// A corosensei fiber cannot publish itself after leaving its stack: its worker sends it.
 pub(crate) const SENDS_ITSELF: bool = false;
 
+/// Where our own switch keeps a worker's stack pointer; corosensei needs none.
+pub(crate) fn parent_cell() -> *mut usize {
+    std::ptr::null_mut()
+}
+
 /// A suspended or not yet started task stack.
 pub(crate) struct Fiber {
     coroutine: Coroutine<Resume, Suspend, (), DefaultStack>,
@@ -37,8 +42,15 @@ impl Fiber {
     /// # Safety
     /// The caller owns the fiber (no other thread touches it) until this returns.
     #[inline(always)]
-    pub(crate) unsafe fn resume(this: *mut Fiber, input: Resume, from: Option<&Context>) -> Step {
+    pub(crate) unsafe fn resume(
+        this: *mut Fiber,
+        input: Resume,
+        from: Option<&Context>,
+        parent: *mut usize,
+    ) -> Step {
         debug_assert!(from.is_none(), "a corosensei fiber never sends itself");
+        // corosensei keeps its own link to the resuming thread.
+        let _ = parent;
         // SAFETY: the caller owns the fiber until this returns.
         let fiber = unsafe { &mut *this };
         match fiber.coroutine.resume(input) {

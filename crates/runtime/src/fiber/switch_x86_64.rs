@@ -25,7 +25,7 @@
 //! # The stack
 //! ```text
 //!  base ─┬──────────────────────────┐  (page aligned, highest address)
-//!        │ Link: fiber_sp, parent_sp │  64 bytes
+//!        │ Link: fiber_sp            │  64 bytes
 //!        ├──────────────────────────┤  base - 64: 16-aligned, the start trampoline's rsp
 //!        │ rbp = entry fn           │
 //!        │ rbx = boxed body         │  the first resume pops these three
@@ -37,6 +37,7 @@
 //! there instead of walking into the worker's stack.
 
 use std::arch::{asm, global_asm};
+use std::cell::Cell;
 
 use corosensei::stack::{DefaultStack, Stack};
 
@@ -45,13 +46,26 @@ use super::{Context, Resume, Step, Suspend};
 /// Fibers send themselves on a hop ([`Suspender::suspend_into`]).
 pub(crate) const SENDS_ITSELF: bool = true;
 
-/// Where each side left its stack pointer; at the top of every fiber stack.
+/// Where a fiber suspended on its own stack left its stack pointer; at the top of the stack.
 #[repr(C)]
 struct Link {
     /// The fiber's stack pointer while it is suspended (or not started).
     fiber_sp: usize,
-    /// The worker's stack pointer while the fiber runs.
-    parent_sp: usize,
+}
+
+thread_local! {
+    /// The stack pointer of the worker running a fiber on this thread, while it does. A cell of
+    /// the thread's, not of the fiber: a field of the fiber would move between CPUs with every
+    /// hop. Fibers do not nest: nothing resumes a fiber from inside another.
+    static PARENT_SP: Cell<usize> = const { Cell::new(0) };
+}
+
+/// This thread's parent cell, for [`Fiber::resume`] and [`Suspender::suspend_into`] (a worker
+/// asks once; a hop finds it in the worker's slot). Never inlined: the address of a
+/// thread-local must be computed on the thread that asks (see `context`).
+#[inline(never)]
+pub(crate) fn parent_cell() -> *mut usize {
+    PARENT_SP.with(Cell::as_ptr)
 }
 
 /// Bytes reserved for the [`Link`] at the top of the stack: a whole line, and a multiple of
@@ -103,7 +117,7 @@ impl Fiber {
         // SAFETY: `link` and `sp..sp + START_FRAME` lie inside the stack's usable range (just
         // below its base), which nothing else uses before the first resume; both are aligned.
         unsafe {
-            link.write(Link { fiber_sp: sp, parent_sp: 0 });
+            link.write(Link { fiber_sp: sp });
             (sp as *mut [usize; 3]).write(start);
         }
         unsafe fn drop_body<F>(body: *mut u8) {
@@ -121,12 +135,18 @@ impl Fiber {
     /// after a [`Suspend::Sent`], whose fiber belongs to the mailbox it sent itself to from
     /// the moment it did: the caller must not touch it again (hence a pointer, not `&mut`).
     /// `from` must be the context of the fiber's last [`Suspender::suspend_into`] if that is
-    /// how it last suspended, and `None` otherwise.
+    /// how it last suspended, and `None` otherwise. `parent` must be [`parent_cell`] of the
+    /// calling thread.
     ///
     /// # Panics
     /// If the fiber has finished.
     #[inline(always)]
-    pub(crate) unsafe fn resume(this: *mut Fiber, input: Resume, from: Option<&Context>) -> Step {
+    pub(crate) unsafe fn resume(
+        this: *mut Fiber,
+        input: Resume,
+        from: Option<&Context>,
+        parent: *mut usize,
+    ) -> Step {
         // SAFETY: the caller owns the fiber for now; no reference outlives this block.
         let link = unsafe {
             let state = &raw mut (*this).state;
@@ -149,8 +169,8 @@ impl Fiber {
         // a worker index in `rsi`.
         let (code, worker) = unsafe {
             match from {
-                None => switch(&raw mut (*link).parent_sp, (*link).fiber_sp, input, link as usize),
-                Some(context) => switch_in(&raw mut (*link).parent_sp, context, input, link as usize),
+                None => switch(parent, (*link).fiber_sp, input, link as usize),
+                Some(context) => switch_in(parent, context, input, link as usize),
             }
         };
         match code {
@@ -218,7 +238,8 @@ impl Suspender {
     /// # Safety
     /// As for [`Suspender::suspend`]; `context` must be valid for writing the context's words,
     /// and `publish` for a store, which must publish the context to whoever resumes the fiber
-    /// (a plain store is a Release store on x86-64).
+    /// (a plain store is a Release store on x86-64). `parent` must be [`parent_cell`] of the
+    /// calling thread (passed in, so that a hop makes no thread-local call for it).
     #[inline(always)]
     pub(crate) unsafe fn suspend_into(
         &self,
@@ -226,12 +247,12 @@ impl Suspender {
         publish: *mut usize,
         word: usize,
         worker: usize,
+        parent: *const usize,
     ) -> Resume {
-        let link = self.link;
-        // SAFETY: the caller's contract; we run on the fiber, so `parent_sp` is where the
+        // SAFETY: the caller's contract; we run on the fiber, so the parent cell is where the
         // worker that resumed us left its continuation. Nothing touches the fiber's stack
         // after the publishing store.
-        let code = unsafe { switch_out(context, &raw const (*link).parent_sp, publish, word, worker) };
+        let code = unsafe { switch_out(context, parent, publish, word, worker) };
         if code == CANCEL {
             Resume::Cancel
         } else {
@@ -247,9 +268,9 @@ impl Suspender {
     #[inline(always)]
     pub(crate) unsafe fn suspend(&self, worker: usize) -> Resume {
         let link = self.link;
-        // SAFETY: we run on the fiber, so `parent_sp` is where the worker that resumed us
-        // left its continuation, and `fiber_sp` is ours to write.
-        let (code, _) = unsafe { switch(&raw mut (*link).fiber_sp, (*link).parent_sp, HOP, worker) };
+        // SAFETY: we run on the fiber, so this thread's parent cell is where the worker that
+        // resumed us left its continuation, and `fiber_sp` is ours to write.
+        let (code, _) = unsafe { switch(&raw mut (*link).fiber_sp, parent_cell().read(), HOP, worker) };
         if code == CANCEL {
             Resume::Cancel
         } else {
@@ -280,7 +301,7 @@ where
     let mut unused = 0;
     // SAFETY: we run on the fiber, as in `Suspender::suspend`; nothing resumes a finished
     // fiber (`Fiber::resume` asserts it), so `unused` is never read.
-    unsafe { switch(&raw mut unused, (*link).parent_sp, FINISHED, 0) };
+    unsafe { switch(&raw mut unused, parent_cell().read(), FINISHED, 0) };
     unreachable!("a finished fiber was resumed")
 }
 
