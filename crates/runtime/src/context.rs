@@ -57,11 +57,12 @@ impl TaskCtx {
             if let Some(slot) = mailbox.reserve(&lane) {
                 let context = slot.payload().as_ptr().cast::<usize>().cast_mut();
                 let (word, value) = slot.publication(self.node as *mut crate::runtime::Task);
-                // SAFETY: as below; the payload and the word belong to the reserved slot,
-                // which no one else writes, of a mailbox that `self.shared` keeps alive; the
-                // store of `value` publishes the task, which is in the slot's word.
                 let parent =
                     self.shared.workers[at].parent.load(std::sync::atomic::Ordering::Relaxed) as *const usize;
+                // SAFETY: as below; the payload and the word belong to the reserved slot,
+                // which no one else writes, of a mailbox that `self.shared` keeps alive; the
+                // store of `value` publishes the task, which is in the slot's word; `parent`
+                // is the parent cell of worker `at`, whose thread this is.
                 return unsafe { self.suspender.suspend_into(context, word.as_ptr(), value, worker, parent) };
             }
         }
