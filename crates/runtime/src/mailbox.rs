@@ -188,6 +188,15 @@ impl<T> Lane<T> {
             freed: CachePadded::new(AtomicUsize::new(0)),
         }
     }
+
+    /// The producer's look at how many slots the reader has freed, kept as its copy; returns
+    /// it. A read of the reader's line, so a miss.
+    fn refresh_freed(&self) -> usize {
+        // Acquire: the reader has finished with the slots it counts as freed.
+        let freed = self.freed.load(Ordering::Acquire);
+        self.sent.1.store(freed, StdOrdering::Relaxed);
+        freed
+    }
 }
 
 /// A free slot of a lane, reserved by the lane's producer: fill the payload, then publish.
@@ -288,15 +297,10 @@ impl<T: Linked> Mailbox<T> {
     /// then [`Mailbox::notify`].
     pub(crate) fn reserve(&self, writer: &LaneWriter) -> Option<Reservation<'_, T>> {
         let lane = &self.lanes[writer.index];
-        let (sent, taken_seen) = &*lane.sent;
+        let (sent, freed_seen) = &*lane.sent;
         let n = sent.load(StdOrdering::Relaxed);
-        if n - taken_seen.load(StdOrdering::Relaxed) >= LANE_SLOTS {
-            // Acquire: the reader has finished with the slots it counts as freed.
-            let freed = lane.freed.load(Ordering::Acquire);
-            taken_seen.store(freed, StdOrdering::Relaxed);
-            if n - freed >= LANE_SLOTS {
-                return None;
-            }
+        if n - freed_seen.load(StdOrdering::Relaxed) >= LANE_SLOTS && n - lane.refresh_freed() >= LANE_SLOTS {
+            return None;
         }
         Some(Reservation { lane, slot: &lane.slots[n % LANE_SLOTS], n })
     }
@@ -317,8 +321,7 @@ impl<T: Linked> Mailbox<T> {
         let lane = &self.lanes[writer.index];
         let (sent, freed_seen) = &*lane.sent;
         if sent.load(StdOrdering::Relaxed) - freed_seen.load(StdOrdering::Relaxed) >= LANE_SLOTS / 2 {
-            // Acquire: as in `reserve`.
-            freed_seen.store(lane.freed.load(Ordering::Acquire), StdOrdering::Relaxed);
+            lane.refresh_freed();
         }
     }
 
@@ -568,8 +571,8 @@ impl<T: Linked> Reader<T> {
 
 impl<T: Linked> Drop for Reader<T> {
     fn drop(&mut self) {
+        // Each pop frees the slot of the one before; the last, finding nothing, holds none.
         while self.pop().is_some() {}
-        self.free_held();
     }
 }
 

@@ -433,10 +433,11 @@ unsafe impl Linked for Task {
 
     /// The lines a hop's target touches, fetched together rather than one miss after another.
     /// For writing, the lines a hop writes on both CPUs: the stack from just below where the
-    /// task suspended (the saved registers, and room for the calls it makes next) through the
-    /// frames around the hop, and the base line (where the switch keeps both stack pointers).
-    /// For reading, the task itself, which a hop only reads: taking it for writing would
-    /// move it away from the CPU that still holds a shared copy.
+    /// task suspended (room for the calls it makes next) through the frames around the hop,
+    /// and with corosensei's switch the base line, where it links each resume to its worker
+    /// (ours keeps nothing there that a hop writes). For reading, the task itself, which a hop
+    /// only reads: taking it for writing would move it away from the CPU that still holds a
+    /// shared copy.
     ///
     /// Nothing else: a hop writes no other line of the task (its context lives at the bottom
     /// of the stack, read only; where it runs is a thread-local), and every line fetched for
@@ -444,9 +445,9 @@ unsafe impl Linked for Task {
     /// lines instead of every line up to the base (14 in `bench switch`) took Handoff+Spin
     /// from 3.80x to 3.52x the floor (median of 14-15 runs, near band).
     fn prefetch(task: *const Task, hint: Hint) {
-        // Every line the task overlaps: a heap block need not start on a line boundary.
+        // Line aligned, so its lines start at its address.
         let task = task as usize;
-        for line in (task & !(LINE - 1)..task + size_of::<Task>()).step_by(LINE) {
+        for line in (task..task + size_of::<Task>()).step_by(LINE) {
             sys::prefetch_for_read(line);
         }
         let [stack, base] = hint.0;
@@ -456,6 +457,7 @@ unsafe impl Linked for Task {
             for line in (first..last).step_by(LINE) {
                 sys::prefetch_for_write(line);
             }
+            #[cfg(not(corehop_own_switch))]
             if last < base {
                 sys::prefetch_for_write(base - 16);
             }
@@ -465,7 +467,7 @@ unsafe impl Linked for Task {
 
 const LINE: usize = 64;
 /// The stack a hop's target prefetches: `STACK_LINES` lines from `STACK_LINES_BELOW` below
-/// the suspend frame (and the base line).
+/// the suspend frame.
 const STACK_LINES_BELOW: usize = 2;
 const STACK_LINES: usize = 7;
 

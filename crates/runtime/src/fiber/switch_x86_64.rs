@@ -148,7 +148,7 @@ impl Fiber {
         parent: *mut usize,
     ) -> Step {
         // SAFETY: the caller owns the fiber for now; no reference outlives this block.
-        let link = unsafe {
+        unsafe {
             let state = &raw mut (*this).state;
             assert!(!matches!(*state, State::Finished), "resumed a finished fiber");
             // From here on the body belongs to the fiber. Written only when it changes: a hop
@@ -157,8 +157,7 @@ impl Fiber {
             if !matches!(*state, State::Suspended) {
                 *state = State::Suspended;
             }
-            (*this).link()
-        };
+        }
         let input = match input {
             Resume::Run => RUN,
             Resume::Cancel => CANCEL,
@@ -166,11 +165,14 @@ impl Fiber {
         // SAFETY: the fiber is suspended (or new), so `fiber_sp` is where its last switch (or
         // `new`) left a continuation frame, or (the caller's contract) `from` holds where its
         // last `suspend_into` left off; the fiber switches back here with a code in `rdi` and
-        // a worker index in `rsi`.
+        // a worker index in `rsi`. The link travels in `rsi` for a first resume (`entry`).
         let (code, worker) = unsafe {
             match from {
-                None => switch(parent, (*link).fiber_sp, input, link as usize),
-                Some(context) => switch_in(parent, context, input, link as usize),
+                None => {
+                    let link = (*this).link();
+                    switch(parent, (*link).fiber_sp, input, link as usize)
+                }
+                Some(context) => switch_in(parent, context, input, 0),
             }
         };
         match code {
@@ -180,7 +182,7 @@ impl Fiber {
                 Step::Finished
             }
             SENT => Step::Suspended(Suspend::Sent { worker }),
-            _ => Step::Suspended(Suspend::Hop { worker, stack: unsafe { (*link).fiber_sp } }),
+            _ => Step::Suspended(Suspend::Hop { worker, stack: unsafe { (*(*this).link()).fiber_sp } }),
         }
     }
 
