@@ -28,7 +28,9 @@
 //! ```
 //!
 //! The reader frees a slot only at its next pop (or park), so that the payload can be used
-//! where it is, in the line that just arrived, instead of being copied out first.
+//! where it is, in the line that just arrived, instead of being copied out first. An idle
+//! reader polls with [`Reader::mail`], which says where a node waits, and takes that one with
+//! [`Reader::take`]: no second search between a hop's arrival and its start.
 //!
 //! Order: each lane and the list are FIFO; a node sent on a lane may overtake one that the
 //! same producer spilled to the list, and nodes from different producers have no order.
@@ -98,6 +100,15 @@ pub(crate) type Payload = [StdAtomicUsize; PAYLOAD_WORDS];
 /// The alignment lane nodes need: the low bits of their address carry the send number.
 pub(crate) const NODE_ALIGN: usize = 64;
 const SEQ_MASK: usize = NODE_ALIGN - 1;
+
+/// Where [`Reader::mail`] found a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mail {
+    /// In the next slot of this lane.
+    Lane(usize),
+    /// In the list.
+    List,
+}
 
 /// A node taken from the mailbox, with the payload it came with if it came on a lane: still
 /// in its slot, which the reader frees at its next pop.
@@ -454,10 +465,28 @@ impl<T: Linked> Reader<T> {
         } else {
             self.pop_list().or_else(|| self.pop_lane())
         }?;
-        // From a lane (which holds its slot), with the payload still there.
+        Some(self.taken(node))
+    }
+
+    /// Takes what [`Reader::mail`] found, skipping `pop`'s search and its turns between lanes
+    /// and list: for a worker that was idle, whose first mail is the one to run, with as
+    /// little as possible between its arrival and its start. Frees the slot of the last one.
+    #[inline(always)]
+    pub(crate) fn take(&mut self, mail: Mail) -> Option<Taken<'_, T>> {
+        self.free_held();
+        let node = match mail {
+            Mail::Lane(i) => self.take_lane(i),
+            Mail::List => self.pop_list(),
+        }?;
+        Some(self.taken(node))
+    }
+
+    /// `node`, just taken, with its payload if it came on a lane (whose slot is held).
+    #[inline(always)]
+    fn taken(&self, node: Box<T>) -> Taken<'_, T> {
         let payload =
             self.held.map(|i| &self.mailbox.lanes[i].slots[(self.taken[i] - 1) % LANE_SLOTS].payload);
-        Some(Taken { node, payload })
+        Taken { node, payload }
     }
 
     /// Frees the slot still held, if any: its producer may fill it again.
@@ -469,33 +498,43 @@ impl<T: Linked> Reader<T> {
     }
 
     fn pop_lane(&mut self) -> Option<Box<T>> {
-        let lanes = &self.mailbox.lanes;
+        let lanes = self.mailbox.lanes.len();
         let mut i = self.next_lane;
-        for _ in 0..lanes.len() {
-            let (lane, n) = (&lanes[i], self.taken[i]);
-            let slot = &lane.slots[n % LANE_SLOTS];
-            // Acquire: pairs with the producer's Release store of the word.
-            let word = slot.word.load(Ordering::Acquire);
-            if word & SEQ_MASK == (n + 1) & SEQ_MASK {
-                self.taken[i] = n + 1;
-                lane.taken.store(n + 1, StdOrdering::Relaxed);
-                self.held = Some(i);
-                self.next_lane = if i + 1 == lanes.len() { 0 } else { i + 1 };
-                // SAFETY: the word holds a node from `Box::into_raw` (`publish`, or the
-                // producer's own store of a `publication`), and each send is taken once: this
-                // reader is now its only owner.
-                let node = unsafe { Box::from_raw((word & !SEQ_MASK) as *mut T) };
-                if self.own_lane != Some(i) {
-                    let hint = T::hint(&node, &slot.payload);
-                    if self.expected.replace(&*node, hint) {
-                        T::prefetch(&*node, hint);
-                    }
-                }
+        for _ in 0..lanes {
+            if let Some(node) = self.take_lane(i) {
                 return Some(node);
             }
-            i = if i + 1 == lanes.len() { 0 } else { i + 1 };
+            i = if i + 1 == lanes { 0 } else { i + 1 };
         }
         None
+    }
+
+    /// The node in lane `i`'s next slot, if it has arrived.
+    #[inline(always)]
+    fn take_lane(&mut self, i: usize) -> Option<Box<T>> {
+        let lanes = &self.mailbox.lanes;
+        let (lane, n) = (&lanes[i], self.taken[i]);
+        let slot = &lane.slots[n % LANE_SLOTS];
+        // Acquire: pairs with the producer's Release store of the word.
+        let word = slot.word.load(Ordering::Acquire);
+        if word & SEQ_MASK != (n + 1) & SEQ_MASK {
+            return None;
+        }
+        self.taken[i] = n + 1;
+        lane.taken.store(n + 1, StdOrdering::Relaxed);
+        self.held = Some(i);
+        self.next_lane = if i + 1 == lanes.len() { 0 } else { i + 1 };
+        // SAFETY: the word holds a node from `Box::into_raw` (`publish`, or the producer's own
+        // store of a `publication`), and each send is taken once: this reader is now its only
+        // owner.
+        let node = unsafe { Box::from_raw((word & !SEQ_MASK) as *mut T) };
+        if self.own_lane != Some(i) {
+            let hint = T::hint(&node, &slot.payload);
+            if self.expected.replace(&*node, hint) {
+                T::prefetch(&*node, hint);
+            }
+        }
+        Some(node)
     }
 
     fn pop_list(&mut self) -> Option<Box<T>> {
@@ -540,11 +579,24 @@ impl<T: Linked> Reader<T> {
 
     /// Whether `pop` would return a node now.
     pub(crate) fn has_mail(&self) -> bool {
-        !self.batch.is_null()
-            || !self.mailbox.head.load(Ordering::Relaxed).is_null()
-            || self.mailbox.lanes.iter().zip(&self.taken).any(|(lane, &n)| {
+        self.mail().is_some()
+    }
+
+    /// Where a node waits now, if anywhere: what an idle worker polls, then hands to
+    /// [`Reader::take`].
+    #[inline(always)]
+    pub(crate) fn mail(&self) -> Option<Mail> {
+        if !self.batch.is_null() || !self.mailbox.head.load(Ordering::Relaxed).is_null() {
+            return Some(Mail::List);
+        }
+        self.mailbox
+            .lanes
+            .iter()
+            .zip(&self.taken)
+            .position(|(lane, &n)| {
                 lane.slots[n % LANE_SLOTS].word.load(Ordering::Relaxed) & SEQ_MASK == (n + 1) & SEQ_MASK
             })
+            .map(Mail::Lane)
     }
 
     /// Sleeps until a push or [`Mailbox::unpark`] after the last park; returns at once if one
@@ -684,6 +736,30 @@ mod tests {
         }
         let got: Vec<u32> = std::iter::from_fn(|| reader.pop().map(|t| t.node.value)).take(4).collect();
         assert_eq!(got.iter().filter(|&&v| v >= 100).count(), 2, "{got:?}");
+    }
+
+    #[test]
+    fn take_takes_what_mail_found_and_nothing_else() {
+        let (mb, mut reader) = Mailbox::<Node>::new(false, 3, Some(0));
+        let writers = LaneWriter::all(3);
+        assert_eq!(reader.mail(), None);
+        mb.send(&writers[2], Node::boxed(1), [7; PAYLOAD_WORDS]);
+        assert_eq!(reader.mail(), Some(Mail::Lane(2)));
+        assert!(reader.take(Mail::Lane(1)).is_none(), "a lane with nothing in it gives nothing");
+        let taken = reader.take(Mail::Lane(2)).unwrap();
+        assert_eq!(taken.node.value, 1);
+        assert!(taken.payload.unwrap().iter().all(|w| w.load(StdOrdering::Relaxed) == 7));
+        mb.push(Node::boxed(2));
+        assert_eq!(reader.mail(), Some(Mail::List), "the list is looked at first");
+        assert_eq!(reader.take(Mail::List).unwrap().node.value, 2);
+        assert_eq!(reader.mail(), None);
+        // Each take frees the slot of the one before, as `pop` does: the ring goes round.
+        for v in 0..3 * LANE_SLOTS as u32 {
+            mb.send(&writers[1], Node::boxed(v), [0; PAYLOAD_WORDS]);
+            let mail = reader.mail().unwrap();
+            assert_eq!(reader.take(mail).unwrap().node.value, v);
+        }
+        assert!(reader.pop().is_none());
     }
 
     /// A node that records the prefetches made for it; its hint is the payload's first words.

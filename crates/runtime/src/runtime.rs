@@ -48,7 +48,7 @@ use crossbeam_utils::CachePadded;
 use crate::context::{self, TaskCtx};
 use crate::error::{Error, JoinError};
 use crate::fiber::{self, Fiber, Resume, Step, Suspend, Suspender, SENDS_ITSELF};
-use crate::mailbox::{Hint, LaneWriter, Linked, Mailbox, Payload, Reader, Taken, PAYLOAD_WORDS};
+use crate::mailbox::{Hint, LaneWriter, Linked, Mail, Mailbox, Payload, Reader, Taken, PAYLOAD_WORDS};
 use crate::overflow::{self, Guard};
 use crate::sync::AtomicPtr;
 use crate::sys;
@@ -446,17 +446,14 @@ unsafe impl Linked for Task {
     /// from 3.80x to 3.52x the floor (median of 14-15 runs, near band).
     fn prefetch(task: *const Task, hint: Hint) {
         // Line aligned, so its lines start at its address.
-        let task = task as usize;
-        for line in (task..task + size_of::<Task>()).step_by(LINE) {
-            sys::prefetch_for_read(line);
+        for line in 0..size_of::<Task>().div_ceil(LINE) {
+            sys::prefetch_for_read(task as usize + line * LINE);
         }
         let [stack, base] = hint.0;
         if stack != 0 && base > stack {
             let first = (stack & !(LINE - 1)) - STACK_LINES_BELOW * LINE;
             let last = (first + STACK_LINES * LINE).min(base);
-            for line in (first..last).step_by(LINE) {
-                sys::prefetch_for_write(line);
-            }
+            sys::prefetch_lines_for_write(first, (last - first).div_ceil(LINE));
             #[cfg(not(corehop_own_switch))]
             if last < base {
                 sys::prefetch_for_write(base - 16);
@@ -629,7 +626,10 @@ fn worker_main(
         if shared.finished() {
             break;
         }
-        idle.wait(&shared, &mut reader);
+        // What a spinning wait found is taken at once, without `pop`'s search: on a hop's path.
+        if let Some(taken) = idle.wait(&shared, &mut reader).and_then(|mail| reader.take(mail)) {
+            run_slice(&shared, index, &lane, parent, taken);
+        }
     }
 }
 
@@ -711,20 +711,29 @@ const POLLS_PER_CLOCK_READ: u32 = 8;
 const REFIT_AFTER_NS: u64 = 1_000;
 
 impl Idle {
-    fn wait(&mut self, shared: &Shared, reader: &mut Reader<Task>) {
+    /// Waits for mail; returns where a spinning wait found it (after a park: `None`, and the
+    /// caller pops).
+    fn wait(&mut self, shared: &Shared, reader: &mut Reader<Task>) -> Option<Mail> {
         match shared.wake {
-            Wake::Spin => {
-                while !reader.has_mail() && !shared.finished() {
-                    sys::cpu_relax();
+            Wake::Spin => loop {
+                if let Some(mail) = reader.mail() {
+                    reader.prefetch_expected();
+                    return Some(mail);
                 }
-                reader.prefetch_expected();
+                if shared.finished() {
+                    return None;
+                }
+                sys::cpu_relax();
+            },
+            Wake::Park => {
+                reader.park();
+                None
             }
-            Wake::Park => reader.park(),
             Wake::SpinThenPark => self.spin_then_park(shared, reader),
         }
     }
 
-    fn spin_then_park(&mut self, shared: &Shared, reader: &mut Reader<Task>) {
+    fn spin_then_park(&mut self, shared: &Shared, reader: &mut Reader<Task>) -> Option<Mail> {
         if let Some(gap) = self.caught_gap.take() {
             self.budget.record_idle_gap(gap);
         }
@@ -732,15 +741,15 @@ impl Idle {
         let mut budget = self.budget.budget_ns();
         let (mut polls, mut spun) = (0u32, 0);
         loop {
-            if reader.has_mail() {
+            if let Some(mail) = reader.mail() {
                 reader.prefetch_expected();
                 // The gap as of the last clock read (short by at most a few polls): reading
                 // the clock now would delay the task that just arrived.
                 self.caught_gap = Some(spun);
-                return;
+                return Some(mail);
             }
             if shared.finished() {
-                return;
+                return None;
             }
             polls += 1;
             if polls.is_multiple_of(POLLS_PER_CLOCK_READ) {
@@ -773,6 +782,7 @@ impl Idle {
         } else if reader.has_mail() {
             self.budget.record_idle_gap(woke.saturating_sub(start));
         }
+        None
     }
 }
 

@@ -256,30 +256,44 @@ pub fn cpu_relax() {
 /// after another.
 #[inline]
 pub fn prefetch_for_write(addr: usize) {
+    prefetch_lines_for_write(addr, 1);
+}
+
+/// [`prefetch_for_write`] of `lines` consecutive cache lines from the one holding `first`
+/// (the CPU is asked once what it can do, not once per line).
+#[inline]
+pub fn prefetch_lines_for_write(first: usize, lines: usize) {
+    const LINE: usize = 64;
     #[cfg(target_arch = "x86_64")]
     {
         if has_prefetchw() {
-            // SAFETY: PREFETCHW exists on this CPU (checked above); it reads no data, writes
-            // nothing architecturally visible and never faults.
-            unsafe {
-                std::arch::asm!("prefetchw byte ptr [{0}]", in(reg) addr, options(nostack, preserves_flags, readonly));
+            for line in 0..lines {
+                // SAFETY: PREFETCHW exists on this CPU (checked above); it reads no data, writes
+                // nothing architecturally visible and never faults.
+                unsafe {
+                    std::arch::asm!("prefetchw byte ptr [{0}]", in(reg) first + line * LINE, options(nostack, preserves_flags, readonly));
+                }
             }
         } else {
-            // SAFETY: SSE (PREFETCHT0) is part of x86-64; a prefetch never faults.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(addr as *const i8)
-            };
+            for line in 0..lines {
+                // SAFETY: SSE (PREFETCHT0) is part of x86-64; a prefetch never faults.
+                unsafe {
+                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                        (first + line * LINE) as *const i8,
+                    )
+                };
+            }
         }
     }
     #[cfg(target_arch = "aarch64")]
-    {
+    for line in 0..lines {
         // SAFETY: PRFM is a hint on every AArch64 CPU; it never faults.
         unsafe {
-            std::arch::asm!("prfm pstl1keep, [{0}]", in(reg) addr, options(nostack, preserves_flags, readonly))
+            std::arch::asm!("prfm pstl1keep, [{0}]", in(reg) first + line * LINE, options(nostack, preserves_flags, readonly))
         };
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    let _ = addr;
+    let _ = (first, lines);
 }
 
 /// Starts fetching the cache line holding `addr` for reading (x86 `PREFETCHT0`, Arm
