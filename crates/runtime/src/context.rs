@@ -11,7 +11,8 @@
 //!   it is on now, with that CPU's worker index (its home CPU, or under `Mechanism::Affinity`
 //!   the CPU the task moved it to). A running task learns where it is from here rather than
 //!   from its own `TaskCtx`: a field there rewritten on every hop would move the context's line
-//!   between CPUs with every hop;
+//!   between CPUs with every hop. It also holds what a hop from this worker needs: the
+//!   worker's lanes into every mailbox and its parent cell ([`OnWorker`]);
 //! - the **current task**: a pointer to the [`TaskCtx`] at the bottom of the running task's
 //!   stack, installed by the task itself when it starts and by the worker whenever it resumes
 //!   it, and cleared by the worker whenever the task gives the thread back.
@@ -23,8 +24,9 @@ use std::sync::Arc;
 use corehop_topology::CpuId;
 
 use crate::fiber::{Resume, Suspender};
+use crate::mailbox::LaneSender;
 use crate::overflow::Guard;
-use crate::runtime::Shared;
+use crate::runtime::{Shared, Task};
 
 /// The context of one task, living at the bottom of its own stack for its whole life.
 pub(crate) struct TaskCtx {
@@ -47,29 +49,62 @@ impl TaskCtx {
     /// (`Suspender::suspend_into`); otherwise, or while that lane is full, its worker sends
     /// it on.
     #[inline(always)]
-    pub(crate) fn hop_to(&self, at: usize, worker: usize) -> Resume {
+    pub(crate) fn hop_to(&self, on: OnWorker, worker: usize) -> Resume {
         #[cfg(corehop_own_switch)]
-        {
-            let mailbox = &self.shared.workers[worker].mailbox;
-            // SAFETY: the task runs on worker `at`'s thread, and that worker is switched out
-            // inside `Fiber::resume` (it sends nothing) until the task has left.
-            let lane = unsafe { crate::mailbox::LaneWriter::borrowed(at) };
-            if let Some(slot) = mailbox.reserve(&lane) {
-                let context = slot.payload().as_ptr().cast::<usize>().cast_mut();
-                let (word, value) = slot.publication(self.node as *mut crate::runtime::Task);
-                let parent =
-                    self.shared.workers[at].parent.load(std::sync::atomic::Ordering::Relaxed) as *const usize;
-                // SAFETY: as below; the payload and the word belong to the reserved slot,
-                // which no one else writes, of a mailbox that `self.shared` keeps alive; the
-                // store of `value` publishes the task, which is in the slot's word; `parent`
-                // is the parent cell of worker `at`, whose thread this is.
-                return unsafe { self.suspender.suspend_into(context, word.as_ptr(), value, worker, parent) };
-            }
+        if let Some(slot) = on.sender_to(worker).reserve() {
+            let context = slot.payload().as_ptr().cast::<usize>().cast_mut();
+            let (word, value) = slot.publication(self.node as *mut crate::runtime::Task);
+            // SAFETY: as below; the payload and the word belong to the reserved slot, which no
+            // one else writes, of a mailbox that `self.shared` keeps alive; the store of
+            // `value` publishes the task, which is in the slot's word; the parent cell is that
+            // of the worker whose thread this is.
+            return unsafe {
+                self.suspender.suspend_into(context, word.as_ptr(), value, worker, on.parent())
+            };
         }
-        let _ = at;
+        let _ = on;
         // SAFETY: the suspender is this task's, and `self` being reachable means the caller
         // runs on the task's stack (the `TaskCtx` sits at its bottom), i.e. the task runs.
         unsafe { self.suspender.suspend(worker) }
+    }
+}
+
+/// The worker a task runs on, as [`task_at`] found it: read at once, before the task hops
+/// (after a hop it names the worker the task left).
+#[derive(Clone, Copy)]
+pub(crate) struct OnWorker(*const WorkerState);
+
+impl OnWorker {
+    /// The worker's index.
+    #[inline(always)]
+    pub(crate) fn at(self) -> usize {
+        self.state().at
+    }
+
+    /// The worker's parent cell (`fiber::parent_cell`), where it keeps its stack pointer while
+    /// a task runs.
+    #[cfg_attr(not(corehop_own_switch), allow(dead_code))]
+    #[inline(always)]
+    fn parent(self) -> *const usize {
+        self.state().parent
+    }
+
+    /// The worker's lane into the mailbox of worker `worker`. A task that uses it runs on the
+    /// worker's thread, with the worker switched out until the task has left: the lane's one
+    /// producer at that time.
+    #[cfg_attr(not(corehop_own_switch), allow(dead_code))]
+    #[inline(always)]
+    fn sender_to<'a>(self, worker: usize) -> &'a LaneSender<'a, Task> {
+        // SAFETY: `enter_worker`'s caller keeps the senders alive while it is a worker, and a
+        // task runs only while it is.
+        unsafe { &(*self.state().senders)[worker] }
+    }
+
+    #[inline(always)]
+    fn state(self) -> WorkerState {
+        // SAFETY: the pointer is to the calling worker thread's own state (`task_at`), alive
+        // as long as the thread; nothing holds a reference into it (it is only copied out).
+        unsafe { self.0.read() }
     }
 }
 
@@ -80,36 +115,80 @@ struct WorkerState {
     here: CpuId,
     /// The worker index of `here`.
     at: usize,
+    /// The worker's parent cell (`fiber::parent_cell`).
+    parent: *const usize,
+    /// Per target worker index, the worker's lane into that worker's mailbox (lifetime erased:
+    /// see `enter_worker`).
+    senders: *const [LaneSender<'static, Task>],
+}
+
+impl WorkerState {
+    /// The state of a thread that is no worker (a null runtime).
+    const NONE: WorkerState = WorkerState {
+        runtime: ptr::null(),
+        here: CpuId(0),
+        at: 0,
+        parent: ptr::null(),
+        senders: ptr::slice_from_raw_parts(ptr::null(), 0),
+    };
+
+    fn get(self) -> Option<WorkerState> {
+        (!self.runtime.is_null()).then_some(self)
+    }
 }
 
 thread_local! {
-    static WORKER: Cell<Option<WorkerState>> = const { Cell::new(None) };
+    static WORKER: Cell<WorkerState> = const { Cell::new(WorkerState::NONE) };
     static TASK: Cell<*const TaskCtx> = const { Cell::new(ptr::null()) };
 }
 
-/// Marks the calling thread as the worker of `shared` on `cpu`, worker index `worker`.
+/// Marks the calling thread as the worker of `shared` on `cpu`, worker index `worker`, with
+/// its parent cell and its lanes into every worker's mailbox, by worker index.
+///
+/// # Safety
+/// `senders` must stay alive, and the thread must use none of those lanes otherwise while a
+/// task of this worker uses them, until [`leave_worker`].
 #[inline(never)]
-pub(crate) fn enter_worker(shared: &Shared, cpu: CpuId, worker: usize) {
-    WORKER.with(|w| w.set(Some(WorkerState { runtime: shared, here: cpu, at: worker })));
+pub(crate) unsafe fn enter_worker(
+    shared: &Shared,
+    cpu: CpuId,
+    worker: usize,
+    parent: *const usize,
+    senders: &[LaneSender<'_, Task>],
+) {
+    // Erases the lifetime (see the safety contract); clippy sees only the same type.
+    #[allow(clippy::unnecessary_cast)]
+    let senders = senders as *const [LaneSender<'_, Task>] as *const [LaneSender<'static, Task>];
+    WORKER.with(|w| w.set(WorkerState { runtime: shared, here: cpu, at: worker, parent, senders }));
+}
+
+/// Marks the calling thread as no longer a worker.
+#[inline(never)]
+pub(crate) fn leave_worker() {
+    WORKER.with(|w| w.set(WorkerState::NONE));
 }
 
 /// Records that the calling worker thread now runs on `cpu`, the CPU of worker `worker` (an
 /// `Affinity` hop).
 #[inline(never)]
 pub(crate) fn set_here(cpu: CpuId, worker: usize) {
-    WORKER.with(|w| w.set(w.get().map(|s| WorkerState { here: cpu, at: worker, ..s })));
+    WORKER.with(|w| {
+        if let Some(s) = w.get().get() {
+            w.set(WorkerState { here: cpu, at: worker, ..s });
+        }
+    });
 }
 
 /// The CPU the calling worker thread is on, if it is a worker.
 #[inline(never)]
 pub(crate) fn here() -> Option<CpuId> {
-    WORKER.with(|w| w.get().map(|s| s.here))
+    WORKER.with(|w| w.get().get().map(|s| s.here))
 }
 
 /// Whether the calling thread is a worker of the runtime `shared`.
 #[inline(never)]
 pub(crate) fn is_worker_of(shared: &Shared) -> bool {
-    WORKER.with(|w| w.get().is_some_and(|s| ptr::eq(s.runtime, shared)))
+    WORKER.with(|w| ptr::eq(w.get().runtime, shared))
 }
 
 /// Installs `ctx` as the task running on the calling thread.
@@ -126,14 +205,19 @@ pub(crate) fn install_task(ctx: *const TaskCtx) {
     TASK.with(|t| t.set(ctx));
 }
 
-/// The task running on the calling thread and the worker index of the CPU it runs on, if a
-/// task runs there: what a hop needs, in one call.
+/// The task running on the calling thread and the worker it runs on, if a task runs there:
+/// what a hop needs, in one call.
 #[inline(never)]
-pub(crate) fn task_at<'a>() -> Option<(&'a TaskCtx, usize)> {
-    let at = WORKER.with(|w| w.get().map(|s| s.at))?;
+pub(crate) fn task_at<'a>() -> Option<(&'a TaskCtx, OnWorker)> {
+    let on = WORKER.with(|w| {
+        // A pointer to this thread's cell, read through `OnWorker` (copied out each time).
+        // SAFETY: reading the runtime field of this thread's own cell; nothing writes it now.
+        let state = w.as_ptr();
+        (!unsafe { (*state).runtime }.is_null()).then_some(OnWorker(state))
+    })?;
     let ptr = TASK.with(|t| t.get());
     // SAFETY: as in `task` (read here, not called: one call per hop is enough).
-    unsafe { ptr.as_ref() }.map(|ctx| (ctx, at))
+    unsafe { ptr.as_ref() }.map(|ctx| (ctx, on))
 }
 
 /// The task running on the calling thread, if any.

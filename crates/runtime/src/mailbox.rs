@@ -131,15 +131,23 @@ impl LaneWriter {
     pub(crate) fn all(lanes: usize) -> Vec<LaneWriter> {
         (0..lanes).map(|index| LaneWriter { index, _not_sync: PhantomData }).collect()
     }
+}
 
-    /// A second writer of lane `index`, for code that its owner runs and waits for (a task
-    /// sending itself from its worker's thread, while the worker is switched out).
-    ///
-    /// # Safety
-    /// Only while the owner of lane `index` uses neither its writer nor another borrowed one.
+/// A producer's hold on its lane of one mailbox, for reserving slots there directly: a hop
+/// finds it in its worker's table, two loads fewer than through the mailbox (those loads are
+/// a chain on the hop's way to its first store).
+pub(crate) struct LaneSender<'a, T> {
     #[cfg_attr(not(corehop_own_switch), allow(dead_code))]
-    pub(crate) unsafe fn borrowed(index: usize) -> LaneWriter {
-        LaneWriter { index, _not_sync: PhantomData }
+    lane: &'a Lane<T>,
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+impl<'a, T> LaneSender<'a, T> {
+    /// The next slot of the lane, or `None` while all are full (see [`Mailbox::reserve`]).
+    #[cfg_attr(not(corehop_own_switch), allow(dead_code))]
+    #[inline(always)]
+    pub(crate) fn reserve(&self) -> Option<Reservation<'a, T>> {
+        self.lane.reserve()
     }
 }
 
@@ -198,6 +206,17 @@ impl<T> Lane<T> {
             taken: CachePadded::new(StdAtomicUsize::new(0)),
             freed: CachePadded::new(AtomicUsize::new(0)),
         }
+    }
+
+    /// The next free slot, or `None` while all are full. Producer only.
+    #[inline(always)]
+    fn reserve(&self) -> Option<Reservation<'_, T>> {
+        let (sent, freed_seen) = &*self.sent;
+        let n = sent.load(StdOrdering::Relaxed);
+        if n - freed_seen.load(StdOrdering::Relaxed) >= LANE_SLOTS && n - self.refresh_freed() >= LANE_SLOTS {
+            return None;
+        }
+        Some(Reservation { lane: self, slot: &self.slots[n % LANE_SLOTS], n })
     }
 
     /// The producer's look at how many slots the reader has freed, kept as its copy; returns
@@ -307,13 +326,18 @@ impl<T: Linked> Mailbox<T> {
     /// The next slot of `writer`'s lane, or `None` while all are full. Publish through it,
     /// then [`Mailbox::notify`].
     pub(crate) fn reserve(&self, writer: &LaneWriter) -> Option<Reservation<'_, T>> {
-        let lane = &self.lanes[writer.index];
-        let (sent, freed_seen) = &*lane.sent;
-        let n = sent.load(StdOrdering::Relaxed);
-        if n - freed_seen.load(StdOrdering::Relaxed) >= LANE_SLOTS && n - lane.refresh_freed() >= LANE_SLOTS {
-            return None;
-        }
-        Some(Reservation { lane, slot: &lane.slots[n % LANE_SLOTS], n })
+        self.lanes[writer.index].reserve()
+    }
+
+    /// A second hold on `writer`'s lane of this mailbox, for code that the lane's owner runs
+    /// and waits for (a task sending itself from its worker's thread while the worker is
+    /// switched out).
+    ///
+    /// # Safety
+    /// The sender must be used only while the owner of the lane uses neither its writer nor
+    /// another sender of the same lane: a lane has one producer at a time.
+    pub(crate) unsafe fn sender(&self, writer: &LaneWriter) -> LaneSender<'_, T> {
+        LaneSender { lane: &self.lanes[writer.index], _not_sync: PhantomData }
     }
 
     /// Wakes the reader if it sleeps (after a publish through a [`Reservation`]).

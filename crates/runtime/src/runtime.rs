@@ -169,7 +169,6 @@ impl Builder {
                 os_id: info.os_id,
                 mailbox,
                 running: CachePadded::new(AtomicBool::new(false)),
-                parent: AtomicUsize::new(0),
             });
             readers.push(reader);
         }
@@ -474,10 +473,6 @@ pub(crate) struct WorkerSlot {
     pub(crate) mailbox: Arc<Mailbox<Task>>,
     /// Whether the worker is running a task now (written only by the worker, on its own line).
     running: CachePadded<AtomicBool>,
-    /// Where the worker keeps its stack pointer while a task runs (its thread's
-    /// `fiber::parent_cell`), set once at start: a hop reads it here rather than through a
-    /// thread-local call. Read only by tasks on the worker's own thread.
-    pub(crate) parent: AtomicUsize,
 }
 
 /// What the workers, the tasks and the `Runtime` handle share.
@@ -612,9 +607,13 @@ fn worker_main(
         let _ = ready.send(Err(error));
         return;
     }
-    context::enter_worker(&shared, slot.cpu, index);
     let parent = fiber::parent_cell();
-    slot.parent.store(parent as usize, StdOrdering::Relaxed);
+    // SAFETY (for the senders' use by tasks): the worker is switched out while a task that
+    // sends on one of its lanes runs, and it sends on none of them then.
+    let senders: Vec<_> = shared.workers.iter().map(|w| unsafe { w.mailbox.sender(&lane) }).collect();
+    // SAFETY: `senders` lives until `leave_worker` below, and the worker uses its lanes only
+    // between tasks.
+    unsafe { context::enter_worker(&shared, slot.cpu, index, parent, &senders) };
     // The receiver may already be gone after another worker failed; then so is the runtime.
     let _ = ready.send(Ok(()));
     drop(ready);
@@ -631,6 +630,7 @@ fn worker_main(
             run_slice(&shared, index, &lane, parent, taken);
         }
     }
+    context::leave_worker();
 }
 
 /// Runs the task taken until it hops away or finishes, then passes it on. Inlined into the

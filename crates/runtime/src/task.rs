@@ -28,7 +28,7 @@ use std::sync::atomic::Ordering;
 use corehop_policy::pick::{Pick, PickState};
 use corehop_topology::CpuId;
 
-use crate::context::{self, TaskCtx};
+use crate::context::{self, OnWorker, TaskCtx};
 use crate::error::Error;
 use crate::runtime::{JoinHandle, Mechanism};
 use crate::sys;
@@ -67,12 +67,12 @@ pub fn try_current_cpu() -> Option<CpuId> {
 /// hop is built to avoid: see `fiber`).
 #[inline(always)]
 pub fn hop(cpu: CpuId) -> Result<(), Error> {
-    let Some((ctx, at)) = context::task_at() else {
+    let Some((ctx, on)) = context::task_at() else {
         return Err(Error::NotInTask);
     };
     match ctx.shared.worker_index(cpu) {
         Some(worker) if ctx.no_hop.get() == 0 && !ctx.shared.shutdown.load(Ordering::Relaxed) => {
-            move_to(ctx, at, worker)
+            move_to(ctx, on, worker)
         }
         _ => Err(refusal(ctx, cpu)),
     }
@@ -100,12 +100,12 @@ fn refusal(ctx: &TaskCtx, cpu: CpuId) -> Error {
 /// [`hop`] (not in a task, inside a [`no_hop_zone`]).
 #[inline(always)]
 pub fn yield_now() -> Result<(), Error> {
-    let (ctx, at) = task_at()?;
+    let (ctx, on) = task_at()?;
     if ctx.no_hop.get() > 0 {
-        return Err(Error::HopForbidden { cpu: ctx.shared.cpu_of(at) });
+        return Err(Error::HopForbidden { cpu: ctx.shared.cpu_of(on.at()) });
     }
     match ctx.shared.mechanism {
-        Mechanism::Handoff => handoff(ctx, at, at),
+        Mechanism::Handoff => handoff(ctx, on, on.at()),
         Mechanism::Affinity => std::thread::yield_now(),
     }
     Ok(())
@@ -123,28 +123,28 @@ fn task_ctx<'a>() -> Result<&'a TaskCtx, Error> {
 /// The running task's context and the worker it runs on, or [`Error::NotInTask`]. Inlined
 /// into `on`: a `Result` this size comes back through memory.
 #[inline(always)]
-fn task_at<'a>() -> Result<(&'a TaskCtx, usize), Error> {
+fn task_at<'a>() -> Result<(&'a TaskCtx, OnWorker), Error> {
     match context::task_at() {
         Some(found) => Ok(found),
         None => Err(Error::NotInTask),
     }
 }
 
-/// Moves the task from worker `at` (where it runs) to worker `worker` without the policy
-/// checks of [`hop`].
+/// Moves the task from the worker it runs `on` to worker `worker` without the policy checks
+/// of [`hop`].
 #[inline(always)]
-fn move_to(ctx: &TaskCtx, at: usize, worker: usize) -> Result<(), Error> {
-    if at == worker {
+fn move_to(ctx: &TaskCtx, on: OnWorker, worker: usize) -> Result<(), Error> {
+    if on.at() == worker {
         return Ok(());
     }
     match ctx.shared.mechanism {
-        Mechanism::Handoff => handoff(ctx, at, worker),
+        Mechanism::Handoff => handoff(ctx, on, worker),
         Mechanism::Affinity => repin(ctx, worker)?,
     }
     Ok(())
 }
 
-/// A `Handoff` hop from worker `at` (to the task's own worker: a yield). The worker that
+/// A `Handoff` hop from the worker the task runs `on` (to that same worker: a yield). The worker that
 /// resumes the task tells its thread which task it runs.
 ///
 /// Inlined, with [`move_to`], into [`hop`], and `hop` into its caller: the task resumes on a
@@ -153,8 +153,8 @@ fn move_to(ctx: &TaskCtx, at: usize, worker: usize) -> Result<(), Error> {
 /// Handoff+Spin round trips cost 4.0-4.5x the cache-line floor on the development VM;
 /// inlined, 3.5-3.7x.
 #[inline(always)]
-fn handoff(ctx: &TaskCtx, at: usize, worker: usize) {
-    ctx.hop_to(at, worker);
+fn handoff(ctx: &TaskCtx, on: OnWorker, worker: usize) {
+    ctx.hop_to(on, worker);
 }
 
 /// An `Affinity` hop: the thread re-pins itself.
@@ -180,11 +180,12 @@ pub fn on<F, R>(cpu: CpuId, f: F) -> Result<R, Error>
 where
     F: FnOnce() -> R,
 {
-    let (ctx, back) = task_at()?;
+    let (ctx, on) = task_at()?;
+    let back = on.at();
     hop(cpu)?;
     let result = catch_unwind(AssertUnwindSafe(f));
-    let (_, at) = task_at()?;
-    move_to(ctx, at, back)?;
+    let (_, on) = task_at()?;
+    move_to(ctx, on, back)?;
     match result {
         Ok(value) => Ok(value),
         Err(payload) => resume_unwind(payload),
