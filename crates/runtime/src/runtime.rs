@@ -432,7 +432,7 @@ unsafe impl Linked for Task {
 
     /// The lines a hop's target touches, fetched together rather than one miss after another.
     /// For writing, the lines a hop writes on both CPUs: the stack from just below where the
-    /// task suspended (room for the calls it makes next) through the frames around the hop,
+    /// task suspended (room for the calls it makes next) through the frame around the hop,
     /// and with corosensei's switch the base line, where it links each resume to its worker
     /// (ours keeps nothing there that a hop writes). For reading, the task itself, which a hop
     /// only reads: taking it for writing would move it away from the CPU that still holds a
@@ -440,9 +440,13 @@ unsafe impl Linked for Task {
     ///
     /// Nothing else: a hop writes no other line of the task (its context lives at the bottom
     /// of the stack, read only; where it runs is a thread-local), and every line fetched for
-    /// writing is one the other CPU must give up. On the development VM, fetching 7 stack
-    /// lines instead of every line up to the base (14 in `bench switch`) took Handoff+Spin
-    /// from 3.80x to 3.52x the floor (median of 14-15 runs, near band).
+    /// writing is one the other CPU must give up. The frames further up are left where they
+    /// are: a task that hops to do some work and hops back (delegation, an offloaded system
+    /// call) calls down from the hop's frame and returns up through its callers only on the
+    /// way back. On the development VM (near band, Handoff+Spin, 12-20 runs each): every line
+    /// up to the base (14 in `bench switch`) 3.80x the floor, 7 lines 3.52x (both before the
+    /// task sent itself) and, later, 7 lines 2.78-2.86x, 5 lines 2.70x, 4 lines 2.60x, 3
+    /// lines 2.55-2.63x.
     fn prefetch(task: *const Task, hint: Hint) {
         // Line aligned, so its lines start at its address.
         for line in 0..size_of::<Task>().div_ceil(LINE) {
@@ -463,9 +467,9 @@ unsafe impl Linked for Task {
 
 const LINE: usize = 64;
 /// The stack a hop's target prefetches: `STACK_LINES` lines from `STACK_LINES_BELOW` below
-/// the suspend frame.
+/// the line where the task suspended, i.e. that line, the one above and two below.
 const STACK_LINES_BELOW: usize = 2;
-const STACK_LINES: usize = 7;
+const STACK_LINES: usize = 4;
 
 pub(crate) struct WorkerSlot {
     pub(crate) cpu: CpuId,
