@@ -79,6 +79,8 @@ pub struct SpinBudget {
     config: SpinConfig,
     wake_cost_ns: u64,
     gaps: Vec<u64>,
+    /// The gaps in order, rebuilt by each refit (kept to refit without allocating).
+    sorted: Vec<u64>,
     next: usize,
     fitted_ns: u64,
     budget_ns: u64,
@@ -95,6 +97,7 @@ impl SpinBudget {
             config,
             wake_cost_ns: config.initial_wake_cost_ns,
             gaps: Vec::with_capacity(config.window),
+            sorted: Vec::with_capacity(config.window),
             next: 0,
             fitted_ns: config.initial_wake_cost_ns,
             budget_ns: config.initial_wake_cost_ns,
@@ -171,21 +174,31 @@ impl SpinBudget {
         }
     }
 
+    /// The fit: one sort and one pass, not one sum over the window per candidate. It runs in a
+    /// spinning worker's loop, where a task that arrives meanwhile waits for it.
     fn refit(&mut self) {
         let wake = self.wake_cost_ns;
         let cap = wake.saturating_mul(self.config.max_factor);
-        let cost_of = |budget: u64| -> u128 {
-            self.gaps
-                .iter()
-                .map(|&g| if g <= budget { g as u128 } else { budget as u128 + wake as u128 })
-                .sum()
-        };
-        let mut best = (cost_of(0), 0);
-        for &candidate in self.gaps.iter().filter(|&&g| g <= cap) {
-            let cost = cost_of(candidate);
-            // Ties go to the shorter budget: same cost, less CPU burnt.
-            if cost < best.0 || (cost == best.0 && candidate < best.1) {
-                best = (cost, candidate);
+        self.sorted.clear();
+        self.sorted.extend_from_slice(&self.gaps);
+        self.sorted.sort_unstable();
+        let n = self.sorted.len() as u128;
+        // Under budget `b`, a gap `g <= b` costs `g` and a longer one `b + W`. Budget 0 first;
+        // then each distinct gap, once every gap up to it is summed. Ties go to the shorter
+        // budget (same cost, less CPU burnt): a later candidate must cost strictly less.
+        let mut best = (self.sorted.iter().filter(|&&g| g > 0).count() as u128 * wake as u128, 0);
+        let mut caught = (0u128, 0u128); // (sum, count) of the gaps up to the candidate
+        for (i, &g) in self.sorted.iter().enumerate() {
+            caught = (caught.0 + g as u128, caught.1 + 1);
+            let last_of_its_value = self.sorted.get(i + 1) != Some(&g);
+            if g > cap {
+                break;
+            }
+            if last_of_its_value {
+                let cost = caught.0 + (n - caught.1) * (g as u128 + wake as u128);
+                if cost < best.0 {
+                    best = (cost, g);
+                }
             }
         }
         self.fitted_ns = best.1;
@@ -293,6 +306,26 @@ mod tests {
             // Never worse over the window than always sleeping or the 2-competitive rule.
             prop_assert!(cost(b) <= cost(0));
             prop_assert!(cost(b) <= cost(wake));
+            // And the best of the candidates by the definition (0 and each gap up to the cap),
+            // the shortest of equals.
+            let cap = wake * config.max_factor;
+            let best = std::iter::once(0)
+                .chain(window.iter().copied().filter(|&g| g <= cap))
+                .min_by_key(|&c| (cost(c), c))
+                .unwrap();
+            prop_assert_eq!(b, best);
+        }
+
+        #[test]
+        fn many_equal_gaps_fit_as_one(gap in 0u64..50_000, copies in 1usize..16, wake in 1u64..100_000) {
+            let mut s = SpinBudget::new(SpinConfig { initial_wake_cost_ns: wake, ..SpinConfig::default() });
+            for _ in 0..copies {
+                s.observe_idle_gap(gap);
+            }
+            // Catching them all costs `gap` each; sleeping at once costs `W` each (nothing for
+            // gaps of 0, which any budget catches).
+            let expected = if gap > 0 && gap < wake { gap } else { 0 };
+            prop_assert_eq!(s.fitted_ns(), expected);
         }
     }
 }
