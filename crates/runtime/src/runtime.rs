@@ -710,9 +710,6 @@ struct Idle {
 
 /// Polls between clock reads while spinning (a TSC read costs about as much as 8 polls).
 const POLLS_PER_CLOCK_READ: u32 = 8;
-/// Spin this long before refitting the budget to what was recorded: refitting takes a few
-/// hundred ns, which must not delay work that comes back within moments.
-const REFIT_AFTER_NS: u64 = 1_000;
 
 impl Idle {
     /// Waits for mail; returns where a spinning wait found it (after a park: `None`, and the
@@ -758,18 +755,19 @@ impl Idle {
             polls += 1;
             if polls.is_multiple_of(POLLS_PER_CLOCK_READ) {
                 spun = sys::now_ns().saturating_sub(start);
-                if spun >= REFIT_AFTER_NS && self.budget.is_stale() {
+                if spun >= budget {
+                    // Out of budget: fit it to what was recorded, and go on if it grew. Only
+                    // here, where no work waits for the refit (none came within the budget);
+                    // earlier, a task that comes back while it runs would wait for it.
                     self.budget.refit_if_stale();
                     budget = self.budget.budget_ns();
-                }
-                if spun >= budget {
-                    break;
+                    if spun >= budget {
+                        break;
+                    }
                 }
             }
             sys::cpu_relax();
         }
-        // About to sleep anyway: the refit costs nothing that matters now.
-        self.budget.refit_if_stale();
         // Sleep until there is mail (a stale notification makes `park` return at once).
         loop {
             reader.park();
@@ -779,7 +777,8 @@ impl Idle {
         }
         let woke = sys::now_ns();
         let woken_at = reader.mailbox().woken_at_ns();
-        // Recorded only: the refit happens while spinning next time, not before this work.
+        // Recorded only: the refit happens when the next spin runs out of budget, not before
+        // this work.
         if woken_at >= start {
             self.budget.record_wake_cost(woke.saturating_sub(woken_at));
             self.budget.record_idle_gap(woken_at - start);
