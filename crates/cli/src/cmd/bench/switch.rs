@@ -34,9 +34,10 @@ use crate::report::{self, OutputArgs, Stats, Table};
 /// chunks, so one interrupted vCPU does not inflate it):
 ///
 ///   floor                   cache-line round trip between two threads pinned on FROM and TO
-///   floor-with-state        the same, but each side then also takes a second line whose
-///                           address the first one carries: the least a hand-off of state
-///                           can cost (a hop's bound: 2x the floor or more)
+///   floor-with-state        the same, but a message line each way, and each side then also
+///                           takes a second line whose address the message carries: the
+///                           least a hand-off of state can cost that we know of (a hop's
+///                           bound)
 ///   gettid                  one plain gettid system call on FROM (no hop)
 ///   yield                   yield_now on FROM: a hop's software cost, no line moving
 ///   affinity                hop round trip, V1: the thread re-pins itself (sched_setaffinity)
@@ -427,30 +428,32 @@ fn median_of_chunk_means(ns: &[u64]) -> f64 {
     report::percentile(&means, 50.0).unwrap_or(f64::NAN)
 }
 
-/// Ns per cache-line round trip between two threads pinned on the two CPUs.
+/// Ns per cache-line round trip between two threads pinned on the two CPUs: one line, which
+/// carries the message both ways.
 fn floor(from_os: usize, to_os: usize, iters: u64) -> anyhow::Result<f64> {
     #[repr(align(128))]
     struct Line(AtomicU64);
     let line = Line(AtomicU64::new(0));
-    ping_pong(from_os, to_os, iters, &line.0, &|_| {}, &|seq| line.0.store(seq, Ordering::Release))
+    ping_pong(from_os, to_os, iters, &|_| &line.0, &|_| {}, &|seq| line.0.store(seq, Ordering::Release))
 }
 
-/// Ns per round trip between a thread on `from_os` and one on `to_os` that take turns: each
-/// waits until `seq` shows its turn, runs `take(seq)` (what receiving costs beyond the
-/// message), then `send(seq + 1)`, which must end by storing that number into `seq`.
-/// Timed by [`per_op`].
-fn ping_pong(
+/// Ns per round trip between a thread on `from_os` and one on `to_os` that take turns.
+/// Message `n` (odd ones go to `to_os`, even ones back, from 1 on) travels in the line
+/// `line(n)`, which holds 0 at first: each side waits until its line shows its turn, runs
+/// `take(n)` (what receiving costs beyond the message), then `send(n + 1)`, which must end
+/// by storing that number into `line(n + 1)`. Timed by [`per_op`].
+fn ping_pong<'a>(
     from_os: usize,
     to_os: usize,
     iters: u64,
-    seq: &AtomicU64,
+    line: &(dyn Fn(u64) -> &'a AtomicU64 + Sync),
     take: &(dyn Fn(u64) + Sync),
     send: &(dyn Fn(u64) + Sync),
 ) -> anyhow::Result<f64> {
-    let start = seq.load(Ordering::Relaxed);
     // Either side that fails to pin says so, and the other stops waiting for it.
     let (ready, failed) = (AtomicBool::new(false), AtomicBool::new(false));
     let wait_for = |n: u64| -> bool {
+        let seq = line(n);
         while seq.load(Ordering::Acquire) != n {
             if failed.load(Ordering::Relaxed) {
                 return false;
@@ -467,10 +470,10 @@ fn ping_pong(
             ready.store(true, Ordering::Release);
             pinned?;
             for i in 0..iters {
-                if !wait_for(start + 2 * i + 1) {
+                if !wait_for(2 * i + 1) {
                     break;
                 }
-                send(start + 2 * i + 2);
+                send(2 * i + 2);
             }
             Ok(())
         });
@@ -481,8 +484,8 @@ fn ping_pong(
             }
             // A failed responder stops the run; its error is the one reported.
             Ok(per_op(iters, |i| {
-                send(start + 2 * i + 1);
-                wait_for(start + 2 * i + 2).then_some(()).ok_or(())
+                send(2 * i + 1);
+                wait_for(2 * i + 2).then_some(()).ok_or(())
             })
             .unwrap_or(f64::NAN))
         });
@@ -492,15 +495,15 @@ fn ping_pong(
     })
 }
 
-/// Mean ns per round trip of a message line that names a state line, which the receiver then
-/// reads and writes before answering, and names in turn: the two dependent line transfers
-/// each way that any hand-off of state needs (the message, then what it names; the state
-/// travels like a task's stack, written where it is and taken where it goes), with no
-/// software around them.
+/// Mean ns per round trip of a message that names a state line, which the receiver then
+/// reads and writes before answering, and names in turn: a hand-off of state (the message,
+/// then what it names; the state travels like a task's stack, written where it is and taken
+/// where it goes), with no software around it. Each direction has a message line of its own,
+/// as a runtime's lanes do.
 ///
-/// The best case: on the development VM the same code costs 3.1-4.1x the floor instead of
-/// 2.1x when the state line sits above the message line rather than below it (the hardware
-/// prefetchers' doing, presumably), so a hop's real bound depends on where its lines fall.
+/// The least a hop can cost that we know of. On the development VM, near band: about 1.5x the
+/// floor, hardly more than the two message lines alone; with one message line for both
+/// directions (the floor's way) the same hand-off costs about 2.1x.
 fn floor_with_state(from_os: usize, to_os: usize, iters: u64) -> anyhow::Result<f64> {
     #[repr(align(128))]
     struct Message {
@@ -511,18 +514,20 @@ fn floor_with_state(from_os: usize, to_os: usize, iters: u64) -> anyhow::Result<
     #[repr(align(128))]
     struct State(AtomicU64);
     let states = [State(AtomicU64::new(0))];
-    let message = Message { seq: AtomicU64::new(0), state: AtomicUsize::new(0) };
+    let new = || Message { seq: AtomicU64::new(0), state: AtomicUsize::new(0) };
+    let (there, back) = (new(), new());
+    let message = |n: u64| if n % 2 == 1 { &there } else { &back };
     // Receiving: read and write the named line, as a resumed task does its stack.
-    let take = |seq: u64| {
-        let line = &states[message.state.load(Ordering::Relaxed)].0;
-        line.store(line.load(Ordering::Relaxed) ^ seq, Ordering::Relaxed);
+    let take = |n: u64| {
+        let line = &states[message(n).state.load(Ordering::Relaxed)].0;
+        line.store(line.load(Ordering::Relaxed) ^ n, Ordering::Relaxed);
     };
     // Sending: name the line just taken (it is here now, as a task's stack is).
-    let send = |seq: u64| {
-        message.state.store(0, Ordering::Relaxed);
-        message.seq.store(seq, Ordering::Release);
+    let send = |n: u64| {
+        message(n).state.store(0, Ordering::Relaxed);
+        message(n).seq.store(n, Ordering::Release);
     };
-    ping_pong(from_os, to_os, iters, &message.seq, &take, &send)
+    ping_pong(from_os, to_os, iters, &|n| &message(n).seq, &take, &send)
 }
 
 /// Mean ns per plain gettid system call on a thread pinned on `os_cpu`.
