@@ -132,7 +132,8 @@ impl WorkerState {
         senders: ptr::slice_from_raw_parts(ptr::null(), 0),
     };
 
-    fn get(self) -> Option<WorkerState> {
+    /// This state, if it is a worker's.
+    fn of_worker(self) -> Option<WorkerState> {
         (!self.runtime.is_null()).then_some(self)
     }
 }
@@ -173,7 +174,7 @@ pub(crate) fn leave_worker() {
 #[inline(never)]
 pub(crate) fn set_here(cpu: CpuId, worker: usize) {
     WORKER.with(|w| {
-        if let Some(s) = w.get().get() {
+        if let Some(s) = w.get().of_worker() {
             w.set(WorkerState { here: cpu, at: worker, ..s });
         }
     });
@@ -182,7 +183,7 @@ pub(crate) fn set_here(cpu: CpuId, worker: usize) {
 /// The CPU the calling worker thread is on, if it is a worker.
 #[inline(never)]
 pub(crate) fn here() -> Option<CpuId> {
-    WORKER.with(|w| w.get().get().map(|s| s.here))
+    WORKER.with(|w| w.get().of_worker().map(|s| s.here))
 }
 
 /// Whether the calling thread is a worker of the runtime `shared`.
@@ -209,12 +210,8 @@ pub(crate) fn install_task(ctx: *const TaskCtx) {
 /// what a hop needs, in one call.
 #[inline(never)]
 pub(crate) fn task_at<'a>() -> Option<(&'a TaskCtx, OnWorker)> {
-    let on = WORKER.with(|w| {
-        // A pointer to this thread's cell, read through `OnWorker` (copied out each time).
-        // SAFETY: reading the runtime field of this thread's own cell; nothing writes it now.
-        let state = w.as_ptr();
-        (!unsafe { (*state).runtime }.is_null()).then_some(OnWorker(state))
-    })?;
+    // A pointer to this thread's cell, read through `OnWorker` (copied out each time).
+    let on = WORKER.with(|w| w.get().of_worker().map(|_| OnWorker(w.as_ptr())))?;
     let ptr = TASK.with(|t| t.get());
     // SAFETY: as in `task` (read here, not called: one call per hop is enough).
     unsafe { ptr.as_ref() }.map(|ctx| (ctx, on))

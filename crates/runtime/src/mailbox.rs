@@ -29,7 +29,7 @@
 //!
 //! The reader frees a slot only at its next pop (or park), so that the payload can be used
 //! where it is, in the line that just arrived, instead of being copied out first. An idle
-//! reader polls with [`Reader::mail`], which says where a node waits, and takes that one with
+//! reader polls with [`Reader::poll`], which says where a node waits, and takes that one with
 //! [`Reader::take`]: no second search between a hop's arrival and its start.
 //!
 //! Order: each lane and the list are FIFO; a node sent on a lane may overtake one that the
@@ -100,6 +100,12 @@ pub(crate) type Payload = [StdAtomicUsize; PAYLOAD_WORDS];
 /// The alignment lane nodes need: the low bits of their address carry the send number.
 pub(crate) const NODE_ALIGN: usize = 64;
 const SEQ_MASK: usize = NODE_ALIGN - 1;
+
+/// Whether a slot's `word` holds send `n + 1`, the one a reader that took `n` waits for.
+#[inline(always)]
+fn is_send_after(word: usize, n: usize) -> bool {
+    word & SEQ_MASK == (n + 1) & SEQ_MASK
+}
 
 /// Where [`Reader::mail`] found a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -492,7 +498,7 @@ impl<T: Linked> Reader<T> {
         Some(self.taken(node))
     }
 
-    /// Takes what [`Reader::mail`] found, skipping `pop`'s search and its turns between lanes
+    /// Takes what [`Reader::mail`] (or [`Reader::poll`]) found, skipping `pop`'s search and its turns between lanes
     /// and list: for a worker that was idle, whose first mail is the one to run, with as
     /// little as possible between its arrival and its start. Frees the slot of the last one.
     #[inline(always)]
@@ -541,7 +547,7 @@ impl<T: Linked> Reader<T> {
         let slot = &lane.slots[n % LANE_SLOTS];
         // Acquire: pairs with the producer's Release store of the word.
         let word = slot.word.load(Ordering::Acquire);
-        if word & SEQ_MASK != (n + 1) & SEQ_MASK {
+        if !is_send_after(word, n) {
             return None;
         }
         self.taken[i] = n + 1;
@@ -606,8 +612,7 @@ impl<T: Linked> Reader<T> {
         self.mail().is_some()
     }
 
-    /// Where a node waits now, if anywhere: what an idle worker polls, then hands to
-    /// [`Reader::take`].
+    /// Where a node waits now, if anywhere, for [`Reader::take`].
     #[inline(always)]
     pub(crate) fn mail(&self) -> Option<Mail> {
         if !self.batch.is_null() || !self.mailbox.head.load(Ordering::Relaxed).is_null() {
@@ -617,10 +622,19 @@ impl<T: Linked> Reader<T> {
             .lanes
             .iter()
             .zip(&self.taken)
-            .position(|(lane, &n)| {
-                lane.slots[n % LANE_SLOTS].word.load(Ordering::Relaxed) & SEQ_MASK == (n + 1) & SEQ_MASK
-            })
+            .position(|(lane, &n)| is_send_after(lane.slots[n % LANE_SLOTS].word.load(Ordering::Relaxed), n))
             .map(Mail::Lane)
+    }
+
+    /// [`Reader::mail`], with the node the reader expects prefetched the moment mail is seen
+    /// (see [`Expected`]): what an idle worker polls.
+    #[inline(always)]
+    pub(crate) fn poll(&mut self) -> Option<Mail> {
+        let mail = self.mail();
+        if mail.is_some() {
+            self.prefetch_expected();
+        }
+        mail
     }
 
     /// Sleeps until a push or [`Mailbox::unpark`] after the last park; returns at once if one

@@ -717,8 +717,7 @@ impl Idle {
     fn wait(&mut self, shared: &Shared, reader: &mut Reader<Task>) -> Option<Mail> {
         match shared.wake {
             Wake::Spin => loop {
-                if let Some(mail) = reader.mail() {
-                    reader.prefetch_expected();
+                if let Some(mail) = reader.poll() {
                     return Some(mail);
                 }
                 if shared.finished() {
@@ -742,8 +741,7 @@ impl Idle {
         let mut budget = self.budget.budget_ns();
         let (mut polls, mut spun) = (0u32, 0);
         loop {
-            if let Some(mail) = reader.mail() {
-                reader.prefetch_expected();
+            if let Some(mail) = reader.poll() {
                 // The gap as of the last clock read (short by at most a few polls): reading
                 // the clock now would delay the task that just arrived.
                 self.caught_gap = Some(spun);

@@ -275,13 +275,9 @@ pub fn prefetch_lines_for_write(first: usize, lines: usize) {
                 }
             }
         } else {
+            // The best there is: other CPUs give the lines up only when this one writes.
             for line in 0..lines {
-                // SAFETY: SSE (PREFETCHT0) is part of x86-64; a prefetch never faults.
-                unsafe {
-                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                        (first + line * LINE) as *const i8,
-                    )
-                };
+                prefetch_for_read(first + line * LINE);
             }
         }
     }

@@ -105,7 +105,9 @@ pub fn yield_now() -> Result<(), Error> {
         return Err(Error::HopForbidden { cpu: ctx.shared.cpu_of(on.at()) });
     }
     match ctx.shared.mechanism {
-        Mechanism::Handoff => handoff(ctx, on, on.at()),
+        Mechanism::Handoff => {
+            ctx.hop_to(on, on.at());
+        }
         Mechanism::Affinity => std::thread::yield_now(),
     }
     Ok(())
@@ -132,29 +134,24 @@ fn task_at<'a>() -> Result<(&'a TaskCtx, OnWorker), Error> {
 
 /// Moves the task from the worker it runs `on` to worker `worker` without the policy checks
 /// of [`hop`].
+///
+/// Inlined, with `TaskCtx::hop_to`, into [`hop`], and `hop` into its caller: the task
+/// resumes on a CPU whose return predictor holds that worker's return addresses, not the
+/// task's, so every `ret` between the switch and the caller's code mispredicts. With three
+/// frames in between, Handoff+Spin round trips cost 4.0-4.5x the cache-line floor on the
+/// development VM; inlined, 3.5-3.7x.
 #[inline(always)]
 fn move_to(ctx: &TaskCtx, on: OnWorker, worker: usize) -> Result<(), Error> {
     if on.at() == worker {
         return Ok(());
     }
     match ctx.shared.mechanism {
-        Mechanism::Handoff => handoff(ctx, on, worker),
+        Mechanism::Handoff => {
+            ctx.hop_to(on, worker);
+        }
         Mechanism::Affinity => repin(ctx, worker)?,
     }
     Ok(())
-}
-
-/// A `Handoff` hop from the worker the task runs `on` (to that same worker: a yield). The worker that
-/// resumes the task tells its thread which task it runs.
-///
-/// Inlined, with [`move_to`], into [`hop`], and `hop` into its caller: the task resumes on a
-/// CPU whose return predictor holds that worker's return addresses, not the task's, so every
-/// `ret` between the switch and the caller's code mispredicts. With three frames in between,
-/// Handoff+Spin round trips cost 4.0-4.5x the cache-line floor on the development VM;
-/// inlined, 3.5-3.7x.
-#[inline(always)]
-fn handoff(ctx: &TaskCtx, on: OnWorker, worker: usize) {
-    ctx.hop_to(on, worker);
 }
 
 /// An `Affinity` hop: the thread re-pins itself.
