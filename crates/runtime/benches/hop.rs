@@ -2,8 +2,15 @@
 //! CPUs under each wake-up, and `on()` delegation. For the side-by-side comparison against
 //! the cache-line floor use `corehop bench switch`; this file tracks each primitive over time.
 
-use corehop_runtime::{hop, on, CpuId, Mechanism, Runtime, Wake};
+use corehop_runtime::{on, CpuId, Error, Mechanism, Runtime, Wake};
 use criterion::{criterion_group, criterion_main, Criterion};
+
+/// `hop` for these tests: their tasks hold nothing tied to an OS thread across a hop (no
+/// thread-local references, no lock guards), which is `corehop_runtime::hop`'s contract.
+fn hop(cpu: CpuId) -> Result<(), Error> {
+    // SAFETY: see above.
+    unsafe { corehop_runtime::hop(cpu) }
+}
 
 /// Times `iters` operations inside one task on `from` (criterion's `iter_custom`), so task
 /// start-up is not part of the figure.

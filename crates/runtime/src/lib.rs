@@ -11,7 +11,8 @@
 //! let answer = rt
 //!     .block_on(a, move || {
 //!         let local = [1u64, 2, 3];
-//!         hop(b).unwrap(); // now running on b's worker, same stack
+//!         // SAFETY: nothing here is tied to a's thread: `local` lives on the task's stack.
+//!         unsafe { hop(b) }.unwrap(); // now running on b's worker, same stack
 //!         assert_eq!(current_cpu(), b);
 //!         let there = on(a, current_cpu).unwrap(); // delegate a call to a, come back to b
 //!         (local.iter().sum::<u64>(), there)

@@ -228,7 +228,8 @@ fn default_machine() -> Result<Machine, Error> {
 /// let seen = rt
 ///     .block_on(first, move || {
 ///         let here = current_cpu();
-///         hop(last).unwrap();
+///         // SAFETY: the task holds nothing tied to its first thread (only a `CpuId`).
+///         unsafe { hop(last) }.unwrap();
 ///         (here, current_cpu())
 ///     })
 ///     .unwrap();

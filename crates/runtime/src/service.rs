@@ -338,7 +338,7 @@ impl ServiceCores {
 impl ServiceCores {
     /// Hop cores: the task moves to `cpu`, runs `f`, and comes back. If it cannot hop, `f`
     /// runs here. Returns the result, the hop overhead (as the wait) and the run time.
-    fn hop_and_run<R>(core: &Core, cpu: CpuId, f: impl FnOnce() -> R) -> (R, u64, u64) {
+    fn hop_and_run<R: Send>(core: &Core, cpu: CpuId, f: impl FnOnce() -> R + Send) -> (R, u64, u64) {
         let mut work = Some(f);
         let t0 = sys::now_ns();
         core.load.pending.fetch_add(1, Ordering::Relaxed);

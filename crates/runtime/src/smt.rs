@@ -64,7 +64,11 @@ use crate::sys;
 /// assert_eq!(ran_on, rt.cpus()[1]);
 /// # Ok::<(), corehop_runtime::Error>(())
 /// ```
-pub fn service_call<R>(layout: &SmtLayout, mode: Mode, call: impl FnOnce() -> R) -> Result<R, crate::Error> {
+pub fn service_call<R: Send>(
+    layout: &SmtLayout,
+    mode: Mode,
+    call: impl FnOnce() -> R + Send,
+) -> Result<R, crate::Error> {
     let here = crate::try_current_cpu().filter(|_| crate::in_task()).ok_or(crate::Error::NotInTask)?;
     match layout.place_service(here, mode) {
         Some(target) if target != here => crate::on(target, call),

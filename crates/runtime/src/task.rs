@@ -7,19 +7,50 @@
 //! - **Thread-locals.** A `thread_local!` read before a hop is the old thread's. The runtime's
 //!   own per-thread state is reached only through `#[inline(never)]` accessors, so
 //!   [`current_cpu`] is right after any hop even in release builds (tested with 100 000 hops).
-//!   User code should not hold references into thread-locals across a hop.
 //! - **`!Send` values on the task's stack** (`Rc`, `RefCell` borrows) move with the whole stack
 //!   and stay consistent: only one thread runs a stack at a time. Closures that *start* tasks
-//!   must be `Send + 'static`, because they come from another thread. `on`'s closure need not
-//!   be `Send`: it runs on the same (moving) stack.
+//!   or run elsewhere ([`on`], [`spawn_on`], `Objects::run`) must be `Send`, because they run
+//!   on another thread, and so must what they return.
 //! - **Locks held across a hop.** Unlocking a pthread mutex (or a `std::sync::MutexGuard`) on
-//!   another thread than locked it is undefined behaviour. Rust cannot forbid "holding across
-//!   this call", so corehop makes it detectable: hold such guards inside a [`no_hop_zone`], and
-//!   any hop there returns [`Error::HopForbidden`] instead of moving the task.
+//!   another thread than locked it is undefined behaviour.
 //! - **errno and thread identity.** Nothing here reads `errno`; `sys::syscall` returns it.
 //!   `gettid`, signal masks and per-thread settings answer for the *current* thread, which a
 //!   hop changes: call them where that is what you mean.
-#![forbid(unsafe_code)]
+//!
+//! # What is safe and what is not
+//! Rust cannot say "this value must not live across that call", so the one call that leaves
+//! the caller's frames on another OS thread, [`hop`] (and [`hop_any`], which calls it), is an
+//! `unsafe fn` whose contract is the list above. Everything else is safe by construction:
+//! - [`on`] runs its `Send` closure elsewhere and always brings the task back to the worker
+//!   (the OS thread) it came from before the caller's code runs again, even during shutdown
+//!   and even when the closure panics (the panic resumes after the way back). The caller's
+//!   frames, with whatever guards or thread-local references they hold, never run or unwind
+//!   on another thread.
+//! - [`yield_now`] requeues the task on its *own* worker: the same OS thread resumes it.
+//!   Other tasks may run on that thread meanwhile, as in any cooperative scheduler; that is
+//!   what `RefCell` and `Mutex` already guard against.
+//!
+//! ```compile_fail,E0133
+//! // A bare hop is unsafe: the caller promises it holds nothing tied to this thread.
+//! # let cpu = corehop_runtime::CpuId(0);
+//! corehop_runtime::hop(cpu).unwrap();
+//! ```
+//!
+//! ```compile_fail,E0277
+//! // `on` runs its closure on another thread: an `Rc` may not go along.
+//! # let cpu = corehop_runtime::CpuId(0);
+//! let shared = std::rc::Rc::new(1);
+//! let _ = corehop_runtime::on(cpu, move || *shared + 1);
+//! ```
+//!
+//! ```compile_fail,E0277
+//! // Nor may a result that is not `Send` come back.
+//! # let cpu = corehop_runtime::CpuId(0);
+//! let _ = corehop_runtime::on(cpu, || std::rc::Rc::new(1));
+//! ```
+// `hop` is declared `unsafe` (its contract is the caller's); nothing here *does* anything
+// unsafe, and `unsafe` blocks stay forbidden.
+#![deny(unsafe_code)]
 
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -61,21 +92,57 @@ pub fn try_current_cpu() -> Option<CpuId> {
 /// runtime is shutting down (the task stays where it is), [`Error::Pin`] if an `Affinity` hop
 /// cannot re-pin the thread. A hop to the current CPU does nothing.
 ///
+/// Prefer [`on`], which is safe: it runs a closure on `cpu` and comes back.
+///
+/// # Safety
+/// After an `Ok` the caller's code runs on another OS thread. Until the task is back on the
+/// CPU it hopped from (or for good, if it never goes back), nothing live in the calling task
+/// may depend on the OS thread it left:
+/// - no reference into, or value cloned out of, a `thread_local!` (an `Rc` whose other clone
+///   sits in a thread-local, a `&` into a `LocalKey::with` closure's value);
+/// - no lock that must be released by the thread that took it (`std::sync::MutexGuard`,
+///   `RwLock` guards, pthread mutexes, `flock`-style per-thread state), and no other
+///   `!Send` value whose `Drop` or methods touch per-thread state;
+/// - no per-thread OS state the code goes on to rely on (signal mask, `prctl` settings,
+///   credentials changed with raw per-thread syscalls, `errno` read after the hop).
+///
+/// Values that live wholly on the task's own stack (an `Rc` all of whose clones are on it, a
+/// `RefCell` borrow of a local) are fine: the stack moves as a whole. A [`no_hop_zone`] turns
+/// a hop into [`Error::HopForbidden`] where the caller wants a check rather than a promise.
+///
+/// # Performance
 /// Always inlined, down to the stack switch: each frame between the switch and the caller
 /// costs a mispredicted return on the CPU the task arrives on, and the registers its
-/// epilogue restores from the stack come from the CPU the task left (a line transfer the
-/// hop is built to avoid: see `fiber`).
+/// epilogue restores from the stack come from the CPU the task left (see `fiber`).
 #[inline(always)]
-pub fn hop(cpu: CpuId) -> Result<(), Error> {
+#[allow(unsafe_code)]
+pub unsafe fn hop(cpu: CpuId) -> Result<(), Error> {
+    go(cpu).map(|_| ())
+}
+
+/// Moves the calling task to `cpu`; returns the worker it left, for the way back. The body of
+/// [`hop`], for the callers in this crate that always come back before their caller runs.
+#[inline(always)]
+pub(crate) fn go(cpu: CpuId) -> Result<usize, Error> {
     let Some((ctx, on)) = context::task_at() else {
         return Err(Error::NotInTask);
     };
     match ctx.shared.worker_index(cpu) {
         Some(worker) if ctx.no_hop.get() == 0 && !ctx.shared.shutdown.load(Ordering::Relaxed) => {
-            move_to(ctx, on, worker)
+            let back = on.at();
+            move_to(ctx, on, worker)?;
+            Ok(back)
         }
         _ => Err(refusal(ctx, cpu)),
     }
+}
+
+/// Brings the calling task back to worker `back` (as [`go`] returned it), whatever the
+/// runtime's state: the caller's frames must not run on another thread.
+#[inline(always)]
+pub(crate) fn come_back(back: usize) -> Result<(), Error> {
+    let (ctx, on) = task_at()?;
+    move_to(ctx, on, back)
 }
 
 /// Why [`hop`] refuses to move the task to `cpu` (kept off the hop's fast path).
@@ -91,7 +158,8 @@ fn refusal(ctx: &TaskCtx, cpu: CpuId) -> Error {
     }
 }
 
-/// Lets the other tasks waiting for this CPU run first, then continues here.
+/// Lets the other tasks waiting for this CPU run first, then continues here, on the same OS
+/// thread (the task goes to the back of its own worker's queue, never to another worker).
 ///
 /// Tasks switch only when one hops or ends; a task that never hops keeps its CPU, and tasks
 /// that hopped in wait behind it. Call this at natural boundaries (the object registry does
@@ -170,19 +238,20 @@ fn repin(ctx: &TaskCtx, worker: usize) -> Result<(), Error> {
 /// once shutdown has begun, so `Ok` means `f` ran and `Err` means it did not (or, under
 /// `Affinity`, that re-pinning for the way back failed).
 ///
+/// Safe, unlike [`hop`]: `f` and its result are `Send`, and the caller's own frames never run
+/// on `cpu`'s thread (see the module docs).
+///
 /// Inlined, like [`hop`]: a `ret` after the way back would be mispredicted, and the
 /// registers restored with it would come from lines the other CPU wrote.
 #[inline(always)]
 pub fn on<F, R>(cpu: CpuId, f: F) -> Result<R, Error>
 where
-    F: FnOnce() -> R,
+    F: FnOnce() -> R + Send,
+    R: Send,
 {
-    let (ctx, on) = task_at()?;
-    let back = on.at();
-    hop(cpu)?;
+    let back = go(cpu)?;
     let result = catch_unwind(AssertUnwindSafe(f));
-    let (_, on) = task_at()?;
-    move_to(ctx, on, back)?;
+    come_back(back)?;
     match result {
         Ok(value) => Ok(value),
         Err(payload) => resume_unwind(payload),
@@ -191,11 +260,15 @@ where
 
 /// Chooses one of `cpus` with `pick` (the §9.2 settings: work-conserving, affinity,
 /// prefer-affinity) from their current load, and hops there; returns the CPU chosen.
-pub fn hop_any(cpus: &[CpuId], pick: &Pick, state: &mut PickState) -> Result<CpuId, Error> {
+///
+/// # Safety
+/// As for [`hop`]: the caller's code continues on another OS thread.
+#[allow(unsafe_code)]
+pub unsafe fn hop_any(cpus: &[CpuId], pick: &Pick, state: &mut PickState) -> Result<CpuId, Error> {
     let ctx = task_ctx()?;
     let candidates = ctx.shared.candidates(cpus)?;
     let cpu = pick.pick(&candidates, state).ok_or(Error::NoCpus)?;
-    hop(cpu)?;
+    go(cpu)?;
     Ok(cpu)
 }
 
@@ -223,7 +296,8 @@ where
 ///         let lock = std::sync::Mutex::new(0);
 ///         let _zone = no_hop_zone();
 ///         let _guard = lock.lock().unwrap();
-///         matches!(hop(cpu), Err(Error::HopForbidden { .. }))
+///         // SAFETY: inside the zone the hop is refused, so the guard never leaves this thread.
+///         matches!(unsafe { hop(cpu) }, Err(Error::HopForbidden { .. }))
 ///     })
 ///     .unwrap();
 /// assert!(refused);

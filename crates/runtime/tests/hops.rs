@@ -5,9 +5,23 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use corehop_runtime::{
-    current_cpu, hop, hop_any, in_task, on, sys, yield_now, CpuId, Mechanism, Pick, PickState, Runtime, Wake,
+    current_cpu, in_task, on, sys, yield_now, CpuId, Error, Mechanism, Pick, PickState, Runtime, Wake,
 };
 use rand::{Rng, SeedableRng};
+
+/// `hop` for these tests: their tasks hold nothing tied to an OS thread across a hop (no
+/// thread-local references, no lock guards), which is `corehop_runtime::hop`'s contract. Values
+/// that live wholly on the task's stack (the `Rc` test below) are allowed by it.
+fn hop(cpu: CpuId) -> Result<(), Error> {
+    // SAFETY: see above.
+    unsafe { corehop_runtime::hop(cpu) }
+}
+
+/// `hop_any` under the same contract as [`hop`].
+fn hop_any(cpus: &[CpuId], pick: &Pick, state: &mut PickState) -> Result<CpuId, Error> {
+    // SAFETY: as for `hop`.
+    unsafe { corehop_runtime::hop_any(cpus, pick, state) }
+}
 
 fn runtime(mechanism: Mechanism, wake: Wake) -> Runtime {
     Runtime::builder().mechanism(mechanism).wake(wake).build().expect("runtime on this host")
@@ -239,4 +253,47 @@ fn in_task_is_true_only_inside_tasks() {
     assert_eq!(corehop_runtime::try_current_cpu(), None);
     let rt = runtime(Mechanism::Handoff, Wake::Park);
     assert!(rt.block_on(rt.cpus()[0], in_task).unwrap());
+}
+
+#[test]
+fn yield_now_resumes_on_the_same_os_thread() {
+    // `yield_now` is safe because the task goes back to its own worker: a thread-bound value
+    // (here the thread id) held across it stays right, with other tasks yielding meanwhile.
+    let rt = runtime(Mechanism::Handoff, Wake::SpinThenPark);
+    let cpu = rt.cpus()[0];
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            rt.spawn_on(cpu, move || {
+                let mut moved = 0;
+                for _ in 0..1000 {
+                    let before = std::thread::current().id();
+                    yield_now().unwrap();
+                    moved += usize::from(std::thread::current().id() != before);
+                }
+                moved
+            })
+            .unwrap()
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(t.join().unwrap(), 0);
+    }
+}
+
+#[test]
+fn on_brings_the_caller_back_to_its_own_os_thread() {
+    let rt = runtime(Mechanism::Handoff, Wake::SpinThenPark);
+    let cpus = rt.cpus().to_vec();
+    let (a, b) = (cpus[0], *cpus.last().unwrap());
+    let same = rt
+        .block_on(a, move || {
+            (0..200).all(|_| {
+                let before = std::thread::current().id();
+                let there = on(b, || std::thread::current().id()).unwrap();
+                let _ = there;
+                std::thread::current().id() == before
+            })
+        })
+        .unwrap();
+    assert!(same);
 }

@@ -3,8 +3,15 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use corehop_runtime::{hop, no_hop_zone, on, CpuId, Error, JoinError, Mechanism, Runtime, Wake};
+use corehop_runtime::{no_hop_zone, on, CpuId, Error, JoinError, Mechanism, Runtime, Wake};
 use corehop_topology::Machine;
+
+/// `hop` for these tests: their tasks hold nothing tied to an OS thread across a hop (no
+/// thread-local references, no lock guards), which is `corehop_runtime::hop`'s contract.
+fn hop(cpu: CpuId) -> Result<(), Error> {
+    // SAFETY: see above.
+    unsafe { corehop_runtime::hop(cpu) }
+}
 
 fn park_runtime() -> Runtime {
     Runtime::builder().wake(Wake::Park).build().unwrap()

@@ -220,3 +220,33 @@ fn yield_now_lets_a_waiting_task_run() {
     assert!(spinner.join().unwrap() >= 1);
     assert!(matches!(corehop_runtime::yield_now(), Err(corehop_runtime::Error::NotInTask)));
 }
+
+#[test]
+fn a_panicking_operation_in_a_task_resumes_on_the_callers_own_thread() {
+    // The op runs on the owner's worker; its panic must unwind the caller's frames only after
+    // the task is back on the thread it came from.
+    let machine = host();
+    let rt = corehop_runtime::Runtime::builder().machine(machine.clone()).build().unwrap();
+    let cpus = rt.cpus().to_vec();
+    let (home, owner) = (cpus[0], *cpus.last().unwrap());
+    let objects = Arc::new(registry::<u64>(&machine));
+    objects.register(3, 0, 64).unwrap();
+    objects.pin(&3, Some(owner)).unwrap();
+    let (same_thread, here, value) = rt
+        .block_on(home, move || {
+            let before = std::thread::current().id();
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                objects.run(&3, |v| {
+                    *v += 1;
+                    panic!("inside an operation")
+                })
+            }));
+            assert!(caught.is_err());
+            let value = objects.read(&3, |v| *v).unwrap();
+            (std::thread::current().id() == before, corehop_runtime::current_cpu(), value)
+        })
+        .unwrap();
+    assert!(same_thread);
+    assert_eq!(here, home);
+    assert_eq!(value, 1);
+}

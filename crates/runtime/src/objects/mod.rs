@@ -44,6 +44,7 @@
 use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::hash::Hash;
+use std::panic;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -215,8 +216,8 @@ struct Ran {
 #[derive(Debug)]
 enum Back {
     Stay,
-    /// A task hops back to this CPU.
-    Hop(CpuId),
+    /// A task hops back to this worker (the one it came from: the same OS thread).
+    Hop(usize),
     /// A plain thread restores this affinity (kernel CPU numbers).
     Affinity(Vec<usize>),
 }
@@ -299,7 +300,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
     }
 
     /// Runs a (writing) operation on the object under `key`, where it lives.
-    pub fn run<Q, R>(&self, key: &Q, op: impl FnOnce(&mut T) -> R) -> Result<R, ObjectError>
+    pub fn run<Q, R: Send>(&self, key: &Q, op: impl FnOnce(&mut T) -> R + Send) -> Result<R, ObjectError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -310,7 +311,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
 
     /// Runs a read-only operation on the object under `key`, where it lives (on every core, if
     /// the object is replicated).
-    pub fn read<Q, R>(&self, key: &Q, op: impl FnOnce(&T) -> R) -> Result<R, ObjectError>
+    pub fn read<Q, R: Send>(&self, key: &Q, op: impl FnOnce(&T) -> R + Send) -> Result<R, ObjectError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -320,35 +321,46 @@ impl<K: Hash + Eq, T> Objects<K, T> {
     }
 
     /// [`Objects::run`] through a handle.
-    pub fn run_handle<R>(&self, object: &Handle<T>, op: impl FnOnce(&mut T) -> R) -> Result<R, ObjectError> {
-        let mut ran = self.go(object)?;
-        let t0 = sys::now_ns();
-        let out = {
-            let _zone = crate::no_hop_zone();
-            object.cell.exclusive(op)
-        };
-        let t1 = sys::now_ns();
-        ran.hop_ns += self.come_back(std::mem::replace(&mut ran.back, Back::Stay));
-        self.account(object, &ran, t0, t1, true);
-        self.let_others_run();
-        Ok(out)
+    pub fn run_handle<R: Send>(
+        &self,
+        object: &Handle<T>,
+        op: impl FnOnce(&mut T) -> R + Send,
+    ) -> Result<R, ObjectError> {
+        self.operate(object, true, |cell| cell.exclusive(op))
     }
 
     /// [`Objects::read`] through a handle.
-    pub fn read_handle<R>(&self, object: &Handle<T>, op: impl FnOnce(&T) -> R) -> Result<R, ObjectError> {
-        let mut ran = self.go(object)?;
+    pub fn read_handle<R: Send>(
+        &self,
+        object: &Handle<T>,
+        op: impl FnOnce(&T) -> R + Send,
+    ) -> Result<R, ObjectError> {
+        let replicated = route::is_replicated(object.route.load(Ordering::Relaxed));
+        self.operate(
+            object,
+            false,
+            |cell| if replicated { cell.shared(op) } else { cell.exclusive(|v| op(v)) },
+        )
+    }
+
+    /// Runs `op` where `object` lives and comes back. The way back is taken before the panic
+    /// of a failed `op` resumes: the caller's frames never run or unwind on another thread.
+    fn operate<R: Send>(
+        &self,
+        object: &Handle<T>,
+        write: bool,
+        op: impl FnOnce(&LockedCell<T>) -> R + Send,
+    ) -> Result<R, ObjectError> {
+        let mut ran = self.go(object, true)?;
         let t0 = sys::now_ns();
         let out = {
             let _zone = crate::no_hop_zone();
-            if route::is_replicated(object.route.load(Ordering::Relaxed)) {
-                object.cell.shared(op)
-            } else {
-                object.cell.exclusive(|v| op(v))
-            }
+            panic::catch_unwind(panic::AssertUnwindSafe(|| op(&object.cell)))
         };
         let t1 = sys::now_ns();
         ran.hop_ns += self.come_back(std::mem::replace(&mut ran.back, Back::Stay));
-        self.account(object, &ran, t0, t1, false);
+        let out = out.unwrap_or_else(|payload| panic::resume_unwind(payload));
+        self.account(object, &ran, t0, t1, write);
         self.let_others_run();
         Ok(out)
     }
@@ -356,8 +368,12 @@ impl<K: Hash + Eq, T> Objects<K, T> {
     /// Starts an operation whose code runs outside a closure (the C API): moves the calling
     /// thread where the object lives and takes its lock exclusively. End it with
     /// [`Objects::end`] on the same thread.
+    ///
+    /// Inside a corehop task the operation runs where the task is: moving it would return to
+    /// the caller on another OS thread (see `corehop_runtime::hop`). Tasks use
+    /// [`Objects::run`], which comes back before the caller continues.
     pub fn start(&self, object: &Handle<T>) -> Result<Operation<T>, ObjectError> {
-        let ran = self.go(object)?;
+        let ran = self.go(object, false)?;
         object.lock().lock_exclusive();
         Ok(Operation {
             object: Arc::clone(object),
@@ -455,8 +471,9 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         sys::current_os_cpu().ok().and_then(|os| self.by_os_id.get(&os).copied())
     }
 
-    /// Moves the caller to where `object`'s operations run.
-    fn go(&self, object: &Object<T>) -> Result<Ran, ObjectError> {
+    /// Moves the caller to where `object`'s operations run. A task moves only if `may_hop`:
+    /// then its caller must come back before its own frames run again.
+    fn go(&self, object: &Object<T>, may_hop: bool) -> Result<Ran, ObjectError> {
         let here = self.here();
         let code = object.route.load(Ordering::Acquire);
         let Some(target) = route::target(code, here.map(|i| self.cpus[i].domain)) else {
@@ -468,9 +485,13 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         let t0 = sys::now_ns();
         let slot = &self.cpus[target];
         let back = match crate::try_current_cpu().filter(|_| crate::in_task()) {
-            Some(origin) => {
-                crate::hop(slot.id).map_err(|source| ObjectError::Hop { cpu: slot.id, source })?;
-                Back::Hop(origin)
+            Some(_) if !may_hop => {
+                return Ok(Ran { index: here, routed: false, hop_ns: 0, back: Back::Stay })
+            }
+            Some(_) => {
+                let back =
+                    crate::task::go(slot.id).map_err(|source| ObjectError::Hop { cpu: slot.id, source })?;
+                Back::Hop(back)
             }
             None => {
                 let migrate = |source| ObjectError::Migrate { cpu: slot.id, os_id: slot.os_id, source };
@@ -497,7 +518,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         let t0 = sys::now_ns();
         let moved = match back {
             Back::Stay => return 0,
-            Back::Hop(origin) => crate::hop(origin).is_ok(),
+            Back::Hop(worker) => crate::task::come_back(worker).is_ok(),
             Back::Affinity(saved) => sys::set_affinity(&saved).is_ok(),
         };
         if moved {
