@@ -13,6 +13,8 @@
 
 use core::fmt;
 
+use corehop_sys::wire::env;
+
 use crate::lane::MAX_LANES;
 
 pub const DEFAULT_SPIN_NS: u64 = 20_000;
@@ -72,39 +74,39 @@ pub fn parse(
             }),
         }
     };
-    let service_cpus = match text("COREHOP_SERVICE_CPUS")? {
+    let service_cpus = match text(env::SERVICE_CPUS)? {
         None => vec![default_cpu],
         Some(v) => parse_cpu_list(&v).map_err(|reason| ConfigError {
-            var: "COREHOP_SERVICE_CPUS",
+            var: env::SERVICE_CPUS,
             value: v.clone(),
             reason,
         })?,
     };
     if service_cpus.len() > MAX_LANES {
         return Err(ConfigError {
-            var: "COREHOP_SERVICE_CPUS",
+            var: env::SERVICE_CPUS,
             value: format!("{service_cpus:?}"),
             reason: format!("at most {MAX_LANES} service CPUs"),
         });
     }
-    let stats_file = get("COREHOP_STATS_FILE").filter(|p| !p.is_empty()).map(|mut p| {
+    let stats_file = get(env::STATS_FILE).filter(|p| !p.is_empty()).map(|mut p| {
         p.push(0);
         p
     });
     if stats_file.as_ref().is_some_and(|p| p[..p.len() - 1].contains(&0)) {
         return Err(ConfigError {
-            var: "COREHOP_STATS_FILE",
+            var: env::STATS_FILE,
             value: String::new(),
             reason: "contains a NUL byte".into(),
         });
     }
     Ok(Config {
         service_cpus,
-        policy: text("COREHOP_POLICY")?.unwrap_or_else(|| "size:4096".into()),
-        spin_ns: number("COREHOP_SPIN_NS", DEFAULT_SPIN_NS)?,
-        stall_timeout_ns: number("COREHOP_STALL_TIMEOUT_NS", DEFAULT_STALL_TIMEOUT_NS)?,
+        policy: text(env::POLICY)?.unwrap_or_else(|| "size:4096".into()),
+        spin_ns: number(env::SPIN_NS, DEFAULT_SPIN_NS)?,
+        stall_timeout_ns: number(env::STALL_TIMEOUT_NS, DEFAULT_STALL_TIMEOUT_NS)?,
         stats_file,
-        test_stall_ns: number("COREHOP_TEST_SERVICE_STALL_NS", 0)?,
+        test_stall_ns: number(env::TEST_SERVICE_STALL_NS, 0)?,
     })
 }
 

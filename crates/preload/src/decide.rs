@@ -9,12 +9,12 @@ use core::sync::atomic::{AtomicBool, Ordering};
 
 use corehop_policy::offload::{CallDesc, Decision, OffloadPolicy};
 
-use crate::calls::Kind;
+use corehop_policy::offload::CallKind;
 
 /// One call as the policy sees it.
 #[derive(Clone, Copy, Debug)]
 pub struct Desc {
-    pub kind: Kind,
+    pub kind: CallKind,
     /// The descriptor, or -1 for path calls.
     pub fd: i32,
     /// Bytes asked for; 0 for calls that move no buffer.
@@ -26,7 +26,7 @@ impl Desc {
     /// portable return address without frame pointers), so the predictor key is the call,
     /// its descriptor and its size.
     fn to_policy(self) -> CallDesc {
-        CallDesc::new(self.kind.call_kind(), self.fd, self.size, 0)
+        CallDesc::new(self.kind, self.fd, self.size, 0)
     }
 }
 
@@ -157,20 +157,20 @@ impl Shared {
 mod tests {
     use super::*;
 
-    fn call(kind: Kind, size: u64) -> Desc {
+    fn call(kind: CallKind, size: u64) -> Desc {
         Desc { kind, fd: 3, size }
     }
 
     #[test]
     fn policies_decide_as_documented() {
         let size = Policy::parse("size").unwrap();
-        assert!(!size.decide(&call(Kind::Read, 4095)));
-        assert!(size.decide(&call(Kind::Read, 4096)));
-        assert!(size.decide(&call(Kind::Fsync, 0)));
-        assert!(size.decide(&call(Kind::Open, 0)));
-        assert!(Policy::parse("size:10").unwrap().decide(&call(Kind::Write, 10)));
-        assert!(Policy::parse("always").unwrap().decide(&call(Kind::Read, 0)));
-        assert!(!Policy::parse("never").unwrap().decide(&call(Kind::Fsync, 0)));
+        assert!(!size.decide(&call(CallKind::Read, 4095)));
+        assert!(size.decide(&call(CallKind::Read, 4096)));
+        assert!(size.decide(&call(CallKind::Fsync, 0)));
+        assert!(size.decide(&call(CallKind::Open, 0)));
+        assert!(Policy::parse("size:10").unwrap().decide(&call(CallKind::Write, 10)));
+        assert!(Policy::parse("always").unwrap().decide(&call(CallKind::Read, 0)));
+        assert!(!Policy::parse("never").unwrap().decide(&call(CallKind::Fsync, 0)));
         assert!(Policy::parse("never").unwrap().offloads_nothing());
         assert!(!Policy::parse("size").unwrap().learns());
     }
@@ -179,11 +179,11 @@ mod tests {
     fn predicted_learns_from_observed_runs() {
         let mut p = Policy::parse("predicted:fa:5000").unwrap();
         assert!(p.learns());
-        let fsync = call(Kind::Fsync, 0);
+        let fsync = call(CallKind::Fsync, 0);
         assert!(!p.decide(&fsync), "nothing learnt yet");
         p.observe(&fsync, 80_000, 1);
         assert!(p.decide(&fsync), "last run 80 us > N = 5 us");
-        let small = call(Kind::Read, 10);
+        let small = call(CallKind::Read, 10);
         p.observe(&small, 100, 2);
         assert!(!p.decide(&small));
     }
@@ -200,7 +200,7 @@ mod tests {
         let shared = Shared::new();
         assert_eq!(shared.try_with(|_| ()), None, "no policy yet");
         shared.install(Policy::parse("always").unwrap());
-        assert_eq!(shared.try_with(|p| p.decide(&call(Kind::Read, 0))), Some(true));
+        assert_eq!(shared.try_with(|p| p.decide(&call(CallKind::Read, 0))), Some(true));
         assert!(shared.lock_for_fork(1));
         assert_eq!(shared.try_with(|_| ()), None, "held across fork");
         assert!(!shared.lock_for_fork(3));

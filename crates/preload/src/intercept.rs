@@ -6,12 +6,12 @@ use core::sync::atomic::Ordering::{Acquire, Release, SeqCst};
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize};
 use std::sync::OnceLock;
 
-use crate::calls::Kind;
 use crate::config::{self, Config};
 use crate::decide::{Desc, Policy, Shared};
 use crate::lane::{Outcome, Request, Waiting};
 use crate::service::{self, ServiceConfig, LANES, MAX_LANES};
 use crate::{memo, stats, sys};
+use corehop_policy::offload::CallKind;
 
 const UNINIT: u32 = 0;
 const INITIALIZING: u32 = 1;
@@ -182,7 +182,7 @@ extern "C" fn at_exit() {
 /// `request` is `None` when the call must stay with its caller whatever the policy says;
 /// `local` runs the real libc function and returns its libc-convention result.
 pub(crate) fn dispatch(
-    kind: Kind,
+    kind: CallKind,
     fd: i32,
     size: impl FnOnce() -> u64,
     request: Option<Request>,

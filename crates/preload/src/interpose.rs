@@ -13,11 +13,11 @@ use core::ffi::{c_char, c_int, c_uint, c_void};
 
 use libc::{iovec, mode_t, nfds_t, off_t, pollfd, size_t, sockaddr, socklen_t, ssize_t, timeval};
 
-use crate::calls::Kind;
 use crate::intercept::dispatch;
 use crate::lane::{Check, Request};
 use crate::memo;
 use crate::sys;
+use corehop_policy::offload::CallKind;
 
 /// Calls the real libc function `$name` (typed `$ty`) with `$args`, returning i64; ENOSYS if
 /// libc has no such function.
@@ -77,7 +77,7 @@ fn needs_mode(flags: c_int) -> bool {
 
 fn do_read(fd: c_int, buf: *mut c_void, count: size_t, local: impl FnOnce() -> i64) -> i64 {
     let args = [fd as u64, buf as u64, count as u64, 0, 0, 0];
-    dispatch(Kind::Read, fd, || count as u64, Some(request(libc::SYS_read, args, Check::Fd(fd))), local)
+    dispatch(CallKind::Read, fd, || count as u64, Some(request(libc::SYS_read, args, Check::Fd(fd))), local)
 }
 
 entry_points! {
@@ -99,13 +99,19 @@ entry_points! {
         => |real| {
             let args = [fd as u64, buf as u64, count as u64, 0, 0, 0];
             let req = signalling(libc::SYS_write, args, Check::Fd(fd));
-            dispatch(Kind::Write, fd, || count as u64, Some(req), real)
+            dispatch(CallKind::Write, fd, || count as u64, Some(req), real)
         }
 }
 
 fn do_pread(fd: c_int, buf: *mut c_void, count: size_t, offset: off_t, local: impl FnOnce() -> i64) -> i64 {
     let args = [fd as u64, buf as u64, count as u64, offset as u64, 0, 0];
-    dispatch(Kind::Pread, fd, || count as u64, Some(request(libc::SYS_pread64, args, Check::Fd(fd))), local)
+    dispatch(
+        CallKind::Pread,
+        fd,
+        || count as u64,
+        Some(request(libc::SYS_pread64, args, Check::Fd(fd))),
+        local,
+    )
 }
 
 entry_points! {
@@ -132,7 +138,7 @@ entry_points! {
         => |real| {
             let args = [fd as u64, buf as u64, count as u64, offset as u64, 0, 0];
             let req = signalling(libc::SYS_pwrite64, args, Check::Fd(fd));
-            dispatch(Kind::Pwrite, fd, || count as u64, Some(req), real)
+            dispatch(CallKind::Pwrite, fd, || count as u64, Some(req), real)
         }
 }
 
@@ -142,7 +148,7 @@ entry_points! {
         => |real| {
             let args = [fd as u64, iov as u64, iovcnt as u64, 0, 0, 0];
             let req = request(libc::SYS_readv, args, Check::Fd(fd));
-            dispatch(Kind::Readv, fd, || sys::iov_total(iov as u64, iovcnt), Some(req), real)
+            dispatch(CallKind::Readv, fd, || sys::iov_total(iov as u64, iovcnt), Some(req), real)
         }
 }
 
@@ -152,14 +158,14 @@ entry_points! {
         => |real| {
             let args = [fd as u64, iov as u64, iovcnt as u64, 0, 0, 0];
             let req = signalling(libc::SYS_writev, args, Check::Fd(fd));
-            dispatch(Kind::Writev, fd, || sys::iov_total(iov as u64, iovcnt), Some(req), real)
+            dispatch(CallKind::Writev, fd, || sys::iov_total(iov as u64, iovcnt), Some(req), real)
         }
 }
 
 // ---- open ------------------------------------------------------------------------------
 
 fn do_openat(
-    kind: Kind,
+    kind: CallKind,
     dirfd: c_int,
     path: *const c_char,
     flags: c_int,
@@ -177,7 +183,7 @@ fn do_openat(
 entry_points! {
     fn [open, open64](path: *const c_char, flags: c_int, mode: c_uint) -> c_int
         as unsafe extern "C" fn(*const c_char, c_int, ...) -> c_int
-        => |real| do_openat(Kind::Open, libc::AT_FDCWD, path, flags, mode, real)
+        => |real| do_openat(CallKind::Open, libc::AT_FDCWD, path, flags, mode, real)
 }
 
 entry_points! {
@@ -187,14 +193,14 @@ entry_points! {
         => |real| if needs_mode(flags) {
             real()
         } else {
-            do_openat(Kind::Open, libc::AT_FDCWD, path, flags, 0, real)
+            do_openat(CallKind::Open, libc::AT_FDCWD, path, flags, 0, real)
         }
 }
 
 entry_points! {
     fn [openat, openat64](dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int
         as unsafe extern "C" fn(c_int, *const c_char, c_int, ...) -> c_int
-        => |real| do_openat(Kind::Openat, dirfd, path, flags, mode, real)
+        => |real| do_openat(CallKind::Openat, dirfd, path, flags, mode, real)
 }
 
 entry_points! {
@@ -203,7 +209,7 @@ entry_points! {
         => |real| if needs_mode(flags) {
             real()
         } else {
-            do_openat(Kind::Openat, dirfd, path, flags, 0, real)
+            do_openat(CallKind::Openat, dirfd, path, flags, 0, real)
         }
 }
 
@@ -212,7 +218,7 @@ entry_points! {
 type Stat = libc::stat;
 
 fn do_fstatat(
-    kind: Kind,
+    kind: CallKind,
     dirfd: c_int,
     path: *const c_char,
     buf: *mut Stat,
@@ -221,12 +227,12 @@ fn do_fstatat(
 ) -> i64 {
     let args = [dirfd as u64, path as u64, buf as u64, flags as u64, 0, 0];
     let req = request(libc::SYS_newfstatat, args, Check::Path { path: path as u64 });
-    dispatch(kind, if kind == Kind::Fstatat { dirfd } else { -1 }, || 0, Some(req), local)
+    dispatch(kind, if kind == CallKind::Newfstatat { dirfd } else { -1 }, || 0, Some(req), local)
 }
 
 fn do_fstat(fd: c_int, buf: *mut Stat, local: impl FnOnce() -> i64) -> i64 {
     let args = [fd as u64, buf as u64, 0, 0, 0, 0];
-    dispatch(Kind::Fstat, fd, || 0, Some(request(libc::SYS_fstat, args, Check::Nothing)), local)
+    dispatch(CallKind::Fstat, fd, || 0, Some(request(libc::SYS_fstat, args, Check::Nothing)), local)
 }
 
 /// The `struct stat` versions the legacy `__xstat` entry points accept on this ABI
@@ -238,13 +244,13 @@ fn known_stat_version(version: c_int) -> bool {
 entry_points! {
     fn [stat, stat64](path: *const c_char, buf: *mut Stat) -> c_int
         as unsafe extern "C" fn(*const c_char, *mut Stat) -> c_int
-        => |real| do_fstatat(Kind::Stat, libc::AT_FDCWD, path, buf, 0, real)
+        => |real| do_fstatat(CallKind::Stat, libc::AT_FDCWD, path, buf, 0, real)
 }
 
 entry_points! {
     fn [lstat, lstat64](path: *const c_char, buf: *mut Stat) -> c_int
         as unsafe extern "C" fn(*const c_char, *mut Stat) -> c_int
-        => |real| do_fstatat(Kind::Lstat, libc::AT_FDCWD, path, buf, libc::AT_SYMLINK_NOFOLLOW, real)
+        => |real| do_fstatat(CallKind::Lstat, libc::AT_FDCWD, path, buf, libc::AT_SYMLINK_NOFOLLOW, real)
 }
 
 entry_points! {
@@ -256,7 +262,7 @@ entry_points! {
 entry_points! {
     fn [fstatat, fstatat64](dirfd: c_int, path: *const c_char, buf: *mut Stat, flags: c_int) -> c_int
         as unsafe extern "C" fn(c_int, *const c_char, *mut Stat, c_int) -> c_int
-        => |real| do_fstatat(Kind::Fstatat, dirfd, path, buf, flags, real)
+        => |real| do_fstatat(CallKind::Newfstatat, dirfd, path, buf, flags, real)
 }
 
 entry_points! {
@@ -265,7 +271,7 @@ entry_points! {
         => |real| if !known_stat_version(version) {
             real()
         } else {
-            do_fstatat(Kind::Stat, libc::AT_FDCWD, path, buf, 0, real)
+            do_fstatat(CallKind::Stat, libc::AT_FDCWD, path, buf, 0, real)
         }
 }
 
@@ -275,7 +281,7 @@ entry_points! {
         => |real| if !known_stat_version(version) {
             real()
         } else {
-            do_fstatat(Kind::Lstat, libc::AT_FDCWD, path, buf, libc::AT_SYMLINK_NOFOLLOW, real)
+            do_fstatat(CallKind::Lstat, libc::AT_FDCWD, path, buf, libc::AT_SYMLINK_NOFOLLOW, real)
         }
 }
 
@@ -297,7 +303,7 @@ entry_points! {
         => |real| if !known_stat_version(version) {
             real()
         } else {
-            do_fstatat(Kind::Fstatat, dirfd, path, buf, flags, real)
+            do_fstatat(CallKind::Newfstatat, dirfd, path, buf, flags, real)
         }
 }
 
@@ -307,7 +313,7 @@ entry_points! {
         => |real| {
             let args = [dirfd as u64, path as u64, flags as u64, mask as u64, buf as u64, 0];
             let req = request(libc::SYS_statx, args, Check::Path { path: path as u64 });
-            dispatch(Kind::Statx, dirfd, || 0, Some(req), real)
+            dispatch(CallKind::Statx, dirfd, || 0, Some(req), real)
         }
 }
 
@@ -316,14 +322,14 @@ entry_points! {
 entry_points! {
     fn [fsync](fd: c_int) -> c_int as unsafe extern "C" fn(c_int) -> c_int => |real| {
         let req = request(libc::SYS_fsync, [fd as u64, 0, 0, 0, 0, 0], Check::Nothing);
-        dispatch(Kind::Fsync, fd, || 0, Some(req), real)
+        dispatch(CallKind::Fsync, fd, || 0, Some(req), real)
     }
 }
 
 entry_points! {
     fn [fdatasync](fd: c_int) -> c_int as unsafe extern "C" fn(c_int) -> c_int => |real| {
         let req = request(libc::SYS_fdatasync, [fd as u64, 0, 0, 0, 0, 0], Check::Nothing);
-        dispatch(Kind::Fdatasync, fd, || 0, Some(req), real)
+        dispatch(CallKind::Fdatasync, fd, || 0, Some(req), real)
     }
 }
 
@@ -335,7 +341,7 @@ entry_points! {
         => |real| {
             let args = [out_fd as u64, in_fd as u64, offset as u64, count as u64, 0, 0];
             let req = signalling(libc::SYS_sendfile, args, Check::Fds(out_fd, in_fd));
-            dispatch(Kind::Sendfile, out_fd, || count as u64, Some(req), real)
+            dispatch(CallKind::Sendfile, out_fd, || count as u64, Some(req), real)
         }
 }
 
@@ -357,7 +363,7 @@ entry_points! {
                 check: Check::Socket(fd, flags),
                 may_signal: flags & libc::MSG_NOSIGNAL == 0,
             };
-            dispatch(Kind::Sendto, fd, || len as u64, Some(req), real)
+            dispatch(CallKind::Sendto, fd, || len as u64, Some(req), real)
         }
 }
 
@@ -374,7 +380,7 @@ entry_points! {
         => |real| {
             let args = [fd as u64, buf as u64, len as u64, flags as u64, addr as u64, addrlen as u64];
             let req = request(libc::SYS_recvfrom, args, Check::Socket(fd, flags));
-            dispatch(Kind::Recvfrom, fd, || len as u64, Some(req), real)
+            dispatch(CallKind::Recvfrom, fd, || len as u64, Some(req), real)
         }
 }
 
@@ -384,7 +390,7 @@ fn do_poll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int, local: impl FnOnce() 
     // Only a poll that cannot wait goes across: a waiting one must stay interruptible by the
     // caller's signals.
     let req = (timeout == 0).then(|| request(libc::SYS_poll, [fds as u64, nfds, 0, 0, 0, 0], Check::Nothing));
-    dispatch(Kind::Poll, -1, || 0, req, local)
+    dispatch(CallKind::Poll, -1, || 0, req, local)
 }
 
 entry_points! {
@@ -425,6 +431,6 @@ entry_points! {
                 !timeout.is_null() && sys::read_user(timeout as u64, &mut tv) && tv.iter().all(|&b| b == 0);
             let args = [nfds as u64, readfds as u64, writefds as u64, exceptfds as u64, timeout as u64, 0];
             let req = zero_timeout.then(|| request(libc::SYS_select, args, Check::Nothing));
-            dispatch(Kind::Select, -1, || 0, req, real)
+            dispatch(CallKind::Select, -1, || 0, req, real)
         }
 }

@@ -66,7 +66,6 @@
 #[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
 compile_error!("corehop-preload supports Linux on x86-64 and aarch64 only");
 
-pub mod calls;
 pub mod config;
 pub mod decide;
 #[cfg(not(loom))]

@@ -3,26 +3,15 @@
 //!
 //! The summary is one line per process, appended with a single raw `write` to the file named
 //! by `COREHOP_STATS_FILE` (`O_APPEND`, so the lines of a process tree do not interleave), or
-//! to stderr when that is `-` (for use without `corehop run`):
-//!
-//! ```text
-//! corehop-preload-v1 pid=1234 lanes=1 pinned=1 read=SEEN:OFF:LOCAL:KEPT:WITHDRAWN:BUSY:SVC_NS:WAIT_NS:LOCAL_NS:LOCAL_TIMED write=...
-//! ```
-//!
-//! - `OFF`: ran on a service thread; `LOCAL`: the policy kept it on the caller;
-//! - `KEPT`: had to stay on the caller (could block, or names the calling thread);
-//! - `WITHDRAWN`: the service thread did not claim it in time, so the caller ran it;
-//! - `BUSY`: no slot free, or the library was busy (a nested call, a signal handler, a vfork
-//!   child, start-up), so the caller ran it;
-//! - `SVC_NS`: time the offloaded calls ran on the service CPUs; `WAIT_NS`: time their callers
-//!   waited for them (the difference is the hand-off cost); `LOCAL_NS` over `LOCAL_TIMED`:
-//!   time of the calls run on the caller that were timed.
+//! to stderr when that is `-` (for use without `corehop run`). Its format, shared with
+//! `corehop run`, is `corehop_sys::wire`.
 
-use core::fmt::Write as _;
 use core::sync::atomic::AtomicU64;
 use core::sync::atomic::Ordering::Relaxed;
 
-use crate::calls::{Kind, KINDS};
+use corehop_policy::offload::{CallKind, NAMED_KINDS};
+use corehop_sys::wire;
+
 use crate::sys;
 
 /// Counters of one kind of call.
@@ -55,7 +44,8 @@ impl Counters {
         }
     }
 
-    fn all(&self) -> [&AtomicU64; 10] {
+    /// The counters in `wire::COUNTERS` order.
+    fn all(&self) -> [&AtomicU64; wire::COUNTERS.len()] {
         [
             &self.seen,
             &self.offloaded,
@@ -71,11 +61,12 @@ impl Counters {
     }
 }
 
-static COUNTERS: [Counters; KINDS.len()] = [const { Counters::new() }; KINDS.len()];
+/// One set per named kind, in `NAMED_KINDS` order, and a last one for any other call.
+static COUNTERS: [Counters; NAMED_KINDS.len() + 1] = [const { Counters::new() }; NAMED_KINDS.len() + 1];
 
 /// The counters of `kind`.
-pub fn of(kind: Kind) -> &'static Counters {
-    &COUNTERS[kind as usize]
+pub fn of(kind: CallKind) -> &'static Counters {
+    &COUNTERS[kind.index().unwrap_or(NAMED_KINDS.len())]
 }
 
 /// Adds one to a counter.
@@ -115,6 +106,16 @@ impl core::fmt::Write for Line {
     }
 }
 
+/// This process's summary line: the counters of every kind of call it made.
+fn format_summary(out: &mut impl core::fmt::Write, lanes: usize, pinned: bool) -> core::fmt::Result {
+    let names = NAMED_KINDS.iter().map(|k| k.name().unwrap_or("other")).chain(["other"]);
+    let calls = names
+        .zip(&COUNTERS)
+        .filter(|(_, c)| c.seen.load(Relaxed) > 0)
+        .map(|(name, c)| (name, c.all().map(|counter| counter.load(Relaxed))));
+    wire::write_line(out, sys::getpid(), lanes, pinned, calls)
+}
+
 /// Appends this process's summary line to `path` (a NUL-terminated C string; `-` is stderr),
 /// if it made any intercepted call. `lanes` and `pinned` describe the service threads.
 pub fn write_summary(path: &[u8], lanes: usize, pinned: bool) {
@@ -122,17 +123,7 @@ pub fn write_summary(path: &[u8], lanes: usize, pinned: bool) {
         return;
     }
     let mut line = Line { buf: [0; 4096], len: 0 };
-    let _ = write!(line, "corehop-preload-v1 pid={} lanes={} pinned={}", sys::getpid(), lanes, pinned as u8);
-    for (kind, c) in KINDS.iter().zip(&COUNTERS) {
-        if c.seen.load(Relaxed) == 0 {
-            continue;
-        }
-        let _ = write!(line, " {}=", kind.name());
-        for (i, counter) in c.all().iter().enumerate() {
-            let _ = write!(line, "{}{}", if i == 0 { "" } else { ":" }, counter.load(Relaxed));
-        }
-    }
-    let _ = line.write_str("\n");
+    let _ = format_summary(&mut line, lanes, pinned);
     if path == b"-\0" {
         sys::write_all(2, &line.buf[..line.len]);
         return;
@@ -148,4 +139,23 @@ pub fn write_summary(path: &[u8], lanes: usize, pinned: bool) {
     sys::write_all(fd as i32, &line.buf[..line.len]);
     // SAFETY: closes the descriptor opened just above.
     unsafe { sys::raw(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_line_is_what_corehop_run_parses() {
+        bump(&of(CallKind::Statx).seen);
+        add(&of(CallKind::Statx).wait_ns, 9);
+        bump(&of(CallKind::Other(7)).seen);
+        let mut line = String::new();
+        format_summary(&mut line, 1, true).unwrap();
+        let summary = wire::Summary::parse(&line).unwrap();
+        assert_eq!(summary.processes, 1);
+        assert_eq!(summary.calls["statx"].seen, 1);
+        assert_eq!(summary.calls["statx"].wait_ns, 9);
+        assert_eq!(summary.calls["other"].seen, 1);
+    }
 }

@@ -1,8 +1,8 @@
 //! The preload's only door to the kernel: raw system calls, futexes, the clock, and the real
 //! libc symbols behind the ones this library interposes.
 //!
-//! `raw` and the futexes repeat `corehop_runtime::sys` on purpose: an LD_PRELOAD library must
-//! stay small and not link the runtime (its worker threads and TLS destructors).
+//! The system-call instruction and the futexes are `corehop_sys`'s, shared with the runtime;
+//! the library links nothing of the runtime itself (its worker threads and TLS destructors).
 //!
 //! Nothing here calls an interposed libc function (`read`, `write`, `open`, ...): inside an
 //! `LD_PRELOAD` library those names resolve to our own wrappers, so the library's own I/O uses
@@ -12,68 +12,7 @@
 use core::ffi::{c_char, c_void};
 use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
-/// Issues system call `nr` and returns the kernel's raw result (`-4095..=-1` is `-errno`).
-///
-/// # Safety
-/// The arguments must be valid for system call `nr` (pointers to live memory of the size and
-/// mutability the call expects, for the duration of the call).
-#[cfg(target_arch = "x86_64")]
-#[inline]
-pub unsafe fn raw(nr: i64, a: [u64; 6]) -> i64 {
-    let ret: i64;
-    // SAFETY: Linux x86-64 syscall ABI (number in rax, arguments in rdi, rsi, rdx, r10, r8,
-    // r9; rcx and r11 clobbered; result in rax). Argument validity is the caller's duty.
-    unsafe {
-        core::arch::asm!(
-            "syscall",
-            inlateout("rax") nr => ret,
-            in("rdi") a[0], in("rsi") a[1], in("rdx") a[2],
-            in("r10") a[3], in("r8") a[4], in("r9") a[5],
-            lateout("rcx") _, lateout("r11") _,
-            options(nostack),
-        );
-    }
-    ret
-}
-
-/// Issues system call `nr` and returns the kernel's raw result (`-4095..=-1` is `-errno`).
-///
-/// # Safety
-/// The arguments must be valid for system call `nr` (pointers to live memory of the size and
-/// mutability the call expects, for the duration of the call).
-#[cfg(target_arch = "aarch64")]
-#[inline]
-pub unsafe fn raw(nr: i64, a: [u64; 6]) -> i64 {
-    let ret: i64;
-    // SAFETY: Linux aarch64 syscall ABI (number in x8, arguments in x0..x5, result in x0).
-    unsafe {
-        core::arch::asm!(
-            "svc 0",
-            in("x8") nr,
-            inlateout("x0") a[0] as i64 => ret,
-            in("x1") a[1], in("x2") a[2], in("x3") a[3], in("x4") a[4], in("x5") a[5],
-            options(nostack),
-        );
-    }
-    ret
-}
-
-/// Whether a raw result is an error, i.e. `-errno`.
-pub fn is_err(ret: i64) -> bool {
-    (-4095..0).contains(&ret)
-}
-
-/// The process id (a system call: glibc no longer caches it).
-pub fn getpid() -> i32 {
-    // SAFETY: getpid takes no arguments.
-    unsafe { raw(libc::SYS_getpid, [0; 6]) as i32 }
-}
-
-/// The calling thread's kernel id.
-pub fn gettid() -> i32 {
-    // SAFETY: gettid takes no arguments.
-    unsafe { raw(libc::SYS_gettid, [0; 6]) as i32 }
-}
+pub use corehop_sys::raw::{getpid, gettid, is_err, syscall as raw};
 
 /// Sends `sig` to thread `tid` of this process.
 pub fn tgkill_self(tid: i32, sig: i32) {
@@ -110,22 +49,12 @@ pub fn sleep_ns(ns: u64) {
 /// `false` when the timeout passed. Spurious and signal wake-ups return `true`; callers
 /// re-check their condition.
 pub fn futex_wait(word: &AtomicU32, expected: u32, timeout_ns: Option<u64>) -> bool {
-    let ts = timeout_ns.map(|ns| libc::timespec {
-        tv_sec: (ns / 1_000_000_000) as i64,
-        tv_nsec: (ns % 1_000_000_000) as i64,
-    });
-    let ts_ptr = ts.as_ref().map_or(0, |t| t as *const libc::timespec as u64);
-    let op = (libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG) as u64;
-    // SAFETY: `word` is a live aligned u32; the relative timeout lives on this frame.
-    let ret = unsafe { raw(libc::SYS_futex, [word.as_ptr() as u64, op, expected as u64, ts_ptr, 0, 0]) };
-    ret != -(libc::ETIMEDOUT as i64)
+    corehop_sys::futex::wait(word, expected, timeout_ns) != corehop_sys::futex::FutexWait::TimedOut
 }
 
 /// Wakes every thread sleeping in [`futex_wait`] on `word`.
 pub fn futex_wake(word: &AtomicU32) {
-    let op = (libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG) as u64;
-    // SAFETY: FUTEX_WAKE only uses the address of the live word.
-    unsafe { raw(libc::SYS_futex, [word.as_ptr() as u64, op, i32::MAX as u64, 0, 0, 0]) };
+    corehop_sys::futex::wake(word, u32::MAX);
 }
 
 /// Restricts the calling thread to kernel CPU `cpu`. Returns the raw result.

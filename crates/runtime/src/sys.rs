@@ -30,30 +30,8 @@ use std::sync::atomic::AtomicU32;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-/// An error number returned by the kernel, carried explicitly (never read from `errno`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Errno(pub i32);
-
-impl Errno {
-    /// The equivalent `std::io::Error`.
-    pub fn to_io(self) -> io::Error {
-        io::Error::from_raw_os_error(self.0)
-    }
-}
-
-impl std::fmt::Display for Errno {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} (errno {})", self.to_io(), self.0)
-    }
-}
-
-impl std::error::Error for Errno {}
-
-impl From<Errno> for io::Error {
-    fn from(e: Errno) -> io::Error {
-        e.to_io()
-    }
-}
+pub use corehop_sys::futex::FutexWait;
+pub use corehop_sys::raw::Errno;
 
 /// Issues system call `nr` with six raw arguments and returns the kernel's result, or its
 /// error number as an [`Errno`] (the kernel returns `-errno` in `-4095..=-1`).
@@ -64,61 +42,9 @@ impl From<Errno> for io::Error {
 /// not break invariants Rust relies on (e.g. `munmap` of memory still borrowed, `exit` of a
 /// thread that owns live stack borrows, `clone` without a new stack).
 pub unsafe fn syscall(nr: libc::c_long, args: [usize; 6]) -> Result<isize, Errno> {
+    let args = args.map(|a| a as u64);
     // SAFETY: the caller guarantees the arguments are valid for `nr`.
-    let ret = unsafe { raw_syscall(nr, args) };
-    if (-4095..0).contains(&ret) {
-        Err(Errno(-ret as i32))
-    } else {
-        Ok(ret)
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-unsafe fn raw_syscall(nr: libc::c_long, a: [usize; 6]) -> isize {
-    let ret: isize;
-    // SAFETY: the Linux x86-64 syscall ABI: number in rax, arguments in rdi, rsi, rdx, r10,
-    // r8, r9; the kernel clobbers rcx and r11 and returns in rax. Argument validity is the
-    // caller's obligation (see `syscall`).
-    unsafe {
-        std::arch::asm!(
-            "syscall",
-            inlateout("rax") nr as isize => ret,
-            in("rdi") a[0], in("rsi") a[1], in("rdx") a[2],
-            in("r10") a[3], in("r8") a[4], in("r9") a[5],
-            lateout("rcx") _, lateout("r11") _,
-            options(nostack),
-        );
-    }
-    ret
-}
-
-#[cfg(target_arch = "aarch64")]
-unsafe fn raw_syscall(nr: libc::c_long, a: [usize; 6]) -> isize {
-    let ret: isize;
-    // SAFETY: the Linux aarch64 syscall ABI: number in x8, arguments in x0..x5, result in x0.
-    // Argument validity is the caller's obligation (see `syscall`).
-    unsafe {
-        std::arch::asm!(
-            "svc 0",
-            in("x8") nr,
-            inlateout("x0") a[0] as isize => ret,
-            in("x1") a[1], in("x2") a[2], in("x3") a[3], in("x4") a[4], in("x5") a[5],
-            options(nostack),
-        );
-    }
-    ret
-}
-
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-unsafe fn raw_syscall(nr: libc::c_long, a: [usize; 6]) -> isize {
-    // SAFETY: argument validity is the caller's obligation. errno is read right after the
-    // call on the same thread, before anything can hop.
-    let ret = unsafe { libc::syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]) };
-    if ret == -1 {
-        -(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO) as isize)
-    } else {
-        ret as isize
-    }
+    corehop_sys::raw::check(unsafe { corehop_sys::raw::syscall(nr, args) }).map(|ret| ret as isize)
 }
 
 /// The kernel's id of the calling OS thread. After a `Handoff` hop it is a different thread.
@@ -197,48 +123,16 @@ pub fn affinity_of(tid: i32) -> io::Result<Vec<usize>> {
     Ok((0..libc::CPU_SETSIZE as usize).filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) }).collect())
 }
 
-/// How a [`futex_wait`] ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FutexWait {
-    /// A wake-up arrived (or a spurious one: callers re-check their condition anyway).
-    Woken,
-    /// The word did not hold `expected`, so the thread did not sleep.
-    Mismatch,
-    /// The timeout passed.
-    TimedOut,
-    /// A signal interrupted the wait.
-    Interrupted,
-}
-
 /// Sleeps while `word` holds `expected`, until [`futex_wake`] on the same word, a signal, or
 /// `timeout`. The check and the sleep are atomic in the kernel, so a wake that follows a
 /// change of `word` is never lost. Process-private futex.
 pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> FutexWait {
-    let ts = timeout.map(|t| libc::timespec {
-        tv_sec: t.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
-        tv_nsec: t.subsec_nanos() as libc::c_long,
-    });
-    let ts_ptr = ts.as_ref().map_or(0, |t| t as *const libc::timespec as usize);
-    let op = (libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG) as usize;
-    // SAFETY: `word` is a live, aligned u32 for the duration of the call; the timeout (a
-    // relative timespec) lives on this frame.
-    match unsafe { syscall(libc::SYS_futex, [word.as_ptr() as usize, op, expected as usize, ts_ptr, 0, 0]) } {
-        Ok(_) => FutexWait::Woken,
-        Err(Errno(libc::EAGAIN)) => FutexWait::Mismatch,
-        Err(Errno(libc::ETIMEDOUT)) => FutexWait::TimedOut,
-        Err(Errno(libc::EINTR)) => FutexWait::Interrupted,
-        // The remaining errors (EFAULT, EINVAL) cannot happen with a valid reference; treat
-        // them as a spurious wake-up, which every caller already tolerates.
-        Err(_) => FutexWait::Woken,
-    }
+    corehop_sys::futex::wait(word, expected, timeout.map(|t| t.as_nanos().min(u128::from(u64::MAX)) as u64))
 }
 
 /// Wakes up to `n` threads sleeping in [`futex_wait`] on `word`; returns how many woke.
 pub fn futex_wake(word: &AtomicU32, n: u32) -> usize {
-    let op = (libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG) as usize;
-    let n = n.min(i32::MAX as u32) as usize;
-    // SAFETY: `word` is a live, aligned u32; FUTEX_WAKE only uses its address.
-    unsafe { syscall(libc::SYS_futex, [word.as_ptr() as usize, op, n, 0, 0, 0]) }.map_or(0, |w| w as usize)
+    corehop_sys::futex::wake(word, n)
 }
 
 /// One iteration of a busy-wait loop (`pause` on x86): lets an SMT sibling run and saves power.

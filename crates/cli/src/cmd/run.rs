@@ -7,7 +7,6 @@
 //! process appends one summary line to a temporary file at exit; this command adds them up
 //! and prints a table on stderr after CMD ends, so CMD's own output is untouched.
 
-use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -16,6 +15,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use corehop_runtime::sys;
+use corehop_sys::wire::env;
 use corehop_topology::{format_cpu_list, parse_cpu_list};
 use serde::Serialize;
 
@@ -355,13 +355,13 @@ impl Launch {
             preload.push(&offload.library);
             command
                 .env("LD_PRELOAD", preload)
-                .env("COREHOP_SERVICE_CPUS", format_cpu_list(&offload.service_cpus))
-                .env("COREHOP_POLICY", &offload.policy)
-                .env("COREHOP_STALL_TIMEOUT_NS", offload.stall_timeout_ns.to_string())
-                .env("COREHOP_SPIN_NS", offload.spin_ns.to_string());
+                .env(env::SERVICE_CPUS, format_cpu_list(&offload.service_cpus))
+                .env(env::POLICY, &offload.policy)
+                .env(env::STALL_TIMEOUT_NS, offload.stall_timeout_ns.to_string())
+                .env(env::SPIN_NS, offload.spin_ns.to_string());
             match &offload.stats_file {
-                Some(path) => command.env("COREHOP_STATS_FILE", path),
-                None => command.env_remove("COREHOP_STATS_FILE"),
+                Some(path) => command.env(env::STATS_FILE, path),
+                None => command.env_remove(env::STATS_FILE),
             };
         }
         if self.capture {
@@ -446,10 +446,10 @@ fn checked_cpus(
 /// Finds the preload library: `$COREHOP_PRELOAD`, else next to the corehop binary (cargo puts
 /// both in target/<profile>/), else one directory up (for test binaries in deps/).
 pub fn find_library() -> anyhow::Result<PathBuf> {
-    if let Some(path) = std::env::var_os("COREHOP_PRELOAD") {
+    if let Some(path) = std::env::var_os(env::PRELOAD) {
         let path = PathBuf::from(path);
         if !path.is_file() {
-            bail!("COREHOP_PRELOAD={} is not a file", path.display());
+            bail!("{}={} is not a file", env::PRELOAD, path.display());
         }
         return Ok(path.canonicalize()?);
     }
@@ -469,132 +469,17 @@ pub fn find_library() -> anyhow::Result<PathBuf> {
     )
 }
 
-/// [`find_library`], and when it is missing and corehop runs under cargo (`cargo run -- tour`
-/// sets `$CARGO`), builds it first with the profile of this binary.
-fn find_or_build_library() -> anyhow::Result<PathBuf> {
-    let missing = match find_library() {
-        Ok(path) => return Ok(path),
-        Err(e) => e,
-    };
-    let (Some(cargo), Ok(exe)) = (std::env::var_os("CARGO"), std::env::current_exe()) else {
-        return Err(missing);
-    };
-    let release = exe.parent().is_some_and(|dir| dir.ends_with("release"));
-    eprintln!(
-        "building {LIBRARY} (cargo build -p corehop-preload{})…",
-        if release { " --release" } else { "" }
-    );
-    let mut build = Command::new(cargo);
-    build.args(["build", "-q", "-p", "corehop-preload"]);
-    if release {
-        build.arg("--release");
-    }
-    if !build.status().context("running cargo")?.success() {
-        bail!("cargo build -p corehop-preload failed");
-    }
-    find_library()
-}
+/// The offload summary of a run, as the preload library writes it (`corehop_sys::wire`).
+pub use corehop_sys::wire::Summary;
 
-/// The counters of one kind of call, added up over processes (crates/preload `stats`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct CallCounts {
-    pub seen: u64,
-    pub offloaded: u64,
-    pub local: u64,
-    pub kept: u64,
-    pub withdrawn: u64,
-    pub busy: u64,
-    pub service_ns: u64,
-    pub wait_ns: u64,
-    pub local_ns: u64,
-    pub local_timed: u64,
-}
-
-impl CallCounts {
-    fn add(&mut self, other: &CallCounts) {
-        self.seen += other.seen;
-        self.offloaded += other.offloaded;
-        self.local += other.local;
-        self.kept += other.kept;
-        self.withdrawn += other.withdrawn;
-        self.busy += other.busy;
-        self.service_ns += other.service_ns;
-        self.wait_ns += other.wait_ns;
-        self.local_ns += other.local_ns;
-        self.local_timed += other.local_timed;
-    }
-}
-
-/// The offload summary of a run: every process's counters, added up.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct Summary {
-    /// Processes that made intercepted calls.
-    pub processes: usize,
-    /// Processes whose service threads could not be pinned to their CPU.
-    pub unpinned: usize,
-    /// Call name → counters.
-    pub calls: BTreeMap<String, CallCounts>,
-}
-
-impl Summary {
-    /// Parses the lines the preload library appends (`corehop-preload-v1 pid=… name=a:b:…`).
-    pub fn parse(text: &str) -> anyhow::Result<Summary> {
-        let mut summary = Summary::default();
-        for (number, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-            let bad = |why: String| anyhow::anyhow!("line {}: {why}: {line:?}", number + 1);
-            let mut fields = line.split_whitespace();
-            if fields.next() != Some("corehop-preload-v1") {
-                return Err(bad("not a corehop-preload-v1 summary".into()));
-            }
-            summary.processes += 1;
-            for field in fields {
-                let (key, value) =
-                    field.split_once('=').ok_or_else(|| bad(format!("field {field:?} has no '='")))?;
-                match key {
-                    "pid" | "lanes" => {}
-                    "pinned" => summary.unpinned += usize::from(value == "0"),
-                    call => {
-                        let numbers: Vec<u64> = value
-                            .split(':')
-                            .map(str::parse)
-                            .collect::<Result<_, _>>()
-                            .map_err(|_| bad(format!("counters of {call} are not numbers")))?;
-                        let [seen, offloaded, local, kept, withdrawn, busy, service_ns, wait_ns, local_ns, local_timed] =
-                            numbers[..]
-                        else {
-                            return Err(bad(format!("{call} has {} counters, expected 10", numbers.len())));
-                        };
-                        let counts = CallCounts {
-                            seen,
-                            offloaded,
-                            local,
-                            kept,
-                            withdrawn,
-                            busy,
-                            service_ns,
-                            wait_ns,
-                            local_ns,
-                            local_timed,
-                        };
-                        summary.calls.entry(call.to_string()).or_default().add(&counts);
-                    }
-                }
-            }
-        }
-        Ok(summary)
-    }
-
-    /// Everything added up.
-    pub fn total(&self) -> CallCounts {
-        let mut total = CallCounts::default();
-        for counts in self.calls.values() {
-            total.add(counts);
-        }
-        total
-    }
-
+/// What `corehop run --stats` prints of a [`Summary`].
+trait SummaryTable {
     /// The summary as a table, with the estimate of time moved and time lost underneath.
-    pub fn table(&self, service_cpus: &[usize], wall_ns: u64) -> Table {
+    fn table(&self, service_cpus: &[usize], wall_ns: u64) -> Table;
+}
+
+impl SummaryTable for Summary {
+    fn table(&self, service_cpus: &[usize], wall_ns: u64) -> Table {
         let per = |ns: u64, n: u64| if n == 0 { "-".to_string() } else { fmt_ns(ns as f64 / n as f64) };
         let mut table = Table::new([
             "call",
@@ -662,7 +547,7 @@ impl Summary {
 /// (`--policy always`, so every intercepted call really goes across), outputs compared, and
 /// the offload summary of the dd run.
 pub fn tour() -> anyhow::Result<()> {
-    let library = find_or_build_library()?;
+    let library = find_library()?;
     let allowed = sys::affinity()?;
     let service = *allowed.last().context("no CPU allowed")?;
     let app: Vec<usize> = allowed.iter().copied().filter(|&c| c != service).collect();
@@ -803,7 +688,7 @@ mod tests {
     }
 
     #[test]
-    fn summaries_add_up_over_processes() {
+    fn summaries_render_as_a_table() {
         let text = "corehop-preload-v1 pid=1 lanes=1 pinned=1 read=3:2:0:1:0:0:200:500:40:1\n\
                     corehop-preload-v1 pid=2 lanes=1 pinned=0 read=1:1:0:0:0:0:10:20:0:0 fsync=1:0:0:0:1:0:0:0:7:1\n";
         let s = Summary::parse(text).unwrap();
@@ -816,20 +701,6 @@ mod tests {
         assert_eq!(s.total().seen, 5);
         let rendered = s.table(&[1], 1000).render();
         assert!(rendered.contains("fsync") && rendered.contains("total"));
-    }
-
-    #[test]
-    fn bad_summaries_say_which_line() {
-        for text in [
-            "garbage\n",
-            "corehop-preload-v1 pid=1 read=1:2\n",
-            "corehop-preload-v1 pid=1 read=a:b:c:d:e:f:g:h:i:j\n",
-            "corehop-preload-v1 pid=1 read\n",
-        ] {
-            let err = Summary::parse(text).unwrap_err().to_string();
-            assert!(err.contains("line 1"), "{err}");
-        }
-        assert_eq!(Summary::parse("").unwrap().processes, 0);
     }
 
     #[test]

@@ -25,13 +25,14 @@ pub enum CallKind {
     Recvfrom,
     Poll,
     Select,
+    Statx,
     /// Any other call, by its system-call number (or, where only a name is known, by
     /// [`CallKind::id_of_name`]).
     Other(u32),
 }
 
 /// The named kinds in a fixed order (used by parsers and tables).
-pub const NAMED_KINDS: [CallKind; 19] = [
+pub const NAMED_KINDS: [CallKind; 20] = [
     CallKind::Read,
     CallKind::Write,
     CallKind::Pread,
@@ -51,6 +52,7 @@ pub const NAMED_KINDS: [CallKind; 19] = [
     CallKind::Recvfrom,
     CallKind::Poll,
     CallKind::Select,
+    CallKind::Statx,
 ];
 
 impl CallKind {
@@ -76,6 +78,7 @@ impl CallKind {
             CallKind::Recvfrom => "recvfrom",
             CallKind::Poll => "poll",
             CallKind::Select => "select",
+            CallKind::Statx => "statx",
             CallKind::Other(_) => return None,
         })
     }
@@ -125,10 +128,16 @@ impl CallKind {
         )
     }
 
+    /// The named kind's place in [`NAMED_KINDS`] (a dense index for per-kind counters), or
+    /// `None` for `Other`.
+    pub fn index(self) -> Option<usize> {
+        NAMED_KINDS.iter().position(|&k| k == self)
+    }
+
     fn code(self) -> u64 {
         match self {
             CallKind::Other(nr) => 0x1_0000_0000 | u64::from(nr),
-            named => NAMED_KINDS.iter().position(|&k| k == named).map_or(0, |i| i as u64 + 1),
+            named => named.index().map_or(0, |i| i as u64 + 1),
         }
     }
 }

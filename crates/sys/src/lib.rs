@@ -1,0 +1,18 @@
+//! What the corehop runtime, its `LD_PRELOAD` library and its command share, kept in one small
+//! crate so that the preload library links nothing of the runtime (no worker threads, no
+//! thread-local destructors) and the two sides of the preload protocol cannot drift apart:
+//!
+//! - [`raw`]: the system-call instruction itself, with the kernel's raw result (`-errno`),
+//!   so no caller ever reads a thread-local `errno` (a task that hops may be on another
+//!   thread by then, and inside an `LD_PRELOAD` library libc's own wrappers are ours);
+//! - [`futex`]: process-private futex wait and wake on top of it;
+//! - [`wire`]: the preload library's settings (environment variables) and the one-line
+//!   summary it appends at exit, written by the library and parsed by `corehop run`.
+//!
+//! Only `raw` and `futex` contain `unsafe`; each block carries its argument.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+pub mod futex;
+pub mod raw;
+pub mod wire;

@@ -1,0 +1,232 @@
+//! The preload library's protocol with `corehop run`: its settings, which `corehop run` passes
+//! as environment variables, and the one-line summary each process appends at exit, which
+//! `corehop run --stats` reads back. Both sides use this module, so neither spells a name of
+//! its own.
+//!
+//! ```text
+//! corehop-preload-v1 pid=1234 lanes=1 pinned=1 read=SEEN:OFF:LOCAL:KEPT:WITHDRAWN:BUSY:SVC_NS:WAIT_NS:LOCAL_NS:LOCAL_TIMED write=...
+//! ```
+//!
+//! The counters, in [`COUNTERS`] order, for each kind of call the process made:
+//! - `OFF`: ran on a service thread; `LOCAL`: the policy kept it on the caller;
+//! - `KEPT`: had to stay on the caller (could block, or names the calling thread);
+//! - `WITHDRAWN`: the service thread did not claim it in time, so the caller ran it;
+//! - `BUSY`: no slot free, or the library was busy (a nested call, a signal handler, a vfork
+//!   child, start-up), so the caller ran it;
+//! - `SVC_NS`: time the offloaded calls ran on the service CPUs; `WAIT_NS`: time their callers
+//!   waited for them (the difference is the hand-off cost); `LOCAL_NS` over `LOCAL_TIMED`:
+//!   time of the calls run on the caller that were timed.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// The environment variables the preload library reads.
+pub mod env {
+    /// Kernel CPU numbers for the service threads (`1`, `2,3`, `2-3`).
+    pub const SERVICE_CPUS: &str = "COREHOP_SERVICE_CPUS";
+    /// Which calls go across: `never`, `always`, `size[:BYTES]`, ….
+    pub const POLICY: &str = "COREHOP_POLICY";
+    /// How long a caller spins for its reply, and an idle service thread for work, in ns.
+    pub const SPIN_NS: &str = "COREHOP_SPIN_NS";
+    /// How long a caller waits for its request to be claimed before running it itself, in ns.
+    pub const STALL_TIMEOUT_NS: &str = "COREHOP_STALL_TIMEOUT_NS";
+    /// The file each process appends its summary line to (`-` is stderr).
+    pub const STATS_FILE: &str = "COREHOP_STATS_FILE";
+    /// Tests only: each service thread sleeps this long before claiming a batch.
+    pub const TEST_SERVICE_STALL_NS: &str = "COREHOP_TEST_SERVICE_STALL_NS";
+    /// Where `corehop run` finds the preload library, if not next to its own binary.
+    pub const PRELOAD: &str = "COREHOP_PRELOAD";
+}
+
+/// The first word of every summary line; a new format gets a new tag.
+pub const SUMMARY_TAG: &str = "corehop-preload-v1";
+
+/// The per-call counters of a summary line, in the order they are written.
+pub const COUNTERS: [&str; 10] = [
+    "seen",
+    "offloaded",
+    "local",
+    "kept",
+    "withdrawn",
+    "busy",
+    "service_ns",
+    "wait_ns",
+    "local_ns",
+    "local_timed",
+];
+
+/// Writes one summary line (with its newline) for process `pid`: `lanes` service threads,
+/// `pinned` whether they could be pinned, and the counters of each kind of call it made.
+/// Formats without allocating, so the preload library can call it at exit.
+pub fn write_line<'a, W: fmt::Write>(
+    out: &mut W,
+    pid: i32,
+    lanes: usize,
+    pinned: bool,
+    calls: impl IntoIterator<Item = (&'a str, [u64; COUNTERS.len()])>,
+) -> fmt::Result {
+    write!(out, "{SUMMARY_TAG} pid={pid} lanes={lanes} pinned={}", u8::from(pinned))?;
+    for (name, counters) in calls {
+        write!(out, " {name}=")?;
+        for (i, value) in counters.iter().enumerate() {
+            write!(out, "{}{value}", if i == 0 { "" } else { ":" })?;
+        }
+    }
+    out.write_str("\n")
+}
+
+/// The counters of one kind of call, added up over processes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[allow(missing_docs)] // each field is the counter of the same name in the module docs
+pub struct CallCounts {
+    pub seen: u64,
+    pub offloaded: u64,
+    pub local: u64,
+    pub kept: u64,
+    pub withdrawn: u64,
+    pub busy: u64,
+    pub service_ns: u64,
+    pub wait_ns: u64,
+    pub local_ns: u64,
+    pub local_timed: u64,
+}
+
+impl CallCounts {
+    /// The counters in [`COUNTERS`] order.
+    pub fn from_fields(f: [u64; COUNTERS.len()]) -> CallCounts {
+        let [seen, offloaded, local, kept, withdrawn, busy, service_ns, wait_ns, local_ns, local_timed] = f;
+        CallCounts {
+            seen,
+            offloaded,
+            local,
+            kept,
+            withdrawn,
+            busy,
+            service_ns,
+            wait_ns,
+            local_ns,
+            local_timed,
+        }
+    }
+
+    /// Adds `other` to these counters.
+    pub fn add(&mut self, other: &CallCounts) {
+        self.seen += other.seen;
+        self.offloaded += other.offloaded;
+        self.local += other.local;
+        self.kept += other.kept;
+        self.withdrawn += other.withdrawn;
+        self.busy += other.busy;
+        self.service_ns += other.service_ns;
+        self.wait_ns += other.wait_ns;
+        self.local_ns += other.local_ns;
+        self.local_timed += other.local_timed;
+    }
+}
+
+/// Every process's summary line of a run, added up.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct Summary {
+    /// Processes that made intercepted calls.
+    pub processes: usize,
+    /// Processes whose service threads could not be pinned to their CPU.
+    pub unpinned: usize,
+    /// Call name → counters.
+    pub calls: BTreeMap<String, CallCounts>,
+}
+
+/// A summary line that is not in the format above.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {why}: {text:?}")]
+pub struct ParseError {
+    /// 1-based line number.
+    pub line: usize,
+    /// What is wrong with it.
+    pub why: String,
+    /// The line.
+    pub text: String,
+}
+
+impl Summary {
+    /// Parses the lines the preload library appends; blank lines are skipped.
+    pub fn parse(text: &str) -> Result<Summary, ParseError> {
+        let mut summary = Summary::default();
+        for (number, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+            let bad = |why: String| ParseError { line: number + 1, why, text: line.to_string() };
+            let mut fields = line.split_whitespace();
+            if fields.next() != Some(SUMMARY_TAG) {
+                return Err(bad(format!("not a {SUMMARY_TAG} summary")));
+            }
+            summary.processes += 1;
+            for field in fields {
+                let (key, value) =
+                    field.split_once('=').ok_or_else(|| bad(format!("field {field:?} has no '='")))?;
+                match key {
+                    "pid" | "lanes" => {}
+                    "pinned" => summary.unpinned += usize::from(value == "0"),
+                    call => {
+                        let numbers: Vec<u64> = value
+                            .split(':')
+                            .map(str::parse)
+                            .collect::<Result<_, _>>()
+                            .map_err(|_| bad(format!("counters of {call} are not numbers")))?;
+                        let fields: [u64; COUNTERS.len()] = numbers.as_slice().try_into().map_err(|_| {
+                            bad(format!("{call} has {} counters, expected {}", numbers.len(), COUNTERS.len()))
+                        })?;
+                        summary
+                            .calls
+                            .entry(call.to_string())
+                            .or_default()
+                            .add(&CallCounts::from_fields(fields));
+                    }
+                }
+            }
+        }
+        Ok(summary)
+    }
+
+    /// Everything added up.
+    pub fn total(&self) -> CallCounts {
+        let mut total = CallCounts::default();
+        for counts in self.calls.values() {
+            total.add(counts);
+        }
+        total
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_written_line_parses_back_to_its_counters() {
+        let mut line = String::new();
+        let read = [3, 2, 0, 1, 0, 0, 200, 500, 40, 1];
+        let fsync = [1, 0, 0, 0, 1, 0, 0, 0, 7, 1];
+        write_line(&mut line, 7, 1, false, [("read", read), ("fsync", fsync)]).unwrap();
+        assert!(line.starts_with("corehop-preload-v1 pid=7 lanes=1 pinned=0 read=3:2:0:1"));
+        let twice = format!("{line}\n{line}");
+        let s = Summary::parse(&twice).unwrap();
+        assert_eq!((s.processes, s.unpinned), (2, 2));
+        assert_eq!(s.calls["read"].wait_ns, 1000);
+        assert_eq!(s.calls["fsync"].local_ns, 14);
+        assert_eq!(s.total().seen, 8);
+    }
+
+    #[test]
+    fn malformed_lines_are_errors_that_name_the_line() {
+        for text in [
+            "something else\n",
+            "corehop-preload-v1 pid=1 read=1:2\n",
+            "corehop-preload-v1 pid=1 read=a:b:c:d:e:f:g:h:i:j\n",
+            "corehop-preload-v1 pid=1 read\n",
+        ] {
+            let err = Summary::parse(text).unwrap_err();
+            assert_eq!(err.line, 1, "{err}");
+        }
+        assert_eq!(Summary::parse("").unwrap().processes, 0);
+    }
+}
