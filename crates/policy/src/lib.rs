@@ -8,6 +8,7 @@
 pub mod components;
 pub mod objects;
 pub mod offload;
+pub mod payoff;
 pub mod pick;
 pub mod smt;
 pub mod spin;

@@ -1,11 +1,14 @@
 //! Which calls go across: the offload policy, shared by all threads of the process.
 //!
-//! The policy is one value behind a try-lock. The interposed path never waits for the lock:
-//! when another thread (or a signal handler interrupting this one) holds it, the call simply
-//! runs on the caller, which never changes a result.
+//! The policies that keep no state (`never`, `always`, `size`) decide without any lock, so
+//! their decisions never depend on what other threads do. The others (`predicted`,
+//! `adaptive`) are one value behind a spin lock held for a few hundred nanoseconds. A caller
+//! spins for it for a bounded time and otherwise runs the call itself, counted as busy (a
+//! result never changes either way). A signal handler that interrupts the holder cannot
+//! spin on it: the interposed path does not re-enter itself (`intercept::Inside`).
 
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use corehop_policy::offload::{CallDesc, Decision, OffloadPolicy};
 
@@ -30,8 +33,13 @@ impl Desc {
     }
 }
 
-/// Length of a tuning epoch for `predicted:…:tuned` (wall time between feedback reports).
+/// Length of an epoch for `predicted:…:tuned` and `adaptive` (wall time between feedback
+/// reports; an adaptive policy's trials are shorter).
 pub const EPOCH_NS: u64 = 20_000_000;
+
+/// How many times a caller tries the lock of a stateful policy before running its call
+/// itself (about 10 µs: far more than the lock is ever held).
+const LOCK_SPINS: u32 = 4_000;
 
 /// An offload policy from `corehop_policy` (`never`, `always`, `size[:BYTES]`,
 /// `static:CALL,…`, `predicted[:fa|dm][:N|tuned]`, N in ns), plus the epoch bookkeeping that
@@ -49,11 +57,71 @@ pub struct Policy {
     epoch_calls: u64,
 }
 
+/// How a policy that keeps no state decides, as one word (read without the lock).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stateless {
+    /// Not stateless: ask the policy under the lock.
+    No,
+    Never,
+    Always,
+    /// The 4 KB rule with this threshold.
+    Size(u64),
+}
+
+impl Stateless {
+    fn of(policy: &OffloadPolicy) -> Stateless {
+        match policy {
+            OffloadPolicy::Never => Stateless::Never,
+            OffloadPolicy::Always => Stateless::Always,
+            OffloadPolicy::SizeThreshold { bytes } => Stateless::Size(*bytes),
+            _ => Stateless::No,
+        }
+    }
+
+    /// Packs into a word: 0 no, 1 never, 2 always, 3 + bytes for size (bytes saturated).
+    fn encode(self) -> u64 {
+        match self {
+            Stateless::No => 0,
+            Stateless::Never => 1,
+            Stateless::Always => 2,
+            Stateless::Size(bytes) => bytes.saturating_add(3),
+        }
+    }
+
+    fn decode(word: u64) -> Stateless {
+        match word {
+            0 => Stateless::No,
+            1 => Stateless::Never,
+            2 => Stateless::Always,
+            n => Stateless::Size(n - 3),
+        }
+    }
+}
+
+use corehop_sys::wire::Standing;
+
 impl Policy {
     pub fn parse(spec: &str) -> Result<Policy, String> {
         let inner: OffloadPolicy =
             spec.parse().map_err(|e: corehop_policy::offload::OffloadError| e.to_string())?;
         Ok(Policy { inner, epoch_start_ns: 0, epoch_calls: 0 })
+    }
+
+    /// Where an adaptive policy stands (`None` for the others).
+    pub fn standing(&self) -> Option<Standing<'static>> {
+        let OffloadPolicy::Adaptive(a) = &self.inner else { return None };
+        let sampler = a.sampler();
+        let (rounds, switches) = sampler.rounds();
+        // Labels are built without allocating: the arms are parsed from fixed specs.
+        let settled = match self.inner.settled() {
+            OffloadPolicy::Never => "never",
+            OffloadPolicy::Always => "always",
+            OffloadPolicy::SizeThreshold { .. } => "size",
+            OffloadPolicy::StaticProfile(_) => "static",
+            OffloadPolicy::Predicted(_) => "predicted",
+            OffloadPolicy::Adaptive(_) => "adaptive",
+        };
+        Some(Standing { settled, rounds, switches, regret_ppm: (sampler.regret_share() * 1e6) as u64 })
     }
 
     /// Whether no call can ever go across (then no service thread is started).
@@ -67,18 +135,20 @@ impl Policy {
         self.inner.decide(&call.to_policy(), 0) == Decision::Offload
     }
 
-    /// The call ran for `run_ns` (wherever it ran) and finished at `now_ns`.
-    pub fn observe(&mut self, call: &Desc, run_ns: u64, now_ns: u64) {
+    /// The call ran for `run_ns` (wherever it ran) and finished at `now_ns`; `done` is the
+    /// number of intercepted calls the process has completed so far (its progress).
+    pub fn observe(&mut self, call: &Desc, run_ns: u64, now_ns: u64, done: u64) {
         self.inner.observe(&call.to_policy(), run_ns);
-        self.epoch_calls += 1;
+        if !self.inner.wants_epochs() {
+            return;
+        }
         if self.epoch_start_ns == 0 {
-            self.epoch_start_ns = now_ns;
+            (self.epoch_start_ns, self.epoch_calls) = (now_ns, done);
         }
         let elapsed = now_ns.saturating_sub(self.epoch_start_ns);
-        if elapsed >= EPOCH_NS {
-            self.inner.epoch_end(self.epoch_calls as f64 * 1e9 / elapsed as f64);
-            self.epoch_start_ns = now_ns;
-            self.epoch_calls = 0;
+        if elapsed >= self.inner.epoch_length(EPOCH_NS) {
+            self.inner.epoch_end(done.saturating_sub(self.epoch_calls) as f64, elapsed);
+            (self.epoch_start_ns, self.epoch_calls) = (now_ns, done);
         }
     }
 
@@ -88,9 +158,11 @@ impl Policy {
     }
 }
 
-/// The process-wide policy behind a try-lock.
+/// The process-wide policy behind a lock, with the stateless ones readable without it.
 pub struct Shared {
     locked: AtomicBool,
+    /// `Stateless::encode` of the installed policy.
+    stateless: AtomicU64,
     policy: UnsafeCell<Option<Policy>>,
 }
 
@@ -101,7 +173,36 @@ unsafe impl Sync for Shared {}
 impl Shared {
     #[allow(clippy::new_without_default)] // used in a static, where Default is not const
     pub const fn new() -> Shared {
-        Shared { locked: AtomicBool::new(false), policy: UnsafeCell::new(None) }
+        Shared { locked: AtomicBool::new(false), stateless: AtomicU64::new(0), policy: UnsafeCell::new(None) }
+    }
+
+    /// Whether to offload `call`: `None` when the policy is stateful and its lock stayed
+    /// busy (the caller then runs the call itself), or when no policy is installed.
+    pub fn decide(&self, call: &Desc) -> Option<bool> {
+        match Stateless::decode(self.stateless.load(Ordering::Acquire)) {
+            Stateless::Never => Some(false),
+            Stateless::Always => Some(true),
+            Stateless::Size(bytes) => {
+                let moving = match call.kind {
+                    CallKind::Other(_) => false,
+                    kind if kind.moves_bytes() => call.size >= bytes,
+                    _ => true,
+                };
+                Some(moving)
+            }
+            Stateless::No => self.with_spinning(|p| p.decide(call)),
+        }
+    }
+
+    /// Runs `f` on the policy, spinning a bounded time for the lock.
+    pub fn with_spinning<R>(&self, f: impl FnOnce(&mut Policy) -> R) -> Option<R> {
+        for _ in 0..LOCK_SPINS {
+            if !self.locked.load(Ordering::Relaxed) {
+                return self.try_with(f);
+            }
+            core::hint::spin_loop();
+        }
+        None
     }
 
     /// Runs `f` on the policy if the lock is free and a policy is installed.
@@ -120,6 +221,7 @@ impl Shared {
         while self.locked.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
             core::hint::spin_loop();
         }
+        self.stateless.store(Stateless::of(&policy.inner).encode(), Ordering::Release);
         // SAFETY: we hold the lock.
         unsafe { *self.policy.get() = Some(policy) };
         self.locked.store(false, Ordering::Release);
@@ -148,6 +250,7 @@ impl Shared {
             // SAFETY: the child has one thread; no one else can hold or take the lock. The old
             // value is leaked, not dropped, as it may be inconsistent.
             unsafe { core::mem::forget((*self.policy.get()).take()) };
+            self.stateless.store(Stateless::Never.encode(), Ordering::Release);
             self.locked.store(false, Ordering::Release);
         }
     }
@@ -181,11 +284,45 @@ mod tests {
         assert!(p.learns());
         let fsync = call(CallKind::Fsync, 0);
         assert!(!p.decide(&fsync), "nothing learnt yet");
-        p.observe(&fsync, 80_000, 1);
+        p.observe(&fsync, 80_000, 1, 1);
         assert!(p.decide(&fsync), "last run 80 us > N = 5 us");
         let small = call(CallKind::Read, 10);
-        p.observe(&small, 100, 2);
+        p.observe(&small, 100, 2, 2);
         assert!(!p.decide(&small));
+    }
+
+    #[test]
+    fn stateless_policies_decide_without_the_lock() {
+        let shared = Shared::new();
+        assert_eq!(shared.decide(&call(CallKind::Read, 0)), None, "no policy yet");
+        shared.install(Policy::parse("always").unwrap());
+        assert!(shared.lock_for_fork(1), "someone holds the lock");
+        assert_eq!(shared.decide(&call(CallKind::Read, 0)), Some(true), "always, lock or not");
+        shared.after_fork(true, false);
+        shared.install(Policy::parse("size:100").unwrap());
+        assert_eq!(shared.decide(&call(CallKind::Read, 99)), Some(false));
+        assert_eq!(shared.decide(&call(CallKind::Read, 100)), Some(true));
+        assert_eq!(shared.decide(&call(CallKind::Fsync, 0)), Some(true));
+        shared.install(Policy::parse("predicted:dm:5000").unwrap());
+        assert_eq!(shared.decide(&call(CallKind::Read, 0)), Some(false), "stateful, lock free");
+        assert!(shared.lock_for_fork(1));
+        assert_eq!(shared.decide(&call(CallKind::Read, 0)), None, "stateful, lock held");
+        shared.after_fork(true, false);
+    }
+
+    #[test]
+    fn adaptive_counts_epochs_from_the_calls_done_and_reports_where_it_stands() {
+        let mut p = Policy::parse("adaptive").unwrap();
+        assert!(p.learns());
+        let read = call(CallKind::Read, 10);
+        let mut now = 1;
+        for done in 1..=20_000u64 {
+            now += 2_000; // a call every 2 us: 10 000 calls per 20 ms epoch
+            p.observe(&read, 1_000, now, done);
+        }
+        let standing = p.standing().unwrap();
+        assert_eq!(standing.settled, "never");
+        assert!(Policy::parse("never").unwrap().standing().is_none());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! call ([`dispatch`]), the fork handlers and the summary at exit (crate docs: "A call's path").
 
 use core::cell::Cell;
-use core::sync::atomic::Ordering::{Acquire, Release, SeqCst};
+use core::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize};
 use std::sync::OnceLock;
 
@@ -173,9 +173,14 @@ extern "C" fn at_exit() {
     }
     if let Some(path) = CONFIG.get().and_then(|c| c.stats_file.as_deref()) {
         let lanes = if SERVICE.load(SeqCst) == READY { LANE_COUNT.load(SeqCst) } else { 0 };
-        stats::write_summary(path, lanes, service::PIN_FAILED.load(SeqCst) == 0);
+        let standing = POLICY.with_spinning(|p| p.standing()).flatten();
+        stats::write_summary(path, lanes, service::PIN_FAILED.load(SeqCst) == 0, standing);
     }
 }
+
+/// Intercepted calls completed by this process and timed: the progress an adaptive policy's
+/// epochs are scored by (an unmodified program offers no other).
+static DONE: AtomicU64 = AtomicU64::new(0);
 
 /// The interposed path of every call: decide, offload or run locally, count.
 ///
@@ -206,7 +211,7 @@ pub(crate) fn dispatch(
         stats::bump(&counters.kept);
         return run_local(counters, &call, local);
     };
-    match POLICY.try_with(|p| p.decide(&call)) {
+    match POLICY.decide(&call) {
         Some(true) => {}
         Some(false) => {
             stats::bump(&counters.local);
@@ -243,7 +248,8 @@ pub(crate) fn dispatch(
             stats::bump(&counters.offloaded);
             stats::add(&counters.service_ns, reply.run_ns);
             stats::add(&counters.wait_ns, sys::now_ns().saturating_sub(start));
-            POLICY.try_with(|p| p.observe(&call, reply.run_ns, sys::now_ns()));
+            let done = DONE.fetch_add(1, Relaxed) + 1;
+            POLICY.try_with(|p| p.observe(&call, reply.run_ns, sys::now_ns(), done));
             if reply.signal != 0 {
                 sys::tgkill_self(sys::gettid(), reply.signal);
             }
@@ -272,7 +278,8 @@ fn run_local(counters: &stats::Counters, call: &Desc, local: impl FnOnce() -> i6
     let run_ns = end.saturating_sub(start);
     stats::add(&counters.local_ns, run_ns);
     stats::bump(&counters.local_timed);
-    POLICY.try_with(|p| p.observe(call, run_ns, end));
+    let done = DONE.fetch_add(1, Relaxed) + 1;
+    POLICY.try_with(|p| p.observe(call, run_ns, end, done));
     result
 }
 

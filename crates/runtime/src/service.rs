@@ -547,11 +547,11 @@ impl<'s> Offloader<'s> {
         let Some(epoch) = &mut self.epoch else { return };
         let now = sys::now_ns();
         let elapsed = now.saturating_sub(epoch.start_ns);
-        if elapsed >= epoch.length_ns {
-            let rate = epoch.units as f64 * 1e9 / elapsed as f64;
+        if elapsed >= self.policy.epoch_length(epoch.length_ns) {
+            let units = epoch.units as f64;
             epoch.start_ns = now;
             epoch.units = 0;
-            self.policy.epoch_end(rate);
+            self.policy.epoch_end(units, elapsed);
             self.stats.epochs += 1;
         }
     }

@@ -4,8 +4,11 @@
 //! its own.
 //!
 //! ```text
-//! corehop-preload-v1 pid=1234 lanes=1 pinned=1 read=SEEN:OFF:LOCAL:KEPT:WITHDRAWN:BUSY:SVC_NS:WAIT_NS:LOCAL_NS:LOCAL_TIMED write=...
+//! corehop-preload-v1 pid=1234 lanes=1 pinned=1 [settled=ARM rounds=R switches=S regret_ppm=P] read=SEEN:OFF:LOCAL:KEPT:WITHDRAWN:BUSY:SVC_NS:WAIT_NS:LOCAL_NS:LOCAL_TIMED write=...
 //! ```
+//!
+//! The bracketed part is there when the policy is adaptive: the arm it settled on, its
+//! sampling rounds, how many changed the arm, and the share of time its trials lost.
 //!
 //! The counters, in [`COUNTERS`] order, for each kind of call the process made:
 //! - `OFF`: ran on a service thread; `LOCAL`: the policy kept it on the caller;
@@ -55,17 +58,39 @@ pub const COUNTERS: [&str; 10] = [
     "local_timed",
 ];
 
+/// Where an adaptive offload policy stood at exit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Standing<'a> {
+    /// The arm it settled on (`never`, `always`, `size`, `predicted`, …).
+    pub settled: &'a str,
+    /// Sampling rounds completed.
+    pub rounds: u32,
+    /// Rounds that changed the arm.
+    pub switches: u32,
+    /// The share of time its trials lost, in parts per million.
+    pub regret_ppm: u64,
+}
+
 /// Writes one summary line (with its newline) for process `pid`: `lanes` service threads,
-/// `pinned` whether they could be pinned, and the counters of each kind of call it made.
-/// Formats without allocating, so the preload library can call it at exit.
+/// `pinned` whether they could be pinned, where an adaptive policy stood, and the counters
+/// of each kind of call it made. Formats without allocating, so the preload library can
+/// call it at exit.
 pub fn write_line<'a, W: fmt::Write>(
     out: &mut W,
     pid: i32,
     lanes: usize,
     pinned: bool,
+    standing: Option<Standing<'_>>,
     calls: impl IntoIterator<Item = (&'a str, [u64; COUNTERS.len()])>,
 ) -> fmt::Result {
     write!(out, "{SUMMARY_TAG} pid={pid} lanes={lanes} pinned={}", u8::from(pinned))?;
+    if let Some(s) = standing {
+        write!(
+            out,
+            " settled={} rounds={} switches={} regret_ppm={}",
+            s.settled, s.rounds, s.switches, s.regret_ppm
+        )?;
+    }
     for (name, counters) in calls {
         write!(out, " {name}=")?;
         for (i, value) in counters.iter().enumerate() {
@@ -125,6 +150,20 @@ impl CallCounts {
     }
 }
 
+/// The processes whose adaptive policy settled on one arm.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct Settled {
+    /// How many processes.
+    pub processes: usize,
+    /// Their sampling rounds, added up.
+    pub rounds: u64,
+    /// Their rounds that changed the arm, added up.
+    pub switches: u64,
+    /// The largest share of time one of them lost to trials, in parts per million.
+    pub max_regret_ppm: u64,
+}
+
 /// Every process's summary line of a run, added up.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
@@ -133,6 +172,8 @@ pub struct Summary {
     pub processes: usize,
     /// Processes whose service threads could not be pinned to their CPU.
     pub unpinned: usize,
+    /// Adaptive policies: settled arm → the processes that settled there.
+    pub settled: BTreeMap<String, Settled>,
     /// Call name → counters.
     pub calls: BTreeMap<String, CallCounts>,
 }
@@ -160,12 +201,28 @@ impl Summary {
                 return Err(bad(format!("not a {SUMMARY_TAG} summary")));
             }
             summary.processes += 1;
+            let mut settled: Option<&str> = None;
             for field in fields {
                 let (key, value) =
                     field.split_once('=').ok_or_else(|| bad(format!("field {field:?} has no '='")))?;
+                let number = || value.parse::<u64>().map_err(|_| bad(format!("{key} is not a number")));
                 match key {
                     "pid" | "lanes" => {}
                     "pinned" => summary.unpinned += usize::from(value == "0"),
+                    "settled" => {
+                        summary.settled.entry(value.to_string()).or_default().processes += 1;
+                        settled = Some(value);
+                    }
+                    "rounds" | "switches" | "regret_ppm" => {
+                        let n = number()?;
+                        let arm = settled.ok_or_else(|| bad(format!("{key} before settled")))?;
+                        let entry = summary.settled.entry(arm.to_string()).or_default();
+                        match key {
+                            "rounds" => entry.rounds += n,
+                            "switches" => entry.switches += n,
+                            _ => entry.max_regret_ppm = entry.max_regret_ppm.max(n),
+                        }
+                    }
                     call => {
                         let numbers: Vec<u64> = value
                             .split(':')
@@ -206,14 +263,17 @@ mod tests {
         let mut line = String::new();
         let read = [3, 2, 0, 1, 0, 0, 200, 500, 40, 1];
         let fsync = [1, 0, 0, 0, 1, 0, 0, 0, 7, 1];
-        write_line(&mut line, 7, 1, false, [("read", read), ("fsync", fsync)]).unwrap();
-        assert!(line.starts_with("corehop-preload-v1 pid=7 lanes=1 pinned=0 read=3:2:0:1"));
+        let standing = Standing { settled: "never", rounds: 3, switches: 1, regret_ppm: 900 };
+        write_line(&mut line, 7, 1, false, Some(standing), [("read", read), ("fsync", fsync)]).unwrap();
+        assert!(line.starts_with("corehop-preload-v1 pid=7 lanes=1 pinned=0 settled=never rounds=3"));
         let twice = format!("{line}\n{line}");
         let s = Summary::parse(&twice).unwrap();
         assert_eq!((s.processes, s.unpinned), (2, 2));
         assert_eq!(s.calls["read"].wait_ns, 1000);
         assert_eq!(s.calls["fsync"].local_ns, 14);
         assert_eq!(s.total().seen, 8);
+        let never = &s.settled["never"];
+        assert_eq!((never.processes, never.rounds, never.switches, never.max_regret_ppm), (2, 6, 2, 900));
     }
 
     #[test]
@@ -223,6 +283,8 @@ mod tests {
             "corehop-preload-v1 pid=1 read=1:2\n",
             "corehop-preload-v1 pid=1 read=a:b:c:d:e:f:g:h:i:j\n",
             "corehop-preload-v1 pid=1 read\n",
+            "corehop-preload-v1 pid=1 rounds=3\n",
+            "corehop-preload-v1 pid=1 settled=never rounds=x\n",
         ] {
             let err = Summary::parse(text).unwrap_err();
             assert_eq!(err.line, 1, "{err}");

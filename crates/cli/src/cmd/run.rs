@@ -51,13 +51,18 @@ pub struct Args {
     #[arg(long, value_name = "LIST")]
     pub cpus: Option<String>,
 
-    /// Which calls go across: `never` (the same-run baseline: intercept and count, move
-    /// nothing), `always`, `size` (calls moving at least --threshold bytes, default 4096 — the
-    /// 4 KB rule of fast-core-switching §3.6 — plus the calls that move no buffer) or
-    /// `predicted` (the run-length predictor, direct-mapped 1500 entries: offload when the call
-    /// is predicted to run longer than --threshold ns; without --threshold, N is tuned online
-    /// from the program's rate of completed calls).
-    #[arg(long, value_enum, default_value_t = PolicyArg::Size, requires = "offload")]
+    /// Which calls go across. `adaptive` (the default) moves nothing until moving pays: each
+    /// process starts with `never` and, once it has run long enough to afford a trial (trials
+    /// may cost at most 1 % of its time), tries `always`, `size` and `predicted` for short
+    /// epochs between epochs of `never`, scored by the program's rate of completed calls; it
+    /// switches only to an arm that wins by more than 2 %, and goes on checking `never`.
+    /// `--stats` says where each process settled. The fixed policies: `never` (the same-run
+    /// baseline: intercept and count, move nothing), `always`, `size` (calls moving at least
+    /// --threshold bytes, default 4096 — the 4 KB rule of fast-core-switching §3.6 — plus the
+    /// calls that move no buffer) or `predicted` (the run-length predictor, direct-mapped 1500
+    /// entries: offload when the call is predicted to run longer than --threshold ns; without
+    /// --threshold, N is tuned online from the program's rate of completed calls).
+    #[arg(long, value_enum, default_value_t = PolicyArg::Adaptive, requires = "offload")]
     pub policy: PolicyArg,
 
     /// Threshold of the policy: bytes for `size`, nanoseconds for `predicted`.
@@ -110,6 +115,7 @@ pub struct Args {
 /// The `--policy` choices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum PolicyArg {
+    Adaptive,
     Never,
     Always,
     Size,
@@ -120,9 +126,10 @@ impl PolicyArg {
     /// The policy spec the preload library parses (`corehop_policy::offload::OffloadPolicy`).
     fn spec(self, threshold: Option<u64>) -> anyhow::Result<String> {
         Ok(match (self, threshold) {
+            (PolicyArg::Adaptive, None) => "adaptive".into(),
             (PolicyArg::Never, None) => "never".into(),
             (PolicyArg::Always, None) => "always".into(),
-            (PolicyArg::Never | PolicyArg::Always, Some(_)) => {
+            (PolicyArg::Adaptive | PolicyArg::Never | PolicyArg::Always, Some(_)) => {
                 bail!("--threshold applies to --policy size or predicted only")
             }
             (PolicyArg::Size, None) => "size".into(),
@@ -539,6 +546,21 @@ impl SummaryTable for Summary {
         if self.unpinned > 0 {
             table.note(format!("{} process(es) could not pin their service threads", self.unpinned));
         }
+        for (arm, s) in &self.settled {
+            table.note(format!(
+                "adaptive: {} process(es) settled on `{arm}` after {} sampling round(s) ({} switch(es)); \
+                 trials cost at most {:.2} % of a process's time{}",
+                s.processes,
+                s.rounds,
+                s.switches,
+                s.max_regret_ppm as f64 / 1e4,
+                if s.rounds == 0 {
+                    " (none ran long enough to afford a trial: moving was never tried)"
+                } else {
+                    ""
+                }
+            ));
+        }
         table
     }
 }
@@ -681,7 +703,9 @@ mod tests {
         assert_eq!(PolicyArg::Predicted.spec(None).unwrap(), "predicted:dm:tuned");
         assert_eq!(PolicyArg::Predicted.spec(Some(5000)).unwrap(), "predicted:dm:5000");
         assert!(PolicyArg::Always.spec(Some(1)).is_err());
-        for p in [PolicyArg::Never, PolicyArg::Always, PolicyArg::Size, PolicyArg::Predicted] {
+        for p in
+            [PolicyArg::Adaptive, PolicyArg::Never, PolicyArg::Always, PolicyArg::Size, PolicyArg::Predicted]
+        {
             let spec = p.spec(None).unwrap();
             assert!(spec.parse::<corehop_policy::offload::OffloadPolicy>().is_ok(), "{spec}");
         }

@@ -461,12 +461,13 @@ impl Offload {
     }
 
     fn maybe_end_epoch(&mut self, task: u32, now: Ps) {
-        let epoch = self.ps(self.cfg.epoch_cycles);
+        let epoch = self.tasks[task as usize].policy.epoch_length(self.cfg.epoch_cycles as u64) as f64;
+        let epoch = self.ps(epoch);
         let t = &mut self.tasks[task as usize];
         let elapsed = now - t.epoch_start;
         if elapsed >= epoch {
             let cycles = elapsed as f64 / self.ps_per_cycle;
-            t.policy.epoch_end(t.epoch_user / cycles);
+            t.policy.epoch_end(t.epoch_user, cycles.max(1.0) as u64);
             t.epoch_start = now;
             t.epoch_user = 0.0;
         }

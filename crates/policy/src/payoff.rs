@@ -1,0 +1,487 @@
+//! Moves that pay: choosing online between ways of placing work, with *not moving* as a
+//! first-class choice that every other way must beat.
+//!
+//! Every policy that moves work (offload a call, send an operation to its object's core, split
+//! a pipeline, spin instead of sleeping) has arms: arm 0 ([`STAY`]) is "do not move", the
+//! others are ways of moving. The driver runs the workload in epochs, tells the sampler how
+//! much work each epoch got done and how long it took, and asks which arm to use next. The
+//! sampler (the epoch sampling of selective-os-offload's threshold tuner, generalised to arms)
+//!
+//! - starts in [`STAY`], so a program that never runs long enough to learn anything pays
+//!   nothing;
+//! - samples a candidate arm for one *short* epoch between two epochs of the incumbent and
+//!   scores it against their mean, so slow drifts in the workload cancel out;
+//! - moves to a candidate only when it beats the incumbent by more than a margin
+//!   (hysteresis), and always keeps [`STAY`] among the candidates of a moving incumbent, so it
+//!   falls back as soon as moving stops paying (phase changes);
+//! - spends at most a fixed share of the elapsed time on the losses of its trials (the
+//!   *regret budget*): a trial is started only when the loss it could cause, at the worst
+//!   slowdown seen so far, fits in the budget; an arm that lost is tried again after twice as
+//!   many rounds each time it loses (back-off).
+//!
+//! So a policy built on it never loses more than about the budget (1 % by default) to not
+//! moving, on any workload, and finds the moving arm where moving pays.
+//!
+//! ```text
+//!  warm-up (STAY) ─▶ run incumbent ─▶ round: inc, c1, inc, c2, …, inc ─▶ best beats inc? ─yes─▶ switch
+//!                        ▲                 (trials only within the regret budget)  │no
+//!                        └─────────────── run twice as long (up to a cap) ◀────────┘
+//! ```
+//!
+//! # Examples
+//! ```
+//! use corehop_policy::payoff::{ArmSampler, PayoffConfig, STAY};
+//! // Two arms: stay, or move. Moving makes the workload 30 % faster.
+//! let mut sampler = ArmSampler::new(2, PayoffConfig::default()).unwrap();
+//! for _ in 0..400 {
+//!     let epoch = sampler.next_epoch();
+//!     let rate = if epoch.arm == STAY { 1.0 } else { 1.3 };
+//!     let length = epoch.length(1_000_000);
+//!     sampler.epoch_end(rate * length as f64, length);
+//! }
+//! assert_eq!(sampler.incumbent(), 1);
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+/// Arm 0: do not move.
+pub const STAY: usize = 0;
+
+/// At most this many arms (a sampling round visits each).
+pub const MAX_ARMS: usize = 16;
+
+/// How the sampler trades learning for loss.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PayoffConfig {
+    /// A candidate must beat the incumbent's rate by more than this fraction to take over.
+    pub margin: f64,
+    /// Epochs at the incumbent before the first round (the workload's start is noisy).
+    pub warmup_epochs: u32,
+    /// Epochs at the incumbent between rounds after a change; doubles while nothing changes.
+    pub run_epochs: u32,
+    /// Cap on the doubled run.
+    pub max_run_epochs: u32,
+    /// A trial epoch lasts `1 / trial_divisor` of a normal epoch.
+    pub trial_divisor: u32,
+    /// Share of the elapsed time the trials' losses may cost, at most.
+    pub regret_budget: f64,
+    /// The slowdown a first trial of an arm is assumed to risk, before any was measured.
+    pub assumed_slowdown: f64,
+    /// A losing arm sits out at most this many rounds (the back-off doubles up to it).
+    pub max_backoff_rounds: u32,
+}
+
+impl Default for PayoffConfig {
+    fn default() -> PayoffConfig {
+        PayoffConfig {
+            margin: 0.02,
+            warmup_epochs: 4,
+            run_epochs: 4,
+            max_run_epochs: 64,
+            trial_divisor: 4,
+            regret_budget: 0.01,
+            assumed_slowdown: 4.0,
+            max_backoff_rounds: 64,
+        }
+    }
+}
+
+/// A [`PayoffConfig`] that cannot work.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("payoff sampler: bad {field}: {reason}")]
+pub struct PayoffError {
+    /// The offending field (or `arms`).
+    pub field: &'static str,
+    /// Why.
+    pub reason: String,
+}
+
+impl PayoffConfig {
+    /// Checks every field's range.
+    pub fn validate(&self) -> Result<(), PayoffError> {
+        let bad = |field, reason: String| Err(PayoffError { field, reason });
+        if !(self.margin.is_finite() && self.margin >= 0.0) {
+            return bad("margin", format!("need a finite margin >= 0, got {}", self.margin));
+        }
+        if self.run_epochs == 0 || self.run_epochs > self.max_run_epochs {
+            return bad(
+                "run_epochs",
+                format!("need 1 <= run_epochs <= max_run_epochs, got {}", self.run_epochs),
+            );
+        }
+        if self.trial_divisor == 0 {
+            return bad("trial_divisor", "must be at least 1".into());
+        }
+        if !(self.regret_budget.is_finite() && self.regret_budget > 0.0 && self.regret_budget < 1.0) {
+            return bad("regret_budget", format!("need 0 < budget < 1, got {}", self.regret_budget));
+        }
+        if !(self.assumed_slowdown.is_finite() && self.assumed_slowdown > 1.0) {
+            return bad(
+                "assumed_slowdown",
+                format!("need a finite slowdown > 1, got {}", self.assumed_slowdown),
+            );
+        }
+        if self.max_backoff_rounds == 0 {
+            return bad("max_backoff_rounds", "must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// What the driver runs next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Epoch {
+    /// The arm to use.
+    pub arm: usize,
+    /// Whether this is a (short) trial of a candidate rather than the incumbent.
+    pub trial: bool,
+    /// What a trial's length is divided by.
+    pub divisor: u32,
+}
+
+impl Epoch {
+    /// This epoch's length, given a normal epoch's (trials are shorter), at least 1.
+    pub fn length(&self, normal: u64) -> u64 {
+        if self.trial {
+            (normal / u64::from(self.divisor)).max(1)
+        } else {
+            normal.max(1)
+        }
+    }
+}
+
+/// What the last completed round found: each tried arm's rate over the incumbent's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RoundReport {
+    /// The incumbent during the round.
+    pub incumbent: usize,
+    /// (arm, its rate / the incumbent's around it) for each arm tried.
+    pub ratios: Vec<(usize, f64)>,
+    /// The incumbent after the round.
+    pub chosen: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+enum Phase {
+    /// Running the incumbent; a round starts when `left` reaches 0.
+    Run { left: u32 },
+    /// A round: `queue` holds the candidates still to try; `before` is the rate of the
+    /// incumbent epoch just run; `trying` the candidate whose trial runs now.
+    Round { queue: Vec<usize>, before: Option<f64>, trying: Option<(usize, f64)>, ratios: Vec<(usize, f64)> },
+}
+
+/// The epoch sampler over `arms` arms. Feed [`ArmSampler::epoch_end`] once per epoch and ask
+/// [`ArmSampler::next_epoch`] what to run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ArmSampler {
+    config: PayoffConfig,
+    arms: usize,
+    incumbent: usize,
+    phase: Phase,
+    run_epochs: u32,
+    /// Per arm: rounds still to sit out, and the back-off it gets if it loses again.
+    sit_out: Vec<u32>,
+    backoff: Vec<u32>,
+    /// Per arm: the worst slowdown (incumbent rate / its rate) a trial of it has shown.
+    worst_slowdown: Vec<f64>,
+    /// Time elapsed, and the time the trials are estimated to have lost, in the driver's unit.
+    elapsed: u64,
+    regret: f64,
+    /// The length of the last incumbent epoch (a trial lasts a `trial_divisor`-th of it).
+    last_epoch: u64,
+    /// The length of the trial being scored.
+    trial_len: u64,
+    rounds: u32,
+    switches: u32,
+    last_round: Option<RoundReport>,
+}
+
+impl ArmSampler {
+    /// A sampler over `arms` arms (arm 0 is [`STAY`]), starting in [`STAY`].
+    pub fn new(arms: usize, config: PayoffConfig) -> Result<ArmSampler, PayoffError> {
+        config.validate()?;
+        if !(1..=MAX_ARMS).contains(&arms) {
+            return Err(PayoffError {
+                field: "arms",
+                reason: format!("need 1..={MAX_ARMS} arms, got {arms}"),
+            });
+        }
+        Ok(ArmSampler {
+            config,
+            arms,
+            incumbent: STAY,
+            phase: Phase::Run { left: config.warmup_epochs },
+            run_epochs: config.run_epochs,
+            sit_out: vec![0; arms],
+            backoff: vec![1; arms],
+            worst_slowdown: vec![config.assumed_slowdown; arms],
+            elapsed: 0,
+            regret: 0.0,
+            last_epoch: 0,
+            trial_len: 0,
+            rounds: 0,
+            switches: 0,
+            last_round: None,
+        })
+    }
+
+    /// The arm in force (what the sampler settled on, not a trial).
+    pub fn incumbent(&self) -> usize {
+        self.incumbent
+    }
+
+    /// Completed rounds, and how many of them changed the incumbent.
+    pub fn rounds(&self) -> (u32, u32) {
+        (self.rounds, self.switches)
+    }
+
+    /// What the last completed round found.
+    pub fn last_round(&self) -> Option<&RoundReport> {
+        self.last_round.as_ref()
+    }
+
+    /// The estimated share of the elapsed time lost to trials so far.
+    pub fn regret_share(&self) -> f64 {
+        if self.elapsed == 0 {
+            0.0
+        } else {
+            self.regret / self.elapsed as f64
+        }
+    }
+
+    /// The epoch to run now.
+    pub fn next_epoch(&self) -> Epoch {
+        let divisor = self.config.trial_divisor;
+        match &self.phase {
+            Phase::Round { trying: Some((arm, _)), .. } => Epoch { arm: *arm, trial: true, divisor },
+            _ => Epoch { arm: self.incumbent, trial: false, divisor },
+        }
+    }
+
+    /// The epoch from [`ArmSampler::next_epoch`] ended: it got `work` done in `duration`
+    /// (any units, the same every time; the rate `work / duration` is what is compared).
+    /// A zero duration is ignored.
+    pub fn epoch_end(&mut self, work: f64, duration: u64) {
+        if duration == 0 {
+            return;
+        }
+        self.elapsed = self.elapsed.saturating_add(duration);
+        if !self.next_epoch().trial {
+            self.last_epoch = duration;
+        }
+        let rate = if work.is_finite() && work >= 0.0 { work / duration as f64 } else { 0.0 };
+        let phase = std::mem::replace(&mut self.phase, Phase::Run { left: 0 });
+        self.phase = match phase {
+            Phase::Run { left } if left > 1 => Phase::Run { left: left - 1 },
+            Phase::Run { .. } => self.start_round(rate),
+            Phase::Round { queue, before, trying: Some((arm, _)), mut ratios } => {
+                // The trial ended; the next epoch runs the incumbent again, to score it.
+                ratios.push((arm, rate));
+                self.trial_len = duration;
+                Phase::Round { queue, before, trying: None, ratios }
+            }
+            Phase::Round { mut queue, before, trying: None, mut ratios } => {
+                // An incumbent epoch ended: score the trial before it against its neighbours.
+                if let (Some(before), Some(last)) = (before, ratios.last_mut()) {
+                    let around = (before + rate) / 2.0;
+                    last.1 = if around > 0.0 { last.1 / around } else { 0.0 };
+                    self.charge_trial(last.0, last.1, self.trial_len);
+                }
+                match self.next_candidate(&mut queue) {
+                    Some(arm) => Phase::Round { queue, before: Some(rate), trying: Some((arm, 0.0)), ratios },
+                    None => self.conclude(ratios),
+                }
+            }
+        };
+    }
+
+    /// Begins a round after an incumbent epoch that ran at `rate`, if any candidate may be
+    /// tried within the regret budget; otherwise runs on.
+    fn start_round(&mut self, rate: f64) -> Phase {
+        let mut queue: Vec<usize> = (0..self.arms).rev().filter(|&a| a != self.incumbent).collect();
+        for arm in 0..self.arms {
+            if arm != self.incumbent && arm != STAY {
+                self.sit_out[arm] = self.sit_out[arm].saturating_sub(1);
+            }
+        }
+        match self.next_candidate(&mut queue) {
+            Some(arm) => {
+                Phase::Round { queue, before: Some(rate), trying: Some((arm, 0.0)), ratios: Vec::new() }
+            }
+            None => Phase::Run { left: self.run_epochs },
+        }
+    }
+
+    /// The next candidate of the round that is not sitting out and whose trial fits in the
+    /// regret budget. [`STAY`] is never made to sit out: not moving is always worth checking.
+    fn next_candidate(&self, queue: &mut Vec<usize>) -> Option<usize> {
+        while let Some(arm) = queue.pop() {
+            if arm != STAY && self.sit_out[arm] > 0 {
+                continue;
+            }
+            if arm == STAY || self.trial_fits(arm) {
+                return Some(arm);
+            }
+        }
+        None
+    }
+
+    /// Whether a trial of `arm` at its worst slowdown seen keeps the trials' losses within the
+    /// budget of the time elapsed (a trial lasts a `trial_divisor`-th of the last epoch).
+    fn trial_fits(&self, arm: usize) -> bool {
+        let trial = self.last_epoch as f64 / f64::from(self.config.trial_divisor);
+        let risk = trial * (self.worst_slowdown[arm] - 1.0).max(0.0);
+        self.regret + risk <= self.config.regret_budget * self.elapsed as f64
+    }
+
+    /// Books what a trial of `arm` that lasted `trial` and ran at `ratio` of the incumbent's
+    /// rate cost.
+    fn charge_trial(&mut self, arm: usize, ratio: f64, trial: u64) {
+        let trial = trial as f64;
+        if ratio > 0.0 && ratio < 1.0 {
+            let slowdown = 1.0 / ratio;
+            self.regret += trial * (slowdown - 1.0);
+            self.worst_slowdown[arm] = slowdown.max(1.0 + f64::EPSILON);
+        } else if ratio <= 0.0 {
+            self.regret += trial * (self.config.assumed_slowdown - 1.0);
+        } else {
+            self.worst_slowdown[arm] = self.worst_slowdown[arm].min(self.config.assumed_slowdown).max(1.0);
+        }
+    }
+
+    fn conclude(&mut self, ratios: Vec<(usize, f64)>) -> Phase {
+        let margin = 1.0 + self.config.margin;
+        let best = ratios.iter().copied().filter(|&(_, r)| r > margin).max_by(|a, b| a.1.total_cmp(&b.1));
+        for &(arm, ratio) in &ratios {
+            if arm == STAY || Some(arm) == best.map(|b| b.0) {
+                continue;
+            }
+            if ratio < 1.0 / margin {
+                // Lost: sit out twice as long as last time.
+                self.sit_out[arm] = self.backoff[arm];
+                self.backoff[arm] = (self.backoff[arm] * 2).min(self.config.max_backoff_rounds);
+            }
+        }
+        let previous = self.incumbent;
+        if let Some((arm, _)) = best {
+            self.backoff[arm] = 1;
+            self.sit_out[previous] = 0;
+            self.incumbent = arm;
+            self.run_epochs = self.config.run_epochs;
+            self.switches += 1;
+        } else {
+            self.run_epochs = (self.run_epochs * 2).min(self.config.max_run_epochs);
+        }
+        self.rounds += 1;
+        self.last_round = Some(RoundReport { incumbent: previous, ratios, chosen: self.incumbent });
+        Phase::Run { left: self.run_epochs }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Runs `epochs` epochs of normal length 1000 against `rate(arm, epoch)`; returns the work
+    /// done and the time taken.
+    fn drive(sampler: &mut ArmSampler, epochs: usize, rate: impl Fn(usize, usize) -> f64) -> (f64, u64) {
+        let (mut work, mut time) = (0.0, 0);
+        for i in 0..epochs {
+            let epoch = sampler.next_epoch();
+            let length = epoch.length(1000);
+            let done = rate(epoch.arm, i) * length as f64;
+            sampler.epoch_end(done, length);
+            work += done;
+            time += length;
+        }
+        (work, time)
+    }
+
+    fn sampler(arms: usize) -> ArmSampler {
+        ArmSampler::new(arms, PayoffConfig::default()).unwrap()
+    }
+
+    #[test]
+    fn converges_to_stay_where_moving_only_costs() {
+        let mut s = sampler(3);
+        // Arm 1 runs at 1/3.5 of the speed (cp -r under `always`), arm 2 at 0.9.
+        let (work, time) = drive(&mut s, 2000, |arm, _| [1.0, 1.0 / 3.5, 0.9][arm]);
+        assert_eq!(s.incumbent(), STAY);
+        // Within the regret budget of never having tried (1 %, plus a little rounding).
+        assert!(work / time as f64 >= 0.985, "rate {}", work / time as f64);
+        assert!(s.regret_share() <= 0.0105, "regret {}", s.regret_share());
+    }
+
+    #[test]
+    fn converges_to_the_moving_arm_where_moving_only_gains() {
+        let mut s = sampler(3);
+        drive(&mut s, 600, |arm, _| [1.0, 1.25, 1.1][arm]);
+        assert_eq!(s.incumbent(), 1);
+        assert!(s.rounds().1 >= 1);
+    }
+
+    #[test]
+    fn follows_a_phase_change_back_to_stay() {
+        let mut s = sampler(2);
+        // Moving pays for the first 800 epochs, then costs 30 %.
+        drive(&mut s, 800, |arm, _| [1.0, 1.3][arm]);
+        assert_eq!(s.incumbent(), 1);
+        drive(&mut s, 800, |arm, _| [1.0, 0.7][arm]);
+        assert_eq!(s.incumbent(), STAY, "{:?}", s.last_round());
+        // And forward again when moving pays once more.
+        drive(&mut s, 3000, |arm, _| [1.0, 1.3][arm]);
+        assert_eq!(s.incumbent(), 1, "{:?}", s.last_round());
+    }
+
+    #[test]
+    fn a_flat_difference_within_the_margin_does_not_move() {
+        let mut s = sampler(2);
+        drive(&mut s, 1000, |arm, _| [1.0, 1.01][arm]);
+        assert_eq!(s.incumbent(), STAY);
+    }
+
+    #[test]
+    fn a_short_run_never_tries_anything() {
+        let mut s = sampler(3);
+        drive(&mut s, 30, |arm, _| [1.0, 0.1, 0.1][arm]);
+        assert_eq!(s.rounds().0, 0);
+        assert_eq!(s.regret_share(), 0.0);
+    }
+
+    #[test]
+    fn bad_configs_are_typed_errors() {
+        assert_eq!(ArmSampler::new(0, PayoffConfig::default()).unwrap_err().field, "arms");
+        assert_eq!(ArmSampler::new(MAX_ARMS + 1, PayoffConfig::default()).unwrap_err().field, "arms");
+        let bad = PayoffConfig { regret_budget: 0.0, ..PayoffConfig::default() };
+        assert_eq!(ArmSampler::new(2, bad).unwrap_err().field, "regret_budget");
+        let bad = PayoffConfig { margin: f64::NAN, ..PayoffConfig::default() };
+        assert_eq!(ArmSampler::new(2, bad).unwrap_err().field, "margin");
+    }
+
+    proptest! {
+        /// Whatever the arms' rates (fixed per arm, moving arms possibly far worse), the
+        /// sampler never loses more than the budget plus the margin to staying put.
+        #[test]
+        fn never_loses_more_than_the_budget_to_staying(rates in proptest::collection::vec(0.05f64..3.0, 1..5)) {
+            let mut all = vec![1.0];
+            all.extend(rates);
+            let mut s = ArmSampler::new(all.len(), PayoffConfig::default()).unwrap();
+            let (work, time) = drive(&mut s, 3000, |arm, _| all[arm]);
+            let rate = work / time as f64;
+            prop_assert!(rate >= 1.0 - 0.01 - 0.02 - 1e-9, "rate {} with arms {:?}", rate, all);
+            prop_assert!(s.incumbent() < all.len());
+        }
+
+        /// Zero, negative or non-finite feedback never panics or picks an arm out of range.
+        #[test]
+        fn odd_feedback_is_harmless(feedback in proptest::collection::vec(prop_oneof![Just(f64::NAN), Just(-1.0), Just(0.0), 0.0f64..10.0], 1..300)) {
+            let mut s = ArmSampler::new(3, PayoffConfig::default()).unwrap();
+            for (i, f) in feedback.into_iter().enumerate() {
+                let e = s.next_epoch();
+                prop_assert!(e.arm < 3);
+                s.epoch_end(f, (i % 3) as u64 * 100);
+            }
+        }
+    }
+}
