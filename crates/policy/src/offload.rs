@@ -71,8 +71,8 @@ pub enum OffloadError {
 }
 
 /// The arms of `adaptive` when none are named: besides never, move everything, the 4 KB
-/// rule, and the calls predicted to run longer than 20 µs (about a futex wake-up on the
-/// development VM). The direct-mapped table allocates only when it is built.
+/// rule, and the calls predicted to run longer than 20 µs (about what a futex wake-up costs
+/// on a small VM). The direct-mapped table allocates only when it is built.
 pub const DEFAULT_ADAPTIVE_ARMS: &str = "always+size+predicted:dm:20000";
 
 /// What to do with one call.

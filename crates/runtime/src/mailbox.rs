@@ -454,9 +454,8 @@ pub(crate) struct Reader<T: Linked> {
 /// In a round trip (a task hopping there and back, `on`) that guess is right. Prefetching it
 /// from addresses the reader already holds, as its poll finds mail, lets the CPU start those
 /// fetches speculatively while the slot's line is still on its way; the slot's own hint can
-/// only be read once the line is here. On the development VM this took Handoff+Spin round
-/// trips from 4.3-4.5x to 3.9-4.1x the cache-line floor. A wrong guess wastes a few
-/// prefetches.
+/// only be read once the line is here (docs/performance.md, "expected node"). A wrong guess
+/// wastes a few prefetches.
 struct Expected<T> {
     node: *const T,
     hint: Hint,

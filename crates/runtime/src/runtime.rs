@@ -444,10 +444,7 @@ unsafe impl Linked for Task {
     /// writing is one the other CPU must give up. The frames further up are left where they
     /// are: a task that hops to do some work and hops back (delegation, an offloaded system
     /// call) calls down from the hop's frame and returns up through its callers only on the
-    /// way back. On the development VM (near band, Handoff+Spin, 12-20 runs each): every line
-    /// up to the base (14 in `bench switch`) 3.80x the floor, 7 lines 3.52x (both before the
-    /// task sent itself) and, later, 7 lines 2.78-2.86x, 5 lines 2.70x, 4 lines 2.60x, 3
-    /// lines 2.55-2.63x.
+    /// way back. How many lines pay is measured in docs/performance.md ("stack prefetch").
     fn prefetch(task: *const Task, hint: Hint) {
         // Line aligned, so its lines start at its address.
         for line in 0..size_of::<Task>().div_ceil(LINE) {

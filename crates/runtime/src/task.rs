@@ -205,9 +205,8 @@ fn task_at<'a>() -> Result<(&'a TaskCtx, OnWorker), Error> {
 ///
 /// Inlined, with `TaskCtx::hop_to`, into [`hop`], and `hop` into its caller: the task
 /// resumes on a CPU whose return predictor holds that worker's return addresses, not the
-/// task's, so every `ret` between the switch and the caller's code mispredicts. With three
-/// frames in between, Handoff+Spin round trips cost 4.0-4.5x the cache-line floor on the
-/// development VM; inlined, 3.5-3.7x.
+/// task's, so every `ret` between the switch and the caller's code mispredicts
+/// (docs/performance.md, "inlining the hop").
 #[inline(always)]
 fn move_to(ctx: &TaskCtx, on: OnWorker, worker: usize) -> Result<(), Error> {
     if on.at() == worker {

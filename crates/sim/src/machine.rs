@@ -27,7 +27,7 @@ use crate::scenario::Problem;
 
 /// How a task moves between cores (the paper's V1–V5).
 ///
-/// In the runtime's terms (DESIGN.md): `Affinity` is `Mechanism::Affinity`; `Handoff` and
+/// In the runtime's terms (docs/architecture.md): `Affinity` is `Mechanism::Affinity`; `Handoff` and
 /// `FastPath` are `Mechanism::Handoff` through a slow or a fast scheduler path with an IPI
 /// wake; `Spin` is the fast hand-off with `Wake::Spin`, `Wakeup` with `Wake::Park` on a CPU
 /// that can be woken early (UMWAIT-like). `Wake::SpinThenPark` is the switch model's

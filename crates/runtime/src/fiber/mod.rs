@@ -13,10 +13,10 @@
 //!   `call` and leaves it with a `ret`, so after every hop the CPU's return-address predictor
 //!   holds the worker's return address where the fiber's should be: two mispredicted returns
 //!   per switch pair. Our switch enters and leaves with a `jmp` and never touches the return
-//!   stack, so the fiber's returns are predicted from its own calls. On the development VM a
-//!   `yield_now` fell from about 40 ns to about 25 ns (`corehop bench switch --rows yield`); a
-//!   hop between CPUs is dominated by its cache misses and gained little. This is the hot path
-//!   the runtime exists for, hence our own code rather than the crate's.
+//!   stack, so the fiber's returns are predicted from its own calls: a `yield_now` costs about
+//!   half as much (docs/performance.md, "our own switch"); a hop between CPUs is dominated by
+//!   its cache misses and gained little. This is the hot path the runtime exists for, hence
+//!   our own code rather than the crate's.
 //! - **everywhere else: corosensei** (`portable`), and on x86-64 too when built with
 //!   `--cfg corehop_portable_fibers` (the test script runs the hop tests that way, so both stay
 //!   tested).
