@@ -1,6 +1,8 @@
 //! Hops keep a task's stack and know where they are: many random hops, every mechanism and
 //! wake-up, delegation with `on`, nested hops, `!Send` values on the stack, `hop_any`.
 
+mod common;
+
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -132,7 +134,7 @@ fn handoff_changes_thread_affinity_keeps_it() {
         let rt = runtime(mechanism, Wake::Park);
         let cpus = rt.cpus().to_vec();
         if cpus.len() < 2 {
-            println!("skipped: needs two CPUs");
+            common::skip("needs two CPUs");
             return;
         }
         let (a, b) = (cpus[0], cpus[1]);
@@ -224,7 +226,7 @@ fn hop_any_prefers_an_idle_cpu_when_work_conserving() {
     let rt = runtime(Mechanism::Handoff, Wake::Park);
     let cpus = rt.cpus().to_vec();
     if cpus.len() < 2 {
-        println!("skipped: needs two CPUs");
+        common::skip("needs two CPUs");
         return;
     }
     let (a, b) = (cpus[0], cpus[1]);

@@ -1,4 +1,6 @@
 //! The object registry's public API: routing to owners, exclusion, monitoring, errors.
+
+mod common;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,7 +32,7 @@ fn registry<T>(machine: &Machine) -> Objects<u32, T> {
 fn operations_run_on_the_pinned_owner() {
     let machine = host();
     if machine.cpus().len() < 2 {
-        eprintln!("skipped: needs 2 CPUs, this process may use {}", machine.cpus().len());
+        common::skip(&format!("needs 2 CPUs, this process may use {}", machine.cpus().len()));
         return;
     }
     let objects = Arc::new(registry::<Vec<usize>>(&machine));
@@ -122,7 +124,7 @@ fn c_style_start_and_end_hold_the_lock() {
 fn expensive_objects_get_scheduled_after_monitoring() {
     let machine = host();
     if machine.cpus().len() < 2 {
-        eprintln!("skipped: needs 2 CPUs");
+        common::skip("needs 2 CPUs");
         return;
     }
     let objects = registry::<Vec<u64>>(&machine);
@@ -151,7 +153,7 @@ fn expensive_objects_get_scheduled_after_monitoring() {
 fn tasks_hop_to_the_owner_and_back() {
     let machine = host();
     if machine.cpus().len() < 2 {
-        eprintln!("skipped: needs 2 CPUs");
+        common::skip("needs 2 CPUs");
         return;
     }
     let rt = corehop_runtime::Runtime::builder().machine(machine.clone()).build().unwrap();

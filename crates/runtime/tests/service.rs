@@ -2,6 +2,8 @@
 //! values, errno, bytes on disk), work runs on the service CPU, and bad configurations are
 //! typed errors.
 
+mod common;
+
 use std::ffi::CString;
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::RawFd;
@@ -273,7 +275,7 @@ fn progress_feeds_the_threshold_tuner() {
 fn several_service_cores_share_the_work() {
     let cpus = sys::affinity().unwrap();
     if cpus.len() < 2 {
-        println!("skipped: needs 2 CPUs, this process may use {cpus:?}");
+        common::skip(&format!("needs 2 CPUs, this process may use {cpus:?}"));
         return;
     }
     let mut config = ServiceConfig::on_cpus(cpus[..2].to_vec());
@@ -306,7 +308,7 @@ fn hop_based_service_cores_give_the_same_results() {
     use corehop_runtime::{current_cpu, no_hop_zone, Runtime, Wake};
     let rt = Runtime::builder().wake(Wake::Park).build().unwrap();
     if rt.cpus().len() < 2 {
-        println!("skipped: hop-based service cores need a runtime on 2 CPUs, got {:?}", rt.cpus());
+        common::skip(&format!("hop-based service cores need a runtime on 2 CPUs, got {:?}", rt.cpus()));
         return;
     }
     let (app, service) = (rt.cpus()[0], *rt.cpus().last().unwrap());

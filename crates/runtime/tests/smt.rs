@@ -1,5 +1,7 @@
 //! The SMT runtime on a described SMT core: this machine's two CPUs declared siblings of one
 //! core, so AMP's reserved context is real CPU 1 and the application context real CPU 0.
+
+mod common;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -35,7 +37,7 @@ fn described(cores: &[&[usize]]) -> Machine {
 fn two_cpus() -> Option<(usize, usize)> {
     let cpus = sys::affinity().expect("sched_getaffinity");
     if cpus.len() < 2 {
-        println!("skipped: needs 2 CPUs to map an SMT core onto, this process may use {cpus:?}");
+        common::skip(&format!("needs 2 CPUs to map an SMT core onto, this process may use {cpus:?}"));
         return None;
     }
     Some((cpus[0], cpus[1]))
