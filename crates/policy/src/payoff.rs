@@ -11,9 +11,10 @@
 //!   nothing;
 //! - samples a candidate arm for one *short* epoch between two epochs of the incumbent and
 //!   scores it against their mean, so slow drifts in the workload cancel out;
-//! - moves to a candidate only when it beats the incumbent by more than a margin
-//!   (hysteresis), and always keeps [`STAY`] among the candidates of a moving incumbent, so it
-//!   falls back as soon as moving stops paying (phase changes);
+//! - moves to a candidate only when it beats the incumbent by more than a margin twice in a
+//!   row (the winner of a round is tried once more before it takes over: one lucky epoch does
+//!   not move anything), and always keeps [`STAY`] among the candidates of a moving
+//!   incumbent, so it falls back as soon as moving stops paying (phase changes);
 //! - spends at most a fixed share of the elapsed time on the losses of its trials (the
 //!   *regret budget*): a trial is started only when the loss it could cause, at the worst
 //!   slowdown seen so far, fits in the budget; an arm that lost is tried again after twice as
@@ -167,7 +168,14 @@ enum Phase {
     Run { left: u32 },
     /// A round: `queue` holds the candidates still to try; `before` is the rate of the
     /// incumbent epoch just run; `trying` the candidate whose trial runs now.
-    Round { queue: Vec<usize>, before: Option<f64>, trying: Option<(usize, f64)>, ratios: Vec<(usize, f64)> },
+    Round {
+        queue: Vec<usize>,
+        before: Option<f64>,
+        trying: Option<(usize, f64)>,
+        ratios: Vec<(usize, f64)>,
+        /// Set in a confirmation round: the candidate that won the round before, and its ratio.
+        confirming: Option<(usize, f64)>,
+    },
 }
 
 /// The epoch sampler over `arms` arms. Feed [`ArmSampler::epoch_end`] once per epoch and ask
@@ -274,13 +282,13 @@ impl ArmSampler {
         self.phase = match phase {
             Phase::Run { left } if left > 1 => Phase::Run { left: left - 1 },
             Phase::Run { .. } => self.start_round(rate),
-            Phase::Round { queue, before, trying: Some((arm, _)), mut ratios } => {
+            Phase::Round { queue, before, trying: Some((arm, _)), mut ratios, confirming } => {
                 // The trial ended; the next epoch runs the incumbent again, to score it.
                 ratios.push((arm, rate));
                 self.trial_len = duration;
-                Phase::Round { queue, before, trying: None, ratios }
+                Phase::Round { queue, before, trying: None, ratios, confirming }
             }
-            Phase::Round { mut queue, before, trying: None, mut ratios } => {
+            Phase::Round { mut queue, before, trying: None, mut ratios, confirming } => {
                 // An incumbent epoch ended: score the trial before it against its neighbours.
                 if let (Some(before), Some(last)) = (before, ratios.last_mut()) {
                     let around = (before + rate) / 2.0;
@@ -288,8 +296,14 @@ impl ArmSampler {
                     self.charge_trial(last.0, last.1, self.trial_len);
                 }
                 match self.next_candidate(&mut queue) {
-                    Some(arm) => Phase::Round { queue, before: Some(rate), trying: Some((arm, 0.0)), ratios },
-                    None => self.conclude(ratios),
+                    Some(arm) => Phase::Round {
+                        queue,
+                        before: Some(rate),
+                        trying: Some((arm, 0.0)),
+                        ratios,
+                        confirming,
+                    },
+                    None => self.conclude(ratios, confirming, rate),
                 }
             }
         };
@@ -305,9 +319,13 @@ impl ArmSampler {
             }
         }
         match self.next_candidate(&mut queue) {
-            Some(arm) => {
-                Phase::Round { queue, before: Some(rate), trying: Some((arm, 0.0)), ratios: Vec::new() }
-            }
+            Some(arm) => Phase::Round {
+                queue,
+                before: Some(rate),
+                trying: Some((arm, 0.0)),
+                ratios: Vec::new(),
+                confirming: None,
+            },
             None => Phase::Run { left: self.run_epochs },
         }
     }
@@ -349,9 +367,32 @@ impl ArmSampler {
         }
     }
 
-    fn conclude(&mut self, ratios: Vec<(usize, f64)>) -> Phase {
+    /// Ends a round whose last incumbent epoch ran at `rate`. A round's winner is tried once
+    /// more (a confirmation round) before it takes over.
+    fn conclude(&mut self, ratios: Vec<(usize, f64)>, confirming: Option<(usize, f64)>, rate: f64) -> Phase {
         let margin = 1.0 + self.config.margin;
         let best = ratios.iter().copied().filter(|&(_, r)| r > margin).max_by(|a, b| a.1.total_cmp(&b.1));
+        if let (Some((arm, ratio)), None) = (best, confirming) {
+            if arm == STAY || self.trial_fits(arm) {
+                return Phase::Round {
+                    queue: Vec::new(),
+                    before: Some(rate),
+                    trying: Some((arm, 0.0)),
+                    ratios,
+                    confirming: Some((arm, ratio)),
+                };
+            }
+        }
+        // In a confirmation round the winner must win again; it counts with its lower ratio.
+        let best = match confirming {
+            Some((arm, first)) => ratios
+                .iter()
+                .rev()
+                .find(|&&(a, _)| a == arm)
+                .filter(|&&(_, second)| second > margin)
+                .map(|&(_, second)| (arm, first.min(second))),
+            None => best,
+        };
         for &(arm, ratio) in &ratios {
             if arm == STAY || Some(arm) == best.map(|b| b.0) {
                 continue;
@@ -439,6 +480,23 @@ mod tests {
         let mut s = sampler(2);
         drive(&mut s, 1000, |arm, _| [1.0, 1.01][arm]);
         assert_eq!(s.incumbent(), STAY);
+    }
+
+    #[test]
+    fn one_lucky_trial_does_not_switch() {
+        let mut s = sampler(2);
+        // The moving arm is no better, except that its first trial happens to run 30 % faster.
+        let mut lucky = true;
+        let (mut work, mut time) = (0.0, 0);
+        for _ in 0..3000 {
+            let epoch = s.next_epoch();
+            let length = epoch.length(1000);
+            let rate = if epoch.arm == 1 && std::mem::take(&mut lucky) { 1.3 } else { 1.0 };
+            s.epoch_end(rate * length as f64, length);
+            (work, time) = (work + rate * length as f64, time + length);
+        }
+        assert!(s.rounds().0 > 0);
+        assert_eq!(s.rounds().1, 0, "no switch: {:?}", s.last_round());
     }
 
     #[test]

@@ -45,12 +45,13 @@ use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::panic;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use corehop_policy::objects::{CoreSample, Move, ObjectSample, Placer, PlacerConfig};
 pub use corehop_policy::objects::{ObjectHints, ObjectId, ObjectsError, Placement};
+use corehop_policy::payoff::{ArmSampler, PayoffConfig, STAY};
 use corehop_topology::{CpuId, Machine};
 use crossbeam_utils::CachePadded;
 
@@ -64,6 +65,8 @@ pub use lock::{LockedCell, OpLock};
 pub enum ObjectError {
     #[error(transparent)]
     Policy(#[from] ObjectsError),
+    #[error(transparent)]
+    Payoff(#[from] corehop_policy::payoff::PayoffError),
     #[error("an object is already registered under this key (as {0:?})")]
     Duplicate(ObjectId),
     #[error("no object is registered under this key")]
@@ -81,11 +84,21 @@ pub struct ObjectsConfig {
     pub placer: PlacerConfig,
     /// How often placement is revisited (default 10 ms).
     pub period: Duration,
+    /// Whether the placer's routes are followed at all is itself a move that must pay: with
+    /// `Some`, a [`corehop_policy::payoff`] sampler weighs "every operation where its caller
+    /// is" against "the placer's routes" by the operations all CPUs complete per period, and
+    /// follows the routes only while they win. `None`: always follow them. Objects pinned
+    /// with [`Objects::pin`] always run on their CPU.
+    pub payoff: Option<PayoffConfig>,
 }
 
 impl Default for ObjectsConfig {
     fn default() -> Self {
-        ObjectsConfig { placer: PlacerConfig::default(), period: Duration::from_millis(10) }
+        ObjectsConfig {
+            placer: PlacerConfig::default(),
+            period: Duration::from_millis(10),
+            payoff: Some(PayoffConfig::default()),
+        }
     }
 }
 
@@ -147,6 +160,8 @@ mod route {
     const REPLICATED: u64 = 1;
     const CORE: u64 = 2;
     const DOMAIN: u64 = 3;
+    /// Set on the route of an object pinned by the caller: followed whatever the sampler says.
+    pub const PINNED: u64 = 1 << 63;
 
     /// `index` maps a CPU to its index in the registry's CPU list; `at_home` routes every
     /// operation on a domain-placed object to its home.
@@ -165,7 +180,7 @@ mod route {
         let at = ((code >> 2) & 0x3FFF_FFFF) as usize;
         match code & 3 {
             CORE => Some(at),
-            DOMAIN if caller_domain != Some((code >> 32) as usize) => Some(at),
+            DOMAIN if caller_domain != Some(((code & !PINNED) >> 32) as usize) => Some(at),
             _ => None,
         }
     }
@@ -173,6 +188,48 @@ mod route {
     pub fn is_replicated(code: u64) -> bool {
         code == REPLICATED
     }
+
+    /// Whether every caller runs the operation where it is (local or replicated objects).
+    pub fn runs_anywhere(code: u64) -> bool {
+        code == LOCAL || code == REPLICATED
+    }
+
+    /// The route an operation follows: the object's own, or (while the sampler finds that
+    /// following routes does not pay) local, unless the caller pinned the object.
+    pub fn followed(code: u64, moving: bool) -> u64 {
+        if moving || code & PINNED != 0 || code == REPLICATED {
+            code
+        } else {
+            LOCAL
+        }
+    }
+}
+
+/// One operation in this many is timed and counted (with this weight) for the placer. Timing
+/// every operation costs two clock reads and a few atomic adds on lines that every CPU's
+/// operations on the object share: more than an operation that stays where it is can afford
+/// (docs/performance.md, "O² monitoring").
+const SAMPLE_EVERY: u32 = 16;
+
+thread_local! {
+    /// Operations until this thread's next sampled one.
+    static UNTIL_SAMPLE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether the calling thread's next operation is sampled. Read once per operation, before
+/// it can hop (a thread-local's address must not be reused after a hop).
+#[inline(never)]
+fn sample_now() -> bool {
+    UNTIL_SAMPLE.with(|left| match left.get() {
+        0 => {
+            left.set(SAMPLE_EVERY - 1);
+            true
+        }
+        n => {
+            left.set(n - 1);
+            false
+        }
+    })
 }
 
 #[derive(Debug, Clone)]
@@ -200,8 +257,15 @@ pub struct Objects<K, T> {
     /// Objects routed to an owner now: while there are none, no task can be waiting to run an
     /// operation here, and operations skip their scheduling point.
     scheduled: AtomicU64,
-    period_ns: u64,
+    /// The period in force (an epoch of the payoff sampler; its trials are shorter).
+    period_ns: AtomicU64,
+    /// The configured period.
+    base_period_ns: u64,
     period_start: AtomicU64,
+    /// Whether operations follow the placer's routes now (the sampler's arm 1).
+    moving: AtomicBool,
+    /// Weighs following the routes against running everything where it is called.
+    gate: Mutex<Option<ArmSampler>>,
 }
 
 /// What an operation did, to account for it, and how its caller gets back.
@@ -260,8 +324,11 @@ impl<K: Hash + Eq, T> Objects<K, T> {
             cheapest_move_ns: AtomicU64::new(u64::MAX),
             domain_ops_at_home,
             scheduled: AtomicU64::new(0),
-            period_ns: config.period.as_nanos() as u64,
+            period_ns: AtomicU64::new(config.period.as_nanos() as u64),
+            base_period_ns: config.period.as_nanos() as u64,
             period_start: AtomicU64::new(sys::now_ns()),
+            moving: AtomicBool::new(config.payoff.is_none()),
+            gate: Mutex::new(config.payoff.map(|c| ArmSampler::new(2, c)).transpose()?),
         })
     }
 
@@ -351,6 +418,15 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         write: bool,
         op: impl FnOnce(&LockedCell<T>) -> R + Send,
     ) -> Result<R, ObjectError> {
+        let sampled = sample_now();
+        let moving = self.moving.load(Ordering::Relaxed);
+        if !sampled && route::runs_anywhere(route::followed(object.route.load(Ordering::Acquire), moving)) {
+            // Stays where it is and is not sampled: nothing to measure, nothing to undo.
+            let _zone = crate::no_hop_zone();
+            let out = op(&object.cell);
+            self.let_others_run();
+            return Ok(out);
+        }
         let mut ran = self.go(object, true)?;
         let t0 = sys::now_ns();
         let out = {
@@ -360,7 +436,8 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         let t1 = sys::now_ns();
         ran.hop_ns += self.come_back(std::mem::replace(&mut ran.back, Back::Stay));
         let out = out.unwrap_or_else(|payload| panic::resume_unwind(payload));
-        self.account(object, &ran, t0, t1, write);
+        let weight = if sampled { u64::from(SAMPLE_EVERY) } else { 0 };
+        self.account(object, &ran, t0, t1, write, weight);
         self.let_others_run();
         Ok(out)
     }
@@ -391,7 +468,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         op.object.lock().unlock_exclusive();
         let hop_ns = op.hop_ns + self.come_back(op.back);
         let ran = Ran { index: op.index, routed: op.routed, hop_ns, back: Back::Stay };
-        self.account(&op.object, &ran, op.started_ns, end, true);
+        self.account(&op.object, &ran, op.started_ns, end, true, 1);
     }
 
     /// Where the object under `key` lives now.
@@ -415,8 +492,9 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         placer.pin(object.id, cpu)?;
         self.count_scheduled(&placer);
         let placement = placer.placement(object.id);
+        let pinned = if cpu.is_some() { route::PINNED } else { 0 };
         object.route.store(
-            route::encode(placement, self.domain_ops_at_home, |c| self.index_of(c)),
+            route::encode(placement, self.domain_ops_at_home, |c| self.index_of(c)) | pinned,
             Ordering::Release,
         );
         Ok(())
@@ -475,7 +553,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
     /// then its caller must come back before its own frames run again.
     fn go(&self, object: &Object<T>, may_hop: bool) -> Result<Ran, ObjectError> {
         let here = self.here();
-        let code = object.route.load(Ordering::Acquire);
+        let code = route::followed(object.route.load(Ordering::Acquire), self.moving.load(Ordering::Relaxed));
         let Some(target) = route::target(code, here.map(|i| self.cpus[i].domain)) else {
             return Ok(Ran { index: here, routed: false, hop_ns: 0, back: Back::Stay });
         };
@@ -534,29 +612,63 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         ns.min(cheapest.saturating_mul(4))
     }
 
-    fn account(&self, object: &Object<T>, ran: &Ran, start: u64, end: u64, write: bool) {
+    /// Counts an operation that ran from `start` to `end` as `weight` operations (it stands
+    /// for the unsampled ones around it; 0: only check whether the period ended).
+    fn account(&self, object: &Object<T>, ran: &Ran, start: u64, end: u64, write: bool, weight: u64) {
         let ns = end.saturating_sub(start);
         let c = &object.counters;
-        if ns > object.preempted_ns {
-            // Not a cache signal: the thread lost its CPU mid-operation. Not sampled.
+        if weight == 0 || ns > object.preempted_ns {
+            // Not sampled, or not a cache signal: the thread lost its CPU mid-operation.
         } else if ran.routed {
-            c.owner_ops.fetch_add(1, Ordering::Relaxed);
-            c.owner_ns.fetch_add(ns, Ordering::Relaxed);
-            c.hop_ns.fetch_add(ran.hop_ns, Ordering::Relaxed);
+            c.owner_ops.fetch_add(weight, Ordering::Relaxed);
+            c.owner_ns.fetch_add(ns * weight, Ordering::Relaxed);
+            c.hop_ns.fetch_add(ran.hop_ns * weight, Ordering::Relaxed);
         } else {
-            c.local_ops.fetch_add(1, Ordering::Relaxed);
-            c.local_ns.fetch_add(ns, Ordering::Relaxed);
+            c.local_ops.fetch_add(weight, Ordering::Relaxed);
+            c.local_ns.fetch_add(ns * weight, Ordering::Relaxed);
         }
-        if write {
-            c.writes.fetch_add(1, Ordering::Relaxed);
+        if write && weight > 0 {
+            c.writes.fetch_add(weight, Ordering::Relaxed);
         }
-        if let Some(i) = ran.index {
-            self.busy_ns[i].fetch_add(ns, Ordering::Relaxed);
+        if let (Some(i), true) = (ran.index, weight > 0) {
+            self.busy_ns[i].fetch_add(ns * weight, Ordering::Relaxed);
         }
-        if end.saturating_sub(self.period_start.load(Ordering::Relaxed)) >= self.period_ns {
+        if end.saturating_sub(self.period_start.load(Ordering::Relaxed))
+            >= self.period_ns.load(Ordering::Relaxed)
+        {
             if let Ok(mut placer) = self.placer.try_lock() {
                 self.end_period_locked(&mut placer, end);
             }
+        }
+    }
+
+    /// Tells the sampler how many operations the period got done (all CPUs together), and
+    /// sets whether the next one follows the routes, and how long it lasts.
+    fn weigh_routes(&self, samples: &[ObjectSample], elapsed_ns: u64) {
+        let mut gate = self.gate.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(sampler) = gate.as_mut() else { return };
+        if elapsed_ns > 3 * self.period_ns.load(Ordering::Relaxed) {
+            // Operations stopped for a while inside this period (the program paused): its
+            // rate says nothing about either arm. The arm runs on for another period.
+            return;
+        }
+        let ops: u64 = samples.iter().map(ObjectSample::ops).sum();
+        sampler.epoch_end(ops as f64, elapsed_ns);
+        let next = sampler.next_epoch();
+        self.moving.store(next.arm != STAY, Ordering::Relaxed);
+        self.period_ns.store(next.length(self.base_period_ns), Ordering::Relaxed);
+    }
+
+    /// Whether operations follow the placer's routes now, and the sampler's last verdict: the
+    /// arm it settled on (0: every operation where it is called; 1: the routes), its rounds
+    /// and the share of time its trials lost.
+    pub fn routing(&self) -> Routing {
+        let gate = self.gate.lock().unwrap_or_else(|e| e.into_inner());
+        Routing {
+            moving: self.moving.load(Ordering::Relaxed),
+            settled_on_routes: gate.as_ref().is_none_or(|s| s.incumbent() != STAY),
+            rounds: gate.as_ref().map_or(0, |s| s.rounds().0),
+            regret_share: gate.as_ref().map_or(0.0, ArmSampler::regret_share),
         }
     }
 
@@ -570,6 +682,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
             .iter()
             .map(|b| CoreSample { busy_ns: b.swap(0, Ordering::Relaxed).min(elapsed_ns), elapsed_ns })
             .collect();
+        self.weigh_routes(&samples, elapsed_ns);
         let moves = placer.end_period(&samples, &cores);
         self.count_scheduled(placer);
         for m in &moves {
@@ -585,6 +698,19 @@ impl<K: Hash + Eq, T> Objects<K, T> {
 /// them from memory at a pessimistic 0.5 byte/ns, and never less than 50 µs.
 fn preempted_after(bytes: u64) -> u64 {
     (bytes * 2).max(50_000)
+}
+
+/// Whether an [`Objects`] registry follows its placer's routes ([`Objects::routing`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Routing {
+    /// Operations follow the routes now (this period may be a trial).
+    pub moving: bool,
+    /// The sampler settled on following the routes (or there is no sampler).
+    pub settled_on_routes: bool,
+    /// Its completed rounds.
+    pub rounds: u32,
+    /// The share of time its trials lost.
+    pub regret_share: f64,
 }
 
 /// How many objects are placed each way.
