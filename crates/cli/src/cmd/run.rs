@@ -451,7 +451,7 @@ fn checked_cpus(
 }
 
 /// Finds the preload library: `$COREHOP_PRELOAD`, else next to the corehop binary (cargo puts
-/// both in target/<profile>/), else one directory up (for test binaries in deps/).
+/// both in `target/<profile>/`), else one directory up (for test binaries in `deps/`).
 pub fn find_library() -> anyhow::Result<PathBuf> {
     if let Some(path) = std::env::var_os(env::PRELOAD) {
         let path = PathBuf::from(path);

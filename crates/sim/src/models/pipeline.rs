@@ -34,7 +34,7 @@
 //!
 //! A CPU serves its components round-robin, one packet at a time, like a runtime host. A
 //! packet that reaches an idle CPU starts at once if the CPU is still polling
-//! ([`CoreLedger::is_polling`]); otherwise the CPU was asleep and first pays the wake-up. SMT
+//! (`CoreLedger::is_polling`); otherwise the CPU was asleep and first pays the wake-up. SMT
 //! siblings run at once, each slowed by the cost model's SMT interference while the other is
 //! busy ([`Sim::exec`]).
 //!
