@@ -461,3 +461,46 @@ fn several_service_cpus_serve_a_multi_threaded_program() {
         assert_same_file(&plain, &offload, &format!("t{i}.bin"));
     }
 }
+
+#[test]
+fn the_default_adaptive_offload_leaves_the_program_on_every_cpu() {
+    // `adaptive` moves nothing until moving pays, so it must not take a CPU from the program.
+    let mask = "grep Cpus_allowed_list /proc/self/status";
+    let plain = Command::new("sh").args(["-c", mask]).output().unwrap();
+    let offloaded = corehop().args(["run", "--offload", "--", "sh", "-c", mask]).output().unwrap();
+    assert!(offloaded.status.success(), "{}", text(&offloaded.stderr));
+    assert_eq!(text(&offloaded.stdout), text(&plain.stdout));
+    // A policy that moves calls from the start keeps the program off the service CPU.
+    let always =
+        corehop().args(["run", "--offload", "--policy", "always", "--", "sh", "-c", mask]).output().unwrap();
+    let cpus =
+        corehop_topology::parse_cpu_list(text(&plain.stdout).split(':').nth(1).unwrap().trim()).unwrap();
+    if cpus.len() > 1 {
+        assert_ne!(text(&always.stdout), text(&plain.stdout));
+    }
+}
+
+#[test]
+fn the_run_suite_compares_real_programs_and_their_outputs() {
+    let out = corehop()
+        .args(["bench", "run-suite", "--programs", "cp-r,find-grep,sqlite3", "--reps", "1", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["policy"], "adaptive");
+    let results = report["results"].as_array().unwrap();
+    let skipped = report["skipped"].as_array().unwrap();
+    assert_eq!(results.len() + skipped.len(), 3, "{report}");
+    for r in results {
+        assert_eq!(r["same_output"], true, "{r}");
+        assert!(r["plain"]["median"].as_f64().unwrap() > 0.0);
+        assert!(r["ratio"].as_f64().unwrap() > 0.0);
+        for arm in r["settled"].as_object().unwrap().keys() {
+            assert!(["never", "always", "size", "predicted"].contains(&arm.as_str()), "{arm}");
+        }
+    }
+    let bad = corehop().args(["bench", "run-suite", "--programs", "doom"]).output().unwrap();
+    assert!(!bad.status.success());
+    assert!(text(&bad.stderr).contains("unknown program \"doom\""), "{}", text(&bad.stderr));
+}

@@ -152,6 +152,14 @@ impl Policy {
         }
     }
 
+    /// Whether this is an adaptive policy running its `never` arm (not a trial) now.
+    fn stays(&self) -> bool {
+        match &self.inner {
+            OffloadPolicy::Adaptive(a) => a.sampler().next_epoch().arm == corehop_policy::payoff::STAY,
+            _ => false,
+        }
+    }
+
     /// Whether `observe` is worth the clock reads.
     pub fn learns(&self) -> bool {
         self.inner.learns()
@@ -163,6 +171,8 @@ pub struct Shared {
     locked: AtomicBool,
     /// `Stateless::encode` of the installed policy.
     stateless: AtomicU64,
+    /// An adaptive policy runs its `never` arm now (not a trial): decide without the lock.
+    adaptive_stays: AtomicBool,
     policy: UnsafeCell<Option<Policy>>,
 }
 
@@ -173,7 +183,12 @@ unsafe impl Sync for Shared {}
 impl Shared {
     #[allow(clippy::new_without_default)] // used in a static, where Default is not const
     pub const fn new() -> Shared {
-        Shared { locked: AtomicBool::new(false), stateless: AtomicU64::new(0), policy: UnsafeCell::new(None) }
+        Shared {
+            locked: AtomicBool::new(false),
+            stateless: AtomicU64::new(0),
+            adaptive_stays: AtomicBool::new(false),
+            policy: UnsafeCell::new(None),
+        }
     }
 
     /// Whether to offload `call`: `None` when the policy is stateful and its lock stayed
@@ -190,8 +205,18 @@ impl Shared {
                 };
                 Some(moving)
             }
+            Stateless::No if self.adaptive_stays.load(Ordering::Relaxed) => Some(false),
             Stateless::No => self.with_spinning(|p| p.decide(call)),
         }
+    }
+
+    /// Shows the policy a call that ran for `run_ns` and ended at `now_ns`, `done` calls
+    /// into the process, if its lock is free (a missed observation changes no result).
+    pub fn observe(&self, call: &Desc, run_ns: u64, now_ns: u64, done: u64) {
+        self.try_with(|p| {
+            p.observe(call, run_ns, now_ns, done);
+            self.adaptive_stays.store(p.stays(), Ordering::Relaxed);
+        });
     }
 
     /// Runs `f` on the policy, spinning a bounded time for the lock.
@@ -222,6 +247,7 @@ impl Shared {
             core::hint::spin_loop();
         }
         self.stateless.store(Stateless::of(&policy.inner).encode(), Ordering::Release);
+        self.adaptive_stays.store(policy.stays(), Ordering::Release);
         // SAFETY: we hold the lock.
         unsafe { *self.policy.get() = Some(policy) };
         self.locked.store(false, Ordering::Release);
@@ -251,6 +277,7 @@ impl Shared {
             // value is leaked, not dropped, as it may be inconsistent.
             unsafe { core::mem::forget((*self.policy.get()).take()) };
             self.stateless.store(Stateless::Never.encode(), Ordering::Release);
+            self.adaptive_stays.store(false, Ordering::Release);
             self.locked.store(false, Ordering::Release);
         }
     }

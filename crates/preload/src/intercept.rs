@@ -35,9 +35,18 @@ static LANE_COUNT: AtomicUsize = AtomicUsize::new(1);
 static NEXT_TICKET: AtomicU32 = AtomicU32::new(1);
 static FORK_HAD_LOCK: AtomicBool = AtomicBool::new(false);
 
+/// A call run locally is timed, and shown to the policy, one time in this many: two clock
+/// reads and the policy's lock on every call would cost more than most calls' own kernel time
+/// (docs/performance.md, "preload per-call cost").
+const TIME_EVERY: u32 = 16;
+
 thread_local! {
     /// Set while this thread is inside the library (re-entry runs locally).
     static INSIDE: Cell<bool> = const { Cell::new(false) };
+    /// Local calls until this thread times one again.
+    static UNTIL_TIMED: Cell<u32> = const { Cell::new(0) };
+    /// Calls this thread completed that `DONE` does not count yet.
+    static UNCOUNTED: Cell<u64> = const { Cell::new(0) };
     /// This thread's ticket (0: none yet).
     static TICKET: Cell<u32> = const { Cell::new(0) };
 }
@@ -178,8 +187,8 @@ extern "C" fn at_exit() {
     }
 }
 
-/// Intercepted calls completed by this process and timed: the progress an adaptive policy's
-/// epochs are scored by (an unmodified program offers no other).
+/// Intercepted calls completed by this process (each thread adds its own in batches): the
+/// progress an adaptive policy's epochs are scored by (an unmodified program offers no other).
 static DONE: AtomicU64 = AtomicU64::new(0);
 
 /// The interposed path of every call: decide, offload or run locally, count.
@@ -248,8 +257,7 @@ pub(crate) fn dispatch(
             stats::bump(&counters.offloaded);
             stats::add(&counters.service_ns, reply.run_ns);
             stats::add(&counters.wait_ns, sys::now_ns().saturating_sub(start));
-            let done = DONE.fetch_add(1, Relaxed) + 1;
-            POLICY.try_with(|p| p.observe(&call, reply.run_ns, sys::now_ns(), done));
+            POLICY.observe(&call, reply.run_ns, sys::now_ns(), count_done());
             if reply.signal != 0 {
                 sys::tgkill_self(sys::gettid(), reply.signal);
             }
@@ -266,11 +274,26 @@ pub(crate) fn dispatch(
     }
 }
 
-/// Runs the real libc function on the calling thread, timing it when someone wants to know.
-/// Nothing after `local` touches errno.
+/// Runs the real libc function on the calling thread, timing one call in [`TIME_EVERY`] when
+/// someone wants to know. Nothing after `local` touches errno.
 fn run_local(counters: &stats::Counters, call: &Desc, local: impl FnOnce() -> i64) -> i64 {
-    if !TIMING.load(core::sync::atomic::Ordering::Relaxed) {
+    if !TIMING.load(Relaxed) {
         return local();
+    }
+    let timed = UNTIL_TIMED.with(|left| match left.get() {
+        0 => {
+            left.set(TIME_EVERY - 1);
+            true
+        }
+        n => {
+            left.set(n - 1);
+            false
+        }
+    });
+    if !timed {
+        let result = local();
+        UNCOUNTED.with(|n| n.set(n.get() + 1));
+        return result;
     }
     let start = sys::now_ns();
     let result = local();
@@ -278,9 +301,14 @@ fn run_local(counters: &stats::Counters, call: &Desc, local: impl FnOnce() -> i6
     let run_ns = end.saturating_sub(start);
     stats::add(&counters.local_ns, run_ns);
     stats::bump(&counters.local_timed);
-    let done = DONE.fetch_add(1, Relaxed) + 1;
-    POLICY.try_with(|p| p.observe(call, run_ns, end, done));
+    POLICY.observe(call, run_ns, end, count_done());
     result
+}
+
+/// Adds this thread's completed calls to [`DONE`] and returns the total.
+fn count_done() -> u64 {
+    let mine = UNCOUNTED.with(|n| n.replace(0)) + 1;
+    DONE.fetch_add(mine, Relaxed) + mine
 }
 
 extern "C" {

@@ -3,5 +3,6 @@ pub mod bench;
 pub mod predict;
 pub mod run;
 pub mod sim;
+pub mod suite;
 pub mod topo;
 pub mod tour;

@@ -45,9 +45,10 @@ pub struct Args {
     #[arg(long, value_name = "LIST", requires = "offload")]
     pub service_cpus: Option<String>,
 
-    /// CPUs CMD itself runs on (kernel numbers). Default with --offload: every CPU this process
-    /// may use except the service CPUs (all of them if that leaves none); without --offload:
-    /// unchanged.
+    /// CPUs CMD itself runs on (kernel numbers). Default with --offload: unchanged for
+    /// `--policy adaptive` (it moves nothing until moving pays, so it takes no CPU from the
+    /// program), else every CPU this process may use except the service CPUs (all of them if
+    /// that leaves none); without --offload: unchanged.
     #[arg(long, value_name = "LIST")]
     pub cpus: Option<String>,
 
@@ -82,12 +83,12 @@ pub struct Args {
 
     /// How long a caller waits for a service thread to take its call before running the call
     /// itself (µs). A claimed call is always waited for, so nothing runs twice.
-    #[arg(long, value_name = "US", default_value_t = 10_000, requires = "offload")]
+    #[arg(long, value_name = "US", default_value_t = DEFAULT_STALL_TIMEOUT_US, requires = "offload")]
     pub stall_timeout_us: u64,
 
     /// How long a caller, and an idle service thread, spin before sleeping on a futex (µs).
     /// Longer spins cut hand-off latency and burn more CPU.
-    #[arg(long, value_name = "US", default_value_t = 20, requires = "offload")]
+    #[arg(long, value_name = "US", default_value_t = DEFAULT_SPIN_US, requires = "offload")]
     pub spin_us: u64,
 
     /// Instead of running CMD once: run it REPS times without the library and REPS times with
@@ -112,6 +113,11 @@ pub struct Args {
     pub command: Vec<OsString>,
 }
 
+/// `--stall-timeout-us` by default.
+pub const DEFAULT_STALL_TIMEOUT_US: u64 = 10_000;
+/// `--spin-us` by default.
+pub const DEFAULT_SPIN_US: u64 = 20;
+
 /// The `--policy` choices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum PolicyArg {
@@ -123,8 +129,20 @@ pub enum PolicyArg {
 }
 
 impl PolicyArg {
+    /// The CPUs the program runs on when `--cpus` is not given: every allowed CPU but the
+    /// service CPUs for a policy that moves calls from the start (all of them if that leaves
+    /// none); `None` (as inherited) for `adaptive`, which moves nothing until moving pays and
+    /// so must not take a CPU from the program for it.
+    pub fn program_cpus(self, allowed: &[usize], service_cpus: &[usize]) -> Option<Vec<usize>> {
+        if self == PolicyArg::Adaptive {
+            return None;
+        }
+        let rest: Vec<usize> = allowed.iter().copied().filter(|c| !service_cpus.contains(c)).collect();
+        Some(if rest.is_empty() { allowed.to_vec() } else { rest })
+    }
+
     /// The policy spec the preload library parses (`corehop_policy::offload::OffloadPolicy`).
-    fn spec(self, threshold: Option<u64>) -> anyhow::Result<String> {
+    pub fn spec(self, threshold: Option<u64>) -> anyhow::Result<String> {
         Ok(match (self, threshold) {
             (PolicyArg::Adaptive, None) => "adaptive".into(),
             (PolicyArg::Never, None) => "never".into(),
@@ -198,10 +216,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     launch.cpus = match &args.cpus {
         Some(list) => Some(checked_cpus("--cpus", list, &allowed, online.as_deref())?),
-        None if args.offload => {
-            let rest: Vec<usize> = allowed.iter().copied().filter(|c| !service_cpus.contains(c)).collect();
-            Some(if rest.is_empty() { allowed.clone() } else { rest })
-        }
+        None if args.offload => args.policy.program_cpus(&allowed, &service_cpus),
         None => None,
     };
     if let Some(reps) = args.compare {
@@ -410,7 +425,7 @@ impl Launch {
 }
 
 /// A fresh path in the temporary directory for the summary lines.
-fn stats_path() -> PathBuf {
+pub fn stats_path() -> PathBuf {
     let nanos =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
     std::env::temp_dir().join(format!("corehop-offload-{}-{nanos}.stats", std::process::id()))

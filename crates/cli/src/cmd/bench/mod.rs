@@ -15,6 +15,7 @@ pub enum Bench {
     O2(o2::Args),
     Pipeline(pipeline::Args),
     Modes(modes::Args),
+    RunSuite(super::suite::Args),
 }
 
 pub fn run(bench: Bench) -> anyhow::Result<()> {
@@ -24,5 +25,6 @@ pub fn run(bench: Bench) -> anyhow::Result<()> {
         Bench::O2(args) => o2::run(args),
         Bench::Pipeline(args) => pipeline::run(args),
         Bench::Modes(args) => modes::run(args),
+        Bench::RunSuite(args) => super::suite::run(args),
     }
 }

@@ -1,0 +1,324 @@
+//! `corehop bench run-suite`: real programs, each run plain and under `corehop run --offload`
+//! (the default policy unless told otherwise), alternating, with their outputs compared.
+//!
+//! This is the check a new user makes: does putting corehop in front of an ordinary program
+//! cost anything? The plain run is the same-run baseline; the table gives both wall times
+//! (min/median/max over the repetitions), the ratio of the medians, whether every run's
+//! stdout, stderr and exit status matched the first plain run, and where the adaptive
+//! policy of the offloaded processes settled.
+
+use std::ffi::OsString;
+use std::path::Path;
+
+use anyhow::{bail, Context};
+use corehop_runtime::sys;
+use serde::Serialize;
+
+use super::run::{find_library, Launch, Offload, PolicyArg};
+use crate::report::{fmt_ns, OutputArgs, Stats, Table};
+
+/// Real programs plain and under `corehop run --offload`, alternating, outputs compared.
+///
+/// Programs (all read-only on the system; they write only in a temporary directory):
+/// sqlite3 (150 durable transactions), tar-czf and tar-xzf (/usr/include/linux), cp-r (the same
+/// tree), find-grep (find | xargs grep), git (init, add and commit the tree, with fixed dates so
+/// the commit id is the same every run), python (imports and file I/O). Each prints a checksum
+/// of what it wrote, so "same output" covers the files too. A program that is not installed is
+/// skipped with a note.
+///
+/// The plain run is the program as a user would start it; the offloaded one is
+/// `corehop run --offload --policy POLICY -- PROGRAM` with its defaults. ×plain is the ratio of
+/// the median wall times; the target for the default policy is at most 1.02.
+///
+/// --quick runs 2 repetitions. --plot draws the ratio per program as bars.
+///
+/// --json prints `{policy, reps, results: [{program, plain: {min, median, max}, offload: {min,
+/// median, max}, ratio, same_output, settled}], skipped: [{program, reason}]}` (times in ns;
+/// `settled` maps each arm an adaptive policy settled on to its number of processes).
+#[derive(clap::Args, Clone)]
+pub struct Args {
+    /// Programs to run (comma-separated): sqlite3, tar-czf, tar-xzf, cp-r, find-grep, git,
+    /// python.
+    #[arg(long, value_delimiter = ',', default_values = PROGRAMS.map(|p| p.name))]
+    pub programs: Vec<String>,
+    /// Repetitions of each side [default: 5; 2 with --quick].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub reps: Option<u32>,
+    /// The offload policy under test.
+    #[arg(long, value_enum, default_value_t = PolicyArg::Adaptive)]
+    pub policy: PolicyArg,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// One program of the suite.
+struct Program {
+    name: &'static str,
+    /// The executables it needs.
+    needs: &'static [&'static str],
+    /// The shell script that runs it, in the suite's directory.
+    script: &'static str,
+}
+
+const PROGRAMS: [Program; 7] = [
+    Program {
+        name: "sqlite3",
+        needs: &["sqlite3"],
+        script: "rm -f db.sqlite db.sqlite-journal && sqlite3 db.sqlite < txns.sql",
+    },
+    Program {
+        name: "tar-czf",
+        needs: &["tar", "gzip", "md5sum"],
+        script: "tar cf - -C /usr/include linux | gzip -n | md5sum",
+    },
+    Program {
+        name: "tar-xzf",
+        needs: &["tar", "gzip", "md5sum"],
+        script: "rm -rf x && mkdir x && tar xzf linux.tgz -C x && find x -type f | LC_ALL=C sort | xargs cat | md5sum",
+    },
+    Program { name: "cp-r", needs: &["cp"], script: "rm -rf c && cp -r /usr/include/linux c && find c -type f | wc -l" },
+    Program {
+        name: "find-grep",
+        needs: &["find", "xargs", "grep", "md5sum"],
+        script: "find /usr/include/linux -name '*.h' | LC_ALL=C sort | xargs grep -c define | md5sum",
+    },
+    Program {
+        name: "git",
+        needs: &["git"],
+        script: "rm -rf r.git && export GIT_DIR=r.git GIT_WORK_TREE=/usr/include/linux \
+                 GIT_AUTHOR_DATE='2026-01-01T00:00:00Z' GIT_COMMITTER_DATE='2026-01-01T00:00:00Z' \
+                 GIT_CONFIG_NOSYSTEM=1 HOME=. && git init -q && git add -A && \
+                 git -c user.name=corehop -c user.email=corehop@localhost commit -qm suite && git rev-parse HEAD",
+    },
+    Program { name: "python", needs: &["python3"], script: "python3 files.py" },
+];
+
+const PYTHON: &str = r#"
+import csv, decimal, email.message, hashlib, http.client, json, os, xml.etree.ElementTree as ET
+out = "py"
+os.makedirs(out, exist_ok=True)
+digest = hashlib.sha256()
+for i in range(300):
+    path = os.path.join(out, f"f{i}.json")
+    with open(path, "w") as f:
+        json.dump({"i": i, "d": str(decimal.Decimal(i) / 7), "xml": ET.tostring(ET.Element("e", n=str(i))).decode()}, f)
+for i in range(300):
+    with open(os.path.join(out, f"f{i}.json"), "rb") as f:
+        digest.update(f.read())
+    os.stat(os.path.join(out, f"f{i}.json"))
+print(digest.hexdigest())
+"#;
+
+#[derive(Serialize)]
+struct Side {
+    min: f64,
+    median: f64,
+    max: f64,
+}
+
+impl From<Stats> for Side {
+    fn from(s: Stats) -> Side {
+        Side { min: s.min, median: s.median, max: s.max }
+    }
+}
+
+#[derive(Serialize)]
+struct Result {
+    program: &'static str,
+    plain: Side,
+    offload: Side,
+    ratio: f64,
+    same_output: bool,
+    settled: std::collections::BTreeMap<String, usize>,
+}
+
+#[derive(Serialize)]
+struct Skipped {
+    program: String,
+    reason: String,
+}
+
+#[derive(Serialize)]
+struct Report {
+    policy: String,
+    reps: u32,
+    results: Vec<Result>,
+    skipped: Vec<Skipped>,
+}
+
+fn installed(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+}
+
+/// The inputs the programs read: the SQLite script, the tarball, the Python script.
+fn prepare(dir: &Path) -> anyhow::Result<()> {
+    let mut sql = String::from("PRAGMA journal_mode=DELETE;\nPRAGMA synchronous=FULL;\n");
+    sql.push_str("CREATE TABLE t(id INTEGER PRIMARY KEY, v INTEGER, s TEXT);\n");
+    for i in 0..150 {
+        sql.push_str(&format!(
+            "BEGIN;\nINSERT INTO t(v, s) VALUES ({i}, printf('%0200d', {i}));\nUPDATE t SET v = v + 1 WHERE id % 7 = {};\nCOMMIT;\n",
+            i % 7
+        ));
+    }
+    sql.push_str("SELECT count(*), sum(v) FROM t;\n");
+    std::fs::write(dir.join("txns.sql"), sql)?;
+    std::fs::write(dir.join("files.py"), PYTHON)?;
+    if installed("tar") && installed("gzip") {
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("tar cf - -C /usr/include linux | gzip -n > linux.tgz")
+            .current_dir(dir)
+            .status()
+            .context("making the tarball for tar-xzf")?;
+        anyhow::ensure!(status.success(), "making the tarball for tar-xzf failed");
+    }
+    Ok(())
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let reps = args.reps.unwrap_or(if args.output.quick { 2 } else { 5 });
+    let mut chosen = Vec::new();
+    for name in &args.programs {
+        match PROGRAMS.iter().find(|p| p.name == name.trim()) {
+            Some(p) => chosen.push(p),
+            None => bail!(
+                "unknown program {name:?} in --programs (expected some of: {})",
+                PROGRAMS.map(|p| p.name).join(", ")
+            ),
+        }
+    }
+    if !Path::new("/usr/include/linux").is_dir() {
+        bail!("the suite reads /usr/include/linux, which this machine lacks (Debian: linux-libc-dev)");
+    }
+    let library = find_library()?;
+    let allowed = sys::affinity().context("reading this process's CPU affinity")?;
+    let service = *allowed.last().context("this process may run on no CPU")?;
+    let policy = args.policy.spec(None)?;
+    let tmp = tempfile::Builder::new().prefix("corehop-suite-").tempdir()?;
+    let dir = tmp.path();
+    prepare(dir)?;
+    let mut report = Report { policy: policy.clone(), reps, results: Vec::new(), skipped: Vec::new() };
+    let runnable: Vec<&Program> = chosen
+        .into_iter()
+        .filter(|p| match p.needs.iter().find(|n| !installed(n)) {
+            Some(missing) => {
+                report
+                    .skipped
+                    .push(Skipped { program: p.name.into(), reason: format!("{missing} is not installed") });
+                false
+            }
+            None => true,
+        })
+        .collect();
+    let bar = crate::report::progress(runnable.len() as u64 * u64::from(reps) * 2, "runs");
+    for program in runnable {
+        let script = format!("cd '{}' && {}", dir.display(), program.script);
+        let command: Vec<OsString> = vec!["sh".into(), "-c".into(), script.into()];
+        // The offloaded side is what `corehop run --offload` does by default for this policy.
+        let cpus = args.policy.program_cpus(&allowed, &[service]);
+        let offload = Offload {
+            library: library.clone(),
+            service_cpus: vec![service],
+            policy: policy.clone(),
+            stall_timeout_ns: super::run::DEFAULT_STALL_TIMEOUT_US * 1_000,
+            spin_ns: super::run::DEFAULT_SPIN_US * 1_000,
+            stats_file: None,
+        };
+        let mut times: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        let mut first = None;
+        let mut same = true;
+        let mut settled = std::collections::BTreeMap::new();
+        for rep in 0..reps {
+            // Alternate which side goes first, so drifts hit both alike.
+            let order = if rep % 2 == 0 { [false, true] } else { [true, false] };
+            for with_offload in order {
+                let launch = Launch {
+                    command: command.clone(),
+                    cpus: if with_offload { cpus.clone() } else { None },
+                    offload: with_offload
+                        .then(|| Offload { stats_file: Some(super::run::stats_path()), ..offload.clone() }),
+                    capture: true,
+                };
+                let finished = launch.run().with_context(|| format!("running {}", program.name))?;
+                times[usize::from(with_offload)].push(finished.wall_ns as f64);
+                let (stdout, stderr) = finished.output.unwrap_or_default();
+                let this = (finished.status, stdout, stderr);
+                match &first {
+                    None if !with_offload => first = Some(this),
+                    None => {}
+                    Some(reference) => same &= *reference == this,
+                }
+                if let Some(summary) = finished.summary {
+                    for (arm, s) in summary.settled {
+                        *settled.entry(arm).or_insert(0) += s.processes;
+                    }
+                }
+                bar.inc(1);
+            }
+        }
+        let plain = Stats::of(&times[0]).context("no plain run")?;
+        let offloaded = Stats::of(&times[1]).context("no offloaded run")?;
+        report.results.push(Result {
+            program: program.name,
+            ratio: offloaded.median / plain.median,
+            plain: plain.into(),
+            offload: offloaded.into(),
+            same_output: same,
+            settled,
+        });
+    }
+    bar.finish_and_clear();
+    print(&report, &args.output, service)?;
+    if report.results.iter().any(|r| !r.same_output) {
+        bail!("a program's output under offload differed from its plain run (see the table)");
+    }
+    Ok(())
+}
+
+fn print(report: &Report, output: &OutputArgs, service: usize) -> anyhow::Result<()> {
+    if output.json {
+        crate::report::print_json(report)?;
+    } else {
+        let mut table = Table::new([
+            "program",
+            "plain (min/med/max)",
+            "offload (min/med/max)",
+            "×plain",
+            "same output",
+            "settled on",
+        ])
+        .title(format!(
+            "corehop bench run-suite: plain vs offload --policy {}, {} runs each",
+            report.policy, report.reps
+        ));
+        let span = |s: &Side| format!("{} / {} / {}", fmt_ns(s.min), fmt_ns(s.median), fmt_ns(s.max));
+        for r in &report.results {
+            let settled: Vec<String> = r.settled.iter().map(|(arm, n)| format!("{arm} ×{n}")).collect();
+            table.row([
+                r.program.to_string(),
+                span(&r.plain),
+                span(&r.offload),
+                format!("{:.3}", r.ratio),
+                if r.same_output { "yes" } else { "NO" }.to_string(),
+                if settled.is_empty() { "-".to_string() } else { settled.join(", ") },
+            ]);
+        }
+        table.note(format!(
+            "same run, alternating (the side that goes first alternates too); service CPU {service}; ×plain = offload \
+             median / plain median; same output = stdout, stderr and exit status of every run equal to the first plain \
+             run's (each program prints a checksum of the files it wrote); settled on = the arms the adaptive \
+             policy's processes ended in"
+        ));
+        for s in &report.skipped {
+            table.note(format!("skipped {}: {}", s.program, s.reason));
+        }
+        print!("{}", table.render());
+    }
+    if let Some(path) = &output.plot {
+        let bars: Vec<(String, f64)> =
+            report.results.iter().map(|r| (r.program.to_string(), r.ratio)).collect();
+        crate::report::plot_bars(path, "offload / plain median wall time", "ratio", &bars)?;
+    }
+    Ok(())
+}
