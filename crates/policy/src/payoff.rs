@@ -62,7 +62,8 @@ pub struct PayoffConfig {
     pub run_epochs: u32,
     /// Cap on the doubled run.
     pub max_run_epochs: u32,
-    /// A trial epoch lasts `1 / trial_divisor` of a normal epoch.
+    /// A trial epoch lasts `1 / trial_divisor` of a normal epoch; an arm's first trial, whose
+    /// cost nothing has measured yet, a quarter of that.
     pub trial_divisor: u32,
     /// Share of the elapsed time the trials' losses may cost, at most.
     pub regret_budget: f64,
@@ -190,8 +191,10 @@ pub struct ArmSampler {
     /// Per arm: rounds still to sit out, and the back-off it gets if it loses again.
     sit_out: Vec<u32>,
     backoff: Vec<u32>,
-    /// Per arm: the worst slowdown (incumbent rate / its rate) a trial of it has shown.
+    /// Per arm: the worst slowdown (incumbent rate / its rate) a trial of it has shown
+    /// (`assumed_slowdown` until one has), and whether one has.
     worst_slowdown: Vec<f64>,
+    measured: Vec<bool>,
     /// Time elapsed, and the time the trials are estimated to have lost, in the driver's unit.
     elapsed: u64,
     regret: f64,
@@ -223,6 +226,7 @@ impl ArmSampler {
             sit_out: vec![0; arms],
             backoff: vec![1; arms],
             worst_slowdown: vec![config.assumed_slowdown; arms],
+            measured: vec![false; arms],
             elapsed: 0,
             regret: 0.0,
             last_epoch: 0,
@@ -259,10 +263,20 @@ impl ArmSampler {
 
     /// The epoch to run now.
     pub fn next_epoch(&self) -> Epoch {
-        let divisor = self.config.trial_divisor;
         match &self.phase {
-            Phase::Round { trying: Some((arm, _)), .. } => Epoch { arm: *arm, trial: true, divisor },
-            _ => Epoch { arm: self.incumbent, trial: false, divisor },
+            Phase::Round { trying: Some((arm, _)), .. } => {
+                Epoch { arm: *arm, trial: true, divisor: self.trial_divisor(*arm) }
+            }
+            _ => Epoch { arm: self.incumbent, trial: false, divisor: self.config.trial_divisor },
+        }
+    }
+
+    /// What a trial of `arm` divides a normal epoch by: more for a first trial.
+    fn trial_divisor(&self, arm: usize) -> u32 {
+        if self.measured[arm] {
+            self.config.trial_divisor
+        } else {
+            self.config.trial_divisor.saturating_mul(4)
         }
     }
 
@@ -347,7 +361,7 @@ impl ArmSampler {
     /// Whether a trial of `arm` at its worst slowdown seen keeps the trials' losses within the
     /// budget of the time elapsed (a trial lasts a `trial_divisor`-th of the last epoch).
     fn trial_fits(&self, arm: usize) -> bool {
-        let trial = self.last_epoch as f64 / f64::from(self.config.trial_divisor);
+        let trial = self.last_epoch as f64 / f64::from(self.trial_divisor(arm));
         let risk = trial * (self.worst_slowdown[arm] - 1.0).max(0.0);
         self.regret + risk <= self.config.regret_budget * self.elapsed as f64
     }
@@ -356,15 +370,11 @@ impl ArmSampler {
     /// rate cost.
     fn charge_trial(&mut self, arm: usize, ratio: f64, trial: u64) {
         let trial = trial as f64;
-        if ratio > 0.0 && ratio < 1.0 {
-            let slowdown = 1.0 / ratio;
-            self.regret += trial * (slowdown - 1.0);
-            self.worst_slowdown[arm] = slowdown.max(1.0 + f64::EPSILON);
-        } else if ratio <= 0.0 {
-            self.regret += trial * (self.config.assumed_slowdown - 1.0);
-        } else {
-            self.worst_slowdown[arm] = self.worst_slowdown[arm].min(self.config.assumed_slowdown).max(1.0);
-        }
+        let slowdown = if ratio > 0.0 { (1.0 / ratio).max(1.0) } else { self.config.assumed_slowdown };
+        self.regret += trial * (slowdown - 1.0);
+        self.worst_slowdown[arm] =
+            if self.measured[arm] { self.worst_slowdown[arm].max(slowdown) } else { slowdown };
+        self.measured[arm] = true;
     }
 
     /// Ends a round whose last incumbent epoch ran at `rate`. A round's winner is tried once
@@ -502,7 +512,7 @@ mod tests {
     #[test]
     fn a_short_run_never_tries_anything() {
         let mut s = sampler(3);
-        drive(&mut s, 30, |arm, _| [1.0, 0.1, 0.1][arm]);
+        drive(&mut s, 15, |arm, _| [1.0, 0.1, 0.1][arm]);
         assert_eq!(s.rounds().0, 0);
         assert_eq!(s.regret_share(), 0.0);
     }

@@ -19,7 +19,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use corehop_policy::offload::{OffloadPolicy, Predicted, StaticProfile, TableForm, TunerConfig};
+use corehop_policy::offload::{Adaptive, OffloadPolicy, Predicted, StaticProfile, TableForm};
+use corehop_policy::payoff::PayoffConfig;
 use corehop_runtime::service::{thread_cpu_ns, OffloadStats, Offloader, ServiceConfig, ServiceCores};
 use corehop_runtime::sys;
 use serde::Serialize;
@@ -41,8 +42,11 @@ mod sqlite;
 pub struct Args {
     /// Policies to compare (comma-separated): never, always, size (the 4 KB rule), static
     /// (calls whose profiled mean run is ≥ 2 × the measured hop), predicted (run-length
-    /// predictor, N = measured hop round trip), tuned (predictor with N tuned online from the
-    /// application's own throughput). `never` is always included: it is the baseline.
+    /// predictor, N = the measured hop round trip plus --caller-spin-us: what a caller's CPU
+    /// spends on a moved call, so only calls that run longer give it time back), tuned (the
+    /// default of `corehop run --offload`: `never` until one of always, size, static or
+    /// predicted wins short trials scored by the application's own throughput; it needs runs
+    /// of a second or more to find its arm). `never` is always included: it is the baseline.
     #[arg(long, value_delimiter = ',', default_values_t = PolicyChoice::ALL.map(|p| p.name().to_string()))]
     pub policies: Vec<String>,
     /// Workloads (comma-separated): sqlite, files.
@@ -51,10 +55,10 @@ pub struct Args {
     /// Repetitions of every policy (min/median/max are over these) [default: 3; 1 with --quick].
     #[arg(long)]
     pub reps: Option<usize>,
-    /// Transactions per SQLite run [default: 250; 40 with --quick].
+    /// Transactions per SQLite run [default: 1000; 40 with --quick].
     #[arg(long)]
     pub txns: Option<usize>,
-    /// Requests per file-server run [default: 1500; 200 with --quick].
+    /// Requests per file-server run [default: 20000; 200 with --quick].
     #[arg(long)]
     pub requests: Option<usize>,
     /// CPU for the application (default: the first this process may use).
@@ -121,8 +125,17 @@ impl PolicyChoice {
         })
     }
 
-    fn build(self, hop_ns: u64, profile: &StaticProfile) -> anyhow::Result<OffloadPolicy> {
-        let n = hop_ns.max(1);
+    /// The policy, given the measured empty round trip `hop_ns` and what a caller spends on
+    /// an offloaded call besides waiting (`caller_spin_ns`: it spins that long before it
+    /// sleeps, and its CPU does nothing else meanwhile). A call is worth moving when it runs
+    /// longer than the two together: only then does the application CPU get time back.
+    fn build(
+        self,
+        hop_ns: u64,
+        caller_spin_ns: u64,
+        profile: &StaticProfile,
+    ) -> anyhow::Result<OffloadPolicy> {
+        let n = hop_ns.saturating_add(caller_spin_ns).max(1);
         Ok(match self {
             PolicyChoice::Never => OffloadPolicy::Never,
             PolicyChoice::Always => OffloadPolicy::Always,
@@ -134,23 +147,16 @@ impl PolicyChoice {
                 OffloadPolicy::Predicted(Box::new(Predicted::fixed(TableForm::PAPER_FA, n)?))
             }
             PolicyChoice::Tuned => {
-                let config =
-                    TunerConfig { initial: n, min: 1_000, max: 100_000_000, ..TunerConfig::default() };
-                OffloadPolicy::Predicted(Box::new(Predicted::tuned(TableForm::PAPER_FA, config.clamped())?))
+                // The default of `corehop run --offload`: never, until another arm pays.
+                let arms = vec![
+                    OffloadPolicy::Always,
+                    OffloadPolicy::SizeThreshold { bytes: corehop_policy::offload::DEFAULT_SIZE_THRESHOLD },
+                    OffloadPolicy::StaticProfile(profile.clone()),
+                    OffloadPolicy::Predicted(Box::new(Predicted::fixed(TableForm::PAPER_FA, n)?)),
+                ];
+                OffloadPolicy::Adaptive(Box::new(Adaptive::new(arms, PayoffConfig::default())?))
             }
         })
-    }
-}
-
-trait Clamp {
-    fn clamped(self) -> Self;
-}
-
-impl Clamp for TunerConfig {
-    /// Keeps `initial` inside [min, max] whatever the measured hop was.
-    fn clamped(mut self) -> TunerConfig {
-        self.initial = self.initial.clamp(self.min, self.max);
-        self
     }
 }
 
@@ -310,7 +316,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 /// Validates the arguments, starts the service core and measures every policy.
 fn collect(args: &Args) -> anyhow::Result<Output> {
-    let (reps, txns, requests) = if args.output.quick { (1, 40, 200) } else { (3, 250, 1500) };
+    let (reps, txns, requests) = if args.output.quick { (1, 40, 200) } else { (3, 1000, 20000) };
     let counts = Counts {
         reps: args.reps.unwrap_or(reps),
         txns: args.txns.unwrap_or(txns),
@@ -394,7 +400,12 @@ fn measure(
             for (i, choice) in choices.iter().enumerate() {
                 bar.set_message(format!("{} {}", workload.name(), choice.name()));
                 let before = cores.stats()[0];
-                let (run, served) = bench.one(workload, choice.build(hop_ns, &profile)?, false, &data)?;
+                let (run, served) = bench.one(
+                    workload,
+                    choice.build(hop_ns, args.caller_spin_us * 1_000, &profile)?,
+                    false,
+                    &data,
+                )?;
                 let after = cores.stats()[0];
                 let s = &mut samples[i];
                 s.throughput.push(run.ops as f64 * 1e9 / run.wall_ns.max(1) as f64);

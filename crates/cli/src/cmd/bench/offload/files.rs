@@ -56,7 +56,7 @@ pub fn run(
             stream.set_nodelay(true)?;
             let sock = stream.as_raw_fd();
             let dirfd = std::fs::File::open(dir_c.to_str()?)?;
-            let mut off = Offloader::new(cores, policy);
+            let mut off = Offloader::new(cores, policy).with_epochs(std::time::Duration::from_millis(20));
             if profile {
                 off = off.with_profile();
             }
