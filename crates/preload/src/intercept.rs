@@ -255,8 +255,10 @@ pub(crate) fn dispatch(
         }
         Outcome::Done(reply) => {
             stats::bump(&counters.offloaded);
+            let waited = sys::now_ns().saturating_sub(start);
             stats::add(&counters.service_ns, reply.run_ns);
-            stats::add(&counters.wait_ns, sys::now_ns().saturating_sub(start));
+            stats::add(&counters.wait_ns, waited);
+            stats::record_handoff(kind, waited.saturating_sub(reply.run_ns));
             POLICY.observe(&call, reply.run_ns, sys::now_ns(), count_done());
             if reply.signal != 0 {
                 sys::tgkill_self(sys::gettid(), reply.signal);

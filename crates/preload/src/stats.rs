@@ -64,9 +64,22 @@ impl Counters {
 /// One set per named kind, in `NAMED_KINDS` order, and a last one for any other call.
 static COUNTERS: [Counters; NAMED_KINDS.len() + 1] = [const { Counters::new() }; NAMED_KINDS.len() + 1];
 
+/// Hand-off times of offloaded calls, per kind as `COUNTERS`, in `wire::HIST_BUCKETS` buckets.
+static HANDOFF: [[AtomicU64; wire::HIST_BUCKETS]; NAMED_KINDS.len() + 1] =
+    [const { [const { AtomicU64::new(0) }; wire::HIST_BUCKETS] }; NAMED_KINDS.len() + 1];
+
+fn slot(kind: CallKind) -> usize {
+    kind.index().unwrap_or(NAMED_KINDS.len())
+}
+
 /// The counters of `kind`.
 pub fn of(kind: CallKind) -> &'static Counters {
-    &COUNTERS[kind.index().unwrap_or(NAMED_KINDS.len())]
+    &COUNTERS[slot(kind)]
+}
+
+/// An offloaded call of `kind` kept its caller waiting `ns` beyond its own run.
+pub fn record_handoff(kind: CallKind, ns: u64) {
+    HANDOFF[slot(kind)][wire::bucket_of(ns)].fetch_add(1, Relaxed);
 }
 
 /// Adds one to a counter.
@@ -84,6 +97,11 @@ pub fn reset() {
     for c in &COUNTERS {
         for counter in c.all() {
             counter.store(0, Relaxed);
+        }
+    }
+    for hist in &HANDOFF {
+        for bucket in hist {
+            bucket.store(0, Relaxed);
         }
     }
 }
@@ -114,10 +132,11 @@ fn format_summary(
     standing: Option<wire::Standing<'_>>,
 ) -> core::fmt::Result {
     let names = NAMED_KINDS.iter().map(|k| k.name().unwrap_or("other")).chain(["other"]);
-    let calls = names
-        .zip(&COUNTERS)
-        .filter(|(_, c)| c.seen.load(Relaxed) > 0)
-        .map(|(name, c)| (name, c.all().map(|counter| counter.load(Relaxed))));
+    let calls = names.zip(COUNTERS.iter().zip(&HANDOFF)).filter(|(_, (c, _))| c.seen.load(Relaxed) > 0).map(
+        |(name, (c, hist))| {
+            (name, c.all().map(|counter| counter.load(Relaxed)), hist.each_ref().map(|b| b.load(Relaxed)))
+        },
+    );
     wire::write_line(out, sys::getpid(), lanes, pinned, standing, calls)
 }
 
@@ -154,6 +173,7 @@ mod tests {
     fn the_summary_line_is_what_corehop_run_parses() {
         bump(&of(CallKind::Statx).seen);
         add(&of(CallKind::Statx).wait_ns, 9);
+        record_handoff(CallKind::Statx, 700);
         bump(&of(CallKind::Other(7)).seen);
         let mut line = String::new();
         let standing = wire::Standing { settled: "never", rounds: 2, switches: 0, regret_ppm: 10 };
@@ -164,5 +184,6 @@ mod tests {
         assert_eq!(summary.calls["statx"].wait_ns, 9);
         assert_eq!(summary.calls["other"].seen, 1);
         assert_eq!(summary.settled["never"].processes, 1);
+        assert_eq!(wire::percentile(&summary.handoff["statx"], 0.5), Some(1024));
     }
 }

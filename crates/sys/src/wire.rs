@@ -7,6 +7,10 @@
 //! corehop-preload-v1 pid=1234 lanes=1 pinned=1 [settled=ARM rounds=R switches=S regret_ppm=P] read=SEEN:OFF:LOCAL:KEPT:WITHDRAWN:BUSY:SVC_NS:WAIT_NS:LOCAL_NS:LOCAL_TIMED write=...
 //! ```
 //!
+//! A `hist.CALL=N,N,…` field follows each call whose calls went across: the hand-off times
+//! (the caller's wait beyond the call's own run) in [`HIST_BUCKETS`] power-of-two buckets
+//! ([`bucket_of`]), for percentiles.
+//!
 //! The bracketed part is there when the policy is adaptive: the arm it settled on, its
 //! sampling rounds, how many changed the arm, and the share of time its trials lost.
 //!
@@ -58,6 +62,38 @@ pub const COUNTERS: [&str; 10] = [
     "local_timed",
 ];
 
+/// Buckets of a hand-off histogram: bucket `i` holds times in `[2^(i+6), 2^(i+7))` ns, the
+/// first everything below 128 ns and the last everything from about 0.5 s up.
+pub const HIST_BUCKETS: usize = 24;
+
+/// The histogram bucket of a time in ns.
+pub fn bucket_of(ns: u64) -> usize {
+    let log2 = 63 - ns.max(1).leading_zeros() as usize;
+    log2.saturating_sub(6).min(HIST_BUCKETS - 1)
+}
+
+/// The time a bucket stands for in a percentile: its upper bound (`2^(i+7)` ns), so a
+/// percentile is never reported below what it was.
+pub fn bucket_ns(bucket: usize) -> u64 {
+    1u64 << (bucket.min(HIST_BUCKETS - 1) + 7)
+}
+
+/// The `q`-quantile (0.0..=1.0) of a histogram, as its bucket's [`bucket_ns`]; `None` if empty.
+pub fn percentile(hist: &[u64; HIST_BUCKETS], q: f64) -> Option<u64> {
+    let total: u64 = hist.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = ((total as f64 * q.clamp(0.0, 1.0)).ceil() as u64).max(1);
+    let mut seen = 0;
+    hist.iter()
+        .position(|&n| {
+            seen += n;
+            seen >= rank
+        })
+        .map(bucket_ns)
+}
+
 /// Where an adaptive offload policy stood at exit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Standing<'a> {
@@ -81,7 +117,7 @@ pub fn write_line<'a, W: fmt::Write>(
     lanes: usize,
     pinned: bool,
     standing: Option<Standing<'_>>,
-    calls: impl IntoIterator<Item = (&'a str, [u64; COUNTERS.len()])>,
+    calls: impl IntoIterator<Item = (&'a str, [u64; COUNTERS.len()], [u64; HIST_BUCKETS])>,
 ) -> fmt::Result {
     write!(out, "{SUMMARY_TAG} pid={pid} lanes={lanes} pinned={}", u8::from(pinned))?;
     if let Some(s) = standing {
@@ -91,10 +127,16 @@ pub fn write_line<'a, W: fmt::Write>(
             s.settled, s.rounds, s.switches, s.regret_ppm
         )?;
     }
-    for (name, counters) in calls {
+    for (name, counters, hist) in calls {
         write!(out, " {name}=")?;
         for (i, value) in counters.iter().enumerate() {
             write!(out, "{}{value}", if i == 0 { "" } else { ":" })?;
+        }
+        if hist.iter().any(|&n| n > 0) {
+            write!(out, " hist.{name}=")?;
+            for (i, value) in hist.iter().enumerate() {
+                write!(out, "{}{value}", if i == 0 { "" } else { "," })?;
+            }
         }
     }
     out.write_str("\n")
@@ -176,6 +218,8 @@ pub struct Summary {
     pub settled: BTreeMap<String, Settled>,
     /// Call name → counters.
     pub calls: BTreeMap<String, CallCounts>,
+    /// Call name → hand-off histogram ([`HIST_BUCKETS`] buckets, see [`bucket_of`]).
+    pub handoff: BTreeMap<String, [u64; HIST_BUCKETS]>,
 }
 
 /// A summary line that is not in the format above.
@@ -212,6 +256,21 @@ impl Summary {
                     "settled" => {
                         summary.settled.entry(value.to_string()).or_default().processes += 1;
                         settled = Some(value);
+                    }
+                    hist if hist.starts_with("hist.") => {
+                        let numbers: Vec<u64> = value
+                            .split(',')
+                            .map(str::parse)
+                            .collect::<Result<_, _>>()
+                            .map_err(|_| bad(format!("{hist} is not a list of numbers")))?;
+                        let buckets: [u64; HIST_BUCKETS] = numbers.as_slice().try_into().map_err(|_| {
+                            bad(format!("{hist} has {} buckets, expected {HIST_BUCKETS}", numbers.len()))
+                        })?;
+                        let sum = summary
+                            .handoff
+                            .entry(hist["hist.".len()..].to_string())
+                            .or_insert([0; HIST_BUCKETS]);
+                        sum.iter_mut().zip(buckets).for_each(|(a, b)| *a += b);
                     }
                     "rounds" | "switches" | "regret_ppm" => {
                         let n = number()?;
@@ -264,7 +323,12 @@ mod tests {
         let read = [3, 2, 0, 1, 0, 0, 200, 500, 40, 1];
         let fsync = [1, 0, 0, 0, 1, 0, 0, 0, 7, 1];
         let standing = Standing { settled: "never", rounds: 3, switches: 1, regret_ppm: 900 };
-        write_line(&mut line, 7, 1, false, Some(standing), [("read", read), ("fsync", fsync)]).unwrap();
+        let mut hist = [0; HIST_BUCKETS];
+        hist[bucket_of(1_000)] = 3;
+        hist[bucket_of(50_000)] = 1;
+        let none = [0; HIST_BUCKETS];
+        write_line(&mut line, 7, 1, false, Some(standing), [("read", read, hist), ("fsync", fsync, none)])
+            .unwrap();
         assert!(line.starts_with("corehop-preload-v1 pid=7 lanes=1 pinned=0 settled=never rounds=3"));
         let twice = format!("{line}\n{line}");
         let s = Summary::parse(&twice).unwrap();
@@ -274,6 +338,22 @@ mod tests {
         assert_eq!(s.total().seen, 8);
         let never = &s.settled["never"];
         assert_eq!((never.processes, never.rounds, never.switches, never.max_regret_ppm), (2, 6, 2, 900));
+        let read_hist = &s.handoff["read"];
+        assert_eq!(read_hist.iter().sum::<u64>(), 8);
+        assert_eq!(percentile(read_hist, 0.5), Some(1024)); // 1 us is in [512, 1024) ns
+        assert_eq!(percentile(read_hist, 0.99), Some(65_536));
+        assert!(!s.handoff.contains_key("fsync"));
+    }
+
+    #[test]
+    fn buckets_are_powers_of_two_from_64_ns() {
+        assert_eq!(bucket_of(0), 0);
+        assert_eq!(bucket_of(127), 0);
+        assert_eq!(bucket_of(128), 1);
+        assert_eq!(bucket_of(1_000), 3); // [512, 1024)
+        assert_eq!(bucket_of(u64::MAX), HIST_BUCKETS - 1);
+        assert!((0..HIST_BUCKETS).all(|b| bucket_of(bucket_ns(b) - 1) == b));
+        assert_eq!(percentile(&[0; HIST_BUCKETS], 0.5), None);
     }
 
     #[test]
@@ -285,6 +365,7 @@ mod tests {
             "corehop-preload-v1 pid=1 read\n",
             "corehop-preload-v1 pid=1 rounds=3\n",
             "corehop-preload-v1 pid=1 settled=never rounds=x\n",
+            "corehop-preload-v1 pid=1 hist.read=1,2\n",
         ] {
             let err = Summary::parse(text).unwrap_err();
             assert_eq!(err.line, 1, "{err}");

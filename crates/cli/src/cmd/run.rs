@@ -513,6 +513,8 @@ impl SummaryTable for Summary {
             "busy",
             "on service",
             "hand-off",
+            "p50",
+            "p99",
             "run local",
         ])
         .title(format!(
@@ -523,6 +525,15 @@ impl SummaryTable for Summary {
             format_cpu_list(service_cpus)
         ));
         let total = self.total();
+        let mut all_handoffs = [0; corehop_sys::wire::HIST_BUCKETS];
+        for hist in self.handoff.values() {
+            all_handoffs.iter_mut().zip(hist).for_each(|(a, b)| *a += b);
+        }
+        let quantile = |name: &str, q: f64| {
+            let hist = if name == "total" { Some(&all_handoffs) } else { self.handoff.get(name) };
+            hist.and_then(|h| corehop_sys::wire::percentile(h, q))
+                .map_or_else(|| "-".to_string(), |ns| format!("≤{}", fmt_ns(ns as f64)))
+        };
         for (name, c) in self.calls.iter().map(|(n, c)| (n.as_str(), c)).chain([("total", &total)]) {
             table.row([
                 name.to_string(),
@@ -534,6 +545,8 @@ impl SummaryTable for Summary {
                 c.busy.to_string(),
                 per(c.service_ns, c.offloaded),
                 per(c.wait_ns.saturating_sub(c.service_ns), c.offloaded),
+                quantile(name, 0.5),
+                quantile(name, 0.99),
                 per(c.local_ns, c.local_timed),
             ]);
         }
@@ -541,7 +554,7 @@ impl SummaryTable for Summary {
             "local: the policy kept it on the caller; kept: it had to stay (could block until a signal, or names \
              the calling thread); withdrawn: the service thread did not take it in time (stall fallback); busy: no \
              free slot, nested call or start-up. Times are per call: on service = run time on the service CPU, \
-             hand-off = the caller's wait beyond that.",
+             hand-off = the caller's wait beyond that (mean; p50 and p99 as power-of-two bucket bounds).",
         );
         let overhead = total.wait_ns.saturating_sub(total.service_ns);
         table.note(format!(
