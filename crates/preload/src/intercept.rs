@@ -169,6 +169,7 @@ extern "C" fn after_fork_child() {
     POLICY.after_fork(FORK_HAD_LOCK.load(SeqCst), true);
     PID.store(sys::getpid(), SeqCst);
     stats::reset();
+    service::POLLED_NS.iter().for_each(|p| p.store(0, SeqCst));
     // The parent's service threads do not exist here; start our own when first needed.
     if SERVICE.load(SeqCst) != OFF {
         SERVICE.store(UNINIT, SeqCst);
@@ -182,8 +183,14 @@ extern "C" fn at_exit() {
     }
     if let Some(path) = CONFIG.get().and_then(|c| c.stats_file.as_deref()) {
         let lanes = if SERVICE.load(SeqCst) == READY { LANE_COUNT.load(SeqCst) } else { 0 };
-        let standing = POLICY.with_spinning(|p| p.standing()).flatten();
-        stats::write_summary(path, lanes, service::PIN_FAILED.load(SeqCst) == 0, standing);
+        let process = corehop_sys::wire::Process {
+            pid: sys::getpid(),
+            lanes,
+            pinned: service::PIN_FAILED.load(SeqCst) == 0,
+            polled_ns: service::POLLED_NS.iter().map(|p| p.load(SeqCst)).sum(),
+            standing: POLICY.with_spinning(|p| p.standing()).flatten(),
+        };
+        stats::write_summary(path, &process);
     }
 }
 

@@ -30,6 +30,7 @@
 
 use core::sync::atomic::Ordering::SeqCst;
 
+use corehop_policy::spin::{SpinBudget, SpinConfig};
 use model::{futex_wait, futex_wake, now_ns, AtomicU32, UnsafeCell};
 
 /// The real primitives, or (under `--cfg loom`) loom's, with the futex modelled by a condition
@@ -206,8 +207,39 @@ pub struct Waiting {
 #[repr(align(128))]
 struct Slot {
     state: AtomicU32,
-    request: UnsafeCell<Request>,
+    /// The request, and when it was submitted (monotonic ns): the service thread learns from
+    /// it how long the caller waited for it to wake up.
+    request: UnsafeCell<(Request, u64)>,
     reply: UnsafeCell<Reply>,
+}
+
+/// How an idle service thread waits: it polls for an adaptive budget (`corehop_policy::spin`,
+/// fitted to the recent gaps between batches and to the wake-ups it measured), then sleeps. A
+/// program that calls often finds it awake; a quiet one does not keep a CPU busy.
+pub struct Idle {
+    budget: SpinBudget,
+    /// When the thread went idle before its last sleep, until the next batch is claimed.
+    slept_at: Option<u64>,
+    /// Time spent polling, in ns: the CPU the polling cost.
+    pub polled_ns: u64,
+}
+
+impl Idle {
+    /// A budget that starts from `wake_cost_ns` as its guess of a wake-up's cost (0: never
+    /// poll, sleep at once).
+    pub fn new(wake_cost_ns: u64) -> Idle {
+        let config = if wake_cost_ns == 0 {
+            SpinConfig { initial_wake_cost_ns: 0, min_fraction: 0.0, max_factor: 1, ..SpinConfig::default() }
+        } else {
+            SpinConfig { initial_wake_cost_ns: wake_cost_ns, ..SpinConfig::default() }
+        };
+        Idle { budget: SpinBudget::new(config), slept_at: None, polled_ns: 0 }
+    }
+
+    /// How long the thread polls now before sleeping, in ns.
+    pub fn budget_ns(&self) -> u64 {
+        self.budget.budget_ns()
+    }
 }
 
 /// The request slots of one service thread.
@@ -231,7 +263,7 @@ impl Lane {
         #[allow(clippy::declare_interior_mutable_const)] // copied into each slot, never shared
         const SLOT: Slot = Slot {
             state: AtomicU32::new(FREE),
-            request: UnsafeCell::new(EMPTY_REQUEST),
+            request: UnsafeCell::new((EMPTY_REQUEST, 0)),
             reply: UnsafeCell::new(EMPTY_REPLY),
         };
         Lane { pending: AtomicU32::new(0), slots: [SLOT; SLOTS] }
@@ -242,7 +274,7 @@ impl Lane {
     pub fn new() -> Lane {
         let slot = || Slot {
             state: AtomicU32::new(FREE),
-            request: UnsafeCell::new(EMPTY_REQUEST),
+            request: UnsafeCell::new((EMPTY_REQUEST, 0)),
             reply: UnsafeCell::new(EMPTY_REPLY),
         };
         Lane { pending: AtomicU32::new(0), slots: core::array::from_fn(|_| slot()) }
@@ -277,17 +309,17 @@ impl Lane {
             return Outcome::Full;
         };
         let slot = &self.slots[index];
+        let start = now_ns();
         // SAFETY: FILLING — this caller owns the request cell.
-        slot.request.with_mut(|cell| unsafe { *cell = request });
+        slot.request.with_mut(|cell| unsafe { *cell = (request, start) });
         slot.state.store(SUBMITTED, SeqCst);
         if self.pending.fetch_or(1 << index, SeqCst) & ASLEEP != 0 {
             futex_wake(&self.pending);
         }
-        self.wait(slot, waiting)
+        self.wait(slot, waiting, start)
     }
 
-    fn wait(&self, slot: &Slot, waiting: Waiting) -> Outcome {
-        let start = now_ns();
+    fn wait(&self, slot: &Slot, waiting: Waiting, start: u64) -> Outcome {
         // Spin first: a short call comes back sooner than a futex sleep and wake-up would.
         let spin_ns = waiting.spin_ns.min(waiting.stall_timeout_ns);
         let mut polls = 0u32;
@@ -326,16 +358,36 @@ impl Lane {
     }
 
     /// The service thread's loop body: waits for submitted slots, then claims and handles each
-    /// with `handle`. Returns after one batch.
-    pub fn serve_batch(&self, spin_ns: u64, before_claim: impl Fn(), handle: impl Fn(&Request) -> Reply) {
+    /// with `handle`. Returns after one batch. An idle thread polls for `idle`'s budget before
+    /// it sleeps, and tells `idle` what the wait cost.
+    pub fn serve_batch(&self, idle: &mut Idle, before_claim: impl Fn(), handle: impl Fn(&Request) -> Reply) {
         let mut bits = self.pending.swap(0, SeqCst) & !ASLEEP;
         if bits == 0 {
             let start = now_ns();
-            while spin_ns > 0 && self.pending.load(SeqCst) == 0 && now_ns().saturating_sub(start) < spin_ns {
+            let budget = idle.budget.budget_ns();
+            let mut polls = 0u32;
+            let mut polled = 0;
+            while budget > 0 && self.pending.load(SeqCst) == 0 {
+                polls = polls.wrapping_add(1);
+                // The clock costs more than a poll: read it only now and then.
+                if polls.is_multiple_of(64) {
+                    polled = now_ns().saturating_sub(start);
+                    if polled >= budget {
+                        break;
+                    }
+                }
                 core::hint::spin_loop();
             }
+            idle.polled_ns = idle.polled_ns.saturating_add(polled);
+            if self.pending.load(SeqCst) != 0 {
+                idle.budget.record_idle_gap(polled);
+                return;
+            }
+            // Out of budget, nothing came: refit it now (no caller waits on it) and sleep.
+            idle.budget.refit_if_stale();
             if self.pending.compare_exchange(0, ASLEEP, SeqCst, SeqCst).is_ok() {
                 futex_wait(&self.pending, ASLEEP, None);
+                idle.slept_at = Some(start);
             }
             self.pending.fetch_and(!ASLEEP, SeqCst);
             return;
@@ -350,7 +402,13 @@ impl Lane {
             }
             // SAFETY: CLAIMED — the service thread owns the request and reply cells, and the
             // caller is blocked in `wait`, keeping the memory the request points to alive.
-            let reply = slot.request.with(|cell| handle(unsafe { &*cell }));
+            let (request, submitted) = slot.request.with(|cell| unsafe { *cell });
+            if let Some(slept) = idle.slept_at.take() {
+                // The first request after a sleep: it waited for the wake-up.
+                idle.budget.record_idle_gap(submitted.saturating_sub(slept));
+                idle.budget.record_wake_cost(now_ns().saturating_sub(submitted));
+            }
+            let reply = handle(&request);
             // SAFETY: as above, the reply cell is the service thread's while CLAIMED.
             slot.reply.with_mut(|cell| unsafe { *cell = reply });
             if slot.state.swap(DONE, SeqCst) & PARKED != 0 {
@@ -387,9 +445,10 @@ mod tests {
             let (runs, stop) = (runs.clone(), stop.clone());
             std::thread::spawn(move || {
                 let batches = AtomicU32::new(0);
+                let mut idle = Idle::new(2_000);
                 while !stop.load(Relaxed) {
                     lane.serve_batch(
-                        2_000,
+                        &mut idle,
                         || {
                             if batches.fetch_add(1, Relaxed).is_multiple_of(5) {
                                 std::thread::sleep(std::time::Duration::from_micros(300));
@@ -472,9 +531,10 @@ mod loom_tests {
     /// Serves until `done`, counting runs.
     fn service(lane: Arc<Lane>, runs: Arc<AtomicU32>, done: Arc<AtomicBool>) -> thread::JoinHandle<()> {
         thread::spawn(move || {
+            let mut idle = Idle::new(0);
             while !done.load(SeqCst) {
                 lane.serve_batch(
-                    0,
+                    &mut idle,
                     || {},
                     |req| {
                         runs.fetch_add(1, SeqCst);

@@ -13,7 +13,7 @@ use core::ffi::c_void;
 use core::sync::atomic::Ordering::SeqCst;
 use core::sync::atomic::{AtomicU32, AtomicU64};
 
-use crate::lane::{Check, Lane, Reply, Request};
+use crate::lane::{Check, Idle, Lane, Reply, Request};
 use crate::sys;
 
 pub use crate::lane::MAX_LANES;
@@ -38,6 +38,8 @@ static SPIN_NS: AtomicU64 = AtomicU64::new(0);
 static TEST_STALL_NS: AtomicU64 = AtomicU64::new(0);
 /// Set when a service thread could not be pinned (reported once at exit).
 pub static PIN_FAILED: AtomicU32 = AtomicU32::new(0);
+/// Per lane: the time its service thread spent polling for work, in ns.
+pub static POLLED_NS: [AtomicU64; MAX_LANES] = [const { AtomicU64::new(0) }; MAX_LANES];
 
 /// Starts `config.lanes` service threads. Returns false if a thread could not be created (the
 /// caller then runs everything locally).
@@ -80,7 +82,7 @@ extern "C" fn service_main(arg: *mut c_void) -> *mut c_void {
     // SAFETY: PR_SET_NAME reads a NUL-terminated name of at most 16 bytes; it names only
     // this thread.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"corehop-svc".as_ptr()) };
-    let spin_ns = SPIN_NS.load(SeqCst);
+    let mut idle = Idle::new(SPIN_NS.load(SeqCst));
     let stall_ns = TEST_STALL_NS.load(SeqCst);
     let stall = || {
         if stall_ns > 0 {
@@ -88,7 +90,8 @@ extern "C" fn service_main(arg: *mut c_void) -> *mut c_void {
         }
     };
     loop {
-        LANES[lane].serve_batch(spin_ns, stall, execute);
+        LANES[lane].serve_batch(&mut idle, stall, execute);
+        POLLED_NS[lane].store(idle.polled_ns, SeqCst);
     }
 }
 

@@ -125,29 +125,24 @@ impl core::fmt::Write for Line {
 }
 
 /// This process's summary line: the counters of every kind of call it made.
-fn format_summary(
-    out: &mut impl core::fmt::Write,
-    lanes: usize,
-    pinned: bool,
-    standing: Option<wire::Standing<'_>>,
-) -> core::fmt::Result {
+fn format_summary(out: &mut impl core::fmt::Write, process: &wire::Process<'_>) -> core::fmt::Result {
     let names = NAMED_KINDS.iter().map(|k| k.name().unwrap_or("other")).chain(["other"]);
     let calls = names.zip(COUNTERS.iter().zip(&HANDOFF)).filter(|(_, (c, _))| c.seen.load(Relaxed) > 0).map(
         |(name, (c, hist))| {
             (name, c.all().map(|counter| counter.load(Relaxed)), hist.each_ref().map(|b| b.load(Relaxed)))
         },
     );
-    wire::write_line(out, sys::getpid(), lanes, pinned, standing, calls)
+    wire::write_line(out, process, calls)
 }
 
 /// Appends this process's summary line to `path` (a NUL-terminated C string; `-` is stderr),
 /// if it made any intercepted call. `lanes` and `pinned` describe the service threads.
-pub fn write_summary(path: &[u8], lanes: usize, pinned: bool, standing: Option<wire::Standing<'_>>) {
+pub fn write_summary(path: &[u8], process: &wire::Process<'_>) {
     if COUNTERS.iter().all(|c| c.seen.load(Relaxed) == 0) {
         return;
     }
     let mut line = Line { buf: [0; 4096], len: 0 };
-    let _ = format_summary(&mut line, lanes, pinned, standing);
+    let _ = format_summary(&mut line, process);
     if path == b"-\0" {
         sys::write_all(2, &line.buf[..line.len]);
         return;
@@ -177,7 +172,9 @@ mod tests {
         bump(&of(CallKind::Other(7)).seen);
         let mut line = String::new();
         let standing = wire::Standing { settled: "never", rounds: 2, switches: 0, regret_ppm: 10 };
-        format_summary(&mut line, 1, true, Some(standing)).unwrap();
+        let process =
+            wire::Process { pid: 1, lanes: 1, pinned: true, polled_ns: 0, standing: Some(standing) };
+        format_summary(&mut line, &process).unwrap();
         let summary = wire::Summary::parse(&line).unwrap();
         assert_eq!(summary.processes, 1);
         assert_eq!(summary.calls["statx"].seen, 1);

@@ -4,9 +4,10 @@
 //! its own.
 //!
 //! ```text
-//! corehop-preload-v1 pid=1234 lanes=1 pinned=1 [settled=ARM rounds=R switches=S regret_ppm=P] read=SEEN:OFF:LOCAL:KEPT:WITHDRAWN:BUSY:SVC_NS:WAIT_NS:LOCAL_NS:LOCAL_TIMED write=...
+//! corehop-preload-v1 pid=1234 lanes=1 pinned=1 polled_ns=N [settled=ARM rounds=R switches=S regret_ppm=P] read=SEEN:OFF:LOCAL:KEPT:WITHDRAWN:BUSY:SVC_NS:WAIT_NS:LOCAL_NS:LOCAL_TIMED write=...
 //! ```
 //!
+//! `polled_ns` is the time the service threads spent polling for work (the CPU polling cost).
 //! A `hist.CALL=N,N,…` field follows each call whose calls went across: the hand-off times
 //! (the caller's wait beyond the call's own run) in [`HIST_BUCKETS`] power-of-two buckets
 //! ([`bucket_of`]), for percentiles.
@@ -107,19 +108,31 @@ pub struct Standing<'a> {
     pub regret_ppm: u64,
 }
 
-/// Writes one summary line (with its newline) for process `pid`: `lanes` service threads,
-/// `pinned` whether they could be pinned, where an adaptive policy stood, and the counters
-/// of each kind of call it made. Formats without allocating, so the preload library can
-/// call it at exit.
+/// What a summary line says about its process as a whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Process<'a> {
+    /// The process id.
+    pub pid: i32,
+    /// Its service threads.
+    pub lanes: usize,
+    /// Whether they could be pinned to their CPUs.
+    pub pinned: bool,
+    /// The time they spent polling for work, in ns.
+    pub polled_ns: u64,
+    /// Where an adaptive policy stood.
+    pub standing: Option<Standing<'a>>,
+}
+
+/// Writes one summary line (with its newline) for `process` and the counters and hand-off
+/// histogram of each kind of call it made. Formats without allocating, so the preload
+/// library can call it at exit.
 pub fn write_line<'a, W: fmt::Write>(
     out: &mut W,
-    pid: i32,
-    lanes: usize,
-    pinned: bool,
-    standing: Option<Standing<'_>>,
+    process: &Process<'_>,
     calls: impl IntoIterator<Item = (&'a str, [u64; COUNTERS.len()], [u64; HIST_BUCKETS])>,
 ) -> fmt::Result {
-    write!(out, "{SUMMARY_TAG} pid={pid} lanes={lanes} pinned={}", u8::from(pinned))?;
+    let Process { pid, lanes, pinned, polled_ns, standing } = *process;
+    write!(out, "{SUMMARY_TAG} pid={pid} lanes={lanes} pinned={} polled_ns={polled_ns}", u8::from(pinned))?;
     if let Some(s) = standing {
         write!(
             out,
@@ -214,6 +227,8 @@ pub struct Summary {
     pub processes: usize,
     /// Processes whose service threads could not be pinned to their CPU.
     pub unpinned: usize,
+    /// Time the service threads spent polling for work, in ns, over every process.
+    pub polled_ns: u64,
     /// Adaptive policies: settled arm → the processes that settled there.
     pub settled: BTreeMap<String, Settled>,
     /// Call name → counters.
@@ -253,6 +268,7 @@ impl Summary {
                 match key {
                     "pid" | "lanes" => {}
                     "pinned" => summary.unpinned += usize::from(value == "0"),
+                    "polled_ns" => summary.polled_ns += number()?,
                     "settled" => {
                         summary.settled.entry(value.to_string()).or_default().processes += 1;
                         settled = Some(value);
@@ -327,15 +343,18 @@ mod tests {
         hist[bucket_of(1_000)] = 3;
         hist[bucket_of(50_000)] = 1;
         let none = [0; HIST_BUCKETS];
-        write_line(&mut line, 7, 1, false, Some(standing), [("read", read, hist), ("fsync", fsync, none)])
-            .unwrap();
-        assert!(line.starts_with("corehop-preload-v1 pid=7 lanes=1 pinned=0 settled=never rounds=3"));
+        let process = Process { pid: 7, lanes: 1, pinned: false, polled_ns: 40, standing: Some(standing) };
+        write_line(&mut line, &process, [("read", read, hist), ("fsync", fsync, none)]).unwrap();
+        assert!(
+            line.starts_with("corehop-preload-v1 pid=7 lanes=1 pinned=0 polled_ns=40 settled=never rounds=3")
+        );
         let twice = format!("{line}\n{line}");
         let s = Summary::parse(&twice).unwrap();
         assert_eq!((s.processes, s.unpinned), (2, 2));
         assert_eq!(s.calls["read"].wait_ns, 1000);
         assert_eq!(s.calls["fsync"].local_ns, 14);
         assert_eq!(s.total().seen, 8);
+        assert_eq!(s.polled_ns, 80);
         let never = &s.settled["never"];
         assert_eq!((never.processes, never.rounds, never.switches, never.max_regret_ppm), (2, 6, 2, 900));
         let read_hist = &s.handoff["read"];

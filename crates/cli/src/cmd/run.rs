@@ -556,6 +556,12 @@ impl SummaryTable for Summary {
              free slot, nested call or start-up. Times are per call: on service = run time on the service CPU, \
              hand-off = the caller's wait beyond that (mean; p50 and p99 as power-of-two bucket bounds).",
         );
+        table.note(format!(
+            "service threads polled for work {} in all ({} per offloaded call): the CPU that polling cost; \
+             idle, they poll for an adaptive budget fitted to the gaps between calls, then sleep",
+            fmt_ns(self.polled_ns as f64),
+            per(self.polled_ns, total.offloaded)
+        ));
         let overhead = total.wait_ns.saturating_sub(total.service_ns);
         table.note(format!(
             "estimate: {} of kernel work moved off the program's CPUs; {} lost to hand-offs ({} per offloaded call); \
