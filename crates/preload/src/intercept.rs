@@ -170,6 +170,7 @@ extern "C" fn after_fork_child() {
     PID.store(sys::getpid(), SeqCst);
     stats::reset();
     service::POLLED_NS.iter().for_each(|p| p.store(0, SeqCst));
+    service::LIVE.store(0, SeqCst);
     // The parent's service threads do not exist here; start our own when first needed.
     if SERVICE.load(SeqCst) != OFF {
         SERVICE.store(UNINIT, SeqCst);

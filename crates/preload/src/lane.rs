@@ -213,11 +213,17 @@ struct Slot {
     reply: UnsafeCell<Reply>,
 }
 
+/// How long an idle service thread sleeps before it looks whether the program still runs.
+pub const IDLE_CHECK_NS: u64 = 200_000_000;
+
 /// How an idle service thread waits: it polls for an adaptive budget (`corehop_policy::spin`,
 /// fitted to the recent gaps between batches and to the wake-ups it measured), then sleeps. A
 /// program that calls often finds it awake; a quiet one does not keep a CPU busy.
 pub struct Idle {
     budget: SpinBudget,
+    /// The last sleep ended by its timeout, not by a request: a moment to look around (is
+    /// the program still there?).
+    pub timed_out: bool,
     /// When the thread went idle before its last sleep, until the next batch is claimed.
     slept_at: Option<u64>,
     /// Time spent polling, in ns: the CPU the polling cost.
@@ -233,7 +239,7 @@ impl Idle {
         } else {
             SpinConfig { initial_wake_cost_ns: wake_cost_ns, ..SpinConfig::default() }
         };
-        Idle { budget: SpinBudget::new(config), slept_at: None, polled_ns: 0 }
+        Idle { budget: SpinBudget::new(config), timed_out: false, slept_at: None, polled_ns: 0 }
     }
 
     /// How long the thread polls now before sleeping, in ns.
@@ -386,7 +392,7 @@ impl Lane {
             // Out of budget, nothing came: refit it now (no caller waits on it) and sleep.
             idle.budget.refit_if_stale();
             if self.pending.compare_exchange(0, ASLEEP, SeqCst, SeqCst).is_ok() {
-                futex_wait(&self.pending, ASLEEP, None);
+                idle.timed_out = !futex_wait(&self.pending, ASLEEP, Some(IDLE_CHECK_NS));
                 idle.slept_at = Some(start);
             }
             self.pending.fetch_and(!ASLEEP, SeqCst);

@@ -38,6 +38,8 @@ static SPIN_NS: AtomicU64 = AtomicU64::new(0);
 static TEST_STALL_NS: AtomicU64 = AtomicU64::new(0);
 /// Set when a service thread could not be pinned (reported once at exit).
 pub static PIN_FAILED: AtomicU32 = AtomicU32::new(0);
+/// Service threads running in this process.
+pub(crate) static LIVE: AtomicU64 = AtomicU64::new(0);
 /// Per lane: the time its service thread spent polling for work, in ns.
 pub static POLLED_NS: [AtomicU64; MAX_LANES] = [const { AtomicU64::new(0) }; MAX_LANES];
 
@@ -73,8 +75,14 @@ fn spawn(lane: usize) -> bool {
     }
 }
 
+/// Whether only service threads are left in the process.
+fn orphaned() -> bool {
+    sys::running_threads().is_some_and(|running| running <= LIVE.load(SeqCst))
+}
+
 extern "C" fn service_main(arg: *mut c_void) -> *mut c_void {
     let lane = arg as usize;
+    LIVE.fetch_add(1, SeqCst);
     sys::block_all_signals();
     if sys::pin_self(CPU_OF_LANE[lane].load(SeqCst) as usize) < 0 {
         PIN_FAILED.store(1, SeqCst);
@@ -92,6 +100,12 @@ extern "C" fn service_main(arg: *mut c_void) -> *mut c_void {
     loop {
         LANES[lane].serve_batch(&mut idle, stall, execute);
         POLLED_NS[lane].store(idle.polled_ns, SeqCst);
+        if core::mem::take(&mut idle.timed_out) && orphaned() {
+            // The program's own threads are gone (its main thread called pthread_exit, or the
+            // last one left with SYS_exit): without us the process would have ended. End.
+            LIVE.fetch_sub(1, SeqCst);
+            sys::exit_thread();
+        }
     }
 }
 

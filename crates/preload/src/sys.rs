@@ -71,14 +71,62 @@ pub fn pin_self(cpu: usize) -> i64 {
     unsafe { raw(libc::SYS_sched_setaffinity, [0, size, &set as *const _ as u64, 0, 0, 0]) }
 }
 
-/// Blocks every signal in the calling thread, so that process-directed signals go to the
-/// program's own threads, as they would without this library.
+/// Blocks every signal in the calling thread but glibc's two internal ones, so that
+/// process-directed signals go to the program's own threads, as they would without this
+/// library. glibc's SIGSETXID (33) must reach every thread: a `setuid`, `setgid` or
+/// `setgroups` of a threaded process waits until each thread has changed its credentials in
+/// that signal's handler. SIGCANCEL (32) is left as glibc leaves it too.
 pub fn block_all_signals() {
-    let all: u64 = !0;
+    let internal: u64 = (1 << (32 - 1)) | (1 << (33 - 1));
+    let all = !internal;
     // SAFETY: rt_sigprocmask with a valid 8-byte kernel sigset; old set not wanted.
     unsafe {
         raw(libc::SYS_rt_sigprocmask, [libc::SIG_SETMASK as u64, &all as *const u64 as u64, 0, 8, 0, 0])
     };
+}
+
+/// The threads of the process that still run: its thread count, less the main thread if that
+/// one has exited (`pthread_exit`: it stays a zombie, counted, until the last thread ends).
+/// From `/proc/self/stat`, read with raw calls; `None` if that cannot be read.
+pub fn running_threads() -> Option<u64> {
+    let mut buf = [0u8; 1024];
+    // SAFETY: the path is a NUL-terminated literal; openat reads it only.
+    let fd = unsafe {
+        raw(
+            libc::SYS_openat,
+            [
+                libc::AT_FDCWD as u64,
+                c"/proc/self/stat".as_ptr() as u64,
+                (libc::O_RDONLY | libc::O_CLOEXEC) as u64,
+                0,
+                0,
+                0,
+            ],
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `buf` is writable for its length.
+    let n = unsafe { raw(libc::SYS_read, [fd as u64, buf.as_mut_ptr() as u64, buf.len() as u64, 0, 0, 0]) };
+    // SAFETY: closes the descriptor opened above.
+    unsafe { raw(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]) };
+    let text = buf.get(..usize::try_from(n).ok()?)?;
+    // The command name may hold spaces and parentheses: fields start after the last ')'.
+    let after = &text[text.iter().rposition(|&b| b == b')')? + 1..];
+    let mut fields = after.split(|&b| b == b' ').filter(|f| !f.is_empty());
+    // The main thread's state is the 1st field after the name, num_threads the 18th.
+    let main_exited = fields.next()? == b"Z";
+    let threads: u64 = core::str::from_utf8(fields.nth(16)?).ok()?.parse().ok()?;
+    Some(threads - u64::from(main_exited && threads > 0))
+}
+
+/// Ends the calling thread only (the process lives on while other threads do).
+pub fn exit_thread() -> ! {
+    loop {
+        // SAFETY: SYS_exit ends this thread; nothing on its stack is used afterwards.
+        unsafe { raw(libc::SYS_exit, [0; 6]) };
+    }
 }
 
 /// Takes a pending SIGPIPE or SIGXFSZ off the calling thread (where it is blocked) and returns
