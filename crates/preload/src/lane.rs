@@ -326,8 +326,14 @@ impl Lane {
     }
 
     /// The service thread's loop body: waits for submitted slots, then claims and handles each
-    /// with `handle`. Returns after one batch.
-    pub fn serve_batch(&self, spin_ns: u64, before_claim: impl Fn(), handle: impl Fn(&Request) -> Reply) {
+    /// with `handle`. Returns after one batch, or after sleeping `idle_ns` with nothing to do.
+    pub fn serve_batch(
+        &self,
+        spin_ns: u64,
+        idle_ns: Option<u64>,
+        before_claim: impl Fn(),
+        handle: impl Fn(&Request) -> Reply,
+    ) {
         let mut bits = self.pending.swap(0, SeqCst) & !ASLEEP;
         if bits == 0 {
             let start = now_ns();
@@ -335,7 +341,7 @@ impl Lane {
                 core::hint::spin_loop();
             }
             if self.pending.compare_exchange(0, ASLEEP, SeqCst, SeqCst).is_ok() {
-                futex_wait(&self.pending, ASLEEP, None);
+                futex_wait(&self.pending, ASLEEP, idle_ns);
             }
             self.pending.fetch_and(!ASLEEP, SeqCst);
             return;
@@ -390,6 +396,7 @@ mod tests {
                 while !stop.load(Relaxed) {
                     lane.serve_batch(
                         2_000,
+                        None,
                         || {
                             if batches.fetch_add(1, Relaxed).is_multiple_of(5) {
                                 std::thread::sleep(std::time::Duration::from_micros(300));
@@ -475,6 +482,7 @@ mod loom_tests {
             while !done.load(SeqCst) {
                 lane.serve_batch(
                     0,
+                    None,
                     || {},
                     |req| {
                         runs.fetch_add(1, SeqCst);

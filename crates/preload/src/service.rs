@@ -1,8 +1,12 @@
 //! The service threads: one per service CPU, pinned there, running claimed requests with raw
 //! system calls.
 //!
-//! A service thread blocks every signal (process-directed signals keep going to the program's
-//! own threads) and runs only raw system calls, never an interposed libc function. Before a
+//! A service thread blocks every signal but glibc's own (process-directed signals keep going
+//! to the program's own threads; glibc's set*id broadcast reaches it, so it keeps the
+//! program's credentials) and runs only raw system calls, never an interposed libc function.
+//! It does not keep the process alive: when it wakes idle and finds no program thread left
+//! (the last one left with `pthread_exit` or a raw `exit`), it ends the process with the main
+//! thread's exit status, as glibc would have. Before a
 //! call it checks whether the call could block in a way that only a signal to the *calling*
 //! thread would end (a pipe or socket read, opening a FIFO), or whether its result depends on
 //! the calling thread (`/proc/thread-self`); such calls are refused and the caller runs them
@@ -11,7 +15,7 @@
 
 use core::ffi::c_void;
 use core::sync::atomic::Ordering::SeqCst;
-use core::sync::atomic::{AtomicU32, AtomicU64};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
 
 use crate::lane::{Check, Lane, Reply, Request};
 use crate::sys;
@@ -38,18 +42,28 @@ static SPIN_NS: AtomicU64 = AtomicU64::new(0);
 static TEST_STALL_NS: AtomicU64 = AtomicU64::new(0);
 /// Set when a service thread could not be pinned (reported once at exit).
 pub static PIN_FAILED: AtomicU32 = AtomicU32::new(0);
+/// Service threads running in this process.
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+/// Set by the one service thread that ends the process once the program's threads are gone.
+static ENDING: AtomicBool = AtomicBool::new(false);
+/// How long an idle service thread sleeps before it looks whether the program's threads are
+/// all gone (they may leave with `pthread_exit` or a raw `exit`, and then only the service
+/// threads would keep the process alive).
+const IDLE_CHECK_NS: u64 = 100_000_000;
 
 /// Starts `config.lanes` service threads. Returns false if a thread could not be created (the
 /// caller then runs everything locally).
 pub fn start(config: &ServiceConfig) -> bool {
     SPIN_NS.store(config.spin_ns, SeqCst);
     TEST_STALL_NS.store(config.test_stall_ns, SeqCst);
+    RUNNING.store(0, SeqCst);
     for lane in 0..config.lanes.min(MAX_LANES) {
         CPU_OF_LANE[lane].store(config.cpus[lane] as u64, SeqCst);
         LANES[lane].reset();
         if !spawn(lane) {
             return false;
         }
+        RUNNING.fetch_add(1, SeqCst);
     }
     true
 }
@@ -88,8 +102,48 @@ extern "C" fn service_main(arg: *mut c_void) -> *mut c_void {
         }
     };
     loop {
-        LANES[lane].serve_batch(spin_ns, stall, execute);
+        LANES[lane].serve_batch(spin_ns, Some(IDLE_CHECK_NS), stall, execute);
+        if let Some(status) = program_gone() {
+            end_process(status);
+        }
     }
+}
+
+/// When no thread of the program is left (only service threads live), the exit status the
+/// process would have had without them: that of its main thread, which then is a zombie.
+/// `None` while a program thread lives, or when `/proc` cannot be read.
+fn program_gone() -> Option<i32> {
+    let mut buf = [0u8; 1024];
+    let n = sys::read_file(c"/proc/self/stat", &mut buf)?;
+    let (state, threads, exit_code) = parse_stat(&buf[..n])?;
+    // A main thread that has left stays, as a zombie, among the counted threads.
+    let live = threads.checked_sub(u64::from(state == b'Z'))?;
+    (live <= RUNNING.load(SeqCst) as u64).then_some(((exit_code >> 8) & 0xff) as i32)
+}
+
+/// `(state, num_threads, exit_code)` from the text of `/proc/<pid>/stat` (proc(5)).
+fn parse_stat(text: &[u8]) -> Option<(u8, u64, u64)> {
+    let close = text.iter().rposition(|&b| b == b')')?;
+    let rest = core::str::from_utf8(&text[close + 1..]).ok()?;
+    let mut fields = rest.split_ascii_whitespace();
+    // After the command: field 3 is the state, 20 the thread count, 52 the exit code.
+    let state = *fields.next()?.as_bytes().first()?;
+    let threads = fields.nth(16)?.parse().ok()?;
+    let exit_code = fields.nth(31).and_then(|f| f.parse().ok()).unwrap_or(0);
+    Some((state, threads, exit_code))
+}
+
+/// Ends the process as glibc does when the last thread of a program leaves: `exit`, so the
+/// program's `atexit` handlers and this library's summary run.
+fn end_process(status: i32) -> ! {
+    if ENDING.swap(true, SeqCst) {
+        loop {
+            sys::sleep_ns(1_000_000_000); // another service thread is ending the process
+        }
+    }
+    // SAFETY: exit runs the atexit handlers and ends the process; no program thread is left
+    // to race with them.
+    unsafe { libc::exit(status) }
 }
 
 /// Runs one request on the calling (service) thread, or refuses it (module docs).
@@ -170,4 +224,17 @@ fn names_thread_self(path: u64) -> bool {
     const PREFIX: &[u8] = b"/proc/thread-self";
     let mut buf = [0u8; PREFIX.len()];
     sys::read_user(path, &mut buf) && buf == *PREFIX
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_state_threads_and_exit_code_from_proc_stat() {
+        let line = b"29229 (a) b) Z 29214 29214 19168 0 -1 4227084 112 0 0 0 0 0 0 0 20 0 2 0 1224480 0 0 \
+            18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 768\n";
+        assert_eq!(parse_stat(line), Some((b'Z', 2, 768)));
+        assert_eq!(parse_stat(b"1 (x) R 0"), None);
+    }
 }

@@ -74,11 +74,32 @@ pub fn pin_self(cpu: usize) -> i64 {
 /// Blocks every signal in the calling thread, so that process-directed signals go to the
 /// program's own threads, as they would without this library.
 pub fn block_all_signals() {
-    let all: u64 = !0;
+    // glibc's own signals stay open: SIGSETXID (33) carries a process-wide set*id call to
+    // every thread and waits until each has made it, so blocking it hangs the program.
+    // SIGCANCEL (32) is only ever sent to a thread by pthread_cancel, never to this one.
+    let all: u64 = !((1 << (32 - 1)) | (1 << (33 - 1)));
     // SAFETY: rt_sigprocmask with a valid 8-byte kernel sigset; old set not wanted.
     unsafe {
         raw(libc::SYS_rt_sigprocmask, [libc::SIG_SETMASK as u64, &all as *const u64 as u64, 0, 8, 0, 0])
     };
+}
+
+/// Reads at most `out.len()` bytes of the file at `path` (NUL-terminated) with raw calls;
+/// returns how many, or `None` if it could not be opened or read.
+pub fn read_file(path: &core::ffi::CStr, out: &mut [u8]) -> Option<usize> {
+    let flags = libc::O_RDONLY | libc::O_CLOEXEC;
+    // SAFETY: openat reads the NUL-terminated path only.
+    let fd = unsafe {
+        raw(libc::SYS_openat, [libc::AT_FDCWD as u64, path.as_ptr() as u64, flags as u64, 0, 0, 0])
+    };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: read writes at most out.len() bytes into `out`.
+    let n = unsafe { raw(libc::SYS_read, [fd as u64, out.as_mut_ptr() as u64, out.len() as u64, 0, 0, 0]) };
+    // SAFETY: closes the descriptor opened just above.
+    unsafe { raw(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]) };
+    usize::try_from(n).ok()
 }
 
 /// Takes a pending SIGPIPE or SIGXFSZ off the calling thread (where it is blocked) and returns

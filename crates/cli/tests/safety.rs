@@ -1,0 +1,149 @@
+//! `corehop run --offload` must be safe in front of any program (issue 19): credential
+//! changes, a main thread that leaves first, blocking regular files, thread-bound calls, the
+//! stats file. Each case runs a small C program plainly and with `--offload --policy always`
+//! under a time limit (a hang fails the test instead of stalling it) and compares the two.
+//!
+//! Tests that need `cc` or root say so and skip.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/safety");
+/// Far longer than any case takes; only a hang reaches it.
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// Builds the preload library next to the corehop binary, once per test process.
+fn library() -> &'static Path {
+    static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
+    LIBRARY.get_or_init(|| {
+        let bin_dir =
+            Path::new(env!("CARGO_BIN_EXE_corehop")).parent().expect("binary directory").to_path_buf();
+        let target_dir = bin_dir.parent().expect("target directory");
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo.args(["build", "-q", "-p", "corehop-preload", "--target-dir"]).arg(target_dir);
+        if bin_dir.ends_with("release") {
+            cargo.arg("--release");
+        }
+        assert!(cargo.status().expect("cargo build").success(), "cargo build -p corehop-preload failed");
+        bin_dir.join("libcorehop_preload.so")
+    })
+}
+
+fn corehop() -> Command {
+    library();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_corehop"));
+    command.env_remove("LD_PRELOAD").env_remove("COREHOP_PRELOAD").env("RUST_BACKTRACE", "0");
+    command
+}
+
+fn have_cc() -> bool {
+    let found = Command::new("sh").args(["-c", "command -v cc"]).output().is_ok_and(|o| o.status.success());
+    if !found {
+        eprintln!("skipped: cc is not installed");
+    }
+    found
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("skipped: needs root (credential changes)");
+    }
+    root
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Compiles `fixtures/safety/NAME.c` into `dir`.
+fn compile(name: &str, dir: &Path) -> PathBuf {
+    let exe = dir.join(name);
+    let built = Command::new("cc")
+        .args(["-O1", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(Path::new(FIXTURES).join(format!("{name}.c")))
+        .output()
+        .expect("cc");
+    assert!(built.status.success(), "cc {name}: {}", text(&built.stderr));
+    exe
+}
+
+/// Runs `command` to its end, or kills it after [`LIMIT`] and fails: it hung.
+fn finish(mut command: Command, what: &str) -> Output {
+    let mut child =
+        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+            child.stdout.take().unwrap().read_to_end(&mut stdout).unwrap();
+            child.stderr.take().unwrap().read_to_end(&mut stderr).unwrap();
+            return Output { status, stdout, stderr };
+        }
+        if start.elapsed() > LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} hung: still running after {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs `argv` plainly and with offload of every call, each in its own fresh directory.
+fn pair(argv: &[&str], env: &[(&str, &str)]) -> (Output, Output) {
+    let root = tempfile::tempdir().expect("tempdir");
+    let mut outputs = Vec::new();
+    for offload in [false, true] {
+        let dir = root.path().join(if offload { "offload" } else { "plain" });
+        std::fs::create_dir(&dir).unwrap();
+        let mut command = corehop();
+        command.arg("run");
+        if offload {
+            command.args(["--offload", "--policy", "always"]);
+        }
+        command.arg("--").args(argv).envs(env.iter().copied()).current_dir(&dir);
+        outputs.push(finish(command, &format!("{argv:?} (offload: {offload})")));
+    }
+    let offload = outputs.pop().unwrap();
+    (outputs.pop().unwrap(), offload)
+}
+
+fn assert_same(argv: &[&str], plain: &Output, offload: &Output) {
+    assert_eq!(text(&plain.stdout), text(&offload.stdout), "{argv:?}: stdout differs");
+    assert_eq!(text(&plain.stderr), text(&offload.stderr), "{argv:?}: stderr differs");
+    assert_eq!(plain.status.code(), offload.status.code(), "{argv:?}: exit status differs");
+}
+
+#[test]
+fn glibc_credential_changes_complete_after_calls_went_across() {
+    if !have_cc() || !is_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("setid", dir.path());
+    let argv = [exe.to_str().unwrap()];
+    let (plain, offload) = pair(&argv, &[]);
+    assert_same(&argv, &plain, &offload);
+    assert!(text(&offload.stdout).contains("uid 65534 65534 65534 gid 65534"), "{}", text(&offload.stdout));
+    assert!(text(&offload.stdout).contains("shadow refused"));
+}
+
+#[test]
+fn a_process_whose_program_threads_all_left_ends() {
+    if !have_cc() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("main_exit", dir.path());
+    for how in ["pthread", "strict"] {
+        let argv = [exe.to_str().unwrap(), how];
+        let (plain, offload) = pair(&argv, &[]);
+        assert_same(&argv, &plain, &offload);
+        assert!(text(&offload.stdout).contains("worker done"), "{how}: {}", text(&offload.stdout));
+    }
+}
