@@ -147,3 +147,86 @@ fn a_process_whose_program_threads_all_left_ends() {
         assert!(text(&offload.stdout).contains("worker done"), "{how}: {}", text(&offload.stdout));
     }
 }
+
+#[test]
+fn a_thread_that_changed_its_own_credentials_or_filter_is_not_bypassed() {
+    if !have_cc() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("thread_state", dir.path());
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "root only\n").unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let mut cases = vec![("seccomp", "EPERM", "Operation not permitted")];
+    if is_root() {
+        cases.push(("setresuid", "EACCES", "Permission denied"));
+    }
+    for (how, name, message) in cases {
+        let argv = [exe.to_str().unwrap(), how, secret.to_str().unwrap()];
+        let (plain, offload) = pair(&argv, &[]);
+        assert_same(&argv, &plain, &offload);
+        assert!(text(&offload.stdout).contains(message), "{how}: expected {name}: {}", text(&offload.stdout));
+    }
+}
+
+#[test]
+fn thread_bound_calls_answer_for_the_calling_thread() {
+    if !have_cc() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("thread_bound", dir.path());
+    let argv = [exe.to_str().unwrap()];
+    let (plain, offload) = pair(&argv, &[]);
+    assert_same(&argv, &plain, &offload);
+    let out = text(&offload.stdout);
+    assert!(!out.contains("corehop-svc"), "a call read the service thread:\n{out}");
+    assert!(out.contains("stat through symlink: same file"), "{out}");
+    assert!(out.contains("signalfd: signal 10"), "{out}");
+}
+
+#[test]
+fn a_blocking_regular_file_read_is_interrupted_by_the_callers_signal() {
+    if !have_cc() || !is_root() {
+        return;
+    }
+    let found = ["unshare", "mount"].iter().all(|t| {
+        Command::new("sh").args(["-c", &format!("command -v {t}")]).status().is_ok_and(|s| s.success())
+    });
+    if !found {
+        eprintln!("skipped: needs unshare and mount (util-linux) for a private tracefs");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("blocking_file", dir.path());
+    let tracefs = dir.path().join("tracefs");
+    std::fs::create_dir(&tracefs).unwrap();
+    let corehop_bin = env!("CARGO_BIN_EXE_corehop");
+    library();
+    let mut outputs = Vec::new();
+    for offload in [false, true] {
+        // A private mount namespace, so the tracefs mount leaves no trace on the machine.
+        let script = format!(
+            "mount --make-rprivate / && mount -t tracefs nodev '{t}' || exit 77; \
+             exec '{c}' run {o} -- '{e}' '{t}/trace_pipe'",
+            t = tracefs.display(),
+            c = corehop_bin,
+            o = if offload { "--offload --policy always" } else { "" },
+            e = exe.display(),
+        );
+        let mut command = Command::new("unshare");
+        command.args(["-m", "sh", "-c", &script]).env_remove("LD_PRELOAD");
+        outputs.push(finish(command, &format!("trace_pipe read (offload: {offload})")));
+    }
+    if outputs[0].status.code() == Some(77) {
+        eprintln!("skipped: tracefs cannot be mounted here: {}", text(&outputs[0].stderr));
+        return;
+    }
+    assert_same(&["blocking_file"], &outputs[0], &outputs[1]);
+    assert!(
+        text(&outputs[1].stdout).contains("read: Interrupted system call"),
+        "{}",
+        text(&outputs[1].stdout)
+    );
+}

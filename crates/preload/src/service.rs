@@ -157,6 +157,11 @@ pub fn execute(request: &Request) -> Reply {
     // request is CLAIMED (lane protocol). Bad pointers give EFAULT, as they would locally.
     let ret = unsafe { sys::raw(request.nr, request.args) };
     let run_ns = sys::now_ns().saturating_sub(start);
+    if ret == 0 && stat_names_proc(request) {
+        // A stat that reached /proc by another name (a symlink, a /proc descriptor) may have
+        // described this thread; the caller asks again itself. A stat changes nothing.
+        return Reply { refused: true, ..Reply::default() };
+    }
     let signal = if request.may_signal && (ret == -(libc::EPIPE as i64) || ret == -(libc::EFBIG as i64)) {
         sys::take_write_signal()
     } else {
@@ -174,13 +179,16 @@ fn must_stay_with_caller(check: Check) -> bool {
         Check::Fds(a, b) => fd_may_block(a) || fd_may_block(b),
         Check::Socket(fd, flags) => flags & libc::MSG_DONTWAIT == 0 && fd_may_block(fd),
         Check::Path { path } => names_thread_self(path),
-        Check::Open { dirfd, path, flags } => names_thread_self(path) || open_may_block(dirfd, path, flags),
+        Check::Open { dirfd, path, flags } => names_thread_self(path) || open_stays(dirfd, path, flags),
     }
 }
 
-/// A descriptor whose reads or writes can wait for another party: anything but a regular
-/// file, a block device or a directory, unless it is in non-blocking mode. A bad descriptor
-/// fails at once with EBADF, so it may go across.
+/// A descriptor whose calls can wait for another party, or whose answer depends on the
+/// thread asking: anything but a regular file, a block device or a directory, unless it is
+/// in non-blocking mode; a regular file on a file system whose reads may wait (tracefs
+/// `trace_pipe`, `/proc/kmsg`, FUSE); an anonymous inode (a signalfd reads the pending
+/// signals of the thread that reads it). A bad descriptor fails at once with EBADF, so it
+/// may go across.
 fn fd_may_block(fd: i32) -> bool {
     let mut st = core::mem::MaybeUninit::<libc::stat>::uninit();
     // SAFETY: fstat writes one struct stat into `st`.
@@ -189,21 +197,22 @@ fn fd_may_block(fd: i32) -> bool {
         return false;
     }
     // SAFETY: fstat succeeded, so the kernel filled `st`.
-    let mode = unsafe { st.assume_init() }.st_mode & libc::S_IFMT;
-    if matches!(mode, libc::S_IFREG | libc::S_IFBLK | libc::S_IFDIR) {
-        return false;
+    let st = unsafe { st.assume_init() };
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => return fs::of_dev(st.st_dev, || fs::fd_type(fd)) != fs::Kind::Plain,
+        libc::S_IFBLK | libc::S_IFDIR => return false,
+        0 => return true,
+        _ => {}
     }
     // SAFETY: F_GETFL takes no pointer.
     let flags = unsafe { sys::raw(libc::SYS_fcntl, [fd as u64, libc::F_GETFL as u64, 0, 0, 0, 0]) };
     flags < 0 || flags & libc::O_NONBLOCK as i64 == 0
 }
 
-/// Opening a FIFO or a character device (a terminal, say) may wait in the kernel until a
-/// signal; everything else opens without waiting for anyone.
-fn open_may_block(dirfd: i32, path: u64, flags: i32) -> bool {
-    if flags & (libc::O_NONBLOCK | libc::O_PATH) != 0 {
-        return false;
-    }
+/// Whether an open must stay with the caller: opening a FIFO or a character device (a
+/// terminal, say) may wait in the kernel until a signal; a file on /proc (reached by any name)
+/// may name the calling thread; a file on tracefs, debugfs or FUSE may block its reader.
+fn open_stays(dirfd: i32, path: u64, flags: i32) -> bool {
     let follow = if flags & libc::O_NOFOLLOW != 0 { libc::AT_SYMLINK_NOFOLLOW } else { 0 };
     let mut st = core::mem::MaybeUninit::<libc::stat>::uninit();
     // SAFETY: newfstatat reads the path (EFAULT if bad) and writes one struct stat.
@@ -214,16 +223,132 @@ fn open_may_block(dirfd: i32, path: u64, flags: i32) -> bool {
         return false; // the open fails (or creates a regular file) without waiting
     }
     // SAFETY: newfstatat succeeded, so the kernel filled `st`.
-    let mode = unsafe { st.assume_init() }.st_mode & libc::S_IFMT;
-    matches!(mode, libc::S_IFIFO | libc::S_IFCHR)
+    let st = unsafe { st.assume_init() };
+    let mode = st.st_mode & libc::S_IFMT;
+    if matches!(mode, libc::S_IFIFO | libc::S_IFCHR) && flags & (libc::O_NONBLOCK | libc::O_PATH) == 0 {
+        return true;
+    }
+    fs::of_dev(st.st_dev, || fs::path_type(dirfd, path, follow)) != fs::Kind::Plain
 }
 
-/// Whether the path starts with `/proc/thread-self`, which names the calling thread. Read
-/// through the kernel, so a bad pointer is not a crash here but the call's own EFAULT.
+/// Whether a successful stat-family request described a file on /proc (or another file
+/// system whose files stay with the caller).
+fn stat_names_proc(request: &Request) -> bool {
+    // The kernel has just written the result there, so it is mapped and writable; the caller
+    // waits for the reply and keeps it alive (lane protocol).
+    let dev = match request.nr {
+        // SAFETY: as above; one struct stat at args[2].
+        libc::SYS_newfstatat => {
+            unsafe { core::ptr::read_unaligned(request.args[2] as *const libc::stat) }.st_dev
+        }
+        libc::SYS_statx => {
+            // SAFETY: as above; one struct statx at args[4].
+            let stx = unsafe { core::ptr::read_unaligned(request.args[4] as *const libc::statx) };
+            libc::makedev(stx.stx_dev_major, stx.stx_dev_minor)
+        }
+        _ => return false,
+    };
+    let (dirfd, path, follow) = match request.nr {
+        libc::SYS_newfstatat => (request.args[0] as i32, request.args[1], request.args[3] as i32),
+        _ => (request.args[0] as i32, request.args[1], request.args[2] as i32),
+    };
+    fs::of_dev(dev, || fs::path_type(dirfd, path, follow & libc::AT_SYMLINK_NOFOLLOW)) != fs::Kind::Plain
+}
+
+/// Whether the path names `/proc/thread-self` however spelled (`//proc/thread-self`,
+/// `/proc/./thread-self`, `thread-self` relative to a /proc descriptor): it contains a
+/// `thread-self` component. Read through the kernel, so a bad pointer is not a crash here but
+/// the call's own EFAULT. Symlinks to it are caught by the file system check after.
 fn names_thread_self(path: u64) -> bool {
-    const PREFIX: &[u8] = b"/proc/thread-self";
-    let mut buf = [0u8; PREFIX.len()];
-    sys::read_user(path, &mut buf) && buf == *PREFIX
+    let mut buf = [0u8; 512];
+    match sys::read_c_string(path, &mut buf) {
+        Some(len) => buf[..len].split(|&b| b == b'/').any(|part| part == b"thread-self"),
+        None => sys::read_user(path, &mut buf[..1]), // longer than the buffer: keep it local
+    }
+}
+
+/// File systems, told apart by `statfs` once per device and remembered.
+mod fs {
+    use core::sync::atomic::AtomicU64;
+    use core::sync::atomic::Ordering::{Acquire, Release};
+
+    use crate::sys;
+
+    #[derive(Clone, Copy, PartialEq, Debug)]
+    pub enum Kind {
+        /// Reads and opens never wait for another party nor depend on the calling thread.
+        Plain,
+        /// /proc (per-thread files), tracefs, debugfs, FUSE (reads that wait).
+        Stays,
+    }
+
+    const PROC: i64 = 0x9fa0;
+    const TRACEFS: i64 = 0x7472_6163;
+    const DEBUGFS: i64 = 0x6462_6720;
+    const FUSE: i64 = 0x6573_5546;
+
+    fn kind_of(f_type: i64) -> Kind {
+        if matches!(f_type, PROC | TRACEFS | DEBUGFS | FUSE) {
+            Kind::Stays
+        } else {
+            Kind::Plain
+        }
+    }
+
+    /// Remembered devices: `dev + 1` (0: empty) and the kind, in a small open-addressed table.
+    const SLOTS: usize = 64;
+    static DEVS: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
+    static KINDS: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
+
+    /// The kind of file system on device `dev`; `f_type` asks the kernel (None: it could not
+    /// say, then the call goes across as before and nothing is remembered).
+    pub fn of_dev(dev: u64, f_type: impl FnOnce() -> Option<i64>) -> Kind {
+        let key = dev.wrapping_add(1);
+        let start = (dev.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize;
+        let mut free = None;
+        for i in 0..SLOTS {
+            let at = (start + i) % SLOTS;
+            match DEVS[at].load(Acquire) {
+                k if k == key => return if KINDS[at].load(Acquire) == 1 { Kind::Stays } else { Kind::Plain },
+                0 => {
+                    free = Some(at);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let Some(f_type) = f_type() else { return Kind::Plain };
+        let kind = kind_of(f_type);
+        if let Some(at) = free {
+            // Racing service threads may both fill a slot; they write the same answer.
+            KINDS[at].store(u64::from(kind == Kind::Stays), Release);
+            DEVS[at].store(key, Release);
+        }
+        kind
+    }
+
+    pub fn fd_type(fd: i32) -> Option<i64> {
+        let mut sfs = core::mem::MaybeUninit::<libc::statfs>::uninit();
+        // SAFETY: fstatfs writes one struct statfs.
+        let ret = unsafe { sys::raw(libc::SYS_fstatfs, [fd as u64, sfs.as_mut_ptr() as u64, 0, 0, 0, 0]) };
+        // SAFETY: on success the kernel filled `sfs`.
+        (ret == 0).then(|| unsafe { sfs.assume_init() }.f_type)
+    }
+
+    /// The file system type of `path` relative to `dirfd`: opened with O_PATH (which neither
+    /// waits nor changes anything) and asked with fstatfs.
+    pub fn path_type(dirfd: i32, path: u64, nofollow: i32) -> Option<i64> {
+        let flags = libc::O_PATH | libc::O_CLOEXEC | if nofollow != 0 { libc::O_NOFOLLOW } else { 0 };
+        // SAFETY: openat reads the path (EFAULT if bad).
+        let fd = unsafe { sys::raw(libc::SYS_openat, [dirfd as u64, path, flags as u64, 0, 0, 0]) };
+        if fd < 0 {
+            return None;
+        }
+        let f_type = fd_type(fd as i32);
+        // SAFETY: closes the descriptor opened just above.
+        unsafe { sys::raw(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]) };
+        f_type
+    }
 }
 
 #[cfg(test)]

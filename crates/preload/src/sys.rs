@@ -84,6 +84,15 @@ pub fn block_all_signals() {
     };
 }
 
+/// Whether `fd` names a regular file.
+pub fn is_regular(fd: i32) -> bool {
+    let mut st = core::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat writes one struct stat into `st`.
+    let ret = unsafe { raw(libc::SYS_fstat, [fd as u64, st.as_mut_ptr() as u64, 0, 0, 0, 0]) };
+    // SAFETY: on success the kernel filled `st`.
+    ret == 0 && unsafe { st.assume_init() }.st_mode & libc::S_IFMT == libc::S_IFREG
+}
+
 /// Reads at most `out.len()` bytes of the file at `path` (NUL-terminated) with raw calls;
 /// returns how many, or `None` if it could not be opened or read.
 pub fn read_file(path: &core::ffi::CStr, out: &mut [u8]) -> Option<usize> {
@@ -203,6 +212,26 @@ pub fn read_user(addr: u64, out: &mut [u8]) -> bool {
         )
     };
     got == out.len() as i64
+}
+
+/// Reads the NUL-terminated string at `addr` in the program's memory into `out`, page by
+/// page (so a string ending just before unmapped memory is read whole); returns its length
+/// without the NUL, or `None` if it is unreadable or longer than `out`.
+pub fn read_c_string(addr: u64, out: &mut [u8]) -> Option<usize> {
+    const PAGE: u64 = 4096;
+    let mut done = 0;
+    while done < out.len() {
+        let at = addr.checked_add(done as u64)?;
+        let chunk = ((PAGE - at % PAGE) as usize).min(out.len() - done);
+        if !read_user(at, &mut out[done..done + chunk]) {
+            return None;
+        }
+        if let Some(nul) = out[done..done + chunk].iter().position(|&b| b == 0) {
+            return Some(done + nul);
+        }
+        done += chunk;
+    }
+    None
 }
 
 /// Total bytes of an iovec array in the program's memory (0 if it cannot be read).
