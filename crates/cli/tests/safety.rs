@@ -6,6 +6,7 @@
 //! Tests that need `cc` or root say so and skip.
 
 use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
@@ -75,6 +76,8 @@ fn compile(name: &str, dir: &Path) -> PathBuf {
 
 /// Runs `command` to its end, or kills it after [`LIMIT`] and fails: it hung.
 fn finish(mut command: Command, what: &str) -> Output {
+    // Its own process group, so a hang is ended whole (the program, not only corehop).
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
     let mut child =
         command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
     let start = Instant::now();
@@ -86,7 +89,8 @@ fn finish(mut command: Command, what: &str) -> Output {
             return Output { status, stdout, stderr };
         }
         if start.elapsed() > LIMIT {
-            let _ = child.kill();
+            // SAFETY: kill has no memory preconditions; the group is the one made above.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
             let _ = child.wait();
             panic!("{what} hung: still running after {LIMIT:?}");
         }
@@ -229,4 +233,115 @@ fn a_blocking_regular_file_read_is_interrupted_by_the_callers_signal() {
         "{}",
         text(&outputs[1].stdout)
     );
+}
+
+/// Runs `argv` with the library preloaded directly (no `corehop run`), with `env`.
+fn preloaded(argv: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Output {
+    let mut command = Command::new(argv[0]);
+    command.args(&argv[1..]).env("LD_PRELOAD", library()).env("COREHOP_POLICY", "always");
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    finish(command, &format!("{argv:?} preloaded"))
+}
+
+#[test]
+fn the_stats_file_is_never_a_fifo_nor_reached_through_a_symlink() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    let c_fifo = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo reads the NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_fifo.as_ptr(), 0o600) }, 0);
+    let out = preloaded(&["cat", "/etc/hostname"], &[("COREHOP_STATS_FILE", fifo.as_os_str())]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let target = dir.path().join("target");
+    std::fs::write(&target, "").unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let out = preloaded(&["cat", "/etc/hostname"], &[("COREHOP_STATS_FILE", link.as_os_str())]);
+    assert!(out.status.success());
+    assert_eq!(std::fs::read(&target).unwrap(), b"", "the summary went through the symlink");
+}
+
+#[test]
+fn the_summary_survives_a_relative_or_missing_tmpdir() {
+    let dir = tempfile::tempdir().unwrap();
+    for tmpdir in ["relative", "/no/such/directory"] {
+        let mut command = corehop();
+        command
+            .args(["run", "--offload", "--policy", "always", "--stats", "--", "cat", "/etc/hostname"])
+            .env("TMPDIR", tmpdir)
+            .current_dir(dir.path());
+        let out = finish(command, "corehop run --stats");
+        assert!(out.status.success());
+        assert!(
+            text(&out.stderr).contains("offloaded"),
+            "TMPDIR={tmpdir}: no summary: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "a stray file in the program's directory"
+        );
+    }
+}
+
+#[test]
+fn corehop_run_passes_termination_on_and_dies_by_the_same_signal() {
+    let dir = tempfile::tempdir().unwrap();
+    // Killed by a signal: corehop is killed by the same one.
+    let mut command = corehop();
+    command.args(["run", "--", "sh", "-c", "kill -TERM $$"]);
+    let out = finish(command, "corehop run of a program killed by SIGTERM");
+    assert_eq!(out.status.signal(), Some(libc::SIGTERM), "{:?}", out.status);
+
+    // corehop itself is sent SIGTERM or SIGINT: the program gets it and nothing is left.
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        let pid_file = dir.path().join("pid");
+        let _ = std::fs::remove_file(&pid_file);
+        let mut child = corehop()
+            .args(["run", "--offload", "--policy", "always", "--stats", "--", "sh", "-c"])
+            .arg(format!("echo $$ > '{}'; exec sleep 30", pid_file.display()))
+            .env("TMPDIR", dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while std::fs::read_to_string(&pid_file).map_or(true, |s| !s.ends_with('\n')) {
+            assert!(start.elapsed() < LIMIT, "the program never started");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(100)); // the shell execs sleep
+        let program: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+        // SAFETY: kill has no memory preconditions.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if start.elapsed() > LIMIT {
+                let _ = child.kill();
+                // SAFETY: as above.
+                unsafe { libc::kill(program, libc::SIGKILL) };
+                panic!("signal {signal}: corehop did not end");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(status.signal(), Some(signal), "signal {signal}: {status:?}");
+        // SAFETY: as above; signal 0 only asks whether the process exists.
+        let alive = unsafe { libc::kill(program, 0) } == 0;
+        if alive {
+            // SAFETY: as above.
+            unsafe { libc::kill(program, libc::SIGKILL) };
+        }
+        assert!(!alive, "signal {signal}: the program outlived corehop");
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+            .filter(|name| name.starts_with("corehop-offload"))
+            .collect();
+        assert!(left.is_empty(), "signal {signal}: left behind {left:?}");
+    }
 }

@@ -326,25 +326,27 @@ impl Lane {
     }
 
     /// The service thread's loop body: waits for submitted slots, then claims and handles each
-    /// with `handle`. Returns after one batch, or after sleeping `idle_ns` with nothing to do.
+    /// with `handle`. Returns after one batch, or after sleeping `idle_ns` with nothing to do
+    /// (then true).
     pub fn serve_batch(
         &self,
         spin_ns: u64,
         idle_ns: Option<u64>,
         before_claim: impl Fn(),
         handle: impl Fn(&Request) -> Reply,
-    ) {
+    ) -> bool {
         let mut bits = self.pending.swap(0, SeqCst) & !ASLEEP;
         if bits == 0 {
             let start = now_ns();
             while spin_ns > 0 && self.pending.load(SeqCst) == 0 && now_ns().saturating_sub(start) < spin_ns {
                 core::hint::spin_loop();
             }
+            let mut timed_out = false;
             if self.pending.compare_exchange(0, ASLEEP, SeqCst, SeqCst).is_ok() {
-                futex_wait(&self.pending, ASLEEP, idle_ns);
+                timed_out = !futex_wait(&self.pending, ASLEEP, idle_ns);
             }
             self.pending.fetch_and(!ASLEEP, SeqCst);
-            return;
+            return timed_out;
         }
         before_claim();
         while bits != 0 {
@@ -363,6 +365,7 @@ impl Lane {
                 futex_wake(&slot.state);
             }
         }
+        false
     }
 }
 

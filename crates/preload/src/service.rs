@@ -102,11 +102,34 @@ extern "C" fn service_main(arg: *mut c_void) -> *mut c_void {
         }
     };
     loop {
-        LANES[lane].serve_batch(spin_ns, Some(IDLE_CHECK_NS), stall, execute);
-        if let Some(status) = program_gone() {
-            end_process(status);
+        if LANES[lane].serve_batch(spin_ns, Some(IDLE_CHECK_NS), stall, execute) && main_thread_left() {
+            if let Some(status) = program_gone() {
+                end_process(status);
+            }
         }
     }
+}
+
+/// Whether the main thread has left: `/proc/self/exe` no longer resolves once it has (its
+/// memory is gone). Asked first because it takes no descriptor: a descriptor taken here,
+/// however briefly, could shift the number a program thread's `open` gets meanwhile.
+fn main_thread_left() -> bool {
+    let mut buf = [0u8; 8];
+    // SAFETY: readlinkat writes at most buf.len() bytes into `buf`.
+    let ret = unsafe {
+        sys::raw(
+            libc::SYS_readlinkat,
+            [
+                libc::AT_FDCWD as u64,
+                c"/proc/self/exe".as_ptr() as u64,
+                buf.as_mut_ptr() as u64,
+                buf.len() as u64,
+                0,
+                0,
+            ],
+        )
+    };
+    ret == -(libc::ENOENT as i64)
 }
 
 /// When no thread of the program is left (only service threads live), the exit status the
@@ -335,9 +358,19 @@ mod fs {
         (ret == 0).then(|| unsafe { sfs.assume_init() }.f_type)
     }
 
-    /// The file system type of `path` relative to `dirfd`: opened with O_PATH (which neither
-    /// waits nor changes anything) and asked with fstatfs.
+    /// The file system type of `path` relative to `dirfd`. `statfs` takes no descriptor (one
+    /// taken here could shift the number a program thread's `open` gets meanwhile); a path
+    /// relative to a directory descriptor is opened with O_PATH (which neither waits nor
+    /// changes anything) and asked with fstatfs.
     pub fn path_type(dirfd: i32, path: u64, nofollow: i32) -> Option<i64> {
+        let mut first = [0u8; 1];
+        if dirfd == libc::AT_FDCWD || (sys::read_user(path, &mut first) && first[0] == b'/') {
+            let mut sfs = core::mem::MaybeUninit::<libc::statfs>::uninit();
+            // SAFETY: statfs reads the path (EFAULT if bad) and writes one struct statfs.
+            let ret = unsafe { sys::raw(libc::SYS_statfs, [path, sfs.as_mut_ptr() as u64, 0, 0, 0, 0]) };
+            // SAFETY: on success the kernel filled `sfs`.
+            return (ret == 0).then(|| unsafe { sfs.assume_init() }.f_type);
+        }
         let flags = libc::O_PATH | libc::O_CLOEXEC | if nofollow != 0 { libc::O_NOFOLLOW } else { 0 };
         // SAFETY: openat reads the path (EFAULT if bad).
         let fd = unsafe { sys::raw(libc::SYS_openat, [dirfd as u64, path, flags as u64, 0, 0, 0]) };
