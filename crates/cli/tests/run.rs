@@ -345,7 +345,8 @@ fn exit_status_and_signals_are_passed_on() {
         assert_eq!(status.code(), Some(7));
         let status =
             corehop().arg("run").args(flags).args(["--", "sh", "-c", "kill -TERM $$"]).status().unwrap();
-        assert_eq!(status.code(), Some(128 + 15));
+        // Killed by a signal: corehop is killed by the same one (a shell then says 128 + 15).
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(15));
     }
 }
 
