@@ -345,7 +345,8 @@ fn exit_status_and_signals_are_passed_on() {
         assert_eq!(status.code(), Some(7));
         let status =
             corehop().arg("run").args(flags).args(["--", "sh", "-c", "kill -TERM $$"]).status().unwrap();
-        assert_eq!(status.code(), Some(128 + 15));
+        // Killed by a signal: corehop is killed by the same one (a shell then says 128 + 15).
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(15));
     }
 }
 
@@ -503,44 +504,4 @@ fn the_run_suite_compares_real_programs_and_their_outputs() {
     let bad = corehop().args(["bench", "run-suite", "--programs", "doom"]).output().unwrap();
     assert!(!bad.status.success());
     assert!(text(&bad.stderr).contains("unknown program \"doom\""), "{}", text(&bad.stderr));
-}
-
-/// Builds `fixtures/run/NAME.c` into `dir`; `None` (with the reason printed) without a C
-/// compiler.
-fn build_fixture(name: &str, dir: &Path) -> Option<String> {
-    if !have("cc") {
-        return None;
-    }
-    let exe = dir.join(name);
-    let built = Command::new("cc")
-        .args(["-O1", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(Path::new(FIXTURES).join(format!("{name}.c")))
-        .output()
-        .expect("cc");
-    assert!(built.status.success(), "cc failed: {}", text(&built.stderr));
-    Some(exe.to_str().unwrap().to_string())
-}
-
-#[test]
-fn a_main_thread_that_calls_pthread_exit_still_ends_the_process() {
-    let (root, plain, offload) = dirs();
-    let Some(exe) = build_fixture("exit_main", root.path()) else { return };
-    // `timeout` turns a hang into a failure instead of a stuck test run.
-    let pair = run_pair(&["timeout", "20", &exe], &plain, &offload);
-    pair.assert_same();
-    assert_eq!(pair.offload.status.code(), Some(0), "{}", text(&pair.offload.stderr));
-    assert!(text(&pair.offload.stdout).contains("worker stat 0"));
-    // No summary: a process that ends by its last thread's exit runs no `atexit` handler.
-}
-
-#[test]
-fn setuid_and_setgid_finish_after_calls_went_across() {
-    let (root, plain, offload) = dirs();
-    let Some(exe) = build_fixture("setid", root.path()) else { return };
-    let pair = run_pair(&["timeout", "20", &exe], &plain, &offload);
-    pair.assert_same();
-    assert_eq!(pair.offload.status.code(), Some(0), "{}", text(&pair.offload.stderr));
-    assert!(text(&pair.offload.stdout).contains("stat again 0"));
-    assert!(pair.calls("stat", "offloaded") > 0, "{}", pair.summary);
 }

@@ -34,6 +34,22 @@ static LANE_COUNT: AtomicUsize = AtomicUsize::new(1);
 /// Hands out per-thread tickets that spread threads over lanes and slots.
 static NEXT_TICKET: AtomicU32 = AtomicU32::new(1);
 static FORK_HAD_LOCK: AtomicBool = AtomicBool::new(false);
+/// Set for good once a thread may have made itself differ from the service threads in what
+/// the kernel checks (see [`thread_state_changes`]): from then on every call runs locally.
+static THREAD_STATE_CHANGED: AtomicBool = AtomicBool::new(false);
+
+/// Called before a call that changes security state of the calling thread alone: raw
+/// `syscall(SYS_setresuid, ...)` and the other per-thread credential calls, `setfsuid`,
+/// `capset`, a per-thread seccomp filter, `PR_SET_NO_NEW_PRIVS`, Landlock, `unshare`,
+/// `setns`. The service thread would then run the program's calls with other credentials,
+/// filters or namespaces than the caller's, so offload stops for the whole process (a thread
+/// the caller starts inherits its state, so per-thread bookkeeping would not be simpler).
+/// glibc's own set*id functions change every thread, the service threads included, and need
+/// nothing. Not seen: system calls made with inline assembly, and state set up before this
+/// library loaded (the service threads inherit that).
+pub(crate) fn thread_state_changes() {
+    THREAD_STATE_CHANGED.store(true, SeqCst);
+}
 
 /// A call run locally is timed, and shown to the policy, one time in this many: two clock
 /// reads and the policy's lock on every call would cost more than most calls' own kernel time
@@ -92,10 +108,12 @@ fn ready() -> bool {
 fn env_bytes(name: &'static str) -> Option<Vec<u8>> {
     let mut cname = [0u8; 64];
     cname[..name.len()].copy_from_slice(name.as_bytes());
-    // SAFETY: `cname` is NUL-terminated (names are short constants); getenv returns null or a
-    // NUL-terminated string owned by the environment, copied out at once.
+    // secure_getenv: a set-user-ID program started with the library takes no settings (no
+    // stats file to write as its owner) from whoever started it.
+    // SAFETY: `cname` is NUL-terminated (names are short constants); secure_getenv returns
+    // null or a NUL-terminated string owned by the environment, copied out at once.
     unsafe {
-        let value = libc::getenv(cname.as_ptr() as *const libc::c_char);
+        let value = secure_getenv(cname.as_ptr() as *const libc::c_char);
         (!value.is_null()).then(|| core::ffi::CStr::from_ptr(value).to_bytes().to_vec())
     }
 }
@@ -170,7 +188,6 @@ extern "C" fn after_fork_child() {
     PID.store(sys::getpid(), SeqCst);
     stats::reset();
     service::POLLED_NS.iter().for_each(|p| p.store(0, SeqCst));
-    service::LIVE.store(0, SeqCst);
     // The parent's service threads do not exist here; start our own when first needed.
     if SERVICE.load(SeqCst) != OFF {
         SERVICE.store(UNINIT, SeqCst);
@@ -222,6 +239,10 @@ pub(crate) fn dispatch(
     }
     let counters = stats::of(kind);
     stats::bump(&counters.seen);
+    if THREAD_STATE_CHANGED.load(core::sync::atomic::Ordering::Relaxed) {
+        stats::bump(&counters.kept);
+        return run_local(counters, &Desc { kind, fd, size: 0 }, local);
+    }
     let call = Desc { kind, fd, size: size() };
     let Some(request) = request.filter(|r| !r.check.fds().iter().flatten().any(|&fd| memo::may_block(fd)))
     else {
@@ -323,4 +344,5 @@ fn count_done() -> u64 {
 
 extern "C" {
     fn pthread_testcancel();
+    fn secure_getenv(name: *const libc::c_char) -> *mut libc::c_char;
 }

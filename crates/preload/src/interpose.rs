@@ -9,11 +9,11 @@
 //! arrives in the same register as a fixed third argument, and it is read only when the flags
 //! say it was passed (O_CREAT, O_TMPFILE), as glibc does.
 
-use core::ffi::{c_char, c_int, c_uint, c_void};
+use core::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
 
 use libc::{iovec, mode_t, nfds_t, off_t, pollfd, size_t, sockaddr, socklen_t, ssize_t, timeval};
 
-use crate::intercept::dispatch;
+use crate::intercept::{dispatch, thread_state_changes};
 use crate::lane::{Check, Request};
 use crate::memo;
 use crate::sys;
@@ -432,5 +432,89 @@ entry_points! {
             let args = [nfds as u64, readfds as u64, writefds as u64, exceptfds as u64, timeout as u64, 0];
             let req = zero_timeout.then(|| request(libc::SYS_select, args, Check::Nothing));
             dispatch(CallKind::Select, -1, || 0, req, real)
+        }
+}
+
+// ---- calls that change one thread's security state (not offloaded: watched) -------------
+
+/// Whether a raw system call `nr` changes what the kernel checks for the calling thread only.
+fn changes_thread_state(nr: c_long) -> bool {
+    matches!(
+        nr,
+        libc::SYS_setuid
+            | libc::SYS_setgid
+            | libc::SYS_setreuid
+            | libc::SYS_setregid
+            | libc::SYS_setresuid
+            | libc::SYS_setresgid
+            | libc::SYS_setfsuid
+            | libc::SYS_setfsgid
+            | libc::SYS_setgroups
+            | libc::SYS_capset
+            | libc::SYS_prctl
+            | libc::SYS_seccomp
+            | libc::SYS_unshare
+            | libc::SYS_setns
+            | libc::SYS_landlock_restrict_self
+    )
+}
+
+entry_points! {
+    fn [syscall](nr: c_long, a: c_long, b: c_long, c: c_long, d: c_long, e: c_long, f: c_long) -> c_long
+        as unsafe extern "C" fn(c_long, ...) -> c_long
+        => |real| {
+            if changes_thread_state(nr) {
+                thread_state_changes();
+            }
+            real()
+        }
+}
+
+entry_points! {
+    fn [prctl](option: c_int, a: c_ulong, b: c_ulong, c: c_ulong, d: c_ulong) -> c_int
+        as unsafe extern "C" fn(c_int, ...) -> c_int
+        => |real| {
+            if matches!(
+                option,
+                libc::PR_SET_SECCOMP
+                    | libc::PR_SET_NO_NEW_PRIVS
+                    | libc::PR_CAPBSET_DROP
+                    | libc::PR_CAP_AMBIENT
+                    | libc::PR_SET_SECUREBITS
+                    | libc::PR_SET_KEEPCAPS
+            ) {
+                thread_state_changes();
+            }
+            real()
+        }
+}
+
+entry_points! {
+    fn [setfsuid, setfsgid](id: c_uint) -> c_int as unsafe extern "C" fn(c_uint) -> c_int => |real| {
+        thread_state_changes();
+        real()
+    }
+}
+
+entry_points! {
+    fn [unshare](flags: c_int) -> c_int as unsafe extern "C" fn(c_int) -> c_int => |real| {
+        thread_state_changes();
+        real()
+    }
+}
+
+entry_points! {
+    fn [setns](fd: c_int, nstype: c_int) -> c_int as unsafe extern "C" fn(c_int, c_int) -> c_int => |real| {
+        thread_state_changes();
+        real()
+    }
+}
+
+entry_points! {
+    fn [capset](header: *mut c_void, data: *const c_void) -> c_int
+        as unsafe extern "C" fn(*mut c_void, *const c_void) -> c_int
+        => |real| {
+            thread_state_changes();
+            real()
         }
 }

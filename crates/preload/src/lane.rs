@@ -214,7 +214,7 @@ struct Slot {
 }
 
 /// How long an idle service thread sleeps before it looks whether the program still runs.
-pub const IDLE_CHECK_NS: u64 = 200_000_000;
+pub const IDLE_CHECK_NS: u64 = 100_000_000;
 
 /// How an idle service thread waits: it polls for an adaptive budget (`corehop_policy::spin`,
 /// fitted to the recent gaps between batches and to the wake-ups it measured), then sleeps. A

@@ -1,8 +1,12 @@
 //! The service threads: one per service CPU, pinned there, running claimed requests with raw
 //! system calls.
 //!
-//! A service thread blocks every signal (process-directed signals keep going to the program's
-//! own threads) and runs only raw system calls, never an interposed libc function. Before a
+//! A service thread blocks every signal but glibc's own (process-directed signals keep going
+//! to the program's own threads; glibc's set*id broadcast reaches it, so it keeps the
+//! program's credentials) and runs only raw system calls, never an interposed libc function.
+//! It does not keep the process alive: when it wakes idle and finds no program thread left
+//! (the last one left with `pthread_exit` or a raw `exit`), it ends the process with the main
+//! thread's exit status, as glibc would have. Before a
 //! call it checks whether the call could block in a way that only a signal to the *calling*
 //! thread would end (a pipe or socket read, opening a FIFO), or whether its result depends on
 //! the calling thread (`/proc/thread-self`); such calls are refused and the caller runs them
@@ -11,7 +15,7 @@
 
 use core::ffi::c_void;
 use core::sync::atomic::Ordering::SeqCst;
-use core::sync::atomic::{AtomicU32, AtomicU64};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
 
 use crate::lane::{Check, Idle, Lane, Reply, Request};
 use crate::sys;
@@ -39,7 +43,9 @@ static TEST_STALL_NS: AtomicU64 = AtomicU64::new(0);
 /// Set when a service thread could not be pinned (reported once at exit).
 pub static PIN_FAILED: AtomicU32 = AtomicU32::new(0);
 /// Service threads running in this process.
-pub(crate) static LIVE: AtomicU64 = AtomicU64::new(0);
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+/// Set by the one service thread that ends the process once the program's threads are gone.
+static ENDING: AtomicBool = AtomicBool::new(false);
 /// Per lane: the time its service thread spent polling for work, in ns.
 pub static POLLED_NS: [AtomicU64; MAX_LANES] = [const { AtomicU64::new(0) }; MAX_LANES];
 
@@ -48,12 +54,14 @@ pub static POLLED_NS: [AtomicU64; MAX_LANES] = [const { AtomicU64::new(0) }; MAX
 pub fn start(config: &ServiceConfig) -> bool {
     SPIN_NS.store(config.spin_ns, SeqCst);
     TEST_STALL_NS.store(config.test_stall_ns, SeqCst);
+    RUNNING.store(0, SeqCst);
     for lane in 0..config.lanes.min(MAX_LANES) {
         CPU_OF_LANE[lane].store(config.cpus[lane] as u64, SeqCst);
         LANES[lane].reset();
         if !spawn(lane) {
             return false;
         }
+        RUNNING.fetch_add(1, SeqCst);
     }
     true
 }
@@ -75,14 +83,8 @@ fn spawn(lane: usize) -> bool {
     }
 }
 
-/// Whether only service threads are left in the process.
-fn orphaned() -> bool {
-    sys::running_threads().is_some_and(|running| running <= LIVE.load(SeqCst))
-}
-
 extern "C" fn service_main(arg: *mut c_void) -> *mut c_void {
     let lane = arg as usize;
-    LIVE.fetch_add(1, SeqCst);
     sys::block_all_signals();
     if sys::pin_self(CPU_OF_LANE[lane].load(SeqCst) as usize) < 0 {
         PIN_FAILED.store(1, SeqCst);
@@ -90,6 +92,9 @@ extern "C" fn service_main(arg: *mut c_void) -> *mut c_void {
     // SAFETY: PR_SET_NAME reads a NUL-terminated name of at most 16 bytes; it names only
     // this thread.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"corehop-svc".as_ptr()) };
+    // Sleeps end after `IDLE_CHECK_NS` to look whether the program's threads are all gone
+    // (they may leave with `pthread_exit` or a raw `exit`, and then only the service threads
+    // would keep the process alive).
     let mut idle = Idle::new(SPIN_NS.load(SeqCst));
     let stall_ns = TEST_STALL_NS.load(SeqCst);
     let stall = || {
@@ -100,13 +105,71 @@ extern "C" fn service_main(arg: *mut c_void) -> *mut c_void {
     loop {
         LANES[lane].serve_batch(&mut idle, stall, execute);
         POLLED_NS[lane].store(idle.polled_ns, SeqCst);
-        if core::mem::take(&mut idle.timed_out) && orphaned() {
-            // The program's own threads are gone (its main thread called pthread_exit, or the
-            // last one left with SYS_exit): without us the process would have ended. End.
-            LIVE.fetch_sub(1, SeqCst);
-            sys::exit_thread();
+        if core::mem::take(&mut idle.timed_out) && main_thread_left() {
+            if let Some(status) = program_gone() {
+                end_process(status);
+            }
         }
     }
+}
+
+/// Whether the main thread has left: `/proc/self/exe` no longer resolves once it has (its
+/// memory is gone). Asked first because it takes no descriptor: a descriptor taken here,
+/// however briefly, could shift the number a program thread's `open` gets meanwhile.
+fn main_thread_left() -> bool {
+    let mut buf = [0u8; 8];
+    // SAFETY: readlinkat writes at most buf.len() bytes into `buf`.
+    let ret = unsafe {
+        sys::raw(
+            libc::SYS_readlinkat,
+            [
+                libc::AT_FDCWD as u64,
+                c"/proc/self/exe".as_ptr() as u64,
+                buf.as_mut_ptr() as u64,
+                buf.len() as u64,
+                0,
+                0,
+            ],
+        )
+    };
+    ret == -(libc::ENOENT as i64)
+}
+
+/// When no thread of the program is left (only service threads live), the exit status the
+/// process would have had without them: that of its main thread, which then is a zombie.
+/// `None` while a program thread lives, or when `/proc` cannot be read.
+fn program_gone() -> Option<i32> {
+    let mut buf = [0u8; 1024];
+    let n = sys::read_file(c"/proc/self/stat", &mut buf)?;
+    let (state, threads, exit_code) = parse_stat(&buf[..n])?;
+    // A main thread that has left stays, as a zombie, among the counted threads.
+    let live = threads.checked_sub(u64::from(state == b'Z'))?;
+    (live <= RUNNING.load(SeqCst) as u64).then_some(((exit_code >> 8) & 0xff) as i32)
+}
+
+/// `(state, num_threads, exit_code)` from the text of `/proc/<pid>/stat` (proc(5)).
+fn parse_stat(text: &[u8]) -> Option<(u8, u64, u64)> {
+    let close = text.iter().rposition(|&b| b == b')')?;
+    let rest = core::str::from_utf8(&text[close + 1..]).ok()?;
+    let mut fields = rest.split_ascii_whitespace();
+    // After the command: field 3 is the state, 20 the thread count, 52 the exit code.
+    let state = *fields.next()?.as_bytes().first()?;
+    let threads = fields.nth(16)?.parse().ok()?;
+    let exit_code = fields.nth(31).and_then(|f| f.parse().ok()).unwrap_or(0);
+    Some((state, threads, exit_code))
+}
+
+/// Ends the process as glibc does when the last thread of a program leaves: `exit`, so the
+/// program's `atexit` handlers and this library's summary run.
+fn end_process(status: i32) -> ! {
+    if ENDING.swap(true, SeqCst) {
+        loop {
+            sys::sleep_ns(1_000_000_000); // another service thread is ending the process
+        }
+    }
+    // SAFETY: exit runs the atexit handlers and ends the process; no program thread is left
+    // to race with them.
+    unsafe { libc::exit(status) }
 }
 
 /// Runs one request on the calling (service) thread, or refuses it (module docs).
@@ -120,6 +183,11 @@ pub fn execute(request: &Request) -> Reply {
     // request is CLAIMED (lane protocol). Bad pointers give EFAULT, as they would locally.
     let ret = unsafe { sys::raw(request.nr, request.args) };
     let run_ns = sys::now_ns().saturating_sub(start);
+    if ret == 0 && stat_names_proc(request) {
+        // A stat that reached /proc by another name (a symlink, a /proc descriptor) may have
+        // described this thread; the caller asks again itself. A stat changes nothing.
+        return Reply { refused: true, ..Reply::default() };
+    }
     let signal = if request.may_signal && (ret == -(libc::EPIPE as i64) || ret == -(libc::EFBIG as i64)) {
         sys::take_write_signal()
     } else {
@@ -137,13 +205,16 @@ fn must_stay_with_caller(check: Check) -> bool {
         Check::Fds(a, b) => fd_may_block(a) || fd_may_block(b),
         Check::Socket(fd, flags) => flags & libc::MSG_DONTWAIT == 0 && fd_may_block(fd),
         Check::Path { path } => names_thread_self(path),
-        Check::Open { dirfd, path, flags } => names_thread_self(path) || open_may_block(dirfd, path, flags),
+        Check::Open { dirfd, path, flags } => names_thread_self(path) || open_stays(dirfd, path, flags),
     }
 }
 
-/// A descriptor whose reads or writes can wait for another party: anything but a regular
-/// file, a block device or a directory, unless it is in non-blocking mode. A bad descriptor
-/// fails at once with EBADF, so it may go across.
+/// A descriptor whose calls can wait for another party, or whose answer depends on the
+/// thread asking: anything but a regular file, a block device or a directory, unless it is
+/// in non-blocking mode; a regular file on a file system whose reads may wait (tracefs
+/// `trace_pipe`, `/proc/kmsg`, FUSE); an anonymous inode (a signalfd reads the pending
+/// signals of the thread that reads it). A bad descriptor fails at once with EBADF, so it
+/// may go across.
 fn fd_may_block(fd: i32) -> bool {
     let mut st = core::mem::MaybeUninit::<libc::stat>::uninit();
     // SAFETY: fstat writes one struct stat into `st`.
@@ -152,21 +223,22 @@ fn fd_may_block(fd: i32) -> bool {
         return false;
     }
     // SAFETY: fstat succeeded, so the kernel filled `st`.
-    let mode = unsafe { st.assume_init() }.st_mode & libc::S_IFMT;
-    if matches!(mode, libc::S_IFREG | libc::S_IFBLK | libc::S_IFDIR) {
-        return false;
+    let st = unsafe { st.assume_init() };
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => return fs::of_dev(st.st_dev, || fs::fd_type(fd)) != fs::Kind::Plain,
+        libc::S_IFBLK | libc::S_IFDIR => return false,
+        0 => return true,
+        _ => {}
     }
     // SAFETY: F_GETFL takes no pointer.
     let flags = unsafe { sys::raw(libc::SYS_fcntl, [fd as u64, libc::F_GETFL as u64, 0, 0, 0, 0]) };
     flags < 0 || flags & libc::O_NONBLOCK as i64 == 0
 }
 
-/// Opening a FIFO or a character device (a terminal, say) may wait in the kernel until a
-/// signal; everything else opens without waiting for anyone.
-fn open_may_block(dirfd: i32, path: u64, flags: i32) -> bool {
-    if flags & (libc::O_NONBLOCK | libc::O_PATH) != 0 {
-        return false;
-    }
+/// Whether an open must stay with the caller: opening a FIFO or a character device (a
+/// terminal, say) may wait in the kernel until a signal; a file on /proc (reached by any name)
+/// may name the calling thread; a file on tracefs, debugfs or FUSE may block its reader.
+fn open_stays(dirfd: i32, path: u64, flags: i32) -> bool {
     let follow = if flags & libc::O_NOFOLLOW != 0 { libc::AT_SYMLINK_NOFOLLOW } else { 0 };
     let mut st = core::mem::MaybeUninit::<libc::stat>::uninit();
     // SAFETY: newfstatat reads the path (EFAULT if bad) and writes one struct stat.
@@ -177,14 +249,153 @@ fn open_may_block(dirfd: i32, path: u64, flags: i32) -> bool {
         return false; // the open fails (or creates a regular file) without waiting
     }
     // SAFETY: newfstatat succeeded, so the kernel filled `st`.
-    let mode = unsafe { st.assume_init() }.st_mode & libc::S_IFMT;
-    matches!(mode, libc::S_IFIFO | libc::S_IFCHR)
+    let st = unsafe { st.assume_init() };
+    let mode = st.st_mode & libc::S_IFMT;
+    if matches!(mode, libc::S_IFIFO | libc::S_IFCHR) && flags & (libc::O_NONBLOCK | libc::O_PATH) == 0 {
+        return true;
+    }
+    fs::of_dev(st.st_dev, || fs::path_type(dirfd, path, follow)) != fs::Kind::Plain
 }
 
-/// Whether the path starts with `/proc/thread-self`, which names the calling thread. Read
-/// through the kernel, so a bad pointer is not a crash here but the call's own EFAULT.
+/// Whether a successful stat-family request described a file on /proc (or another file
+/// system whose files stay with the caller).
+fn stat_names_proc(request: &Request) -> bool {
+    // The kernel has just written the result there, so it is mapped and writable; the caller
+    // waits for the reply and keeps it alive (lane protocol).
+    let dev = match request.nr {
+        // SAFETY: as above; one struct stat at args[2].
+        libc::SYS_newfstatat => {
+            unsafe { core::ptr::read_unaligned(request.args[2] as *const libc::stat) }.st_dev
+        }
+        libc::SYS_statx => {
+            // SAFETY: as above; one struct statx at args[4].
+            let stx = unsafe { core::ptr::read_unaligned(request.args[4] as *const libc::statx) };
+            libc::makedev(stx.stx_dev_major, stx.stx_dev_minor)
+        }
+        _ => return false,
+    };
+    let (dirfd, path, follow) = match request.nr {
+        libc::SYS_newfstatat => (request.args[0] as i32, request.args[1], request.args[3] as i32),
+        _ => (request.args[0] as i32, request.args[1], request.args[2] as i32),
+    };
+    fs::of_dev(dev, || fs::path_type(dirfd, path, follow & libc::AT_SYMLINK_NOFOLLOW)) != fs::Kind::Plain
+}
+
+/// Whether the path names `/proc/thread-self` however spelled (`//proc/thread-self`,
+/// `/proc/./thread-self`, `thread-self` relative to a /proc descriptor): it contains a
+/// `thread-self` component. Read through the kernel, so a bad pointer is not a crash here but
+/// the call's own EFAULT. Symlinks to it are caught by the file system check after.
 fn names_thread_self(path: u64) -> bool {
-    const PREFIX: &[u8] = b"/proc/thread-self";
-    let mut buf = [0u8; PREFIX.len()];
-    sys::read_user(path, &mut buf) && buf == *PREFIX
+    let mut buf = [0u8; 512];
+    match sys::read_c_string(path, &mut buf) {
+        Some(len) => buf[..len].split(|&b| b == b'/').any(|part| part == b"thread-self"),
+        None => sys::read_user(path, &mut buf[..1]), // longer than the buffer: keep it local
+    }
+}
+
+/// File systems, told apart by `statfs` once per device and remembered.
+mod fs {
+    use core::sync::atomic::AtomicU64;
+    use core::sync::atomic::Ordering::{Acquire, Release};
+
+    use crate::sys;
+
+    #[derive(Clone, Copy, PartialEq, Debug)]
+    pub enum Kind {
+        /// Reads and opens never wait for another party nor depend on the calling thread.
+        Plain,
+        /// /proc (per-thread files), tracefs, debugfs, FUSE (reads that wait).
+        Stays,
+    }
+
+    const PROC: i64 = 0x9fa0;
+    const TRACEFS: i64 = 0x7472_6163;
+    const DEBUGFS: i64 = 0x6462_6720;
+    const FUSE: i64 = 0x6573_5546;
+
+    fn kind_of(f_type: i64) -> Kind {
+        if matches!(f_type, PROC | TRACEFS | DEBUGFS | FUSE) {
+            Kind::Stays
+        } else {
+            Kind::Plain
+        }
+    }
+
+    /// Remembered devices: `dev + 1` (0: empty) and the kind, in a small open-addressed table.
+    const SLOTS: usize = 64;
+    static DEVS: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
+    static KINDS: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
+
+    /// The kind of file system on device `dev`; `f_type` asks the kernel (None: it could not
+    /// say, then the call goes across as before and nothing is remembered).
+    pub fn of_dev(dev: u64, f_type: impl FnOnce() -> Option<i64>) -> Kind {
+        let key = dev.wrapping_add(1);
+        let start = (dev.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize;
+        let mut free = None;
+        for i in 0..SLOTS {
+            let at = (start + i) % SLOTS;
+            match DEVS[at].load(Acquire) {
+                k if k == key => return if KINDS[at].load(Acquire) == 1 { Kind::Stays } else { Kind::Plain },
+                0 => {
+                    free = Some(at);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let Some(f_type) = f_type() else { return Kind::Plain };
+        let kind = kind_of(f_type);
+        if let Some(at) = free {
+            // Racing service threads may both fill a slot; they write the same answer.
+            KINDS[at].store(u64::from(kind == Kind::Stays), Release);
+            DEVS[at].store(key, Release);
+        }
+        kind
+    }
+
+    pub fn fd_type(fd: i32) -> Option<i64> {
+        let mut sfs = core::mem::MaybeUninit::<libc::statfs>::uninit();
+        // SAFETY: fstatfs writes one struct statfs.
+        let ret = unsafe { sys::raw(libc::SYS_fstatfs, [fd as u64, sfs.as_mut_ptr() as u64, 0, 0, 0, 0]) };
+        // SAFETY: on success the kernel filled `sfs`.
+        (ret == 0).then(|| unsafe { sfs.assume_init() }.f_type)
+    }
+
+    /// The file system type of `path` relative to `dirfd`. `statfs` takes no descriptor (one
+    /// taken here could shift the number a program thread's `open` gets meanwhile); a path
+    /// relative to a directory descriptor is opened with O_PATH (which neither waits nor
+    /// changes anything) and asked with fstatfs.
+    pub fn path_type(dirfd: i32, path: u64, nofollow: i32) -> Option<i64> {
+        let mut first = [0u8; 1];
+        if dirfd == libc::AT_FDCWD || (sys::read_user(path, &mut first) && first[0] == b'/') {
+            let mut sfs = core::mem::MaybeUninit::<libc::statfs>::uninit();
+            // SAFETY: statfs reads the path (EFAULT if bad) and writes one struct statfs.
+            let ret = unsafe { sys::raw(libc::SYS_statfs, [path, sfs.as_mut_ptr() as u64, 0, 0, 0, 0]) };
+            // SAFETY: on success the kernel filled `sfs`.
+            return (ret == 0).then(|| unsafe { sfs.assume_init() }.f_type);
+        }
+        let flags = libc::O_PATH | libc::O_CLOEXEC | if nofollow != 0 { libc::O_NOFOLLOW } else { 0 };
+        // SAFETY: openat reads the path (EFAULT if bad).
+        let fd = unsafe { sys::raw(libc::SYS_openat, [dirfd as u64, path, flags as u64, 0, 0, 0]) };
+        if fd < 0 {
+            return None;
+        }
+        let f_type = fd_type(fd as i32);
+        // SAFETY: closes the descriptor opened just above.
+        unsafe { sys::raw(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]) };
+        f_type
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_state_threads_and_exit_code_from_proc_stat() {
+        let line = b"29229 (a) b) Z 29214 29214 19168 0 -1 4227084 112 0 0 0 0 0 0 0 20 0 2 0 1224480 0 0 \
+            18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 768\n";
+        assert_eq!(parse_stat(line), Some((b'Z', 2, 768)));
+        assert_eq!(parse_stat(b"1 (x) R 0"), None);
+    }
 }

@@ -147,12 +147,23 @@ pub fn write_summary(path: &[u8], process: &wire::Process<'_>) {
         sys::write_all(2, &line.buf[..line.len]);
         return;
     }
-    let flags = libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_CLOEXEC;
+    // Never through a symlink, never waiting on a FIFO, and only into a regular file.
+    let flags = libc::O_WRONLY
+        | libc::O_APPEND
+        | libc::O_CREAT
+        | libc::O_CLOEXEC
+        | libc::O_NOFOLLOW
+        | libc::O_NONBLOCK;
     // SAFETY: `path` is NUL-terminated (checked by the caller); openat reads it only.
     let fd = unsafe {
-        sys::raw(libc::SYS_openat, [libc::AT_FDCWD as u64, path.as_ptr() as u64, flags as u64, 0o644, 0, 0])
+        sys::raw(libc::SYS_openat, [libc::AT_FDCWD as u64, path.as_ptr() as u64, flags as u64, 0o600, 0, 0])
     };
     if fd < 0 {
+        return;
+    }
+    if !sys::is_regular(fd as i32) {
+        // SAFETY: closes the descriptor opened just above.
+        unsafe { sys::raw(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]) };
         return;
     }
     sys::write_all(fd as i32, &line.buf[..line.len]);

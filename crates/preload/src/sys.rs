@@ -71,62 +71,44 @@ pub fn pin_self(cpu: usize) -> i64 {
     unsafe { raw(libc::SYS_sched_setaffinity, [0, size, &set as *const _ as u64, 0, 0, 0]) }
 }
 
-/// Blocks every signal in the calling thread but glibc's two internal ones, so that
-/// process-directed signals go to the program's own threads, as they would without this
-/// library. glibc's SIGSETXID (33) must reach every thread: a `setuid`, `setgid` or
-/// `setgroups` of a threaded process waits until each thread has changed its credentials in
-/// that signal's handler. SIGCANCEL (32) is left as glibc leaves it too.
+/// Blocks every signal in the calling thread, so that process-directed signals go to the
+/// program's own threads, as they would without this library.
 pub fn block_all_signals() {
-    let internal: u64 = (1 << (32 - 1)) | (1 << (33 - 1));
-    let all = !internal;
+    // glibc's own signals stay open: SIGSETXID (33) carries a process-wide set*id call to
+    // every thread and waits until each has made it, so blocking it hangs the program.
+    // SIGCANCEL (32) is only ever sent to a thread by pthread_cancel, never to this one.
+    let all: u64 = !((1 << (32 - 1)) | (1 << (33 - 1)));
     // SAFETY: rt_sigprocmask with a valid 8-byte kernel sigset; old set not wanted.
     unsafe {
         raw(libc::SYS_rt_sigprocmask, [libc::SIG_SETMASK as u64, &all as *const u64 as u64, 0, 8, 0, 0])
     };
 }
 
-/// The threads of the process that still run: its thread count, less the main thread if that
-/// one has exited (`pthread_exit`: it stays a zombie, counted, until the last thread ends).
-/// From `/proc/self/stat`, read with raw calls; `None` if that cannot be read.
-pub fn running_threads() -> Option<u64> {
-    let mut buf = [0u8; 1024];
-    // SAFETY: the path is a NUL-terminated literal; openat reads it only.
+/// Whether `fd` names a regular file.
+pub fn is_regular(fd: i32) -> bool {
+    let mut st = core::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat writes one struct stat into `st`.
+    let ret = unsafe { raw(libc::SYS_fstat, [fd as u64, st.as_mut_ptr() as u64, 0, 0, 0, 0]) };
+    // SAFETY: on success the kernel filled `st`.
+    ret == 0 && unsafe { st.assume_init() }.st_mode & libc::S_IFMT == libc::S_IFREG
+}
+
+/// Reads at most `out.len()` bytes of the file at `path` (NUL-terminated) with raw calls;
+/// returns how many, or `None` if it could not be opened or read.
+pub fn read_file(path: &core::ffi::CStr, out: &mut [u8]) -> Option<usize> {
+    let flags = libc::O_RDONLY | libc::O_CLOEXEC;
+    // SAFETY: openat reads the NUL-terminated path only.
     let fd = unsafe {
-        raw(
-            libc::SYS_openat,
-            [
-                libc::AT_FDCWD as u64,
-                c"/proc/self/stat".as_ptr() as u64,
-                (libc::O_RDONLY | libc::O_CLOEXEC) as u64,
-                0,
-                0,
-                0,
-            ],
-        )
+        raw(libc::SYS_openat, [libc::AT_FDCWD as u64, path.as_ptr() as u64, flags as u64, 0, 0, 0])
     };
     if fd < 0 {
         return None;
     }
-    // SAFETY: `buf` is writable for its length.
-    let n = unsafe { raw(libc::SYS_read, [fd as u64, buf.as_mut_ptr() as u64, buf.len() as u64, 0, 0, 0]) };
-    // SAFETY: closes the descriptor opened above.
+    // SAFETY: read writes at most out.len() bytes into `out`.
+    let n = unsafe { raw(libc::SYS_read, [fd as u64, out.as_mut_ptr() as u64, out.len() as u64, 0, 0, 0]) };
+    // SAFETY: closes the descriptor opened just above.
     unsafe { raw(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]) };
-    let text = buf.get(..usize::try_from(n).ok()?)?;
-    // The command name may hold spaces and parentheses: fields start after the last ')'.
-    let after = &text[text.iter().rposition(|&b| b == b')')? + 1..];
-    let mut fields = after.split(|&b| b == b' ').filter(|f| !f.is_empty());
-    // The main thread's state is the 1st field after the name, num_threads the 18th.
-    let main_exited = fields.next()? == b"Z";
-    let threads: u64 = core::str::from_utf8(fields.nth(16)?).ok()?.parse().ok()?;
-    Some(threads - u64::from(main_exited && threads > 0))
-}
-
-/// Ends the calling thread only (the process lives on while other threads do).
-pub fn exit_thread() -> ! {
-    loop {
-        // SAFETY: SYS_exit ends this thread; nothing on its stack is used afterwards.
-        unsafe { raw(libc::SYS_exit, [0; 6]) };
-    }
+    usize::try_from(n).ok()
 }
 
 /// Takes a pending SIGPIPE or SIGXFSZ off the calling thread (where it is blocked) and returns
@@ -230,6 +212,26 @@ pub fn read_user(addr: u64, out: &mut [u8]) -> bool {
         )
     };
     got == out.len() as i64
+}
+
+/// Reads the NUL-terminated string at `addr` in the program's memory into `out`, page by
+/// page (so a string ending just before unmapped memory is read whole); returns its length
+/// without the NUL, or `None` if it is unreadable or longer than `out`.
+pub fn read_c_string(addr: u64, out: &mut [u8]) -> Option<usize> {
+    const PAGE: u64 = 4096;
+    let mut done = 0;
+    while done < out.len() {
+        let at = addr.checked_add(done as u64)?;
+        let chunk = ((PAGE - at % PAGE) as usize).min(out.len() - done);
+        if !read_user(at, &mut out[done..done + chunk]) {
+            return None;
+        }
+        if let Some(nul) = out[done..done + chunk].iter().position(|&b| b == 0) {
+            return Some(done + nul);
+        }
+        done += chunk;
+    }
+    None
 }
 
 /// Total bytes of an iovec array in the program's memory (0 if it cannot be read).

@@ -163,6 +163,17 @@ impl MachineBuilder {
         let mut caches = Vec::new();
         let mut next_core = 0;
         for (index, group) in self.groups.iter().enumerate() {
+            let cpus_so_far =
+                u128::from(group.count as u64) * u128::from(group.threads as u64) + cpus.len() as u128;
+            if cpus_so_far > crate::MAX_CPUS as u128 {
+                return Err(TopologyError::TooManyCpus {
+                    what: format!(
+                        "the CPU count after core group {index} ({} x {} threads)",
+                        group.count, group.threads
+                    ),
+                    value: cpus_so_far,
+                });
+            }
             if group.count == 0 || group.threads == 0 {
                 return Err(TopologyError::Inconsistent(format!(
                     "core group {index} needs count >= 1 and threads >= 1 (has {} x {})",
@@ -301,6 +312,22 @@ mod tests {
             .unwrap();
         assert_eq!(machine.cpus[0].package, 0);
         assert_eq!(machine.cpus[1].package, 1);
+    }
+
+    #[test]
+    fn cpu_counts_past_the_limit_are_refused_before_allocating() {
+        for (count, threads) in [(1_000_000_000, 1_000), (usize::MAX, usize::MAX), (crate::MAX_CPUS + 1, 1)] {
+            let built = MachineBuilder::new("huge").group(CoreGroup::new(count).threads(threads)).build();
+            assert!(matches!(built, Err(TopologyError::TooManyCpus { .. })), "{count} x {threads}");
+        }
+        let two = MachineBuilder::new("two groups")
+            .group(CoreGroup::new(crate::MAX_CPUS))
+            .group(CoreGroup::new(1))
+            .build();
+        assert!(matches!(two, Err(TopologyError::TooManyCpus { .. })));
+        assert!(MachineBuilder::new("max").group(CoreGroup::new(crate::MAX_CPUS)).build().is_ok());
+        let file = Machine::from_toml_str("[[cores]]\ncount = 1000000000\nthreads = 1000\n");
+        assert!(file.unwrap_err().to_string().contains("at most 8192 CPUs"));
     }
 
     #[test]

@@ -5,7 +5,7 @@ use crate::TopologyError;
 /// Parses a CPU list as sysfs writes it (`cpu/online`, `shared_cpu_list`, `cpuset.cpus`):
 /// comma-separated numbers and inclusive ranges, e.g. `"0-3,6"`. Returns the numbers sorted
 /// without duplicates. An empty or blank string is the empty set (sysfs writes that, e.g. for
-/// `cpu/offline`).
+/// `cpu/offline`). CPU numbers past [`crate::MAX_CPUS`] are an error, not an allocation.
 ///
 /// # Examples
 /// ```
@@ -26,7 +26,15 @@ pub fn parse_cpu_list(input: &str) -> Result<Vec<usize>, TopologyError> {
             return Err(bad("empty element between commas".into()));
         }
         let number = |text: &str| {
-            text.trim().parse::<usize>().map_err(|_| bad(format!("{text:?} is not a CPU number")))
+            let cpu =
+                text.trim().parse::<u128>().map_err(|_| bad(format!("{text:?} is not a CPU number")))?;
+            if cpu >= crate::MAX_CPUS as u128 {
+                return Err(TopologyError::TooManyCpus {
+                    what: format!("CPU number in {input:?}"),
+                    value: cpu,
+                });
+            }
+            Ok(cpu as usize)
         };
         match part.split_once('-') {
             None => cpus.push(number(part)?),
@@ -96,6 +104,15 @@ pub fn format_size(bytes: u64) -> String {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn cpu_numbers_past_the_limit_are_refused_before_allocating() {
+        for list in ["0-18446744073709551615", "8192", "0-1000000000", "99999999999999999999999999"] {
+            let err = parse_cpu_list(list).unwrap_err();
+            assert!(matches!(err, TopologyError::TooManyCpus { .. }), "{list}: {err}");
+        }
+        assert_eq!(parse_cpu_list("8191").unwrap(), vec![8191]);
+    }
 
     #[test]
     fn parses_kernel_lists() {

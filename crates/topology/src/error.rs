@@ -21,6 +21,10 @@ pub enum TopologyError {
     Syntax(String),
     #[error("the machine has no CPUs")]
     Empty,
+    /// A CPU count or number past [`crate::MAX_CPUS`] (Linux's own limit): refused before
+    /// anything that size is allocated.
+    #[error("{what} is {value}; at most {} CPUs (cpu0..cpu{}) are supported", crate::MAX_CPUS, crate::MAX_CPUS - 1)]
+    TooManyCpus { what: String, value: u128 },
     #[error("{what} {value} is listed twice")]
     Duplicate { what: &'static str, value: usize },
     #[error("cpu{cpu} has speed {speed}; a speed must be in (0, 1], 1.0 being the fastest core")]

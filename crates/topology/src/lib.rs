@@ -57,4 +57,8 @@ pub use discover::{
 };
 pub use emulate::parse_emulation;
 pub use error::TopologyError;
+
+/// The most CPUs a machine may have, and one past the largest CPU number: Linux's own
+/// largest `NR_CPUS`. Every count and CPU number read from outside is checked against it.
+pub const MAX_CPUS: usize = 8192;
 pub use machine::*;

@@ -156,9 +156,19 @@ pub fn replay(path: &std::path::Path, args: &Args) -> anyhow::Result<TraceReport
     })
 }
 
+/// The largest predictor table accepted: a thousand times the papers' 1500 entries, still
+/// tens of MB, where an unchecked size would allocate until the process aborts.
+const MAX_TABLE_ENTRIES: usize = 1 << 21;
+
 pub fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(!args.thresholds.is_empty(), "--thresholds needs at least one value");
     anyhow::ensure!(args.fa_entries > 0 && args.dm_entries > 0, "predictor tables need at least one entry");
+    anyhow::ensure!(
+        args.fa_entries <= MAX_TABLE_ENTRIES && args.dm_entries <= MAX_TABLE_ENTRIES,
+        "predictor tables hold at most {MAX_TABLE_ENTRIES} entries (--fa-entries {}, --dm-entries {})",
+        args.fa_entries,
+        args.dm_entries
+    );
     let reports = args.traces.iter().map(|path| replay(path, &args)).collect::<anyhow::Result<Vec<_>>>()?;
     if args.json {
         report::print_json(&reports)?;

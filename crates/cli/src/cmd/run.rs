@@ -8,6 +8,7 @@
 //! and prints a table on stderr after CMD ends, so CMD's own output is untouched.
 
 use std::ffi::OsString;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
@@ -233,7 +234,87 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
         }
     }
-    std::process::exit(exit_code(finished.status))
+    exit_like(finished.status)
+}
+
+/// Ends corehop as the program ended: with its exit code, or killed by the same signal (so a
+/// shell or supervisor sees what it would have seen without corehop).
+fn exit_like(status: ExitStatus) -> ! {
+    if let Some(signal) = status.signal() {
+        // SAFETY: plain libc calls on this process: no core file of corehop's own, the
+        // default action for the signal, the signal let through, then raised.
+        unsafe {
+            let none = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+            libc::setrlimit(libc::RLIMIT_CORE, &none);
+            libc::signal(signal, libc::SIG_DFL);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, signal);
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            libc::raise(signal);
+        }
+    }
+    std::process::exit(exit_code(status))
+}
+
+/// Passes termination signals sent to corehop on to the program it runs, so that killing
+/// corehop ends the program (corehop then ends as the program did and removes its files).
+mod forward {
+    use std::sync::atomic::{AtomicI32, Ordering::SeqCst};
+
+    /// The program's pid (0: not started yet).
+    static CHILD: AtomicI32 = AtomicI32::new(0);
+    /// A signal that came before the program started.
+    static PENDING: AtomicI32 = AtomicI32::new(0);
+
+    pub const SIGNALS: [i32; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT];
+
+    extern "C" fn on_signal(signal: i32, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+        // A signal from the terminal (SI_KERNEL) reached the program's process group itself;
+        // one sent with kill (si_code <= 0) was meant for corehop alone and is passed on.
+        // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+        if unsafe { (*info).si_code } > 0 {
+            return;
+        }
+        match CHILD.load(SeqCst) {
+            0 => PENDING.store(signal, SeqCst),
+            // SAFETY: kill is async-signal-safe.
+            child => unsafe {
+                libc::kill(child, signal);
+            },
+        }
+    }
+
+    /// Installs the handlers (before the program starts, so no signal is lost).
+    pub fn install() {
+        for signal in SIGNALS {
+            // SAFETY: a zeroed sigaction with an SA_SIGINFO handler that only makes
+            // async-signal-safe calls and touches atomics.
+            unsafe {
+                let mut action: libc::sigaction = std::mem::zeroed();
+                action.sa_sigaction = on_signal as *const () as usize;
+                action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+                libc::sigemptyset(&mut action.sa_mask);
+                libc::sigaction(signal, &action, std::ptr::null_mut());
+            }
+        }
+    }
+
+    /// The program started as `pid`: a signal that came meanwhile goes to it now.
+    pub fn started(pid: u32) {
+        let pid = pid as i32;
+        CHILD.store(pid, SeqCst);
+        let pending = PENDING.swap(0, SeqCst);
+        if pending != 0 {
+            // SAFETY: kill has no memory preconditions.
+            unsafe { libc::kill(pid, pending) };
+        }
+    }
+
+    /// The program ended: nothing more to pass on.
+    pub fn ended() {
+        CHILD.store(0, SeqCst);
+    }
 }
 
 /// How `--compare` reports.
@@ -395,12 +476,31 @@ impl Launch {
         if let Some(cpus) = &self.cpus {
             sys::set_affinity(cpus).with_context(|| format!("running on CPUs {}", format_cpu_list(cpus)))?;
         }
+        if let Some(path) = self.offload.as_ref().and_then(|o| o.stats_file.as_ref()) {
+            // Made here, empty and private, so the library only appends to a file of ours.
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(path)
+                .with_context(|| format!("creating the summary file {}", path.display()))?;
+        }
+        forward::install();
         let start = Instant::now();
         let spawned = command.spawn();
         if self.cpus.is_some() {
             sys::set_affinity(&previous).context("restoring this thread's CPU affinity")?;
         }
-        let child = spawned.with_context(|| format!("starting {}", program.to_string_lossy()))?;
+        let child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                if let Some(path) = self.offload.as_ref().and_then(|o| o.stats_file.as_ref()) {
+                    let _ = std::fs::remove_file(path);
+                }
+                return Err(e).with_context(|| format!("starting {}", program.to_string_lossy()));
+            }
+        };
+        forward::started(child.id());
         let (status, output) = if self.capture {
             let out = child.wait_with_output().context("waiting for the program")?;
             (out.status, Some((out.stdout, out.stderr)))
@@ -408,6 +508,7 @@ impl Launch {
             let mut child = child;
             (child.wait().context("waiting for the program")?, None)
         };
+        forward::ended();
         let wall_ns = start.elapsed().as_nanos() as u64;
         let summary = match self.offload.as_ref().and_then(|o| o.stats_file.as_ref()) {
             Some(path) => {
@@ -424,11 +525,17 @@ impl Launch {
     }
 }
 
-/// A fresh path in the temporary directory for the summary lines.
+/// A fresh path in the temporary directory for the summary lines: `$TMPDIR` if it is an
+/// absolute path to a directory (the program may change its working directory, and a
+/// relative one would name another place there), else `/tmp`.
 pub fn stats_path() -> PathBuf {
     let nanos =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-    std::env::temp_dir().join(format!("corehop-offload-{}-{nanos}.stats", std::process::id()))
+    temp_dir(std::env::var_os("TMPDIR")).join(format!("corehop-offload-{}-{nanos}.stats", std::process::id()))
+}
+
+fn temp_dir(tmpdir: Option<OsString>) -> PathBuf {
+    tmpdir.map(PathBuf::from).filter(|dir| dir.is_absolute() && dir.is_dir()).unwrap_or_else(|| "/tmp".into())
 }
 
 /// The kernel's online CPUs, if sysfs says.
@@ -780,6 +887,15 @@ mod tests {
             Ok(_) => tour().unwrap(),
             Err(e) => eprintln!("skipped: {e}"),
         }
+    }
+
+    #[test]
+    fn the_summary_goes_to_an_absolute_temporary_directory() {
+        assert_eq!(temp_dir(None), PathBuf::from("/tmp"));
+        assert_eq!(temp_dir(Some("relative/dir".into())), PathBuf::from("/tmp"));
+        assert_eq!(temp_dir(Some("/no/such/dir/here".into())), PathBuf::from("/tmp"));
+        let dir = std::env::current_dir().unwrap();
+        assert_eq!(temp_dir(Some(dir.clone().into_os_string())), dir);
     }
 
     #[test]

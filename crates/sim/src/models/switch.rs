@@ -94,6 +94,10 @@ impl HopChoice {
     }
 }
 
+/// The most tasks a scenario may ask for: each is a few hundred bytes of state, allocated up
+/// front, so a typo (`tasks = 1e8`) is an error instead of an allocation failure.
+pub const MAX_TASKS: usize = 1_000_000;
+
 /// Which service CPU a hop goes to (the paper's WC / AF / PA settings, §9.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -263,8 +267,11 @@ impl FromScenario for Switch {
                 Problem::Invalid("no service CPU to hop to (use mechanism = \"none\" for a baseline)".into()),
             ));
         }
-        if cfg.tasks == 0 {
-            return Err(s.error("workload.tasks", Problem::Invalid("needs at least one task".into())));
+        if cfg.tasks == 0 || cfg.tasks > MAX_TASKS {
+            return Err(s.error(
+                "workload.tasks",
+                Problem::Invalid(format!("{} tasks: needs 1 to {MAX_TASKS}", cfg.tasks)),
+            ));
         }
         if !(cfg.hop_threshold_ns.is_finite() && cfg.hop_threshold_ns >= 0.0) {
             return Err(

@@ -1,0 +1,59 @@
+//! Sizes from the command line and from files are bounded before anything that size is
+//! allocated (issue 19 item 10): each case must end quickly with a clear error, never abort,
+//! panic or grow until the machine runs out of memory.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+fn corehop(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_corehop"))
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("corehop")
+}
+
+/// The command failed with exit status 1 (an error, not a panic's 101 nor an abort's signal)
+/// and said `expected`.
+fn assert_refused(args: &[&str], expected: &str) {
+    let out = corehop(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {:?}\n{stderr}", out.status);
+    assert!(stderr.contains(expected), "{args:?}: expected {expected:?} in:\n{stderr}");
+}
+
+#[test]
+fn service_cpu_ranges_are_bounded() {
+    for list in ["0-18446744073709551615", "0-4000000000", "9999"] {
+        assert_refused(&["run", "--offload", "--service-cpus", list, "--", "true"], "at most 8192 CPUs");
+    }
+}
+
+#[test]
+fn machine_files_with_billions_of_cpus_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("huge.toml");
+    std::fs::write(&file, "name = \"huge\"\n[[cores]]\ncount = 1000000000\nthreads = 1000\n").unwrap();
+    assert_refused(&["topo", "--machine", file.to_str().unwrap()], "at most 8192 CPUs");
+}
+
+#[test]
+fn predictor_tables_are_bounded() {
+    for entries in ["1000000000", "18446744073709551615"] {
+        assert_refused(&["predict", "--dm-entries", entries, "--trace", "no-such-trace.csv"], "at most");
+    }
+}
+
+#[test]
+fn simulated_task_counts_are_bounded() {
+    let scenario = Path::new(ROOT).join("scenarios/switch-micro.toml");
+    for tasks in ["100000000", "18446744073709551615"] {
+        let set = format!("workload.tasks={tasks}");
+        let out = corehop(&["sim", scenario.to_str().unwrap(), "--set", &set]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "tasks = {tasks}: {:?}\n{stderr}", out.status);
+        assert!(stderr.contains("workload.tasks"), "tasks = {tasks}: {stderr}");
+    }
+}

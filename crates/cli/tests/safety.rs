@@ -1,0 +1,347 @@
+//! `corehop run --offload` must be safe in front of any program (issue 19): credential
+//! changes, a main thread that leaves first, blocking regular files, thread-bound calls, the
+//! stats file. Each case runs a small C program plainly and with `--offload --policy always`
+//! under a time limit (a hang fails the test instead of stalling it) and compares the two.
+//!
+//! Tests that need `cc` or root say so and skip.
+
+use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/safety");
+/// Far longer than any case takes; only a hang reaches it.
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// Builds the preload library next to the corehop binary, once per test process.
+fn library() -> &'static Path {
+    static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
+    LIBRARY.get_or_init(|| {
+        let bin_dir =
+            Path::new(env!("CARGO_BIN_EXE_corehop")).parent().expect("binary directory").to_path_buf();
+        let target_dir = bin_dir.parent().expect("target directory");
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo.args(["build", "-q", "-p", "corehop-preload", "--target-dir"]).arg(target_dir);
+        if bin_dir.ends_with("release") {
+            cargo.arg("--release");
+        }
+        assert!(cargo.status().expect("cargo build").success(), "cargo build -p corehop-preload failed");
+        bin_dir.join("libcorehop_preload.so")
+    })
+}
+
+fn corehop() -> Command {
+    library();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_corehop"));
+    command.env_remove("LD_PRELOAD").env_remove("COREHOP_PRELOAD").env("RUST_BACKTRACE", "0");
+    command
+}
+
+fn have_cc() -> bool {
+    let found = Command::new("sh").args(["-c", "command -v cc"]).output().is_ok_and(|o| o.status.success());
+    if !found {
+        eprintln!("skipped: cc is not installed");
+    }
+    found
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("skipped: needs root (credential changes)");
+    }
+    root
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Compiles `fixtures/safety/NAME.c` into `dir`.
+fn compile(name: &str, dir: &Path) -> PathBuf {
+    let exe = dir.join(name);
+    let built = Command::new("cc")
+        .args(["-O1", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(Path::new(FIXTURES).join(format!("{name}.c")))
+        .output()
+        .expect("cc");
+    assert!(built.status.success(), "cc {name}: {}", text(&built.stderr));
+    exe
+}
+
+/// Runs `command` to its end, or kills it after [`LIMIT`] and fails: it hung.
+fn finish(mut command: Command, what: &str) -> Output {
+    // Its own process group, so a hang is ended whole (the program, not only corehop).
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let mut child =
+        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+            child.stdout.take().unwrap().read_to_end(&mut stdout).unwrap();
+            child.stderr.take().unwrap().read_to_end(&mut stderr).unwrap();
+            return Output { status, stdout, stderr };
+        }
+        if start.elapsed() > LIMIT {
+            // SAFETY: kill has no memory preconditions; the group is the one made above.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            let _ = child.wait();
+            panic!("{what} hung: still running after {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs `argv` plainly and with offload of every call, each in its own fresh directory.
+fn pair(argv: &[&str], env: &[(&str, &str)]) -> (Output, Output) {
+    let root = tempfile::tempdir().expect("tempdir");
+    let mut outputs = Vec::new();
+    for offload in [false, true] {
+        let dir = root.path().join(if offload { "offload" } else { "plain" });
+        std::fs::create_dir(&dir).unwrap();
+        let mut command = corehop();
+        command.arg("run");
+        if offload {
+            command.args(["--offload", "--policy", "always"]);
+        }
+        command.arg("--").args(argv).envs(env.iter().copied()).current_dir(&dir);
+        outputs.push(finish(command, &format!("{argv:?} (offload: {offload})")));
+    }
+    let offload = outputs.pop().unwrap();
+    (outputs.pop().unwrap(), offload)
+}
+
+fn assert_same(argv: &[&str], plain: &Output, offload: &Output) {
+    assert_eq!(text(&plain.stdout), text(&offload.stdout), "{argv:?}: stdout differs");
+    assert_eq!(text(&plain.stderr), text(&offload.stderr), "{argv:?}: stderr differs");
+    assert_eq!(plain.status.code(), offload.status.code(), "{argv:?}: exit status differs");
+}
+
+#[test]
+fn glibc_credential_changes_complete_after_calls_went_across() {
+    if !have_cc() || !is_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("setid", dir.path());
+    let argv = [exe.to_str().unwrap()];
+    let (plain, offload) = pair(&argv, &[]);
+    assert_same(&argv, &plain, &offload);
+    assert!(text(&offload.stdout).contains("uid 65534 65534 65534 gid 65534"), "{}", text(&offload.stdout));
+    assert!(text(&offload.stdout).contains("shadow refused"));
+}
+
+#[test]
+fn a_process_whose_program_threads_all_left_ends() {
+    if !have_cc() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("main_exit", dir.path());
+    for how in ["pthread", "strict"] {
+        let argv = [exe.to_str().unwrap(), how];
+        let (plain, offload) = pair(&argv, &[]);
+        assert_same(&argv, &plain, &offload);
+        assert!(text(&offload.stdout).contains("worker done"), "{how}: {}", text(&offload.stdout));
+    }
+}
+
+#[test]
+fn a_thread_that_changed_its_own_credentials_or_filter_is_not_bypassed() {
+    if !have_cc() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("thread_state", dir.path());
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "root only\n").unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let mut cases = vec![("seccomp", "EPERM", "Operation not permitted")];
+    if is_root() {
+        cases.push(("setresuid", "EACCES", "Permission denied"));
+    }
+    for (how, name, message) in cases {
+        let argv = [exe.to_str().unwrap(), how, secret.to_str().unwrap()];
+        let (plain, offload) = pair(&argv, &[]);
+        assert_same(&argv, &plain, &offload);
+        assert!(text(&offload.stdout).contains(message), "{how}: expected {name}: {}", text(&offload.stdout));
+    }
+}
+
+#[test]
+fn thread_bound_calls_answer_for_the_calling_thread() {
+    if !have_cc() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("thread_bound", dir.path());
+    let argv = [exe.to_str().unwrap()];
+    let (plain, offload) = pair(&argv, &[]);
+    assert_same(&argv, &plain, &offload);
+    let out = text(&offload.stdout);
+    assert!(!out.contains("corehop-svc"), "a call read the service thread:\n{out}");
+    assert!(out.contains("stat through symlink: same file"), "{out}");
+    assert!(out.contains("signalfd: signal 10"), "{out}");
+}
+
+#[test]
+fn a_blocking_regular_file_read_is_interrupted_by_the_callers_signal() {
+    if !have_cc() || !is_root() {
+        return;
+    }
+    let found = ["unshare", "mount"].iter().all(|t| {
+        Command::new("sh").args(["-c", &format!("command -v {t}")]).status().is_ok_and(|s| s.success())
+    });
+    if !found {
+        eprintln!("skipped: needs unshare and mount (util-linux) for a private tracefs");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("blocking_file", dir.path());
+    let tracefs = dir.path().join("tracefs");
+    std::fs::create_dir(&tracefs).unwrap();
+    let corehop_bin = env!("CARGO_BIN_EXE_corehop");
+    library();
+    let mut outputs = Vec::new();
+    for offload in [false, true] {
+        // A private mount namespace, so the tracefs mount leaves no trace on the machine.
+        let script = format!(
+            "mount --make-rprivate / && mount -t tracefs nodev '{t}' || exit 77; \
+             exec '{c}' run {o} -- '{e}' '{t}/trace_pipe'",
+            t = tracefs.display(),
+            c = corehop_bin,
+            o = if offload { "--offload --policy always" } else { "" },
+            e = exe.display(),
+        );
+        let mut command = Command::new("unshare");
+        command.args(["-m", "sh", "-c", &script]).env_remove("LD_PRELOAD");
+        outputs.push(finish(command, &format!("trace_pipe read (offload: {offload})")));
+    }
+    if outputs[0].status.code() == Some(77) {
+        eprintln!("skipped: tracefs cannot be mounted here: {}", text(&outputs[0].stderr));
+        return;
+    }
+    assert_same(&["blocking_file"], &outputs[0], &outputs[1]);
+    assert!(
+        text(&outputs[1].stdout).contains("read: Interrupted system call"),
+        "{}",
+        text(&outputs[1].stdout)
+    );
+}
+
+/// Runs `argv` with the library preloaded directly (no `corehop run`), with `env`.
+fn preloaded(argv: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Output {
+    let mut command = Command::new(argv[0]);
+    command.args(&argv[1..]).env("LD_PRELOAD", library()).env("COREHOP_POLICY", "always");
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    finish(command, &format!("{argv:?} preloaded"))
+}
+
+#[test]
+fn the_stats_file_is_never_a_fifo_nor_reached_through_a_symlink() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    let c_fifo = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo reads the NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_fifo.as_ptr(), 0o600) }, 0);
+    let out = preloaded(&["cat", "/etc/hostname"], &[("COREHOP_STATS_FILE", fifo.as_os_str())]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let target = dir.path().join("target");
+    std::fs::write(&target, "").unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let out = preloaded(&["cat", "/etc/hostname"], &[("COREHOP_STATS_FILE", link.as_os_str())]);
+    assert!(out.status.success());
+    assert_eq!(std::fs::read(&target).unwrap(), b"", "the summary went through the symlink");
+}
+
+#[test]
+fn the_summary_survives_a_relative_or_missing_tmpdir() {
+    let dir = tempfile::tempdir().unwrap();
+    for tmpdir in ["relative", "/no/such/directory"] {
+        let mut command = corehop();
+        command
+            .args(["run", "--offload", "--policy", "always", "--stats", "--", "cat", "/etc/hostname"])
+            .env("TMPDIR", tmpdir)
+            .current_dir(dir.path());
+        let out = finish(command, "corehop run --stats");
+        assert!(out.status.success());
+        assert!(
+            text(&out.stderr).contains("offloaded"),
+            "TMPDIR={tmpdir}: no summary: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "a stray file in the program's directory"
+        );
+    }
+}
+
+#[test]
+fn corehop_run_passes_termination_on_and_dies_by_the_same_signal() {
+    let dir = tempfile::tempdir().unwrap();
+    // Killed by a signal: corehop is killed by the same one.
+    let mut command = corehop();
+    command.args(["run", "--", "sh", "-c", "kill -TERM $$"]);
+    let out = finish(command, "corehop run of a program killed by SIGTERM");
+    assert_eq!(out.status.signal(), Some(libc::SIGTERM), "{:?}", out.status);
+
+    // corehop itself is sent SIGTERM or SIGINT: the program gets it and nothing is left.
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        let pid_file = dir.path().join("pid");
+        let _ = std::fs::remove_file(&pid_file);
+        let mut child = corehop()
+            .args(["run", "--offload", "--policy", "always", "--stats", "--", "sh", "-c"])
+            .arg(format!("echo $$ > '{}'; exec sleep 30", pid_file.display()))
+            .env("TMPDIR", dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while std::fs::read_to_string(&pid_file).map_or(true, |s| !s.ends_with('\n')) {
+            assert!(start.elapsed() < LIMIT, "the program never started");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(100)); // the shell execs sleep
+        let program: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+        // SAFETY: kill has no memory preconditions.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if start.elapsed() > LIMIT {
+                let _ = child.kill();
+                // SAFETY: as above.
+                unsafe { libc::kill(program, libc::SIGKILL) };
+                panic!("signal {signal}: corehop did not end");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(status.signal(), Some(signal), "signal {signal}: {status:?}");
+        // SAFETY: as above; signal 0 only asks whether the process exists.
+        let alive = unsafe { libc::kill(program, 0) } == 0;
+        if alive {
+            // SAFETY: as above.
+            unsafe { libc::kill(program, libc::SIGKILL) };
+        }
+        assert!(!alive, "signal {signal}: the program outlived corehop");
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+            .filter(|name| name.starts_with("corehop-offload"))
+            .collect();
+        assert!(left.is_empty(), "signal {signal}: left behind {left:?}");
+    }
+}
