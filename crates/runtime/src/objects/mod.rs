@@ -201,8 +201,19 @@ pub struct Objects<K, T> {
     /// operation here, and operations skip their scheduling point.
     scheduled: AtomicU64,
     period_ns: u64,
+    /// The period in force: [`Self::period_ns`], or [`PASS_SHARE`] times the last
+    /// end-of-period pass if that is longer (the pass is O(objects)).
+    period_now_ns: AtomicU64,
     period_start: AtomicU64,
+    /// End-of-period passes run so far.
+    passes: AtomicU64,
 }
+
+/// An end-of-period pass takes at most about 1/PASS_SHARE of the time: the next period lasts
+/// at least PASS_SHARE times as long as the last pass did. The pass visits every object, so
+/// without this an operation's cost grew with the object count once a pass outlasted the
+/// period (every operation then ended a period).
+const PASS_SHARE: u64 = 10;
 
 /// What an operation did, to account for it, and how its caller gets back.
 struct Ran {
@@ -261,7 +272,9 @@ impl<K: Hash + Eq, T> Objects<K, T> {
             domain_ops_at_home,
             scheduled: AtomicU64::new(0),
             period_ns: config.period.as_nanos() as u64,
+            period_now_ns: AtomicU64::new(config.period.as_nanos() as u64),
             period_start: AtomicU64::new(sys::now_ns()),
+            passes: AtomicU64::new(0),
         })
     }
 
@@ -553,7 +566,9 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         if let Some(i) = ran.index {
             self.busy_ns[i].fetch_add(ns, Ordering::Relaxed);
         }
-        if end.saturating_sub(self.period_start.load(Ordering::Relaxed)) >= self.period_ns {
+        if end.saturating_sub(self.period_start.load(Ordering::Relaxed))
+            >= self.period_now_ns.load(Ordering::Relaxed)
+        {
             if let Ok(mut placer) = self.placer.try_lock() {
                 self.end_period_locked(&mut placer, end);
             }
@@ -577,7 +592,25 @@ impl<K: Hash + Eq, T> Objects<K, T> {
                 .route
                 .store(route::encode(m.to, self.domain_ops_at_home, |c| self.index_of(c)), Ordering::Release);
         }
+        drop(all);
+        // The next period starts after this pass and lasts long enough to pay for it.
+        let done = sys::now_ns();
+        let pass_ns = done.saturating_sub(now);
+        self.period_now_ns.store(self.period_ns.max(pass_ns.saturating_mul(PASS_SHARE)), Ordering::Relaxed);
+        self.period_start.store(done, Ordering::Relaxed);
+        self.passes.fetch_add(1, Ordering::Relaxed);
         moves
+    }
+
+    /// End-of-period passes run so far (explicit [`Self::end_period`] calls included).
+    pub fn passes(&self) -> u64 {
+        self.passes.load(Ordering::Relaxed)
+    }
+
+    /// The monitoring period in force (ns): the configured one, or longer while the
+    /// end-of-period pass over many objects takes more than a tenth of it.
+    pub fn period_ns(&self) -> u64 {
+        self.period_now_ns.load(Ordering::Relaxed)
     }
 }
 
