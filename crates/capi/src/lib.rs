@@ -27,9 +27,42 @@ struct State {
 
 static STATE: RwLock<Option<Arc<State>>> = RwLock::new(None);
 
+/// The operation a thread has open, with the registry it belongs to. Dropped with the thread
+/// if the thread exits (or is cancelled) between `ct_start` and `ct_end`: the operation is
+/// then ended, so the object's lock is not held forever by a thread that no longer exists,
+/// and the program is told on stderr (its data may be half-changed, as after a crash inside
+/// a mutex).
+struct Open {
+    state: Arc<State>,
+    op: Option<Operation<()>>,
+    obj: usize,
+}
+
+impl Open {
+    fn end(mut self) -> Arc<State> {
+        if let Some(op) = self.op.take() {
+            self.state.objects.end(op);
+        }
+        Arc::clone(&self.state)
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        if let Some(op) = self.op.take() {
+            self.state.objects.end(op);
+            let line = format!(
+                "corehop: a thread exited with an operation open on {:#x} (no ct_end); its lock was released\n",
+                self.obj
+            );
+            // SAFETY: write(2) reads `line` only; stderr may be closed, then nothing is said.
+            unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
+        }
+    }
+}
+
 thread_local! {
-    /// The operation this thread has open, with the registry it belongs to.
-    static OPEN: RefCell<Option<(Arc<State>, Operation<()>)>> = const { RefCell::new(None) };
+    static OPEN: RefCell<Option<Open>> = const { RefCell::new(None) };
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::new("no error").expect("no NUL"));
 }
 
@@ -114,7 +147,7 @@ pub extern "C" fn ct_start(obj: *const c_void) -> c_int {
     };
     match state.objects.start(&handle) {
         Ok(op) => {
-            OPEN.with(|o| *o.borrow_mut() = Some((state, op)));
+            OPEN.with(|o| *o.borrow_mut() = Some(Open { state, op: Some(op), obj: key }));
             0
         }
         Err(e) => fail(format!("ct_start({obj:p}): {e}")),
@@ -124,12 +157,12 @@ pub extern "C" fn ct_start(obj: *const c_void) -> c_int {
 /// Ends this thread's open operation.
 #[no_mangle]
 pub extern "C" fn ct_end() -> c_int {
-    let Some((state, op)) = OPEN.with(|o| o.borrow_mut().take()) else {
+    let Some(open) = OPEN.with(|o| o.borrow_mut().take()) else {
         return fail("ct_end: this thread has no operation open (call ct_start first)");
     };
     // The lock is released even if corehop was shut down meanwhile: the registry the operation
     // started in is still alive through `state`.
-    state.objects.end(op);
+    let state = open.end();
     match self::state() {
         Some(now) if Arc::ptr_eq(&now, &state) => 0,
         _ => fail("ct_end: corehop was shut down while the operation was open"),

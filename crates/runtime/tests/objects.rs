@@ -252,3 +252,28 @@ fn a_panicking_operation_in_a_task_resumes_on_the_callers_own_thread() {
     assert_eq!(here, home);
     assert_eq!(value, 1);
 }
+
+/// With many objects an end-of-period pass outlasts a short period; operations must not then
+/// each run one (every operation would cost O(objects)): passes stay a small share of them.
+#[test]
+fn end_of_period_passes_do_not_follow_every_operation_when_objects_are_many() {
+    let machine = host();
+    let cpus: Vec<CpuId> = machine.cpus().iter().map(|c| c.id).collect();
+    let config = ObjectsConfig { period: Duration::from_micros(1), ..ObjectsConfig::default() };
+    let objects = Objects::<u32, u64>::new(&machine, &cpus, config).unwrap();
+    const OBJECTS: u32 = 20_000;
+    for key in 0..OBJECTS {
+        objects.register(key, 0, 64).unwrap();
+    }
+    let ops = 20_000;
+    for i in 0..ops {
+        objects.run(&(i % OBJECTS), |v| *v += 1).unwrap();
+    }
+    let passes = objects.passes();
+    assert!(passes >= 1, "the period never ended");
+    // A pass over 20 000 objects takes far longer than an operation on one: at most one
+    // pass per PASS_SHARE times its own duration, so passes are a few per cent of the
+    // operations at most (before the fix: about one per operation).
+    assert!(passes * 20 < ops as u64, "{passes} passes for {ops} operations");
+    assert!(objects.period_ns() > 1_000, "the period in force did not grow");
+}

@@ -257,16 +257,27 @@ pub struct Objects<K, T> {
     /// Objects routed to an owner now: while there are none, no task can be waiting to run an
     /// operation here, and operations skip their scheduling point.
     scheduled: AtomicU64,
-    /// The period in force (an epoch of the payoff sampler; its trials are shorter).
+    /// The period the payoff sampler asks for (an epoch; its trials are shorter).
     period_ns: AtomicU64,
     /// The configured period.
     base_period_ns: u64,
+    /// The period in force: `period_ns`, or [`PASS_SHARE`] times the last end-of-period pass
+    /// if that is longer (the pass is O(objects)).
+    period_now_ns: AtomicU64,
     period_start: AtomicU64,
+    /// End-of-period passes run so far.
+    passes: AtomicU64,
     /// Whether operations follow the placer's routes now (the sampler's arm 1).
     moving: AtomicBool,
     /// Weighs following the routes against running everything where it is called.
     gate: Mutex<Option<ArmSampler>>,
 }
+
+/// An end-of-period pass takes at most about 1/PASS_SHARE of the time: the next period lasts
+/// at least PASS_SHARE times as long as the last pass did. The pass visits every object, so
+/// without this an operation's cost grew with the object count once a pass outlasted the
+/// period (every operation then ended a period).
+const PASS_SHARE: u64 = 10;
 
 /// What an operation did, to account for it, and how its caller gets back.
 struct Ran {
@@ -326,7 +337,9 @@ impl<K: Hash + Eq, T> Objects<K, T> {
             scheduled: AtomicU64::new(0),
             period_ns: AtomicU64::new(config.period.as_nanos() as u64),
             base_period_ns: config.period.as_nanos() as u64,
+            period_now_ns: AtomicU64::new(config.period.as_nanos() as u64),
             period_start: AtomicU64::new(sys::now_ns()),
+            passes: AtomicU64::new(0),
             moving: AtomicBool::new(config.payoff.is_none()),
             gate: Mutex::new(config.payoff.map(|c| ArmSampler::new(2, c)).transpose()?),
         })
@@ -634,7 +647,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
             self.busy_ns[i].fetch_add(ns * weight, Ordering::Relaxed);
         }
         if end.saturating_sub(self.period_start.load(Ordering::Relaxed))
-            >= self.period_ns.load(Ordering::Relaxed)
+            >= self.period_now_ns.load(Ordering::Relaxed)
         {
             if let Ok(mut placer) = self.placer.try_lock() {
                 self.end_period_locked(&mut placer, end);
@@ -647,7 +660,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
     fn weigh_routes(&self, samples: &[ObjectSample], elapsed_ns: u64) {
         let mut gate = self.gate.lock().unwrap_or_else(|e| e.into_inner());
         let Some(sampler) = gate.as_mut() else { return };
-        if elapsed_ns > 3 * self.period_ns.load(Ordering::Relaxed) {
+        if elapsed_ns > 3 * self.period_now_ns.load(Ordering::Relaxed) {
             // Operations stopped for a while inside this period (the program paused): its
             // rate says nothing about either arm. The arm runs on for another period.
             return;
@@ -690,7 +703,28 @@ impl<K: Hash + Eq, T> Objects<K, T> {
                 .route
                 .store(route::encode(m.to, self.domain_ops_at_home, |c| self.index_of(c)), Ordering::Release);
         }
+        drop(all);
+        // The next period starts after this pass and lasts long enough to pay for it.
+        let done = sys::now_ns();
+        let pass_ns = done.saturating_sub(now);
+        self.period_now_ns.store(
+            self.period_ns.load(Ordering::Relaxed).max(pass_ns.saturating_mul(PASS_SHARE)),
+            Ordering::Relaxed,
+        );
+        self.period_start.store(done, Ordering::Relaxed);
+        self.passes.fetch_add(1, Ordering::Relaxed);
         moves
+    }
+
+    /// End-of-period passes run so far (explicit [`Self::end_period`] calls included).
+    pub fn passes(&self) -> u64 {
+        self.passes.load(Ordering::Relaxed)
+    }
+
+    /// The monitoring period in force (ns): the configured one, or longer while the
+    /// end-of-period pass over many objects takes more than a tenth of it.
+    pub fn period_ns(&self) -> u64 {
+        self.period_now_ns.load(Ordering::Relaxed)
     }
 }
 
