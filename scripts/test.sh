@@ -19,14 +19,15 @@ fi
 skip_files=(target/tmp/skipped-tests.txt target/*/tmp/skipped-tests.txt)
 rm -f "${skip_files[@]}"
 report_skips() {
-  local found
-  found=$(cat target/tmp/skipped-tests.txt target/*/tmp/skipped-tests.txt 2>/dev/null | sort -u)
+  local status=$? found
+  found=$(cat target/tmp/skipped-tests.txt target/*/tmp/skipped-tests.txt 2>/dev/null | sort -u || true)
   if [ -n "$found" ]; then
     echo "==> $(printf '%s\n' "$found" | wc -l) test(s) skipped on this machine:"
     printf '  %s\n' "$found"
   else
     echo "==> no test skipped"
   fi
+  return "$status"
 }
 trap report_skips EXIT
 

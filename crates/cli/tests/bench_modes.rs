@@ -1,12 +1,12 @@
 //! `corehop bench modes`: refuses clearly without SMT, runs the live logic on a described SMT
 //! layout, and rejects bad input with a message naming it.
-use std::process::{Command, Output};
+
+mod common;
+use std::process::Output;
 
 use corehop_policy::smt::SmtLayout;
 
-fn corehop(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_corehop")).args(args).output().expect("run corehop")
-}
+use common::corehop;
 
 fn json(out: &Output) -> serde_json::Value {
     assert!(out.status.success(), "corehop failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -51,7 +51,7 @@ fn without_smt_it_says_so_and_points_to_the_simulator() {
 fn on_this_host_without_smt_it_refuses_with_exit_0() {
     let host = corehop_topology::discover().expect("discover");
     if SmtLayout::from_machine(&host).has_smt() {
-        println!("skipped: this host has SMT, so `bench modes` would measure live (about a minute)");
+        common::skip("this host has SMT, so `bench modes` would measure live (about a minute)");
         return;
     }
     let v = json(&corehop(&["bench", "modes", "--json"]));
@@ -61,7 +61,7 @@ fn on_this_host_without_smt_it_refuses_with_exit_0() {
 #[test]
 fn emulated_smt_layout_runs_every_mode() {
     if usable_cpus() < 2 {
-        println!("skipped: needs 2 CPUs to declare siblings, this process may use {}", usable_cpus());
+        common::skip(&format!("needs 2 CPUs to declare siblings, this process may use {}", usable_cpus()));
         return;
     }
     let dir = tempfile::tempdir().unwrap();

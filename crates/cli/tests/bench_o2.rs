@@ -1,9 +1,8 @@
 //! `corehop bench o2`: the JSON shape of a quick run and the errors for bad flags (never speed).
-use std::process::Command;
 
-fn corehop(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_corehop")).args(args).env("CI", "1").output().expect("running corehop")
-}
+mod common;
+
+use common::corehop;
 
 #[test]
 fn quick_json_has_every_scheduler_per_size() {

@@ -1,11 +1,9 @@
 //! `corehop bench pipeline` end to end on tiny runs: the JSON shape, the same-run baseline,
 //! intact frames, the controller row, and clear errors for bad flags. No assertion on speed.
 
-use std::process::Command;
+mod common;
 
-fn corehop(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_corehop")).args(args).env("CI", "1").output().expect("corehop runs")
-}
+use common::corehop;
 
 #[test]
 fn tiny_run_reports_every_configuration_against_the_first() {

@@ -1,16 +1,14 @@
 //! `corehop bench switch` end to end: the stable JSON shape, the plot, and clear errors.
 //! (Checks shape and sanity, never speed.)
 
-use std::process::Command;
+mod common;
 
-fn corehop(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_corehop")).args(args).env("CI", "1").output().expect("corehop runs")
-}
+use common::corehop;
 
 fn two_cpus() -> bool {
     let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     if n < 2 {
-        println!("skipped: bench switch needs two CPUs, this process may use {n}");
+        common::skip(&format!("bench switch needs two CPUs, this process may use {n}"));
     }
     n >= 2
 }

@@ -2,18 +2,13 @@
 //! allocated (issue 19 item 10): each case must end quickly with a clear error, never abort,
 //! panic or grow until the machine runs out of memory.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
-fn corehop(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_corehop"))
-        .args(args)
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .expect("corehop")
-}
+use common::corehop;
 
 /// The command failed with exit status 1 (an error, not a panic's 101 nor an abort's signal)
 /// and said `expected`.

@@ -1,16 +1,15 @@
 //! `corehop predict` end to end: known answers on a hand-built trace, the recorded real
 //! traces, and errors that name the file and line.
 
+mod common;
+
 use std::path::PathBuf;
-use std::process::Command;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces").join(name)
 }
 
-fn corehop(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_corehop")).args(args).output().expect("corehop runs")
-}
+use common::corehop;
 
 fn json(args: &[&str]) -> serde_json::Value {
     let out = corehop(args);

@@ -5,39 +5,17 @@
 //! The preload library is built here first (`cargo build -p corehop-preload`, same profile).
 //! Tests that need a tool this machine lacks (cc, sqlite3, python3) say so and skip.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 
 use serde_json::Value;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/run");
 
-/// Builds the preload library next to the corehop binary, once per test process.
-fn library() -> &'static Path {
-    static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
-    LIBRARY.get_or_init(|| {
-        let bin_dir =
-            Path::new(env!("CARGO_BIN_EXE_corehop")).parent().expect("binary directory").to_path_buf();
-        let target_dir = bin_dir.parent().expect("target directory");
-        let mut cargo = Command::new(env!("CARGO"));
-        cargo.args(["build", "-q", "-p", "corehop-preload", "--target-dir"]).arg(target_dir);
-        if bin_dir.ends_with("release") {
-            cargo.arg("--release");
-        }
-        let status = cargo.status().expect("running cargo build -p corehop-preload");
-        assert!(status.success(), "cargo build -p corehop-preload failed");
-        let library = bin_dir.join("libcorehop_preload.so");
-        assert!(library.is_file(), "{} missing after the build", library.display());
-        library
-    })
-}
-
 fn corehop() -> Command {
-    library();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_corehop"));
-    command.env_remove("LD_PRELOAD").env_remove("COREHOP_PRELOAD").env("RUST_BACKTRACE", "0");
-    command
+    common::offload_command()
 }
 
 fn have(tool: &str) -> bool {
@@ -47,7 +25,7 @@ fn have(tool: &str) -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !found {
-        eprintln!("skipped: {tool} is not installed (scripts/test.sh installs it)");
+        common::skip(&format!("{tool} is not installed (scripts/test.sh installs it)"));
     }
     found
 }
@@ -390,7 +368,7 @@ fn bad_arguments_are_clear_errors() {
 fn a_bad_environment_turns_offload_off_and_the_program_still_runs() {
     let out = Command::new("cat")
         .arg("/etc/hostname")
-        .env("LD_PRELOAD", library())
+        .env("LD_PRELOAD", common::library())
         .env("COREHOP_POLICY", "sometimes")
         .output()
         .unwrap();
@@ -435,7 +413,7 @@ fn compare_runs_both_ways_and_checks_the_outputs() {
 fn several_service_cpus_serve_a_multi_threaded_program() {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     if cpus < 2 {
-        eprintln!("skipped: needs two CPUs, this process may use {cpus}");
+        common::skip(&format!("needs two CPUs, this process may use {cpus}"));
         return;
     }
     if !have("python3") {

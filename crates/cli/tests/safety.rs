@@ -5,45 +5,27 @@
 //!
 //! Tests that need `cc` or root say so and skip.
 
+mod common;
+
 use std::io::Read;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
+
 use std::time::{Duration, Instant};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/safety");
 /// Far longer than any case takes; only a hang reaches it.
 const LIMIT: Duration = Duration::from_secs(20);
 
-/// Builds the preload library next to the corehop binary, once per test process.
-fn library() -> &'static Path {
-    static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
-    LIBRARY.get_or_init(|| {
-        let bin_dir =
-            Path::new(env!("CARGO_BIN_EXE_corehop")).parent().expect("binary directory").to_path_buf();
-        let target_dir = bin_dir.parent().expect("target directory");
-        let mut cargo = Command::new(env!("CARGO"));
-        cargo.args(["build", "-q", "-p", "corehop-preload", "--target-dir"]).arg(target_dir);
-        if bin_dir.ends_with("release") {
-            cargo.arg("--release");
-        }
-        assert!(cargo.status().expect("cargo build").success(), "cargo build -p corehop-preload failed");
-        bin_dir.join("libcorehop_preload.so")
-    })
-}
-
 fn corehop() -> Command {
-    library();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_corehop"));
-    command.env_remove("LD_PRELOAD").env_remove("COREHOP_PRELOAD").env("RUST_BACKTRACE", "0");
-    command
+    common::offload_command()
 }
 
 fn have_cc() -> bool {
     let found = Command::new("sh").args(["-c", "command -v cc"]).output().is_ok_and(|o| o.status.success());
     if !found {
-        eprintln!("skipped: cc is not installed");
+        common::skip("cc is not installed");
     }
     found
 }
@@ -52,7 +34,7 @@ fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if !root {
-        eprintln!("skipped: needs root (credential changes)");
+        common::skip("needs root (credential changes)");
     }
     root
 }
@@ -199,7 +181,7 @@ fn a_blocking_regular_file_read_is_interrupted_by_the_callers_signal() {
         Command::new("sh").args(["-c", &format!("command -v {t}")]).status().is_ok_and(|s| s.success())
     });
     if !found {
-        eprintln!("skipped: needs unshare and mount (util-linux) for a private tracefs");
+        common::skip("needs unshare and mount (util-linux) for a private tracefs");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -207,7 +189,7 @@ fn a_blocking_regular_file_read_is_interrupted_by_the_callers_signal() {
     let tracefs = dir.path().join("tracefs");
     std::fs::create_dir(&tracefs).unwrap();
     let corehop_bin = env!("CARGO_BIN_EXE_corehop");
-    library();
+    common::library();
     let mut outputs = Vec::new();
     for offload in [false, true] {
         // A private mount namespace, so the tracefs mount leaves no trace on the machine.
@@ -224,7 +206,7 @@ fn a_blocking_regular_file_read_is_interrupted_by_the_callers_signal() {
         outputs.push(finish(command, &format!("trace_pipe read (offload: {offload})")));
     }
     if outputs[0].status.code() == Some(77) {
-        eprintln!("skipped: tracefs cannot be mounted here: {}", text(&outputs[0].stderr));
+        common::skip(&format!("tracefs cannot be mounted here: {}", text(&outputs[0].stderr)));
         return;
     }
     assert_same(&["blocking_file"], &outputs[0], &outputs[1]);
@@ -238,7 +220,7 @@ fn a_blocking_regular_file_read_is_interrupted_by_the_callers_signal() {
 /// Runs `argv` with the library preloaded directly (no `corehop run`), with `env`.
 fn preloaded(argv: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Output {
     let mut command = Command::new(argv[0]);
-    command.args(&argv[1..]).env("LD_PRELOAD", library()).env("COREHOP_POLICY", "always");
+    command.args(&argv[1..]).env("LD_PRELOAD", common::library()).env("COREHOP_POLICY", "always");
     for (k, v) in env {
         command.env(k, v);
     }

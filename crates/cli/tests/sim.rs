@@ -1,20 +1,14 @@
 //! `corehop sim` end to end: tables, JSON, CSV, plots, overrides, sweeps and bad input.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 fn scenario(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios").join(name)
 }
 
-fn corehop(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_corehop"))
-        .args(args)
-        .env("RUST_BACKTRACE", "0")
-        .env("CI", "1") // no progress bar
-        .output()
-        .expect("corehop runs")
-}
+use common::corehop;
 
 fn ok(args: &[&str]) -> String {
     let out = corehop(args);

@@ -1,10 +1,13 @@
 //! `corehop topo` run as a program: tree, JSON, presets, files, emulation, bad input.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
 
+use std::path::Path;
+use std::process::Output;
+
+/// `corehop topo ARGS`.
 fn corehop(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_corehop")).arg("topo").args(args).output().unwrap()
+    common::corehop(&[&["topo"], args].concat())
 }
 
 fn stdout_of(args: &[&str]) -> String {
@@ -22,7 +25,7 @@ fn error_of(args: &[&str]) -> String {
 #[test]
 fn this_host_as_a_tree() {
     if !Path::new("/sys/devices/system/cpu").is_dir() {
-        println!("skipped: this host has no /sys/devices/system/cpu");
+        common::skip("this host has no /sys/devices/system/cpu");
         return;
     }
     let text = stdout_of(&[]);
@@ -36,7 +39,7 @@ fn this_host_as_a_tree() {
 #[test]
 fn this_host_as_json() {
     if !Path::new("/sys/devices/system/cpu").is_dir() {
-        println!("skipped: this host has no /sys/devices/system/cpu");
+        common::skip("this host has no /sys/devices/system/cpu");
         return;
     }
     let json: serde_json::Value = serde_json::from_str(&stdout_of(&["--json"])).unwrap();

@@ -1,0 +1,61 @@
+//! What the command's integration tests share: running `corehop`, and the preload library
+//! it loads into programs.
+// Each test file uses only some of these.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// The `corehop` command with an environment that changes nothing it does: no inherited
+/// `LD_PRELOAD` or `COREHOP_PRELOAD`, no backtraces, no progress bars (`CI`).
+pub fn command() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_corehop"));
+    command.env_remove("LD_PRELOAD").env_remove("COREHOP_PRELOAD").env("RUST_BACKTRACE", "0").env("CI", "1");
+    command
+}
+
+/// Runs `corehop ARGS` and collects its output.
+pub fn corehop(args: &[&str]) -> Output {
+    command().args(args).output().expect("running corehop")
+}
+
+/// [`command`], with the preload library built next to the binary first.
+pub fn offload_command() -> Command {
+    library();
+    command()
+}
+
+/// Builds the preload library next to the corehop binary, once per test process.
+pub fn library() -> &'static Path {
+    static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
+    LIBRARY.get_or_init(|| {
+        let bin_dir =
+            Path::new(env!("CARGO_BIN_EXE_corehop")).parent().expect("binary directory").to_path_buf();
+        let target_dir = bin_dir.parent().expect("target directory");
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo.args(["build", "-q", "-p", "corehop-preload", "--target-dir"]).arg(target_dir);
+        if bin_dir.ends_with("release") {
+            cargo.arg("--release");
+        }
+        let status = cargo.status().expect("running cargo build -p corehop-preload");
+        assert!(status.success(), "cargo build -p corehop-preload failed");
+        let library = bin_dir.join("libcorehop_preload.so");
+        assert!(library.is_file(), "{} missing after the build", library.display());
+        library
+    })
+}
+
+/// Records that the calling test could not run here, and why: the line goes to stdout and to
+/// `skipped-tests.txt` in cargo's scratch directory for tests, which `scripts/test.sh` prints
+/// and counts at the end, so a skip is never mistaken for a pass.
+pub fn skip(reason: &str) {
+    use std::io::Write;
+    println!("skipped: {reason}");
+    // The test harness names each test's thread after the test.
+    let test = std::thread::current().name().unwrap_or("?").to_string();
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("skipped-tests.txt");
+    if let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        let _ = writeln!(file, "{} {test}: {reason}", env!("CARGO_PKG_NAME"));
+    }
+}
