@@ -64,7 +64,7 @@ pub enum OffloadError {
     EmptyTable,
     #[error("threshold tuner: bad {field}: {reason}")]
     BadTuner { field: &'static str, reason: String },
-    #[error("bad offload policy {spec:?}: {reason} (expected never | always | size[:BYTES] | static:CALL,CALL… | predicted[:fa|dm][:N|tuned] | adaptive[:ARM+ARM…])")]
+    #[error("bad offload policy {spec:?}: {reason} (expected never | always | size[:BYTES] | static:CALL,CALL… | predicted[:fa|dm|time][:N|tuned] | adaptive[:ARM+ARM…])")]
     BadSpec { spec: String, reason: String },
     #[error(transparent)]
     Payoff(#[from] PayoffError),
@@ -73,7 +73,7 @@ pub enum OffloadError {
 /// The arms of `adaptive` when none are named: besides never, move everything, the 4 KB
 /// rule, and the calls predicted to run longer than 20 µs (about what a futex wake-up costs
 /// on a small VM). The direct-mapped table allocates only when it is built.
-pub const DEFAULT_ADAPTIVE_ARMS: &str = "always+size+predicted:dm:20000";
+pub const DEFAULT_ADAPTIVE_ARMS: &str = "always+size+predicted:time:20000";
 
 /// What to do with one call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -163,7 +163,7 @@ impl Predicted {
     }
 
     pub fn predict(&self, call: &CallDesc) -> Prediction {
-        self.predictor.predict(call.key())
+        self.predictor.predict_call(call)
     }
 }
 
@@ -264,7 +264,7 @@ impl OffloadPolicy {
     /// The call ran for `run` (wherever it ran).
     pub fn observe(&mut self, call: &CallDesc, run: u64) {
         match self {
-            OffloadPolicy::Predicted(p) => p.predictor.observe(call.key(), run),
+            OffloadPolicy::Predicted(p) => p.predictor.observe_call(call, run),
             OffloadPolicy::Adaptive(a) => a.arms.iter_mut().for_each(|arm| arm.observe(call, run)),
             _ => {}
         }
@@ -406,6 +406,7 @@ impl FromStr for OffloadPolicy {
                     match arg.to_ascii_lowercase().as_str() {
                         "fa" if i == 0 => form = TableForm::PAPER_FA,
                         "dm" if i == 0 => form = TableForm::PAPER_DM,
+                        "time" if i == 0 => form = TableForm::TIMED,
                         "tuned" => threshold = None,
                         n => threshold = Some(number(n, "threshold N")?),
                     }

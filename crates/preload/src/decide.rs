@@ -42,12 +42,12 @@ pub const EPOCH_NS: u64 = 20_000_000;
 const LOCK_SPINS: u32 = 4_000;
 
 /// An offload policy from `corehop_policy` (`never`, `always`, `size[:BYTES]`,
-/// `static:CALL,…`, `predicted[:fa|dm][:N|tuned]`, N in ns), plus the epoch bookkeeping that
+/// `static:CALL,…`, `predicted[:fa|dm|time][:N|tuned]`, `adaptive[:ARM+…]`, N in ns), plus the epoch bookkeeping that
 /// feeds a tuned predictor: the feedback is the program's rate of completed intercepted
 /// calls, the only progress signal an unmodified program offers.
 ///
-/// `corehop run` asks for the direct-mapped predictor (`predicted:dm:…`): its table is one
-/// vector allocated at start-up, whereas the fully associative form's key index (a hash map)
+/// `corehop run` asks for the timed predictor (`predicted:time:…`): its table is one vector
+/// allocated at start-up, whereas the fully associative form's key index (a hash map)
 /// may grow once, and an allocation inside an interposed call can deadlock a program that
 /// calls `write` from a signal handler that interrupted `malloc`.
 #[derive(Debug)]

@@ -95,8 +95,7 @@ pub fn evaluate(calls: &[TraceCall], form: TableForm, thresholds: &[u64]) -> any
     let mut right = vec![0usize; thresholds.len()];
     let mut above = vec![0usize; thresholds.len()];
     for c in calls {
-        let key = c.call.key();
-        let p = predictor.predict(key);
+        let p = predictor.predict_call(&c.call);
         exact += usize::from(p.run == c.run_ns);
         close += usize::from(within_tolerance(p.run, c.run_ns));
         match p.source {
@@ -108,7 +107,7 @@ pub fn evaluate(calls: &[TraceCall], form: TableForm, thresholds: &[u64]) -> any
             right[i] += usize::from((p.run > n) == (c.run_ns > n));
             above[i] += usize::from(c.run_ns > n);
         }
-        predictor.observe(key, c.run_ns);
+        predictor.observe_call(&c.call, c.run_ns);
     }
     let share = |count: usize| if calls.is_empty() { 0.0 } else { count as f64 / calls.len() as f64 };
     let decisions = thresholds
@@ -143,6 +142,7 @@ pub fn replay(path: &std::path::Path, args: &Args) -> anyhow::Result<TraceReport
     let forms = [
         TableForm::FullyAssociative { entries: args.fa_entries },
         TableForm::DirectMapped { entries: args.dm_entries },
+        TableForm::Timed { entries: args.dm_entries },
     ]
     .into_iter()
     .map(|form| evaluate(&parsed.calls, form, &args.thresholds))

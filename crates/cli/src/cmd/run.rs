@@ -61,7 +61,7 @@ pub struct Args {
     /// `--stats` says where each process settled. The fixed policies: `never` (the same-run
     /// baseline: intercept and count, move nothing), `always`, `size` (calls moving at least
     /// --threshold bytes, default 4096 — the 4 KB rule of fast-core-switching §3.6 — plus the
-    /// calls that move no buffer) or `predicted` (the run-length predictor, direct-mapped 1500
+    /// calls that move no buffer) or `predicted` (the run-length predictor, timed form, 1500
     /// entries: offload when the call is predicted to run longer than --threshold ns; without
     /// --threshold, N is tuned online from the program's rate of completed calls).
     #[arg(long, value_enum, default_value_t = PolicyArg::Adaptive, requires = "offload")]
@@ -153,10 +153,11 @@ impl PolicyArg {
             }
             (PolicyArg::Size, None) => "size".into(),
             (PolicyArg::Size, Some(bytes)) => format!("size:{bytes}"),
-            // The direct-mapped table: it never allocates after start-up, which matters inside
-            // an interposed call (the fully associative form's index may grow once).
-            (PolicyArg::Predicted, None) => "predicted:dm:tuned".into(),
-            (PolicyArg::Predicted, Some(ns)) => format!("predicted:dm:{ns}"),
+            // The timed table (medians by call site, then by kind): it never allocates after
+            // start-up, which matters inside an interposed call (the fully associative form's
+            // index may grow once).
+            (PolicyArg::Predicted, None) => "predicted:time:tuned".into(),
+            (PolicyArg::Predicted, Some(ns)) => format!("predicted:time:{ns}"),
         })
     }
 }
@@ -841,8 +842,8 @@ mod tests {
     fn policy_specs() {
         assert_eq!(PolicyArg::Size.spec(None).unwrap(), "size");
         assert_eq!(PolicyArg::Size.spec(Some(100)).unwrap(), "size:100");
-        assert_eq!(PolicyArg::Predicted.spec(None).unwrap(), "predicted:dm:tuned");
-        assert_eq!(PolicyArg::Predicted.spec(Some(5000)).unwrap(), "predicted:dm:5000");
+        assert_eq!(PolicyArg::Predicted.spec(None).unwrap(), "predicted:time:tuned");
+        assert_eq!(PolicyArg::Predicted.spec(Some(5000)).unwrap(), "predicted:time:5000");
         assert!(PolicyArg::Always.spec(Some(1)).is_err());
         for p in
             [PolicyArg::Adaptive, PolicyArg::Never, PolicyArg::Always, PolicyArg::Size, PolicyArg::Predicted]

@@ -172,6 +172,16 @@ impl CallDesc {
     }
 }
 
+impl CallDesc {
+    /// The timed predictor's key: the call's kind, its call site and the power of two its
+    /// size falls in (not the descriptor, nor the exact size: a loop reading one file after
+    /// another with one buffer is one key).
+    pub fn timed_key(&self) -> u64 {
+        let bucket = 64 - u64::from(self.size.leading_zeros());
+        mix(mix(self.kind.code() ^ 0x7469_6d65) ^ self.site) ^ bucket
+    }
+}
+
 /// The SplitMix64 finaliser: every input bit affects every output bit, so the low bits a
 /// direct-mapped table indexes by are well spread.
 fn mix(mut z: u64) -> u64 {

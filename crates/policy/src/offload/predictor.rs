@@ -8,6 +8,14 @@
 //! 200 entries in the paper) or direct mapped (tagless, indexed by the key's low bits, so
 //! keys that collide share an entry; 1500 entries).
 //!
+//! Beside the paper's two forms, a third for run lengths measured in *time*
+//! ([`TableForm::Timed`]): times never repeat exactly, so "within ±5 %" rarely holds and the
+//! paper's form falls back to the global mean most of the time, which a few long calls (an
+//! fsync) drag up. The timed form keys a call by its kind, call site and size bucket (log2),
+//! predicts the median of that key's last three runs, and falls back to the median of the last
+//! three runs of the same kind of call: a median ignores one outlier, and a kind says more
+//! about a call's length than whatever call came before it.
+//!
 //! Units are whatever the caller observes in (the runtime uses nanoseconds, the simulator
 //! cycles); the predictor only compares and averages them.
 
@@ -15,7 +23,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::OffloadError;
+use super::{CallDesc, CallKind, OffloadError, NAMED_KINDS};
 
 /// Entries of the paper's fully-associative table.
 pub const PAPER_FULLY_ASSOCIATIVE: usize = 200;
@@ -38,6 +46,10 @@ pub enum TableForm {
     FullyAssociative { entries: usize },
     /// Tagless: entry `key % entries`; colliding keys share (and disturb) one entry.
     DirectMapped { entries: usize },
+    /// For times: tagged entries at `key % entries` (a colliding key replaces the entry),
+    /// each the key's last three runs; predictions are medians, with the call kind's median
+    /// as the fallback (module docs). Allocates only when built.
+    Timed { entries: usize },
 }
 
 impl TableForm {
@@ -45,18 +57,24 @@ impl TableForm {
     pub const PAPER_FA: TableForm = TableForm::FullyAssociative { entries: PAPER_FULLY_ASSOCIATIVE };
     /// The paper's 1500-entry direct-mapped table.
     pub const PAPER_DM: TableForm = TableForm::DirectMapped { entries: PAPER_DIRECT_MAPPED };
+    /// The timed form with as many entries as the paper's direct-mapped table.
+    pub const TIMED: TableForm = TableForm::Timed { entries: PAPER_DIRECT_MAPPED };
 
+    /// How many entries the table has.
     pub fn entries(self) -> usize {
         match self {
-            TableForm::FullyAssociative { entries } | TableForm::DirectMapped { entries } => entries,
+            TableForm::FullyAssociative { entries }
+            | TableForm::DirectMapped { entries }
+            | TableForm::Timed { entries } => entries,
         }
     }
 
-    /// A short label: `fa200`, `dm1500`.
+    /// A short label: `fa200`, `dm1500`, `time1500`.
     pub fn label(self) -> String {
         match self {
             TableForm::FullyAssociative { entries } => format!("fa{entries}"),
             TableForm::DirectMapped { entries } => format!("dm{entries}"),
+            TableForm::Timed { entries } => format!("time{entries}"),
         }
     }
 }
@@ -88,6 +106,85 @@ struct Entry {
     used: u64,
 }
 
+/// The last three runs of something, for a median.
+#[derive(Clone, Copy, Debug, Default)]
+struct Recent {
+    runs: [u64; 3],
+    len: u8,
+    next: u8,
+}
+
+impl Recent {
+    fn push(&mut self, run: u64) {
+        self.runs[usize::from(self.next)] = run;
+        self.next = (self.next + 1) % 3;
+        self.len = (self.len + 1).min(3);
+    }
+
+    fn median(&self) -> Option<u64> {
+        let mut runs = self.runs;
+        let runs = &mut runs[..usize::from(self.len)];
+        runs.sort_unstable();
+        match runs.len() {
+            0 => None,
+            // Of two, the smaller: a single long outlier must not decide alone.
+            1 | 2 => Some(runs[0]),
+            _ => Some(runs[1]),
+        }
+    }
+}
+
+/// The state of the timed form: per key (tagged, direct mapped) and per call kind.
+#[derive(Clone, Debug)]
+struct Timed {
+    keys: Vec<Option<(u64, Recent)>>,
+    kinds: Vec<Recent>,
+}
+
+impl Timed {
+    fn new(entries: usize) -> Timed {
+        Timed { keys: vec![None; entries], kinds: vec![Recent::default(); NAMED_KINDS.len() + 1] }
+    }
+
+    fn key_of(call: &CallDesc) -> u64 {
+        call.timed_key()
+    }
+
+    fn kind_slot(kind: CallKind) -> usize {
+        kind.index().unwrap_or(NAMED_KINDS.len())
+    }
+
+    fn predict(&self, key: u64, kind: Option<CallKind>) -> Prediction {
+        let slot = (key % self.keys.len() as u64) as usize;
+        if let Some((tag, recent)) = &self.keys[slot] {
+            if *tag == key {
+                if let Some(run) = recent.median() {
+                    return Prediction { run, source: Source::Local };
+                }
+            }
+        }
+        match kind.and_then(|k| self.kinds[Self::kind_slot(k)].median()) {
+            Some(run) => Prediction { run, source: Source::Global },
+            None => Prediction { run: 0, source: Source::Cold },
+        }
+    }
+
+    fn observe(&mut self, key: u64, kind: Option<CallKind>, run: u64) {
+        let slot = (key % self.keys.len() as u64) as usize;
+        match &mut self.keys[slot] {
+            Some((tag, recent)) if *tag == key => recent.push(run),
+            entry => {
+                let mut recent = Recent::default();
+                recent.push(run);
+                *entry = Some((key, recent));
+            }
+        }
+        if let Some(kind) = kind {
+            self.kinds[Self::kind_slot(kind)].push(run);
+        }
+    }
+}
+
 /// The run-length predictor. Pure: `predict` reads, `observe` learns.
 #[derive(Clone, Debug)]
 pub struct RunLengthPredictor {
@@ -98,6 +195,8 @@ pub struct RunLengthPredictor {
     clock: u64,
     recent: [u64; GLOBAL_HISTORY],
     recent_len: usize,
+    /// The timed form's state (`None` for the paper's forms).
+    timed: Option<Timed>,
 }
 
 /// Whether `predicted` is within ±[`TOLERANCE_PERCENT`] of `actual`.
@@ -115,12 +214,37 @@ impl RunLengthPredictor {
         }
         Ok(RunLengthPredictor {
             form,
-            entries: vec![None; entries],
+            // The timed form keeps its own table.
+            entries: vec![None; if matches!(form, TableForm::Timed { .. }) { 0 } else { entries }],
             slots: HashMap::with_capacity(entries),
             clock: 0,
             recent: [0; GLOBAL_HISTORY],
             recent_len: 0,
+            timed: match form {
+                TableForm::Timed { entries } => Some(Timed::new(entries)),
+                _ => None,
+            },
         })
+    }
+
+    /// The predicted run length of `call`: by its key ([`CallDesc::key`]) in the paper's
+    /// forms, by kind, call site and size bucket in the timed one.
+    pub fn predict_call(&self, call: &CallDesc) -> Prediction {
+        match &self.timed {
+            Some(timed) => timed.predict(Timed::key_of(call), Some(call.kind)),
+            None => self.predict(call.key()),
+        }
+    }
+
+    /// Learn that `call` ran for `run`.
+    pub fn observe_call(&mut self, call: &CallDesc, run: u64) {
+        match &mut self.timed {
+            Some(timed) => {
+                timed.observe(Timed::key_of(call), Some(call.kind), run);
+                self.remember_global(run);
+            }
+            None => self.observe(call.key(), run),
+        }
     }
 
     pub fn form(&self) -> TableForm {
@@ -129,6 +253,12 @@ impl RunLengthPredictor {
 
     /// The predicted run length for the call with this key.
     pub fn predict(&self, key: u64) -> Prediction {
+        if let Some(timed) = &self.timed {
+            return match timed.predict(key, None) {
+                Prediction { source: Source::Cold, .. } => self.global(),
+                local => local,
+            };
+        }
         match self.slot_of(key).and_then(|slot| self.entries[slot]) {
             Some(entry) if entry.confidence > 0 => Prediction { run: entry.last, source: Source::Local },
             _ => self.global(),
@@ -151,6 +281,11 @@ impl RunLengthPredictor {
 
     /// Learn that the call with this key ran for `run`.
     pub fn observe(&mut self, key: u64, run: u64) {
+        if let Some(timed) = &mut self.timed {
+            timed.observe(key, None, run);
+            self.remember_global(run);
+            return;
+        }
         self.clock += 1;
         let clock = self.clock;
         match self.slot_of(key) {
@@ -173,7 +308,10 @@ impl RunLengthPredictor {
 
     /// Number of live entries.
     pub fn len(&self) -> usize {
-        self.entries.iter().filter(|e| e.is_some()).count()
+        match &self.timed {
+            Some(timed) => timed.keys.iter().filter(|e| e.is_some()).count(),
+            None => self.entries.iter().filter(|e| e.is_some()).count(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -187,6 +325,7 @@ impl RunLengthPredictor {
                 let slot = (key % entries as u64) as usize;
                 self.entries[slot].map(|_| slot)
             }
+            TableForm::Timed { .. } => None,
         }
     }
 
@@ -194,7 +333,9 @@ impl RunLengthPredictor {
     /// empty one here too).
     fn insert(&mut self, key: u64, run: u64) {
         let slot = match self.form {
-            TableForm::DirectMapped { entries } => (key % entries as u64) as usize,
+            TableForm::DirectMapped { entries } | TableForm::Timed { entries } => {
+                (key % entries as u64) as usize
+            }
             TableForm::FullyAssociative { .. } => {
                 let slot = match self.entries.iter().position(Option::is_none) {
                     Some(free) => free,
@@ -311,6 +452,26 @@ mod tests {
         p.observe(13, 900);
         assert_eq!(p.confidence(3), Some(0));
         assert_eq!(p.predict(3).source, Source::Global);
+    }
+
+    #[test]
+    fn the_timed_form_predicts_medians_by_key_then_by_kind() {
+        let mut p = RunLengthPredictor::new(TableForm::TIMED).unwrap();
+        let fsync = |site| CallDesc::new(CallKind::Fsync, 3, 0, site);
+        assert_eq!(p.predict_call(&fsync(1)).source, Source::Cold);
+        for run in [1_000, 900_000, 1_100] {
+            p.observe_call(&fsync(1), run); // one outlier among three
+        }
+        assert_eq!(p.predict_call(&fsync(1)), Prediction { run: 1_100, source: Source::Local });
+        // Another site of the same kind: the kind's median, not the last call of any kind.
+        p.observe_call(&CallDesc::new(CallKind::Read, 3, 4096, 9), 50);
+        assert_eq!(p.predict_call(&fsync(2)), Prediction { run: 1_100, source: Source::Global });
+        // Sizes in one power of two share a key; the descriptor does not matter.
+        let read = |fd, size| CallDesc::new(CallKind::Read, fd, size, 9);
+        assert_eq!(read(3, 4096).timed_key(), read(7, 8000).timed_key());
+        assert_ne!(read(3, 4096).timed_key(), read(3, 9000).timed_key());
+        assert_eq!(p.predict_call(&read(8, 5000)).run, 50);
+        assert_eq!(TableForm::TIMED.label(), "time1500");
     }
 
     #[test]
