@@ -47,7 +47,7 @@
 //!   SIGSETXID open). A call that changes one thread's security state alone (a raw
 //!   `syscall(SYS_setresuid)`, `setfsuid`, `capset`, a per-thread seccomp filter or
 //!   no_new_privs, Landlock, `unshare`, `setns`) turns offload off for the whole process
-//!   ([`intercept`]'s `thread_state_changes`).
+//!   (`intercept::thread_state_changes`).
 //! - **fork**: a `pthread_atfork` child handler forgets the parent's service threads, slots and
 //!   counters; the child starts its own service threads at its first offloaded call. A `vfork`
 //!   child (sharing our memory) is recognised by its pid and runs everything locally.
