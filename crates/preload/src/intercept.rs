@@ -48,7 +48,12 @@ static THREAD_STATE_CHANGED: AtomicBool = AtomicBool::new(false);
 /// nothing. Not seen: system calls made with inline assembly, and state set up before this
 /// library loaded (the service threads inherit that).
 pub(crate) fn thread_state_changes() {
-    THREAD_STATE_CHANGED.store(true, SeqCst);
+    if !THREAD_STATE_CHANGED.swap(true, SeqCst)
+        && SERVICE.load(SeqCst) == READY
+        && sys::getpid() == PID.load(SeqCst)
+    {
+        service::stop();
+    }
 }
 
 thread_local! {
@@ -178,6 +183,7 @@ extern "C" fn after_fork_child() {
     POLICY.after_fork(FORK_HAD_LOCK.load(SeqCst), true);
     PID.store(sys::getpid(), SeqCst);
     stats::reset();
+    service::forget();
     // The parent's service threads do not exist here; start our own when first needed.
     if SERVICE.load(SeqCst) != OFF {
         SERVICE.store(UNINIT, SeqCst);
