@@ -48,7 +48,12 @@ static THREAD_STATE_CHANGED: AtomicBool = AtomicBool::new(false);
 /// nothing. Not seen: system calls made with inline assembly, and state set up before this
 /// library loaded (the service threads inherit that).
 pub(crate) fn thread_state_changes() {
-    THREAD_STATE_CHANGED.store(true, SeqCst);
+    if !THREAD_STATE_CHANGED.swap(true, SeqCst)
+        && SERVICE.load(SeqCst) == READY
+        && sys::getpid() == PID.load(SeqCst)
+    {
+        service::stop();
+    }
 }
 
 /// A call run locally is timed, and shown to the policy, one time in this many: two clock
@@ -188,6 +193,7 @@ extern "C" fn after_fork_child() {
     PID.store(sys::getpid(), SeqCst);
     stats::reset();
     service::POLLED_NS.iter().for_each(|p| p.store(0, SeqCst));
+    service::forget();
     // The parent's service threads do not exist here; start our own when first needed.
     if SERVICE.load(SeqCst) != OFF {
         SERVICE.store(UNINIT, SeqCst);

@@ -287,7 +287,6 @@ impl Lane {
     }
 
     /// Wakes the service thread without a request (its next batch finds nothing to claim).
-    #[cfg(any(test, loom))]
     pub fn kick(&self) {
         if self.pending.fetch_or(1 << (SLOTS - 1), SeqCst) & ASLEEP != 0 {
             futex_wake(&self.pending);

@@ -39,8 +39,15 @@
 //!   counters are static atomics, the policy is allocated once.
 //! - **Re-entry runs locally**: a per-thread flag marks "inside the library"; a nested call (a
 //!   signal handler calling `write` while its thread waits for a reply) runs on the caller.
-//! - **Thread-bound calls stay**: nothing that depends on the calling thread is intercepted
-//!   (gettid, signal masks, credentials, prctl); paths under `/proc/thread-self` stay local.
+//! - **Thread-bound calls stay**: nothing that depends on the calling thread is offloaded
+//!   (gettid, signal masks, credentials, prctl); `/proc/thread-self` by any name, any file on
+//!   /proc, and anonymous inodes (a signalfd) stay local, as do regular files whose reads may
+//!   wait (tracefs, debugfs, FUSE).
+//! - **Same credentials**: glibc's set*id calls reach the service threads (they leave
+//!   SIGSETXID open). A call that changes one thread's security state alone (a raw
+//!   `syscall(SYS_setresuid)`, `setfsuid`, `capset`, a per-thread seccomp filter or
+//!   no_new_privs, Landlock, `unshare`, `setns`) turns offload off for the whole process
+//!   (`intercept::thread_state_changes`).
 //! - **fork**: a `pthread_atfork` child handler forgets the parent's service threads, slots and
 //!   counters; the child starts its own service threads at its first offloaded call. A `vfork`
 //!   child (sharing our memory) is recognised by its pid and runs everything locally.
@@ -50,10 +57,13 @@
 //! # Known limits
 //!
 //! Calls glibc makes internally (stdio's `fread`/`fwrite`, `fopen`) use libc-private entry
-//! points and are not seen. The service thread shares the process's descriptors, working
-//! directory and credentials; a thread that changed its own (with `unshare(CLONE_FILES)`,
-//! `setfsuid`, Landlock) should not run with offload. The program has one more thread per
-//! service CPU. A signal handler that `longjmp`s out of a call waiting for its reply, and
+//! points and are not seen. A thread that changes its own credentials, filters or namespaces
+//! with inline-assembly system calls (not through libc's `syscall`, `prctl` or wrappers) is not
+//! seen either: its offloaded calls would run with the service thread's state. The program
+//! has one more thread per service CPU; it does not keep the process alive (an idle service
+//! thread ends a process whose program threads have all left, with the main thread's status,
+//! running `atexit` handlers as glibc does after a last `pthread_exit`, also when the last
+//! thread left with a raw `exit`, where a plain run would skip them). A signal handler that `longjmp`s out of a call waiting for its reply, and
 //! asynchronous thread cancellation during that wait, are not supported (the service thread
 //! may still write into the abandoned buffer). A process that ends with `_exit` or a signal
 //! writes no summary.

@@ -44,6 +44,10 @@ static TEST_STALL_NS: AtomicU64 = AtomicU64::new(0);
 pub static PIN_FAILED: AtomicU32 = AtomicU32::new(0);
 /// Service threads running in this process.
 static RUNNING: AtomicUsize = AtomicUsize::new(0);
+/// The service threads (`pthread_t`, 0: none), joinable so [`stop`] can wait for them.
+static THREADS: [AtomicU64; MAX_LANES] = [const { AtomicU64::new(0) }; MAX_LANES];
+/// Set by [`stop`]: service threads leave after their current batch.
+static STOP: AtomicBool = AtomicBool::new(false);
 /// Set by the one service thread that ends the process once the program's threads are gone.
 static ENDING: AtomicBool = AtomicBool::new(false);
 /// Per lane: the time its service thread spent polling for work, in ns.
@@ -55,32 +59,56 @@ pub fn start(config: &ServiceConfig) -> bool {
     SPIN_NS.store(config.spin_ns, SeqCst);
     TEST_STALL_NS.store(config.test_stall_ns, SeqCst);
     RUNNING.store(0, SeqCst);
+    STOP.store(false, SeqCst);
     for lane in 0..config.lanes.min(MAX_LANES) {
         CPU_OF_LANE[lane].store(config.cpus[lane] as u64, SeqCst);
         LANES[lane].reset();
-        if !spawn(lane) {
-            return false;
-        }
+        let Some(thread) = spawn(lane) else { return false };
+        THREADS[lane].store(thread, SeqCst);
         RUNNING.fetch_add(1, SeqCst);
     }
     true
 }
 
-fn spawn(lane: usize) -> bool {
+fn spawn(lane: usize) -> Option<u64> {
     // SAFETY: attr is initialised by pthread_attr_init before use and destroyed after;
     // `service_main` matches the start-routine signature and takes the lane index by value.
     unsafe {
         let mut attr: libc::pthread_attr_t = core::mem::zeroed();
         if libc::pthread_attr_init(&mut attr) != 0 {
-            return false;
+            return None;
         }
-        libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
         libc::pthread_attr_setstacksize(&mut attr, 256 * 1024);
         let mut thread: libc::pthread_t = 0;
         let ok = libc::pthread_create(&mut thread, &attr, service_main, lane as *mut c_void) == 0;
         libc::pthread_attr_destroy(&mut attr);
-        ok
+        ok.then_some(thread as u64)
     }
+}
+
+/// Stops the service threads and waits until they are gone, so that later set*id broadcasts
+/// of glibc no longer include them: once a program thread changed its own capabilities or
+/// credentials, the service threads could not follow, and glibc aborts a process whose
+/// threads' set*id results differ. Calls made meanwhile withdraw at the stall timeout.
+pub fn stop() {
+    STOP.store(true, SeqCst);
+    for (lane, thread) in THREADS.iter().enumerate() {
+        let thread = thread.swap(0, SeqCst);
+        if thread != 0 {
+            LANES[lane].kick();
+            // SAFETY: a joinable thread this module created and nobody else joins (the swap
+            // above hands it to one caller).
+            unsafe { libc::pthread_join(thread as libc::pthread_t, core::ptr::null_mut()) };
+        }
+    }
+}
+
+/// In a child after `fork`: the parent's service threads do not exist here.
+pub fn forget() {
+    for thread in &THREADS {
+        thread.store(0, SeqCst);
+    }
+    RUNNING.store(0, SeqCst);
 }
 
 extern "C" fn service_main(arg: *mut c_void) -> *mut c_void {
@@ -102,7 +130,7 @@ extern "C" fn service_main(arg: *mut c_void) -> *mut c_void {
             sys::sleep_ns(stall_ns);
         }
     };
-    loop {
+    while !STOP.load(SeqCst) {
         LANES[lane].serve_batch(&mut idle, stall, execute);
         POLLED_NS[lane].store(idle.polled_ns, SeqCst);
         if core::mem::take(&mut idle.timed_out) && main_thread_left() {
@@ -111,6 +139,8 @@ extern "C" fn service_main(arg: *mut c_void) -> *mut c_void {
             }
         }
     }
+    RUNNING.fetch_sub(1, SeqCst);
+    core::ptr::null_mut()
 }
 
 /// Whether the main thread has left: `/proc/self/exe` no longer resolves once it has (its
