@@ -157,3 +157,44 @@ fn bad_input_names_file_key_and_problem() {
     let err = fails(&["sim", "/nonexistent/scenario.toml"]);
     assert!(err.contains("/nonexistent/scenario.toml: (file): cannot read the file"), "{err}");
 }
+
+#[test]
+fn set_overrides_a_swept_key_and_is_validated() {
+    let mix = scenario("switch-syscall-mix.toml");
+    let mix = mix.to_str().unwrap();
+    // The file sweeps workload.mechanism: --set replaces the sweep, and a bad value is an error.
+    let err = fails(&["sim", mix, "--set", "workload.mechanism=teleport"]);
+    assert!(err.contains("workload.mechanism") && err.contains("teleport"), "{err}");
+    let out: serde_json::Value = serde_json::from_str(&ok(&[
+        "sim",
+        mix,
+        "--set",
+        "workload.mechanism=spin",
+        "--set",
+        "workload.iterations=20",
+        "--json",
+    ]))
+    .unwrap();
+    // Four presets, one mechanism: the file's sweep of four mechanisms is pinned to `spin`.
+    let runs = out["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4, "{out}");
+    for run in runs {
+        let mechanism = run["settings"].as_array().unwrap().iter().find(|s| s["key"] == "workload.mechanism");
+        assert_eq!(mechanism.map(|s| &s["value"]), Some(&serde_json::json!("spin")), "{run}");
+    }
+}
+
+#[test]
+fn impossible_workloads_are_errors_not_wrong_answers() {
+    let micro = scenario("switch-micro.toml");
+    let micro = micro.to_str().unwrap();
+    let err = fails(&["sim", micro, "--set", "workload.iterations=0"]);
+    assert!(err.contains("workload.iterations: must be at least 1"), "{err}");
+    let err = fails(&["sim", micro, "--set", "workload.calls=[{name=\"x\",length={fixed=1e18}}]"]);
+    assert!(err.contains("workload.calls[0].length") && err.contains("too large"), "{err}");
+    let err = fails(&["sim", micro, "--set", "workload.app_cpus=[0]", "--set", "workload.os_cpus=[0]"]);
+    assert!(err.contains("CPU 0 is also in workload.app_cpus"), "{err}");
+    let offload = scenario("offload-threshold.toml");
+    let err = fails(&["sim", offload.to_str().unwrap(), "--set", "workload.iterations=0"]);
+    assert!(err.contains("workload.iterations: must be at least 1"), "{err}");
+}

@@ -80,6 +80,10 @@ impl<'de> Deserialize<'de> for Distribution {
     }
 }
 
+/// The largest value a distribution may hold: a day in nanoseconds (or cycles). Simulated
+/// time is counted in picoseconds in a `u64`, which larger values would overflow.
+pub const MAX_VALUE: f64 = 86_400e9;
+
 impl Distribution {
     /// Why this distribution cannot be used, if it cannot: negative or non-finite values,
     /// reversed bounds, no samples.
@@ -95,6 +99,9 @@ impl Distribution {
         }
         if let Some(v) = values.iter().find(|v| !v.is_finite()) {
             return Some(Problem::Invalid(format!("must be a finite number, got {v}")));
+        }
+        if let Some(v) = values.iter().find(|v| **v > MAX_VALUE) {
+            return Some(Problem::Invalid(format!("{v} is too large (at most {MAX_VALUE:e}: a day in ns)")));
         }
         match self {
             Distribution::Uniform([a, b]) if a > b => {

@@ -158,8 +158,16 @@ impl ScenarioDoc {
         self.set_value(key.trim(), parse_value(value.trim()))
     }
 
-    /// Sets the dotted `key` to `value`, creating tables on the way.
+    /// Sets the dotted `key` to `value`, creating tables on the way. A key the file sweeps is
+    /// pinned to this one value: every run uses it, and it is validated with each run.
     pub fn set_value(&mut self, key: &str, value: toml::Value) -> Result<(), ScenarioError> {
+        if let Some(toml::Value::Array(sweeps)) = self.table.get_mut("sweep") {
+            for sweep in sweeps.iter_mut().filter_map(toml::Value::as_table_mut) {
+                if sweep.get("key").and_then(toml::Value::as_str) == Some(key) {
+                    sweep.insert("values".into(), toml::Value::Array(vec![value.clone()]));
+                }
+            }
+        }
         set_path(&mut self.table, key, value).map_err(|why| self.error(key, Problem::Override(why)))
     }
 

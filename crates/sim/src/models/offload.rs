@@ -306,6 +306,9 @@ impl FromScenario for Offload {
                 return Err(s.error(key, Problem::Negative(v.to_string())));
             }
         }
+        if cfg.iterations == 0 {
+            return Err(s.error("workload.iterations", Problem::Invalid("must be at least 1".into())));
+        }
         if !(cfg.os_core_factor.is_finite() && cfg.os_core_factor > 0.0) {
             return Err(s.error(
                 "workload.os_core_factor",

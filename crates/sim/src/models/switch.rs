@@ -256,6 +256,12 @@ impl FromScenario for Switch {
             Some(list) => {
                 for (i, &cpu) in list.iter().enumerate() {
                     s.check_cpu(&format!("workload.os_cpus[{i}]"), cpu)?;
+                    if cfg.app_cpus.contains(&cpu) {
+                        return Err(s.error(
+                            &format!("workload.os_cpus[{i}]"),
+                            Problem::Invalid(format!("CPU {cpu} is also in workload.app_cpus")),
+                        ));
+                    }
                 }
                 list.clone()
             }
@@ -266,6 +272,9 @@ impl FromScenario for Switch {
                 "workload.os_cpus",
                 Problem::Invalid("no service CPU to hop to (use mechanism = \"none\" for a baseline)".into()),
             ));
+        }
+        if cfg.iterations == 0 {
+            return Err(s.error("workload.iterations", Problem::Invalid("must be at least 1".into())));
         }
         if cfg.tasks == 0 || cfg.tasks > MAX_TASKS {
             return Err(s.error(
