@@ -28,10 +28,15 @@ pub enum Per {
 /// A cache to attach to a core group or to the whole machine.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CacheSpec {
+    /// 1, 2, 3, ...
     pub level: u8,
+    /// What it holds.
     pub kind: CacheKind,
+    /// Its size in bytes.
     pub size_bytes: u64,
+    /// Its line size in bytes.
     pub line_bytes: u32,
+    /// Which CPUs share one instance of it.
     pub per: Per,
 }
 
@@ -45,10 +50,15 @@ impl CacheSpec {
 /// `count` identical cores with `threads` SMT threads each.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CoreGroup {
+    /// How many cores.
     pub count: usize,
+    /// SMT threads per core.
     pub threads: usize,
+    /// The package (socket) the cores sit in.
     pub package: usize,
+    /// Big or little.
     pub class: CoreClass,
+    /// Relative speed in (0, 1], 1.0 being the fastest core.
     pub speed: f64,
     /// Emulation override for every CPU of the group.
     pub emulated_speed: Option<f64>,
@@ -70,18 +80,22 @@ impl CoreGroup {
             caches: Vec::new(),
         }
     }
+    /// Sets the SMT threads per core.
     pub fn threads(mut self, threads: usize) -> CoreGroup {
         self.threads = threads;
         self
     }
+    /// Sets the package (socket).
     pub fn package(mut self, package: usize) -> CoreGroup {
         self.package = package;
         self
     }
+    /// Sets the core class.
     pub fn class(mut self, class: CoreClass) -> CoreGroup {
         self.class = class;
         self
     }
+    /// Sets the relative speed, in (0, 1].
     pub fn speed(mut self, speed: f64) -> CoreGroup {
         self.speed = speed;
         self
@@ -120,6 +134,7 @@ pub struct MachineBuilder {
 }
 
 impl MachineBuilder {
+    /// An empty machine called `name`.
     pub fn new(name: impl Into<String>) -> MachineBuilder {
         let name = name.into();
         MachineBuilder {
@@ -130,10 +145,12 @@ impl MachineBuilder {
             waitpkg: false,
         }
     }
+    /// Where the description came from (shown by `corehop topo`).
     pub fn source(mut self, source: impl Into<String>) -> MachineBuilder {
         self.source = source.into();
         self
     }
+    /// Adds a group of cores; CPUs get dense ids in the order groups are added.
     pub fn group(mut self, group: CoreGroup) -> MachineBuilder {
         self.groups.push(group);
         self
@@ -143,10 +160,12 @@ impl MachineBuilder {
         self.caches.push(CacheSpec::new(level, kind, size_bytes, per));
         self
     }
+    /// Adds a machine-level cache described in full.
     pub fn cache_spec(mut self, spec: CacheSpec) -> MachineBuilder {
         self.caches.push(spec);
         self
     }
+    /// Whether the CPUs have user-level monitor/wait (UMWAIT).
     pub fn waitpkg(mut self, waitpkg: bool) -> MachineBuilder {
         self.waitpkg = waitpkg;
         self

@@ -82,6 +82,7 @@ impl fmt::Display for SpeedSource {
 /// A discovered machine and how it was found.
 #[derive(Debug, Clone)]
 pub struct Discovery {
+    /// The machine: the CPUs this process may use.
     pub machine: Machine,
     /// Online CPUs (kernel ids), allowed or not.
     pub online: Vec<usize>,
@@ -89,6 +90,7 @@ pub struct Discovery {
     pub allowed: Vec<usize>,
     /// Where `allowed` came from, e.g. "affinity mask ∩ cgroup cpuset (/sys/fs/cgroup/x)".
     pub allowed_from: String,
+    /// Where the core speeds came from.
     pub speed_source: SpeedSource,
     /// How core classes were decided.
     pub class_source: String,

@@ -38,6 +38,7 @@
 //! }
 //! # Ok::<(), corehop_topology::TopologyError>(())
 //! ```
+#![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 mod builder;

@@ -66,8 +66,11 @@ impl Cpu {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CacheKind {
+    /// Data only.
     Data,
+    /// Instructions only.
     Instruction,
+    /// Both.
     Unified,
 }
 
@@ -76,8 +79,11 @@ pub enum CacheKind {
 pub struct Cache {
     /// 1, 2, 3, ...
     pub level: u8,
+    /// What it holds.
     pub kind: CacheKind,
+    /// Its size in bytes.
     pub size_bytes: u64,
+    /// Its line size in bytes.
     pub line_bytes: u32,
     /// CPUs (dense ids) that share this cache, sorted.
     pub cpus: Vec<CpuId>,
@@ -272,7 +278,9 @@ impl Machine {
 pub struct Core {
     /// Dense core index ([`Cpu::core`]).
     pub index: usize,
+    /// The package (socket) it sits in.
     pub package: usize,
+    /// Big or little.
     pub class: CoreClass,
     /// Its hardware threads, in dense-id order.
     pub cpus: Vec<CpuId>,
