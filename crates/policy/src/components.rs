@@ -151,9 +151,21 @@ impl Layout {
 #[serde(tag = "action", rename_all = "kebab-case")]
 pub enum Action {
     /// Hand `component` over from `from` to `to` (quiesce, transfer, resume; see the runtime).
-    Move { component: ComponentId, from: CpuId, to: CpuId },
+    Move {
+        /// The component.
+        component: ComponentId,
+        /// The CPU it runs on now.
+        from: CpuId,
+        /// The CPU it moves to.
+        to: CpuId,
+    },
     /// Run `cpu` at `speed` (a fraction of its hardware speed).
-    SetSpeed { cpu: CpuId, speed: f64 },
+    SetSpeed {
+        /// The CPU.
+        cpu: CpuId,
+        /// Its new speed, a fraction of its hardware speed.
+        speed: f64,
+    },
 }
 
 impl Layout {
@@ -173,18 +185,51 @@ impl Layout {
 /// Bad input to the controller. Every variant names the offending numbers.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ComponentsError {
+    /// The driver reported a different number of components than the layout has.
     #[error("{got} observations for {expected} components")]
-    ObservationCount { expected: usize, got: usize },
+    ObservationCount {
+        /// Components in the layout.
+        expected: usize,
+        /// Observations given.
+        got: usize,
+    },
+    /// A layout names a CPU the machine does not have.
     #[error("{cpu} is not one of the machine's {cpus} CPUs")]
-    UnknownCpu { cpu: CpuId, cpus: usize },
+    UnknownCpu {
+        /// The CPU.
+        cpu: CpuId,
+        /// How many CPUs the machine has.
+        cpus: usize,
+    },
+    /// A layout gives a speed for a different number of CPUs than the machine has.
     #[error("layout gives {got} CPU speeds, the machine has {expected} CPUs")]
-    SpeedCount { expected: usize, got: usize },
+    SpeedCount {
+        /// CPUs of the machine.
+        expected: usize,
+        /// Speeds given.
+        got: usize,
+    },
+    /// A speed outside (0, 1].
     #[error("speed {speed} for {cpu} is outside (0, 1]")]
-    BadSpeed { cpu: CpuId, speed: f64 },
+    BadSpeed {
+        /// The CPU.
+        cpu: CpuId,
+        /// The speed.
+        speed: f64,
+    },
+    /// The controller was given no CPU to use.
     #[error("the controller may use no CPU")]
     NoCpus,
+    /// A controller setting out of its range.
     #[error("controller setting {name} = {value} is out of range ({range})")]
-    BadConfig { name: &'static str, value: f64, range: &'static str },
+    BadConfig {
+        /// The setting.
+        name: &'static str,
+        /// Its value.
+        value: f64,
+        /// The range it must lie in.
+        range: &'static str,
+    },
 }
 
 /// Knobs of the controller, with the defaults the documentation of each field gives.
@@ -462,6 +507,7 @@ impl Controller {
         Ok(Controller { cfg, allowed, pending: None, trial: None, rejected: Vec::new(), windows: 0 })
     }
 
+    /// The settings in force.
     pub fn config(&self) -> &ControllerConfig {
         &self.cfg
     }

@@ -46,10 +46,18 @@ pub enum Placement {
     /// Not scheduled: every operation runs on the caller's core (the hardware caches it).
     Local,
     /// Packed into this core's private cache: every operation runs on `owner`.
-    Core { owner: CpuId },
+    Core {
+        /// The core.
+        owner: CpuId,
+    },
     /// Packed into the shared cache of `domain`: callers inside the domain run operations where
     /// they are, callers outside hop to `home` (a core of the domain).
-    Domain { domain: usize, home: CpuId },
+    Domain {
+        /// The domain (an index into the budgets).
+        domain: usize,
+        /// The core of the domain that callers from outside hop to.
+        home: CpuId,
+    },
     /// Read-mostly and too hot for one core: every core runs reads locally on its own copy.
     Replicated,
 }
@@ -81,23 +89,54 @@ impl Placement {
 /// Errors building a placer.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ObjectsError {
+    /// The placer was given no core.
     #[error("no cores to place objects on")]
     NoCores,
+    /// A CPU the machine does not have.
     #[error("{cpu} is not a CPU of machine {machine:?}")]
-    UnknownCpu { cpu: CpuId, machine: String },
+    UnknownCpu {
+        /// The CPU.
+        cpu: CpuId,
+        /// The machine's name.
+        machine: String,
+    },
+    /// A CPU without data caches in the description: no budget can be sized.
     #[error("machine {machine:?} lists no data caches for {cpu}: cannot size its cache budget")]
-    NoCacheInfo { cpu: CpuId, machine: String },
+    NoCacheInfo {
+        /// The CPU.
+        cpu: CpuId,
+        /// The machine's name.
+        machine: String,
+    },
+    /// An object that fits in no free budget of its core.
     #[error("object {object:?} ({bytes} bytes) does not fit in the free cache budget of {cpu}")]
-    NoRoom { object: ObjectId, bytes: u64, cpu: CpuId },
+    NoRoom {
+        /// The object.
+        object: ObjectId,
+        /// Its size.
+        bytes: u64,
+        /// The core.
+        cpu: CpuId,
+    },
+    /// An object id the placer never registered.
     #[error("unknown object {0:?}")]
     UnknownObject(ObjectId),
+    /// A placer setting out of its range.
     #[error("invalid placer setting {name} = {value}: {why}")]
-    BadConfig { name: &'static str, value: f64, why: &'static str },
+    BadConfig {
+        /// The setting.
+        name: &'static str,
+        /// Its value.
+        value: f64,
+        /// What it must be.
+        why: &'static str,
+    },
 }
 
 /// One core's share of the caches.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CoreBudget {
+    /// The core.
     pub cpu: CpuId,
     /// Bytes of this core's private caches the packer may fill.
     pub private_bytes: u64,
@@ -112,13 +151,16 @@ pub struct CoreBudget {
 pub struct DomainBudget {
     /// Bytes of the shared cache the packer may fill.
     pub shared_bytes: u64,
+    /// The cores that share the cache.
     pub cpus: Vec<CpuId>,
 }
 
 /// The cache budgets of the cores objects may be placed on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Budgets {
+    /// Per core: its private budget.
     pub cores: Vec<CoreBudget>,
+    /// Per shared-cache domain: its shared budget.
     pub domains: Vec<DomainBudget>,
 }
 
@@ -355,9 +397,11 @@ pub struct ObjectHints {
 pub struct ObjectSample {
     /// Operations run on the caller's core (object local, or caller in the object's domain).
     pub local_ops: u64,
+    /// Their summed run time, in ns.
     pub local_ns: u64,
     /// Operations run on the owner after a hop there.
     pub owner_ops: u64,
+    /// Their summed run time on the owner, in ns (the hop excluded).
     pub owner_ns: u64,
     /// CPU time spent moving operations to the owner and back (summed over `owner_ops`); time
     /// spent waiting in the owner's queue is not counted (the CPUs run other work meanwhile).
@@ -367,6 +411,7 @@ pub struct ObjectSample {
 }
 
 impl ObjectSample {
+    /// All operations, wherever they ran.
     pub fn ops(&self) -> u64 {
         self.local_ops + self.owner_ops
     }
@@ -375,7 +420,9 @@ impl ObjectSample {
 /// One core during one period.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct CoreSample {
+    /// Time the core spent running operations, in ns.
     pub busy_ns: u64,
+    /// Length of the period, in ns.
     pub elapsed_ns: u64,
 }
 
@@ -402,9 +449,13 @@ pub enum MoveReason {
 /// A placement change the driver must apply.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Move {
+    /// The object.
     pub object: ObjectId,
+    /// Where it was.
     pub from: Placement,
+    /// Where it goes.
     pub to: Placement,
+    /// Why.
     pub reason: MoveReason,
 }
 
@@ -492,6 +543,7 @@ impl ObjectState {
 /// An item for [`pack`]: one object or one group of objects used together.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PackItem {
+    /// Bytes it occupies in a cache.
     pub bytes: u64,
     /// Work it brings per period (any unit, the same for all items).
     pub load: f64,
@@ -664,10 +716,12 @@ impl Placer {
         Placer::new(budgets, config)
     }
 
+    /// The cache budgets it packs into.
     pub fn budgets(&self) -> &Budgets {
         &self.budgets
     }
 
+    /// The settings in force.
     pub fn config(&self) -> &PlacerConfig {
         &self.config
     }
@@ -727,10 +781,12 @@ impl Placer {
         Ok(from)
     }
 
+    /// Registered objects.
     pub fn len(&self) -> usize {
         self.objects.len()
     }
 
+    /// Whether no object is registered.
     pub fn is_empty(&self) -> bool {
         self.objects.is_empty()
     }

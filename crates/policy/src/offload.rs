@@ -60,12 +60,26 @@ pub const STATIC_PROFILE_HOPS: u64 = 2;
 /// Typed errors of the offload decisions.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum OffloadError {
+    /// A predictor table of zero entries.
     #[error("a predictor table needs at least one entry")]
     EmptyTable,
+    /// A threshold tuner setting out of range.
     #[error("threshold tuner: bad {field}: {reason}")]
-    BadTuner { field: &'static str, reason: String },
+    BadTuner {
+        /// The setting.
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// A policy spec that does not parse.
     #[error("bad offload policy {spec:?}: {reason} (expected never | always | size[:BYTES] | static:CALL,CALL… | predicted[:fa|dm|time][:N|tuned] | adaptive[:ARM+ARM…])")]
-    BadSpec { spec: String, reason: String },
+    BadSpec {
+        /// The spec.
+        spec: String,
+        /// Why.
+        reason: String,
+    },
+    /// The adaptive policy's sampler settings are bad.
     #[error(transparent)]
     Payoff(#[from] PayoffError),
 }
@@ -132,6 +146,7 @@ fn kind_label(kind: CallKind) -> String {
 /// The predictor-driven policy: offload when the predicted run exceeds N.
 #[derive(Clone, Debug)]
 pub struct Predicted {
+    /// The run-length predictor it asks.
     pub predictor: RunLengthPredictor,
     threshold: u64,
     tuner: Option<ThresholdTuner>,
@@ -158,10 +173,12 @@ impl Predicted {
         self.threshold
     }
 
+    /// The tuner of N, if N is tuned.
     pub fn tuner(&self) -> Option<&ThresholdTuner> {
         self.tuner.as_ref()
     }
 
+    /// The predicted run of `call`.
     pub fn predict(&self, call: &CallDesc) -> Prediction {
         self.predictor.predict_call(call)
     }
@@ -224,11 +241,16 @@ impl Adaptive {
 /// An offload policy: one of the papers' decision rules.
 #[derive(Clone, Debug)]
 pub enum OffloadPolicy {
+    /// Every call runs on the caller (the baseline).
     Never,
+    /// Every call goes to a service core.
     Always,
+    /// The 4 KB rule (RWThresh).
     SizeThreshold {
+        /// Byte-moving calls go across from this size on.
         bytes: u64,
     },
+    /// The kinds chosen from a profile (SI).
     StaticProfile(StaticProfile),
     /// Boxed: the predictor table and tuner are much larger than the other variants.
     Predicted(Box<Predicted>),

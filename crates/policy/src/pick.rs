@@ -39,6 +39,7 @@ pub struct Pick {
 /// What the caller knows about one CPU that could serve the hop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Candidate {
+    /// The CPU.
     pub cpu: CpuId,
     /// Work queued or running there.
     pub queue_len: usize,

@@ -117,18 +117,33 @@ pub enum Work {
 /// Why an SMT decision could not be made.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SmtError {
+    /// AMP mode on a machine without SMT.
     #[error("AMP mode needs an SMT core (a core with two or more hardware contexts); machine {machine:?} has none")]
-    NoSmtCore { machine: String },
+    NoSmtCore {
+        /// The machine's name.
+        machine: String,
+    },
+    /// No co-run sample to classify from.
     #[error("classification needs at least one co-run sample")]
     NoSamples,
+    /// A progress rate that is not finite and positive.
     #[error("progress rate {what} must be finite and > 0, got {value}")]
-    BadRate { what: &'static str, value: f64 },
+    BadRate {
+        /// Whose.
+        what: &'static str,
+        /// Its value.
+        value: f64,
+    },
+    /// A classification margin outside [0, 1).
     #[error("classification margin must be in [0, 1), got {0}")]
     BadMargin(f64),
+    /// A hybrid time slice of 0.
     #[error("the hybrid time slice must be > 0 ns")]
     ZeroSlice,
+    /// An application admitted twice.
     #[error("application {0} is already admitted")]
     DuplicateApp(AppId),
+    /// An application never admitted.
     #[error("application {0} is not admitted")]
     UnknownApp(AppId),
 }
@@ -275,7 +290,9 @@ impl SmtLayout {
 /// sharing it with a sibling.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct CoRun {
+    /// Its rate alone on the core.
     pub alone: f64,
+    /// Its rate with the sibling busy.
     pub shared: f64,
 }
 
@@ -299,13 +316,16 @@ impl CoRun {
 /// contexts of one core.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
+    /// The application.
     pub app: CoRun,
+    /// Its partner.
     pub partner: CoRun,
 }
 
 /// The verdict of a [`Classifier`], with the figures behind it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Classification {
+    /// The class it falls in.
     pub class: Class,
     /// Mean over samples of `app.relative() + partner.relative()`: the core's total progress
     /// when shared, relative to giving it to each application in turn (1.0).
@@ -335,6 +355,8 @@ impl Classifier {
     /// ±5 %: below the run-to-run noise of the paper's measurements.
     pub const DEFAULT_MARGIN: f64 = 0.05;
 
+    /// A classifier that calls an application [`Class::Any`] when its weighted speedup lies
+    /// within `margin` of 1.0.
     pub fn new(margin: f64) -> Result<Classifier, SmtError> {
         if !(0.0..1.0).contains(&margin) {
             return Err(SmtError::BadMargin(margin));
@@ -406,7 +428,9 @@ impl Default for HybridConfig {
 /// A mode change decided by [`Hybrid::tick`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Switch {
+    /// The mode before.
     pub from: Mode,
+    /// The mode after.
     pub to: Mode,
     /// When it was decided (the `now` given to `tick`).
     pub at: u64,
@@ -431,6 +455,7 @@ pub struct Hybrid {
 }
 
 impl Hybrid {
+    /// A hybrid scheduler with `config`.
     pub fn new(config: HybridConfig) -> Result<Hybrid, SmtError> {
         if config.slice_ns == 0 {
             return Err(SmtError::ZeroSlice);

@@ -6,25 +6,45 @@ use serde::{Deserialize, Serialize};
 /// (fast-core-switching §3.6) plus the stat family; anything else is `Other(number)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum CallKind {
+    /// `read(2)`
     Read,
+    /// `write(2)`
     Write,
+    /// `pread64(2)`
     Pread,
+    /// `pwrite64(2)`
     Pwrite,
+    /// `readv(2)`
     Readv,
+    /// `writev(2)`
     Writev,
+    /// `open(2)`
     Open,
+    /// `openat(2)`
     Openat,
+    /// `stat(2)`
     Stat,
+    /// `fstat(2)`
     Fstat,
+    /// `lstat(2)`
     Lstat,
+    /// `newfstatat(2) (fstatat)`
     Newfstatat,
+    /// `fsync(2)`
     Fsync,
+    /// `fdatasync(2)`
     Fdatasync,
+    /// `sendfile(2)`
     Sendfile,
+    /// `sendto(2)`
     Sendto,
+    /// `recvfrom(2)`
     Recvfrom,
+    /// `poll(2), ppoll`
     Poll,
+    /// `select(2), pselect6`
     Select,
+    /// `statx(2)`
     Statx,
     /// Any other call, by its system-call number (or, where only a name is known, by
     /// [`CallKind::id_of_name`]).
@@ -146,6 +166,7 @@ impl CallKind {
 /// where in the program.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct CallDesc {
+    /// Which call.
     pub kind: CallKind,
     /// The file descriptor, or -1 for calls without one (open, stat).
     pub fd: i32,
@@ -157,6 +178,7 @@ pub struct CallDesc {
 }
 
 impl CallDesc {
+    /// A description from its parts.
     pub fn new(kind: CallKind, fd: i32, size: u64, site: u64) -> CallDesc {
         CallDesc { kind, fd, size, site }
     }

@@ -43,13 +43,22 @@ pub const GLOBAL_HISTORY: usize = 3;
 #[serde(rename_all = "snake_case")]
 pub enum TableForm {
     /// Tagged entries, any key anywhere, the least recently used evicted (a CAM in hardware).
-    FullyAssociative { entries: usize },
+    FullyAssociative {
+        /// Table size.
+        entries: usize,
+    },
     /// Tagless: entry `key % entries`; colliding keys share (and disturb) one entry.
-    DirectMapped { entries: usize },
+    DirectMapped {
+        /// Table size.
+        entries: usize,
+    },
     /// For times: tagged entries at `key % entries` (a colliding key replaces the entry),
     /// each the key's last three runs; predictions are medians, with the call kind's median
     /// as the fallback (module docs). Allocates only when built.
-    Timed { entries: usize },
+    Timed {
+        /// Table size.
+        entries: usize,
+    },
 }
 
 impl TableForm {
@@ -94,7 +103,9 @@ pub enum Source {
 /// A predicted run length and its source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Prediction {
+    /// The predicted run length.
     pub run: u64,
+    /// Where the prediction came from.
     pub source: Source,
 }
 
@@ -247,6 +258,7 @@ impl RunLengthPredictor {
         }
     }
 
+    /// The table's form.
     pub fn form(&self) -> TableForm {
         self.form
     }
@@ -314,6 +326,7 @@ impl RunLengthPredictor {
         }
     }
 
+    /// Whether nothing was observed yet.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -62,6 +62,7 @@ impl Default for TunerConfig {
 }
 
 impl TunerConfig {
+    /// Checks every field's range.
     pub fn validate(&self) -> Result<(), OffloadError> {
         let bad = |field: &'static str, reason: String| Err(OffloadError::BadTuner { field, reason });
         if self.min == 0 || self.min > self.max {
@@ -101,8 +102,11 @@ enum Phase {
 /// What the last completed sampling round decided.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Round {
+    /// The Ns sampled: N, N·step, N/step.
     pub candidates: [u64; 3],
+    /// Their feedback.
     pub scores: [f64; 3],
+    /// The N chosen.
     pub chosen: u64,
 }
 
@@ -120,6 +124,7 @@ pub struct ThresholdTuner {
 }
 
 impl ThresholdTuner {
+    /// A tuner starting at `config.initial`.
     pub fn new(config: TunerConfig) -> Result<ThresholdTuner, OffloadError> {
         config.validate()?;
         let mut tuner = ThresholdTuner {
@@ -149,6 +154,7 @@ impl ThresholdTuner {
         }
     }
 
+    /// Whether a sampling round is under way.
     pub fn is_sampling(&self) -> bool {
         matches!(self.phase, Phase::Sample { .. })
     }
@@ -158,6 +164,7 @@ impl ThresholdTuner {
         self.run_epochs
     }
 
+    /// The multiplicative step of the next round.
     pub fn step(&self) -> f64 {
         self.step
     }
@@ -167,6 +174,7 @@ impl ThresholdTuner {
         self.rounds
     }
 
+    /// What the last completed round decided.
     pub fn last_round(&self) -> Option<Round> {
         self.last_round
     }
