@@ -241,11 +241,6 @@ impl Idle {
         };
         Idle { budget: SpinBudget::new(config), timed_out: false, slept_at: None, polled_ns: 0 }
     }
-
-    /// How long the thread polls now before sleeping, in ns.
-    pub fn budget_ns(&self) -> u64 {
-        self.budget.budget_ns()
-    }
 }
 
 /// The request slots of one service thread.

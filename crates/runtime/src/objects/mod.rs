@@ -672,19 +672,6 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         self.period_ns.store(next.length(self.base_period_ns), Ordering::Relaxed);
     }
 
-    /// Whether operations follow the placer's routes now, and the sampler's last verdict: the
-    /// arm it settled on (0: every operation where it is called; 1: the routes), its rounds
-    /// and the share of time its trials lost.
-    pub fn routing(&self) -> Routing {
-        let gate = self.gate.lock().unwrap_or_else(|e| e.into_inner());
-        Routing {
-            moving: self.moving.load(Ordering::Relaxed),
-            settled_on_routes: gate.as_ref().is_none_or(|s| s.incumbent() != STAY),
-            rounds: gate.as_ref().map_or(0, |s| s.rounds().0),
-            regret_share: gate.as_ref().map_or(0.0, ArmSampler::regret_share),
-        }
-    }
-
     fn end_period_locked(&self, placer: &mut Placer, now: u64) -> Vec<Move> {
         let start = self.period_start.swap(now, Ordering::Relaxed);
         let elapsed_ns = now.saturating_sub(start);
@@ -732,19 +719,6 @@ impl<K: Hash + Eq, T> Objects<K, T> {
 /// them from memory at a pessimistic 0.5 byte/ns, and never less than 50 µs.
 fn preempted_after(bytes: u64) -> u64 {
     (bytes * 2).max(50_000)
-}
-
-/// Whether an [`Objects`] registry follows its placer's routes ([`Objects::routing`]).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Routing {
-    /// Operations follow the routes now (this period may be a trial).
-    pub moving: bool,
-    /// The sampler settled on following the routes (or there is no sampler).
-    pub settled_on_routes: bool,
-    /// Its completed rounds.
-    pub rounds: u32,
-    /// The share of time its trials lost.
-    pub regret_share: f64,
 }
 
 /// How many objects are placed each way.
