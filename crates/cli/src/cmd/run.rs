@@ -20,7 +20,7 @@ use corehop_sys::wire::env;
 use corehop_topology::{format_cpu_list, parse_cpu_list};
 use serde::Serialize;
 
-use crate::report::{fmt_ns, Stats, Table};
+use corehop_bench::report::{fmt_ns, Stats, Table};
 
 /// The file name of the preload library cargo builds.
 pub const LIBRARY: &str = "libcorehop_preload.so";
@@ -349,7 +349,7 @@ struct CompareJson {
 fn compare(mut launch: Launch, reps: u32, service_cpus: &[usize], out: &CompareOutput) -> anyhow::Result<()> {
     launch.capture = true;
     let offload = launch.offload.take().context("--compare needs --offload")?;
-    let bar = crate::report::progress(u64::from(reps) * 2, "runs");
+    let bar = corehop_bench::report::progress(u64::from(reps) * 2, "runs");
     let mut times: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     let mut same = [true, true];
     let mut first: Option<(ExitStatus, Vec<u8>, Vec<u8>)> = None;
@@ -401,7 +401,7 @@ fn compare(mut launch: Launch, reps: u32, service_cpus: &[usize], out: &CompareO
             max_ns: s.max,
             same_output: same,
         };
-        crate::report::print_json(&CompareJson {
+        corehop_bench::report::print_json(&CompareJson {
             command: command.clone(),
             reps,
             service_cpus: service_cpus.to_vec(),
@@ -423,7 +423,7 @@ fn compare(mut launch: Launch, reps: u32, service_cpus: &[usize], out: &CompareO
             ("plain".to_string(), plain.median / 1e6),
             (format!("offload {}", offload.policy), offloaded.median / 1e6),
         ];
-        crate::report::plot_bars(
+        corehop_bench::report::plot_bars(
             path,
             &format!("corehop run --compare: {}", command.join(" ")),
             "median wall time (ms)",

@@ -15,7 +15,7 @@ use corehop_runtime::sys;
 use serde::Serialize;
 
 use super::run::{find_library, Launch, Offload, PolicyArg};
-use crate::report::{fmt_ns, OutputArgs, Stats, Table};
+use corehop_bench::report::{fmt_ns, OutputArgs, Stats, Table};
 
 /// Real programs plain and under `corehop run --offload`, alternating, outputs compared.
 ///
@@ -211,7 +211,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             None => true,
         })
         .collect();
-    let bar = crate::report::progress(runnable.len() as u64 * u64::from(reps) * 2, "runs");
+    let bar = corehop_bench::report::progress(runnable.len() as u64 * u64::from(reps) * 2, "runs");
     for program in runnable {
         let script = format!("cd '{}' && {}", dir.display(), program.script);
         let command: Vec<OsString> = vec!["sh".into(), "-c".into(), script.into()];
@@ -278,7 +278,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 fn print(report: &Report, output: &OutputArgs, service: usize) -> anyhow::Result<()> {
     if output.json {
-        crate::report::print_json(report)?;
+        corehop_bench::report::print_json(report)?;
     } else {
         let mut table = Table::new([
             "program",
@@ -318,7 +318,7 @@ fn print(report: &Report, output: &OutputArgs, service: usize) -> anyhow::Result
     if let Some(path) = &output.plot {
         let bars: Vec<(String, f64)> =
             report.results.iter().map(|r| (r.program.to_string(), r.ratio)).collect();
-        crate::report::plot_bars(path, "offload / plain median wall time", "ratio", &bars)?;
+        corehop_bench::report::plot_bars(path, "offload / plain median wall time", "ratio", &bars)?;
     }
     Ok(())
 }
