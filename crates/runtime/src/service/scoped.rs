@@ -1,81 +1,109 @@
 //! Handing a borrowed closure to a service thread and waiting for it: the one unsafe step of
 //! service cores.
 //!
-//! Protocol (who owns what, when):
+//! The closure stays on the caller's stack; what travels is its address, in a request slot of
+//! the service thread's lane (`corehop_sys::handoff`: the request one line, the completion
+//! one line, the same discipline as the preload library's service threads).
 //!
 //! ```text
 //!  caller                                     service thread
 //!  ──────                                     ──────────────
-//!  box closure (borrows caller's stack)
-//!  erase its lifetime ── Job ──────────────▶  pop Job
-//!  wait on Done (spin, then futex)            run closure (panics caught inside),
-//!        ⋮                                    closure and its captures dropped
-//!        ⋮                                    record timings, Done.state := 1, futex_wake
-//!  see state 1, read timings, return ◀──────
+//!  closure on its stack (borrows the caller's frame)
+//!  its address, lifetime erased ── request ─▶ claim the slot
+//!  wait for the completion (spin, then futex) run the closure (panics caught inside)
+//!        ⋮                                    write the completion (timings)
+//!  see the completion, return ◀──────────────
 //! ```
 //!
-//! The caller does not return, and cannot unwind, between sending the job and seeing
-//! `state == 1` ([`Done::wait`] never panics), and the service thread drops the closure
-//! before it sets `state`. So every borrow the closure holds outlives its last use: the same
-//! argument as `std::thread::scope`. `Done` lives in an `Arc`, so the service thread may still
-//! touch it (the futex wake) after the caller has returned.
+//! The caller does not return, and cannot unwind, between submitting the request and seeing
+//! its completion (`Lane::call` never panics, and a request without a stall timeout is never
+//! withdrawn), and the service thread touches the closure only between its claim and the
+//! completion. So every borrow the closure holds outlives its last use: the same argument as
+//! `std::thread::scope`.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::panic::{self, AssertUnwindSafe};
+
+use corehop_sys::handoff::{self, Outcome, Waiting};
 
 use crate::sys;
 
-/// A unit of work for a service thread, with the completion it must signal.
-pub(crate) struct Job {
-    pub(crate) run: Box<dyn FnOnce() + Send + 'static>,
-    pub(crate) done: Arc<Done>,
-    /// When it was sent (`sys::now_ns`), to measure the queue wait.
-    pub(crate) sent_ns: u64,
+/// A service thread's request slots.
+pub(crate) type Lane = handoff::Lane<Request, Completion>;
+
+/// A closure to run, by address, and when it was sent.
+#[derive(Clone, Copy)]
+pub(crate) struct Request {
+    job: *mut (dyn FnMut() + Send + 'static),
+    /// `sys::now_ns` when it was sent, to measure the queue wait.
+    sent_ns: u64,
 }
 
-/// Completion of one job, with what the service thread measured.
-#[derive(Default)]
-pub(crate) struct Done {
-    state: AtomicU32,
+// SAFETY: the closure behind `job` is `Send`, and only the service thread that claimed the
+// request calls it, while the caller waits (module docs).
+unsafe impl Send for Request {}
+
+impl Request {
+    /// When it was sent (`sys::now_ns`).
+    pub(crate) fn sent_ns(&self) -> u64 {
+        self.sent_ns
+    }
+
+    /// Where the closure lives (on its caller's stack).
+    pub(crate) fn job_addr(&self) -> usize {
+        self.job as *mut u8 as usize
+    }
+}
+
+/// What the service thread measured.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Completion {
     /// Ns from sending to the start of the run (queue wait plus wake-up).
-    pub(crate) wait_ns: AtomicU64,
+    pub(crate) wait_ns: u64,
     /// Ns the closure ran.
-    pub(crate) run_ns: AtomicU64,
+    pub(crate) run_ns: u64,
 }
 
-impl Done {
-    /// Marks the job finished (after its closure was dropped) and wakes the caller.
-    pub(crate) fn finish(&self, wait_ns: u64, run_ns: u64) {
-        self.wait_ns.store(wait_ns, Ordering::Relaxed);
-        self.run_ns.store(run_ns, Ordering::Relaxed);
-        self.state.store(1, Ordering::Release);
-        sys::futex_wake(&self.state, 1);
-    }
+const _: () = assert!(handoff::fits_one_line::<Request, Completion>(), "one line each way");
 
-    /// Spins for up to `spin`, then sleeps on the futex, until [`Done::finish`]. Never panics.
-    pub(crate) fn wait(&self, spin: Duration) {
-        let start = Instant::now();
-        while self.state.load(Ordering::Acquire) == 0 {
-            if start.elapsed() < spin {
-                sys::cpu_relax();
-            } else {
-                // A finish between the load and the wait makes the futex see 1: no lost wake.
-                sys::futex_wait(&self.state, 0, None);
-            }
+/// Runs `f` on the service thread serving `lane` and waits for it, spinning up to `spin_ns`
+/// before sleeping. Returns its result (or its panic) and what the service thread measured.
+pub(crate) fn run_there<R: Send>(
+    lane: &Lane,
+    hint: usize,
+    spin_ns: u64,
+    f: impl FnOnce() -> R + Send,
+) -> (std::thread::Result<R>, Completion) {
+    let mut f = Some(f);
+    let mut out = None;
+    let mut job = || {
+        if let Some(f) = f.take() {
+            out = Some(panic::catch_unwind(AssertUnwindSafe(f)));
         }
-    }
+    };
+    let job: &mut (dyn FnMut() + Send + '_) = &mut job;
+    // SAFETY: only the lifetime bound changes (same fat pointer). The closure lives on this
+    // frame until this function returns, which it does only after the completion (module docs).
+    let job = unsafe {
+        std::mem::transmute::<*mut (dyn FnMut() + Send + '_), *mut (dyn FnMut() + Send + 'static)>(job)
+    };
+    let waiting = Waiting { spin_ns, stall_timeout_ns: u64::MAX };
+    let completion = loop {
+        match lane.call(Request { job, sent_ns: sys::now_ns() }, hint, waiting) {
+            Outcome::Done(completion) => break completion,
+            // Every slot taken: as many callers as slots wait for this core already.
+            Outcome::Full => std::thread::yield_now(),
+            Outcome::Withdrawn => unreachable!("a request without a stall timeout is never withdrawn"),
+        }
+    };
+    (out.expect("the service thread ran the closure"), completion)
 }
 
-/// Turns a closure that borrows the caller's stack into a job a service thread can run.
-///
-/// # Safety
-/// The caller must not return or unwind past the borrows `f` holds until the job's
-/// [`Done`] has finished (call [`Done::wait`] right after sending; it cannot panic), and
-/// must make sure the job is either run by a service thread that finishes `done` after
-/// dropping the closure, or dropped unrun before the borrows end.
-pub(crate) unsafe fn erase<'a>(f: Box<dyn FnOnce() + Send + 'a>) -> Box<dyn FnOnce() + Send + 'static> {
-    // SAFETY: only the lifetime bound changes (same layout: a fat Box of the same trait);
-    // the caller's contract keeps every borrow alive for as long as the closure exists.
-    unsafe { std::mem::transmute::<Box<dyn FnOnce() + Send + 'a>, Box<dyn FnOnce() + Send + 'static>>(f) }
+/// Runs a claimed request on the service thread.
+pub(crate) fn execute(request: &Request) -> Completion {
+    let start = sys::now_ns();
+    // SAFETY: the request is claimed: its caller waits in `run_there`, keeping the closure and
+    // its borrows alive, and no one else calls it. It catches its own panics.
+    unsafe { (*request.job)() };
+    let end = sys::now_ns();
+    Completion { wait_ns: start.saturating_sub(request.sent_ns), run_ns: end.saturating_sub(start) }
 }
