@@ -78,7 +78,7 @@ mod scoped;
 pub use call::{SysCall, SysResult};
 use scoped::Lane;
 
-/// How long a caller spins for its result before sleeping on a futex.
+/// The longest a caller spins for its result before sleeping on a futex.
 pub const DEFAULT_CALLER_SPIN: Duration = Duration::from_micros(50);
 /// An idle service thread's first polling budget (its guess of a wake-up's cost) before it has
 /// measured the gaps between requests.
@@ -106,7 +106,8 @@ pub struct ServiceConfig {
     pub cpus: Vec<usize>,
     /// How a caller chooses among several service cores (WC / AF / PA, fast-core-switching §9.2).
     pub pick: Pick,
-    /// How long a caller spins for a result before sleeping.
+    /// The longest a caller spins for a result before sleeping; it spins less when its recent
+    /// answers came sooner (`corehop_sys::handoff::Waiting`).
     pub caller_spin: Duration,
     /// An idle service thread's first polling budget before it sleeps; the budget then adapts
     /// to the gaps between requests (zero: never poll, sleep at once).
@@ -140,16 +141,25 @@ pub struct CoreStats {
     /// Thread cores: time the idle service thread spent polling for work, in ns (the CPU that
     /// polling cost); None for hop-based cores.
     pub polled_ns: Option<u64>,
+    /// Thread cores: time callers spent spinning for answers, in ns (the callers' polling
+    /// cost); None for hop-based cores.
+    pub caller_spun_ns: Option<u64>,
 }
 
 /// A core's counters, each on the line of the side that writes it: callers count what they
 /// send, the service thread what it ran, so the hand-off moves no counter line.
 #[derive(Default)]
 struct Load {
-    /// Written by callers: jobs sent.
-    sent: CachePadded<AtomicU64>,
+    /// Written by callers: jobs sent, and how long callers spun for answers.
+    sent: CachePadded<Sent>,
     /// Written by the service thread (hop cores: by the callers).
     done: CachePadded<Done>,
+}
+
+#[derive(Default)]
+struct Sent {
+    jobs: AtomicU64,
+    spun_ns: AtomicU64,
 }
 
 #[derive(Default)]
@@ -167,7 +177,7 @@ impl Load {
     /// Jobs sent and not yet finished.
     fn pending(&self) -> usize {
         let done = self.done.jobs.load(Ordering::Relaxed) + self.done.fallbacks.load(Ordering::Relaxed);
-        self.sent.load(Ordering::Relaxed).saturating_sub(done) as usize
+        self.sent.jobs.load(Ordering::Relaxed).saturating_sub(done) as usize
     }
 
     fn expected_delay_ns(&self) -> u64 {
@@ -289,6 +299,7 @@ impl ServiceCores {
                     .and_then(|_| thread_cpu_ns(c.load.done.tid.load(Ordering::Relaxed))),
                 fallbacks: c.load.done.fallbacks.load(Ordering::Relaxed),
                 polled_ns: c.thread.as_ref().map(|_| c.load.done.polled_ns.load(Ordering::Relaxed)),
+                caller_spun_ns: c.thread.as_ref().map(|_| c.load.sent.spun_ns.load(Ordering::Relaxed)),
             })
             .collect()
     }
@@ -349,9 +360,10 @@ impl ServiceCores {
             return Self::hop_and_run(core, cpu, f);
         }
         let lane = core.lane.as_ref().expect("a thread core has a lane");
-        core.load.sent.fetch_add(1, Ordering::Relaxed);
+        core.load.sent.jobs.fetch_add(1, Ordering::Relaxed);
         let spin_ns = self.config.caller_spin.as_nanos().min(u64::MAX as u128) as u64;
-        let (out, completion) = scoped::run_there(lane, SLOT_HINT.with(|h| *h), spin_ns, f);
+        let (out, completion, spun_ns) = scoped::run_there(lane, SLOT_HINT.with(|h| *h), spin_ns, f);
+        core.load.sent.spun_ns.fetch_add(spun_ns, Ordering::Relaxed);
         match out {
             Ok(r) => (r, completion.wait_ns, completion.run_ns),
             Err(payload) => panic::resume_unwind(payload),
@@ -365,7 +377,7 @@ impl ServiceCores {
     fn hop_and_run<R: Send>(core: &Core, cpu: CpuId, f: impl FnOnce() -> R + Send) -> (R, u64, u64) {
         let mut work = Some(f);
         let t0 = sys::now_ns();
-        core.load.sent.fetch_add(1, Ordering::Relaxed);
+        core.load.sent.jobs.fetch_add(1, Ordering::Relaxed);
         let hopped = crate::on(cpu, || {
             let f = work.take().expect("runs once");
             let start = sys::now_ns();

@@ -348,3 +348,30 @@ fn hop_based_service_cores_give_the_same_results() {
         Err(ServiceError::Duplicate { cpu: 1 })
     ));
 }
+
+/// While its caller sleeps, an idle service thread must not burn its CPU: after a busy phase
+/// that taught it to poll, its CPU time (the kernel's count, not wall time) over a quiet
+/// stretch stays a small part of that stretch, and the time it says it polled stays small too.
+#[test]
+fn an_idle_service_thread_does_not_burn_its_cpu_while_the_caller_sleeps() {
+    let cores = ServiceCores::start(ServiceConfig::on_cpus([service_cpu()])).unwrap();
+    for _ in 0..20_000 {
+        cores.run(|| ());
+    }
+    let before = cores.stats()[0];
+    let Some(cpu_before) = before.thread_cpu_ns else {
+        common::skip("no /proc/self/task/*/schedstat here: the thread's CPU time cannot be read");
+        return;
+    };
+    let quiet = Duration::from_millis(400);
+    std::thread::sleep(quiet);
+    let after = cores.stats()[0];
+    let cpu = after.thread_cpu_ns.unwrap() - cpu_before;
+    let polled = after.polled_ns.unwrap() - before.polled_ns.unwrap();
+    // Generous: the thread may poll for a budget of a few wake-up costs, then sleeps.
+    let bound = quiet.as_nanos() as u64 / 10;
+    eprintln!("quiet {quiet:?}: service thread CPU {cpu} ns, polled {polled} ns");
+    assert!(cpu < bound, "the idle service thread used {cpu} ns of CPU in a {quiet:?} sleep of its caller");
+    assert!(polled < bound, "the idle service thread polled {polled} ns in a {quiet:?} sleep of its caller");
+    assert!(before.caller_spun_ns.unwrap() > 0, "callers' spinning is counted");
+}

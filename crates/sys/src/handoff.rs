@@ -128,6 +128,11 @@ const PARKED: u32 = 1 << 31;
 /// Sequence numbers live below the PARKED flag.
 const SEQ_MASK: u32 = PARKED - 1;
 
+/// The fewest polls an adaptive spin makes (a few hundred ns).
+pub const MIN_SPIN_POLLS: u32 = 256;
+/// In a slot's `typical_polls`: the last answer needed a sleep.
+const SLEPT: u32 = u32::MAX;
+
 const FREE: u32 = 0;
 const FILLING: u32 = 1;
 const SUBMITTED: u32 = 2;
@@ -147,9 +152,15 @@ pub enum Outcome<Rep> {
 
 /// How long a caller spins before it sleeps, and how long it waits for a claim before it
 /// withdraws its request (`u64::MAX`: never).
+///
+/// The spin adapts to how soon answers came in this slot (a caller keeps its slot, so this is
+/// its own history): after answers that came while spinning, it spins up to four times their
+/// typical wait (in polls, at least [`MIN_SPIN_POLLS`]), so an answer late for once is slept
+/// through instead of spun through; after one that needed a sleep, a quarter of `spin_ns`. It
+/// never spins longer than `spin_ns`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Waiting {
-    /// Spin this long for the answer before sleeping on the completion line.
+    /// Spin at most this long for the answer before sleeping on the completion line.
     pub spin_ns: u64,
     /// Withdraw a request still unclaimed after this long.
     pub stall_timeout_ns: u64,
@@ -161,6 +172,9 @@ struct RequestLine<Req> {
     state: AtomicU32,
     /// The request's number, copied into `done` with the answer.
     seq: UnsafeCell<u32>,
+    /// Callers only: polls until the recent answers came (a moving average; 0: none yet,
+    /// `SLEPT`: the last one needed a sleep). A hint for the next caller of the slot.
+    typical_polls: UnsafeCell<u32>,
     /// Written in FILLING before any read.
     request: UnsafeCell<MaybeUninit<Req>>,
 }
@@ -188,6 +202,7 @@ impl<Req, Rep> Slot<Req, Rep> {
         request: RequestLine {
             state: AtomicU32::new(FREE),
             seq: UnsafeCell::new(0),
+            typical_polls: UnsafeCell::new(0),
             request: UnsafeCell::new(MaybeUninit::uninit()),
         },
         completion: CompletionLine { done: AtomicU32::new(0), reply: UnsafeCell::new(MaybeUninit::uninit()) },
@@ -199,6 +214,7 @@ impl<Req, Rep> Slot<Req, Rep> {
             request: RequestLine {
                 state: AtomicU32::new(FREE),
                 seq: UnsafeCell::new(0),
+                typical_polls: UnsafeCell::new(0),
                 request: UnsafeCell::new(MaybeUninit::uninit()),
             },
             completion: CompletionLine {
@@ -278,11 +294,18 @@ impl<Req: Copy, Rep: Copy> Lane<Req, Rep> {
     /// The request's pointers must stay valid until this returns; they do, because the caller
     /// is blocked here meanwhile.
     pub fn call(&self, request: Req, hint: usize, waiting: Waiting) -> Outcome<Rep> {
+        self.call_spun(request, hint, waiting).0
+    }
+
+    /// [`Lane::call`], also saying how the caller waited: `None` if it spun all the while,
+    /// else how long it spun (ns) before it slept. What the caller's CPU spent polling is the
+    /// whole wait in the first case, that time in the second.
+    pub fn call_spun(&self, request: Req, hint: usize, waiting: Waiting) -> (Outcome<Rep>, Option<u64>) {
         let Some(slot) = (0..SLOTS).map(|i| (hint + i) % SLOTS).find(|&i| {
             let state = &self.slots[i].request.state;
             state.load(SeqCst) == FREE && state.compare_exchange(FREE, FILLING, SeqCst, SeqCst).is_ok()
         }) else {
-            return Outcome::Full;
+            return (Outcome::Full, None);
         };
         let lines = &self.slots[slot];
         // SAFETY: FILLING: this caller owns the request cells.
@@ -299,17 +322,31 @@ impl<Req: Copy, Rep: Copy> Lane<Req, Rep> {
         self.wait(lines, seq, waiting)
     }
 
-    fn wait(&self, lines: &Slot<Req, Rep>, seq: u32, waiting: Waiting) -> Outcome<Rep> {
+    fn wait(&self, lines: &Slot<Req, Rep>, seq: u32, waiting: Waiting) -> (Outcome<Rep>, Option<u64>) {
         let done = &lines.completion.done;
         let answered = |word: u32| word & SEQ_MASK == seq;
+        // SAFETY: the slot is this caller's until it stores FREE (module docs); no one else
+        // touches `typical_polls` meanwhile.
+        let typical = lines.request.typical_polls.with(|t| unsafe { *t });
         // Spin first: a short call comes back sooner than a futex sleep and wake-up would. The
         // clock costs more than a poll: it is read only now and then, first after 64 polls
         // (the answer usually comes before).
-        let spin_ns = waiting.spin_ns.min(waiting.stall_timeout_ns);
+        let mut spin_ns = waiting.spin_ns.min(waiting.stall_timeout_ns);
+        let max_polls = match typical {
+            0 => u32::MAX,
+            SLEPT => {
+                spin_ns /= 4;
+                u32::MAX
+            }
+            t => t.saturating_mul(4).max(MIN_SPIN_POLLS),
+        };
         let mut start = None;
         let mut polls = 0u32;
         while spin_ns > 0 && !answered(done.load(SeqCst)) {
             polls = polls.wrapping_add(1);
+            if polls >= max_polls {
+                break;
+            }
             if polls.is_multiple_of(64) {
                 let now = now_ns();
                 if now.saturating_sub(*start.get_or_insert(now)) >= spin_ns {
@@ -319,17 +356,30 @@ impl<Req: Copy, Rep: Copy> Lane<Req, Rep> {
             core::hint::spin_loop();
         }
         let start = start.unwrap_or_else(now_ns);
+        let mut slept_after = None;
         loop {
             let word = done.load(SeqCst);
             if answered(word) {
-                // SAFETY: `done` holds our number: the service thread is finished with the
-                // slot, and the reply cell is ours to read.
-                // It was written before `done` (SeqCst swap after the write).
-                let reply = lines.completion.reply.with(|cell| unsafe { (*cell).assume_init() });
+                let typical = if slept_after.is_some() {
+                    SLEPT
+                } else if typical == 0 || typical == SLEPT {
+                    polls.max(1)
+                } else {
+                    ((u64::from(typical) * 3 + u64::from(polls)) / 4).max(1) as u32
+                };
+                // SAFETY: as above, and `done` holds our number: the service thread is finished
+                // with the slot, and the reply cell (written before `done`) is ours to read.
+                let reply = unsafe {
+                    lines.request.typical_polls.with_mut(|t| *t = typical);
+                    lines.completion.reply.with(|cell| (*cell).assume_init())
+                };
                 // Release, not SeqCst: the line is the service thread's now (its claim), and a
                 // plain store waits for it in the store buffer, not on the caller's way out.
                 lines.request.state.store(FREE, Release);
-                return Outcome::Done(reply);
+                return (Outcome::Done(reply), slept_after);
+            }
+            if slept_after.is_none() {
+                slept_after = Some(now_ns().saturating_sub(start));
             }
             let state = lines.request.state.load(SeqCst);
             if state == SUBMITTED {
@@ -337,7 +387,7 @@ impl<Req: Copy, Rep: Copy> Lane<Req, Rep> {
                 if waited >= waiting.stall_timeout_ns {
                     if lines.request.state.compare_exchange(SUBMITTED, CANCELLED, SeqCst, SeqCst).is_ok() {
                         lines.request.state.store(FREE, SeqCst);
-                        return Outcome::Withdrawn;
+                        return (Outcome::Withdrawn, slept_after);
                     }
                     continue; // claimed meanwhile: from now on it must be waited for
                 }
@@ -434,7 +484,7 @@ mod tests {
 
     #[test]
     fn a_request_and_its_completion_are_one_line_each() {
-        assert!(fits_one_line::<[u64; 7], [u64; 7]>());
+        assert!(fits_one_line::<[u64; 6], [u64; 7]>());
         assert!(!fits_one_line::<[u64; 8], u64>());
         assert_eq!(core::mem::size_of::<Slot<u64, u64>>(), 128);
     }
@@ -510,6 +560,45 @@ mod tests {
         }
         assert!(done > 0, "no request completed");
         eprintln!("{done} done, {withdrawn} withdrawn or refused for lack of a slot");
+    }
+
+    /// A caller whose answers came at once spins only a little longer than they took: when
+    /// one is late, it sleeps long before its spin limit, and from then on spins less.
+    #[test]
+    fn the_spin_adapts_to_how_soon_answers_came() {
+        let lane: &'static TestLane = Box::leak(Box::new(Lane::new()));
+        let slow = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let service = {
+            let (slow, stop) = (slow.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Relaxed) {
+                    if !lane.has_work() {
+                        lane.sleep(Some(1_000_000));
+                    }
+                    lane.serve(
+                        |_| {
+                            if slow.load(Relaxed) {
+                                std::thread::sleep(std::time::Duration::from_millis(20));
+                            }
+                        },
+                        |_, &x| x as i64,
+                    );
+                }
+            })
+        };
+        let waiting = Waiting { spin_ns: 10_000_000_000, stall_timeout_ns: u64::MAX };
+        for i in 0..50 {
+            assert_eq!(lane.call(i, 0, waiting), Outcome::Done(i as i64));
+        }
+        slow.store(true, Relaxed);
+        let (outcome, slept_after) = lane.call_spun(99, 0, waiting);
+        assert_eq!(outcome, Outcome::Done(99));
+        assert!(slept_after.is_some(), "a late answer after quick ones is slept through");
+        stop.store(true, Relaxed);
+        slow.store(false, Relaxed);
+        lane.kick();
+        service.join().unwrap();
     }
 
     #[test]

@@ -66,13 +66,14 @@ pub(crate) struct Completion {
 const _: () = assert!(handoff::fits_one_line::<Request, Completion>(), "one line each way");
 
 /// Runs `f` on the service thread serving `lane` and waits for it, spinning up to `spin_ns`
-/// before sleeping. Returns its result (or its panic) and what the service thread measured.
+/// (less when answers came sooner: `handoff::Waiting`) before sleeping. Returns its result (or
+/// its panic), what the service thread measured, and how long the caller spun.
 pub(crate) fn run_there<R: Send>(
     lane: &Lane,
     hint: usize,
     spin_ns: u64,
     f: impl FnOnce() -> R + Send,
-) -> (std::thread::Result<R>, Completion) {
+) -> (std::thread::Result<R>, Completion, u64) {
     let mut f = Some(f);
     let mut out = None;
     let mut job = || {
@@ -87,15 +88,18 @@ pub(crate) fn run_there<R: Send>(
         std::mem::transmute::<*mut (dyn FnMut() + Send + '_), *mut (dyn FnMut() + Send + 'static)>(job)
     };
     let waiting = Waiting { spin_ns, stall_timeout_ns: u64::MAX };
-    let completion = loop {
-        match lane.call(Request { job, sent_ns: sys::now_ns() }, hint, waiting) {
-            Outcome::Done(completion) => break completion,
+    let (completion, spun_ns) = loop {
+        let sent_ns = sys::now_ns();
+        match lane.call_spun(Request { job, sent_ns }, hint, waiting) {
+            (Outcome::Done(completion), slept_after) => {
+                break (completion, slept_after.unwrap_or_else(|| sys::now_ns().saturating_sub(sent_ns)))
+            }
             // Every slot taken: as many callers as slots wait for this core already.
-            Outcome::Full => std::thread::yield_now(),
-            Outcome::Withdrawn => unreachable!("a request without a stall timeout is never withdrawn"),
+            (Outcome::Full, _) => std::thread::yield_now(),
+            (Outcome::Withdrawn, _) => unreachable!("a request without a stall timeout is never withdrawn"),
         }
     };
-    (out.expect("the service thread ran the closure"), completion)
+    (out.expect("the service thread ran the closure"), completion, spun_ns)
 }
 
 /// Runs a claimed request on the service thread.
