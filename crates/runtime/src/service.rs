@@ -184,8 +184,8 @@ impl Load {
         self.pending() as u64 * self.done.mean_run_ns.load(Ordering::Relaxed)
     }
 
-    /// A job of `run` ns finished here (only its CPU's runner calls this for thread cores;
-    /// hop cores may race, which at worst loses one sample of the running mean).
+    /// A job of `run` ns finished on a hop core (callers may race, which at worst loses one
+    /// sample of the running mean).
     fn record(&self, run: u64) {
         let done = &self.done;
         let mean = done.mean_run_ns.load(Ordering::Relaxed);
@@ -460,37 +460,55 @@ impl Core {
         // from the same place on its stack, so it is prefetched the moment the doorbell rings,
         // before the request line naming it has arrived (a wrong guess wastes a prefetch).
         let last_job: [Cell<usize>; corehop_sys::handoff::SLOTS] = Default::default();
+        // What ran, counted here and published to `load` once the answers are out: the
+        // counters' atomics stay off the way between a request and its answer.
+        let (jobs, busy_ns, mean_run_ns) = (Cell::new(0u64), Cell::new(0u64), Cell::new(0u64));
+        let run = |slot: usize, request: &scoped::Request, idle: &mut IdlePoll| {
+            last_job[slot].set(request.job_addr());
+            let completion = scoped::execute(request);
+            idle.woke_for(request.sent_ns(), completion.wait_ns);
+            let (run, mean) = (completion.run_ns, mean_run_ns.get());
+            mean_run_ns.set(if mean == 0 {
+                run
+            } else {
+                mean - (mean >> MEAN_RUN_SHIFT) + (run >> MEAN_RUN_SHIFT)
+            });
+            jobs.set(jobs.get() + 1);
+            busy_ns.set(busy_ns.get() + run);
+            completion
+        };
+        let publish = || {
+            load.done.mean_run_ns.store(mean_run_ns.get(), Ordering::Relaxed);
+            load.done.busy_ns.store(busy_ns.get(), Ordering::Relaxed);
+            load.done.jobs.store(jobs.get(), Ordering::Relaxed);
+        };
         loop {
-            if !lane.has_work() {
-                let came = idle.poll(lane);
-                load.done.polled_ns.store(idle.polled_ns, Ordering::Relaxed);
-                if !came {
-                    if stop.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    idle.sleep(lane);
-                }
-            }
-            lane.serve(
-                |mut slots| {
-                    while slots != 0 {
-                        let job = last_job[slots.trailing_zeros() as usize].get();
-                        slots &= slots - 1;
-                        if job != 0 {
-                            sys::prefetch_lines_for_write(job, 2);
+            if lane.has_work() {
+                lane.serve(
+                    |mut slots| {
+                        while slots != 0 {
+                            let job = last_job[slots.trailing_zeros() as usize].get();
+                            slots &= slots - 1;
+                            if job != 0 {
+                                sys::prefetch_lines_for_write(job, 2);
+                            }
                         }
-                    }
-                },
-                |slot, request| {
-                    last_job[slot].set(request.job_addr());
-                    let completion = scoped::execute(request);
-                    idle.woke_for(request.sent_ns(), completion.wait_ns);
-                    load.record(completion.run_ns);
-                    completion
-                },
-            );
-            if stop.load(Ordering::SeqCst) {
-                return;
+                    },
+                    |slot, request| run(slot, request, &mut idle),
+                );
+                publish();
+                if stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                continue;
+            }
+            let came = idle.poll(lane);
+            load.done.polled_ns.store(idle.polled_ns, Ordering::Relaxed);
+            if !came {
+                if stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                idle.sleep(lane);
             }
         }
     }

@@ -438,26 +438,33 @@ impl<Req: Copy, Rep: Copy> Lane<Req, Rep> {
         let mut handled = 0;
         while bits != 0 {
             let index = bits.trailing_zeros() as usize;
-            let slot = &self.slots[index];
             bits &= bits - 1;
-            if slot.request.state.compare_exchange(SUBMITTED, CLAIMED, SeqCst, SeqCst).is_err() {
-                continue; // withdrawn, or already handled through an earlier bit
-            }
-            // SAFETY: CLAIMED: the service thread owns the request and reply cells, and the
-            // caller waits for `done`, keeping the memory the request points to alive.
-            // The caller wrote the request in FILLING, before SUBMITTED.
-            let (request, seq) = unsafe {
-                (slot.request.request.with(|cell| (*cell).assume_init()), slot.request.seq.with(|seq| *seq))
-            };
-            let reply = handle(index, &request);
-            // SAFETY: as above; the caller reads the reply only once `done` holds `seq`.
-            slot.completion.reply.with_mut(|cell| unsafe { *cell = MaybeUninit::new(reply) });
-            if slot.completion.done.swap(seq, SeqCst) & PARKED != 0 {
-                futex_wake(&slot.completion.done);
-            }
-            handled += 1;
+            // Not claimed: withdrawn, or already handled through an earlier bit.
+            handled += usize::from(self.claim_and_handle(index, &mut handle));
         }
         handled
+    }
+
+    /// SUBMITTED → CLAIMED for slot `index`, then runs `handle` and answers. False if the
+    /// request is not (or no longer) submitted.
+    fn claim_and_handle(&self, index: usize, handle: impl FnOnce(usize, &Req) -> Rep) -> bool {
+        let slot = &self.slots[index];
+        if slot.request.state.compare_exchange(SUBMITTED, CLAIMED, SeqCst, SeqCst).is_err() {
+            return false;
+        }
+        // SAFETY: CLAIMED: the service thread owns the request and reply cells, and the caller
+        // waits for `done`, keeping the memory the request points to alive. The caller wrote
+        // the request in FILLING, before SUBMITTED.
+        let (request, seq) = unsafe {
+            (slot.request.request.with(|cell| (*cell).assume_init()), slot.request.seq.with(|seq| *seq))
+        };
+        let reply = handle(index, &request);
+        // SAFETY: as above; the caller reads the reply only once `done` holds `seq`.
+        slot.completion.reply.with_mut(|cell| unsafe { *cell = MaybeUninit::new(reply) });
+        if slot.completion.done.swap(seq, SeqCst) & PARKED != 0 {
+            futex_wake(&slot.completion.done);
+        }
+        true
     }
 }
 
