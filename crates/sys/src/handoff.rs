@@ -580,13 +580,15 @@ mod tests {
             let (slow, stop) = (slow.clone(), stop.clone());
             std::thread::spawn(move || {
                 while !stop.load(Relaxed) {
+                    // Polls, never sleeps: the quick answers come within a few polls.
                     if !lane.has_work() {
-                        lane.sleep(Some(1_000_000));
+                        core::hint::spin_loop();
+                        continue;
                     }
                     lane.serve(
                         |_| {
                             if slow.load(Relaxed) {
-                                std::thread::sleep(std::time::Duration::from_millis(20));
+                                std::thread::sleep(std::time::Duration::from_millis(50));
                             }
                         },
                         |_, &x| x as i64,
@@ -603,8 +605,6 @@ mod tests {
         assert_eq!(outcome, Outcome::Done(99));
         assert!(slept_after.is_some(), "a late answer after quick ones is slept through");
         stop.store(true, Relaxed);
-        slow.store(false, Relaxed);
-        lane.kick();
         service.join().unwrap();
     }
 
