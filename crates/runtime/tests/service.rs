@@ -375,3 +375,25 @@ fn an_idle_service_thread_does_not_burn_its_cpu_while_the_caller_sleeps() {
     assert!(polled < bound, "the idle service thread polled {polled} ns in a {quiet:?} sleep of its caller");
     assert!(before.caller_spun_ns.unwrap() > 0, "callers' spinning is counted");
 }
+
+/// Small closures and results travel in the slot's lines, large ones stay on the caller's
+/// stack: both come back right, borrows and panics included.
+#[test]
+fn small_and_large_closures_and_results_come_back_alike() {
+    let cores = ServiceCores::start(ServiceConfig::on_cpus([service_cpu()])).unwrap();
+    let mut counter = 5u64;
+    let small = cores.run(|| {
+        counter += 1;
+        counter * 2
+    });
+    assert_eq!((small, counter), (12, 6));
+    let big_in = [3u64; 16];
+    let big_out = cores.run(move || big_in.map(|x| x * 7));
+    assert_eq!(big_out, [21u64; 16]);
+    let text = String::from("borrowed");
+    assert_eq!(cores.run(|| text.len()), 8);
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        cores.run(move || -> [u64; 16] { panic!("big {}", big_in[0]) })
+    }));
+    assert_eq!(caught.unwrap_err().downcast_ref::<String>().map(String::as_str), Some("big 3"));
+}
