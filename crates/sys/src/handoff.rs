@@ -128,11 +128,6 @@ const PARKED: u32 = 1 << 31;
 /// Sequence numbers live below the PARKED flag.
 const SEQ_MASK: u32 = PARKED - 1;
 
-/// The fewest polls an adaptive spin makes (a few hundred ns).
-pub const MIN_SPIN_POLLS: u32 = 256;
-/// In a slot's `typical_polls`: the last answer needed a sleep.
-const SLEPT: u32 = u32::MAX;
-
 const FREE: u32 = 0;
 const FILLING: u32 = 1;
 const SUBMITTED: u32 = 2;
@@ -154,10 +149,7 @@ pub enum Outcome<Rep> {
 /// withdraws its request (`u64::MAX`: never).
 ///
 /// The spin adapts to how soon answers came in this slot (a caller keeps its slot, so this is
-/// its own history): after answers that came while spinning, it spins up to four times their
-/// typical wait (in polls, at least [`MIN_SPIN_POLLS`]), so an answer late for once is slept
-/// through instead of spun through; after one that needed a sleep, a quarter of `spin_ns`. It
-/// never spins longer than `spin_ns`.
+/// its own history; see [`spin_limit`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Waiting {
     /// Spin at most this long for the answer before sleeping on the completion line.
@@ -172,9 +164,9 @@ struct RequestLine<Req> {
     state: AtomicU32,
     /// The request's number, copied into `done` with the answer.
     seq: UnsafeCell<u32>,
-    /// Callers only: polls until the recent answers came (a moving average; 0: none yet,
-    /// `SLEPT`: the last one needed a sleep). A hint for the next caller of the slot.
-    typical_polls: UnsafeCell<u32>,
+    /// Callers only: whether the last answer in this slot needed a sleep (a hint for the
+    /// next caller of the slot).
+    slept_last: UnsafeCell<bool>,
     /// Written in FILLING before any read.
     request: UnsafeCell<MaybeUninit<Req>>,
 }
@@ -202,7 +194,7 @@ impl<Req, Rep> Slot<Req, Rep> {
         request: RequestLine {
             state: AtomicU32::new(FREE),
             seq: UnsafeCell::new(0),
-            typical_polls: UnsafeCell::new(0),
+            slept_last: UnsafeCell::new(false),
             request: UnsafeCell::new(MaybeUninit::uninit()),
         },
         completion: CompletionLine { done: AtomicU32::new(0), reply: UnsafeCell::new(MaybeUninit::uninit()) },
@@ -214,7 +206,7 @@ impl<Req, Rep> Slot<Req, Rep> {
             request: RequestLine {
                 state: AtomicU32::new(FREE),
                 seq: UnsafeCell::new(0),
-                typical_polls: UnsafeCell::new(0),
+                slept_last: UnsafeCell::new(false),
                 request: UnsafeCell::new(MaybeUninit::uninit()),
             },
             completion: CompletionLine {
@@ -242,6 +234,20 @@ unsafe impl<Req: Send, Rep: Send> Sync for Lane<Req, Rep> {}
 /// Whether the lines a request and its completion travel in are one cache line each.
 pub const fn fits_one_line<Req, Rep>() -> bool {
     core::mem::size_of::<RequestLine<Req>>() == 64 && core::mem::size_of::<CompletionLine<Rep>>() == 64
+}
+
+/// How long a caller spins before it sleeps, given its limit and whether the last answer in its
+/// slot needed a sleep: the whole limit (which the caller sets near a wake-up's cost, the
+/// 2-competitive rule of spin-or-block), or a quarter of it after an answer that came only
+/// after the limit. A caller whose answers take long (an fsync) then spends little on spinning,
+/// one whose answers come quickly loses no wake-up to a short spin, and a slot that mixes both
+/// spins fully again after its first quick answer.
+pub fn spin_limit(spin_ns: u64, slept_last: bool) -> u64 {
+    if slept_last {
+        spin_ns / 4
+    } else {
+        spin_ns
+    }
 }
 
 /// Starts fetching the line at `addr` for writing (x86 `PREFETCHW` where the build allows it,
@@ -326,27 +332,16 @@ impl<Req: Copy, Rep: Copy> Lane<Req, Rep> {
         let done = &lines.completion.done;
         let answered = |word: u32| word & SEQ_MASK == seq;
         // SAFETY: the slot is this caller's until it stores FREE (module docs); no one else
-        // touches `typical_polls` meanwhile.
-        let typical = lines.request.typical_polls.with(|t| unsafe { *t });
+        // touches `slept_last` meanwhile.
+        let slept_last = lines.request.slept_last.with(|t| unsafe { *t });
         // Spin first: a short call comes back sooner than a futex sleep and wake-up would. The
         // clock costs more than a poll: it is read only now and then, first after 64 polls
         // (the answer usually comes before).
-        let mut spin_ns = waiting.spin_ns.min(waiting.stall_timeout_ns);
-        let max_polls = match typical {
-            0 => u32::MAX,
-            SLEPT => {
-                spin_ns /= 4;
-                u32::MAX
-            }
-            t => t.saturating_mul(4).max(MIN_SPIN_POLLS),
-        };
+        let spin_ns = spin_limit(waiting.spin_ns, slept_last).min(waiting.stall_timeout_ns);
         let mut start = None;
         let mut polls = 0u32;
         while spin_ns > 0 && !answered(done.load(SeqCst)) {
             polls = polls.wrapping_add(1);
-            if polls >= max_polls {
-                break;
-            }
             if polls.is_multiple_of(64) {
                 let now = now_ns();
                 if now.saturating_sub(*start.get_or_insert(now)) >= spin_ns {
@@ -360,17 +355,10 @@ impl<Req: Copy, Rep: Copy> Lane<Req, Rep> {
         loop {
             let word = done.load(SeqCst);
             if answered(word) {
-                let typical = if slept_after.is_some() {
-                    SLEPT
-                } else if typical == 0 || typical == SLEPT {
-                    polls.max(1)
-                } else {
-                    ((u64::from(typical) * 3 + u64::from(polls)) / 4).max(1) as u32
-                };
                 // SAFETY: as above, and `done` holds our number: the service thread is finished
                 // with the slot, and the reply cell (written before `done`) is ours to read.
                 let reply = unsafe {
-                    lines.request.typical_polls.with_mut(|t| *t = typical);
+                    lines.request.slept_last.with_mut(|t| *t = slept_after.is_some());
                     lines.completion.reply.with(|cell| (*cell).assume_init())
                 };
                 // Release, not SeqCst: the line is the service thread's now (its claim), and a
@@ -569,18 +557,23 @@ mod tests {
         eprintln!("{done} done, {withdrawn} withdrawn or refused for lack of a slot");
     }
 
-    /// A caller whose answers came at once spins only a little longer than they took: when
-    /// one is late, it sleeps long before its spin limit, and from then on spins less.
     #[test]
-    fn the_spin_adapts_to_how_soon_answers_came() {
+    fn a_slot_whose_last_answer_needed_a_sleep_spins_a_quarter() {
+        assert_eq!(spin_limit(20_000, false), 20_000);
+        assert_eq!(spin_limit(20_000, true), 5_000);
+    }
+
+    /// An answer later than the spin limit is slept for, and the slot remembers it: the next
+    /// call spins a quarter of the limit, and a quick answer restores the whole limit.
+    #[test]
+    fn a_slot_remembers_whether_its_last_answer_needed_a_sleep() {
         let lane: &'static TestLane = Box::leak(Box::new(Lane::new()));
-        let slow = Arc::new(AtomicBool::new(false));
+        let slow = Arc::new(AtomicBool::new(true));
         let stop = Arc::new(AtomicBool::new(false));
         let service = {
             let (slow, stop) = (slow.clone(), stop.clone());
             std::thread::spawn(move || {
                 while !stop.load(Relaxed) {
-                    // Polls, never sleeps: the quick answers come within a few polls.
                     if !lane.has_work() {
                         core::hint::spin_loop();
                         continue;
@@ -588,7 +581,7 @@ mod tests {
                     lane.serve(
                         |_| {
                             if slow.load(Relaxed) {
-                                std::thread::sleep(std::time::Duration::from_millis(50));
+                                std::thread::sleep(std::time::Duration::from_millis(5));
                             }
                         },
                         |_, &x| x as i64,
@@ -596,14 +589,16 @@ mod tests {
                 }
             })
         };
-        let waiting = Waiting { spin_ns: 10_000_000_000, stall_timeout_ns: u64::MAX };
-        for i in 0..50 {
-            assert_eq!(lane.call(i, 0, waiting), Outcome::Done(i as i64));
-        }
-        slow.store(true, Relaxed);
-        let (outcome, slept_after) = lane.call_spun(99, 0, waiting);
-        assert_eq!(outcome, Outcome::Done(99));
-        assert!(slept_after.is_some(), "a late answer after quick ones is slept through");
+        let slept_last = |slot: usize| lane.slots[slot].request.slept_last.with(|t| unsafe { *t });
+        let waiting = Waiting { spin_ns: 10_000, stall_timeout_ns: u64::MAX };
+        let (outcome, slept_after) = lane.call_spun(1, 0, waiting);
+        assert_eq!(outcome, Outcome::Done(1));
+        assert!(slept_after.is_some(), "a 5 ms answer is slept for after a 10 µs spin");
+        assert!(slept_last(0));
+        slow.store(false, Relaxed);
+        let patient = Waiting { spin_ns: 10_000_000_000, stall_timeout_ns: u64::MAX };
+        assert_eq!(lane.call_spun(2, 0, patient), (Outcome::Done(2), None));
+        assert!(!slept_last(0));
         stop.store(true, Relaxed);
         service.join().unwrap();
     }

@@ -667,8 +667,8 @@ impl SummaryTable for Summary {
         table.note(format!(
             "service threads polled for work {} in all ({} per offloaded call), callers spun for answers {} \
              ({} per offloaded call): the CPU polling cost on each side; idle, a service thread polls for an \
-             adaptive budget fitted to the gaps between calls, then sleeps; a caller spins up to a few times \
-             its recent answers' wait, then sleeps",
+             adaptive budget fitted to the gaps between calls, then sleeps; a caller spins up to its limit \
+             (a quarter of it after an answer that needed a sleep), then sleeps",
             fmt_ns(self.polled_ns as f64),
             per(self.polled_ns, total.offloaded),
             fmt_ns(self.spun_ns as f64),
