@@ -284,8 +284,10 @@ pub(crate) fn dispatch(
     let waiting = Waiting { spin_ns: SPIN_NS.load(SeqCst), stall_timeout_ns: STALL_TIMEOUT_NS.load(SeqCst) };
     let start = sys::now_ns();
     let (outcome, slept_after) = LANES[ticket % lanes].call_spun(request, ticket / lanes, waiting);
+    // Read first: the counters' locked adds below wait for the slot's line to come back.
+    let waited = sys::now_ns().saturating_sub(start);
     // The caller's polling cost: the whole wait if it never slept.
-    stats::add(&stats::SPUN_NS, slept_after.unwrap_or_else(|| sys::now_ns().saturating_sub(start)));
+    stats::add(&stats::SPUN_NS, slept_after.unwrap_or(waited));
     match outcome {
         Outcome::Done(reply) if reply.refused => {
             request.check.fds().iter().flatten().for_each(|&fd| memo::mark(fd));
@@ -294,7 +296,6 @@ pub(crate) fn dispatch(
         }
         Outcome::Done(reply) => {
             stats::bump(&counters.offloaded);
-            let waited = sys::now_ns().saturating_sub(start);
             stats::add(&counters.service_ns, reply.run_ns);
             stats::add(&counters.wait_ns, waited);
             stats::record_handoff(kind, waited.saturating_sub(reply.run_ns));

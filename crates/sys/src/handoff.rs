@@ -419,8 +419,11 @@ impl<Req: Copy, Rep: Copy> Lane<Req, Rep> {
         while left != 0 {
             let slot = &self.slots[left.trailing_zeros() as usize];
             left &= left - 1;
-            // All at once: the claims write them.
-            prefetch_for_write((&slot.request as *const RequestLine<Req>).cast());
+            // All at once: the claims write them (each line of a request that spans more).
+            let first = (&slot.request as *const RequestLine<Req>).cast::<u8>();
+            for line in (0..core::mem::size_of::<RequestLine<Req>>()).step_by(64) {
+                prefetch_for_write(first.wrapping_add(line));
+            }
         }
         before_claim(bits);
         let mut handled = 0;
