@@ -460,9 +460,15 @@ impl Core {
         // from the same place on its stack, so it is prefetched the moment the doorbell rings,
         // before the request line naming it has arrived (a wrong guess wastes a prefetch).
         let last_job: [Cell<usize>; corehop_sys::handoff::SLOTS] = Default::default();
-        // What ran, counted here and published to `load` once the answers are out: the
-        // counters' atomics stay off the way between a request and its answer.
+        // What ran, counted here and published to `load` with plain stores (this thread is
+        // their only writer) before the answer, so a caller that has its answer sees its job
+        // counted.
         let (jobs, busy_ns, mean_run_ns) = (Cell::new(0u64), Cell::new(0u64), Cell::new(0u64));
+        let publish = || {
+            load.done.mean_run_ns.store(mean_run_ns.get(), Ordering::Relaxed);
+            load.done.busy_ns.store(busy_ns.get(), Ordering::Relaxed);
+            load.done.jobs.store(jobs.get(), Ordering::Relaxed);
+        };
         let run = |slot: usize, request: &scoped::Request, idle: &mut IdlePoll| {
             last_job[slot].set(request.job_addr());
             let completion = scoped::execute(request);
@@ -475,12 +481,8 @@ impl Core {
             });
             jobs.set(jobs.get() + 1);
             busy_ns.set(busy_ns.get() + run);
+            publish();
             completion
-        };
-        let publish = || {
-            load.done.mean_run_ns.store(mean_run_ns.get(), Ordering::Relaxed);
-            load.done.busy_ns.store(busy_ns.get(), Ordering::Relaxed);
-            load.done.jobs.store(jobs.get(), Ordering::Relaxed);
         };
         loop {
             if lane.has_work() {
@@ -496,7 +498,6 @@ impl Core {
                     },
                     |slot, request| run(slot, request, &mut idle),
                 );
-                publish();
                 if stop.load(Ordering::SeqCst) {
                     return;
                 }
