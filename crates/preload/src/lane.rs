@@ -108,6 +108,9 @@ pub struct Idle {
     pub timed_out: bool,
     /// When the thread went idle before its last sleep, until the next batch is claimed.
     slept_at: Option<u64>,
+    /// The last sleep lasted its whole timeout and nothing has come since: the program is
+    /// quiet, so the thread sleeps again at once instead of polling.
+    quiet: bool,
     /// Time spent polling, in ns: the CPU the polling cost.
     pub polled_ns: u64,
 }
@@ -121,7 +124,7 @@ impl Idle {
         } else {
             SpinConfig { initial_wake_cost_ns: wake_cost_ns, ..SpinConfig::default() }
         };
-        Idle { budget: SpinBudget::new(config), timed_out: false, slept_at: None, polled_ns: 0 }
+        Idle { budget: SpinBudget::new(config), timed_out: false, slept_at: None, quiet: false, polled_ns: 0 }
     }
 }
 
@@ -175,7 +178,7 @@ impl Lane {
         let lane = &self.0;
         if !lane.has_work() {
             let start = now_ns();
-            let budget = idle.budget.budget_ns();
+            let budget = if idle.quiet { 0 } else { idle.budget.budget_ns() };
             let mut polls = 0u32;
             let mut polled = 0;
             while budget > 0 && !lane.has_work() {
@@ -197,12 +200,14 @@ impl Lane {
             // Out of budget, nothing came: refit it now (no caller waits on it) and sleep.
             idle.budget.refit_if_stale();
             idle.timed_out = !lane.sleep(Some(IDLE_CHECK_NS));
+            idle.quiet = idle.timed_out;
             idle.slept_at = Some(start);
             return;
         }
         lane.serve(
             |_| before_claim(),
             |_, (request, submitted)| {
+                idle.quiet = false;
                 if let Some(slept) = idle.slept_at.take() {
                     // The first request after a sleep: it waited for the wake-up.
                     idle.budget.record_idle_gap(submitted.saturating_sub(slept));
