@@ -64,8 +64,9 @@ const TIME_EVERY: u32 = 16;
 thread_local! {
     /// Set while this thread is inside the library (re-entry runs locally).
     static INSIDE: Cell<bool> = const { Cell::new(false) };
-    /// Local calls until this thread times one again.
-    static UNTIL_TIMED: Cell<u32> = const { Cell::new(0) };
+    /// Local calls until this thread times one again (the first after a full period: a
+    /// thread that makes a handful of calls costs the policy nothing).
+    static UNTIL_TIMED: Cell<u32> = const { Cell::new(TIME_EVERY - 1) };
     /// Calls this thread completed that `DONE` does not count yet.
     static UNCOUNTED: Cell<u64> = const { Cell::new(0) };
     /// This thread's ticket (0: none yet).
