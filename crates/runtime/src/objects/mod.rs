@@ -437,7 +437,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
             // Stays where it is and is not sampled: nothing to measure, nothing to undo.
             let _zone = crate::no_hop_zone();
             let out = op(&object.cell);
-            self.let_others_run();
+            self.let_others_run(false);
             return Ok(out);
         }
         let mut ran = self.go(object, true)?;
@@ -451,7 +451,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         let out = out.unwrap_or_else(|payload| panic::resume_unwind(payload));
         let weight = if sampled { u64::from(SAMPLE_EVERY) } else { 0 };
         self.account(object, &ran, t0, t1, write, weight);
-        self.let_others_run();
+        self.let_others_run(sampled);
         Ok(out)
     }
 
@@ -595,10 +595,15 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         Ok(Ran { index: Some(target), routed: true, hop_ns, back })
     }
 
-    /// An operation's end is a scheduling point: tasks that hopped here to operate on this
-    /// CPU's objects run before the caller's next operation (a plain thread: nothing to do).
-    fn let_others_run(&self) {
-        if self.scheduled.load(Ordering::Relaxed) > 0 && crate::in_task() {
+    /// An operation's end is a scheduling point while objects are placed: tasks that hopped
+    /// here to operate on this CPU's objects run before the caller's next operation (a plain
+    /// thread: nothing to do). While the gate keeps every operation where it is called, only
+    /// sampled operations yield (one in [`SAMPLE_EVERY`]): no task hops here for an
+    /// operation then, and a task switch per operation would cost more than most operations;
+    /// a task coming back from an earlier move still gets its turn.
+    fn let_others_run(&self, sampled: bool) {
+        let routes_followed = sampled || self.moving.load(Ordering::Relaxed);
+        if routes_followed && self.scheduled.load(Ordering::Relaxed) > 0 && crate::in_task() {
             // Refused only inside a no-hop zone or while shutting down: then simply go on.
             let _ = crate::yield_now();
         }
