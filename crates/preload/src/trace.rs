@@ -82,47 +82,26 @@ pub fn after_fork_child() {
     DROPPED.store(0, Relaxed);
 }
 
-/// A fixed buffer of whole lines, flushed to a descriptor when full.
+/// Whole lines, written to a descriptor a buffer at a time.
 struct Chunk {
     fd: i32,
-    buf: [u8; 1 << 16],
-    len: usize,
+    text: sys::Text<{ 1 << 16 }>,
 }
 
 impl Chunk {
     fn line(&mut self, args: core::fmt::Arguments<'_>) {
-        let mut line = Line { buf: [0; 160], len: 0 };
-        if line.write_fmt(args).is_err() {
-            return;
-        }
-        if self.len + line.len > self.buf.len() {
+        let mark = self.text.len();
+        if self.text.write_fmt(args).is_err() {
+            self.text.truncate(mark);
             self.flush();
+            let _ = self.text.write_fmt(args);
         }
-        self.buf[self.len..self.len + line.len].copy_from_slice(&line.buf[..line.len]);
-        self.len += line.len;
     }
 
     /// One `write` of whole lines: O_APPEND keeps another process's chunk from splitting them.
     fn flush(&mut self) {
-        sys::write_all(self.fd, &self.buf[..self.len]);
-        self.len = 0;
-    }
-}
-
-struct Line {
-    buf: [u8; 160],
-    len: usize,
-}
-
-impl core::fmt::Write for Line {
-    fn write_str(&mut self, s: &str) -> core::fmt::Result {
-        let end = self.len + s.len();
-        if end > self.buf.len() {
-            return Err(core::fmt::Error);
-        }
-        self.buf[self.len..end].copy_from_slice(s.as_bytes());
-        self.len = end;
-        Ok(())
+        sys::write_all(self.fd, self.text.bytes());
+        self.text.truncate(0);
     }
 }
 
@@ -133,22 +112,8 @@ pub fn write(path: &[u8]) {
     if filled == 0 {
         return;
     }
-    // Never through a symlink, never waiting on a FIFO.
-    let flags = libc::O_WRONLY
-        | libc::O_APPEND
-        | libc::O_CREAT
-        | libc::O_CLOEXEC
-        | libc::O_NOFOLLOW
-        | libc::O_NONBLOCK;
-    // SAFETY: `path` is NUL-terminated (config::parse); openat only reads it.
-    let fd = unsafe {
-        sys::raw(libc::SYS_openat, [libc::AT_FDCWD as u64, path.as_ptr() as u64, flags as u64, 0o600, 0, 0])
-    };
-    if fd < 0 {
-        return;
-    }
-    if sys::is_regular(fd as i32) {
-        let mut chunk = Chunk { fd: fd as i32, buf: [0; 1 << 16], len: 0 };
+    sys::append_to(path, |fd| {
+        let mut chunk = Chunk { fd, text: sys::Text::new() };
         chunk.line(format_args!("# pid {}\n", sys::getpid()));
         for record in &records()[..filled] {
             let head = record[0].load(Acquire);
@@ -169,9 +134,7 @@ pub fn write(path: &[u8]) {
             ));
         }
         chunk.flush();
-    }
-    // SAFETY: closes the descriptor opened above.
-    unsafe { sys::raw(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]) };
+    });
 }
 
 #[cfg(test)]
