@@ -591,6 +591,7 @@ fn popularities(arg: PopularityArg) -> Vec<Popularity> {
     }
 }
 
+/// `corehop bench o2`: measures every size and popularity, prints the tables (or JSON, or a plot).
 pub fn run(args: Args) -> anyhow::Result<()> {
     let (bench, sizes, CacheSizes { one, all, on_chip }) = setup(&args)?;
     let pops = popularities(args.popularity);

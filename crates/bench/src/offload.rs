@@ -82,6 +82,7 @@ pub struct Args {
     /// `corehop predict` CSV trace: PREFIX-sqlite.csv, PREFIX-files.csv.
     #[arg(long, value_name = "PREFIX")]
     pub record_trace: Option<PathBuf>,
+    /// --quick, --json, --plot.
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -192,13 +193,17 @@ impl Workload {
 
 /// What a workload run saw from the client side.
 pub struct Run {
+    /// Transactions or requests completed.
     pub ops: u64,
+    /// Wall time of the run.
     pub wall_ns: u64,
+    /// Each operation's latency as the client saw it, in ns.
     pub latencies_ns: Vec<f64>,
 }
 
 /// What the application side did during a run.
 pub struct Served {
+    /// The application thread's offloader counters.
     pub stats: OffloadStats,
     /// CPU time of the application threads.
     pub cpu_ns: u64,
@@ -291,6 +296,7 @@ struct Counts {
     requests: usize,
 }
 
+/// `corehop bench offload`: runs every policy on every workload, prints the table (or JSON).
 pub fn run(args: Args) -> anyhow::Result<()> {
     let output = collect(&args)?;
     if args.output.json {
