@@ -141,6 +141,23 @@ pub struct Point {
 
 impl ScenarioDoc {
     /// Reads and parses a scenario file.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::path::Path;
+    /// use corehop_sim::{Problem, ScenarioDoc};
+    /// let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios/switch-micro.toml");
+    /// let mut doc = ScenarioDoc::load(Path::new(path))?;
+    /// doc.set("workload.iterations=100")?; // as `corehop sim --set`
+    /// let points = doc.expand(&[])?; // one validated scenario per combination of its sweeps
+    /// let combinations: usize = doc.sweeps()?.iter().map(|s| s.values.len()).product();
+    /// assert_eq!(points.len(), combinations);
+    /// assert_eq!(points[0].scenario.name, "switch-micro"); // its `name` key
+    ///
+    /// let missing = ScenarioDoc::load(Path::new("no-such-scenario.toml")).unwrap_err();
+    /// assert!(matches!(missing.problem, Problem::Io(_)));
+    /// # Ok::<(), corehop_sim::ScenarioError>(())
+    /// ```
     pub fn load(path: &Path) -> Result<ScenarioDoc, ScenarioError> {
         let file = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
@@ -213,6 +230,30 @@ impl ScenarioDoc {
 
     /// Every point of the file's sweeps followed by `extra` (an extra sweep of a key the file
     /// already sweeps replaces it); one point with no settings when nothing is swept.
+    ///
+    /// # Examples
+    /// ```
+    /// use corehop_sim::{ScenarioDoc, Sweep};
+    /// let doc = ScenarioDoc::parse(
+    ///     "example.toml",
+    ///     r#"
+    ///     [machine]
+    ///     preset = "switch-cs"
+    ///     [workload]
+    ///     kind = "switch"
+    ///     mechanism = "spin"
+    ///     [[sweep]]
+    ///     key = "workload.mechanism"
+    ///     values = ["none", "spin"]
+    /// "#,
+    /// )?;
+    /// let tasks = Sweep::parse("workload.tasks=1,2,3").unwrap(); // as `corehop sim --sweep`
+    /// let points = doc.expand(&[tasks])?;
+    /// assert_eq!(points.len(), 2 * 3);
+    /// let (key, value) = &points[1].settings[1]; // mechanism "none", the second tasks value
+    /// assert_eq!((key.as_str(), value.as_integer()), ("workload.tasks", Some(2)));
+    /// # Ok::<(), corehop_sim::ScenarioError>(())
+    /// ```
     pub fn expand(&self, extra: &[Sweep]) -> Result<Vec<Point>, ScenarioError> {
         let mut sweeps = self.sweeps()?;
         for s in extra {
