@@ -90,8 +90,8 @@ pub enum Problem {
     /// machine file, bad `emulate`); the topology crate's message.
     #[error("bad machine: {0}")]
     Machine(String),
-    /// A `--set` assignment or a sweep that cannot be applied (no `=`, a key that runs through
-    /// a non-table, a sweep without values).
+    /// A `--set` assignment or a sweep that cannot be applied (no `=`, an empty part in the
+    /// dotted key, a key that runs through a value that is not a table, a sweep without values).
     #[error("bad --set or sweep {0}")]
     Override(String),
     /// Anything else: a wrong type, a missing key, an inconsistent value.

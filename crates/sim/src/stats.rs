@@ -345,7 +345,7 @@ pub struct Report {
     pub throughput_per_s: f64,
     /// Latency of the completed operations; `None` when there were none.
     pub op_latency: Option<Summary>,
-    /// Time jobs waited in a run queue before starting; `None` when the model queues none.
+    /// Time jobs waited in a run queue before starting; `None` when no job went through one.
     pub queue_delay: Option<Summary>,
     /// Hops recorded, all routes together.
     pub hops: u64,

@@ -193,7 +193,7 @@ pub enum ComponentError {
         #[source]
         source: std::io::Error,
     },
-    /// The hosts stopped before they could act on a request.
+    /// A host thread was gone before it answered (when starting, or during a move).
     #[error("the pipeline's hosts have stopped")]
     Stopped,
     /// A layout or controller input that `corehop_policy::components` rejected.
