@@ -32,12 +32,14 @@
 //!   `overflow`: a task that runs off its stack is reported as such, not as a bare segfault.
 //! - [`service`], [`objects`], [`components`], [`smt`]: the subsystems built on hops.
 #![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
 
 mod context;
 mod error;
 mod fiber;
 mod mailbox;
 mod overflow;
+#[allow(missing_docs)] // documented in a follow-up (being edited in parallel)
 mod runtime;
 mod sync;
 pub mod sys;
@@ -53,6 +55,8 @@ pub use task::{
 
 // Subsystems built on hops: system-call offload, O² objects, components, SMT modes.
 pub mod components;
+#[allow(missing_docs)] // documented in a follow-up (being edited in parallel)
 pub mod objects;
+#[allow(missing_docs)] // documented in a follow-up (being edited in parallel)
 pub mod service;
 pub mod smt;

@@ -124,6 +124,7 @@ impl ContextState {
 /// Counters of one context.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContextStats {
+    /// The context (dense CPU id, not the kernel's number).
     pub cpu: CpuId,
     /// The kernel's id of the worker thread (for `/proc/self/task/<tid>`).
     pub tid: i32,
@@ -142,14 +143,27 @@ pub struct ContextStats {
 /// Why the SMT runtime could not start or act.
 #[derive(Debug, thiserror::Error)]
 pub enum SmtRuntimeError {
+    /// The layout refuses the mode (e.g. AMP on a machine without an SMT core).
     #[error(transparent)]
     Policy(#[from] SmtError),
+    /// [`SmtBuilder::build`] was called without [`SmtBuilder::machine`].
     #[error("no machine given: call SmtBuilder::machine with a discovered or described machine")]
     NoMachine,
+    /// A worker could not be pinned to its hardware context.
     #[error("cannot pin the worker of {cpu} to kernel CPU {os_id}: {source}")]
-    Pin { cpu: CpuId, os_id: usize, source: std::io::Error },
+    Pin {
+        /// The context (dense CPU id).
+        cpu: CpuId,
+        /// The kernel's number for that context.
+        os_id: usize,
+        /// The OS error from setting the thread's affinity.
+        source: std::io::Error,
+    },
+    /// A worker thread could not be started, or exited before it reported in.
     #[error("cannot start a worker thread: {0}")]
     Spawn(std::io::Error),
+    /// [`SmtRuntime::set_mode`] was called from one of the runtime's own workers, which it
+    /// would have to wait for.
     #[error("set_mode was called from inside a task; call it from outside the runtime's workers")]
     FromWorker,
 }
@@ -393,6 +407,7 @@ pub struct SmtRuntime {
 }
 
 impl SmtRuntime {
+    /// A builder in SMP mode with pinning on; it needs a machine ([`SmtBuilder::machine`]).
     pub fn builder() -> SmtBuilder {
         SmtBuilder { machine: None, mode: Mode::Smp, pin: true }
     }

@@ -76,6 +76,7 @@
 //!    case per check, and the invariants (see `tests/` for the property-test pattern: no job
 //!    lost or duplicated, no work on a CPU that does not exist, busy + idle = elapsed).
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod dist;
 pub mod engine;

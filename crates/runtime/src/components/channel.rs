@@ -245,10 +245,12 @@ impl<M, K> Sender<M, K> {
         self.chan.len()
     }
 
+    /// Whether no message is waiting in the channel.
     pub fn is_empty(&self) -> bool {
         self.chan.is_empty()
     }
 
+    /// How many messages the channel holds at most.
     pub fn capacity(&self) -> usize {
         self.chan.capacity()
     }
@@ -274,14 +276,17 @@ impl<M> Receiver<M> {
         Some(m)
     }
 
+    /// Messages waiting in the channel.
     pub fn len(&self) -> usize {
         self.chan.len()
     }
 
+    /// Whether no message is waiting in the channel.
     pub fn is_empty(&self) -> bool {
         self.chan.is_empty()
     }
 
+    /// How many messages the channel holds at most.
     pub fn capacity(&self) -> usize {
         self.chan.capacity()
     }
