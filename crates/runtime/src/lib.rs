@@ -39,7 +39,6 @@ mod error;
 mod fiber;
 mod mailbox;
 mod overflow;
-#[allow(missing_docs)] // documented in a follow-up (being edited in parallel)
 mod runtime;
 mod sync;
 pub mod sys;
@@ -55,8 +54,7 @@ pub use task::{
 
 // Subsystems built on hops: system-call offload, O² objects, components, SMT modes.
 pub mod components;
-#[allow(missing_docs)] // documented in a follow-up (being edited in parallel)
 pub mod objects;
-#[allow(missing_docs)] // documented in a follow-up (being edited in parallel)
+#[allow(missing_docs)] // documented once the hand-off rework (issue 20) lands
 pub mod service;
 pub mod smt;

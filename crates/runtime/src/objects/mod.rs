@@ -63,18 +63,36 @@ pub use lock::{LockedCell, OpLock};
 /// Errors of the object registry.
 #[derive(Debug, thiserror::Error)]
 pub enum ObjectError {
+    /// The placement policy refused (bad budgets, an unknown CPU, …).
     #[error(transparent)]
     Policy(#[from] ObjectsError),
+    /// The payoff gate's settings cannot work.
     #[error(transparent)]
     Payoff(#[from] corehop_policy::payoff::PayoffError),
+    /// The key is taken, by this object.
     #[error("an object is already registered under this key (as {0:?})")]
     Duplicate(ObjectId),
+    /// No object under this key.
     #[error("no object is registered under this key")]
     UnknownKey,
+    /// A plain thread could not be moved to the object's CPU.
     #[error("cannot move the calling thread to {cpu} (os cpu {os_id}): {source}")]
-    Migrate { cpu: CpuId, os_id: usize, source: std::io::Error },
+    Migrate {
+        /// Where the object lives.
+        cpu: CpuId,
+        /// Its kernel CPU number.
+        os_id: usize,
+        /// What `sched_setaffinity` said.
+        source: std::io::Error,
+    },
+    /// A task could not hop to the object's CPU.
     #[error("cannot hop the calling task to {cpu}: {source}")]
-    Hop { cpu: CpuId, source: crate::Error },
+    Hop {
+        /// Where the object lives.
+        cpu: CpuId,
+        /// Why the hop failed.
+        source: crate::Error,
+    },
 }
 
 /// Settings of an [`Objects`] registry.
@@ -142,6 +160,7 @@ pub struct Object<T> {
 pub type Handle<T> = Arc<Object<T>>;
 
 impl<T> Object<T> {
+    /// The registry's id of this object (dense, in registration order).
     pub fn id(&self) -> ObjectId {
         self.id
     }
@@ -523,6 +542,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         self.all.read().unwrap_or_else(|e| e.into_inner()).len()
     }
 
+    /// Whether no object is registered.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -729,9 +749,13 @@ fn preempted_after(bytes: u64) -> u64 {
 /// How many objects are placed each way.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Census {
+    /// Run wherever their caller is.
     pub local: usize,
+    /// Scheduled to one core.
     pub core: usize,
+    /// Scheduled to a cache domain (any core sharing the cache).
     pub domain: usize,
+    /// Read on every core from a replica.
     pub replicated: usize,
 }
 
