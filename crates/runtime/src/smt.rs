@@ -44,7 +44,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::Se
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use corehop_policy::smt::{Mode, SmtError, SmtLayout, Work};
+use corehop_policy::smt::{Mode, ModeError, SmtLayout, Work};
 use corehop_topology::{CpuId, Machine};
 
 use crate::sys;
@@ -142,10 +142,10 @@ pub struct ContextStats {
 
 /// Why the SMT runtime could not start or act.
 #[derive(Debug, thiserror::Error)]
-pub enum SmtRuntimeError {
+pub enum SmtError {
     /// The layout refuses the mode (e.g. AMP on a machine without an SMT core).
     #[error(transparent)]
-    Policy(#[from] SmtError),
+    Policy(#[from] ModeError),
     /// [`SmtBuilder::build`] was called without [`SmtBuilder::machine`].
     #[error("no machine given: call SmtBuilder::machine with a discovered or described machine")]
     NoMachine,
@@ -303,8 +303,8 @@ impl SmtBuilder {
     }
 
     /// Starts one pinned worker per CPU of the machine.
-    pub fn build(self) -> Result<SmtRuntime, SmtRuntimeError> {
-        let machine = self.machine.ok_or(SmtRuntimeError::NoMachine)?;
+    pub fn build(self) -> Result<SmtRuntime, SmtError> {
+        let machine = self.machine.ok_or(SmtError::NoMachine)?;
         let layout = SmtLayout::from_machine(&machine);
         layout.check(self.mode)?;
         let mut contexts = Vec::new();
@@ -358,16 +358,16 @@ impl SmtBuilder {
                         worker(&shared, index);
                     }
                 })
-                .map_err(SmtRuntimeError::Spawn)?;
+                .map_err(SmtError::Spawn)?;
             runtime.workers.push(handle);
             let ctx = &shared.contexts[index];
             match started_rx.recv() {
                 Ok(Ok(())) => {}
                 Ok(Err(source)) => {
-                    return Err(SmtRuntimeError::Pin { cpu: ctx.cpu, os_id: ctx.os_id, source })
+                    return Err(SmtError::Pin { cpu: ctx.cpu, os_id: ctx.os_id, source })
                 }
                 Err(_) => {
-                    return Err(SmtRuntimeError::Spawn(std::io::Error::other(
+                    return Err(SmtError::Spawn(std::io::Error::other(
                         "worker exited during start-up",
                     )))
                 }
@@ -399,7 +399,7 @@ impl SmtBuilder {
 /// rt.submit_service(corehop_topology::CpuId(0), || { /* runs on the reserved sibling */ });
 /// rt.set_mode(Mode::Smp)?;
 /// rt.wait_idle();
-/// # Ok::<(), corehop_runtime::smt::SmtRuntimeError>(())
+/// # Ok::<(), corehop_runtime::smt::SmtError>(())
 /// ```
 pub struct SmtRuntime {
     shared: Arc<Shared>,
@@ -425,9 +425,9 @@ impl SmtRuntime {
     /// Switches mode. Queued tasks stay queued (none is lost or run twice); when switching to
     /// AMP this returns once no reserved context is still inside an application step, which
     /// takes at most one step's time.
-    pub fn set_mode(&self, mode: Mode) -> Result<(), SmtRuntimeError> {
+    pub fn set_mode(&self, mode: Mode) -> Result<(), SmtError> {
         if IN_WORKER.with(Cell::get) {
-            return Err(SmtRuntimeError::FromWorker);
+            return Err(SmtError::FromWorker);
         }
         self.shared.layout.check(mode)?;
         self.shared.mode.store(if mode == Mode::Amp { 0 } else { 1 }, SeqCst);

@@ -65,7 +65,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
-use corehop_policy::components::{Action, ComponentsError, Layout, Observation};
+use corehop_policy::components::{Action, ControllerError, Layout, Observation};
 use corehop_topology::{CpuId, Machine};
 use crossbeam_utils::CachePadded;
 
@@ -198,7 +198,7 @@ pub enum ComponentError {
     Stopped,
     /// A layout or controller input that `corehop_policy::components` rejected.
     #[error(transparent)]
-    Layout(#[from] ComponentsError),
+    Layout(#[from] ControllerError),
 }
 
 const MAX_CPUS: usize = 64;

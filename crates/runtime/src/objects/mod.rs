@@ -50,7 +50,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use corehop_policy::objects::{CoreSample, Move, ObjectSample, Placer, PlacerConfig};
-pub use corehop_policy::objects::{ObjectHints, ObjectId, ObjectsError, Placement};
+pub use corehop_policy::objects::{ObjectHints, ObjectId, PlacementError, Placement};
 use corehop_policy::payoff::{ArmSampler, PayoffConfig, STAY};
 use corehop_topology::{CpuId, Machine};
 use crossbeam_utils::CachePadded;
@@ -65,7 +65,7 @@ pub use lock::{LockedCell, OpLock};
 pub enum ObjectError {
     /// The placement policy refused (bad budgets, an unknown CPU, …).
     #[error(transparent)]
-    Policy(#[from] ObjectsError),
+    Policy(#[from] PlacementError),
     /// The payoff gate's settings cannot work.
     #[error(transparent)]
     Payoff(#[from] corehop_policy::payoff::PayoffError),
