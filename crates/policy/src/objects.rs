@@ -249,7 +249,11 @@ impl Budgets {
                 });
             }
             if !(core.speed > 0.0 && core.speed.is_finite()) {
-                return Err(PlacementError::BadConfig { name: "speed", value: core.speed, why: "must be > 0" });
+                return Err(PlacementError::BadConfig {
+                    name: "speed",
+                    value: core.speed,
+                    why: "must be > 0",
+                });
             }
         }
         Ok(())

@@ -22,10 +22,9 @@
 //!
 //! **Sleeping.** A context with nothing it may run sleeps in `futex_wait` on its own bell, so a
 //! reserved context without service work really gives the core to its sibling (the paper's
-//! idle-task `halt`). The bell protocol is an event count: the sleeper announces itself
-//! (`waiting`), reads the count, re-checks the queues, then waits on that count; a producer
-//! pushes, bumps the count, and wakes if someone waits. Both sides use `SeqCst`, so either the
-//! sleeper's re-check sees the work or the producer sees the sleeper: no lost wake-up.
+//! idle-task `halt`). The bell is the runtime's doorbell (`sync::Doorbell`, loom-checked): the
+//! sleeper announces itself, re-checks the queues, then sleeps; a producer pushes, fences and
+//! rings, so either the sleeper's re-check sees the work or the producer sees the sleeper.
 //!
 //! **With the hop runtime.** Tasks of a [`crate::Runtime`] built on the same machine reach the
 //! AMP rules through [`service_call`]: it delegates a call (`crate::on`) to the reserved sibling
@@ -40,13 +39,14 @@
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::SeqCst};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use corehop_policy::smt::{Mode, ModeError, SmtLayout, Work};
 use corehop_topology::{CpuId, Machine};
 
+use crate::sync::Doorbell;
 use crate::sys;
 
 /// Runs `call` where `layout` places service work raised by the calling task in `mode`: in AMP
@@ -192,8 +192,7 @@ struct Context {
     os_id: usize,
     group: usize,
     reserved: bool,
-    bell: AtomicU32,
-    waiting: AtomicBool,
+    bell: Doorbell,
     state: AtomicU8,
     tid: AtomicU32,
     app_steps: AtomicU64,
@@ -204,10 +203,8 @@ struct Context {
 
 impl Context {
     fn ring(&self) {
-        self.bell.fetch_add(1, SeqCst);
-        if self.waiting.load(SeqCst) {
-            sys::futex_wake(&self.bell, 1);
-        }
+        fence(SeqCst);
+        self.bell.ring(|| ());
     }
 
     fn set_state(&self, state: ContextState) {
@@ -320,8 +317,7 @@ impl SmtBuilder {
                     os_id: machine.cpu(cpu).map_or(cpu.0, |c| c.os_id),
                     group,
                     reserved: layout.is_reserved(cpu),
-                    bell: AtomicU32::new(0),
-                    waiting: AtomicBool::new(false),
+                    bell: Doorbell::new(),
                     state: AtomicU8::new(ContextState::Looking as u8),
                     tid: AtomicU32::new(0),
                     app_steps: AtomicU64::new(0),
@@ -363,13 +359,9 @@ impl SmtBuilder {
             let ctx = &shared.contexts[index];
             match started_rx.recv() {
                 Ok(Ok(())) => {}
-                Ok(Err(source)) => {
-                    return Err(SmtError::Pin { cpu: ctx.cpu, os_id: ctx.os_id, source })
-                }
+                Ok(Err(source)) => return Err(SmtError::Pin { cpu: ctx.cpu, os_id: ctx.os_id, source }),
                 Err(_) => {
-                    return Err(SmtError::Spawn(std::io::Error::other(
-                        "worker exited during start-up",
-                    )))
+                    return Err(SmtError::Spawn(std::io::Error::other("worker exited during start-up")))
                 }
             }
         }
@@ -548,15 +540,15 @@ fn worker(shared: &Shared, index: usize) {
         if run_service(shared, me, core) || run_app_step(shared, me, core) {
             continue;
         }
-        // Nothing allowed: announce, re-check, then sleep on the count read before the re-check.
-        me.waiting.store(true, SeqCst);
-        let seen = me.bell.load(SeqCst);
-        if !shared.shutdown.load(SeqCst) && !has_work(shared, me, core) {
+        // Nothing allowed: announce, look again, then sleep until rung.
+        me.bell.prepare_park();
+        if shared.shutdown.load(SeqCst) || has_work(shared, me, core) {
+            me.bell.cancel_park();
+        } else {
             me.set_state(ContextState::Sleeping);
             me.sleeps.fetch_add(1, SeqCst);
-            sys::futex_wait(&me.bell, seen, None);
+            me.bell.park();
         }
-        me.waiting.store(false, SeqCst);
         me.set_state(ContextState::Looking);
     }
     me.set_state(ContextState::Stopped);

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use corehop_policy::smt::SmtLayout;
 use corehop_policy::smt::{Mode, ModeError};
-use corehop_runtime::smt::{service_call, ContextState, SmtRuntime, SmtError, Step, StepCx};
+use corehop_runtime::smt::{service_call, ContextState, SmtError, SmtRuntime, Step, StepCx};
 use corehop_runtime::sys;
 use corehop_topology::{CoreClass, Cpu, CpuId, Machine};
 

@@ -50,7 +50,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use corehop_policy::objects::{CoreSample, Move, ObjectSample, Placer, PlacerConfig};
-pub use corehop_policy::objects::{ObjectHints, ObjectId, PlacementError, Placement};
+pub use corehop_policy::objects::{ObjectHints, ObjectId, Placement, PlacementError};
 use corehop_policy::payoff::{ArmSampler, PayoffConfig, STAY};
 use corehop_topology::{CpuId, Machine};
 use crossbeam_utils::CachePadded;
