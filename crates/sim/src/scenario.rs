@@ -33,7 +33,7 @@
 use std::path::Path;
 
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use corehop_topology::{presets, Machine};
@@ -99,7 +99,10 @@ impl Sweep {
 }
 
 /// A scenario file as a TOML table, before validation: overrides and sweeps apply here.
-#[derive(Debug, Clone)]
+///
+/// It serialises (file name, folder and table), so that a sweep can send it to another
+/// process or machine and validate it there.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ScenarioDoc {
     file: String,
     stem: String,
@@ -146,6 +149,22 @@ impl ScenarioDoc {
     /// The file name errors mention.
     pub fn file(&self) -> &str {
         &self.file
+    }
+
+    /// The document as TOML text (with any `--set` values applied).
+    pub fn to_toml(&self) -> String {
+        toml::to_string(&self.table).expect("a TOML table serialises")
+    }
+
+    /// The document as a TOML table.
+    pub fn table(&self) -> &toml::Table {
+        &self.table
+    }
+
+    /// A document from a TOML table (e.g. built from another language's data); `file` names
+    /// it in errors.
+    pub fn from_table(file: &str, table: toml::Table) -> ScenarioDoc {
+        ScenarioDoc { file: file.to_string(), stem: "scenario".into(), dir: None, table }
     }
 
     /// Applies `key=value` (dotted key; the value as TOML, else as a string).
