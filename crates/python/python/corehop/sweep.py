@@ -367,7 +367,7 @@ def sweep(
     bar = tqdm(
         total=len(plan),
         initial=len(plan) - len(todo),
-        desc=f"{scenario.file} on {'ray' if use_ray else 'local cores'}",
+        desc=f"{Path(scenario.file).name} on {'ray' if use_ray else 'local cores'}",
         unit="pt",
         disable=not progress,
     )
