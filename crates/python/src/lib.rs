@@ -177,22 +177,20 @@ impl PyScenario {
         }
         Ok(out)
     }
-
-    fn with(&self, settings: &Settings) -> Result<ScenarioDoc, corehop_sim::ScenarioError> {
-        let mut doc = self.doc.clone();
-        for (key, value) in settings {
-            doc.set_value(key, value.clone())?;
-        }
-        Ok(doc)
-    }
 }
 
-/// Applies `settings`, validates and runs the one scenario they make.
-fn run_one(doc: &ScenarioDoc, settings: &Settings) -> Result<Report, corehop_sim::ScenarioError> {
+/// A copy of `doc` with `settings` set.
+fn with_settings(doc: &ScenarioDoc, settings: &Settings) -> Result<ScenarioDoc, corehop_sim::ScenarioError> {
     let mut doc = doc.clone();
     for (key, value) in settings {
         doc.set_value(key, value.clone())?;
     }
+    Ok(doc)
+}
+
+/// Applies `settings`, validates and runs the one scenario they make.
+fn run_one(doc: &ScenarioDoc, settings: &Settings) -> Result<Report, corehop_sim::ScenarioError> {
+    let doc = with_settings(doc, settings)?;
     let points = doc.expand(&[])?;
     let [point] = &points[..] else {
         let swept: Vec<String> = doc.sweeps()?.into_iter().map(|s| s.key).collect();
@@ -238,7 +236,7 @@ impl PyScenario {
     /// (key, value) pairs). A key the file sweeps is pinned to the one value.
     fn with_values(&self, values: &Bound<'_, PyAny>) -> PyResult<Self> {
         let settings = self.settings(values)?;
-        Ok(PyScenario { doc: self.with(&settings).map_err(to_py_err)? })
+        Ok(PyScenario { doc: with_settings(&self.doc, &settings).map_err(to_py_err)? })
     }
 
     /// The file name (or stand-in) errors mention.

@@ -205,7 +205,7 @@ def _row(settings: Settings, result: Mapping[str, Any] | BaseException) -> dict[
     else:
         row["error"] = None
         for k, v in flatten(result).items():
-            row.setdefault(k, v) if k == "seed" else row.__setitem__(k, v)
+            row.setdefault(k, v)  # a swept `seed` is already there, with the same value
     return row
 
 
