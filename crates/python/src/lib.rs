@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use corehop_sim::{models, CostModel, Problem, Report, ScenarioDoc};
 use corehop_topology::presets;
@@ -60,9 +60,12 @@ fn to_toml(file: &str, key: &str, v: &Bound<'_, PyAny>) -> Result<toml::Value, c
     if v.is_instance_of::<PyFloat>() {
         return Ok(toml::Value::Float(v.extract::<f64>().map_err(|e| bad(e.to_string()))?));
     }
-    if let Ok(i) = v.extract::<i64>() {
-        // Python ints and anything with __index__ (NumPy integers).
-        return Ok(toml::Value::Integer(i));
+    if v.is_instance_of::<PyInt>() || v.hasattr("__index__").unwrap_or(false) {
+        // Python ints and anything else that is an integer (NumPy's).
+        return match v.extract::<i64>() {
+            Ok(i) => Ok(toml::Value::Integer(i)),
+            Err(_) => Err(bad(format!("{v} does not fit a 64-bit integer"))),
+        };
     }
     if let Ok(d) = v.cast::<PyDict>() {
         let mut table = toml::Table::new();
@@ -82,7 +85,7 @@ fn to_toml(file: &str, key: &str, v: &Bound<'_, PyAny>) -> Result<toml::Value, c
             .collect::<Result<Vec<_>, _>>()?;
         return Ok(toml::Value::Array(items));
     }
-    if v.hasattr("__float__").unwrap_or(false) && !v.is_none() {
+    if v.hasattr("__float__").unwrap_or(false) {
         // NumPy floats and other real numbers.
         return Ok(toml::Value::Float(v.extract::<f64>().map_err(|e| bad(e.to_string()))?));
     }

@@ -114,3 +114,9 @@ def test_numpy_values_are_accepted():
     np = pytest.importorskip("numpy")
     report = corehop.run(SWITCH, {"workload.iterations": np.int64(20), "costs.mem_latency_ns": np.float64(30.0)})
     assert report["ops"] == 20
+
+
+def test_integers_too_large_for_toml_are_refused():
+    with pytest.raises(corehop.ScenarioError, match="does not fit a 64-bit integer") as e:
+        corehop.run(SWITCH, {"workload.iterations": 2**70})
+    assert e.value.key == "workload.iterations"

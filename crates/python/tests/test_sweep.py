@@ -114,3 +114,23 @@ def test_to_frame_matches_the_cli_csv_columns(threshold, cli, tmp_path):
     shared = [c for c in cli_frame.columns if c in frame.columns]
     assert len(shared) >= len(cli_frame.columns) - 2, "the swept keys are the only CLI-only columns"
     pd.testing.assert_frame_equal(frame[shared], cli_frame[shared], check_dtype=False)
+
+
+def test_an_interrupted_sweep_keeps_what_finished(threshold, tmp_path, monkeypatch):
+    from corehop import sweeps as sweep_module
+
+    out = tmp_path / "cut.csv"
+    real = sweep_module._run_local
+
+    def cut_after_five(scenario, todo, jobs):
+        for n, item in enumerate(real(scenario, todo, jobs)):
+            if n == 5:
+                raise KeyboardInterrupt
+            yield item
+
+    monkeypatch.setattr(sweep_module, "_run_local", cut_after_five)
+    with pytest.raises(KeyboardInterrupt):
+        corehop.sweep(threshold, seeds=2, output=out, progress=False)
+    assert len(pd.read_csv(out)) == 5
+    monkeypatch.setattr(sweep_module, "_run_local", real)
+    assert len(corehop.sweep(threshold, seeds=2, output=out, progress=False)) == 48

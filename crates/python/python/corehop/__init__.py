@@ -29,7 +29,7 @@ from ._corehop import (
     preset,
     presets,
 )
-from .sweep import Range, SweepError, flatten, points, sweep, to_frame
+from .sweeps import Range, SweepError, flatten, points, sweep, to_frame
 
 __all__ = [
     "PointResults",

@@ -279,9 +279,8 @@ def _run_ray(
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
     size = batch_size or max(1, math.ceil(len(todo) / (4 * cpus)))
     shared = ray.put(scenario)
-    pending = [
-        _ray_batch.remote(shared, list(enumerate(todo))[start : start + size]) for start in range(0, len(todo), size)
-    ]
+    numbered = list(enumerate(todo))
+    pending = [_ray_batch.remote(shared, numbered[start : start + size]) for start in range(0, len(todo), size)]
     try:
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
@@ -360,7 +359,7 @@ def sweep(
         return pd.DataFrame([r for r in rows if r is not None])
 
     def save() -> None:
-        if path is not None:
+        if path is not None and (kept or any(r is not None for r in rows)):
             _write(pd.concat([frame(), pd.DataFrame(kept)], ignore_index=True) if kept else frame(), path)
 
     first_error: BaseException | None = None
@@ -395,7 +394,6 @@ def sweep(
     out = frame()
     failed = [plan[i] for i, row in enumerate(rows) if row is not None and not pd.isna(row.get("error"))]
     if failed and errors == "raise":
-        assert first_error is not None or failed
         if first_error is not None and len(failed) == len(plan):
             raise first_error
         saved = f"; the others are in {path}" if path is not None else ""
