@@ -2,7 +2,6 @@
 use clap::{Parser, Subcommand};
 
 mod cmd;
-mod report;
 
 /// corehop puts each piece of work on the CPU core that suits it.
 ///

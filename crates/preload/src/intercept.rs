@@ -10,7 +10,7 @@ use crate::config::{self, Config};
 use crate::decide::{Desc, Policy, Shared};
 use crate::lane::{Outcome, Request, Waiting};
 use crate::service::{self, ServiceConfig, LANES, MAX_LANES};
-use crate::{memo, stats, sys};
+use crate::{memo, stats, sys, trace};
 use corehop_policy::offload::CallKind;
 
 const UNINIT: u32 = 0;
@@ -64,12 +64,21 @@ const TIME_EVERY: u32 = 16;
 thread_local! {
     /// Set while this thread is inside the library (re-entry runs locally).
     static INSIDE: Cell<bool> = const { Cell::new(false) };
-    /// Local calls until this thread times one again.
-    static UNTIL_TIMED: Cell<u32> = const { Cell::new(0) };
+    /// Local calls until this thread times one again (the first after a full period: a
+    /// thread that makes a handful of calls costs the policy nothing).
+    static UNTIL_TIMED: Cell<u32> = const { Cell::new(TIME_EVERY - 1) };
     /// Calls this thread completed that `DONE` does not count yet.
     static UNCOUNTED: Cell<u64> = const { Cell::new(0) };
     /// This thread's ticket (0: none yet).
     static TICKET: Cell<u32> = const { Cell::new(0) };
+    /// The return address of the entry point this thread is in (0: not known).
+    static SITE: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Notes the call site of the entry point the thread has just entered: the predictor keys its
+/// table by it, and a recorded trace carries it.
+pub(crate) fn enter_site(site: usize) {
+    SITE.with(|s| s.set(site as u64));
 }
 
 /// Marks the thread as inside the library for its lifetime.
@@ -146,7 +155,8 @@ fn start_up() -> bool {
             return false;
         }
     };
-    TIMING.store(policy.learns() || config.stats_file.is_some(), SeqCst);
+    let tracing = config.trace_file.is_some() && trace::start();
+    TIMING.store(policy.learns() || config.stats_file.is_some() || tracing, SeqCst);
     SPIN_NS.store(config.spin_ns, SeqCst);
     STALL_TIMEOUT_NS.store(config.stall_timeout_ns, SeqCst);
     LANE_COUNT.store(config.service_cpus.len(), SeqCst);
@@ -192,6 +202,7 @@ extern "C" fn after_fork_child() {
     POLICY.after_fork(FORK_HAD_LOCK.load(SeqCst), true);
     PID.store(sys::getpid(), SeqCst);
     stats::reset();
+    trace::after_fork_child();
     service::POLLED_NS.iter().for_each(|p| p.store(0, SeqCst));
     service::forget();
     // The parent's service threads do not exist here; start our own when first needed.
@@ -204,6 +215,9 @@ extern "C" fn after_fork_child() {
 extern "C" fn at_exit() {
     if STATE.load(Acquire) != READY {
         return;
+    }
+    if let Some(path) = CONFIG.get().and_then(|c| c.trace_file.as_deref()) {
+        trace::write(path);
     }
     if let Some(path) = CONFIG.get().and_then(|c| c.stats_file.as_deref()) {
         let lanes = if SERVICE.load(SeqCst) == READY { LANE_COUNT.load(SeqCst) } else { 0 };
@@ -247,9 +261,9 @@ pub(crate) fn dispatch(
     stats::bump(&counters.seen);
     if THREAD_STATE_CHANGED.load(core::sync::atomic::Ordering::Relaxed) {
         stats::bump(&counters.kept);
-        return run_local(counters, &Desc { kind, fd, size: 0 }, local);
+        return run_local(counters, &Desc { kind, fd, size: 0, site: 0 }, local);
     }
-    let call = Desc { kind, fd, size: size() };
+    let call = Desc { kind, fd, size: size(), site: SITE.with(Cell::get) };
     let Some(request) = request.filter(|r| !r.check.fds().iter().flatten().any(|&fd| memo::may_block(fd)))
     else {
         stats::bump(&counters.kept);
@@ -295,6 +309,9 @@ pub(crate) fn dispatch(
             stats::add(&counters.wait_ns, waited);
             stats::record_handoff(kind, waited.saturating_sub(reply.run_ns));
             POLICY.observe(&call, reply.run_ns, sys::now_ns(), count_done());
+            if trace::on() {
+                trace::record(kind, fd, call.size, call.site, reply.run_ns);
+            }
             if reply.signal != 0 {
                 sys::tgkill_self(sys::gettid(), reply.signal);
             }
@@ -317,16 +334,17 @@ fn run_local(counters: &stats::Counters, call: &Desc, local: impl FnOnce() -> i6
     if !TIMING.load(Relaxed) {
         return local();
     }
-    let timed = UNTIL_TIMED.with(|left| match left.get() {
-        0 => {
-            left.set(TIME_EVERY - 1);
-            true
-        }
-        n => {
-            left.set(n - 1);
-            false
-        }
-    });
+    let timed = trace::on()
+        || UNTIL_TIMED.with(|left| match left.get() {
+            0 => {
+                left.set(TIME_EVERY - 1);
+                true
+            }
+            n => {
+                left.set(n - 1);
+                false
+            }
+        });
     if !timed {
         let result = local();
         UNCOUNTED.with(|n| n.set(n.get() + 1));
@@ -339,6 +357,9 @@ fn run_local(counters: &stats::Counters, call: &Desc, local: impl FnOnce() -> i6
     stats::add(&counters.local_ns, run_ns);
     stats::bump(&counters.local_timed);
     POLICY.observe(call, run_ns, end, count_done());
+    if trace::on() {
+        trace::record(call.kind, call.fd, call.size, call.site, run_ns);
+    }
     result
 }
 

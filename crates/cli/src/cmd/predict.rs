@@ -12,7 +12,7 @@ use anyhow::Context;
 use corehop_policy::offload::{within_tolerance, RunLengthPredictor, Source, TableForm};
 use serde::Serialize;
 
-use crate::report::{self, Align, Scale, Series, Table};
+use corehop_bench::report::{self, Align, Scale, Series, Table};
 
 mod trace;
 

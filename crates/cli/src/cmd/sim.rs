@@ -25,7 +25,7 @@ use serde::Serialize;
 
 use corehop_sim::{models, Point, Report, ScenarioDoc, Sweep};
 
-use crate::report::{self, Scale, Series, Table};
+use corehop_bench::report::{self, Scale, Series, Table};
 
 /// Run a simulation scenario on a modelled machine.
 ///

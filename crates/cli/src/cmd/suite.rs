@@ -15,7 +15,7 @@ use corehop_runtime::sys;
 use serde::Serialize;
 
 use super::run::{find_library, Launch, Offload, PolicyArg};
-use crate::report::{fmt_ns, OutputArgs, Stats, Table};
+use corehop_bench::report::{fmt_ns, OutputArgs, Stats, Table};
 
 /// Real programs plain and under `corehop run --offload`, alternating, outputs compared.
 ///
@@ -47,6 +47,10 @@ pub struct Args {
     /// The offload policy under test.
     #[arg(long, value_enum, default_value_t = PolicyArg::Adaptive)]
     pub policy: PolicyArg,
+    /// Also run each program once more under `--policy never --record-trace` and keep its
+    /// trace as DIR/PROGRAM.csv, for `corehop predict --trace` (the directory is created).
+    #[arg(long, value_name = "DIR")]
+    pub record_traces: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -192,6 +196,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         bail!("the suite reads /usr/include/linux, which this machine lacks (Debian: linux-libc-dev)");
     }
     let library = find_library()?;
+    if let Some(traces) = &args.record_traces {
+        std::fs::create_dir_all(traces).with_context(|| format!("creating {}", traces.display()))?;
+    }
     let allowed = sys::affinity().context("reading this process's CPU affinity")?;
     let service = *allowed.last().context("this process may run on no CPU")?;
     let policy = args.policy.spec(None)?;
@@ -211,7 +218,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             None => true,
         })
         .collect();
-    let bar = crate::report::progress(runnable.len() as u64 * u64::from(reps) * 2, "runs");
+    let bar = corehop_bench::report::progress(runnable.len() as u64 * u64::from(reps) * 2, "runs");
     for program in runnable {
         let script = format!("cd '{}' && {}", dir.display(), program.script);
         let command: Vec<OsString> = vec!["sh".into(), "-c".into(), script.into()];
@@ -224,6 +231,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             stall_timeout_ns: super::run::DEFAULT_STALL_TIMEOUT_US * 1_000,
             spin_ns: super::run::DEFAULT_SPIN_US * 1_000,
             stats_file: None,
+            trace_file: None,
         };
         let mut times: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
         let mut first = None;
@@ -257,6 +265,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 bar.inc(1);
             }
         }
+        if let Some(traces) = &args.record_traces {
+            let trace = std::path::absolute(traces.join(format!("{}.csv", program.name)))?;
+            std::fs::write(&trace, super::run::TRACE_HEADER)
+                .with_context(|| format!("creating {}", trace.display()))?;
+            let launch = Launch {
+                command: command.clone(),
+                cpus: None,
+                offload: Some(Offload { policy: "never".into(), trace_file: Some(trace), ..offload.clone() }),
+                capture: true,
+            };
+            launch.run().with_context(|| format!("recording a trace of {}", program.name))?;
+        }
         let plain = Stats::of(&times[0]).context("no plain run")?;
         let offloaded = Stats::of(&times[1]).context("no offloaded run")?;
         report.results.push(Result {
@@ -278,7 +298,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 fn print(report: &Report, output: &OutputArgs, service: usize) -> anyhow::Result<()> {
     if output.json {
-        crate::report::print_json(report)?;
+        corehop_bench::report::print_json(report)?;
     } else {
         let mut table = Table::new([
             "program",
@@ -318,7 +338,7 @@ fn print(report: &Report, output: &OutputArgs, service: usize) -> anyhow::Result
     if let Some(path) = &output.plot {
         let bars: Vec<(String, f64)> =
             report.results.iter().map(|r| (r.program.to_string(), r.ratio)).collect();
-        crate::report::plot_bars(path, "offload / plain median wall time", "ratio", &bars)?;
+        corehop_bench::report::plot_bars(path, "offload / plain median wall time", "ratio", &bars)?;
     }
     Ok(())
 }

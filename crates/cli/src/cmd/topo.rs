@@ -14,7 +14,7 @@ use corehop_topology::{
 };
 use serde::Serialize;
 
-use crate::report::{self, Table};
+use corehop_bench::report::{self, Table};
 
 /// Show a machine: packages, cores, SMT siblings, caches, core classes, speeds and the CPUs
 /// this process may use.

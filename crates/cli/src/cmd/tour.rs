@@ -3,7 +3,9 @@
 
 use std::time::Instant;
 
-use super::{bench, predict, run as run_cmd, sim, topo};
+use corehop_bench as bench;
+
+use super::{predict, run as run_cmd, sim, topo};
 
 /// Runs every part of the tour in turn; a part that fails is reported and the tour goes on.
 #[derive(clap::Args)]

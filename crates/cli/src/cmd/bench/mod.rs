@@ -1,11 +1,8 @@
-//! `corehop bench …`: mechanisms measured side by side, each with a same-run baseline.
+//! `corehop bench …`: mechanisms measured side by side, each with a same-run baseline. The
+//! workloads live in the `corehop-bench` crate; `run-suite` (real programs under `corehop
+//! run`) lives here beside `run`.
 use clap::Subcommand;
-
-pub mod modes;
-pub mod o2;
-pub mod offload;
-pub mod pipeline;
-pub mod switch;
+use corehop_bench::{modes, o2, offload, pipeline, switch};
 
 /// Each variant's help is its `Args` doc comment (the first line is the summary).
 #[derive(Subcommand)]

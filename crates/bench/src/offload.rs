@@ -27,8 +27,8 @@ use serde::Serialize;
 
 use crate::report::{self, Align, OutputArgs, Stats, Table};
 
-mod files;
-mod sqlite;
+pub mod files;
+pub mod sqlite;
 
 /// Offload policies side by side on SQLite transactions and a loopback file server.
 ///
@@ -518,7 +518,7 @@ fn table(out: &Output) -> Table {
     t
 }
 
-/// The front-door demo: a quick run of both workloads, plus the predictor on a real trace.
+/// The front-door demo: a quick run of both workloads.
 pub fn tour() -> anyhow::Result<()> {
     let args = Args {
         policies: PolicyChoice::ALL.map(|p| p.name().to_string()).to_vec(),
@@ -537,7 +537,6 @@ pub fn tour() -> anyhow::Result<()> {
     let output = collect(&args)?;
     println!("{}", table(&output).render());
     println!("{}", takeaway(&output));
-    println!("{}", crate::cmd::predict::tour_summary()?);
     Ok(())
 }
 

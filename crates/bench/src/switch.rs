@@ -438,7 +438,7 @@ fn median_of_chunk_means(ns: &[u64]) -> f64 {
 
 /// Ns per cache-line round trip between two threads pinned on the two CPUs: one line, which
 /// carries the message both ways.
-fn floor(from_os: usize, to_os: usize, iters: u64) -> anyhow::Result<f64> {
+pub fn floor(from_os: usize, to_os: usize, iters: u64) -> anyhow::Result<f64> {
     #[repr(align(128))]
     struct Line(AtomicU64);
     let line = Line(AtomicU64::new(0));

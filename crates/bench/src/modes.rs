@@ -644,9 +644,9 @@ fn render(m: &Measured, plan: &Plan) -> String {
 }
 
 /// The paper scenarios, shipped inside the binary so the tour runs from anywhere.
-const SMT_MODES: &str = include_str!("../../../../../scenarios/smt-modes.toml");
-const SMT_HYBRID: &str = include_str!("../../../../../scenarios/smt-hybrid.toml");
-const SMT_VARIANCE: &str = include_str!("../../../../../scenarios/smt-variance.toml");
+const SMT_MODES: &str = include_str!("../../../scenarios/smt-modes.toml");
+const SMT_HYBRID: &str = include_str!("../../../scenarios/smt-hybrid.toml");
+const SMT_VARIANCE: &str = include_str!("../../../scenarios/smt-variance.toml");
 
 /// One simulated run: the scenario text with `sets` applied, its model metrics by name.
 fn simulate(file: &str, text: &str, sets: &[String]) -> anyhow::Result<Vec<(String, f64)>> {
