@@ -7,6 +7,8 @@ scenario, alternating, so that any per-event cost of the binding would show.
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import json
 import statistics
 import subprocess
@@ -27,27 +29,39 @@ def main() -> None:
     args = p.parse_args()
     scenario = corehop.load(SCENARIO)
     command = [str(args.cli), "sim", str(SCENARIO), "--json", *(f"--set={k}={v}" for k, v in VALUES.items())]
-    rates: dict[str, list[float]] = {"corehop sim (CLI process)": [], "Python corehop.run": []}
+    names = ("corehop sim (CLI process)", "Python corehop.run")
+    # Per wall second, and per CPU second of the process that ran the engine (the second does
+    # not move when other processes share the CPUs).
+    wall_rates: dict[str, list[float]] = {n: [] for n in names}
+    cpu_rates: dict[str, list[float]] = {n: [] for n in names}
     events = {}
     for _ in range(args.reps):
-        t = time.perf_counter()
+        cpu, t = _children_cpu(), time.perf_counter()
         out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-        wall = time.perf_counter() - t
-        events["cli"] = json.loads(out)["runs"][0]["report"]["events"]
-        rates["corehop sim (CLI process)"].append(events["cli"] / wall)
-        t = time.perf_counter()
+        wall, cpu = time.perf_counter() - t, _children_cpu() - cpu
+        events[names[0]] = json.loads(out)["runs"][0]["report"]["events"]
+        wall_rates[names[0]].append(events[names[0]] / wall)
+        cpu_rates[names[0]].append(events[names[0]] / cpu)
+        cpu, t = time.process_time(), time.perf_counter()
         report = scenario.run(VALUES)
-        wall = time.perf_counter() - t
-        events["py"] = report["events"]
-        rates["Python corehop.run"].append(events["py"] / wall)
-    assert events["cli"] == events["py"], events
-    print(f"{SCENARIO.name}, one point ({events['py']:,} events), {args.reps} runs each, alternating")
-    print(f"{'':28} {'min':>12} {'median':>12} {'max':>12}  events/s")
-    for name, r in rates.items():
-        print(f"{name:28} {min(r):12,.0f} {statistics.median(r):12,.0f} {max(r):12,.0f}")
-    cli, py = (statistics.median(r) for r in rates.values())
-    print(f"Python / CLI (medians): {py / cli:.3f}")
+        wall, cpu = time.perf_counter() - t, time.process_time() - cpu
+        events[names[1]] = report["events"]
+        wall_rates[names[1]].append(events[names[1]] / wall)
+        cpu_rates[names[1]].append(events[names[1]] / cpu)
+    assert len(set(events.values())) == 1, events
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} (other processes share these CPUs)")
+    print(f"{SCENARIO.name}, one point ({events[names[1]]:,} events), {args.reps} runs each, alternating")
+    print(f"{'events/s':44} {'min':>12} {'median':>12} {'max':>12}")
+    for unit, rates in (("per wall second", wall_rates), ("per CPU second", cpu_rates)):
+        for name, r in rates.items():
+            print(f"{name + ', ' + unit:44} {min(r):12,.0f} {statistics.median(r):12,.0f} {max(r):12,.0f}")
+        cli, py = (statistics.median(r) for r in rates.values())
+        print(f"{'  Python / CLI (medians)':44} {py / cli:12.3f}")
 
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 if __name__ == "__main__":
     main()

@@ -8,6 +8,7 @@ the repetitions, the three modes alternating) and the speed-up over serial.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from pathlib import Path
@@ -28,6 +29,7 @@ def main() -> None:
 
     import ray
 
+    load = os.getloadavg()
     started = time.perf_counter()
     ray.init(num_cpus=args.ray_cpus, include_dashboard=False, log_to_driver=False)
     ray_start = time.perf_counter() - started
@@ -54,6 +56,7 @@ def main() -> None:
     base = next(iter(frames.values()))
     for frame in frames.values():
         pd.testing.assert_frame_equal(base, frame)  # every column of every point
+    print(f"load average before/after: {load[0]:.1f} / {os.getloadavg()[0]:.1f} (other processes share these CPUs)")
     print(f"1000 points of {SCENARIO.name} ({args.iterations} invocations each), {args.reps} runs per mode, "
           f"{corehop.available_threads()} CPUs; Ray start-up {ray_start:.1f} s (not counted)")
     print("per-point results identical in every mode and run: yes")
