@@ -134,3 +134,18 @@ def test_an_interrupted_sweep_keeps_what_finished(threshold, tmp_path, monkeypat
     assert len(pd.read_csv(out)) == 5
     monkeypatch.setattr(sweep_module, "_run_local", real)
     assert len(corehop.sweep(threshold, seeds=2, output=out, progress=False)) == 48
+
+
+def test_run_points_streams_and_stops_when_dropped(threshold):
+    plan = corehop.points(threshold, seeds=2)
+    results = threshold.run_points(plan, 2)
+    assert len(results) == 48
+    seen = {}
+    for _ in range(3):
+        i, report = next(results)
+        seen[i] = report
+    assert len(results) == 45 and all(r["ops"] > 0 for r in seen.values())
+    assert seen[i] == threshold.run(plan[i])  # the index is the point's
+    del results  # the points not yet started are skipped; nothing hangs
+    bad = list(threshold.run_points([{"workload.latency_cycles": 1, "workload.threshold_cycles": 1, "machine.preset": "nope"}]))
+    assert bad[0][0] == 0 and isinstance(bad[0][1], corehop.ScenarioError)

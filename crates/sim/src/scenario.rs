@@ -579,6 +579,24 @@ mod tests {
     }
 
     #[test]
+    fn a_document_travels_as_json_with_its_folder() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut machine = presets::by_name("switch-cs").unwrap();
+        machine.name = "mine".into();
+        std::fs::write(tmp.path().join("m.toml"), machine.to_toml_string()).unwrap();
+        let path = tmp.path().join("s.toml");
+        std::fs::write(&path, "seed = 4\n[machine]\nfile = \"m.toml\"\n[workload]\nkind = \"switch\"\n")
+            .unwrap();
+        let mut doc = ScenarioDoc::load(&path).unwrap();
+        doc.set("workload.iterations=5").unwrap();
+        let back: ScenarioDoc = serde_json::from_str(&serde_json::to_string(&doc).unwrap()).unwrap();
+        assert_eq!(back.to_toml(), doc.to_toml());
+        let (a, b) = (doc.validate().unwrap(), back.validate().unwrap());
+        assert_eq!((b.name.as_str(), b.seed, b.machine.name()), ("s", 4, "mine"));
+        assert_eq!(a.machine.costs(), b.machine.costs());
+    }
+
+    #[test]
     fn key_at_maps_spans_to_dotted_keys() {
         let text = "a = 1\n[w]\nx = 1\n[[w.calls]]\nn = 1\n[w.calls.len]\nf = 2\n[[w.calls]]\nn = 3\n";
         assert_eq!(key_at(text, 0), "a");

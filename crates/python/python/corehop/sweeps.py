@@ -316,8 +316,9 @@ def sweep(
     depend on where or in what order points run.
 
     Where: on ``jobs`` local threads (default: every CPU this process may use; 1 runs the points
-    one after another), or on Ray when ``backend="ray"``, when ``address`` is given (a cluster
-    to connect to), or when ``ray.init()`` was already called (``backend="auto"``). On Ray,
+    one after another), or on Ray when ``backend="ray"`` (a local Ray instance is started if
+    none is running), when ``address`` is given (a cluster to connect to), or when
+    ``ray.init()`` was already called (``backend="auto"``). On Ray,
     one task runs each batch of ``batch_size`` points (default: about four batches per CPU of
     the cluster); the workers need this package installed and any machine file the scenario
     names at the same path.
