@@ -33,7 +33,7 @@
 use std::path::Path;
 
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use corehop_topology::{presets, Machine};
@@ -122,7 +122,10 @@ impl Sweep {
 }
 
 /// A scenario file as a TOML table, before validation: overrides and sweeps apply here.
-#[derive(Debug, Clone)]
+///
+/// It serialises (file name, folder and table), so that a sweep can send it to another
+/// process or machine and validate it there.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ScenarioDoc {
     file: String,
     stem: String,
@@ -187,6 +190,22 @@ impl ScenarioDoc {
     /// The file name errors mention.
     pub fn file(&self) -> &str {
         &self.file
+    }
+
+    /// The document as TOML text (with any `--set` values applied).
+    pub fn to_toml(&self) -> String {
+        toml::to_string(&self.table).expect("a TOML table serialises")
+    }
+
+    /// The document as a TOML table.
+    pub fn table(&self) -> &toml::Table {
+        &self.table
+    }
+
+    /// A document from a TOML table (e.g. built from another language's data); `file` names
+    /// it in errors.
+    pub fn from_table(file: &str, table: toml::Table) -> ScenarioDoc {
+        ScenarioDoc { file: file.to_string(), stem: "scenario".into(), dir: None, table }
     }
 
     /// Applies `key=value` (dotted key; the value as TOML, else as a string).
@@ -627,6 +646,24 @@ mod tests {
         assert_eq!(e.key, "machine.file");
         let e = doc("").expand(&[Sweep::parse("machine.emulate=5=0.5").unwrap()]).unwrap_err();
         assert_eq!(e.key, "machine.emulate");
+    }
+
+    #[test]
+    fn a_document_travels_as_json_with_its_folder() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut machine = presets::by_name("switch-cs").unwrap();
+        machine.name = "mine".into();
+        std::fs::write(tmp.path().join("m.toml"), machine.to_toml_string()).unwrap();
+        let path = tmp.path().join("s.toml");
+        std::fs::write(&path, "seed = 4\n[machine]\nfile = \"m.toml\"\n[workload]\nkind = \"switch\"\n")
+            .unwrap();
+        let mut doc = ScenarioDoc::load(&path).unwrap();
+        doc.set("workload.iterations=5").unwrap();
+        let back: ScenarioDoc = serde_json::from_str(&serde_json::to_string(&doc).unwrap()).unwrap();
+        assert_eq!(back.to_toml(), doc.to_toml());
+        let (a, b) = (doc.validate().unwrap(), back.validate().unwrap());
+        assert_eq!((b.name.as_str(), b.seed, b.machine.name()), ("s", 4, "mine"));
+        assert_eq!(a.machine.costs(), b.machine.costs());
     }
 
     #[test]
