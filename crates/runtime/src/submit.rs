@@ -439,3 +439,184 @@ impl<T> std::fmt::Debug for PendingBatch<T> {
             .finish()
     }
 }
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    //! The hand-off of blocks through an inbox (bounded, drained in batches, closed on exit)
+    //! and the completion protocol (futex sleep, waker, dropped `Pending`), model-checked.
+    //! Each model is small (two or three threads, an inbox of one block) and bounded in
+    //! preemptions, as the mailbox's are.
+
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use loom::sync::atomic::AtomicUsize;
+    use loom::thread;
+
+    use super::block::{Block, Item, Job, Outcome, Results};
+    use super::inbox::Inbox;
+    use super::*;
+    use crate::sync::Ordering;
+
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(3);
+        model.check(f);
+    }
+
+    type Op = Box<dyn FnOnce() -> u32 + Send>;
+
+    /// A block of operations returning `values`, each counting its run in `runs`.
+    fn block(values: &[u32], runs: &Arc<AtomicUsize>) -> Arc<Block<Op, u32, Vec<Item<Op, u32>>>> {
+        let items = values
+            .iter()
+            .map(|&v| {
+                let runs = runs.clone();
+                Item::Op(Box::new(move || {
+                    runs.fetch_add(1, Ordering::Relaxed);
+                    v
+                }) as Op)
+            })
+            .collect();
+        Arc::new(Block::new(items))
+    }
+
+    fn taken(block: &dyn Results<u32>) -> Vec<u32> {
+        let mut values = Vec::new();
+        // SAFETY: the models call this once per block, as its only client, after an outcome.
+        unsafe { block.take(&mut |r| values.push(r.unwrap())) };
+        values
+    }
+
+    /// Two clients each send a block of two operations through an inbox that holds one block
+    /// (so one of them meets a full inbox and backs off), and sleep on their results; the
+    /// worker serves whatever is there, in batches, until both are served. Every operation runs
+    /// once, each client gets its own results in order, and no sleeper is left asleep.
+    #[test]
+    fn loom_batch_handoff_with_back_pressure_and_sleeping_clients() {
+        model(|| {
+            let inbox = Arc::new(Inbox::new());
+            let runs = Arc::new(AtomicUsize::new(0));
+            let clients: Vec<_> = [[1, 2], [3, 4]]
+                .into_iter()
+                .map(|values| {
+                    let (inbox, runs) = (inbox.clone(), runs.clone());
+                    thread::spawn(move || {
+                        let block = block(&values, &runs);
+                        inbox.push(block.clone(), thread::yield_now);
+                        assert_eq!(block.completion().park_until_done(), Outcome::Ran);
+                        assert_eq!(taken(&*block), values);
+                    })
+                })
+                .collect();
+            let mut served = 0;
+            while served < 2 {
+                match inbox.serve() {
+                    0 => thread::yield_now(),
+                    n => served += n,
+                }
+            }
+            clients.into_iter().for_each(|c| c.join().unwrap());
+            assert_eq!(runs.load(Ordering::Relaxed), 4);
+        });
+    }
+
+    /// A client polls its `Pending` as a future while the worker completes it: whichever comes
+    /// first, the waker stored is woken (loom reports a lost wake-up as a deadlock of
+    /// `block_on`), and the value comes out once.
+    #[test]
+    fn loom_a_waker_stored_during_completion_is_woken() {
+        model(|| {
+            let runs = Arc::new(AtomicUsize::new(0));
+            let block = block(&[7], &runs);
+            let server = {
+                let job: Arc<dyn Job> = block.clone();
+                thread::spawn(move || job.run())
+            };
+            let pending = Pending::<u32> { block: Some(block), cpu: CpuId(0) };
+            assert_eq!(loom::future::block_on(pending).unwrap(), 7);
+            server.join().unwrap();
+        });
+    }
+
+    /// A future polled with one waker and then another (moved between executors): the last
+    /// one stored is the one woken.
+    #[test]
+    fn loom_a_replaced_waker_is_the_one_woken() {
+        model(|| {
+            let runs = Arc::new(AtomicUsize::new(0));
+            let block = block(&[9], &runs);
+            let mut pending = Pending::<u32> { block: Some(block.clone()), cpu: CpuId(0) };
+            // A first poll with a waker that goes nowhere.
+            let noop = std::task::Waker::noop();
+            let first = Pin::new(&mut pending).poll(&mut Context::from_waker(noop));
+            let server = thread::spawn(move || (block as Arc<dyn Job>).run());
+            let value = match first {
+                Poll::Ready(value) => value,
+                Poll::Pending => loom::future::block_on(pending),
+            };
+            assert_eq!(value.unwrap(), 9);
+            server.join().unwrap();
+        });
+    }
+
+    /// Counts values alive, to check that nothing a block holds leaks.
+    struct Counted(Arc<AtomicUsize>);
+
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The client drops its `Pending` while the worker runs the operation: the operation runs
+    /// once, and its closure and result are freed once, by whichever side lets go last.
+    #[test]
+    fn loom_a_pending_dropped_while_served_frees_everything_once() {
+        model(|| {
+            let alive = Arc::new(AtomicUsize::new(2));
+            let (captured, made) = (Counted(alive.clone()), alive.clone());
+            let op = move || {
+                let _keep = &captured;
+                Counted(made)
+            };
+            let block = Arc::new(Block::new([Item::Op(op)]));
+            let server = {
+                let job: Arc<dyn Job> = block.clone();
+                thread::spawn(move || job.run())
+            };
+            drop(Pending::<Counted> { block: Some(block), cpu: CpuId(0) });
+            server.join().unwrap();
+            assert_eq!(alive.load(Ordering::Relaxed), 0);
+        });
+    }
+
+    /// A client pushes a block just as the worker serves one last time and closes its inbox:
+    /// the block either runs (and its waiter gets the value) or is cancelled unrun (and its
+    /// waiter learns so); it never stays in the inbox with its waiter asleep.
+    #[test]
+    fn loom_a_push_racing_the_close_is_served_or_cancelled() {
+        model(|| {
+            let inbox = Arc::new(Inbox::new());
+            let runs = Arc::new(AtomicUsize::new(0));
+            let worker = {
+                let inbox = inbox.clone();
+                thread::spawn(move || {
+                    inbox.serve();
+                    inbox.close();
+                })
+            };
+            let block = block(&[5], &runs);
+            inbox.push(block.clone(), thread::yield_now);
+            match block.completion().park_until_done() {
+                Outcome::Ran => {
+                    assert_eq!(taken(&*block), [5]);
+                    assert_eq!(runs.load(Ordering::Relaxed), 1);
+                }
+                Outcome::Cancelled => assert_eq!(runs.load(Ordering::Relaxed), 0),
+            }
+            worker.join().unwrap();
+        });
+    }
+}
