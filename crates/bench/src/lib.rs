@@ -6,6 +6,7 @@
 //! directory lookups, a packet-processing pipeline, SMT mode schedules) as plain functions
 //! that criterion benchmarks (`benches/`) call too.
 
+pub mod delegate;
 pub mod modes;
 pub mod o2;
 pub mod offload;
