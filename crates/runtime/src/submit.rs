@@ -149,7 +149,12 @@ where
         std::iter::repeat_with(|| None).take(shared.workers.len()).collect();
     let flush =
         |blocks: &mut Vec<Option<Arc<dyn Results<T>>>>, worker: usize, (at, items): (usize, Vec<_>)| {
-            let block = Arc::new(Block::new(items));
+            // A lone operation travels as `submit` sends it: its item inside the block, so
+            // the worker reads one allocation instead of two.
+            let block: Arc<dyn Results<T>> = match <[_; 1]>::try_from(items) {
+                Ok(one) => Arc::new(Block::new(one)),
+                Err(items) => Arc::new(Block::new(items)),
+            };
             send(shared, worker, block.clone());
             blocks[at] = Some(block);
         };
