@@ -50,7 +50,7 @@ use crate::switch::per_op;
 ///                    "ring_median_ns", "ratio_to_ring" } ],
 ///     "best_batch": { "name", "mops_per_s", "ratio_to_ring" } }
 ///
-/// --quick runs 20 000 operations per row and 2 repetitions; --plot draws M ops/s per row.
+/// --quick runs 2 048 operations per row and 2 repetitions; --plot draws M ops/s per row.
 #[derive(clap::Args, Debug, Clone)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -60,8 +60,10 @@ pub struct Args {
     /// CPU (dense id) whose worker serves the operations.
     #[arg(long, default_value_t = 1)]
     pub to: usize,
-    /// Operations per row per repetition (rounded up to whole batches).
-    #[arg(long, default_value_t = 200_000)]
+    /// Operations per row per repetition (rounded up to whole batches). As many as `bench
+    /// switch` makes round trips: on this development VM, long unbroken runs of round trips
+    /// measure slower than short ones (docs/performance.md).
+    #[arg(long, default_value_t = 20_000)]
     pub ops: u64,
     /// Repetitions: each measures every row once, with a fresh runtime per row.
     #[arg(long, default_value_t = 10)]
@@ -211,13 +213,13 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
     if args.from == args.to {
         bail!("--from and --to are both {}: delegation needs two different CPUs", args.from);
     }
-    let (ops, reps) = if args.output.quick { (20_000, 2) } else { (args.ops, args.reps) };
+    let (ops, reps) = if args.output.quick { (2_048, 2) } else { (args.ops, args.reps) };
     if ops == 0 || reps == 0 {
         bail!("--ops and --reps must be at least 1");
     }
-    // Bounded: a repetition's chunk times are kept per row, and ops are u64 indices.
-    if ops > MAX_OPS {
-        bail!("--ops {ops}: at most {MAX_OPS} per row and repetition");
+    // Every repetition's figures are kept, one per row; a row of MAX_OPS takes minutes.
+    if ops > MAX_OPS || reps > MAX_REPS {
+        bail!("--ops {ops} --reps {reps}: at most {MAX_OPS} operations per row and {MAX_REPS} repetitions");
     }
     Ok(Plan {
         from_os: machine.cpus()[args.from].os_id,
@@ -231,6 +233,7 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
 }
 
 const MAX_OPS: u64 = 1 << 32;
+const MAX_REPS: usize = 10_000;
 
 fn measure(args: &Args) -> anyhow::Result<Report> {
     let plan = plan(args)?;

@@ -139,16 +139,29 @@ where
     T: Send + 'static,
     I: IntoIterator<Item = (CpuId, F)>,
 {
-    // Every CPU checked before anything is sent.
-    let ops =
-        ops.into_iter().map(|(cpu, f)| Ok((shared.worker_of(cpu)?, f))).collect::<Result<Vec<_>, Error>>()?;
-    let mut order = Vec::with_capacity(ops.len());
-    let mut blocks: Vec<Option<Arc<dyn Results<T>>>> = Vec::new();
-    // Per worker, the block being filled.
-    let mut filling: Vec<Option<Filling<F, T>>> =
-        std::iter::repeat_with(|| None).take(shared.workers.len()).collect();
-    let flush =
-        |blocks: &mut Vec<Option<Arc<dyn Results<T>>>>, worker: usize, (at, items): (usize, Vec<_>)| {
+    let ops = ops.into_iter();
+    let mut order = Vec::with_capacity(ops.size_hint().0);
+    // The blocks in the order they were opened, each with its worker; none is sent before
+    // every CPU has been checked.
+    let mut blocks: Vec<(usize, Vec<Item<F, T>>)> = Vec::new();
+    // Per worker, the block it is filling.
+    let mut filling: Vec<Option<usize>> = vec![None; shared.workers.len()];
+    for (cpu, op) in ops {
+        let worker = shared.worker_of(cpu)?;
+        let at = match filling[worker] {
+            Some(at) if blocks[at].1.len() < MAX_BLOCK_OPS => at,
+            _ => {
+                blocks.push((worker, Vec::new()));
+                filling[worker] = Some(blocks.len() - 1);
+                blocks.len() - 1
+            }
+        };
+        order.push(at);
+        blocks[at].1.push(Item::Op(op));
+    }
+    let blocks = blocks
+        .into_iter()
+        .map(|(worker, items)| {
             // A lone operation travels as `submit` sends it: its item inside the block, so
             // the worker reads one allocation instead of two.
             let block: Arc<dyn Results<T>> = match <[_; 1]>::try_from(items) {
@@ -156,31 +169,11 @@ where
                 Err(items) => Arc::new(Block::new(items)),
             };
             send(shared, worker, block.clone());
-            blocks[at] = Some(block);
-        };
-    for (worker, op) in ops {
-        let (at, items) = filling[worker].get_or_insert_with(|| {
-            blocks.push(None);
-            (blocks.len() - 1, Vec::new())
-        });
-        order.push(*at);
-        items.push(Item::Op(op));
-        if items.len() == MAX_BLOCK_OPS {
-            let full = filling[worker].take().expect("the block just filled");
-            flush(&mut blocks, worker, full);
-        }
-    }
-    for (worker, open) in filling.into_iter().enumerate() {
-        if let Some(open) = open {
-            flush(&mut blocks, worker, open);
-        }
-    }
-    let blocks = blocks.into_iter().map(|b| b.expect("every block is sent")).collect();
+            block
+        })
+        .collect();
     Ok(PendingBatch { blocks, order, taken: false })
 }
-
-/// A block being filled: its index among the batch's blocks and its operations.
-type Filling<F, T> = (usize, Vec<Item<F, T>>);
 
 /// Queues `request` in `worker`'s inbox (waiting for room while it is full) and wakes the
 /// worker.
@@ -393,26 +386,30 @@ impl<T> PendingBatch<T> {
             return Err(Error::ShutDown);
         }
         let mut panic = None;
+        let mut keep = |values: &mut Vec<T>, result: std::thread::Result<T>| match result {
+            Ok(value) => values.push(value),
+            Err(payload) => {
+                panic.get_or_insert(payload);
+            }
+        };
+        // SAFETY (both takes): this batch is each block's only client, every block's outcome
+        // came from an acquire of its state, and `taken` makes this the only take.
+        if let [only] = self.blocks.as_slice() {
+            let mut values = Vec::with_capacity(self.order.len());
+            unsafe { only.take(&mut |r| keep(&mut values, r)) };
+            return match panic {
+                Some(payload) => resume_unwind(payload),
+                None => Ok(values),
+            };
+        }
         let mut per_block: Vec<std::vec::IntoIter<T>> = Vec::with_capacity(self.blocks.len());
         for block in &self.blocks {
             let mut values = Vec::new();
-            // SAFETY: this batch is each block's only client, every block's outcome came from
-            // an acquire of its state, and `taken` makes this the only take.
-            unsafe {
-                block.take(&mut |r| match r {
-                    Ok(value) => values.push(value),
-                    Err(payload) => {
-                        panic.get_or_insert(payload);
-                    }
-                })
-            };
+            unsafe { block.take(&mut |r| keep(&mut values, r)) };
             per_block.push(values.into_iter());
         }
         if let Some(payload) = panic {
             resume_unwind(payload);
-        }
-        if let [only] = per_block.as_mut_slice() {
-            return Ok(only.collect());
         }
         Ok(self.order.iter().map(|&at| per_block[at].next().expect("one value per operation")).collect())
     }
