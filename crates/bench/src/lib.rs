@@ -7,6 +7,7 @@
 //! that criterion benchmarks (`benches/`) call too.
 #![warn(missing_docs)]
 
+pub mod delegate;
 pub mod modes;
 pub mod o2;
 pub mod offload;

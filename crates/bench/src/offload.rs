@@ -29,6 +29,7 @@ use crate::report::{self, Align, OutputArgs, Stats, Table};
 
 pub mod files;
 pub mod sqlite;
+pub mod tasks;
 
 /// Offload policies side by side on SQLite transactions and a loopback file server.
 ///
@@ -49,8 +50,10 @@ pub struct Args {
     /// of a second or more to find its arm). `never` is always included: it is the baseline.
     #[arg(long, value_delimiter = ',', default_values_t = PolicyChoice::ALL.map(|p| p.name().to_string()))]
     pub policies: Vec<String>,
-    /// Workloads (comma-separated): sqlite, files.
-    #[arg(long, value_delimiter = ',', default_values = ["sqlite", "files"])]
+    /// Workloads (comma-separated): sqlite, files, files-tasks (the file server on the task
+    /// runtime: 16 connections, a task each, moved calls submitted to the service CPU's
+    /// worker while the other tasks run; see `offload/tasks.rs`).
+    #[arg(long, value_delimiter = ',', default_values = ["sqlite", "files", "files-tasks"])]
     pub workloads: Vec<String>,
     /// Repetitions of every policy (min/median/max are over these) [default: 3; 1 with --quick].
     #[arg(long)]
@@ -165,6 +168,7 @@ impl PolicyChoice {
 enum Workload {
     Sqlite,
     Files,
+    FilesTasks,
 }
 
 impl Workload {
@@ -172,13 +176,14 @@ impl Workload {
         match self {
             Workload::Sqlite => "sqlite",
             Workload::Files => "files",
+            Workload::FilesTasks => "files-tasks",
         }
     }
 
     fn unit(self) -> &'static str {
         match self {
             Workload::Sqlite => "txn",
-            Workload::Files => "req",
+            Workload::Files | Workload::FilesTasks => "req",
         }
     }
 
@@ -186,7 +191,10 @@ impl Workload {
         match name.trim() {
             "sqlite" => Ok(Workload::Sqlite),
             "files" => Ok(Workload::Files),
-            other => anyhow::bail!("unknown workload {other:?} in --workloads (expected sqlite, files)"),
+            "files-tasks" => Ok(Workload::FilesTasks),
+            other => anyhow::bail!(
+                "unknown workload {other:?} in --workloads (expected sqlite, files, files-tasks)"
+            ),
         }
     }
 }
@@ -285,6 +293,18 @@ impl Bench<'_> {
                 self.counts.requests,
                 self.seed,
             ),
+            Workload::FilesTasks => {
+                let service_cpu = self.cores.cpus()[0];
+                tasks::run(
+                    self.dir,
+                    policy,
+                    profile,
+                    self.app_cpu,
+                    service_cpu,
+                    self.counts.requests,
+                    self.seed,
+                )
+            }
         }
     }
 }
@@ -385,7 +405,7 @@ fn measure(
     for &workload in workloads {
         let data = match workload {
             Workload::Sqlite => sqlite::create(scratch.path())?,
-            Workload::Files => {
+            Workload::Files | Workload::FilesTasks => {
                 files::create(scratch.path())?;
                 scratch.path().to_path_buf()
             }
@@ -421,7 +441,11 @@ fn measure(
                 s.calls += served.stats.calls;
                 s.offloaded += served.stats.offloaded;
                 s.app_cpu_ns += served.cpu_ns;
-                s.service_busy_ns += after.busy_ns - before.busy_ns;
+                // The task server's moved calls run on its own runtime's worker, not here.
+                s.service_busy_ns += match workload {
+                    Workload::FilesTasks => served.stats.remote_run_ns,
+                    _ => after.busy_ns - before.busy_ns,
+                };
                 s.service_thread_ns = match (after.thread_cpu_ns, before.thread_cpu_ns) {
                     (Some(a), Some(b)) => Some(s.service_thread_ns.unwrap_or(0) + a.saturating_sub(b)),
                     _ => None,

@@ -420,7 +420,7 @@ const CHUNKS: u64 = 10;
 /// means of [`CHUNKS`] consecutive chunks, timed at chunk boundaries only: one interruption
 /// of a vCPU (the host can take it away for milliseconds) would otherwise inflate a short
 /// run a hundredfold, and with it every ratio it takes part in. An error stops the run.
-fn per_op<E>(iters: u64, mut op: impl FnMut(u64) -> Result<(), E>) -> Result<f64, E> {
+pub(crate) fn per_op<E>(iters: u64, mut op: impl FnMut(u64) -> Result<(), E>) -> Result<f64, E> {
     let size = iters.div_ceil(CHUNKS).max(1);
     let mut means = Vec::with_capacity(CHUNKS as usize);
     let (mut t0, mut in_chunk) = (sys::now_ns(), 0);

@@ -43,6 +43,12 @@ pub enum Error {
     /// Blocking on a task from one of the runtime's own workers could deadlock the worker.
     #[error("block_on called from a worker of the same runtime; use corehop_runtime::on inside tasks")]
     BlockingInTask,
+    /// Waiting for a delegated result inside a delegated operation: that would block the worker
+    /// serving it, perhaps on its own inbox.
+    #[error(
+        "waiting for a submitted operation inside a delegated operation would block its worker; wait in a task or another thread"
+    )]
+    WaitInOperation,
     /// The runtime is shutting down: no new tasks, and hops of running tasks are refused.
     #[error("the runtime is shut down")]
     ShutDown,

@@ -26,6 +26,8 @@
 //! - `runtime`: [`Builder`], [`Runtime`], workers, [`JoinHandle`], shutdown protocol.
 //! - `task`: what a task can do: [`hop`], [`on`], [`hop_any`], [`current_cpu`],
 //!   [`no_hop_zone`], and the hop hazards with what corehop decided about each.
+//! - `submit`: asynchronous, batched delegation: [`submit`], [`submit_batch`], [`Pending`]
+//!   (a `Future` too), served by each worker between its tasks.
 //! - `fiber`: the stack switch (our own on x86-64, corosensei's elsewhere) and the one unsafe
 //!   step, sending a suspended fiber to another thread, with its soundness argument. `mailbox`: the lock-free hand-off and park/unpark protocol
 //!   (model-checked with loom). `context`: per-thread state behind non-inlinable accessors.
@@ -40,6 +42,7 @@ mod fiber;
 mod mailbox;
 mod overflow;
 mod runtime;
+mod submit;
 mod sync;
 pub mod sys;
 mod task;
@@ -48,6 +51,7 @@ pub use corehop_policy::pick::{Candidate, Pick, PickState};
 pub use corehop_topology::CpuId;
 pub use error::{Error, JoinError};
 pub use runtime::{Builder, JoinHandle, Mechanism, Runtime, Wake, DEFAULT_STACK_SIZE, MIN_STACK_SIZE};
+pub use submit::{submit, submit_batch, Pending, PendingBatch, MAX_BLOCK_OPS};
 pub use task::{
     current_cpu, hop, hop_any, in_task, no_hop_zone, on, spawn_on, try_current_cpu, yield_now, NoHopZone,
 };
