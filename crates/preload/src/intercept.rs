@@ -240,6 +240,7 @@ extern "C" fn at_exit() {
             lanes,
             pinned: service::PIN_FAILED.load(SeqCst) == 0,
             polled_ns: service::POLLED_NS.iter().map(|p| p.load(SeqCst)).sum(),
+            spun_ns: stats::SPUN_NS.load(SeqCst),
             standing: POLICY.with_spinning(|p| p.standing()).flatten(),
         };
         stats::write_summary(path, &process);
@@ -319,7 +320,12 @@ fn dispatch_on(
     let lanes = LANE_COUNT.load(SeqCst).max(1);
     let waiting = Waiting { spin_ns: SPIN_NS.load(SeqCst), stall_timeout_ns: STALL_TIMEOUT_NS.load(SeqCst) };
     let start = sys::now_ns();
-    match LANES[ticket % lanes].call(request, ticket / lanes, waiting) {
+    let (outcome, slept_after) = LANES[ticket % lanes].call_spun(request, ticket / lanes, waiting);
+    // Read first: the counters' locked adds below wait for the slot's line to come back.
+    let waited = sys::now_ns().saturating_sub(start);
+    // The caller's polling cost: the whole wait if it never slept.
+    stats::add(&stats::SPUN_NS, slept_after.unwrap_or(waited));
+    match outcome {
         Outcome::Done(reply) if reply.refused => {
             request.check.fds().iter().flatten().for_each(|&fd| memo::mark(fd));
             stats::bump(&counters.kept);
@@ -327,7 +333,6 @@ fn dispatch_on(
         }
         Outcome::Done(reply) => {
             stats::bump(&counters.offloaded);
-            let waited = sys::now_ns().saturating_sub(start);
             stats::add(&counters.service_ns, reply.run_ns);
             stats::add(&counters.wait_ns, waited);
             stats::record_handoff(kind, waited.saturating_sub(reply.run_ns));

@@ -68,6 +68,9 @@ static COUNTERS: [Counters; NAMED_KINDS.len() + 1] = [const { Counters::new() };
 static HANDOFF: [[AtomicU64; wire::HIST_BUCKETS]; NAMED_KINDS.len() + 1] =
     [const { [const { AtomicU64::new(0) }; wire::HIST_BUCKETS] }; NAMED_KINDS.len() + 1];
 
+/// Time callers spent spinning for their answers (the caller side's polling cost), in ns.
+pub static SPUN_NS: AtomicU64 = AtomicU64::new(0);
+
 fn slot(kind: CallKind) -> usize {
     kind.index().unwrap_or(NAMED_KINDS.len())
 }
@@ -104,6 +107,7 @@ pub fn reset() {
             bucket.store(0, Relaxed);
         }
     }
+    SPUN_NS.store(0, Relaxed);
 }
 
 /// This process's summary line: the counters of every kind of call it made.
@@ -144,8 +148,14 @@ mod tests {
         bump(&of(CallKind::Other(7)).seen);
         let mut line = String::new();
         let standing = wire::Standing { settled: "never", rounds: 2, switches: 0, regret_ppm: 10 };
-        let process =
-            wire::Process { pid: 1, lanes: 1, pinned: true, polled_ns: 0, standing: Some(standing) };
+        let process = wire::Process {
+            pid: 1,
+            lanes: 1,
+            pinned: true,
+            polled_ns: 0,
+            spun_ns: 0,
+            standing: Some(standing),
+        };
         format_summary(&mut line, &process).unwrap();
         let summary = wire::Summary::parse(&line).unwrap();
         assert_eq!(summary.processes, 1);

@@ -699,10 +699,14 @@ impl SummaryTable for Summary {
              hand-off = the caller's wait beyond that (mean; p50 and p99 as power-of-two bucket bounds).",
         );
         table.note(format!(
-            "service threads polled for work {} in all ({} per offloaded call): the CPU that polling cost; \
-             idle, they poll for an adaptive budget fitted to the gaps between calls, then sleep",
+            "service threads polled for work {} in all ({} per offloaded call), callers spun for answers {} \
+             ({} per offloaded call): the CPU polling cost on each side; idle, a service thread polls for an \
+             adaptive budget fitted to the gaps between calls, then sleeps; a caller spins up to its limit \
+             (a quarter of it after an answer that needed a sleep), then sleeps",
             fmt_ns(self.polled_ns as f64),
-            per(self.polled_ns, total.offloaded)
+            per(self.polled_ns, total.offloaded),
+            fmt_ns(self.spun_ns as f64),
+            per(self.spun_ns, total.offloaded)
         ));
         let overhead = total.wait_ns.saturating_sub(total.service_ns);
         table.note(format!(
