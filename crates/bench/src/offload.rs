@@ -32,6 +32,7 @@ use crate::report::{self, Align, OutputArgs, Stats, Table};
 
 pub mod files;
 pub mod sqlite;
+pub mod tasks;
 pub mod uring;
 
 /// Offload policies side by side on SQLite transactions and a loopback file server.
@@ -60,8 +61,10 @@ pub struct Args {
     /// of a second or more to find its arm). `never` is always included: it is the baseline.
     #[arg(long, value_delimiter = ',', default_values_t = PolicyChoice::ALL.map(|p| p.name().to_string()))]
     pub policies: Vec<String>,
-    /// Workloads (comma-separated): sqlite, files.
-    #[arg(long, value_delimiter = ',', default_values = ["sqlite", "files"])]
+    /// Workloads (comma-separated): sqlite, files, files-tasks (the file server on the task
+    /// runtime: 16 connections, a task each, moved calls submitted to the service CPU's
+    /// worker while the other tasks run; see `offload/tasks.rs`).
+    #[arg(long, value_delimiter = ',', default_values = ["sqlite", "files", "files-tasks"])]
     pub workloads: Vec<String>,
     /// Repetitions of every policy (min/median/max are over these) [default: 3; 1 with --quick].
     #[arg(long)]
@@ -100,6 +103,7 @@ pub struct Args {
     /// `corehop predict` CSV trace: PREFIX-sqlite.csv, PREFIX-files.csv.
     #[arg(long, value_name = "PREFIX")]
     pub record_trace: Option<PathBuf>,
+    /// --quick, --json, --plot.
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -182,6 +186,7 @@ impl PolicyChoice {
 enum Workload {
     Sqlite,
     Files,
+    FilesTasks,
 }
 
 impl Workload {
@@ -189,13 +194,14 @@ impl Workload {
         match self {
             Workload::Sqlite => "sqlite",
             Workload::Files => "files",
+            Workload::FilesTasks => "files-tasks",
         }
     }
 
     fn unit(self) -> &'static str {
         match self {
             Workload::Sqlite => "txn",
-            Workload::Files => "req",
+            Workload::Files | Workload::FilesTasks => "req",
         }
     }
 
@@ -203,20 +209,27 @@ impl Workload {
         match name.trim() {
             "sqlite" => Ok(Workload::Sqlite),
             "files" => Ok(Workload::Files),
-            other => anyhow::bail!("unknown workload {other:?} in --workloads (expected sqlite, files)"),
+            "files-tasks" => Ok(Workload::FilesTasks),
+            other => anyhow::bail!(
+                "unknown workload {other:?} in --workloads (expected sqlite, files, files-tasks)"
+            ),
         }
     }
 }
 
 /// What a workload run saw from the client side.
 pub struct Run {
+    /// Transactions or requests completed.
     pub ops: u64,
+    /// Wall time of the run.
     pub wall_ns: u64,
+    /// Each operation's latency as the client saw it, in ns.
     pub latencies_ns: Vec<f64>,
 }
 
 /// What the application side did during a run.
 pub struct Served {
+    /// The application thread's offloader counters.
     pub stats: OffloadStats,
     /// CPU time of the application threads.
     pub cpu_ns: u64,
@@ -299,6 +312,18 @@ impl Bench<'_> {
                 self.counts.requests,
                 self.seed,
             ),
+            Workload::FilesTasks => {
+                let service_cpu = self.cores.cpus()[0];
+                tasks::run(
+                    self.dir,
+                    policy,
+                    profile,
+                    self.app_cpu,
+                    service_cpu,
+                    self.counts.requests,
+                    self.seed,
+                )
+            }
         }
     }
 }
@@ -312,6 +337,7 @@ struct Counts {
     handoff_batch: usize,
 }
 
+/// `corehop bench offload`: runs every policy on every workload, prints the table (or JSON).
 pub fn run(args: Args) -> anyhow::Result<()> {
     let output = collect(&args)?;
     if args.output.json {
@@ -422,7 +448,7 @@ fn measure(
     for &workload in workloads {
         let data = match workload {
             Workload::Sqlite => sqlite::create(scratch.path())?,
-            Workload::Files => {
+            Workload::Files | Workload::FilesTasks => {
                 files::create(scratch.path())?;
                 scratch.path().to_path_buf()
             }
@@ -458,7 +484,11 @@ fn measure(
                 s.calls += served.stats.calls;
                 s.offloaded += served.stats.offloaded;
                 s.app_cpu_ns += served.cpu_ns;
-                s.service_busy_ns += after.busy_ns - before.busy_ns;
+                // The task server's moved calls run on its own runtime's worker, not here.
+                s.service_busy_ns += match workload {
+                    Workload::FilesTasks => served.stats.remote_run_ns,
+                    _ => after.busy_ns - before.busy_ns,
+                };
                 s.service_thread_ns = match (after.thread_cpu_ns, before.thread_cpu_ns) {
                     (Some(a), Some(b)) => Some(s.service_thread_ns.unwrap_or(0) + a.saturating_sub(b)),
                     _ => None,

@@ -42,7 +42,11 @@ fn tiny_run_reports_every_policy_against_never() {
             "files never",
             "files always",
             "files size",
-            "files predicted"
+            "files predicted",
+            "files-tasks never",
+            "files-tasks always",
+            "files-tasks size",
+            "files-tasks predicted"
         ]
     );
     for r in rows {

@@ -110,24 +110,6 @@ pub fn reset() {
     SPUN_NS.store(0, Relaxed);
 }
 
-/// A fixed buffer that formats without allocating.
-struct Line {
-    buf: [u8; 4096],
-    len: usize,
-}
-
-impl core::fmt::Write for Line {
-    fn write_str(&mut self, s: &str) -> core::fmt::Result {
-        let end = self.len + s.len();
-        if end > self.buf.len() {
-            return Err(core::fmt::Error);
-        }
-        self.buf[self.len..end].copy_from_slice(s.as_bytes());
-        self.len = end;
-        Ok(())
-    }
-}
-
 /// This process's summary line: the counters of every kind of call it made.
 fn format_summary(out: &mut impl core::fmt::Write, process: &wire::Process<'_>) -> core::fmt::Result {
     let names = NAMED_KINDS.iter().map(|k| k.name().unwrap_or("other")).chain(["other"]);
@@ -145,34 +127,13 @@ pub fn write_summary(path: &[u8], process: &wire::Process<'_>) {
     if COUNTERS.iter().all(|c| c.seen.load(Relaxed) == 0) {
         return;
     }
-    let mut line = Line { buf: [0; 4096], len: 0 };
+    let mut line = sys::Text::<4096>::new();
     let _ = format_summary(&mut line, process);
     if path == b"-\0" {
-        sys::write_all(2, &line.buf[..line.len]);
-        return;
+        sys::write_all(2, line.bytes());
+    } else {
+        sys::append_to(path, |fd| sys::write_all(fd, line.bytes()));
     }
-    // Never through a symlink, never waiting on a FIFO, and only into a regular file.
-    let flags = libc::O_WRONLY
-        | libc::O_APPEND
-        | libc::O_CREAT
-        | libc::O_CLOEXEC
-        | libc::O_NOFOLLOW
-        | libc::O_NONBLOCK;
-    // SAFETY: `path` is NUL-terminated (checked by the caller); openat reads it only.
-    let fd = unsafe {
-        sys::raw(libc::SYS_openat, [libc::AT_FDCWD as u64, path.as_ptr() as u64, flags as u64, 0o600, 0, 0])
-    };
-    if fd < 0 {
-        return;
-    }
-    if !sys::is_regular(fd as i32) {
-        // SAFETY: closes the descriptor opened just above.
-        unsafe { sys::raw(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]) };
-        return;
-    }
-    sys::write_all(fd as i32, &line.buf[..line.len]);
-    // SAFETY: closes the descriptor opened just above.
-    unsafe { sys::raw(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]) };
 }
 
 #[cfg(test)]

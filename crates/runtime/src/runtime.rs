@@ -50,6 +50,7 @@ use crate::error::{Error, JoinError};
 use crate::fiber::{self, Fiber, Resume, Step, Suspend, Suspender, SENDS_ITSELF};
 use crate::mailbox::{Hint, LaneWriter, Linked, Mail, Mailbox, Payload, Reader, Taken, PAYLOAD_WORDS};
 use crate::overflow::{self, Guard};
+use crate::submit::Inbox;
 use crate::sync::AtomicPtr;
 use crate::sys;
 
@@ -168,6 +169,7 @@ impl Builder {
                 cpu,
                 os_id: info.os_id,
                 mailbox,
+                inbox: Inbox::new(),
                 running: CachePadded::new(AtomicBool::new(false)),
             });
             readers.push(reader);
@@ -263,10 +265,12 @@ impl Runtime {
         &self.shared.cpus
     }
 
+    /// How a hop moves a task between CPUs in this runtime.
     pub fn mechanism(&self) -> Mechanism {
         self.shared.mechanism
     }
 
+    /// How an idle worker waits for work in this runtime.
     pub fn wake(&self) -> Wake {
         self.shared.wake
     }
@@ -336,6 +340,10 @@ impl Runtime {
             // panic has been reported and there is nothing left to clean up.
             let _ = handle.join();
         }
+    }
+
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
     }
 
     fn lock_threads(&self) -> std::sync::MutexGuard<'_, Vec<thread::JoinHandle<()>>> {
@@ -473,6 +481,8 @@ pub(crate) struct WorkerSlot {
     pub(crate) cpu: CpuId,
     pub(crate) os_id: usize,
     pub(crate) mailbox: Arc<Mailbox<Task>>,
+    /// Operations delegated to this worker with `submit`, served between tasks.
+    pub(crate) inbox: Inbox,
     /// Whether the worker is running a task now (written only by the worker, on its own line).
     running: CachePadded<AtomicBool>,
 }
@@ -620,18 +630,29 @@ fn worker_main(
     let _ = ready.send(Ok(()));
     drop(ready);
     let mut idle = Idle { budget: SpinBudget::new(shared.spin), caught_gap: None };
+    let inbox = &slot.inbox;
     loop {
+        inbox.serve();
         while let Some(taken) = reader.pop() {
             run_slice(&shared, index, &lane, parent, taken);
+            if inbox.has_requests() {
+                inbox.serve();
+            }
+        }
+        if inbox.has_requests() {
+            continue;
         }
         if shared.finished() {
             break;
         }
         // What a spinning wait found is taken at once, without `pop`'s search: on a hop's path.
-        if let Some(taken) = idle.wait(&shared, &mut reader).and_then(|mail| reader.take(mail)) {
+        if let Some(taken) = idle.wait(&shared, &mut reader, inbox).and_then(|mail| reader.take(mail)) {
             run_slice(&shared, index, &lane, parent, taken);
         }
     }
+    // Requests that come from now on are cancelled: no task is left to send any, and a thread
+    // that does learns that the runtime has shut down.
+    inbox.close();
     context::leave_worker();
 }
 
@@ -712,13 +733,14 @@ const POLLS_PER_CLOCK_READ: u32 = 8;
 impl Idle {
     /// Waits for mail; returns where a spinning wait found it (after a park: `None`, and the
     /// caller pops).
-    fn wait(&mut self, shared: &Shared, reader: &mut Reader<Task>) -> Option<Mail> {
+    /// Returns `None` too as soon as `inbox` has requests.
+    fn wait(&mut self, shared: &Shared, reader: &mut Reader<Task>, inbox: &Inbox) -> Option<Mail> {
         match shared.wake {
             Wake::Spin => loop {
                 if let Some(mail) = reader.poll() {
                     return Some(mail);
                 }
-                if shared.finished() {
+                if shared.finished() || inbox.has_requests() {
                     return None;
                 }
                 sys::cpu_relax();
@@ -727,11 +749,11 @@ impl Idle {
                 reader.park();
                 None
             }
-            Wake::SpinThenPark => self.spin_then_park(shared, reader),
+            Wake::SpinThenPark => self.spin_then_park(shared, reader, inbox),
         }
     }
 
-    fn spin_then_park(&mut self, shared: &Shared, reader: &mut Reader<Task>) -> Option<Mail> {
+    fn spin_then_park(&mut self, shared: &Shared, reader: &mut Reader<Task>, inbox: &Inbox) -> Option<Mail> {
         if let Some(gap) = self.caught_gap.take() {
             self.budget.record_idle_gap(gap);
         }
@@ -745,7 +767,7 @@ impl Idle {
                 self.caught_gap = Some(spun);
                 return Some(mail);
             }
-            if shared.finished() {
+            if shared.finished() || inbox.has_requests() {
                 return None;
             }
             polls += 1;
@@ -767,7 +789,7 @@ impl Idle {
         // Sleep until there is mail (a stale notification makes `park` return at once).
         loop {
             reader.park();
-            if reader.has_mail() || shared.finished() {
+            if reader.has_mail() || shared.finished() || inbox.has_requests() {
                 break;
             }
         }

@@ -42,6 +42,8 @@ pub mod env {
     pub const STALL_TIMEOUT_NS: &str = "COREHOP_STALL_TIMEOUT_NS";
     /// The file each process appends its summary line to (`-` is stderr).
     pub const STATS_FILE: &str = "COREHOP_STATS_FILE";
+    /// The file each process appends its recorded calls to (`corehop run --record-trace`).
+    pub const TRACE_FILE: &str = "COREHOP_TRACE_FILE";
     /// Tests only: each service thread sleeps this long before claiming a batch.
     pub const TEST_SERVICE_STALL_NS: &str = "COREHOP_TEST_SERVICE_STALL_NS";
     /// Where `corehop run` finds the preload library, if not next to its own binary.

@@ -2,12 +2,13 @@
 //! workloads live in the `corehop-bench` crate; `run-suite` (real programs under `corehop
 //! run`) lives here beside `run`.
 use clap::Subcommand;
-use corehop_bench::{modes, o2, offload, pipeline, switch};
+use corehop_bench::{delegate, modes, o2, offload, pipeline, switch};
 
 /// Each variant's help is its `Args` doc comment (the first line is the summary).
 #[derive(Subcommand)]
 pub enum Bench {
     Switch(switch::Args),
+    Delegate(delegate::Args),
     Offload(offload::Args),
     O2(o2::Args),
     Pipeline(pipeline::Args),
@@ -18,6 +19,7 @@ pub enum Bench {
 pub fn run(bench: Bench) -> anyhow::Result<()> {
     match bench {
         Bench::Switch(args) => switch::run(args),
+        Bench::Delegate(args) => delegate::run(args),
         Bench::Offload(args) => offload::run(args),
         Bench::O2(args) => o2::run(args),
         Bench::Pipeline(args) => pipeline::run(args),

@@ -1,0 +1,386 @@
+//! The file server of `files`, on the task runtime, with exception-less offload: FlexSC's
+//! idea (a system call goes to a syscall core's batch while the application core runs other
+//! threads) in user space, with tasks for threads and `submit` for the syscall page.
+//!
+//! [`CONNECTIONS`] loopback connections, each served by a task on the application CPU, and
+//! each driven by a closed-loop client task on the same CPU (as in `files`, the client shares
+//! the application CPU, so what the server moves away is time the clients get). The server
+//! task reads a request (8 bytes: file index, sequence number), opens the file (`openat`),
+//! `fstat`s it, sends an 8-byte length and the file (`sendfile`), and closes it. The policy
+//! decides each `openat`, `fstat`, `send` and `sendfile`: a call kept local runs in the task;
+//! a call moved is [`corehop_runtime::submit`]ted to the service CPU's worker, and the task
+//! waits for it by yielding the application CPU to the other tasks, which go on meanwhile
+//! (and whose own calls join the service worker's inbox). Sockets are non-blocking, and the
+//! two tasks of a connection tell each other when they have sent (a counter each, the
+//! readiness an event loop would get from epoll, without its system call): a task waits for
+//! its peer's counter by yielding, then reads, locally; a read or write that would still
+//! block yields and tries again.
+
+use std::ffi::CString;
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use anyhow::Context;
+use corehop_policy::offload::{CallDesc, Decision, OffloadPolicy};
+use corehop_runtime::service::{thread_cpu_ns, OffloadStats, SysCall, SysResult};
+use corehop_runtime::sys::{self, Errno};
+use corehop_runtime::{submit, yield_now, CpuId, Runtime, Wake};
+use rand::{Rng, SeedableRng};
+
+use super::files::SIZES;
+use super::{Run, Served};
+
+/// Connections served at once, each by its own task (and driven by its own client task).
+pub const CONNECTIONS: usize = 16;
+
+/// Call sites, for the predictor's keys.
+const SITE_OPENAT: u64 = 1;
+const SITE_FSTAT: u64 = 2;
+const SITE_SEND: u64 = 3;
+const SITE_SENDFILE: u64 = 4;
+
+/// How long an epoch of a tuned or adaptive policy lasts, as in `files`.
+const EPOCH_NS: u64 = 20_000_000;
+
+/// The policy and what it did, shared by the server tasks. They all run on the application
+/// CPU's worker, one at a time, and hold the lock only between two yields.
+struct Offload {
+    policy: OffloadPolicy,
+    stats: OffloadStats,
+    profile: Option<Vec<(CallDesc, u64)>>,
+    epoch_start_ns: u64,
+    epoch_units: u64,
+}
+
+/// A server task's way to make a call: where the policy says, waiting by yielding.
+#[derive(Clone)]
+struct Calls {
+    shared: Arc<Mutex<Offload>>,
+    service: CpuId,
+}
+
+impl Calls {
+    fn lock(&self) -> MutexGuard<'_, Offload> {
+        self.shared.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs `f`, described as `desc`, locally or on the service CPU as the policy decides.
+    fn call<R: Send + 'static>(
+        &self,
+        desc: CallDesc,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> anyhow::Result<R> {
+        let decision = {
+            let mut offload = self.lock();
+            offload.stats.calls += 1;
+            offload.policy.decide(&desc, 0)
+        };
+        let t0 = sys::now_ns();
+        let (result, run) = match decision {
+            Decision::Local => {
+                let result = f();
+                let run = sys::now_ns().saturating_sub(t0);
+                self.lock().stats.local_run_ns += run;
+                (result, run)
+            }
+            Decision::Offload => {
+                let pending = submit(self.service, move || {
+                    let start = sys::now_ns();
+                    let result = f();
+                    (result, sys::now_ns().saturating_sub(start))
+                })?;
+                // Other tasks run on the application CPU until the result is in.
+                let (result, run) = pending.wait()?;
+                let mut offload = self.lock();
+                offload.stats.offloaded += 1;
+                offload.stats.remote_run_ns += run;
+                offload.stats.remote_total_ns += sys::now_ns().saturating_sub(t0);
+                (result, run)
+            }
+        };
+        let mut offload = self.lock();
+        offload.policy.observe(&desc, run);
+        if let Some(profile) = &mut offload.profile {
+            profile.push((desc, run));
+        }
+        Ok(result)
+    }
+
+    /// A request served: progress for a tuned or adaptive policy's epochs.
+    fn progress(&self) {
+        let mut offload = self.lock();
+        offload.epoch_units += 1;
+        let now = sys::now_ns();
+        let elapsed = now.saturating_sub(offload.epoch_start_ns);
+        if offload.policy.wants_epochs() && elapsed >= offload.policy.epoch_length(EPOCH_NS) {
+            let units = offload.epoch_units as f64;
+            offload.policy.epoch_end(units, elapsed);
+            offload.stats.epochs += 1;
+            (offload.epoch_start_ns, offload.epoch_units) = (now, 0);
+        }
+    }
+}
+
+/// What the two tasks of a connection have sent: requests by the client, bytes by the server.
+#[derive(Default)]
+struct Sent {
+    requests: AtomicU32,
+    bytes: AtomicU64,
+}
+
+/// Yields until `counter` has gone past `seen` (its peer has sent more).
+fn wait_past<T: PartialOrd>(counter: impl Fn() -> T, seen: T) -> anyhow::Result<()> {
+    while counter() <= seen {
+        yield_now()?;
+    }
+    Ok(())
+}
+
+fn errno(what: &str, e: Errno) -> anyhow::Error {
+    anyhow::anyhow!("{what}: {e}")
+}
+
+/// Serves `requests` requests over [`CONNECTIONS`] connections with tasks on `app_cpu`, calls
+/// moved by `policy` going to `service_cpu` (kernel CPU numbers; they may be the same), and
+/// every call recorded if `profile`. Returns the clients' view and the server's.
+pub fn run(
+    dir: &Path,
+    policy: OffloadPolicy,
+    profile: bool,
+    app_cpu: usize,
+    service_cpu: usize,
+    requests: usize,
+    seed: u64,
+) -> anyhow::Result<(Run, Served)> {
+    let machine = corehop_topology::discover().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let dense = |os: usize| {
+        machine
+            .cpus()
+            .iter()
+            .find(|c| c.os_id == os)
+            .map(|c| c.id)
+            .with_context(|| format!("kernel CPU {os} is not one this process may use"))
+    };
+    let (app, service) = (dense(app_cpu)?, dense(service_cpu)?);
+    let cpus = if app == service { vec![app] } else { vec![app, service] };
+    // The service worker polls: a moved call should not wait for a wake-up.
+    let rt = Runtime::builder().machine(machine.clone()).cpus(cpus).wake(Wake::Spin).build()?;
+
+    let listener = TcpListener::bind("127.0.0.1:0").context("binding a loopback port")?;
+    let addr = listener.local_addr()?;
+    let mut pairs = Vec::with_capacity(CONNECTIONS);
+    for _ in 0..CONNECTIONS {
+        let client = TcpStream::connect(addr)?;
+        let (server, _) = listener.accept()?;
+        for stream in [&client, &server] {
+            stream.set_nodelay(true)?;
+            stream.set_nonblocking(true)?;
+        }
+        pairs.push((client, server));
+    }
+    let dirfd = Arc::new(std::fs::File::open(dir).with_context(|| format!("opening {}", dir.display()))?);
+    // The request stream, fixed by the seed; connection c carries requests c, c + C, ...
+    let mut rng = rand_pcg::Pcg64::seed_from_u64(seed);
+    let indices: Vec<usize> = (0..requests).map(|_| rng.gen_range(0..SIZES.len())).collect();
+    let calls = Calls {
+        shared: Arc::new(Mutex::new(Offload {
+            policy,
+            stats: OffloadStats::default(),
+            profile: profile.then(Vec::new),
+            epoch_start_ns: sys::now_ns(),
+            epoch_units: 0,
+        })),
+        service,
+    };
+
+    let worker_tid = rt.block_on(app, sys::gettid)?;
+    let cpu0 = thread_cpu_ns(worker_tid).unwrap_or(0);
+    let start = sys::now_ns();
+    let mut servers = Vec::with_capacity(CONNECTIONS);
+    let mut clients = Vec::with_capacity(CONNECTIONS);
+    for (c, (client, server)) in pairs.into_iter().enumerate() {
+        let mine: Vec<(u32, usize)> = indices
+            .iter()
+            .enumerate()
+            .skip(c)
+            .step_by(CONNECTIONS)
+            .map(|(seq, &i)| (seq as u32, i))
+            .collect();
+        let (calls, dirfd, count) = (calls.clone(), dirfd.clone(), mine.len());
+        let sent = Arc::new(Sent::default());
+        let sent_too = Arc::clone(&sent);
+        servers.push(rt.spawn_on(app, move || serve(&server, dirfd.as_raw_fd(), &calls, count, &sent))?);
+        clients.push(rt.spawn_on(app, move || drive(client, &mine, &sent_too))?);
+    }
+    let mut latencies = Vec::with_capacity(requests);
+    for handle in clients {
+        latencies.extend(handle.join().map_err(|e| anyhow::anyhow!("client task: {e}"))??);
+    }
+    let wall_ns = sys::now_ns() - start;
+    for handle in servers {
+        handle.join().map_err(|e| anyhow::anyhow!("server task: {e}"))??;
+    }
+    let cpu_ns = thread_cpu_ns(worker_tid).unwrap_or(0).saturating_sub(cpu0);
+    drop(rt);
+    let mut offload = calls.lock();
+    let served = Served { stats: offload.stats, cpu_ns, profile: offload.profile.take().unwrap_or_default() };
+    Ok((Run { ops: requests as u64, wall_ns, latencies_ns: latencies }, served))
+}
+
+/// A connection's server task: `count` requests.
+fn serve(stream: &TcpStream, dirfd: RawFd, calls: &Calls, count: usize, sent: &Sent) -> anyhow::Result<()> {
+    let sock = stream.as_raw_fd();
+    for served in 1..=count as u32 {
+        wait_past(|| sent.requests.load(Ordering::Acquire), served - 1)?;
+        let mut request = [0u8; 8];
+        receive(sock, &mut request, || u64::MAX, &mut 0)?;
+        let index = u32::from_le_bytes(request[..4].try_into()?) as usize;
+        anyhow::ensure!(index < SIZES.len(), "request for file {index}, there are {}", SIZES.len());
+        let name = CString::new(format!("f{index}"))?;
+        let flags = libc::O_RDONLY | libc::O_CLOEXEC;
+        let desc = SysCall::Openat { dirfd, path: &name, flags, mode: 0 }.desc(SITE_OPENAT);
+        let fd = calls
+            .call(desc, move || SysCall::Openat { dirfd, path: &name, flags, mode: 0 }.execute())?
+            .map_err(|e| errno("openat", e))? as RawFd;
+        // SAFETY: `fd` was just opened and is owned here; the File closes it once.
+        let file = unsafe { std::fs::File::from_raw_fd(fd) };
+        let desc = CallDesc { kind: corehop_policy::offload::CallKind::Fstat, fd, size: 0, site: SITE_FSTAT };
+        let size = calls.call(desc, move || fstat_size(fd))?.map_err(|e| errno("fstat", e))?;
+        let header = (size as u64).to_le_bytes();
+        let mut header_sent = 0;
+        while header_sent < header.len() {
+            let desc = SysCall::Sendto { fd: sock, buf: &header[header_sent..], flags: 0, addr: None }
+                .desc(SITE_SEND);
+            let from = header_sent;
+            let result = calls.call(desc, move || {
+                SysCall::Sendto { fd: sock, buf: &header[from..], flags: libc::MSG_NOSIGNAL, addr: None }
+                    .execute()
+            })?;
+            let n = moved(result, "send")?;
+            header_sent += n;
+            sent.bytes.fetch_add(n as u64, Ordering::Release);
+        }
+        let mut left = size;
+        while left > 0 {
+            let desc =
+                SysCall::Sendfile { out_fd: sock, in_fd: fd, offset: None, count: left }.desc(SITE_SENDFILE);
+            let result = calls.call(desc, move || {
+                SysCall::Sendfile { out_fd: sock, in_fd: fd, offset: None, count: left }.execute()
+            })?;
+            let n = moved(result, "sendfile")?;
+            left -= n;
+            // The client reads as the answer goes out: a socket buffer may hold less than a file.
+            sent.bytes.fetch_add(n as u64, Ordering::Release);
+        }
+        drop(file);
+        calls.progress();
+    }
+    Ok(())
+}
+
+/// Bytes a non-blocking call moved: 0 (after yielding) when it would have blocked.
+fn moved(result: SysResult, what: &str) -> anyhow::Result<usize> {
+    match result {
+        Ok(n) => Ok(n as usize),
+        Err(e) if e.0 == libc::EAGAIN => {
+            yield_now()?;
+            Ok(0)
+        }
+        Err(e) => Err(errno(what, e)),
+    }
+}
+
+/// The size of the open file `fd`.
+fn fstat_size(fd: RawFd) -> Result<usize, Errno> {
+    // SAFETY: `stat` is a plain C struct, for which all zeroes is a valid value.
+    let mut out: libc::stat = unsafe { std::mem::zeroed() };
+    SysCall::Fstat { fd, out: &mut out }.execute()?;
+    Ok(out.st_size as usize)
+}
+
+/// Fills `buf` from the non-blocking socket `sock`: waits (yielding) until `available` says
+/// the peer has sent more than `received` bytes, reads, and counts what it read there; a read
+/// that still finds nothing (the bytes are on their way through the kernel) yields.
+fn receive(
+    sock: RawFd,
+    buf: &mut [u8],
+    available: impl Fn() -> u64,
+    received: &mut u64,
+) -> anyhow::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        wait_past(&available, *received)?;
+        let result = SysCall::Recvfrom { fd: sock, buf: &mut buf[got..], flags: 0, addr: None }.execute();
+        match result {
+            Ok(0) => anyhow::bail!("the peer hung up early"),
+            Ok(n) => {
+                got += n as usize;
+                *received += n as u64;
+            }
+            Err(e) if e.0 == libc::EAGAIN => yield_now()?,
+            Err(e) => return Err(errno("recv", e)),
+        }
+    }
+    Ok(())
+}
+
+/// A connection's client task: sends each request (sequence number, file index) once the
+/// last is answered, checks the answer, and returns the latencies in ns.
+fn drive(stream: TcpStream, requests: &[(u32, usize)], sent: &Sent) -> anyhow::Result<Vec<f64>> {
+    let sock = stream.as_raw_fd();
+    let mut body = vec![0u8; SIZES[SIZES.len() - 1]];
+    let mut latencies = Vec::with_capacity(requests.len());
+    let mut received = 0;
+    for (&(seq, index), n) in requests.iter().zip(1..) {
+        let t0 = sys::now_ns();
+        let mut request = [0u8; 8];
+        request[..4].copy_from_slice(&(index as u32).to_le_bytes());
+        request[4..].copy_from_slice(&seq.to_le_bytes());
+        let mut sent_bytes = 0;
+        while sent_bytes < request.len() {
+            let result = SysCall::Sendto {
+                fd: sock,
+                buf: &request[sent_bytes..],
+                flags: libc::MSG_NOSIGNAL,
+                addr: None,
+            }
+            .execute();
+            sent_bytes += moved(result, "send")?;
+        }
+        sent.requests.store(n, Ordering::Release);
+        let available = || sent.bytes.load(Ordering::Acquire);
+        let mut header = [0u8; 8];
+        receive(sock, &mut header, available, &mut received)?;
+        let size = u64::from_le_bytes(header) as usize;
+        anyhow::ensure!(size == SIZES[index], "asked for {} bytes, told {size}", SIZES[index]);
+        receive(sock, &mut body[..size], available, &mut received)?;
+        anyhow::ensure!(body[size - 1] == ((size - 1) * 31 + index) as u8, "wrong bytes served");
+        latencies.push((sys::now_ns() - t0) as f64);
+    }
+    Ok(latencies)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_policy_serves_every_request_with_the_right_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        super::super::files::create(dir.path()).unwrap();
+        let allowed = sys::affinity().unwrap();
+        let (app, service) = (allowed[0], *allowed.last().unwrap());
+        for (policy, offloaded) in [(OffloadPolicy::Never, false), (OffloadPolicy::Always, true)] {
+            let (run, served) = run(dir.path(), policy, true, app, service, 100, 7).unwrap();
+            assert_eq!((run.ops, run.latencies_ns.len()), (100, 100));
+            // openat, fstat, at least one send and one sendfile per request, all recorded.
+            assert!(served.stats.calls >= 400, "{:?}", served.stats);
+            assert_eq!(served.profile.len() as u64, served.stats.calls);
+            let expected = if offloaded { served.stats.calls } else { 0 };
+            assert_eq!(served.stats.offloaded, expected, "{:?}", served.stats);
+        }
+    }
+}
