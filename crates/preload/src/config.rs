@@ -4,7 +4,7 @@
 //! | --- | --- | --- |
 //! | `COREHOP_SERVICE_CPUS` | kernel CPU numbers for the service threads, e.g. `1` or `2,3` or `2-3` (one thread each, at most 8) | the last CPU the process may use |
 //! | `COREHOP_POLICY` | which calls go across: `never`, `always`, `size[:BYTES]`, … (see [`crate::decide`]) | `size:4096` |
-//! | `COREHOP_SPIN_NS` | how long a caller spins for its reply before sleeping, and an idle service thread before sleeping | 20000 |
+//! | `COREHOP_SPIN_NS` | the longest a caller spins for its reply before sleeping (a quarter of it after a reply that needed a sleep), and an idle service thread's first polling budget | 20000 |
 //! | `COREHOP_STALL_TIMEOUT_NS` | how long a caller waits for its request to be claimed before running it itself | 10000000 |
 //! | `COREHOP_STATS_FILE` | file to append the exit summary to (see [`crate::stats`]); `-` is stderr | none |
 //! | `COREHOP_TRACE_FILE` | file to append every intercepted call to, as CSV (see [`crate::trace`]) | none |

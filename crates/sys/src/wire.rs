@@ -35,7 +35,8 @@ pub mod env {
     pub const SERVICE_CPUS: &str = "COREHOP_SERVICE_CPUS";
     /// Which calls go across: `never`, `always`, `size[:BYTES]`, ….
     pub const POLICY: &str = "COREHOP_POLICY";
-    /// How long a caller spins for its reply, and an idle service thread for work, in ns.
+    /// The longest a caller spins for its reply, and an idle service thread's first polling
+    /// budget, in ns.
     pub const SPIN_NS: &str = "COREHOP_SPIN_NS";
     /// How long a caller waits for its request to be claimed before running it itself, in ns.
     pub const STALL_TIMEOUT_NS: &str = "COREHOP_STALL_TIMEOUT_NS";

@@ -113,6 +113,7 @@ pub struct HandoffRow {
 pub struct Handoffs {
     /// Round trips per batch.
     pub batch: usize,
+    /// One row per mechanism and call measured.
     pub rows: Vec<HandoffRow>,
     /// Mechanisms that could not be set up here, with the reason.
     pub skipped: Vec<String>,

@@ -87,8 +87,10 @@ pub struct Args {
     #[arg(long, value_name = "US", default_value_t = DEFAULT_STALL_TIMEOUT_US, requires = "offload")]
     pub stall_timeout_us: u64,
 
-    /// How long a caller, and an idle service thread, spin before sleeping on a futex (µs).
-    /// Longer spins cut hand-off latency and burn more CPU.
+    /// The longest a caller spins for its answer before sleeping on a futex (µs; a quarter of
+    /// it after an answer that needed a sleep), and an idle service thread's first polling
+    /// budget (then fitted to the gaps between calls). Longer spins cut hand-off latency and
+    /// burn more CPU; `--stats` reports both sides' polling per offloaded call.
     #[arg(long, value_name = "US", default_value_t = DEFAULT_SPIN_US, requires = "offload")]
     pub spin_us: u64,
 
