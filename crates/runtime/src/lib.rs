@@ -59,6 +59,5 @@ pub use task::{
 // Subsystems built on hops: system-call offload, O² objects, components, SMT modes.
 pub mod components;
 pub mod objects;
-#[allow(missing_docs)] // documented once the hand-off rework (issue 20) lands
 pub mod service;
 pub mod smt;

@@ -89,14 +89,31 @@ const MEAN_RUN_SHIFT: u32 = 3;
 /// What went wrong starting service cores.
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
+    /// The configuration lists no CPU.
     #[error("no service CPUs given")]
     NoCpus,
+    /// A CPU appears twice.
     #[error("service CPU {cpu} is listed twice")]
-    Duplicate { cpu: usize },
+    Duplicate {
+        /// Kernel CPU number.
+        cpu: usize,
+    },
+    /// A CPU outside this process's affinity mask.
     #[error("service CPU {cpu} is not one this process may run on (allowed: {allowed:?})")]
-    CpuNotAllowed { cpu: usize, allowed: Vec<usize> },
+    CpuNotAllowed {
+        /// Kernel CPU number.
+        cpu: usize,
+        /// The kernel CPU numbers this process may use.
+        allowed: Vec<usize>,
+    },
+    /// The thread could not be started.
     #[error("could not start the service thread for CPU {cpu}: {source}")]
-    Start { cpu: usize, source: io::Error },
+    Start {
+        /// Kernel CPU number.
+        cpu: usize,
+        /// What the OS said.
+        source: io::Error,
+    },
 }
 
 /// Which CPUs serve, how work is spread over them, and how waiting is done.
@@ -129,7 +146,9 @@ impl ServiceConfig {
 /// What one service core has done so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CoreStats {
+    /// Kernel CPU number of the service core.
     pub cpu: usize,
+    /// Calls (or closures) it ran.
     pub jobs: u64,
     /// Sum of the jobs' run times.
     pub busy_ns: u64,
@@ -592,7 +611,9 @@ pub fn thread_cpu_ns(tid: i32) -> Option<u64> {
 /// What one caller's offloading did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OffloadStats {
+    /// Calls made through the offloader.
     pub calls: u64,
+    /// Of those, run on a service core.
     pub offloaded: u64,
     /// Run time of the calls kept local.
     pub local_run_ns: u64,
@@ -631,6 +652,7 @@ fn site_of(location: &'static panic::Location<'static>) -> u64 {
 }
 
 impl<'s> Offloader<'s> {
+    /// An offloader deciding with `policy`, sending to `cores`.
     pub fn new(cores: &'s ServiceCores, policy: OffloadPolicy) -> Offloader<'s> {
         Offloader {
             cores,
@@ -662,10 +684,12 @@ impl<'s> Offloader<'s> {
         self
     }
 
+    /// The policy deciding (with what it has learnt so far).
     pub fn policy(&self) -> &OffloadPolicy {
         &self.policy
     }
 
+    /// What this offloader did so far.
     pub fn stats(&self) -> OffloadStats {
         self.stats
     }
@@ -748,26 +772,31 @@ impl<'s> Offloader<'s> {
         self.here(SysCall::Read { fd, buf }).map(|n| n as usize)
     }
 
+    /// `write(2)`, run where the policy says: here, or on a service core.
     #[track_caller]
     pub fn write(&mut self, fd: RawFd, buf: &[u8]) -> Result<usize, Errno> {
         self.here(SysCall::Write { fd, buf }).map(|n| n as usize)
     }
 
+    /// `pread(2)`, run where the policy says: here, or on a service core.
     #[track_caller]
     pub fn pread(&mut self, fd: RawFd, buf: &mut [u8], offset: i64) -> Result<usize, Errno> {
         self.here(SysCall::Pread { fd, buf, offset }).map(|n| n as usize)
     }
 
+    /// `pwrite(2)`, run where the policy says: here, or on a service core.
     #[track_caller]
     pub fn pwrite(&mut self, fd: RawFd, buf: &[u8], offset: i64) -> Result<usize, Errno> {
         self.here(SysCall::Pwrite { fd, buf, offset }).map(|n| n as usize)
     }
 
+    /// `readv(2)`, run where the policy says: here, or on a service core.
     #[track_caller]
     pub fn readv<'b>(&mut self, fd: RawFd, bufs: &'b mut [IoSliceMut<'b>]) -> Result<usize, Errno> {
         self.here(SysCall::Readv { fd, bufs }).map(|n| n as usize)
     }
 
+    /// `writev(2)`, run where the policy says: here, or on a service core.
     #[track_caller]
     pub fn writev<'b>(&mut self, fd: RawFd, bufs: &'b [IoSlice<'b>]) -> Result<usize, Errno> {
         self.here(SysCall::Writev { fd, bufs }).map(|n| n as usize)
@@ -779,45 +808,53 @@ impl<'s> Offloader<'s> {
         self.here(SysCall::Open { path, flags, mode }).map(|fd| fd as RawFd)
     }
 
+    /// `openat(2)`, run where the policy says: here, or on a service core.
     #[track_caller]
     pub fn openat(&mut self, dirfd: RawFd, path: &CStr, flags: i32, mode: u32) -> Result<RawFd, Errno> {
         self.here(SysCall::Openat { dirfd, path, flags, mode }).map(|fd| fd as RawFd)
     }
 
+    /// `stat(2)`, run where the policy says: here, or on a service core.
     #[track_caller]
     pub fn stat(&mut self, path: &CStr) -> Result<libc::stat, Errno> {
         let mut out = zeroed_stat();
         self.here(SysCall::Stat { path, out: &mut out }).map(|_| out)
     }
 
+    /// `fstat(2)`, run where the policy says: here, or on a service core.
     #[track_caller]
     pub fn fstat(&mut self, fd: RawFd) -> Result<libc::stat, Errno> {
         let mut out = zeroed_stat();
         self.here(SysCall::Fstat { fd, out: &mut out }).map(|_| out)
     }
 
+    /// `lstat(2)`, run where the policy says: here, or on a service core.
     #[track_caller]
     pub fn lstat(&mut self, path: &CStr) -> Result<libc::stat, Errno> {
         let mut out = zeroed_stat();
         self.here(SysCall::Lstat { path, out: &mut out }).map(|_| out)
     }
 
+    /// `newfstatat(2)`, run where the policy says: here, or on a service core.
     #[track_caller]
     pub fn fstatat(&mut self, dirfd: RawFd, path: &CStr, flags: i32) -> Result<libc::stat, Errno> {
         let mut out = zeroed_stat();
         self.here(SysCall::Newfstatat { dirfd, path, out: &mut out, flags }).map(|_| out)
     }
 
+    /// `fsync(2)`, run where the policy says: here, or on a service core.
     #[track_caller]
     pub fn fsync(&mut self, fd: RawFd) -> Result<(), Errno> {
         self.here(SysCall::Fsync { fd }).map(drop)
     }
 
+    /// `fdatasync(2)`, run where the policy says: here, or on a service core.
     #[track_caller]
     pub fn fdatasync(&mut self, fd: RawFd) -> Result<(), Errno> {
         self.here(SysCall::Fdatasync { fd }).map(drop)
     }
 
+    /// `sendfile(2)`, run where the policy says: here, or on a service core.
     #[track_caller]
     pub fn sendfile(
         &mut self,
@@ -841,6 +878,7 @@ impl<'s> Offloader<'s> {
         self.here(SysCall::Recvfrom { fd, buf, flags, addr: None }).map(|n| n as usize)
     }
 
+    /// `poll(2)`, run where the policy says: here, or on a service core.
     #[track_caller]
     pub fn poll(&mut self, fds: &mut [libc::pollfd], timeout_ms: i32) -> Result<usize, Errno> {
         self.here(SysCall::Poll { fds, timeout_ms }).map(|n| n as usize)
