@@ -29,6 +29,10 @@ def main() -> None:
 
     import ray
 
+    # Ray starts its workers at nice 15 (so that they cannot starve its own daemons). On a
+    # machine that other work shares they would then lose every contest for a CPU and this
+    # would compare niceness levels, not runners: same niceness as the local runs.
+    os.environ.setdefault("RAY_worker_niceness", "0")
     load = os.getloadavg()
     started = time.perf_counter()
     ray.init(num_cpus=args.ray_cpus, include_dashboard=False, log_to_driver=False)
