@@ -20,7 +20,7 @@ use std::ffi::CString;
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use anyhow::Context;
@@ -124,19 +124,32 @@ impl Calls {
     }
 }
 
-/// What the two tasks of a connection have sent: requests by the client, bytes by the server.
+/// What the two tasks of a connection have sent: requests by the client, bytes by the server;
+/// and whether one of them failed, so that the other stops waiting for it.
 #[derive(Default)]
 struct Sent {
     requests: AtomicU32,
     bytes: AtomicU64,
+    failed: AtomicBool,
 }
 
-/// Yields until `counter` has gone past `seen` (its peer has sent more).
-fn wait_past<T: PartialOrd>(counter: impl Fn() -> T, seen: T) -> anyhow::Result<()> {
-    while counter() <= seen {
-        yield_now()?;
+impl Sent {
+    /// Yields until `counter` has gone past `seen` (the peer has sent more).
+    fn wait_past<T: PartialOrd>(&self, counter: impl Fn() -> T, seen: T) -> anyhow::Result<()> {
+        while counter() <= seen {
+            anyhow::ensure!(!self.failed.load(Ordering::Relaxed), "the other end of the connection failed");
+            yield_now()?;
+        }
+        Ok(())
     }
-    Ok(())
+
+    /// `result`, after telling the peer if it is an error.
+    fn unless_failed<T>(&self, result: anyhow::Result<T>) -> anyhow::Result<T> {
+        if result.is_err() {
+            self.failed.store(true, Ordering::Relaxed);
+        }
+        result
+    }
 }
 
 fn errno(what: &str, e: Errno) -> anyhow::Error {
@@ -178,6 +191,21 @@ pub fn run(
         for stream in [&client, &server] {
             stream.set_nodelay(true)?;
             stream.set_nonblocking(true)?;
+            // Room for the largest file both ways, so no answer waits for a window update.
+            for option in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
+                let bytes: libc::c_int = 1 << 20;
+                // SAFETY: a valid socket, and a pointer to an int of the size given.
+                let r = unsafe {
+                    libc::setsockopt(
+                        stream.as_raw_fd(),
+                        libc::SOL_SOCKET,
+                        option,
+                        (&raw const bytes).cast(),
+                        size_of::<libc::c_int>() as libc::socklen_t,
+                    )
+                };
+                anyhow::ensure!(r == 0, "setsockopt: {}", std::io::Error::last_os_error());
+            }
         }
         pairs.push((client, server));
     }
@@ -212,17 +240,20 @@ pub fn run(
         let (calls, dirfd, count) = (calls.clone(), dirfd.clone(), mine.len());
         let sent = Arc::new(Sent::default());
         let sent_too = Arc::clone(&sent);
-        servers.push(rt.spawn_on(app, move || serve(&server, dirfd.as_raw_fd(), &calls, count, &sent))?);
-        clients.push(rt.spawn_on(app, move || drive(client, &mine, &sent_too))?);
+        servers.push(rt.spawn_on(app, move || {
+            sent.unless_failed(serve(&server, dirfd.as_raw_fd(), &calls, count, &sent))
+        })?);
+        clients.push(rt.spawn_on(app, move || sent_too.unless_failed(drive(client, &mine, &sent_too)))?);
     }
-    let mut latencies = Vec::with_capacity(requests);
-    for handle in clients {
-        latencies.extend(handle.join().map_err(|e| anyhow::anyhow!("client task: {e}"))??);
-    }
+    // Every task joined before any error is reported: a task that fails tells its peer, which
+    // then fails too, but a task cancelled by an early shutdown could not.
+    let latencies: Vec<anyhow::Result<Vec<f64>>> =
+        clients.into_iter().map(|h| h.join().map_err(|e| anyhow::anyhow!("client task: {e}"))?).collect();
     let wall_ns = sys::now_ns() - start;
-    for handle in servers {
-        handle.join().map_err(|e| anyhow::anyhow!("server task: {e}"))??;
-    }
+    let served: Vec<anyhow::Result<()>> =
+        servers.into_iter().map(|h| h.join().map_err(|e| anyhow::anyhow!("server task: {e}"))?).collect();
+    served.into_iter().collect::<anyhow::Result<()>>()?;
+    let latencies: Vec<f64> = latencies.into_iter().collect::<anyhow::Result<Vec<_>>>()?.concat();
     let cpu_ns = thread_cpu_ns(worker_tid).unwrap_or(0).saturating_sub(cpu0);
     drop(rt);
     let mut offload = calls.lock();
@@ -234,9 +265,9 @@ pub fn run(
 fn serve(stream: &TcpStream, dirfd: RawFd, calls: &Calls, count: usize, sent: &Sent) -> anyhow::Result<()> {
     let sock = stream.as_raw_fd();
     for served in 1..=count as u32 {
-        wait_past(|| sent.requests.load(Ordering::Acquire), served - 1)?;
+        sent.wait_past(|| sent.requests.load(Ordering::Acquire), served - 1)?;
         let mut request = [0u8; 8];
-        receive(sock, &mut request, || u64::MAX, &mut 0)?;
+        receive(sock, &mut request, sent, || u64::MAX, &mut 0)?;
         let index = u32::from_le_bytes(request[..4].try_into()?) as usize;
         anyhow::ensure!(index < SIZES.len(), "request for file {index}, there are {}", SIZES.len());
         let name = CString::new(format!("f{index}"))?;
@@ -302,17 +333,18 @@ fn fstat_size(fd: RawFd) -> Result<usize, Errno> {
 }
 
 /// Fills `buf` from the non-blocking socket `sock`: waits (yielding) until `available` says
-/// the peer has sent more than `received` bytes, reads, and counts what it read there; a read
+/// the peer (whose connection state is `sent`) has sent more than `received` bytes, reads, and counts what it read there; a read
 /// that still finds nothing (the bytes are on their way through the kernel) yields.
 fn receive(
     sock: RawFd,
     buf: &mut [u8],
+    sent: &Sent,
     available: impl Fn() -> u64,
     received: &mut u64,
 ) -> anyhow::Result<()> {
     let mut got = 0;
     while got < buf.len() {
-        wait_past(&available, *received)?;
+        sent.wait_past(&available, *received)?;
         let result = SysCall::Recvfrom { fd: sock, buf: &mut buf[got..], flags: 0, addr: None }.execute();
         match result {
             Ok(0) => anyhow::bail!("the peer hung up early"),
@@ -353,10 +385,10 @@ fn drive(stream: TcpStream, requests: &[(u32, usize)], sent: &Sent) -> anyhow::R
         sent.requests.store(n, Ordering::Release);
         let available = || sent.bytes.load(Ordering::Acquire);
         let mut header = [0u8; 8];
-        receive(sock, &mut header, available, &mut received)?;
+        receive(sock, &mut header, sent, available, &mut received)?;
         let size = u64::from_le_bytes(header) as usize;
         anyhow::ensure!(size == SIZES[index], "asked for {} bytes, told {size}", SIZES[index]);
-        receive(sock, &mut body[..size], available, &mut received)?;
+        receive(sock, &mut body[..size], sent, available, &mut received)?;
         anyhow::ensure!(body[size - 1] == ((size - 1) * 31 + index) as u8, "wrong bytes served");
         latencies.push((sys::now_ns() - t0) as f64);
     }
@@ -381,6 +413,19 @@ mod tests {
             assert_eq!(served.profile.len() as u64, served.stats.calls);
             let expected = if offloaded { served.stats.calls } else { 0 };
             assert_eq!(served.stats.offloaded, expected, "{:?}", served.stats);
+        }
+    }
+
+    #[test]
+    fn a_failing_server_task_stops_its_client_instead_of_leaving_it_waiting() {
+        // No files to serve: every server task's openat fails; the run ends with that error.
+        let empty = tempfile::tempdir().unwrap();
+        let allowed = sys::affinity().unwrap();
+        let (app, service) = (allowed[0], *allowed.last().unwrap());
+        for policy in [OffloadPolicy::Never, OffloadPolicy::Always] {
+            let err = run(empty.path(), policy, false, app, service, 40, 7).err().expect("no files, no run");
+            let message = format!("{err:#}");
+            assert!(message.contains("openat") || message.contains("other end"), "{message}");
         }
     }
 }
