@@ -8,7 +8,7 @@
 //! task reads a request (8 bytes: file index, sequence number), opens the file (`openat`),
 //! `fstat`s it, sends an 8-byte length and the file (`sendfile`), and closes it. The policy
 //! decides each `openat`, `fstat`, `send` and `sendfile`: a call kept local runs in the task;
-//! a call moved is [`corehop_runtime::submit`]ted to the service CPU's worker, and the task
+//! a call moved is [`corehop_runtime::submit()`]ted to the service CPU's worker, and the task
 //! waits for it by yielding the application CPU to the other tasks, which go on meanwhile
 //! (and whose own calls join the service worker's inbox). Sockets are non-blocking, and the
 //! two tasks of a connection tell each other when they have sent (a counter each, the
