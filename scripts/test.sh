@@ -8,6 +8,8 @@ need=()
 for tool in sqlite3 strace python3; do
   command -v "$tool" >/dev/null 2>&1 || need+=("$tool")
 done
+# The Python package's tests run in a venv (Debian packages venv support on its own).
+python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   echo "==> installing ${need[*]}"
   if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null
@@ -50,3 +52,12 @@ RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 \
 echo "==> loom model checks of the preload library's slot hand-off"
 RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 \
   cargo test --release -p corehop-preload --lib --target-dir target/loom -- loom
+
+echo "==> Python package: build it with maturin into target/venv, then its tests (pytest)"
+# Pinned test dependencies from pip's cache after the first run; the package is rebuilt only
+# where its Rust changed (cargo's incremental build in target/python).
+[ -x target/venv/bin/python ] || python3 -m venv target/venv
+target/venv/bin/python -m pip install -q --disable-pip-version-check -r crates/python/requirements-test.txt
+VIRTUAL_ENV="$PWD/target/venv" CARGO_TARGET_DIR="$PWD/target/python" \
+  target/venv/bin/maturin develop --release -q -m crates/python/Cargo.toml
+target/venv/bin/python -m pytest -q crates/python/tests

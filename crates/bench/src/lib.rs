@@ -5,6 +5,7 @@
 //! `tour`, and the workload itself (SQLite TPC-B transactions, a loopback file server,
 //! directory lookups, a packet-processing pipeline, SMT mode schedules) as plain functions
 //! that criterion benchmarks (`benches/`) call too.
+#![warn(missing_docs)]
 
 pub mod delegate;
 pub mod modes;

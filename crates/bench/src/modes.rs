@@ -76,6 +76,7 @@ pub struct Args {
     /// cache of the context it runs on).
     #[arg(long, default_value_t = 8.0)]
     pub service_us: f64,
+    /// --quick, --json, --plot.
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -118,6 +119,7 @@ struct Measured {
     modes: Vec<ModeRow>,
 }
 
+/// `corehop bench modes`: measures, prints the tables (or JSON, or a plot).
 pub fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.reps > 0, "--reps must be at least 1");
     anyhow::ensure!(

@@ -411,28 +411,30 @@ impl Bench {
         );
         let handles: Arc<Vec<Handle<()>>> =
             Arc::new((0..count).map(|d| objects.register(d, (), DIR_BYTES)).collect::<Result<_, _>>()?);
-        let mut rows = Vec::new();
-        let mut threads_median = 0.0;
-        for scheduler in SCHEDULERS {
-            let mut samples = Vec::new();
-            for rep in 0..=self.reps {
+        // Schedulers take turns within each repetition, the first one rotating, so a drift of
+        // the host (it moves the vCPUs) hits them alike.
+        let mut samples: [Vec<f64>; SCHEDULERS.len()] = Default::default();
+        for rep in 0..=self.reps {
+            for turn in 0..SCHEDULERS.len() {
+                let which = (turn + rep) % SCHEDULERS.len();
                 let run = self.new_run(&dirs, popularity);
                 let ms = if rep == 0 { self.warmup_ms() } else { self.ms };
-                let rate = match scheduler {
+                let rate = match SCHEDULERS[which] {
                     Scheduler::Threads => self.threads(&run, ms, &locks)?,
                     Scheduler::Sharded => self.sharded(&run, ms)?,
                     Scheduler::O2 => self.o2(rt, &run, ms, &objects, &handles)?,
                 };
                 // Rep 0 warms the caches (and lets O² place directories); it is not reported.
                 if rep > 0 {
-                    samples.push(rate);
+                    samples[which].push(rate);
                 }
                 bar.inc(1);
             }
-            let stats = Stats::of(&samples).context("no measurements")?;
-            if scheduler == Scheduler::Threads {
-                threads_median = stats.median;
-            }
+        }
+        let mut rows = Vec::new();
+        let threads_median = Stats::of(&samples[0]).context("no measurements")?.median;
+        for (scheduler, samples) in SCHEDULERS.into_iter().zip(&samples) {
+            let stats = Stats::of(samples).context("no measurements")?;
             rows.push(Row {
                 popularity,
                 size_bytes: size,
@@ -589,6 +591,7 @@ fn popularities(arg: PopularityArg) -> Vec<Popularity> {
     }
 }
 
+/// `corehop bench o2`: measures every size and popularity, prints the tables (or JSON, or a plot).
 pub fn run(args: Args) -> anyhow::Result<()> {
     let (bench, sizes, CacheSizes { one, all, on_chip }) = setup(&args)?;
     let pops = popularities(args.popularity);

@@ -14,7 +14,10 @@
 //! application CPU (CPU time of the app threads / wall) and the service CPU (time running
 //! offloaded work / wall; the service thread's own CPU time, spinning included, in JSON). The
 //! round trip of an empty closure to the service core and back is measured in the same run:
-//! it is the hop cost offload has to beat, and the threshold the predictors start from.
+//! it is the hop cost offload has to beat, and the threshold the predictors start from. Next
+//! to it, the peer rows (`uring.rs`): the same hand-off, an fstat and a 4 KiB pread through the
+//! service core and through io_uring (SQPOLL on the service CPU, and plain `io_uring_enter`),
+//! alternating in the same process.
 
 use std::path::{Path, PathBuf};
 
@@ -30,15 +33,23 @@ use crate::report::{self, Align, OutputArgs, Stats, Table};
 pub mod files;
 pub mod sqlite;
 pub mod tasks;
+pub mod uring;
 
 /// Offload policies side by side on SQLite transactions and a loopback file server.
 ///
 /// --quick lowers the defaults of --reps, --txns and --requests (values given explicitly
 /// still win). --plot draws throughput relative to `never` per workload and policy as bars.
 ///
+/// A second table compares hand-off round trips between the same two CPUs, alternating in
+/// one process: corehop's service core (empty, fstat, 4 KiB pread), io_uring with SQPOLL (its
+/// kernel thread pinned to the service CPU: NOP, STATX, READ), plain `io_uring_enter`, and the
+/// plain local call. Where io_uring is unavailable (ENOSYS, EPERM) its rows say so.
+///
 /// --json prints `{hop_round_trip_ns, app_cpu, service_cpu, shared_cpu, results: [{workload,
 /// policy, ops, throughput: {min, median, max, samples}, vs_never, p50_ns, p99_ns, offloaded,
-/// app_busy, service_busy, service_thread_busy}]}` (busy values are fractions of wall time).
+/// app_busy, service_busy, service_thread_busy}], handoff: {batch, rows: [{mechanism, call,
+/// runs_on, round_trip_ns: {min, median, max, samples}, vs_sqpoll}], skipped: [reason]}}`
+/// (busy values are fractions of wall time).
 #[derive(clap::Args, Clone)]
 pub struct Args {
     /// Policies to compare (comma-separated): never, always, size (the 4 KB rule), static
@@ -64,6 +75,13 @@ pub struct Args {
     /// Requests per file-server run [default: 20000; 200 with --quick].
     #[arg(long)]
     pub requests: Option<usize>,
+    /// Batches of each hand-off row (min/median/max are over these) [default: 15; 3 with
+    /// --quick]; 0 leaves the hand-off table out.
+    #[arg(long)]
+    pub handoff_reps: Option<usize>,
+    /// Round trips per hand-off batch [default: 2000; 200 with --quick].
+    #[arg(long)]
+    pub handoff_batch: Option<usize>,
     /// CPU for the application (default: the first this process may use).
     #[arg(long)]
     pub app_cpu: Option<usize>,
@@ -85,6 +103,7 @@ pub struct Args {
     /// `corehop predict` CSV trace: PREFIX-sqlite.csv, PREFIX-files.csv.
     #[arg(long, value_name = "PREFIX")]
     pub record_trace: Option<PathBuf>,
+    /// --quick, --json, --plot.
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -200,13 +219,17 @@ impl Workload {
 
 /// What a workload run saw from the client side.
 pub struct Run {
+    /// Transactions or requests completed.
     pub ops: u64,
+    /// Wall time of the run.
     pub wall_ns: u64,
+    /// Each operation's latency as the client saw it, in ns.
     pub latencies_ns: Vec<f64>,
 }
 
 /// What the application side did during a run.
 pub struct Served {
+    /// The application thread's offloader counters.
     pub stats: OffloadStats,
     /// CPU time of the application threads.
     pub cpu_ns: u64,
@@ -221,6 +244,7 @@ struct Output {
     service_cpu: usize,
     shared_cpu: bool,
     results: Vec<Row>,
+    handoff: Option<uring::Handoffs>,
 }
 
 #[derive(Serialize)]
@@ -309,14 +333,20 @@ struct Counts {
     reps: usize,
     txns: usize,
     requests: usize,
+    handoff_reps: usize,
+    handoff_batch: usize,
 }
 
+/// `corehop bench offload`: runs every policy on every workload, prints the table (or JSON).
 pub fn run(args: Args) -> anyhow::Result<()> {
     let output = collect(&args)?;
     if args.output.json {
         report::print_json(&output)?;
     } else {
         println!("{}", table(&output).render());
+        if let Some(handoff) = &output.handoff {
+            println!("\n{}", uring::table(handoff, output.app_cpu, output.service_cpu).render());
+        }
     }
     if let Some(path) = &args.output.plot {
         let bars: Vec<(String, f64)> =
@@ -336,15 +366,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 /// Validates the arguments, starts the service core and measures every policy.
 fn collect(args: &Args) -> anyhow::Result<Output> {
-    let (reps, txns, requests) = if args.output.quick { (1, 40, 200) } else { (3, 1000, 20000) };
+    let (reps, txns, requests, handoff_reps, handoff_batch) =
+        if args.output.quick { (1, 40, 200, 3, 200) } else { (3, 1000, 20000, 15, 2000) };
     let counts = Counts {
         reps: args.reps.unwrap_or(reps),
         txns: args.txns.unwrap_or(txns),
         requests: args.requests.unwrap_or(requests),
+        handoff_reps: args.handoff_reps.unwrap_or(handoff_reps),
+        handoff_batch: args.handoff_batch.unwrap_or(handoff_batch),
     };
     anyhow::ensure!(
         counts.reps > 0 && counts.txns > 0 && counts.requests > 0,
         "--reps, --txns and --requests must be at least 1"
+    );
+    anyhow::ensure!(
+        counts.handoff_reps <= 1000 && (1..=1_000_000).contains(&counts.handoff_batch),
+        "--handoff-reps must be at most 1000 and --handoff-batch 1 to 1000000"
     );
     let mut choices = vec![PolicyChoice::Never];
     for name in &args.policies {
@@ -393,6 +430,18 @@ fn measure(
     let hop_ns = cores.round_trip_ns(2000);
     // Removed on drop, errors included.
     let scratch = tempfile::Builder::new().prefix("corehop-bench-offload-").tempdir()?;
+    let handoff = if counts.handoff_reps == 0 {
+        None
+    } else {
+        Some(uring::measure(
+            cores,
+            app_cpu,
+            service_cpu,
+            counts.handoff_reps,
+            counts.handoff_batch,
+            scratch.path(),
+        )?)
+    };
     let bench = Bench { counts, seed: args.seed, cores, app_cpu, dir: scratch.path() };
     let bar = report::progress((workloads.len() * (1 + counts.reps * choices.len())) as u64, "offload");
     let mut results = vec![];
@@ -467,7 +516,7 @@ fn measure(
         }
     }
     bar.finish_and_clear();
-    Ok(Output { hop_round_trip_ns: hop_ns, app_cpu, service_cpu, shared_cpu: false, results })
+    Ok(Output { hop_round_trip_ns: hop_ns, app_cpu, service_cpu, shared_cpu: false, results, handoff })
 }
 
 /// Writes calls as a `corehop predict` CSV trace (`call,fd,size,site,run_ns`).
@@ -550,6 +599,8 @@ pub fn tour() -> anyhow::Result<()> {
         reps: None,
         txns: None,
         requests: None,
+        handoff_reps: Some(0),
+        handoff_batch: None,
         app_cpu: None,
         service_cpu: None,
         caller_spin_us: 10,
@@ -613,6 +664,7 @@ mod tests {
             app_cpu: 0,
             service_cpu: 1,
             shared_cpu: false,
+            handoff: None,
             results: vec![
                 row("sqlite", "never", 1.0),
                 row("sqlite", "size", 1.2),

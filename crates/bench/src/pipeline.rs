@@ -78,6 +78,7 @@ pub struct Args {
     /// Controller observation window, ms.
     #[arg(long, default_value_t = 50)]
     pub epoch_ms: u64,
+    /// --quick, --json, --plot.
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -480,6 +481,7 @@ fn table(report: &Report) -> Table {
     t
 }
 
+/// `corehop bench pipeline`: measures every placement and the controller, prints the table.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let report = bench(&args)?;
     if args.output.json {

@@ -10,9 +10,13 @@ use serde::Serialize;
 /// Min / median / max of repeated measurements (e.g. ns per round trip, one per repetition).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Stats {
+    /// The smallest sample.
     pub min: f64,
+    /// The middle sample (the mean of the two middle ones for an even count).
     pub median: f64,
+    /// The largest sample.
     pub max: f64,
+    /// How many samples.
     pub samples: usize,
 }
 
@@ -44,7 +48,9 @@ pub fn percentile(samples: &[f64], p: f64) -> Option<f64> {
 /// Column alignment.
 #[derive(Clone, Copy)]
 pub enum Align {
+    /// Text: names, labels.
     Left,
+    /// Numbers.
     Right,
 }
 
@@ -65,16 +71,19 @@ impl Table {
         Table { title: None, header, align, rows: Vec::new(), notes: Vec::new() }
     }
 
+    /// A line printed above the table.
     pub fn title(mut self, title: impl Into<String>) -> Table {
         self.title = Some(title.into());
         self
     }
 
+    /// Sets one column's alignment (the first is left-aligned, the others right).
     pub fn align(mut self, column: usize, align: Align) -> Table {
         self.align[column] = align;
         self
     }
 
+    /// Adds a row; missing cells are left empty, extra ones dropped.
     pub fn row<S: Into<String>>(&mut self, cells: impl IntoIterator<Item = S>) {
         let mut cells: Vec<String> = cells.into_iter().map(Into::into).collect();
         cells.resize(self.header.len(), String::new());
@@ -86,6 +95,7 @@ impl Table {
         self.notes.push(note.into());
     }
 
+    /// The table as text: title, header, a rule, the rows, the notes.
     pub fn render(&self) -> String {
         let widths: Vec<usize> = (0..self.header.len())
             .map(|c| {
@@ -191,14 +201,18 @@ pub fn print_json<T: Serialize>(value: &T) -> anyhow::Result<()> {
 
 /// One named curve of (x, y) points for [`plot_lines`].
 pub struct Series {
+    /// The legend entry.
     pub name: String,
+    /// The points, in drawing order.
     pub points: Vec<(f64, f64)>,
 }
 
 /// Axis scale for [`plot_lines`].
 #[derive(Clone, Copy, PartialEq)]
 pub enum Scale {
+    /// Evenly spaced values.
     Linear,
+    /// Evenly spaced powers of ten (sizes, rates spanning decades).
     Log10,
 }
 

@@ -91,6 +91,7 @@ pub struct Args {
     /// Only these rows, comma-separated (e.g. `handoff+spin,yield`); all rows by default.
     #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(NAMES))]
     pub rows: Vec<String>,
+    /// --quick, --json, --plot.
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -98,11 +99,17 @@ pub struct Args {
 /// One row of the results, as printed by `--json`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
+    /// The mechanism or baseline measured.
     pub name: String,
+    /// Fastest repetition, ns per round trip (or per operation).
     pub min_ns: f64,
+    /// Median repetition.
     pub median_ns: f64,
+    /// Slowest repetition.
     pub max_ns: f64,
+    /// Median over the same run's cache-line floor.
     pub ratio_to_floor: f64,
+    /// Calls per second, for the rows that are calls (`on`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub calls_per_s: Option<f64>,
 }
@@ -156,6 +163,7 @@ struct Plan {
     rows: Vec<&'static str>,
 }
 
+/// `corehop bench switch`: measures every mechanism and the floor, prints the table.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let report = measure(&args)?;
     if args.output.json {

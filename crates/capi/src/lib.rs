@@ -9,6 +9,7 @@
 //! thread that moves itself with `sched_setaffinity` and never hops between OS threads, so a
 //! thread-local is the right home for its open operation. Errors are reported C-style: `-1` and
 //! a per-thread message from `corehop_last_error`.
+#![warn(missing_docs)]
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::sync::{Arc, RwLock};

@@ -142,3 +142,55 @@ fn bad_flags_are_clear_errors() {
         assert!(err.contains(needle), "{full:?}: {err}");
     }
 }
+
+/// The hand-off table: corehop's service core next to io_uring (SQPOLL and plain enter) for
+/// the same calls, or a skip line naming why io_uring is missing. Shapes only, never speed.
+#[test]
+fn handoff_rows_put_the_service_core_next_to_io_uring_or_say_why_not() {
+    let quick =
+        ["bench", "offload", "--quick", "--workloads", "files", "--policies", "never", "--requests", "10"];
+    let mut json = quick.to_vec();
+    json.push("--json");
+    let out = corehop(&json);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let handoff = &v["handoff"];
+    let rows = handoff["rows"].as_array().unwrap();
+    let skipped: Vec<&str> =
+        handoff["skipped"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+    let has =
+        |mechanism: &str, call: &str| rows.iter().any(|r| r["mechanism"] == mechanism && r["call"] == call);
+    for call in ["empty", "fstat", "pread 4 KiB"] {
+        assert!(has("offload", call), "offload {call} missing: {rows:?}");
+    }
+    for mechanism in ["sqpoll", "enter"] {
+        let measured = ["empty", "pread 4 KiB"].iter().all(|call| has(mechanism, call));
+        let said_why = skipped.iter().any(|s| s.contains(mechanism) && s.contains("skipped"));
+        assert!(measured || said_why, "{mechanism}: neither rows nor a skip line: {handoff}");
+        if !measured {
+            common::skip(&format!("io_uring {mechanism} unavailable here: {skipped:?}"));
+        }
+    }
+    for r in rows {
+        let t = &r["round_trip_ns"];
+        assert_eq!(t["samples"], 3, "--quick runs three batches of each row");
+        assert!(t["min"].as_f64().unwrap() > 0.0 && t["min"].as_f64().unwrap() <= t["max"].as_f64().unwrap());
+        if has("sqpoll", r["call"].as_str().unwrap()) {
+            assert!(r["vs_sqpoll"].as_f64().is_some(), "{r}");
+        }
+    }
+
+    let out = corehop(&quick);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("Hand-off round trips") && text.contains("same-run baseline: io_uring SQPOLL"),
+        "{text}"
+    );
+    assert!(text.lines().any(|l| l.starts_with("empty") && l.contains("offload")), "{text}");
+    assert!(
+        text.lines().any(|l| l.starts_with("empty") && l.contains("sqpoll"))
+            || text.contains("sqpoll: skipped"),
+        "{text}"
+    );
+}

@@ -138,3 +138,44 @@ fn the_timed_form_beats_the_papers_on_traces_timed_in_ns() {
         assert!(best_gain > 0.2, "{name}: time {time:?} vs fa {fa:?}");
     }
 }
+
+/// Traces of seven real programs recorded in-process by the preload library (call sites,
+/// ns clock): the timed form must be right at least as often as the best constant rule at
+/// every N, and right ≥ 90 % of the time over all programs and N; the paper's form is
+/// reported beside it.
+#[test]
+fn timed_form_beats_constant_rules_on_recorded_programs() {
+    let dir = fixture("recorded");
+    let mut traces: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "csv"))
+        .collect();
+    traces.sort();
+    assert!(traces.len() >= 6, "{traces:?}");
+    let mut args = vec!["predict", "--thresholds", "1000,2000,5000,20000", "--json"];
+    let names: Vec<String> = traces.iter().map(|p| p.to_str().unwrap().to_string()).collect();
+    for name in &names {
+        args.extend(["--trace", name]);
+    }
+    let reports = json(&args);
+    let (mut right_sum, mut points) = (0.0, 0);
+    for report in reports.as_array().unwrap() {
+        let forms = report["forms"].as_array().unwrap();
+        assert!(forms.iter().any(|f| f["form"] == "fa200"), "the paper's form is reported too");
+        let timed = forms.iter().find(|f| f["form"] == "time1500").expect("timed form");
+        for d in timed["decisions"].as_array().unwrap() {
+            let (right, constant) = (d["right"].as_f64().unwrap(), d["best_constant"].as_f64().unwrap());
+            assert!(
+                right >= constant,
+                "{}: N={} right {right} < constant {constant}",
+                report["trace"],
+                d["n_ns"]
+            );
+            right_sum += right;
+            points += 1;
+        }
+    }
+    assert_eq!(points, traces.len() * 4);
+    assert!(right_sum / points as f64 >= 0.90, "mean {}", right_sum / points as f64);
+}

@@ -483,3 +483,52 @@ fn the_run_suite_compares_real_programs_and_their_outputs() {
     assert!(!bad.status.success());
     assert!(text(&bad.stderr).contains("unknown program \"doom\""), "{}", text(&bad.stderr));
 }
+
+#[test]
+fn record_trace_writes_every_call_with_its_site_for_predict() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.csv");
+    std::fs::write(dir.path().join("a"), vec![7u8; 10_000]).unwrap();
+    // Two processes (sh forks cat), each reading and writing through the library.
+    let script = format!("cd '{}' && cat a a > b && cat b > c && wc -c c", dir.path().display());
+    let out = corehop()
+        .args(["run", "--offload", "--policy", "always", "--record-trace"])
+        .arg(&trace)
+        .args(["--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "20000 c");
+    assert!(text(&out.stderr).contains("corehop: recorded"), "{}", text(&out.stderr));
+    let csv = std::fs::read_to_string(&trace).unwrap();
+    assert!(csv.lines().filter(|l| l.starts_with("# pid")).count() >= 2, "{csv}");
+    let calls: Vec<Vec<&str>> = csv
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with("call,"))
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert!(calls.iter().all(|c| c.len() == 5), "{csv}");
+    // cat opens `a` twice: every call has a run length, and a call site (the entry points with
+    // six arguments, sendto and recvfrom, carry none).
+    assert!(calls.iter().filter(|c| c[0] == "open" || c[0] == "openat").count() >= 3, "{csv}");
+    assert!(calls.iter().all(|c| c[4].parse::<u64>().is_ok()), "{csv}");
+    let sited = |c: &&Vec<&str>| c[0] == "sendto" || c[0] == "recvfrom" || c[3].parse::<u64>().unwrap() > 0;
+    assert!(calls.iter().all(|c| sited(&c)), "every call has its call site: {csv}");
+    let predicted = common::corehop(&["predict", "--trace", trace.to_str().unwrap(), "--json"]);
+    assert!(predicted.status.success(), "{}", text(&predicted.stderr));
+    let report: Value = serde_json::from_slice(&predicted.stdout).unwrap();
+    assert_eq!(report[0]["calls"].as_u64().unwrap() as usize, calls.len());
+}
+
+#[test]
+fn record_trace_needs_offload_and_a_writable_file() {
+    let out = corehop().args(["run", "--record-trace", "t.csv", "--", "true"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("--offload"), "{}", text(&out.stderr));
+    let out = corehop()
+        .args(["run", "--offload", "--record-trace", "/nonexistent-dir/t.csv", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("creating the trace file"), "{}", text(&out.stderr));
+}

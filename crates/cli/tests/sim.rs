@@ -198,3 +198,39 @@ fn impossible_workloads_are_errors_not_wrong_answers() {
     let err = fails(&["sim", offload.to_str().unwrap(), "--set", "workload.iterations=0"]);
     assert!(err.contains("workload.iterations: must be at least 1"), "{err}");
 }
+
+#[test]
+fn parallel_sweeps_print_exactly_what_serial_ones_do() {
+    let threshold = scenario("offload-threshold.toml");
+    let dir = tempfile::tempdir().unwrap();
+    let run = |jobs: &str, json: bool| {
+        let csv = dir.path().join(format!("j{jobs}.csv"));
+        let mut args = vec![
+            "sim",
+            threshold.to_str().unwrap(),
+            "--set",
+            "workload.iterations=400",
+            "--sweep",
+            "seed=1,2",
+            "--jobs",
+            jobs,
+            "--csv",
+            csv.to_str().unwrap(),
+        ];
+        if json {
+            args.push("--json");
+        }
+        (ok(&args), std::fs::read_to_string(&csv).unwrap())
+    };
+    let (serial_json, serial_csv) = run("1", true);
+    assert_eq!(serial_json.matches("\"settings\"").count(), 48, "3 latencies x 8 thresholds x 2 seeds");
+    for jobs in ["2", "7"] {
+        assert_eq!(run(jobs, true), (serial_json.clone(), serial_csv.clone()), "--jobs {jobs} --json");
+    }
+    assert_eq!(run("1", false), run("2", false), "the tables too");
+    // The first failing point in point order is the error, whatever the thread count.
+    let bad = ["sim", threshold.to_str().unwrap(), "--sweep", "workload.app_cpus=[0],[9]"];
+    let serial = fails(&[&bad[..], &["--jobs", "1"]].concat());
+    assert!(serial.contains("workload.app_cpus[0]: CPU 9 is out of range"), "{serial}");
+    assert_eq!(serial, fails(&[&bad[..], &["--jobs", "2"]].concat()));
+}

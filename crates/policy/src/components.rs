@@ -131,16 +131,16 @@ impl Layout {
     }
 
     /// Checks the layout against `machine`: every CPU exists and every speed is in (0, 1].
-    pub fn validate(&self, machine: &Machine) -> Result<(), ComponentsError> {
+    pub fn validate(&self, machine: &Machine) -> Result<(), ControllerError> {
         let n = machine.cpus().len();
         if self.speed.len() != n {
-            return Err(ComponentsError::SpeedCount { expected: n, got: self.speed.len() });
+            return Err(ControllerError::SpeedCount { expected: n, got: self.speed.len() });
         }
         if let Some(&cpu) = self.cpu_of.iter().find(|c| c.0 >= n) {
-            return Err(ComponentsError::UnknownCpu { cpu, cpus: n });
+            return Err(ControllerError::UnknownCpu { cpu, cpus: n });
         }
         if let Some((i, &s)) = self.speed.iter().enumerate().find(|(_, s)| !(**s > 0.0 && **s <= 1.0)) {
-            return Err(ComponentsError::BadSpeed { cpu: CpuId(i), speed: s });
+            return Err(ControllerError::BadSpeed { cpu: CpuId(i), speed: s });
         }
         Ok(())
     }
@@ -184,7 +184,7 @@ impl Layout {
 
 /// Bad input to the controller. Every variant names the offending numbers.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ComponentsError {
+pub enum ControllerError {
     /// The driver reported a different number of components than the layout has.
     #[error("{got} observations for {expected} components")]
     ObservationCount {
@@ -278,12 +278,12 @@ impl Default for ControllerConfig {
 
 impl ControllerConfig {
     /// Checks every setting; the error names the first one out of range.
-    pub fn validate(&self) -> Result<(), ComponentsError> {
+    pub fn validate(&self) -> Result<(), ControllerError> {
         let check = |name, value: f64, ok: bool, range| {
             if ok {
                 Ok(())
             } else {
-                Err(ComponentsError::BadConfig { name, value, range })
+                Err(ControllerError::BadConfig { name, value, range })
             }
         };
         let t = self.target_utilisation;
@@ -341,17 +341,17 @@ pub fn plan(
     allowed: &[CpuId],
     layout: &Layout,
     obs: &[Observation],
-) -> Result<Layout, ComponentsError> {
+) -> Result<Layout, ControllerError> {
     cfg.validate()?;
     layout.validate(machine)?;
     if obs.len() != layout.cpu_of.len() {
-        return Err(ComponentsError::ObservationCount { expected: layout.cpu_of.len(), got: obs.len() });
+        return Err(ControllerError::ObservationCount { expected: layout.cpu_of.len(), got: obs.len() });
     }
     if allowed.is_empty() {
-        return Err(ComponentsError::NoCpus);
+        return Err(ControllerError::NoCpus);
     }
     if let Some(&cpu) = allowed.iter().find(|c| c.0 >= machine.cpus().len()) {
-        return Err(ComponentsError::UnknownCpu { cpu, cpus: machine.cpus().len() });
+        return Err(ControllerError::UnknownCpu { cpu, cpus: machine.cpus().len() });
     }
     let demand = demands(cfg, machine, layout, obs);
     let hw = |cpu: CpuId| machine.cpus()[cpu.0].speed;
@@ -496,13 +496,13 @@ impl Controller {
         cfg: ControllerConfig,
         machine: &Machine,
         allowed: Vec<CpuId>,
-    ) -> Result<Self, ComponentsError> {
+    ) -> Result<Self, ControllerError> {
         cfg.validate()?;
         if allowed.is_empty() {
-            return Err(ComponentsError::NoCpus);
+            return Err(ControllerError::NoCpus);
         }
         if let Some(&cpu) = allowed.iter().find(|c| c.0 >= machine.cpus().len()) {
-            return Err(ComponentsError::UnknownCpu { cpu, cpus: machine.cpus().len() });
+            return Err(ControllerError::UnknownCpu { cpu, cpus: machine.cpus().len() });
         }
         Ok(Controller { cfg, allowed, pending: None, trial: None, rejected: Vec::new(), windows: 0 })
     }
@@ -520,7 +520,7 @@ impl Controller {
         machine: &Machine,
         layout: &Layout,
         obs: &[Observation],
-    ) -> Result<Vec<Action>, ComponentsError> {
+    ) -> Result<Vec<Action>, ControllerError> {
         let next = plan(&self.cfg, machine, &self.allowed, layout, obs)?;
         self.windows += 1;
         let rate = work_rate(obs);
@@ -801,26 +801,26 @@ mod tests {
         let cfg = ControllerConfig::default();
         assert_eq!(
             plan(&cfg, &m, &all(2), &l, &[obs(0.1)]),
-            Err(ComponentsError::ObservationCount { expected: 2, got: 1 })
+            Err(ControllerError::ObservationCount { expected: 2, got: 1 })
         );
-        assert_eq!(plan(&cfg, &m, &[], &l, &[obs(0.1); 2]), Err(ComponentsError::NoCpus));
+        assert_eq!(plan(&cfg, &m, &[], &l, &[obs(0.1); 2]), Err(ControllerError::NoCpus));
         assert_eq!(
             plan(&cfg, &m, &[CpuId(5)], &l, &[obs(0.1); 2]),
-            Err(ComponentsError::UnknownCpu { cpu: CpuId(5), cpus: 2 })
+            Err(ControllerError::UnknownCpu { cpu: CpuId(5), cpus: 2 })
         );
         let bad = Layout { cpu_of: vec![CpuId(0)], speed: vec![1.0, 0.0] };
-        assert_eq!(bad.validate(&m), Err(ComponentsError::BadSpeed { cpu: CpuId(1), speed: 0.0 }));
+        assert_eq!(bad.validate(&m), Err(ControllerError::BadSpeed { cpu: CpuId(1), speed: 0.0 }));
         let short = Layout { cpu_of: vec![CpuId(0)], speed: vec![1.0] };
-        assert_eq!(short.validate(&m), Err(ComponentsError::SpeedCount { expected: 2, got: 1 }));
+        assert_eq!(short.validate(&m), Err(ControllerError::SpeedCount { expected: 2, got: 1 }));
         let far = Layout { cpu_of: vec![CpuId(9)], speed: vec![1.0; 2] };
-        assert_eq!(far.validate(&m), Err(ComponentsError::UnknownCpu { cpu: CpuId(9), cpus: 2 }));
+        assert_eq!(far.validate(&m), Err(ControllerError::UnknownCpu { cpu: CpuId(9), cpus: 2 }));
         let cfg = ControllerConfig { target_utilisation: 0.99, ..Default::default() };
         assert!(matches!(
             cfg.validate(),
-            Err(ComponentsError::BadConfig { name: "overload_utilisation", .. })
+            Err(ControllerError::BadConfig { name: "overload_utilisation", .. })
         ));
         let cfg = ControllerConfig { speed_steps: vec![0.5, 0.25], ..Default::default() };
-        assert!(matches!(cfg.validate(), Err(ComponentsError::BadConfig { name: "speed_steps", .. })));
+        assert!(matches!(cfg.validate(), Err(ControllerError::BadConfig { name: "speed_steps", .. })));
         assert!(Controller::new(ControllerConfig::default(), &m, vec![]).is_err());
     }
 

@@ -88,7 +88,7 @@ impl Placement {
 
 /// Errors building a placer.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ObjectsError {
+pub enum PlacementError {
     /// The placer was given no core.
     #[error("no cores to place objects on")]
     NoCores,
@@ -172,16 +172,16 @@ impl Budgets {
     /// the CPU's domain; CPUs with no such cache form a domain of their own with no shared bytes.
     /// Level-1 caches are left out: they sit inside L2 on the machines we model and are too small
     /// to pack.
-    pub fn from_machine(machine: &Machine, cpus: &[CpuId], fill: f64) -> Result<Budgets, ObjectsError> {
+    pub fn from_machine(machine: &Machine, cpus: &[CpuId], fill: f64) -> Result<Budgets, PlacementError> {
         check_fraction("fill", fill)?;
         if cpus.is_empty() {
-            return Err(ObjectsError::NoCores);
+            return Err(PlacementError::NoCores);
         }
         let mut cores = Vec::with_capacity(cpus.len());
         let mut domains: Vec<DomainBudget> = Vec::new();
         let mut domain_keys: Vec<Vec<CpuId>> = Vec::new();
         for &cpu in cpus {
-            let unknown = || ObjectsError::UnknownCpu { cpu, machine: machine.name.clone() };
+            let unknown = || PlacementError::UnknownCpu { cpu, machine: machine.name.clone() };
             let info = machine.cpu(cpu).ok_or_else(unknown)?;
             let siblings = machine.smt_siblings(cpu);
             let data = machine.caches_of(cpu).filter(|c| c.kind != CacheKind::Instruction);
@@ -200,7 +200,7 @@ impl Budgets {
                 }
             }
             if !any_cache {
-                return Err(ObjectsError::NoCacheInfo { cpu, machine: machine.name.clone() });
+                return Err(PlacementError::NoCacheInfo { cpu, machine: machine.name.clone() });
             }
             let (key, shared_bytes) = match shared {
                 Some(cache) => (cache.cpus.clone(), cache.size_bytes),
@@ -236,20 +236,24 @@ impl Budgets {
         self.cores.iter().find(|c| c.cpu == cpu).map(|c| c.domain)
     }
 
-    fn validate(&self) -> Result<(), ObjectsError> {
+    fn validate(&self) -> Result<(), PlacementError> {
         if self.cores.is_empty() {
-            return Err(ObjectsError::NoCores);
+            return Err(PlacementError::NoCores);
         }
         for core in &self.cores {
             if core.domain >= self.domains.len() {
-                return Err(ObjectsError::BadConfig {
+                return Err(PlacementError::BadConfig {
                     name: "domain",
                     value: core.domain as f64,
                     why: "a core names a domain that is not listed",
                 });
             }
             if !(core.speed > 0.0 && core.speed.is_finite()) {
-                return Err(ObjectsError::BadConfig { name: "speed", value: core.speed, why: "must be > 0" });
+                return Err(PlacementError::BadConfig {
+                    name: "speed",
+                    value: core.speed,
+                    why: "must be > 0",
+                });
             }
         }
         Ok(())
@@ -260,11 +264,11 @@ fn scale(bytes: u64, fraction: f64) -> u64 {
     (bytes as f64 * fraction) as u64
 }
 
-fn check_fraction(name: &'static str, value: f64) -> Result<(), ObjectsError> {
+fn check_fraction(name: &'static str, value: f64) -> Result<(), PlacementError> {
     if value > 0.0 && value <= 1.0 {
         Ok(())
     } else {
-        Err(ObjectsError::BadConfig { name, value, why: "must be in (0, 1]" })
+        Err(PlacementError::BadConfig { name, value, why: "must be in (0, 1]" })
     }
 }
 
@@ -341,7 +345,7 @@ impl Default for PlacerConfig {
 
 impl PlacerConfig {
     /// Checks every knob; the error names the first bad one.
-    pub fn validate(&self) -> Result<(), ObjectsError> {
+    pub fn validate(&self) -> Result<(), PlacementError> {
         check_fraction("fill", self.fill)?;
         check_fraction("keep_ratio", self.keep_ratio)?;
         check_fraction("alpha", self.alpha)?;
@@ -350,28 +354,28 @@ impl PlacerConfig {
         check_fraction("replicate_load_share", self.replicate_load_share)?;
         check_fraction("replicate_max_writes", self.replicate_max_writes)?;
         if !(self.load_slack >= 0.0 && self.load_slack.is_finite()) {
-            return Err(ObjectsError::BadConfig {
+            return Err(PlacementError::BadConfig {
                 name: "load_slack",
                 value: self.load_slack,
                 why: "must be >= 0",
             });
         }
         if !(self.miss_ratio > 1.0 && self.miss_ratio.is_finite()) {
-            return Err(ObjectsError::BadConfig {
+            return Err(PlacementError::BadConfig {
                 name: "miss_ratio",
                 value: self.miss_ratio,
                 why: "must be > 1",
             });
         }
         if !(self.hop_ns_hint >= 0.0 && self.hop_ns_hint.is_finite()) {
-            return Err(ObjectsError::BadConfig {
+            return Err(PlacementError::BadConfig {
                 name: "hop_ns_hint",
                 value: self.hop_ns_hint,
                 why: "must be >= 0",
             });
         }
         if self.idle_busy >= self.saturated_busy {
-            return Err(ObjectsError::BadConfig {
+            return Err(PlacementError::BadConfig {
                 name: "idle_busy",
                 value: self.idle_busy,
                 why: "must be below saturated_busy",
@@ -699,7 +703,7 @@ pub struct Placer {
 
 impl Placer {
     /// A placer over `budgets`.
-    pub fn new(budgets: Budgets, config: PlacerConfig) -> Result<Placer, ObjectsError> {
+    pub fn new(budgets: Budgets, config: PlacerConfig) -> Result<Placer, PlacementError> {
         config.validate()?;
         budgets.validate()?;
         let n = budgets.cores.len();
@@ -711,7 +715,7 @@ impl Placer {
         machine: &Machine,
         cpus: &[CpuId],
         config: PlacerConfig,
-    ) -> Result<Placer, ObjectsError> {
+    ) -> Result<Placer, PlacementError> {
         let budgets = Budgets::from_machine(machine, cpus, config.fill)?;
         Placer::new(budgets, config)
     }
@@ -751,8 +755,8 @@ impl Placer {
 
     /// Places `id` on `cpu` for good (the driver knows better, e.g. a test or an explicit user
     /// request); `None` releases it back to the placer, unscheduled.
-    pub fn pin(&mut self, id: ObjectId, cpu: Option<CpuId>) -> Result<Placement, ObjectsError> {
-        let o = self.objects.get(id.0).ok_or(ObjectsError::UnknownObject(id))?;
+    pub fn pin(&mut self, id: ObjectId, cpu: Option<CpuId>) -> Result<Placement, PlacementError> {
+        let o = self.objects.get(id.0).ok_or(PlacementError::UnknownObject(id))?;
         let (bytes, from) = (o.hints.bytes, o.placement);
         let Some(cpu) = cpu else {
             let o = &mut self.objects[id.0];
@@ -765,7 +769,7 @@ impl Placer {
             .cores
             .iter()
             .position(|c| c.cpu == cpu)
-            .ok_or(ObjectsError::UnknownCpu { cpu, machine: "the placer's cores".into() })?;
+            .ok_or(PlacementError::UnknownCpu { cpu, machine: "the placer's cores".into() })?;
         let mut room = self.room();
         if let Some(slot) = Slot::of(from, &self.budgets) {
             room.give(slot, bytes, 0.0);
@@ -773,7 +777,7 @@ impl Placer {
             room.core_free.iter_mut().for_each(|f| *f += bytes);
         }
         if room.core_free[core] < bytes {
-            return Err(ObjectsError::NoRoom { object: id, bytes, cpu });
+            return Err(PlacementError::NoRoom { object: id, bytes, cpu });
         }
         let o = &mut self.objects[id.0];
         (o.pinned, o.placement) = (true, Placement::Core { owner: cpu });
@@ -1279,24 +1283,24 @@ mod tests {
     #[test]
     fn bad_inputs_are_typed_errors() {
         let m = machine(1, 2, 1 << 20, 4 << 20, &[]);
-        assert_eq!(Budgets::from_machine(&m, &[], 0.5), Err(ObjectsError::NoCores));
+        assert_eq!(Budgets::from_machine(&m, &[], 0.5), Err(PlacementError::NoCores));
         assert!(matches!(
             Budgets::from_machine(&m, &[CpuId(7)], 0.5),
-            Err(ObjectsError::UnknownCpu { cpu: CpuId(7), .. })
+            Err(PlacementError::UnknownCpu { cpu: CpuId(7), .. })
         ));
         assert!(matches!(
             Budgets::from_machine(&m, &all(&m), 1.5),
-            Err(ObjectsError::BadConfig { name: "fill", .. })
+            Err(PlacementError::BadConfig { name: "fill", .. })
         ));
         let bare = Machine { caches: Vec::new(), ..m.clone() };
         assert!(matches!(
             Budgets::from_machine(&bare, &all(&bare), 0.5),
-            Err(ObjectsError::NoCacheInfo { .. })
+            Err(PlacementError::NoCacheInfo { .. })
         ));
         let config = PlacerConfig { idle_busy: 0.95, ..PlacerConfig::default() };
         assert!(matches!(
             Placer::for_machine(&m, &all(&m), config),
-            Err(ObjectsError::BadConfig { name: "idle_busy", .. })
+            Err(PlacementError::BadConfig { name: "idle_busy", .. })
         ));
     }
 
@@ -1518,10 +1522,10 @@ mod tests {
         assert_eq!(p.pin(a, Some(CpuId(1))), Ok(Placement::Local));
         assert_eq!(
             p.pin(b, Some(CpuId(1))),
-            Err(ObjectsError::NoRoom { object: b, bytes: 60_000, cpu: CpuId(1) })
+            Err(PlacementError::NoRoom { object: b, bytes: 60_000, cpu: CpuId(1) })
         );
-        assert!(matches!(p.pin(b, Some(CpuId(5))), Err(ObjectsError::UnknownCpu { .. })));
-        assert_eq!(p.pin(ObjectId(9), None), Err(ObjectsError::UnknownObject(ObjectId(9))));
+        assert!(matches!(p.pin(b, Some(CpuId(5))), Err(PlacementError::UnknownCpu { .. })));
+        assert_eq!(p.pin(ObjectId(9), None), Err(PlacementError::UnknownObject(ObjectId(9))));
         // Cheap on its owner and never used: still pinned.
         drive(&mut p, 30, &|i| if i == 0 { 0 } else { 20 }, &|_, _| 10_000, &flat_busy);
         assert_eq!(p.placement(a), Placement::Core { owner: CpuId(1) });

@@ -116,7 +116,7 @@ pub enum Work {
 
 /// Why an SMT decision could not be made.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum SmtError {
+pub enum ModeError {
     /// AMP mode on a machine without SMT.
     #[error("AMP mode needs an SMT core (a core with two or more hardware contexts); machine {machine:?} has none")]
     NoSmtCore {
@@ -218,9 +218,9 @@ impl SmtLayout {
     }
 
     /// Checks that `mode` can run here: AMP needs at least one SMT core.
-    pub fn check(&self, mode: Mode) -> Result<(), SmtError> {
+    pub fn check(&self, mode: Mode) -> Result<(), ModeError> {
         match mode {
-            Mode::Amp if !self.has_smt() => Err(SmtError::NoSmtCore { machine: self.machine.clone() }),
+            Mode::Amp if !self.has_smt() => Err(ModeError::NoSmtCore { machine: self.machine.clone() }),
             _ => Ok(()),
         }
     }
@@ -302,10 +302,10 @@ impl CoRun {
         self.shared / self.alone
     }
 
-    fn check(&self, who: &'static str) -> Result<(), SmtError> {
+    fn check(&self, who: &'static str) -> Result<(), ModeError> {
         for (what, value) in [(who, self.alone), (who, self.shared)] {
             if !value.is_finite() || value <= 0.0 {
-                return Err(SmtError::BadRate { what, value });
+                return Err(ModeError::BadRate { what, value });
             }
         }
         Ok(())
@@ -357,18 +357,18 @@ impl Classifier {
 
     /// A classifier that calls an application [`Class::Any`] when its weighted speedup lies
     /// within `margin` of 1.0.
-    pub fn new(margin: f64) -> Result<Classifier, SmtError> {
+    pub fn new(margin: f64) -> Result<Classifier, ModeError> {
         if !(0.0..1.0).contains(&margin) {
-            return Err(SmtError::BadMargin(margin));
+            return Err(ModeError::BadMargin(margin));
         }
         Ok(Classifier { margin })
     }
 
     /// Classes an application from co-run samples (with one or more partners).
-    pub fn classify(&self, samples: &[Sample]) -> Result<Classification, SmtError> {
+    pub fn classify(&self, samples: &[Sample]) -> Result<Classification, ModeError> {
         Classifier::new(self.margin)?;
         if samples.is_empty() {
-            return Err(SmtError::NoSamples);
+            return Err(ModeError::NoSamples);
         }
         let (mut own, mut partners) = (0.0, 0.0);
         for s in samples {
@@ -386,7 +386,7 @@ impl Classifier {
     /// Classes an application from its progress rates measured in each mode under the same
     /// service load; the paper found this comparison sufficient (section 5.1). The ratio
     /// `smp / amp` plays the role of the weighted speedup.
-    pub fn classify_modes(&self, amp: f64, smp: f64) -> Result<Class, SmtError> {
+    pub fn classify_modes(&self, amp: f64, smp: f64) -> Result<Class, ModeError> {
         Classifier::new(self.margin)?;
         CoRun { alone: amp, shared: smp }.check("mode")?;
         Ok(self.band(smp / amp))
@@ -456,9 +456,9 @@ pub struct Hybrid {
 
 impl Hybrid {
     /// A hybrid scheduler with `config`.
-    pub fn new(config: HybridConfig) -> Result<Hybrid, SmtError> {
+    pub fn new(config: HybridConfig) -> Result<Hybrid, ModeError> {
         if config.slice_ns == 0 {
-            return Err(SmtError::ZeroSlice);
+            return Err(ModeError::ZeroSlice);
         }
         Ok(Hybrid {
             config,
@@ -471,9 +471,9 @@ impl Hybrid {
     }
 
     /// Adds `app` with `class`; returns the mode it will run in.
-    pub fn admit(&mut self, app: AppId, class: Class) -> Result<Mode, SmtError> {
+    pub fn admit(&mut self, app: AppId, class: Class) -> Result<Mode, ModeError> {
         if self.classes.contains_key(&app) {
-            return Err(SmtError::DuplicateApp(app));
+            return Err(ModeError::DuplicateApp(app));
         }
         let mode = self.mode_for(class);
         self.classes.insert(app, class);
@@ -482,8 +482,8 @@ impl Hybrid {
     }
 
     /// Removes `app` (it finished or left).
-    pub fn retire(&mut self, app: AppId) -> Result<Class, SmtError> {
-        let class = self.classes.remove(&app).ok_or(SmtError::UnknownApp(app))?;
+    pub fn retire(&mut self, app: AppId) -> Result<Class, ModeError> {
+        let class = self.classes.remove(&app).ok_or(ModeError::UnknownApp(app))?;
         for q in &mut self.queues {
             q.retain(|&a| a != app);
         }
@@ -492,8 +492,8 @@ impl Hybrid {
 
     /// Changes `app`'s class (e.g. after a measurement) and moves it to its new mode's queue if
     /// the class asks for another mode; returns the mode it is now in.
-    pub fn reclassify(&mut self, app: AppId, class: Class) -> Result<Mode, SmtError> {
-        let current = self.mode_of(app).ok_or(SmtError::UnknownApp(app))?;
+    pub fn reclassify(&mut self, app: AppId, class: Class) -> Result<Mode, ModeError> {
+        let current = self.mode_of(app).ok_or(ModeError::UnknownApp(app))?;
         self.classes.insert(app, class);
         let target = class.preferred_mode().unwrap_or(current);
         if target != current {
@@ -616,7 +616,7 @@ mod tests {
     fn amp_needs_an_smt_core() {
         let layout = SmtLayout::from_machine(&machine(&[1, 1]));
         assert!(!layout.has_smt());
-        assert_eq!(layout.check(Mode::Amp), Err(SmtError::NoSmtCore { machine: "test".into() }));
+        assert_eq!(layout.check(Mode::Amp), Err(ModeError::NoSmtCore { machine: "test".into() }));
         assert_eq!(layout.check(Mode::Smp), Ok(()));
         assert_eq!(layout.place_service(CpuId(0), Mode::Amp), None);
         assert!(!layout.allowed(CpuId(9), Work::App, Mode::Smp), "unknown CPU");
@@ -663,14 +663,14 @@ mod tests {
     #[test]
     fn classifier_rejects_bad_input() {
         let c = Classifier::default();
-        assert_eq!(c.classify(&[]), Err(SmtError::NoSamples));
+        assert_eq!(c.classify(&[]), Err(ModeError::NoSamples));
         let zero = Sample { app: corun(0.0, 1.0), partner: corun(1.0, 1.0) };
-        assert_eq!(c.classify(&[zero]), Err(SmtError::BadRate { what: "app", value: 0.0 }));
+        assert_eq!(c.classify(&[zero]), Err(ModeError::BadRate { what: "app", value: 0.0 }));
         let nan = Sample { app: corun(1.0, 1.0), partner: corun(1.0, f64::NAN) };
-        assert!(matches!(c.classify(&[nan]), Err(SmtError::BadRate { what: "partner", .. })));
-        assert_eq!(Classifier::new(1.0), Err(SmtError::BadMargin(1.0)));
-        assert_eq!(Classifier::new(-0.1), Err(SmtError::BadMargin(-0.1)));
-        assert!(matches!(c.classify_modes(1.0, f64::INFINITY), Err(SmtError::BadRate { .. })));
+        assert!(matches!(c.classify(&[nan]), Err(ModeError::BadRate { what: "partner", .. })));
+        assert_eq!(Classifier::new(1.0), Err(ModeError::BadMargin(1.0)));
+        assert_eq!(Classifier::new(-0.1), Err(ModeError::BadMargin(-0.1)));
+        assert!(matches!(c.classify_modes(1.0, f64::INFINITY), Err(ModeError::BadRate { .. })));
     }
 
     #[test]
@@ -716,12 +716,12 @@ mod tests {
         assert_eq!(h.reclassify(4, Class::Any), Ok(Mode::Smp), "ANY stays where it is");
         assert_eq!(h.class_of(4), Some(Class::Any));
         assert_eq!(h.retire(1), Ok(Class::Uni));
-        assert_eq!(h.retire(1), Err(SmtError::UnknownApp(1)));
-        assert_eq!(h.admit(2, Class::Smt), Err(SmtError::DuplicateApp(2)));
-        assert_eq!(h.reclassify(9, Class::Smt), Err(SmtError::UnknownApp(9)));
+        assert_eq!(h.retire(1), Err(ModeError::UnknownApp(1)));
+        assert_eq!(h.admit(2, Class::Smt), Err(ModeError::DuplicateApp(2)));
+        assert_eq!(h.reclassify(9, Class::Smt), Err(ModeError::UnknownApp(9)));
         assert_eq!(
             Hybrid::new(HybridConfig { slice_ns: 0, switch_ns: 0, start: Mode::Smp }).err(),
-            Some(SmtError::ZeroSlice)
+            Some(ModeError::ZeroSlice)
         );
     }
 

@@ -4,9 +4,10 @@
 //! | --- | --- | --- |
 //! | `COREHOP_SERVICE_CPUS` | kernel CPU numbers for the service threads, e.g. `1` or `2,3` or `2-3` (one thread each, at most 8) | the last CPU the process may use |
 //! | `COREHOP_POLICY` | which calls go across: `never`, `always`, `size[:BYTES]`, … (see [`crate::decide`]) | `size:4096` |
-//! | `COREHOP_SPIN_NS` | how long a caller spins for its reply before sleeping, and an idle service thread before sleeping | 20000 |
+//! | `COREHOP_SPIN_NS` | the longest a caller spins for its reply before sleeping (a quarter of it after a reply that needed a sleep), and an idle service thread's first polling budget | 20000 |
 //! | `COREHOP_STALL_TIMEOUT_NS` | how long a caller waits for its request to be claimed before running it itself | 10000000 |
 //! | `COREHOP_STATS_FILE` | file to append the exit summary to (see [`crate::stats`]); `-` is stderr | none |
+//! | `COREHOP_TRACE_FILE` | file to append every intercepted call to, as CSV (see [`crate::trace`]) | none |
 //! | `COREHOP_TEST_SERVICE_STALL_NS` | **tests only**: each service thread sleeps this long before claiming a batch, to exercise the stall fallback | 0 |
 //!
 //! A bad value is reported once on stderr and turns offload off; the program still runs.
@@ -31,6 +32,8 @@ pub struct Config {
     pub stall_timeout_ns: u64,
     /// NUL-terminated path.
     pub stats_file: Option<Vec<u8>>,
+    /// NUL-terminated path.
+    pub trace_file: Option<Vec<u8>>,
     pub test_stall_ns: u64,
 }
 
@@ -74,6 +77,19 @@ pub fn parse(
             }),
         }
     };
+    // A file path, NUL-terminated for the raw openat at exit.
+    let path = |var: &'static str| -> Result<Option<Vec<u8>>, ConfigError> {
+        match get(var).filter(|p| !p.is_empty()) {
+            Some(p) if p.contains(&0) => {
+                Err(ConfigError { var, value: String::new(), reason: "contains a NUL byte".into() })
+            }
+            Some(mut p) => {
+                p.push(0);
+                Ok(Some(p))
+            }
+            None => Ok(None),
+        }
+    };
     let service_cpus = match text(env::SERVICE_CPUS)? {
         None => vec![default_cpu],
         Some(v) => parse_cpu_list(&v).map_err(|reason| ConfigError {
@@ -89,23 +105,15 @@ pub fn parse(
             reason: format!("at most {MAX_LANES} service CPUs"),
         });
     }
-    let stats_file = get(env::STATS_FILE).filter(|p| !p.is_empty()).map(|mut p| {
-        p.push(0);
-        p
-    });
-    if stats_file.as_ref().is_some_and(|p| p[..p.len() - 1].contains(&0)) {
-        return Err(ConfigError {
-            var: env::STATS_FILE,
-            value: String::new(),
-            reason: "contains a NUL byte".into(),
-        });
-    }
+    let stats_file = path(env::STATS_FILE)?;
+    let trace_file = path(env::TRACE_FILE)?;
     Ok(Config {
         service_cpus,
         policy: text(env::POLICY)?.unwrap_or_else(|| "size:4096".into()),
         spin_ns: number(env::SPIN_NS, DEFAULT_SPIN_NS)?,
         stall_timeout_ns: number(env::STALL_TIMEOUT_NS, DEFAULT_STALL_TIMEOUT_NS)?,
         stats_file,
+        trace_file,
         test_stall_ns: number(env::TEST_SERVICE_STALL_NS, 0)?,
     })
 }

@@ -22,14 +22,14 @@ pub struct Desc {
     pub fd: i32,
     /// Bytes asked for; 0 for calls that move no buffer.
     pub size: u64,
+    /// The entry point's return address in the program (0: not known).
+    pub site: u64,
 }
 
 impl Desc {
-    /// The policy crate's description. The call site is not known to an interposer (no
-    /// portable return address without frame pointers), so the predictor key is the call,
-    /// its descriptor and its size.
+    /// The policy crate's description.
     fn to_policy(self) -> CallDesc {
-        CallDesc::new(self.kind, self.fd, self.size, 0)
+        CallDesc::new(self.kind, self.fd, self.size, self.site)
     }
 }
 
@@ -288,7 +288,7 @@ mod tests {
     use super::*;
 
     fn call(kind: CallKind, size: u64) -> Desc {
-        Desc { kind, fd: 3, size }
+        Desc { kind, fd: 3, size, site: 0 }
     }
 
     #[test]

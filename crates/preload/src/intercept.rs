@@ -10,7 +10,7 @@ use crate::config::{self, Config};
 use crate::decide::{Desc, Policy, Shared};
 use crate::lane::{Outcome, Request, Waiting};
 use crate::service::{self, ServiceConfig, LANES, MAX_LANES};
-use crate::{memo, stats, sys};
+use crate::{memo, stats, sys, trace};
 use corehop_policy::offload::CallKind;
 
 const UNINIT: u32 = 0;
@@ -61,29 +61,52 @@ pub(crate) fn thread_state_changes() {
 /// (docs/performance.md, "preload per-call cost").
 const TIME_EVERY: u32 = 16;
 
-thread_local! {
+/// What the library keeps per thread, in one thread-local: in a shared library every
+/// thread-local access is a call to `__tls_get_addr`, so a call pays for one, not five.
+struct Thread {
     /// Set while this thread is inside the library (re-entry runs locally).
-    static INSIDE: Cell<bool> = const { Cell::new(false) };
-    /// Local calls until this thread times one again.
-    static UNTIL_TIMED: Cell<u32> = const { Cell::new(0) };
+    inside: Cell<bool>,
+    /// Local calls until this thread times one again (the first after a full period: a
+    /// thread that makes a handful of calls costs the policy nothing).
+    until_timed: Cell<u32>,
     /// Calls this thread completed that `DONE` does not count yet.
-    static UNCOUNTED: Cell<u64> = const { Cell::new(0) };
+    uncounted: Cell<u64>,
     /// This thread's ticket (0: none yet).
-    static TICKET: Cell<u32> = const { Cell::new(0) };
+    ticket: Cell<u32>,
+    /// The return address of the entry point this thread is in (0: not known).
+    site: Cell<u64>,
+}
+
+thread_local! {
+    static THREAD: Thread = const {
+        Thread {
+            inside: Cell::new(false),
+            until_timed: Cell::new(TIME_EVERY - 1),
+            uncounted: Cell::new(0),
+            ticket: Cell::new(0),
+            site: Cell::new(0),
+        }
+    };
+}
+
+/// Notes the call site of the entry point the thread has just entered: the predictor keys its
+/// table by it, and a recorded trace carries it.
+pub(crate) fn enter_site(site: usize) {
+    THREAD.with(|t| t.site.set(site as u64));
 }
 
 /// Marks the thread as inside the library for its lifetime.
-struct Inside;
+struct Inside<'t>(&'t Thread);
 
-impl Inside {
-    fn enter() -> Option<Inside> {
-        INSIDE.with(|inside| (!inside.replace(true)).then_some(Inside))
+impl<'t> Inside<'t> {
+    fn enter(thread: &'t Thread) -> Option<Inside<'t>> {
+        (!thread.inside.replace(true)).then_some(Inside(thread))
     }
 }
 
-impl Drop for Inside {
+impl Drop for Inside<'_> {
     fn drop(&mut self) {
-        INSIDE.with(|inside| inside.set(false));
+        self.0.inside.set(false);
     }
 }
 
@@ -146,7 +169,8 @@ fn start_up() -> bool {
             return false;
         }
     };
-    TIMING.store(policy.learns() || config.stats_file.is_some(), SeqCst);
+    let tracing = config.trace_file.is_some() && trace::start();
+    TIMING.store(policy.learns() || config.stats_file.is_some() || tracing, SeqCst);
     SPIN_NS.store(config.spin_ns, SeqCst);
     STALL_TIMEOUT_NS.store(config.stall_timeout_ns, SeqCst);
     LANE_COUNT.store(config.service_cpus.len(), SeqCst);
@@ -192,6 +216,7 @@ extern "C" fn after_fork_child() {
     POLICY.after_fork(FORK_HAD_LOCK.load(SeqCst), true);
     PID.store(sys::getpid(), SeqCst);
     stats::reset();
+    trace::after_fork_child();
     service::POLLED_NS.iter().for_each(|p| p.store(0, SeqCst));
     service::forget();
     // The parent's service threads do not exist here; start our own when first needed.
@@ -205,6 +230,9 @@ extern "C" fn at_exit() {
     if STATE.load(Acquire) != READY {
         return;
     }
+    if let Some(path) = CONFIG.get().and_then(|c| c.trace_file.as_deref()) {
+        trace::write(path);
+    }
     if let Some(path) = CONFIG.get().and_then(|c| c.stats_file.as_deref()) {
         let lanes = if SERVICE.load(SeqCst) == READY { LANE_COUNT.load(SeqCst) } else { 0 };
         let process = corehop_sys::wire::Process {
@@ -212,6 +240,7 @@ extern "C" fn at_exit() {
             lanes,
             pinned: service::PIN_FAILED.load(SeqCst) == 0,
             polled_ns: service::POLLED_NS.iter().map(|p| p.load(SeqCst)).sum(),
+            spun_ns: stats::SPUN_NS.load(SeqCst),
             standing: POLICY.with_spinning(|p| p.standing()).flatten(),
         };
         stats::write_summary(path, &process);
@@ -233,7 +262,18 @@ pub(crate) fn dispatch(
     request: Option<Request>,
     local: impl FnOnce() -> i64,
 ) -> i64 {
-    let Some(_inside) = Inside::enter() else {
+    THREAD.with(|thread| dispatch_on(thread, kind, fd, size, request, local))
+}
+
+fn dispatch_on(
+    thread: &Thread,
+    kind: CallKind,
+    fd: i32,
+    size: impl FnOnce() -> u64,
+    request: Option<Request>,
+    local: impl FnOnce() -> i64,
+) -> i64 {
+    let Some(_inside) = Inside::enter(thread) else {
         if STATE.load(Acquire) == READY {
             stats::bump(&stats::of(kind).seen);
             stats::bump(&stats::of(kind).busy);
@@ -247,54 +287,59 @@ pub(crate) fn dispatch(
     stats::bump(&counters.seen);
     if THREAD_STATE_CHANGED.load(core::sync::atomic::Ordering::Relaxed) {
         stats::bump(&counters.kept);
-        return run_local(counters, &Desc { kind, fd, size: 0 }, local);
+        return run_local(thread, counters, &Desc { kind, fd, size: 0, site: 0 }, local);
     }
-    let call = Desc { kind, fd, size: size() };
+    let call = Desc { kind, fd, size: size(), site: thread.site.get() };
     let Some(request) = request.filter(|r| !r.check.fds().iter().flatten().any(|&fd| memo::may_block(fd)))
     else {
         stats::bump(&counters.kept);
-        return run_local(counters, &call, local);
+        return run_local(thread, counters, &call, local);
     };
     match POLICY.decide(&call) {
         Some(true) => {}
         Some(false) => {
             stats::bump(&counters.local);
-            return run_local(counters, &call, local);
+            return run_local(thread, counters, &call, local);
         }
         None => {
             stats::bump(&counters.busy);
-            return run_local(counters, &call, local);
+            return run_local(thread, counters, &call, local);
         }
     }
     if sys::getpid() != PID.load(SeqCst) || !service_running() {
         stats::bump(&counters.busy);
-        return run_local(counters, &call, local);
+        return run_local(thread, counters, &call, local);
     }
     // A pending cancellation acts at the call's start, as it would in libc's wrapper.
     // SAFETY: pthread_testcancel has no preconditions.
     unsafe { pthread_testcancel() };
-    let ticket = TICKET.with(|t| {
-        if t.get() == 0 {
-            t.set(NEXT_TICKET.fetch_add(1, SeqCst));
-        }
-        t.get() as usize
-    });
+    if thread.ticket.get() == 0 {
+        thread.ticket.set(NEXT_TICKET.fetch_add(1, SeqCst));
+    }
+    let ticket = thread.ticket.get() as usize;
     let lanes = LANE_COUNT.load(SeqCst).max(1);
     let waiting = Waiting { spin_ns: SPIN_NS.load(SeqCst), stall_timeout_ns: STALL_TIMEOUT_NS.load(SeqCst) };
     let start = sys::now_ns();
-    match LANES[ticket % lanes].call(request, ticket / lanes, waiting) {
+    let (outcome, slept_after) = LANES[ticket % lanes].call_spun(request, ticket / lanes, waiting);
+    // Read first: the counters' locked adds below wait for the slot's line to come back.
+    let waited = sys::now_ns().saturating_sub(start);
+    // The caller's polling cost: the whole wait if it never slept.
+    stats::add(&stats::SPUN_NS, slept_after.unwrap_or(waited));
+    match outcome {
         Outcome::Done(reply) if reply.refused => {
             request.check.fds().iter().flatten().for_each(|&fd| memo::mark(fd));
             stats::bump(&counters.kept);
-            run_local(counters, &call, local)
+            run_local(thread, counters, &call, local)
         }
         Outcome::Done(reply) => {
             stats::bump(&counters.offloaded);
-            let waited = sys::now_ns().saturating_sub(start);
             stats::add(&counters.service_ns, reply.run_ns);
             stats::add(&counters.wait_ns, waited);
             stats::record_handoff(kind, waited.saturating_sub(reply.run_ns));
-            POLICY.observe(&call, reply.run_ns, sys::now_ns(), count_done());
+            POLICY.observe(&call, reply.run_ns, sys::now_ns(), count_done(thread));
+            if trace::on() {
+                trace::record(kind, fd, call.size, call.site, reply.run_ns);
+            }
             if reply.signal != 0 {
                 sys::tgkill_self(sys::gettid(), reply.signal);
             }
@@ -302,34 +347,35 @@ pub(crate) fn dispatch(
         }
         Outcome::Withdrawn => {
             stats::bump(&counters.withdrawn);
-            run_local(counters, &call, local)
+            run_local(thread, counters, &call, local)
         }
         Outcome::Full => {
             stats::bump(&counters.busy);
-            run_local(counters, &call, local)
+            run_local(thread, counters, &call, local)
         }
     }
 }
 
 /// Runs the real libc function on the calling thread, timing one call in [`TIME_EVERY`] when
 /// someone wants to know. Nothing after `local` touches errno.
-fn run_local(counters: &stats::Counters, call: &Desc, local: impl FnOnce() -> i64) -> i64 {
+fn run_local(thread: &Thread, counters: &stats::Counters, call: &Desc, local: impl FnOnce() -> i64) -> i64 {
     if !TIMING.load(Relaxed) {
         return local();
     }
-    let timed = UNTIL_TIMED.with(|left| match left.get() {
-        0 => {
-            left.set(TIME_EVERY - 1);
-            true
-        }
-        n => {
-            left.set(n - 1);
-            false
-        }
-    });
+    let timed = trace::on()
+        || match thread.until_timed.get() {
+            0 => {
+                thread.until_timed.set(TIME_EVERY - 1);
+                true
+            }
+            n => {
+                thread.until_timed.set(n - 1);
+                false
+            }
+        };
     if !timed {
         let result = local();
-        UNCOUNTED.with(|n| n.set(n.get() + 1));
+        thread.uncounted.set(thread.uncounted.get() + 1);
         return result;
     }
     let start = sys::now_ns();
@@ -338,13 +384,16 @@ fn run_local(counters: &stats::Counters, call: &Desc, local: impl FnOnce() -> i6
     let run_ns = end.saturating_sub(start);
     stats::add(&counters.local_ns, run_ns);
     stats::bump(&counters.local_timed);
-    POLICY.observe(call, run_ns, end, count_done());
+    POLICY.observe(call, run_ns, end, count_done(thread));
+    if trace::on() {
+        trace::record(call.kind, call.fd, call.size, call.site, run_ns);
+    }
     result
 }
 
 /// Adds this thread's completed calls to [`DONE`] and returns the total.
-fn count_done() -> u64 {
-    let mine = UNCOUNTED.with(|n| n.replace(0)) + 1;
+fn count_done(thread: &Thread) -> u64 {
+    let mine = thread.uncounted.replace(0) + 1;
     DONE.fetch_add(mine, Relaxed) + mine
 }
 

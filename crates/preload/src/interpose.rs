@@ -40,12 +40,38 @@ macro_rules! real {
 /// `stat`/`stat64` pairs, ...). In the body, `|$real|` names a closure calling libc's function
 /// of the entry point's own name, typed `$real_ty`: the local path, and glibc's own handling
 /// where a fortify or version check fails. The body's i64 result is cast to the C return type.
+///
+/// The body runs in `$name::body`, which takes the call site as one more argument: the
+/// exported symbol is a two-instruction trampoline ([`exported!`]) that reads its return
+/// address and jumps to the body, so the program's frames need no frame pointers.
 macro_rules! entry_points {
     (fn [] $($rest:tt)*) => {};
     (
         fn [$name:ident $(, $more:ident)*] ($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty
             as $real_ty:ty => |$real:ident| $body:expr
     ) => {
+        #[allow(non_snake_case)]
+        mod $name {
+            use super::*;
+
+            /// The entry point's work; `site` is the program's return address (0: unknown).
+            pub(super) unsafe extern "C" fn body($($arg: $ty,)* site: usize) -> $ret {
+                crate::intercept::enter_site(site);
+                let $real = || real!($name as $real_ty, $($arg),*);
+                ($body) as $ret
+            }
+        }
+        exported!($name ($($arg: $ty),*) -> $ret);
+        entry_points!(fn [$($more),*] ($($arg: $ty),*) -> $ret as $real_ty => |$real| $body);
+    };
+}
+
+/// The exported symbol `$name`. With at most five integer arguments the call site travels in
+/// the next argument register: the trampoline copies the return address (at `[rsp]` on entry
+/// on x86-64, in `x30` on aarch64) there and tail-jumps to the body, which so sees the
+/// program's own frame. Entry points with more arguments pass no call site.
+macro_rules! exported {
+    (@naked $name:ident ($($arg:ident: $ty:ty),*) -> $ret:ty, $x86:literal, $arm:literal) => {
         #[doc = concat!("`", stringify!($name), "`, possibly run on a service thread.")]
         ///
         /// # Safety
@@ -53,11 +79,44 @@ macro_rules! entry_points {
         /// the call as libc documents it (a bad one gives EFAULT where the kernel checks it,
         /// exactly as without this library).
         #[no_mangle]
+        #[unsafe(naked)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-            let $real = || real!($name as $real_ty, $($arg),*);
-            ($body) as $ret
+            // SAFETY (of the trampoline): it runs before any frame of ours exists, changes
+            // only a register that carries no argument of `$name`'s C type, and jumps to a
+            // function of the same arguments plus that one, with the stack untouched.
+            #[cfg(target_arch = "x86_64")]
+            core::arch::naked_asm!(concat!("mov ", $x86, ", qword ptr [rsp]"), "jmp {body}", body = sym $name::body);
+            #[cfg(target_arch = "aarch64")]
+            core::arch::naked_asm!(concat!("mov ", $arm, ", x30"), "b {body}", body = sym $name::body);
         }
-        entry_points!(fn [$($more),*] ($($arg: $ty),*) -> $ret as $real_ty => |$real| $body);
+    };
+    ($name:ident () -> $ret:ty) => { exported!(@naked $name () -> $ret, "rdi", "x0"); };
+    ($name:ident ($a:ident: $ta:ty) -> $ret:ty) => {
+        exported!(@naked $name ($a: $ta) -> $ret, "rsi", "x1");
+    };
+    ($name:ident ($a:ident: $ta:ty, $b:ident: $tb:ty) -> $ret:ty) => {
+        exported!(@naked $name ($a: $ta, $b: $tb) -> $ret, "rdx", "x2");
+    };
+    ($name:ident ($a:ident: $ta:ty, $b:ident: $tb:ty, $c:ident: $tc:ty) -> $ret:ty) => {
+        exported!(@naked $name ($a: $ta, $b: $tb, $c: $tc) -> $ret, "rcx", "x3");
+    };
+    ($name:ident ($a:ident: $ta:ty, $b:ident: $tb:ty, $c:ident: $tc:ty, $d:ident: $td:ty) -> $ret:ty) => {
+        exported!(@naked $name ($a: $ta, $b: $tb, $c: $tc, $d: $td) -> $ret, "r8", "x4");
+    };
+    ($name:ident ($a:ident: $ta:ty, $b:ident: $tb:ty, $c:ident: $tc:ty, $d:ident: $td:ty, $e:ident: $te:ty) -> $ret:ty) => {
+        exported!(@naked $name ($a: $ta, $b: $tb, $c: $tc, $d: $td, $e: $te) -> $ret, "r9", "x5");
+    };
+    ($name:ident ($($arg:ident: $ty:ty),*) -> $ret:ty) => {
+        #[doc = concat!("`", stringify!($name), "`, possibly run on a service thread.")]
+        ///
+        /// # Safety
+        #[doc = concat!("The contract of libc's `", stringify!($name), "`: every pointer valid for")]
+        /// the call as libc documents it.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            // SAFETY: the caller keeps libc's contract, which is the body's.
+            unsafe { $name::body($($arg,)* 0) }
+        }
     };
 }
 

@@ -88,3 +88,4 @@ pub mod memo;
 pub mod service;
 pub mod stats;
 pub mod sys;
+pub mod trace;

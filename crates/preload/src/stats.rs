@@ -68,6 +68,9 @@ static COUNTERS: [Counters; NAMED_KINDS.len() + 1] = [const { Counters::new() };
 static HANDOFF: [[AtomicU64; wire::HIST_BUCKETS]; NAMED_KINDS.len() + 1] =
     [const { [const { AtomicU64::new(0) }; wire::HIST_BUCKETS] }; NAMED_KINDS.len() + 1];
 
+/// Time callers spent spinning for their answers (the caller side's polling cost), in ns.
+pub static SPUN_NS: AtomicU64 = AtomicU64::new(0);
+
 fn slot(kind: CallKind) -> usize {
     kind.index().unwrap_or(NAMED_KINDS.len())
 }
@@ -104,24 +107,7 @@ pub fn reset() {
             bucket.store(0, Relaxed);
         }
     }
-}
-
-/// A fixed buffer that formats without allocating.
-struct Line {
-    buf: [u8; 4096],
-    len: usize,
-}
-
-impl core::fmt::Write for Line {
-    fn write_str(&mut self, s: &str) -> core::fmt::Result {
-        let end = self.len + s.len();
-        if end > self.buf.len() {
-            return Err(core::fmt::Error);
-        }
-        self.buf[self.len..end].copy_from_slice(s.as_bytes());
-        self.len = end;
-        Ok(())
-    }
+    SPUN_NS.store(0, Relaxed);
 }
 
 /// This process's summary line: the counters of every kind of call it made.
@@ -141,34 +127,13 @@ pub fn write_summary(path: &[u8], process: &wire::Process<'_>) {
     if COUNTERS.iter().all(|c| c.seen.load(Relaxed) == 0) {
         return;
     }
-    let mut line = Line { buf: [0; 4096], len: 0 };
+    let mut line = sys::Text::<4096>::new();
     let _ = format_summary(&mut line, process);
     if path == b"-\0" {
-        sys::write_all(2, &line.buf[..line.len]);
-        return;
+        sys::write_all(2, line.bytes());
+    } else {
+        sys::append_to(path, |fd| sys::write_all(fd, line.bytes()));
     }
-    // Never through a symlink, never waiting on a FIFO, and only into a regular file.
-    let flags = libc::O_WRONLY
-        | libc::O_APPEND
-        | libc::O_CREAT
-        | libc::O_CLOEXEC
-        | libc::O_NOFOLLOW
-        | libc::O_NONBLOCK;
-    // SAFETY: `path` is NUL-terminated (checked by the caller); openat reads it only.
-    let fd = unsafe {
-        sys::raw(libc::SYS_openat, [libc::AT_FDCWD as u64, path.as_ptr() as u64, flags as u64, 0o600, 0, 0])
-    };
-    if fd < 0 {
-        return;
-    }
-    if !sys::is_regular(fd as i32) {
-        // SAFETY: closes the descriptor opened just above.
-        unsafe { sys::raw(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]) };
-        return;
-    }
-    sys::write_all(fd as i32, &line.buf[..line.len]);
-    // SAFETY: closes the descriptor opened just above.
-    unsafe { sys::raw(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]) };
 }
 
 #[cfg(test)]
@@ -183,8 +148,14 @@ mod tests {
         bump(&of(CallKind::Other(7)).seen);
         let mut line = String::new();
         let standing = wire::Standing { settled: "never", rounds: 2, switches: 0, regret_ppm: 10 };
-        let process =
-            wire::Process { pid: 1, lanes: 1, pinned: true, polled_ns: 0, standing: Some(standing) };
+        let process = wire::Process {
+            pid: 1,
+            lanes: 1,
+            pinned: true,
+            polled_ns: 0,
+            spun_ns: 0,
+            standing: Some(standing),
+        };
         format_summary(&mut line, &process).unwrap();
         let summary = wire::Summary::parse(&line).unwrap();
         assert_eq!(summary.processes, 1);

@@ -254,3 +254,73 @@ pub fn iov_total(iov: u64, count: i32) -> u64 {
     }
     total
 }
+
+/// A fixed buffer of `N` bytes that formats without allocating (the library's own output).
+pub struct Text<const N: usize> {
+    buf: [u8; N],
+    len: usize,
+}
+
+impl<const N: usize> Text<N> {
+    pub const fn new() -> Text<N> {
+        Text { buf: [0; N], len: 0 }
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Keeps the first `len` bytes.
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+}
+
+impl<const N: usize> Default for Text<N> {
+    fn default() -> Text<N> {
+        Text::new()
+    }
+}
+
+impl<const N: usize> core::fmt::Write for Text<N> {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        let end = self.len + s.len();
+        if end > N {
+            return Err(core::fmt::Error);
+        }
+        self.buf[self.len..end].copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
+
+/// Opens `path` (NUL-terminated) for appending, creating it private, and hands the descriptor
+/// to `write`: never through a symlink, never waiting on a FIFO, and only into a regular file.
+pub fn append_to(path: &[u8], write: impl FnOnce(i32)) {
+    let flags = libc::O_WRONLY
+        | libc::O_APPEND
+        | libc::O_CREAT
+        | libc::O_CLOEXEC
+        | libc::O_NOFOLLOW
+        | libc::O_NONBLOCK;
+    // SAFETY: `path` is NUL-terminated (config::parse checks it); openat only reads it.
+    let fd = unsafe {
+        raw(libc::SYS_openat, [libc::AT_FDCWD as u64, path.as_ptr() as u64, flags as u64, 0o600, 0, 0])
+    };
+    if fd < 0 {
+        return;
+    }
+    if is_regular(fd as i32) {
+        write(fd as i32);
+    }
+    // SAFETY: closes the descriptor opened above.
+    unsafe { raw(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]) };
+}

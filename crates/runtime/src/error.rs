@@ -10,13 +10,28 @@ use corehop_topology::CpuId;
 pub enum Error {
     /// The CPU is not one the runtime (or the machine, at build time) has.
     #[error("{cpu} is not one of the available CPUs ({})", list(available))]
-    UnknownCpu { cpu: CpuId, available: Vec<CpuId> },
+    UnknownCpu {
+        /// The CPU asked for (an index into the machine's CPU list).
+        cpu: CpuId,
+        /// The CPUs there are to choose from.
+        available: Vec<CpuId>,
+    },
     /// The machine has the CPU, but this process may not run on it (affinity mask, cpuset).
     #[error("{cpu} (kernel CPU {os_id}) is not in this process's allowed CPUs {allowed:?}")]
-    CpuNotAllowed { cpu: CpuId, os_id: usize, allowed: Vec<usize> },
+    CpuNotAllowed {
+        /// The CPU asked for (an index into the machine's CPU list).
+        cpu: CpuId,
+        /// The kernel's number for that CPU.
+        os_id: usize,
+        /// The kernel CPU numbers this process may run on.
+        allowed: Vec<usize>,
+    },
     /// The same CPU was chosen twice.
     #[error("{cpu} was chosen more than once")]
-    DuplicateCpu { cpu: CpuId },
+    DuplicateCpu {
+        /// The CPU that appears more than once.
+        cpu: CpuId,
+    },
     /// An empty CPU list was given (to the builder or to `hop_any`).
     #[error("no CPUs were given: at least one is needed")]
     NoCpus,
@@ -41,19 +56,44 @@ pub enum Error {
     #[error(
         "hop to {cpu} refused: the task is inside a no_hop_zone (it holds something tied to this thread)"
     )]
-    HopForbidden { cpu: CpuId },
+    HopForbidden {
+        /// Where the task wanted to go.
+        cpu: CpuId,
+    },
     /// Pinning a thread to a CPU failed.
     #[error("could not pin a thread to {cpu} (kernel CPU {os_id}): {source}")]
-    Pin { cpu: CpuId, os_id: usize, source: io::Error },
+    Pin {
+        /// The CPU the thread was to run on.
+        cpu: CpuId,
+        /// The kernel's number for that CPU.
+        os_id: usize,
+        /// The OS error from setting the thread's affinity.
+        source: io::Error,
+    },
     /// The task stack size asked for is too small to run a task at all.
     #[error("a task stack of {size} bytes is too small: at least {min} bytes (Builder::stack_size)")]
-    StackTooSmall { size: usize, min: usize },
+    StackTooSmall {
+        /// The stack size asked for, in bytes.
+        size: usize,
+        /// The smallest stack the runtime accepts, in bytes ([`MIN_STACK_SIZE`](crate::MIN_STACK_SIZE)).
+        min: usize,
+    },
     /// Allocating a task stack failed.
     #[error("could not allocate a {size}-byte task stack: {source}")]
-    Stack { size: usize, source: io::Error },
+    Stack {
+        /// The stack size asked for, in bytes.
+        size: usize,
+        /// The OS error from mapping the stack.
+        source: io::Error,
+    },
     /// Starting a worker thread failed.
     #[error("could not start the worker thread for {cpu}: {source}")]
-    Thread { cpu: CpuId, source: io::Error },
+    Thread {
+        /// The CPU the worker was for.
+        cpu: CpuId,
+        /// The OS error from starting the thread.
+        source: io::Error,
+    },
     /// Finding out what the machine is failed.
     #[error("could not discover the machine: {0}")]
     Topology(String),
@@ -71,7 +111,12 @@ fn list(cpus: &[CpuId]) -> String {
 pub enum JoinError {
     /// The task's closure panicked; the payload is what `panic!` was given.
     #[error("task panicked: {message}")]
-    Panicked { message: String, payload: Box<dyn Any + Send + 'static> },
+    Panicked {
+        /// The panic message, if the payload was a string; a placeholder otherwise.
+        message: String,
+        /// The value the task panicked with.
+        payload: Box<dyn Any + Send + 'static>,
+    },
     /// The runtime shut down before the task started; its closure never ran.
     #[error("task cancelled: the runtime shut down before it started")]
     Cancelled,

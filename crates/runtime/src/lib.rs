@@ -34,6 +34,7 @@
 //!   `overflow`: a task that runs off its stack is reported as such, not as a bare segfault.
 //! - [`service`], [`objects`], [`components`], [`smt`]: the subsystems built on hops.
 #![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
 
 mod context;
 mod error;

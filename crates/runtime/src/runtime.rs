@@ -265,10 +265,12 @@ impl Runtime {
         &self.shared.cpus
     }
 
+    /// How a hop moves a task between CPUs in this runtime.
     pub fn mechanism(&self) -> Mechanism {
         self.shared.mechanism
     }
 
+    /// How an idle worker waits for work in this runtime.
     pub fn wake(&self) -> Wake {
         self.shared.wake
     }

@@ -4,8 +4,14 @@
 //!
 //! - **Service threads** ([`ServiceCores::start`]): one thread pinned on each service CPU. Work
 //!   reaches it as a closure (or a [`SysCall`] value, which is a closure over a raw system
-//!   call); the caller waits (spin, then futex) and continues with the result when it is done,
-//!   as if it had hopped to the service core and back. Works from any thread.
+//!   call) left on the caller's stack, whose address travels in a request slot of the thread's
+//!   lane (`corehop_sys::handoff`: request and completion one cache line each, the lines
+//!   prefetched the moment the doorbell names them). The caller waits (spin, then futex) and
+//!   continues with the result when it is done, as if it had hopped to the service core and
+//!   back. Works from any thread. An idle service thread polls for an adaptive budget
+//!   (`corehop_policy::spin`, fitted to the gaps between requests), then sleeps, so a quiet
+//!   program does not keep the service CPU busy; [`CoreStats::polled_ns`] says what polling
+//!   cost.
 //! - **Hops** ([`ServiceCores::on_runtime_cpus`]): the service CPUs are workers of a
 //!   [`crate::Runtime`], and the calling *task* itself moves there with [`crate::on`] and back
 //!   (the papers' core switch). Called from outside a task, or when the hop is refused (a
@@ -52,16 +58,17 @@ use std::ffi::CStr;
 use std::hash::{Hash, Hasher};
 use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::RawFd;
-use std::panic::{self, AssertUnwindSafe};
-use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::panic;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use corehop_policy::offload::{CallDesc, CallKind, Decision, OffloadPolicy};
 use corehop_policy::pick::{Candidate, Pick, PickState};
+use corehop_policy::spin::{SpinBudget, SpinConfig};
 use corehop_topology::CpuId;
-use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use crossbeam_utils::CachePadded;
 
 use crate::sys::{self, Errno};
 
@@ -69,11 +76,12 @@ mod call;
 mod scoped;
 
 pub use call::{SysCall, SysResult};
-use scoped::{Done, Job};
+use scoped::Lane;
 
-/// How long a caller spins for its result before sleeping on a futex.
+/// The longest a caller spins for its result before sleeping on a futex.
 pub const DEFAULT_CALLER_SPIN: Duration = Duration::from_micros(50);
-/// How long an idle service thread polls its queue before sleeping.
+/// An idle service thread's first polling budget (its guess of a wake-up's cost) before it has
+/// measured the gaps between requests.
 pub const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(50);
 /// Weight of the newest run in a service core's mean run length (1/8).
 const MEAN_RUN_SHIFT: u32 = 3;
@@ -81,14 +89,31 @@ const MEAN_RUN_SHIFT: u32 = 3;
 /// What went wrong starting service cores.
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
+    /// The configuration lists no CPU.
     #[error("no service CPUs given")]
     NoCpus,
+    /// A CPU appears twice.
     #[error("service CPU {cpu} is listed twice")]
-    Duplicate { cpu: usize },
+    Duplicate {
+        /// Kernel CPU number.
+        cpu: usize,
+    },
+    /// A CPU outside this process's affinity mask.
     #[error("service CPU {cpu} is not one this process may run on (allowed: {allowed:?})")]
-    CpuNotAllowed { cpu: usize, allowed: Vec<usize> },
+    CpuNotAllowed {
+        /// Kernel CPU number.
+        cpu: usize,
+        /// The kernel CPU numbers this process may use.
+        allowed: Vec<usize>,
+    },
+    /// The thread could not be started.
     #[error("could not start the service thread for CPU {cpu}: {source}")]
-    Start { cpu: usize, source: io::Error },
+    Start {
+        /// Kernel CPU number.
+        cpu: usize,
+        /// What the OS said.
+        source: io::Error,
+    },
 }
 
 /// Which CPUs serve, how work is spread over them, and how waiting is done.
@@ -98,9 +123,11 @@ pub struct ServiceConfig {
     pub cpus: Vec<usize>,
     /// How a caller chooses among several service cores (WC / AF / PA, fast-core-switching §9.2).
     pub pick: Pick,
-    /// How long a caller spins for a result before sleeping.
+    /// The longest a caller spins for a result before sleeping; it spins less when its recent
+    /// answers came sooner (`corehop_sys::handoff::Waiting`).
     pub caller_spin: Duration,
-    /// How long an idle service thread polls before sleeping.
+    /// An idle service thread's first polling budget before it sleeps; the budget then adapts
+    /// to the gaps between requests (zero: never poll, sleep at once).
     pub idle_spin: Duration,
 }
 
@@ -119,7 +146,9 @@ impl ServiceConfig {
 /// What one service core has done so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CoreStats {
+    /// Kernel CPU number of the service core.
     pub cpu: usize,
+    /// Calls (or closures) it ran.
     pub jobs: u64,
     /// Sum of the jobs' run times.
     pub busy_ns: u64,
@@ -128,40 +157,70 @@ pub struct CoreStats {
     pub thread_cpu_ns: Option<u64>,
     /// Hop-based cores: work that ran locally because the caller could not hop there.
     pub fallbacks: u64,
+    /// Thread cores: time the idle service thread spent polling for work, in ns (the CPU that
+    /// polling cost); None for hop-based cores.
+    pub polled_ns: Option<u64>,
+    /// Thread cores: time callers spent spinning for answers, in ns (the callers' polling
+    /// cost); None for hop-based cores.
+    pub caller_spun_ns: Option<u64>,
+}
+
+/// A core's counters, each on the line of the side that writes it: callers count what they
+/// send, the service thread what it ran, so the hand-off moves no counter line.
+#[derive(Default)]
+struct Load {
+    /// Written by callers: jobs sent, and how long callers spun for answers.
+    sent: CachePadded<Sent>,
+    /// Written by the service thread (hop cores: by the callers).
+    done: CachePadded<Done>,
 }
 
 #[derive(Default)]
-struct Load {
-    /// Jobs sent and not yet finished.
-    pending: AtomicUsize,
-    /// Running mean of job run times (written by the service thread only).
+struct Sent {
+    jobs: AtomicU64,
+    spun_ns: AtomicU64,
+}
+
+#[derive(Default)]
+struct Done {
+    /// Running mean of job run times.
     mean_run_ns: AtomicU64,
     jobs: AtomicU64,
     busy_ns: AtomicU64,
+    polled_ns: AtomicU64,
     tid: AtomicI32,
     fallbacks: AtomicU64,
 }
 
 impl Load {
-    fn expected_delay_ns(&self) -> u64 {
-        self.pending.load(Ordering::Relaxed) as u64 * self.mean_run_ns.load(Ordering::Relaxed)
+    /// Jobs sent and not yet finished.
+    fn pending(&self) -> usize {
+        let done = self.done.jobs.load(Ordering::Relaxed) + self.done.fallbacks.load(Ordering::Relaxed);
+        self.sent.jobs.load(Ordering::Relaxed).saturating_sub(done) as usize
     }
 
-    /// A job of `run` ns finished here (only its CPU's runner calls this for thread cores;
-    /// hop cores may race, which at worst loses one sample of the running mean).
+    fn expected_delay_ns(&self) -> u64 {
+        self.pending() as u64 * self.done.mean_run_ns.load(Ordering::Relaxed)
+    }
+
+    /// A job of `run` ns finished on a hop core (callers may race, which at worst loses one
+    /// sample of the running mean).
     fn record(&self, run: u64) {
-        let mean = self.mean_run_ns.load(Ordering::Relaxed);
+        let done = &self.done;
+        let mean = done.mean_run_ns.load(Ordering::Relaxed);
         let mean = if mean == 0 { run } else { mean - (mean >> MEAN_RUN_SHIFT) + (run >> MEAN_RUN_SHIFT) };
-        self.mean_run_ns.store(mean, Ordering::Relaxed);
-        self.jobs.fetch_add(1, Ordering::Relaxed);
-        self.busy_ns.fetch_add(run, Ordering::Relaxed);
+        done.mean_run_ns.store(mean, Ordering::Relaxed);
+        done.jobs.fetch_add(1, Ordering::Relaxed);
+        done.busy_ns.fetch_add(run, Ordering::Relaxed);
     }
 }
 
 struct Core {
     cpu: usize,
-    /// Thread cores: the service thread's queue (None once shutting down).
-    tx: Option<Sender<Job>>,
+    /// Thread cores: the service thread's request slots.
+    lane: Option<Arc<Lane>>,
+    /// Thread cores: set on drop, then the thread is woken and leaves.
+    stop: Arc<AtomicBool>,
     load: Arc<Load>,
     thread: Option<JoinHandle<()>>,
     /// Hop cores: the runtime CPU the calling task hops to.
@@ -171,7 +230,11 @@ struct Core {
 thread_local! {
     /// Set on service threads: work sent from one runs inline (no self-deadlock).
     static ON_SERVICE_THREAD: Cell<bool> = const { Cell::new(false) };
+    /// This thread's slot in every lane: a caller that keeps its slot keeps its lines warm.
+    static SLOT_HINT: usize = NEXT_SLOT_HINT.fetch_add(1, Ordering::Relaxed);
 }
+
+static NEXT_SLOT_HINT: AtomicUsize = AtomicUsize::new(0);
 
 /// Not inlined so the flag is read from the thread that asks, every time.
 #[inline(never)]
@@ -224,7 +287,14 @@ impl ServiceCores {
         let cores = config
             .cpus
             .iter()
-            .map(|&cpu| Core { cpu, tx: None, load: Arc::default(), thread: None, hop_to: Some(CpuId(cpu)) })
+            .map(|&cpu| Core {
+                cpu,
+                lane: None,
+                stop: Arc::default(),
+                load: Arc::default(),
+                thread: None,
+                hop_to: Some(CpuId(cpu)),
+            })
             .collect();
         Ok(ServiceCores { cores, config, shared_pick: Mutex::new(PickState::default()) })
     }
@@ -240,13 +310,15 @@ impl ServiceCores {
             .iter()
             .map(|c| CoreStats {
                 cpu: c.cpu,
-                jobs: c.load.jobs.load(Ordering::Relaxed),
-                busy_ns: c.load.busy_ns.load(Ordering::Relaxed),
+                jobs: c.load.done.jobs.load(Ordering::Relaxed),
+                busy_ns: c.load.done.busy_ns.load(Ordering::Relaxed),
                 thread_cpu_ns: c
                     .thread
                     .as_ref()
-                    .and_then(|_| thread_cpu_ns(c.load.tid.load(Ordering::Relaxed))),
-                fallbacks: c.load.fallbacks.load(Ordering::Relaxed),
+                    .and_then(|_| thread_cpu_ns(c.load.done.tid.load(Ordering::Relaxed))),
+                fallbacks: c.load.done.fallbacks.load(Ordering::Relaxed),
+                polled_ns: c.thread.as_ref().map(|_| c.load.done.polled_ns.load(Ordering::Relaxed)),
+                caller_spun_ns: c.thread.as_ref().map(|_| c.load.sent.spun_ns.load(Ordering::Relaxed)),
             })
             .collect()
     }
@@ -254,7 +326,9 @@ impl ServiceCores {
     /// Runs `f` on a service core (always; no policy) and returns its result. A panic in `f`
     /// is re-raised here.
     pub fn run<'a, R: Send + 'a>(&self, f: impl FnOnce() -> R + Send + 'a) -> R {
-        let index = {
+        let index = if self.cores.len() == 1 {
+            0
+        } else {
             let mut state = self.shared_pick.lock().unwrap_or_else(|p| p.into_inner());
             self.pick(&mut state)
         };
@@ -278,7 +352,7 @@ impl ServiceCores {
     fn candidates(&self) -> Vec<Candidate> {
         self.cores
             .iter()
-            .map(|c| match c.load.pending.load(Ordering::Relaxed) {
+            .map(|c| match c.load.pending() {
                 0 => Candidate::idle(CpuId(c.cpu)),
                 n => Candidate::busy(CpuId(c.cpu), n),
             })
@@ -304,33 +378,14 @@ impl ServiceCores {
         if let Some(cpu) = core.hop_to {
             return Self::hop_and_run(core, cpu, f);
         }
-        let mut out: Option<std::thread::Result<R>> = None;
-        let done = Arc::new(Done::default());
-        {
-            let slot = &mut out;
-            let job: Box<dyn FnOnce() + Send + '_> =
-                Box::new(move || *slot = Some(panic::catch_unwind(AssertUnwindSafe(f))));
-            // SAFETY: we wait for `done` right below before `out` (and anything `f` borrows)
-            // can go away; `Done::wait` cannot panic. If the send fails the job comes back
-            // and is dropped unrun, still inside this scope. The service thread drops the
-            // closure before finishing `done` (see `Core::serve`).
-            let run = unsafe { scoped::erase(job) };
-            core.load.pending.fetch_add(1, Ordering::Relaxed);
-            let job = Job { run, done: done.clone(), sent_ns: sys::now_ns() };
-            let sent = core.tx.as_ref().map(|tx| tx.send(job));
-            match sent {
-                Some(Ok(())) => done.wait(self.config.caller_spin),
-                // The service thread is gone (it only exits on drop, so this is unreachable
-                // while `self` is borrowed); drop the job unrun.
-                Some(Err(returned)) => drop(returned),
-                None => {}
-            }
-        }
-        let (wait, run) = (done.wait_ns.load(Ordering::Relaxed), done.run_ns.load(Ordering::Relaxed));
+        let lane = core.lane.as_ref().expect("a thread core has a lane");
+        core.load.sent.jobs.fetch_add(1, Ordering::Relaxed);
+        let spin_ns = self.config.caller_spin.as_nanos().min(u64::MAX as u128) as u64;
+        let (out, completion, spun_ns) = scoped::run_there(lane, SLOT_HINT.with(|h| *h), spin_ns, f);
+        core.load.sent.spun_ns.fetch_add(spun_ns, Ordering::Relaxed);
         match out {
-            Some(Ok(r)) => (r, wait, run),
-            Some(Err(payload)) => panic::resume_unwind(payload),
-            None => panic!("service core {} stopped before running the job", core.cpu),
+            Ok(r) => (r, completion.wait_ns, completion.run_ns),
+            Err(payload) => panic::resume_unwind(payload),
         }
     }
 }
@@ -341,14 +396,13 @@ impl ServiceCores {
     fn hop_and_run<R: Send>(core: &Core, cpu: CpuId, f: impl FnOnce() -> R + Send) -> (R, u64, u64) {
         let mut work = Some(f);
         let t0 = sys::now_ns();
-        core.load.pending.fetch_add(1, Ordering::Relaxed);
+        core.load.sent.jobs.fetch_add(1, Ordering::Relaxed);
         let hopped = crate::on(cpu, || {
             let f = work.take().expect("runs once");
             let start = sys::now_ns();
             let r = f();
             (r, sys::now_ns().saturating_sub(start))
         });
-        core.load.pending.fetch_sub(1, Ordering::Relaxed);
         match hopped {
             Ok((r, run)) => {
                 core.load.record(run);
@@ -356,7 +410,7 @@ impl ServiceCores {
             }
             Err(_) => {
                 // `on` did not run the closure, so the work is still here: run it locally.
-                core.load.fallbacks.fetch_add(1, Ordering::Relaxed);
+                core.load.done.fallbacks.fetch_add(1, Ordering::Relaxed);
                 let f = work.take().expect("`on` failed before running the closure");
                 let start = sys::now_ns();
                 let r = f();
@@ -368,8 +422,12 @@ impl ServiceCores {
 
 impl Drop for ServiceCores {
     fn drop(&mut self) {
-        for core in &mut self.cores {
-            core.tx = None; // disconnects: the service thread finishes its queue and exits
+        // No caller is left (they borrow `self`): each thread finds `stop` once woken.
+        for core in &self.cores {
+            core.stop.store(true, Ordering::SeqCst);
+            if let Some(lane) = &core.lane {
+                lane.kick();
+            }
         }
         for core in &mut self.cores {
             if let Some(thread) = core.thread.take() {
@@ -381,11 +439,12 @@ impl Drop for ServiceCores {
 
 impl Core {
     fn start(cpu: usize, idle_spin: Duration) -> Result<Core, ServiceError> {
-        let (tx, rx) = crossbeam_channel::unbounded::<Job>();
+        let lane = Arc::new(Lane::new());
+        let stop = Arc::new(AtomicBool::new(false));
         let load = Arc::new(Load::default());
         let (ready_tx, ready_rx) = crossbeam_channel::bounded::<io::Result<()>>(1);
         let thread = {
-            let load = load.clone();
+            let (lane, stop, load) = (lane.clone(), stop.clone(), load.clone());
             std::thread::Builder::new()
                 .name(format!("corehop-service-{cpu}"))
                 .spawn(move || {
@@ -394,14 +453,14 @@ impl Core {
                     let _ = ready_tx.send(pinned);
                     if ok {
                         ON_SERVICE_THREAD.with(|f| f.set(true));
-                        load.tid.store(sys::gettid(), Ordering::Relaxed);
-                        Core::serve(&rx, &load, idle_spin);
+                        load.done.tid.store(sys::gettid(), Ordering::Relaxed);
+                        Core::serve(&lane, &stop, &load, idle_spin);
                     }
                 })
                 .map_err(|source| ServiceError::Start { cpu, source })?
         };
         match ready_rx.recv() {
-            Ok(Ok(())) => Ok(Core { cpu, tx: Some(tx), load, thread: Some(thread), hop_to: None }),
+            Ok(Ok(())) => Ok(Core { cpu, lane: Some(lane), stop, load, thread: Some(thread), hop_to: None }),
             Ok(Err(source)) => {
                 let _ = thread.join();
                 Err(ServiceError::Start { cpu, source })
@@ -412,38 +471,133 @@ impl Core {
         }
     }
 
-    fn serve(rx: &Receiver<Job>, load: &Load, idle_spin: Duration) {
+    /// The service thread: serves what its doorbell names; idle, polls for an adaptive budget,
+    /// then sleeps until a caller rings, until `stop`.
+    fn serve(lane: &Lane, stop: &AtomicBool, load: &Load, idle_spin: Duration) {
+        let mut idle = IdlePoll::new(idle_spin);
+        // Per slot, where the last request's closure lived: a caller in a loop sends the next
+        // from the same place on its stack, so it is prefetched the moment the doorbell rings,
+        // before the request line naming it has arrived (a wrong guess wastes a prefetch).
+        let last_job: [Cell<usize>; corehop_sys::handoff::SLOTS] = Default::default();
+        // What ran, counted here and published to `load` with plain stores (this thread is
+        // their only writer) before the answer, so a caller that has its answer sees its job
+        // counted.
+        let (jobs, busy_ns, mean_run_ns) = (Cell::new(0u64), Cell::new(0u64), Cell::new(0u64));
+        let publish = || {
+            load.done.mean_run_ns.store(mean_run_ns.get(), Ordering::Relaxed);
+            load.done.busy_ns.store(busy_ns.get(), Ordering::Relaxed);
+            load.done.jobs.store(jobs.get(), Ordering::Relaxed);
+        };
+        let run = |slot: usize, request: &scoped::Request, idle: &mut IdlePoll| {
+            last_job[slot].set(request.job_addr());
+            let completion = scoped::execute(request);
+            idle.woke_for(request.sent_ns(), completion.wait_ns);
+            let (run, mean) = (completion.run_ns, mean_run_ns.get());
+            mean_run_ns.set(if mean == 0 {
+                run
+            } else {
+                mean - (mean >> MEAN_RUN_SHIFT) + (run >> MEAN_RUN_SHIFT)
+            });
+            jobs.set(jobs.get() + 1);
+            busy_ns.set(busy_ns.get() + run);
+            publish();
+            completion
+        };
         loop {
-            let job = match Core::next(rx, idle_spin) {
-                Some(job) => job,
-                None => return,
-            };
-            let start = sys::now_ns();
-            (job.run)(); // consumes the closure: its borrows end here, before `finish`
-            let end = sys::now_ns();
-            let run = end.saturating_sub(start);
-            let mean = load.mean_run_ns.load(Ordering::Relaxed);
-            let mean =
-                if mean == 0 { run } else { mean - (mean >> MEAN_RUN_SHIFT) + (run >> MEAN_RUN_SHIFT) };
-            load.mean_run_ns.store(mean, Ordering::Relaxed);
-            load.jobs.fetch_add(1, Ordering::Relaxed);
-            load.busy_ns.fetch_add(run, Ordering::Relaxed);
-            load.pending.fetch_sub(1, Ordering::Relaxed);
-            job.done.finish(start.saturating_sub(job.sent_ns), run);
+            if lane.has_work() {
+                lane.serve(
+                    |mut slots| {
+                        while slots != 0 {
+                            let job = last_job[slots.trailing_zeros() as usize].get();
+                            slots &= slots - 1;
+                            if job != 0 {
+                                sys::prefetch_lines_for_write(job, 2);
+                            }
+                        }
+                    },
+                    |slot, request| run(slot, request, &mut idle),
+                );
+                if stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                continue;
+            }
+            let came = idle.poll(lane);
+            load.done.polled_ns.store(idle.polled_ns, Ordering::Relaxed);
+            if !came {
+                if stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                idle.sleep(lane);
+            }
         }
     }
+}
 
-    /// The next job: poll for `idle_spin`, then sleep in the channel; None once disconnected.
-    fn next(rx: &Receiver<Job>, idle_spin: Duration) -> Option<Job> {
+/// How an idle service thread waits: it polls for a budget fitted to the recent gaps between
+/// requests and to the wake-ups it measured (`corehop_policy::spin`, the ski-rental rule), then
+/// sleeps. A program that calls often finds it awake; a quiet one does not keep a CPU busy.
+struct IdlePoll {
+    budget: SpinBudget,
+    /// When the thread went idle before its last sleep, until the next request arrives.
+    slept_at: Option<u64>,
+    /// Time spent polling, in ns: the CPU polling cost.
+    polled_ns: u64,
+}
+
+impl IdlePoll {
+    fn new(first_budget: Duration) -> IdlePoll {
+        let wake_cost_ns = first_budget.as_nanos().min(u64::MAX as u128) as u64;
+        let config = if wake_cost_ns == 0 {
+            SpinConfig { initial_wake_cost_ns: 0, min_fraction: 0.0, max_factor: 1, ..SpinConfig::default() }
+        } else {
+            SpinConfig { initial_wake_cost_ns: wake_cost_ns, ..SpinConfig::default() }
+        };
+        IdlePoll { budget: SpinBudget::new(config), slept_at: None, polled_ns: 0 }
+    }
+
+    /// Polls `lane` for the budget; true if work came.
+    fn poll(&mut self, lane: &Lane) -> bool {
+        let budget = self.budget.budget_ns();
+        if budget == 0 {
+            return false;
+        }
         let start = sys::now_ns();
-        let budget = idle_spin.as_nanos() as u64;
-        loop {
-            match rx.try_recv() {
-                Ok(job) => return Some(job),
-                Err(TryRecvError::Disconnected) => return None,
-                Err(TryRecvError::Empty) if sys::now_ns().saturating_sub(start) < budget => sys::cpu_relax(),
-                Err(TryRecvError::Empty) => return rx.recv().ok(),
+        let mut polls = 0u32;
+        let mut polled = 0;
+        while !lane.has_work() {
+            polls = polls.wrapping_add(1);
+            // The clock costs more than a poll: read it only now and then.
+            if polls.is_multiple_of(64) {
+                polled = sys::now_ns().saturating_sub(start);
+                if polled >= budget {
+                    break;
+                }
             }
+            sys::cpu_relax();
+        }
+        self.polled_ns = self.polled_ns.saturating_add(polled);
+        if lane.has_work() {
+            self.budget.record_idle_gap(polled);
+            return true;
+        }
+        self.slept_at = Some(start);
+        false
+    }
+
+    /// Nothing came within the budget: refits it (no caller waits on that now) and sleeps
+    /// until a caller rings.
+    fn sleep(&mut self, lane: &Lane) {
+        self.budget.refit_if_stale();
+        lane.sleep(None);
+    }
+
+    /// A request sent at `sent_ns` started after waiting `wait_ns`: if it is the first after a
+    /// sleep, it measured the gap and the wake-up.
+    fn woke_for(&mut self, sent_ns: u64, wait_ns: u64) {
+        if let Some(slept) = self.slept_at.take() {
+            self.budget.record_idle_gap(sent_ns.saturating_sub(slept));
+            self.budget.record_wake_cost(wait_ns);
         }
     }
 }
@@ -457,7 +611,9 @@ pub fn thread_cpu_ns(tid: i32) -> Option<u64> {
 /// What one caller's offloading did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OffloadStats {
+    /// Calls made through the offloader.
     pub calls: u64,
+    /// Of those, run on a service core.
     pub offloaded: u64,
     /// Run time of the calls kept local.
     pub local_run_ns: u64,
@@ -496,6 +652,7 @@ fn site_of(location: &'static panic::Location<'static>) -> u64 {
 }
 
 impl<'s> Offloader<'s> {
+    /// An offloader deciding with `policy`, sending to `cores`.
     pub fn new(cores: &'s ServiceCores, policy: OffloadPolicy) -> Offloader<'s> {
         Offloader {
             cores,
@@ -527,10 +684,12 @@ impl<'s> Offloader<'s> {
         self
     }
 
+    /// The policy deciding (with what it has learnt so far).
     pub fn policy(&self) -> &OffloadPolicy {
         &self.policy
     }
 
+    /// What this offloader did so far.
     pub fn stats(&self) -> OffloadStats {
         self.stats
     }
@@ -613,26 +772,31 @@ impl<'s> Offloader<'s> {
         self.here(SysCall::Read { fd, buf }).map(|n| n as usize)
     }
 
+    /// `write(2)`, run where the policy says: here, or on a service core.
     #[track_caller]
     pub fn write(&mut self, fd: RawFd, buf: &[u8]) -> Result<usize, Errno> {
         self.here(SysCall::Write { fd, buf }).map(|n| n as usize)
     }
 
+    /// `pread(2)`, run where the policy says: here, or on a service core.
     #[track_caller]
     pub fn pread(&mut self, fd: RawFd, buf: &mut [u8], offset: i64) -> Result<usize, Errno> {
         self.here(SysCall::Pread { fd, buf, offset }).map(|n| n as usize)
     }
 
+    /// `pwrite(2)`, run where the policy says: here, or on a service core.
     #[track_caller]
     pub fn pwrite(&mut self, fd: RawFd, buf: &[u8], offset: i64) -> Result<usize, Errno> {
         self.here(SysCall::Pwrite { fd, buf, offset }).map(|n| n as usize)
     }
 
+    /// `readv(2)`, run where the policy says: here, or on a service core.
     #[track_caller]
     pub fn readv<'b>(&mut self, fd: RawFd, bufs: &'b mut [IoSliceMut<'b>]) -> Result<usize, Errno> {
         self.here(SysCall::Readv { fd, bufs }).map(|n| n as usize)
     }
 
+    /// `writev(2)`, run where the policy says: here, or on a service core.
     #[track_caller]
     pub fn writev<'b>(&mut self, fd: RawFd, bufs: &'b [IoSlice<'b>]) -> Result<usize, Errno> {
         self.here(SysCall::Writev { fd, bufs }).map(|n| n as usize)
@@ -644,45 +808,53 @@ impl<'s> Offloader<'s> {
         self.here(SysCall::Open { path, flags, mode }).map(|fd| fd as RawFd)
     }
 
+    /// `openat(2)`, run where the policy says: here, or on a service core.
     #[track_caller]
     pub fn openat(&mut self, dirfd: RawFd, path: &CStr, flags: i32, mode: u32) -> Result<RawFd, Errno> {
         self.here(SysCall::Openat { dirfd, path, flags, mode }).map(|fd| fd as RawFd)
     }
 
+    /// `stat(2)`, run where the policy says: here, or on a service core.
     #[track_caller]
     pub fn stat(&mut self, path: &CStr) -> Result<libc::stat, Errno> {
         let mut out = zeroed_stat();
         self.here(SysCall::Stat { path, out: &mut out }).map(|_| out)
     }
 
+    /// `fstat(2)`, run where the policy says: here, or on a service core.
     #[track_caller]
     pub fn fstat(&mut self, fd: RawFd) -> Result<libc::stat, Errno> {
         let mut out = zeroed_stat();
         self.here(SysCall::Fstat { fd, out: &mut out }).map(|_| out)
     }
 
+    /// `lstat(2)`, run where the policy says: here, or on a service core.
     #[track_caller]
     pub fn lstat(&mut self, path: &CStr) -> Result<libc::stat, Errno> {
         let mut out = zeroed_stat();
         self.here(SysCall::Lstat { path, out: &mut out }).map(|_| out)
     }
 
+    /// `newfstatat(2)`, run where the policy says: here, or on a service core.
     #[track_caller]
     pub fn fstatat(&mut self, dirfd: RawFd, path: &CStr, flags: i32) -> Result<libc::stat, Errno> {
         let mut out = zeroed_stat();
         self.here(SysCall::Newfstatat { dirfd, path, out: &mut out, flags }).map(|_| out)
     }
 
+    /// `fsync(2)`, run where the policy says: here, or on a service core.
     #[track_caller]
     pub fn fsync(&mut self, fd: RawFd) -> Result<(), Errno> {
         self.here(SysCall::Fsync { fd }).map(drop)
     }
 
+    /// `fdatasync(2)`, run where the policy says: here, or on a service core.
     #[track_caller]
     pub fn fdatasync(&mut self, fd: RawFd) -> Result<(), Errno> {
         self.here(SysCall::Fdatasync { fd }).map(drop)
     }
 
+    /// `sendfile(2)`, run where the policy says: here, or on a service core.
     #[track_caller]
     pub fn sendfile(
         &mut self,
@@ -706,6 +878,7 @@ impl<'s> Offloader<'s> {
         self.here(SysCall::Recvfrom { fd, buf, flags, addr: None }).map(|n| n as usize)
     }
 
+    /// `poll(2)`, run where the policy says: here, or on a service core.
     #[track_caller]
     pub fn poll(&mut self, fds: &mut [libc::pollfd], timeout_ms: i32) -> Result<usize, Errno> {
         self.here(SysCall::Poll { fds, timeout_ms }).map(|n| n as usize)

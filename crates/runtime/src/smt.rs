@@ -22,10 +22,9 @@
 //!
 //! **Sleeping.** A context with nothing it may run sleeps in `futex_wait` on its own bell, so a
 //! reserved context without service work really gives the core to its sibling (the paper's
-//! idle-task `halt`). The bell protocol is an event count: the sleeper announces itself
-//! (`waiting`), reads the count, re-checks the queues, then waits on that count; a producer
-//! pushes, bumps the count, and wakes if someone waits. Both sides use `SeqCst`, so either the
-//! sleeper's re-check sees the work or the producer sees the sleeper: no lost wake-up.
+//! idle-task `halt`). The bell is the runtime's doorbell (`sync::Doorbell`, loom-checked): the
+//! sleeper announces itself, re-checks the queues, then sleeps; a producer pushes, fences and
+//! rings, so either the sleeper's re-check sees the work or the producer sees the sleeper.
 //!
 //! **With the hop runtime.** Tasks of a [`crate::Runtime`] built on the same machine reach the
 //! AMP rules through [`service_call`]: it delegates a call (`crate::on`) to the reserved sibling
@@ -40,13 +39,14 @@
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::SeqCst};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use corehop_policy::smt::{Mode, SmtError, SmtLayout, Work};
+use corehop_policy::smt::{Mode, ModeError, SmtLayout, Work};
 use corehop_topology::{CpuId, Machine};
 
+use crate::sync::Doorbell;
 use crate::sys;
 
 /// Runs `call` where `layout` places service work raised by the calling task in `mode`: in AMP
@@ -124,6 +124,7 @@ impl ContextState {
 /// Counters of one context.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContextStats {
+    /// The context (dense CPU id, not the kernel's number).
     pub cpu: CpuId,
     /// The kernel's id of the worker thread (for `/proc/self/task/<tid>`).
     pub tid: i32,
@@ -141,15 +142,28 @@ pub struct ContextStats {
 
 /// Why the SMT runtime could not start or act.
 #[derive(Debug, thiserror::Error)]
-pub enum SmtRuntimeError {
+pub enum SmtError {
+    /// The layout refuses the mode (e.g. AMP on a machine without an SMT core).
     #[error(transparent)]
-    Policy(#[from] SmtError),
+    Policy(#[from] ModeError),
+    /// [`SmtBuilder::build`] was called without [`SmtBuilder::machine`].
     #[error("no machine given: call SmtBuilder::machine with a discovered or described machine")]
     NoMachine,
+    /// A worker could not be pinned to its hardware context.
     #[error("cannot pin the worker of {cpu} to kernel CPU {os_id}: {source}")]
-    Pin { cpu: CpuId, os_id: usize, source: std::io::Error },
+    Pin {
+        /// The context (dense CPU id).
+        cpu: CpuId,
+        /// The kernel's number for that context.
+        os_id: usize,
+        /// The OS error from setting the thread's affinity.
+        source: std::io::Error,
+    },
+    /// A worker thread could not be started, or exited before it reported in.
     #[error("cannot start a worker thread: {0}")]
     Spawn(std::io::Error),
+    /// [`SmtRuntime::set_mode`] was called from one of the runtime's own workers, which it
+    /// would have to wait for.
     #[error("set_mode was called from inside a task; call it from outside the runtime's workers")]
     FromWorker,
 }
@@ -178,8 +192,7 @@ struct Context {
     os_id: usize,
     group: usize,
     reserved: bool,
-    bell: AtomicU32,
-    waiting: AtomicBool,
+    bell: Doorbell,
     state: AtomicU8,
     tid: AtomicU32,
     app_steps: AtomicU64,
@@ -190,10 +203,8 @@ struct Context {
 
 impl Context {
     fn ring(&self) {
-        self.bell.fetch_add(1, SeqCst);
-        if self.waiting.load(SeqCst) {
-            sys::futex_wake(&self.bell, 1);
-        }
+        fence(SeqCst);
+        self.bell.ring(|| ());
     }
 
     fn set_state(&self, state: ContextState) {
@@ -289,8 +300,8 @@ impl SmtBuilder {
     }
 
     /// Starts one pinned worker per CPU of the machine.
-    pub fn build(self) -> Result<SmtRuntime, SmtRuntimeError> {
-        let machine = self.machine.ok_or(SmtRuntimeError::NoMachine)?;
+    pub fn build(self) -> Result<SmtRuntime, SmtError> {
+        let machine = self.machine.ok_or(SmtError::NoMachine)?;
         let layout = SmtLayout::from_machine(&machine);
         layout.check(self.mode)?;
         let mut contexts = Vec::new();
@@ -306,8 +317,7 @@ impl SmtBuilder {
                     os_id: machine.cpu(cpu).map_or(cpu.0, |c| c.os_id),
                     group,
                     reserved: layout.is_reserved(cpu),
-                    bell: AtomicU32::new(0),
-                    waiting: AtomicBool::new(false),
+                    bell: Doorbell::new(),
                     state: AtomicU8::new(ContextState::Looking as u8),
                     tid: AtomicU32::new(0),
                     app_steps: AtomicU64::new(0),
@@ -344,18 +354,14 @@ impl SmtBuilder {
                         worker(&shared, index);
                     }
                 })
-                .map_err(SmtRuntimeError::Spawn)?;
+                .map_err(SmtError::Spawn)?;
             runtime.workers.push(handle);
             let ctx = &shared.contexts[index];
             match started_rx.recv() {
                 Ok(Ok(())) => {}
-                Ok(Err(source)) => {
-                    return Err(SmtRuntimeError::Pin { cpu: ctx.cpu, os_id: ctx.os_id, source })
-                }
+                Ok(Err(source)) => return Err(SmtError::Pin { cpu: ctx.cpu, os_id: ctx.os_id, source }),
                 Err(_) => {
-                    return Err(SmtRuntimeError::Spawn(std::io::Error::other(
-                        "worker exited during start-up",
-                    )))
+                    return Err(SmtError::Spawn(std::io::Error::other("worker exited during start-up")))
                 }
             }
         }
@@ -385,7 +391,7 @@ impl SmtBuilder {
 /// rt.submit_service(corehop_topology::CpuId(0), || { /* runs on the reserved sibling */ });
 /// rt.set_mode(Mode::Smp)?;
 /// rt.wait_idle();
-/// # Ok::<(), corehop_runtime::smt::SmtRuntimeError>(())
+/// # Ok::<(), corehop_runtime::smt::SmtError>(())
 /// ```
 pub struct SmtRuntime {
     shared: Arc<Shared>,
@@ -393,6 +399,7 @@ pub struct SmtRuntime {
 }
 
 impl SmtRuntime {
+    /// A builder in SMP mode with pinning on; it needs a machine ([`SmtBuilder::machine`]).
     pub fn builder() -> SmtBuilder {
         SmtBuilder { machine: None, mode: Mode::Smp, pin: true }
     }
@@ -410,9 +417,9 @@ impl SmtRuntime {
     /// Switches mode. Queued tasks stay queued (none is lost or run twice); when switching to
     /// AMP this returns once no reserved context is still inside an application step, which
     /// takes at most one step's time.
-    pub fn set_mode(&self, mode: Mode) -> Result<(), SmtRuntimeError> {
+    pub fn set_mode(&self, mode: Mode) -> Result<(), SmtError> {
         if IN_WORKER.with(Cell::get) {
-            return Err(SmtRuntimeError::FromWorker);
+            return Err(SmtError::FromWorker);
         }
         self.shared.layout.check(mode)?;
         self.shared.mode.store(if mode == Mode::Amp { 0 } else { 1 }, SeqCst);
@@ -533,15 +540,15 @@ fn worker(shared: &Shared, index: usize) {
         if run_service(shared, me, core) || run_app_step(shared, me, core) {
             continue;
         }
-        // Nothing allowed: announce, re-check, then sleep on the count read before the re-check.
-        me.waiting.store(true, SeqCst);
-        let seen = me.bell.load(SeqCst);
-        if !shared.shutdown.load(SeqCst) && !has_work(shared, me, core) {
+        // Nothing allowed: announce, look again, then sleep until rung.
+        me.bell.prepare_park();
+        if shared.shutdown.load(SeqCst) || has_work(shared, me, core) {
+            me.bell.cancel_park();
+        } else {
             me.set_state(ContextState::Sleeping);
             me.sleeps.fetch_add(1, SeqCst);
-            sys::futex_wait(&me.bell, seen, None);
+            me.bell.park();
         }
-        me.waiting.store(false, SeqCst);
         me.set_state(ContextState::Looking);
     }
     me.set_state(ContextState::Stopped);

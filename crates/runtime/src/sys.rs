@@ -244,8 +244,11 @@ pub fn rdtsc() -> Option<u64> {
 /// How [`now_ns`] tells time on this machine.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ClockSource {
-    /// The invariant TSC, at this many ticks per nanosecond (calibrated at first use).
-    Tsc { ticks_per_ns: f64 },
+    /// The invariant TSC (calibrated against `CLOCK_MONOTONIC` at first use).
+    Tsc {
+        /// TSC ticks per nanosecond.
+        ticks_per_ns: f64,
+    },
     /// `clock_gettime(CLOCK_MONOTONIC)`: no invariant TSC.
     Monotonic,
 }

@@ -242,6 +242,22 @@ fn repin(ctx: &TaskCtx, worker: usize) -> Result<(), Error> {
 ///
 /// Inlined, like [`hop`]: a `ret` after the way back would be mispredicted, and the
 /// registers restored with it would come from lines the other CPU wrote.
+///
+/// # Examples
+/// ```
+/// use corehop_runtime::{current_cpu, on, Error, Runtime, Wake};
+/// let rt = Runtime::builder().wake(Wake::Park).build().unwrap();
+/// let (home, other) = (rt.cpus()[0], *rt.cpus().last().unwrap());
+/// let (ran_on, back_on) = rt
+///     .block_on(home, move || {
+///         let ran_on = on(other, current_cpu).unwrap();
+///         (ran_on, current_cpu())
+///     })
+///     .unwrap();
+/// assert_eq!((ran_on, back_on), (other, home));
+/// // Outside a task there is nothing to move.
+/// assert!(matches!(on(other, || ()), Err(Error::NotInTask)));
+/// ```
 #[inline(always)]
 pub fn on<F, R>(cpu: CpuId, f: F) -> Result<R, Error>
 where
@@ -272,6 +288,17 @@ pub unsafe fn hop_any(cpus: &[CpuId], pick: &Pick, state: &mut PickState) -> Res
 }
 
 /// Starts `f` as a new task on `cpu`, from inside a task of the same runtime.
+///
+/// # Examples
+/// ```
+/// use corehop_runtime::{current_cpu, spawn_on, Runtime, Wake};
+/// let rt = Runtime::builder().wake(Wake::Park).build().unwrap();
+/// let (first, last) = (rt.cpus()[0], *rt.cpus().last().unwrap());
+/// // Spawned from a task on `first`, joined from this (non-worker) thread.
+/// let handle = rt.block_on(first, move || spawn_on(last, current_cpu)).unwrap().unwrap();
+/// assert_eq!(handle.cpu(), last);
+/// assert_eq!(handle.join().unwrap(), last);
+/// ```
 pub fn spawn_on<F, T>(cpu: CpuId, f: F) -> Result<JoinHandle<T>, Error>
 where
     F: FnOnce() -> T + Send + 'static,

@@ -348,3 +348,52 @@ fn hop_based_service_cores_give_the_same_results() {
         Err(ServiceError::Duplicate { cpu: 1 })
     ));
 }
+
+/// While its caller sleeps, an idle service thread must not burn its CPU: after a busy phase
+/// that taught it to poll, its CPU time (the kernel's count, not wall time) over a quiet
+/// stretch stays a small part of that stretch, and the time it says it polled stays small too.
+#[test]
+fn an_idle_service_thread_does_not_burn_its_cpu_while_the_caller_sleeps() {
+    let cores = ServiceCores::start(ServiceConfig::on_cpus([service_cpu()])).unwrap();
+    for _ in 0..20_000 {
+        cores.run(|| ());
+    }
+    let before = cores.stats()[0];
+    let Some(cpu_before) = before.thread_cpu_ns else {
+        common::skip("no /proc/self/task/*/schedstat here: the thread's CPU time cannot be read");
+        return;
+    };
+    let quiet = Duration::from_millis(400);
+    std::thread::sleep(quiet);
+    let after = cores.stats()[0];
+    let cpu = after.thread_cpu_ns.unwrap() - cpu_before;
+    let polled = after.polled_ns.unwrap() - before.polled_ns.unwrap();
+    // Generous: the thread may poll for a budget of a few wake-up costs, then sleeps.
+    let bound = quiet.as_nanos() as u64 / 10;
+    eprintln!("quiet {quiet:?}: service thread CPU {cpu} ns, polled {polled} ns");
+    assert!(cpu < bound, "the idle service thread used {cpu} ns of CPU in a {quiet:?} sleep of its caller");
+    assert!(polled < bound, "the idle service thread polled {polled} ns in a {quiet:?} sleep of its caller");
+    assert!(before.caller_spun_ns.unwrap() > 0, "callers' spinning is counted");
+}
+
+/// Small closures and results travel in the slot's lines, large ones stay on the caller's
+/// stack: both come back right, borrows and panics included.
+#[test]
+fn small_and_large_closures_and_results_come_back_alike() {
+    let cores = ServiceCores::start(ServiceConfig::on_cpus([service_cpu()])).unwrap();
+    let mut counter = 5u64;
+    let small = cores.run(|| {
+        counter += 1;
+        counter * 2
+    });
+    assert_eq!((small, counter), (12, 6));
+    let big_in = [3u64; 16];
+    let big_out = cores.run(move || big_in.map(|x| x * 7));
+    assert_eq!(big_out, [21u64; 16]);
+    let text = String::from("borrowed");
+    assert_eq!(cores.run(|| text.len()), 8);
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        cores.run(move || -> [u64; 16] { panic!("big {}", big_in[0]) })
+    }));
+    assert_eq!(caught.unwrap_err().downcast_ref::<String>().map(String::as_str), Some("big 3"));
+}

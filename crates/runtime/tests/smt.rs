@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use corehop_policy::smt::SmtLayout;
-use corehop_policy::smt::{Mode, SmtError};
-use corehop_runtime::smt::{service_call, ContextState, SmtRuntime, SmtRuntimeError, Step, StepCx};
+use corehop_policy::smt::{Mode, ModeError};
+use corehop_runtime::smt::{service_call, ContextState, SmtError, SmtRuntime, Step, StepCx};
 use corehop_runtime::sys;
 use corehop_topology::{CoreClass, Cpu, CpuId, Machine};
 
@@ -258,18 +258,18 @@ fn amp_without_an_smt_core_is_a_typed_error() {
     let Some((a, b)) = two_cpus() else { return };
     let two_cores = described(&[&[a], &[b]]);
     let err = SmtRuntime::builder().machine(two_cores.clone()).mode(Mode::Amp).build().err().unwrap();
-    assert!(matches!(err, SmtRuntimeError::Policy(SmtError::NoSmtCore { .. })), "{err}");
+    assert!(matches!(err, SmtError::Policy(ModeError::NoSmtCore { .. })), "{err}");
     let rt = SmtRuntime::builder().machine(two_cores).build().unwrap();
-    assert!(matches!(rt.set_mode(Mode::Amp), Err(SmtRuntimeError::Policy(SmtError::NoSmtCore { .. }))));
+    assert!(matches!(rt.set_mode(Mode::Amp), Err(SmtError::Policy(ModeError::NoSmtCore { .. }))));
     assert_eq!(rt.mode(), Mode::Smp);
-    assert!(matches!(SmtRuntime::builder().build(), Err(SmtRuntimeError::NoMachine)));
+    assert!(matches!(SmtRuntime::builder().build(), Err(SmtError::NoMachine)));
 }
 
 #[test]
 fn pinning_to_a_cpu_this_process_cannot_use_is_a_typed_error() {
     let Some((a, _)) = two_cpus() else { return };
     let err = SmtRuntime::builder().machine(described(&[&[a, 4000]])).build().err().unwrap();
-    assert!(matches!(err, SmtRuntimeError::Pin { os_id: 4000, .. }), "{err}");
+    assert!(matches!(err, SmtError::Pin { os_id: 4000, .. }), "{err}");
     assert!(err.to_string().contains("kernel CPU 4000"));
 }
 
@@ -280,7 +280,7 @@ fn set_mode_from_a_task_is_refused_and_panics_are_contained() {
     let refused = Arc::new(Mutex::new(None));
     let (rt2, r) = (rt.clone(), refused.clone());
     rt.spawn(None, move |_| {
-        *r.lock().unwrap() = Some(matches!(rt2.set_mode(Mode::Amp), Err(SmtRuntimeError::FromWorker)));
+        *r.lock().unwrap() = Some(matches!(rt2.set_mode(Mode::Amp), Err(SmtError::FromWorker)));
         Step::Done
     });
     rt.spawn(None, |_| panic!("a task that panics"));

@@ -23,6 +23,7 @@ use crate::scenario::Problem;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Distribution {
+    /// Always this value.
     Fixed(f64),
     /// Uniform between the two bounds (inclusive).
     Uniform([f64; 2]),
@@ -30,7 +31,9 @@ pub enum Distribution {
     Exponential(f64),
     /// Log-normal with this median and shape (standard deviation of the log).
     Lognormal {
+        /// The median, in the field's unit.
         median: f64,
+        /// Standard deviation of the natural log of the value (dimensionless).
         sigma: f64,
     },
     /// One of these samples, each equally likely.

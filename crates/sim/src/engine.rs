@@ -161,6 +161,38 @@ impl<E> Sim<E> {
 /// A workload model: it reacts to its own events and reports what it measured.
 ///
 /// See the crate documentation ("How to add a model") for the full recipe.
+///
+/// # Examples
+/// A model that completes one operation every 10 ns, three times:
+/// ```
+/// use corehop_sim::{ns_to_ps, run, CostModel, Limits, Model, ModelReport, Sim, SimMachine, Stop};
+///
+/// struct Ticks {
+///     left: u32,
+/// }
+///
+/// impl Model for Ticks {
+///     type Event = ();
+///     fn start(&mut self, sim: &mut Sim<()>) {
+///         sim.schedule_in(ns_to_ps(10.0), ());
+///     }
+///     fn on_event(&mut self, _: (), sim: &mut Sim<()>) {
+///         sim.stats.record_op(ns_to_ps(10.0));
+///         self.left -= 1;
+///         if self.left > 0 {
+///             sim.schedule_in(ns_to_ps(10.0), ());
+///         }
+///     }
+///     fn report(&self, _: &Sim<()>) -> ModelReport {
+///         ModelReport { op_name: "tick".into(), metrics: Vec::new() }
+///     }
+/// }
+///
+/// let machine = corehop_topology::presets::by_name("switch-cs").unwrap();
+/// let mut sim = Sim::new(SimMachine::new(machine, CostModel::for_preset("switch-cs")), 1);
+/// let stop = run(&mut Ticks { left: 3 }, &mut sim, Limits::default(), &mut |_| {});
+/// assert_eq!((stop, sim.now(), sim.stats.ops.len()), (Stop::Drained, ns_to_ps(30.0), 3));
+/// ```
 pub trait Model {
     /// The model's event type (usually a small `Copy` enum).
     type Event;

@@ -17,6 +17,8 @@
 //! - [`scenario`]: TOML scenario files, `--set` overrides, sweeps, and [`ScenarioError`]s that
 //!   name the file, the dotted key and the problem.
 //! - [`models`]: one workload model per paper experiment family, found by `[workload] kind`.
+//! - [`parallel`]: a sweep's points on every local core, results in point order and identical
+//!   to a serial run ([`run_points`]).
 //!
 //! ```
 //! use corehop_sim::{models, ScenarioDoc};
@@ -76,11 +78,13 @@
 //!    case per check, and the invariants (see `tests/` for the property-test pattern: no job
 //!    lost or duplicated, no work on a CPU that does not exist, busy + idle = elapsed).
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod dist;
 pub mod engine;
 pub mod machine;
 pub mod models;
+pub mod parallel;
 pub mod scenario;
 pub mod stats;
 
@@ -88,5 +92,6 @@ pub use dist::{Distribution, WeightedChoice};
 pub use engine::{ns_to_ps, ps_to_ns, run, Limits, Model, Ps, Sim, Stop, PS_PER_NS};
 pub use machine::{CostModel, HopTiming, Mechanism, SimMachine};
 pub use models::{FromScenario, ModelEntry, MODELS};
+pub use parallel::{available_threads, map_points, run_points};
 pub use scenario::{Point, Problem, Scenario, ScenarioDoc, ScenarioError, Sweep};
 pub use stats::{CoreLedger, Metric, ModelReport, Report, RunQueues, Stats, Summary};

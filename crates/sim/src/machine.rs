@@ -102,8 +102,11 @@ pub struct PathCost {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HopPaths {
+    /// V1, [`Mechanism::Affinity`].
     pub affinity: PathCost,
+    /// V2, [`Mechanism::Handoff`].
     pub handoff: PathCost,
+    /// V3, [`Mechanism::FastPath`]; also V4 and V5.
     pub fastpath: PathCost,
     /// Extra instructions of V5 on the target (issue the wake-up, reset flags), ns at full speed.
     pub wakeup_extra_ns: f64,
@@ -120,9 +123,11 @@ pub struct CostModel {
     /// Clock of each CPU in GHz, by dense id, for machines whose cores run at different clocks;
     /// empty: every CPU runs at `clock_ghz` × its emulated speed.
     pub cpu_clock_ghz: Vec<f64>,
-    /// Latency of a hit in each cache level, ns.
+    /// Latency of an L1 hit, ns.
     pub l1_latency_ns: f64,
+    /// Latency of an L2 hit, ns.
     pub l2_latency_ns: f64,
+    /// Latency of an L3 hit, ns.
     pub l3_latency_ns: f64,
     /// Latency of a DRAM access, ns.
     pub mem_latency_ns: f64,
@@ -305,6 +310,7 @@ fn switch_clocks(preset: &str) -> Vec<f64> {
 /// Per-CPU facts the engine needs, derived once from the topology and the costs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CpuModel {
+    /// Big, little or uniform, from the topology.
     pub class: CoreClass,
     /// Effective speed (hardware × emulated), relative to full speed 1.0.
     pub speed: f64,
@@ -312,6 +318,7 @@ pub struct CpuModel {
     pub clock_ghz: f64,
     /// Bytes of level-1 cache (all kinds) this CPU uses.
     pub l1_bytes: u64,
+    /// Cache line size in bytes (64 when the topology gives none).
     pub line_bytes: u64,
     /// Latency of the level below L1 (L2, else L3, else memory).
     pub miss_latency: Ps,
@@ -383,18 +390,22 @@ impl SimMachine {
         SimMachine { machine, costs, cpus }
     }
 
+    /// The machine's name (the preset's, or the description's `name`).
     pub fn name(&self) -> &str {
         &self.machine.name
     }
 
+    /// The topology it was built from.
     pub fn topology(&self) -> &Machine {
         &self.machine
     }
 
+    /// The cost parameters in force.
     pub fn costs(&self) -> &CostModel {
         &self.costs
     }
 
+    /// How many CPUs it has; CPU indexes run from 0 to this, exclusive.
     pub fn cpu_count(&self) -> usize {
         self.cpus.len()
     }

@@ -33,7 +33,7 @@
 use std::path::Path;
 
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use corehop_topology::{presets, Machine};
@@ -49,14 +49,17 @@ pub struct ScenarioError {
     pub file: String,
     /// The dotted key the problem is in (`workload.calls[1].length`), or `line N` for syntax.
     pub key: String,
+    /// What is wrong with it.
     pub problem: Problem,
 }
 
 /// What is wrong with a scenario value.
 #[derive(Debug, Error, PartialEq)]
 pub enum Problem {
+    /// The file could not be read; the OS error's text.
     #[error("cannot read the file: {0}")]
     Io(String),
+    /// The text is not TOML; the parser's message.
     #[error("not valid TOML: {0}")]
     Syntax(String),
     /// A key no part of the scenario knows ("unknown field `x`, expected ...").
@@ -65,12 +68,30 @@ pub enum Problem {
     /// A latency, length or count below zero.
     #[error("must not be negative, got {0}")]
     Negative(String),
+    /// A CPU index the machine does not have.
     #[error("CPU {cpu} is out of range: machine {machine} has {count} CPUs (0..={})", count.saturating_sub(1))]
-    CpuOutOfRange { cpu: usize, count: usize, machine: String },
+    CpuOutOfRange {
+        /// The CPU given (dense index into the machine's CPU list).
+        cpu: usize,
+        /// How many CPUs the machine has.
+        count: usize,
+        /// The machine's name.
+        machine: String,
+    },
+    /// A `[workload] kind` no model is registered under.
     #[error("unknown workload kind {kind:?}; known kinds: {}", known.join(", "))]
-    UnknownKind { kind: String, known: Vec<&'static str> },
+    UnknownKind {
+        /// The kind given.
+        kind: String,
+        /// Every registered kind ([`crate::MODELS`]).
+        known: Vec<&'static str>,
+    },
+    /// The `[machine]` table names no usable machine (unknown preset, unreadable or invalid
+    /// machine file, bad `emulate`); the topology crate's message.
     #[error("bad machine: {0}")]
     Machine(String),
+    /// A `--set` assignment or a sweep that cannot be applied (no `=`, an empty part in the
+    /// dotted key, a key that runs through a value that is not a table, a sweep without values).
     #[error("bad --set or sweep {0}")]
     Override(String),
     /// Anything else: a wrong type, a missing key, an inconsistent value.
@@ -82,7 +103,9 @@ pub enum Problem {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Sweep {
+    /// The dotted key it sets (`workload.mechanism`).
     pub key: String,
+    /// The values it takes, one run each, in order.
     pub values: Vec<toml::Value>,
 }
 
@@ -99,7 +122,10 @@ impl Sweep {
 }
 
 /// A scenario file as a TOML table, before validation: overrides and sweeps apply here.
-#[derive(Debug, Clone)]
+///
+/// It serialises (file name, folder and table), so that a sweep can send it to another
+/// process or machine and validate it there.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ScenarioDoc {
     file: String,
     stem: String,
@@ -112,11 +138,29 @@ pub struct ScenarioDoc {
 pub struct Point {
     /// (key, value) of every swept key at this point, in sweep order.
     pub settings: Vec<(String, toml::Value)>,
+    /// The scenario with those settings applied, validated.
     pub scenario: Scenario,
 }
 
 impl ScenarioDoc {
     /// Reads and parses a scenario file.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::path::Path;
+    /// use corehop_sim::{Problem, ScenarioDoc};
+    /// let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios/switch-micro.toml");
+    /// let mut doc = ScenarioDoc::load(Path::new(path))?;
+    /// doc.set("workload.iterations=100")?; // as `corehop sim --set`
+    /// let points = doc.expand(&[])?; // one validated scenario per combination of its sweeps
+    /// let combinations: usize = doc.sweeps()?.iter().map(|s| s.values.len()).product();
+    /// assert_eq!(points.len(), combinations);
+    /// assert_eq!(points[0].scenario.name, "switch-micro"); // its `name` key
+    ///
+    /// let missing = ScenarioDoc::load(Path::new("no-such-scenario.toml")).unwrap_err();
+    /// assert!(matches!(missing.problem, Problem::Io(_)));
+    /// # Ok::<(), corehop_sim::ScenarioError>(())
+    /// ```
     pub fn load(path: &Path) -> Result<ScenarioDoc, ScenarioError> {
         let file = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
@@ -146,6 +190,22 @@ impl ScenarioDoc {
     /// The file name errors mention.
     pub fn file(&self) -> &str {
         &self.file
+    }
+
+    /// The document as TOML text (with any `--set` values applied).
+    pub fn to_toml(&self) -> String {
+        toml::to_string(&self.table).expect("a TOML table serialises")
+    }
+
+    /// The document as a TOML table.
+    pub fn table(&self) -> &toml::Table {
+        &self.table
+    }
+
+    /// A document from a TOML table (e.g. built from another language's data); `file` names
+    /// it in errors.
+    pub fn from_table(file: &str, table: toml::Table) -> ScenarioDoc {
+        ScenarioDoc { file: file.to_string(), stem: "scenario".into(), dir: None, table }
     }
 
     /// Applies `key=value` (dotted key; the value as TOML, else as a string).
@@ -189,6 +249,30 @@ impl ScenarioDoc {
 
     /// Every point of the file's sweeps followed by `extra` (an extra sweep of a key the file
     /// already sweeps replaces it); one point with no settings when nothing is swept.
+    ///
+    /// # Examples
+    /// ```
+    /// use corehop_sim::{ScenarioDoc, Sweep};
+    /// let doc = ScenarioDoc::parse(
+    ///     "example.toml",
+    ///     r#"
+    ///     [machine]
+    ///     preset = "switch-cs"
+    ///     [workload]
+    ///     kind = "switch"
+    ///     mechanism = "spin"
+    ///     [[sweep]]
+    ///     key = "workload.mechanism"
+    ///     values = ["none", "spin"]
+    /// "#,
+    /// )?;
+    /// let tasks = Sweep::parse("workload.tasks=1,2,3").unwrap(); // as `corehop sim --sweep`
+    /// let points = doc.expand(&[tasks])?;
+    /// assert_eq!(points.len(), 2 * 3);
+    /// let (key, value) = &points[1].settings[1]; // mechanism "none", the second tasks value
+    /// assert_eq!((key.as_str(), value.as_integer()), ("workload.tasks", Some(2)));
+    /// # Ok::<(), corehop_sim::ScenarioError>(())
+    /// ```
     pub fn expand(&self, extra: &[Sweep]) -> Result<Vec<Point>, ScenarioError> {
         let mut sweeps = self.sweeps()?;
         for s in extra {
@@ -347,10 +431,15 @@ struct WorkloadKind {
 /// A validated scenario: what a model is built from.
 #[derive(Debug, Clone)]
 pub struct Scenario {
+    /// The file name errors mention.
     pub file: String,
+    /// The `name` key, else the file stem (`"scenario"` for parsed text).
     pub name: String,
+    /// The RNG seed (`seed`, default 1): same scenario and seed, same report.
     pub seed: u64,
+    /// When the run stops (`[run]`); by default when no event is left.
     pub limits: Limits,
+    /// The topology and cost model (`[machine]`, `[costs]`).
     pub machine: SimMachine,
     /// The `[workload] kind`: which model runs.
     pub kind: String,
@@ -557,6 +646,24 @@ mod tests {
         assert_eq!(e.key, "machine.file");
         let e = doc("").expand(&[Sweep::parse("machine.emulate=5=0.5").unwrap()]).unwrap_err();
         assert_eq!(e.key, "machine.emulate");
+    }
+
+    #[test]
+    fn a_document_travels_as_json_with_its_folder() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut machine = presets::by_name("switch-cs").unwrap();
+        machine.name = "mine".into();
+        std::fs::write(tmp.path().join("m.toml"), machine.to_toml_string()).unwrap();
+        let path = tmp.path().join("s.toml");
+        std::fs::write(&path, "seed = 4\n[machine]\nfile = \"m.toml\"\n[workload]\nkind = \"switch\"\n")
+            .unwrap();
+        let mut doc = ScenarioDoc::load(&path).unwrap();
+        doc.set("workload.iterations=5").unwrap();
+        let back: ScenarioDoc = serde_json::from_str(&serde_json::to_string(&doc).unwrap()).unwrap();
+        assert_eq!(back.to_toml(), doc.to_toml());
+        let (a, b) = (doc.validate().unwrap(), back.validate().unwrap());
+        assert_eq!((b.name.as_str(), b.seed, b.machine.name()), ("s", 4, "mine"));
+        assert_eq!(a.machine.costs(), b.machine.costs());
     }
 
     #[test]

@@ -10,8 +10,11 @@ use crate::engine::{ps_to_ns, Ps, Sim};
 /// One interval during which a CPU was busy (recorded only when tracing is on).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Segment {
+    /// The CPU (dense index into the machine's CPU list).
     pub cpu: usize,
+    /// When it became busy, ps of virtual time.
     pub start: Ps,
+    /// When it became idle again, ps of virtual time.
     pub end: Ps,
 }
 
@@ -188,7 +191,9 @@ impl HopStats {
 /// Everything the engine measures for every model.
 #[derive(Debug, Clone)]
 pub struct Stats {
+    /// Busy/idle time of every CPU.
     pub cores: CoreLedger,
+    /// Every hop recorded with [`Stats::record_hop`].
     pub hops: HopStats,
     /// Time each job waited in a run queue before it started (0 when it started at once).
     pub queue_delays: Vec<Ps>,
@@ -237,10 +242,15 @@ impl Stats {
 /// Mean, median, 99th percentile and maximum of a set of durations, in nanoseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Summary {
+    /// How many durations were summarised.
     pub count: u64,
+    /// Their mean, ns.
     pub mean_ns: f64,
+    /// Their median (nearest rank), ns.
     pub p50_ns: f64,
+    /// Their 99th percentile (nearest rank), ns.
     pub p99_ns: f64,
+    /// The longest, ns.
     pub max_ns: f64,
 }
 
@@ -268,12 +278,16 @@ impl Summary {
 /// A named model-specific result ("ns per call", "calls hopped", ...).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Metric {
+    /// What is measured, as printed ("ns per call", "throughput").
     pub name: String,
+    /// The figure, in `unit`.
     pub value: f64,
+    /// Its unit as printed ("ns", "Gbit/s", "fraction", "tasks").
     pub unit: String,
 }
 
 impl Metric {
+    /// A metric called `name` worth `value` in `unit`.
     pub fn new(name: impl Into<String>, value: f64, unit: impl Into<String>) -> Metric {
         Metric { name: name.into(), value, unit: unit.into() }
     }
@@ -285,16 +299,22 @@ impl Metric {
 pub struct ModelReport {
     /// What one completed operation is ("gettid call", "request", ...).
     pub op_name: String,
+    /// The model's figures, headline first.
     pub metrics: Vec<Metric>,
 }
 
 /// A CPU's line in the report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CpuReport {
+    /// The CPU (dense index into the machine's CPU list).
     pub cpu: usize,
+    /// Its core class in lower case (`"big"`, `"little"`, `"uniform"`).
     pub class: String,
+    /// Its effective speed (hardware × emulated), relative to full speed 1.0.
     pub speed: f64,
+    /// Time it ran something, ns of virtual time.
     pub busy_ns: f64,
+    /// Time it had nothing to run, ns of virtual time (polling included).
     pub idle_ns: f64,
     /// The part of the idle time spent polling (the core stays powered).
     pub poll_ns: f64,
@@ -305,22 +325,35 @@ pub struct CpuReport {
 /// The result of one simulation run. Its JSON form is the stable output of `corehop sim --json`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
+    /// The scenario's name (its `name` key, else the file stem).
     pub scenario: String,
+    /// The model that ran (`[workload] kind`).
     pub kind: String,
+    /// The machine's name.
     pub machine: String,
+    /// The seed of the run's RNG.
     pub seed: u64,
+    /// Why the run stopped.
     pub stop: crate::engine::Stop,
+    /// Virtual time from start to stop, ns.
     pub elapsed_ns: f64,
+    /// Events the engine delivered.
     pub events: u64,
+    /// Operations completed by the end of the run (what an operation is: `model.op_name`).
     pub ops: u64,
     /// Completed operations per second of simulated time.
     pub throughput_per_s: f64,
+    /// Latency of the completed operations; `None` when there were none.
     pub op_latency: Option<Summary>,
+    /// Time jobs waited in a run queue before starting; `None` when no job went through one.
     pub queue_delay: Option<Summary>,
+    /// Hops recorded, all routes together.
     pub hops: u64,
     /// Mean time per hop from leaving the source CPU to running on the target.
     pub hop_cost_ns: Option<f64>,
+    /// One line per CPU, in CPU order.
     pub cpus: Vec<CpuReport>,
+    /// The model's own figures.
     pub model: ModelReport,
 }
 

@@ -6,13 +6,17 @@
 //!   so no caller ever reads a thread-local `errno` (a task that hops may be on another
 //!   thread by then, and inside an `LD_PRELOAD` library libc's own wrappers are ours);
 //! - [`futex`]: process-private futex wait and wake on top of it;
+//! - [`handoff`]: request slots between calling threads and a service thread, a request line
+//!   and a completion line each (the preload library's service threads and the runtime's
+//!   service cores both hand off through it);
 //! - [`wire`]: the preload library's settings (environment variables) and the one-line
 //!   summary it appends at exit, written by the library and parsed by `corehop run`.
 //!
-//! Only `raw` and `futex` contain `unsafe`; each block carries its argument.
+//! Only `raw`, `futex` and `handoff` contain `unsafe`; each block carries its argument.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
 pub mod futex;
+pub mod handoff;
 pub mod raw;
 pub mod wire;

@@ -4,10 +4,11 @@
 //! its own.
 //!
 //! ```text
-//! corehop-preload-v1 pid=1234 lanes=1 pinned=1 polled_ns=N [settled=ARM rounds=R switches=S regret_ppm=P] read=SEEN:OFF:LOCAL:KEPT:WITHDRAWN:BUSY:SVC_NS:WAIT_NS:LOCAL_NS:LOCAL_TIMED write=...
+//! corehop-preload-v1 pid=1234 lanes=1 pinned=1 polled_ns=N spun_ns=N [settled=ARM rounds=R switches=S regret_ppm=P] read=SEEN:OFF:LOCAL:KEPT:WITHDRAWN:BUSY:SVC_NS:WAIT_NS:LOCAL_NS:LOCAL_TIMED write=...
 //! ```
 //!
-//! `polled_ns` is the time the service threads spent polling for work (the CPU polling cost).
+//! `polled_ns` is the time the service threads spent polling for work, `spun_ns` the time
+//! callers spent spinning for their answers (the CPU polling cost on each side).
 //! A `hist.CALL=N,N,…` field follows each call whose calls went across: the hand-off times
 //! (the caller's wait beyond the call's own run) in [`HIST_BUCKETS`] power-of-two buckets
 //! ([`bucket_of`]), for percentiles.
@@ -34,12 +35,15 @@ pub mod env {
     pub const SERVICE_CPUS: &str = "COREHOP_SERVICE_CPUS";
     /// Which calls go across: `never`, `always`, `size[:BYTES]`, ….
     pub const POLICY: &str = "COREHOP_POLICY";
-    /// How long a caller spins for its reply, and an idle service thread for work, in ns.
+    /// The longest a caller spins for its reply, and an idle service thread's first polling
+    /// budget, in ns.
     pub const SPIN_NS: &str = "COREHOP_SPIN_NS";
     /// How long a caller waits for its request to be claimed before running it itself, in ns.
     pub const STALL_TIMEOUT_NS: &str = "COREHOP_STALL_TIMEOUT_NS";
     /// The file each process appends its summary line to (`-` is stderr).
     pub const STATS_FILE: &str = "COREHOP_STATS_FILE";
+    /// The file each process appends its recorded calls to (`corehop run --record-trace`).
+    pub const TRACE_FILE: &str = "COREHOP_TRACE_FILE";
     /// Tests only: each service thread sleeps this long before claiming a batch.
     pub const TEST_SERVICE_STALL_NS: &str = "COREHOP_TEST_SERVICE_STALL_NS";
     /// Where `corehop run` finds the preload library, if not next to its own binary.
@@ -119,6 +123,8 @@ pub struct Process<'a> {
     pub pinned: bool,
     /// The time they spent polling for work, in ns.
     pub polled_ns: u64,
+    /// The time callers spent spinning for answers, in ns.
+    pub spun_ns: u64,
     /// Where an adaptive policy stood.
     pub standing: Option<Standing<'a>>,
 }
@@ -131,8 +137,12 @@ pub fn write_line<'a, W: fmt::Write>(
     process: &Process<'_>,
     calls: impl IntoIterator<Item = (&'a str, [u64; COUNTERS.len()], [u64; HIST_BUCKETS])>,
 ) -> fmt::Result {
-    let Process { pid, lanes, pinned, polled_ns, standing } = *process;
-    write!(out, "{SUMMARY_TAG} pid={pid} lanes={lanes} pinned={} polled_ns={polled_ns}", u8::from(pinned))?;
+    let Process { pid, lanes, pinned, polled_ns, spun_ns, standing } = *process;
+    write!(
+        out,
+        "{SUMMARY_TAG} pid={pid} lanes={lanes} pinned={} polled_ns={polled_ns} spun_ns={spun_ns}",
+        u8::from(pinned)
+    )?;
     if let Some(s) = standing {
         write!(
             out,
@@ -229,6 +239,8 @@ pub struct Summary {
     pub unpinned: usize,
     /// Time the service threads spent polling for work, in ns, over every process.
     pub polled_ns: u64,
+    /// Time callers spent spinning for answers, in ns, over every process.
+    pub spun_ns: u64,
     /// Adaptive policies: settled arm → the processes that settled there.
     pub settled: BTreeMap<String, Settled>,
     /// Call name → counters.
@@ -269,6 +281,7 @@ impl Summary {
                     "pid" | "lanes" => {}
                     "pinned" => summary.unpinned += usize::from(value == "0"),
                     "polled_ns" => summary.polled_ns += number()?,
+                    "spun_ns" => summary.spun_ns += number()?,
                     "settled" => {
                         summary.settled.entry(value.to_string()).or_default().processes += 1;
                         settled = Some(value);
@@ -343,11 +356,12 @@ mod tests {
         hist[bucket_of(1_000)] = 3;
         hist[bucket_of(50_000)] = 1;
         let none = [0; HIST_BUCKETS];
-        let process = Process { pid: 7, lanes: 1, pinned: false, polled_ns: 40, standing: Some(standing) };
+        let process =
+            Process { pid: 7, lanes: 1, pinned: false, polled_ns: 40, spun_ns: 9, standing: Some(standing) };
         write_line(&mut line, &process, [("read", read, hist), ("fsync", fsync, none)]).unwrap();
-        assert!(
-            line.starts_with("corehop-preload-v1 pid=7 lanes=1 pinned=0 polled_ns=40 settled=never rounds=3")
-        );
+        assert!(line.starts_with(
+            "corehop-preload-v1 pid=7 lanes=1 pinned=0 polled_ns=40 spun_ns=9 settled=never rounds=3"
+        ));
         let twice = format!("{line}\n{line}");
         let s = Summary::parse(&twice).unwrap();
         assert_eq!((s.processes, s.unpinned), (2, 2));
@@ -355,6 +369,7 @@ mod tests {
         assert_eq!(s.calls["fsync"].local_ns, 14);
         assert_eq!(s.total().seen, 8);
         assert_eq!(s.polled_ns, 80);
+        assert_eq!(s.spun_ns, 18);
         let never = &s.settled["never"];
         assert_eq!((never.processes, never.rounds, never.switches, never.max_regret_ppm), (2, 6, 2, 900));
         let read_hist = &s.handoff["read"];

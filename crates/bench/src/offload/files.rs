@@ -22,6 +22,7 @@ use super::{Run, Served};
 /// File sizes served: around and across the 4 KB rule.
 pub const SIZES: [usize; 8] = [512, 2 << 10, 4 << 10, 8 << 10, 16 << 10, 64 << 10, 128 << 10, 256 << 10];
 
+/// Writes the served files (one per size in [`SIZES`]) into `dir`.
 pub fn create(dir: &Path) -> anyhow::Result<()> {
     for (i, size) in SIZES.iter().enumerate() {
         let bytes: Vec<u8> = (0..*size).map(|b| (b * 31 + i) as u8).collect();

@@ -87,10 +87,21 @@ pub struct Args {
     #[arg(long, value_name = "US", default_value_t = DEFAULT_STALL_TIMEOUT_US, requires = "offload")]
     pub stall_timeout_us: u64,
 
-    /// How long a caller, and an idle service thread, spin before sleeping on a futex (µs).
-    /// Longer spins cut hand-off latency and burn more CPU.
+    /// The longest a caller spins for its answer before sleeping on a futex (µs; a quarter of
+    /// it after an answer that needed a sleep), and an idle service thread's first polling
+    /// budget (then fitted to the gaps between calls). Longer spins cut hand-off latency and
+    /// burn more CPU; `--stats` reports both sides' polling per offloaded call.
     #[arg(long, value_name = "US", default_value_t = DEFAULT_SPIN_US, requires = "offload")]
     pub spin_us: u64,
+
+    /// Record every intercepted call of every process of CMD into FILE, as the CSV `corehop
+    /// predict --trace FILE` replays: `call,fd,size,site,run_ns` (run length in ns on a
+    /// monotonic clock, where the policy ran it; site = the program's return address, so keys
+    /// are per process), one `# pid` block per process, appended at its exit. Use `--policy
+    /// never` for local run lengths. A process that ends by `exec`, `_exit` or a signal adds
+    /// nothing; at most 1 048 576 calls per process are kept.
+    #[arg(long, value_name = "FILE", requires = "offload", conflicts_with = "compare")]
+    pub record_trace: Option<PathBuf>,
 
     /// Instead of running CMD once: run it REPS times without the library and REPS times with
     /// it, alternating, with its output captured; print the wall time of each (min / median /
@@ -112,6 +123,14 @@ pub struct Args {
     /// The program to run and its arguments (after `--`).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
+}
+
+/// The first lines of a `--record-trace` file.
+pub const TRACE_HEADER: &str = "# corehop run --record-trace: one `# pid` block per process, run lengths in ns\ncall,fd,size,site,run_ns\n";
+
+/// `path` made absolute (the program may change its working directory).
+fn absolute(path: &std::path::Path) -> anyhow::Result<PathBuf> {
+    std::path::absolute(path).with_context(|| format!("resolving {}", path.display()))
 }
 
 /// `--stall-timeout-us` by default.
@@ -182,6 +201,8 @@ pub struct Offload {
     pub spin_ns: u64,
     /// Where the processes append their summaries.
     pub stats_file: Option<PathBuf>,
+    /// Where the processes append their recorded calls (`--record-trace`).
+    pub trace_file: Option<PathBuf>,
 }
 
 /// What a run produced.
@@ -214,6 +235,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             stall_timeout_ns: args.stall_timeout_us.saturating_mul(1_000),
             spin_ns: args.spin_us.saturating_mul(1_000),
             stats_file,
+            trace_file: args.record_trace.as_deref().map(absolute).transpose()?,
         });
     }
     launch.cpus = match &args.cpus {
@@ -225,7 +247,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let output = CompareOutput { stats: args.stats, json: args.json, plot: args.plot };
         return compare(launch, reps, &service_cpus, &output);
     }
+    if let Some(path) = launch.offload.as_ref().and_then(|o| o.trace_file.as_ref()) {
+        std::fs::write(path, TRACE_HEADER)
+            .with_context(|| format!("creating the trace file {}", path.display()))?;
+    }
     let finished = launch.run()?;
+    if let Some(path) = launch.offload.as_ref().and_then(|o| o.trace_file.as_ref()) {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let processes = text.lines().filter(|l| l.starts_with("# pid") && !l.contains(':')).count();
+        let calls = text.lines().filter(|l| !l.starts_with('#') && !l.starts_with("call,")).count();
+        eprintln!("corehop: recorded {calls} calls of {processes} process(es) in {}", path.display());
+    }
     if let Some(summary) = &finished.summary {
         if args.stats {
             eprint!("{}", summary.table(&service_cpus, finished.wall_ns).render());
@@ -467,6 +499,10 @@ impl Launch {
                 Some(path) => command.env(env::STATS_FILE, path),
                 None => command.env_remove(env::STATS_FILE),
             };
+            match &offload.trace_file {
+                Some(path) => command.env(env::TRACE_FILE, path),
+                None => command.env_remove(env::TRACE_FILE),
+            };
         }
         if self.capture {
             command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
@@ -665,10 +701,14 @@ impl SummaryTable for Summary {
              hand-off = the caller's wait beyond that (mean; p50 and p99 as power-of-two bucket bounds).",
         );
         table.note(format!(
-            "service threads polled for work {} in all ({} per offloaded call): the CPU that polling cost; \
-             idle, they poll for an adaptive budget fitted to the gaps between calls, then sleep",
+            "service threads polled for work {} in all ({} per offloaded call), callers spun for answers {} \
+             ({} per offloaded call): the CPU polling cost on each side; idle, a service thread polls for an \
+             adaptive budget fitted to the gaps between calls, then sleeps; a caller spins up to its limit \
+             (a quarter of it after an answer that needed a sleep), then sleeps",
             fmt_ns(self.polled_ns as f64),
-            per(self.polled_ns, total.offloaded)
+            per(self.polled_ns, total.offloaded),
+            fmt_ns(self.spun_ns as f64),
+            per(self.spun_ns, total.offloaded)
         ));
         let overhead = total.wait_ns.saturating_sub(total.service_ns);
         table.note(format!(
@@ -780,6 +820,7 @@ pub fn tour() -> anyhow::Result<()> {
                         stall_timeout_ns: 10_000_000,
                         spin_ns: 20_000,
                         stats_file: Some(stats_path()),
+                        trace_file: None,
                     }),
                 };
                 let finished = launch.run()?;

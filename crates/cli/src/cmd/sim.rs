@@ -71,6 +71,12 @@ pub struct Args {
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
 
+    /// Run up to N points of a sweep at once, one per thread (default: every CPU this process
+    /// may use; 1 runs them one after another). Each point is its own seeded simulation, so
+    /// the output is the same, byte for byte, whatever N is.
+    #[arg(long, short = 'j', value_name = "N")]
+    jobs: Option<usize>,
+
     /// List the workload models (`[workload] kind`) and machine presets, then exit.
     #[arg(long)]
     list: bool,
@@ -95,7 +101,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .map(|s| Sweep::parse(s).map_err(|e| anyhow::anyhow!("--sweep {e}")))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let points = doc.expand(&sweeps)?;
-    let runs = run_points(&points, !args.json)?;
+    let runs = run_points(&points, args.jobs.unwrap_or(0), !args.json)?;
 
     if args.json {
         report::print_json(&JsonOut {
@@ -154,26 +160,21 @@ fn listing() -> String {
     format!("{t}\n{p}")
 }
 
-/// Runs every point, with a progress bar when `show_progress` and there is more than one.
-fn run_points(points: &[Point], show_progress: bool) -> anyhow::Result<Vec<(Point, Report)>> {
+/// Runs every point on `jobs` threads (0: every allowed CPU), with a progress bar when
+/// `show_progress` and there is more than one point. Results in point order; the first
+/// failing point (in point order) is the error.
+fn run_points(points: &[Point], jobs: usize, show_progress: bool) -> anyhow::Result<Vec<(Point, Report)>> {
     let bar = if show_progress && points.len() > 1 {
         report::progress(points.len() as u64, "sim")
     } else {
         indicatif::ProgressBar::hidden()
     };
-    let mut out = Vec::with_capacity(points.len());
-    for point in points {
-        let label = settings_label(point);
-        bar.set_message(label.clone());
-        // Every 65 536 events: where the run is in simulated time.
-        let report = models::run_scenario(&point.scenario, &mut |now| {
-            bar.set_message(format!("{label} at {} simulated", report::fmt_ns(corehop_sim::ps_to_ns(now))));
-        })?;
-        out.push((point.clone(), report));
+    let results = corehop_sim::run_points(points, jobs, |i| {
+        bar.set_message(settings_label(&points[i]));
         bar.inc(1);
-    }
+    });
     bar.finish_and_clear();
-    Ok(out)
+    points.iter().cloned().zip(results).map(|(point, report)| Ok((point, report?))).collect()
 }
 
 fn value_text(v: &toml::Value) -> String {
@@ -432,7 +433,7 @@ pub fn tour() -> anyhow::Result<()> {
     let mut doc = ScenarioDoc::parse("scenarios/switch-micro.toml", SWITCH_MICRO)?;
     doc.set("workload.iterations=2000")?;
     let points = doc.expand(&[])?;
-    let runs = run_points(&points, true)?;
+    let runs = run_points(&points, 0, true)?;
     print!("{}", tour_table(&runs));
     Ok(())
 }
@@ -490,7 +491,7 @@ mod tests {
     fn tour_compares_every_paper_configuration() {
         let mut doc = ScenarioDoc::parse("switch-micro.toml", SWITCH_MICRO).unwrap();
         doc.set("workload.iterations=20").unwrap();
-        let runs = run_points(&doc.expand(&[]).unwrap(), false).unwrap();
+        let runs = run_points(&doc.expand(&[]).unwrap(), 0, false).unwrap();
         let out = tour_table(&runs).render();
         assert!(out.contains("V1 > V2 > V3 > V4 on 4 of 4 machines"), "{out}");
         assert!(out.contains("costliest service core for V4 is switch-cs-quarter"), "{out}");

@@ -47,6 +47,10 @@ pub struct Args {
     /// The offload policy under test.
     #[arg(long, value_enum, default_value_t = PolicyArg::Adaptive)]
     pub policy: PolicyArg,
+    /// Also run each program once more under `--policy never --record-trace` and keep its
+    /// trace as DIR/PROGRAM.csv, for `corehop predict --trace` (the directory is created).
+    #[arg(long, value_name = "DIR")]
+    pub record_traces: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -192,6 +196,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         bail!("the suite reads /usr/include/linux, which this machine lacks (Debian: linux-libc-dev)");
     }
     let library = find_library()?;
+    if let Some(traces) = &args.record_traces {
+        std::fs::create_dir_all(traces).with_context(|| format!("creating {}", traces.display()))?;
+    }
     let allowed = sys::affinity().context("reading this process's CPU affinity")?;
     let service = *allowed.last().context("this process may run on no CPU")?;
     let policy = args.policy.spec(None)?;
@@ -224,6 +231,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             stall_timeout_ns: super::run::DEFAULT_STALL_TIMEOUT_US * 1_000,
             spin_ns: super::run::DEFAULT_SPIN_US * 1_000,
             stats_file: None,
+            trace_file: None,
         };
         let mut times: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
         let mut first = None;
@@ -256,6 +264,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 }
                 bar.inc(1);
             }
+        }
+        if let Some(traces) = &args.record_traces {
+            let trace = std::path::absolute(traces.join(format!("{}.csv", program.name)))?;
+            std::fs::write(&trace, super::run::TRACE_HEADER)
+                .with_context(|| format!("creating {}", trace.display()))?;
+            let launch = Launch {
+                command: command.clone(),
+                cpus: None,
+                offload: Some(Offload { policy: "never".into(), trace_file: Some(trace), ..offload.clone() }),
+                capture: true,
+            };
+            launch.run().with_context(|| format!("recording a trace of {}", program.name))?;
         }
         let plain = Stats::of(&times[0]).context("no plain run")?;
         let offloaded = Stats::of(&times[1]).context("no offloaded run")?;

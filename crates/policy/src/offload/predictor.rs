@@ -12,9 +12,10 @@
 //! ([`TableForm::Timed`]): times never repeat exactly, so "within ±5 %" rarely holds and the
 //! paper's form falls back to the global mean most of the time, which a few long calls (an
 //! fsync) drag up. The timed form keys a call by its kind, call site and size bucket (log2),
-//! predicts the median of that key's last three runs, and falls back to the median of the last
-//! three runs of the same kind of call: a median ignores one outlier, and a kind says more
-//! about a call's length than whatever call came before it.
+//! predicts the lower tercile of that key's last nine runs, and falls back to the same of the
+//! last nine runs of the same kind of call: a low quantile ignores the spikes that interrupts
+//! and preemption add, and a kind says more about a call's length than whatever call came
+//! before it.
 //!
 //! Units are whatever the caller observes in (the runtime uses nanoseconds, the simulator
 //! cycles); the predictor only compares and averages them.
@@ -53,8 +54,8 @@ pub enum TableForm {
         entries: usize,
     },
     /// For times: tagged entries at `key % entries` (a colliding key replaces the entry),
-    /// each the key's last three runs; predictions are medians, with the call kind's median
-    /// as the fallback (module docs). Allocates only when built.
+    /// each the key's last nine runs; predictions are their lower tercile, with the call
+    /// kind's as the fallback (module docs). Allocates only when built.
     Timed {
         /// Table size.
         entries: usize,
@@ -117,44 +118,50 @@ struct Entry {
     used: u64,
 }
 
-/// The last three runs of something, for a median.
+/// How many recent runs of a key (or a call kind) the timed form keeps.
+const HISTORY: usize = 9;
+
+/// The last [`HISTORY`] runs of something, each saturated to 32 bits (4.3 s in ns) to keep
+/// the table small: at 48 bytes an entry, 1500 entries fault in 18 pages.
 #[derive(Clone, Copy, Debug, Default)]
 struct Recent {
-    runs: [u64; 3],
+    runs: [u32; HISTORY],
     len: u8,
     next: u8,
 }
 
 impl Recent {
     fn push(&mut self, run: u64) {
-        self.runs[usize::from(self.next)] = run;
-        self.next = (self.next + 1) % 3;
-        self.len = (self.len + 1).min(3);
+        self.runs[usize::from(self.next)] = u32::try_from(run).unwrap_or(u32::MAX);
+        self.next = (self.next + 1) % HISTORY as u8;
+        self.len = (self.len + 1).min(HISTORY as u8);
     }
 
-    fn median(&self) -> Option<u64> {
+    /// The lower tercile: the run a call of this key typically needs. Run lengths in time are
+    /// skewed to the right (an interrupt, a preemption, a cold cache lengthens a run; nothing
+    /// shortens one) and those spikes do not repeat with the key, so a low quantile predicts
+    /// better than the median or the mean (docs/performance.md, "run-length predictor").
+    fn typical(&self) -> Option<u64> {
         let mut runs = self.runs;
         let runs = &mut runs[..usize::from(self.len)];
         runs.sort_unstable();
-        match runs.len() {
-            0 => None,
-            // Of two, the smaller: a single long outlier must not decide alone.
-            1 | 2 => Some(runs[0]),
-            _ => Some(runs[1]),
-        }
+        (!runs.is_empty()).then(|| u64::from(runs[(runs.len() - 1) / 3]))
     }
 }
 
 /// The state of the timed form: per key (tagged, direct mapped) and per call kind.
 #[derive(Clone, Debug)]
 struct Timed {
+    /// Allocated at the first observation: a process that makes a handful of calls (most of a
+    /// shell pipeline's) never pays for the table.
     keys: Vec<Option<(u64, Recent)>>,
+    entries: usize,
     kinds: Vec<Recent>,
 }
 
 impl Timed {
     fn new(entries: usize) -> Timed {
-        Timed { keys: vec![None; entries], kinds: vec![Recent::default(); NAMED_KINDS.len() + 1] }
+        Timed { keys: Vec::new(), entries, kinds: vec![Recent::default(); NAMED_KINDS.len() + 1] }
     }
 
     fn key_of(call: &CallDesc) -> u64 {
@@ -166,22 +173,25 @@ impl Timed {
     }
 
     fn predict(&self, key: u64, kind: Option<CallKind>) -> Prediction {
-        let slot = (key % self.keys.len() as u64) as usize;
-        if let Some((tag, recent)) = &self.keys[slot] {
+        let slot = (key % self.entries as u64) as usize;
+        if let Some(Some((tag, recent))) = self.keys.get(slot) {
             if *tag == key {
-                if let Some(run) = recent.median() {
+                if let Some(run) = recent.typical() {
                     return Prediction { run, source: Source::Local };
                 }
             }
         }
-        match kind.and_then(|k| self.kinds[Self::kind_slot(k)].median()) {
+        match kind.and_then(|k| self.kinds[Self::kind_slot(k)].typical()) {
             Some(run) => Prediction { run, source: Source::Global },
             None => Prediction { run: 0, source: Source::Cold },
         }
     }
 
     fn observe(&mut self, key: u64, kind: Option<CallKind>, run: u64) {
-        let slot = (key % self.keys.len() as u64) as usize;
+        if self.keys.is_empty() {
+            self.keys = vec![None; self.entries];
+        }
+        let slot = (key % self.entries as u64) as usize;
         match &mut self.keys[slot] {
             Some((tag, recent)) if *tag == key => recent.push(run),
             entry => {
@@ -468,17 +478,22 @@ mod tests {
     }
 
     #[test]
-    fn the_timed_form_predicts_medians_by_key_then_by_kind() {
+    fn the_timed_form_predicts_typical_runs_by_key_then_by_kind() {
         let mut p = RunLengthPredictor::new(TableForm::TIMED).unwrap();
         let fsync = |site| CallDesc::new(CallKind::Fsync, 3, 0, site);
         assert_eq!(p.predict_call(&fsync(1)).source, Source::Cold);
-        for run in [1_000, 900_000, 1_100] {
-            p.observe_call(&fsync(1), run); // one outlier among three
+        for run in [1_000, 900_000, 1_100, 1_050] {
+            p.observe_call(&fsync(1), run); // one outlier among four
         }
-        assert_eq!(p.predict_call(&fsync(1)), Prediction { run: 1_100, source: Source::Local });
-        // Another site of the same kind: the kind's median, not the last call of any kind.
+        assert_eq!(p.predict_call(&fsync(1)), Prediction { run: 1_050, source: Source::Local });
+        // Another site of the same kind: the kind's typical run, not the last call of any kind.
         p.observe_call(&CallDesc::new(CallKind::Read, 3, 4096, 9), 50);
-        assert_eq!(p.predict_call(&fsync(2)), Prediction { run: 1_100, source: Source::Global });
+        assert_eq!(p.predict_call(&fsync(2)), Prediction { run: 1_050, source: Source::Global });
+        // Only the last nine runs count: a phase of long calls takes over.
+        for _ in 0..9 {
+            p.observe_call(&fsync(1), 50_000);
+        }
+        assert_eq!(p.predict_call(&fsync(1)).run, 50_000);
         // Sizes in one power of two share a key; the descriptor does not matter.
         let read = |fd, size| CallDesc::new(CallKind::Read, fd, size, 9);
         assert_eq!(read(3, 4096).timed_key(), read(7, 8000).timed_key());

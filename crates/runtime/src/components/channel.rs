@@ -44,15 +44,12 @@ use std::sync::Arc;
 use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{fence, AtomicU64, Futex, Ordering};
+use crate::sync::{fence, AtomicU64, Doorbell, Ordering};
 use crate::sys;
 
-const AWAKE: u32 = 0;
-const PARKED: u32 = 1;
-
-/// The futex word of one host plus what its wake-ups cost.
+/// The doorbell of one host plus what its wake-ups cost.
 pub(crate) struct HostSignal {
-    futex: CachePadded<Futex>,
+    bell: CachePadded<Doorbell>,
     /// `now_ns` when the last futex wake was issued, to measure wake-up latency.
     notified_at: StatU64,
     /// Futex wakes issued to this host.
@@ -62,7 +59,7 @@ pub(crate) struct HostSignal {
 impl HostSignal {
     fn new() -> HostSignal {
         HostSignal {
-            futex: CachePadded::new(Futex::new(AWAKE)),
+            bell: CachePadded::new(Doorbell::new()),
             notified_at: StatU64::new(0),
             wakes: StatU64::new(0),
         }
@@ -71,31 +68,26 @@ impl HostSignal {
     /// Wakes the host if it is parked (or about to park). Callers issue `fence(SeqCst)` after
     /// publishing what the host should see and before calling this.
     pub(crate) fn notify(&self) {
-        let word = &self.futex.word;
-        if word.load(Ordering::Relaxed) == PARKED && word.swap(AWAKE, Ordering::AcqRel) == PARKED {
+        self.bell.ring(|| {
             self.notified_at.store(sys::now_ns(), std::sync::atomic::Ordering::Relaxed);
             self.wakes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.futex.wake_one();
-        }
+        });
     }
 
     /// First half of parking: announce it. The caller must then re-check for work and call
     /// [`HostSignal::cancel_park`] or [`HostSignal::park`].
     pub(crate) fn prepare_park(&self) {
-        self.futex.word.store(PARKED, Ordering::Relaxed);
-        fence(Ordering::SeqCst);
+        self.bell.prepare_park();
     }
 
     pub(crate) fn cancel_park(&self) {
-        self.futex.word.store(AWAKE, Ordering::Relaxed);
+        self.bell.cancel_park();
     }
 
     /// Sleeps until notified (returns at once if already notified). Returns the `now_ns` at
     /// which the notifier issued its wake, if it did.
     pub(crate) fn park(&self) -> Option<u64> {
-        while self.futex.word.load(Ordering::Acquire) == PARKED {
-            self.futex.wait(PARKED);
-        }
+        self.bell.park();
         let at = self.notified_at.swap(0, std::sync::atomic::Ordering::Relaxed);
         (at != 0).then_some(at)
     }
@@ -245,10 +237,12 @@ impl<M, K> Sender<M, K> {
         self.chan.len()
     }
 
+    /// Whether no message is waiting in the channel.
     pub fn is_empty(&self) -> bool {
         self.chan.is_empty()
     }
 
+    /// How many messages the channel holds at most.
     pub fn capacity(&self) -> usize {
         self.chan.capacity()
     }
@@ -274,14 +268,17 @@ impl<M> Receiver<M> {
         Some(m)
     }
 
+    /// Messages waiting in the channel.
     pub fn len(&self) -> usize {
         self.chan.len()
     }
 
+    /// Whether no message is waiting in the channel.
     pub fn is_empty(&self) -> bool {
         self.chan.is_empty()
     }
 
+    /// How many messages the channel holds at most.
     pub fn capacity(&self) -> usize {
         self.chan.capacity()
     }

@@ -65,7 +65,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
-use corehop_policy::components::{Action, ComponentsError, Layout, Observation};
+use corehop_policy::components::{Action, ControllerError, Layout, Observation};
 use corehop_topology::{CpuId, Machine};
 use crossbeam_utils::CachePadded;
 
@@ -135,33 +135,70 @@ impl<M> Outbox<M> {
 /// Bad input or a failure of the components runtime.
 #[derive(Debug, thiserror::Error)]
 pub enum ComponentError {
+    /// A CPU id past the end of the machine's CPU list.
     #[error("{cpu} is not one of the machine's {cpus} CPUs")]
-    UnknownCpu { cpu: CpuId, cpus: usize },
+    UnknownCpu {
+        /// The CPU asked for (dense id, not the kernel's number).
+        cpu: CpuId,
+        /// How many CPUs the machine has.
+        cpus: usize,
+    },
+    /// The machine has more CPUs than a pipeline supports.
     #[error("a pipeline can use at most {max} CPUs; the machine has {cpus}")]
-    TooManyCpus { cpus: usize, max: usize },
+    TooManyCpus {
+        /// How many CPUs the machine has.
+        cpus: usize,
+        /// The most a pipeline supports.
+        max: usize,
+    },
+    /// An emulated speed that is not in (0, 1].
     #[error("speed {speed} for {cpu} is outside (0, 1]")]
-    BadSpeed { cpu: CpuId, speed: f64 },
+    BadSpeed {
+        /// The CPU it was for.
+        cpu: CpuId,
+        /// The speed given, as a fraction of full speed.
+        speed: f64,
+    },
+    /// A channel of capacity 0 was asked for.
     #[error("a channel needs a capacity of at least 1")]
     ZeroCapacity,
+    /// A batch size of 0 was asked for.
     #[error("the batch size must be at least 1")]
     ZeroBatch,
+    /// A component was given a channel made by a different [`PipelineBuilder`].
     #[error("component {name}: its {end} channel belongs to another pipeline builder")]
-    ForeignChannel { name: String, end: &'static str },
+    ForeignChannel {
+        /// The component's name.
+        name: String,
+        /// Which of its channels: `"input"` or `"output"`.
+        end: &'static str,
+    },
+    /// Building the first instance of a component panicked.
     #[error("component {name}: its factory panicked")]
-    FactoryPanicked { name: String },
+    FactoryPanicked {
+        /// The component's name.
+        name: String,
+    },
+    /// A component id this pipeline did not hand out.
     #[error("there is no {0}")]
     UnknownComponent(ComponentId),
+    /// A host thread could not be started or pinned.
     #[error("could not start the host of {cpu} (kernel cpu {os_cpu}): {source}")]
     Host {
+        /// The host's CPU (dense id).
         cpu: CpuId,
+        /// The kernel's number for that CPU.
         os_cpu: usize,
+        /// The OS error from starting or pinning the thread.
         #[source]
         source: std::io::Error,
     },
+    /// A host thread was gone before it answered (when starting, or during a move).
     #[error("the pipeline's hosts have stopped")]
     Stopped,
+    /// A layout or controller input that `corehop_policy::components` rejected.
     #[error(transparent)]
-    Layout(#[from] ComponentsError),
+    Layout(#[from] ControllerError),
 }
 
 const MAX_CPUS: usize = 64;
@@ -432,7 +469,9 @@ impl<C: Component> ComponentSpec<'_, C> {
 /// Counters of one component at one instant (cumulative since start).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ComponentSample {
+    /// The name it was added under.
     pub name: String,
+    /// The CPU whose host runs it now.
     pub cpu: CpuId,
     /// Time spent working, duty-cycle stalls included, ns.
     pub busy_ns: u64,
@@ -446,22 +485,26 @@ pub struct ComponentSample {
     pub poisoned: u64,
     /// The factory panicked on restart: the component no longer runs.
     pub dead: bool,
-    /// Messages waiting in its input now, and the input's capacity (0, 0 for a source).
+    /// Messages waiting in its input now (0 for a source).
     pub queue_len: usize,
+    /// The input channel's capacity in messages (0 for a source).
     pub queue_capacity: usize,
 }
 
 /// Counters of one host (CPU) at one instant (cumulative since start).
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostSample {
+    /// The host's CPU.
     pub cpu: CpuId,
+    /// The emulated speed in force, as a fraction of full speed (1.0 = not throttled).
     pub speed: f64,
-    /// Working, stalls included.
+    /// Time working, duty-cycle stalls included, ns.
     pub busy_ns: u64,
-    /// Polling idle.
+    /// Time polling while idle, ns.
     pub spin_ns: u64,
-    /// Asleep in the kernel.
+    /// Time asleep in the kernel, ns.
     pub parked_ns: u64,
+    /// Times it went to sleep on its futex.
     pub parks: u64,
     /// Futex wakes other threads issued to it.
     pub wakes: u64,
@@ -470,8 +513,11 @@ pub struct HostSample {
 /// A snapshot of a running pipeline.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
+    /// When it was taken: [`crate::sys::now_ns`], ns on the `CLOCK_MONOTONIC` time line.
     pub at_ns: u64,
+    /// One per component, indexed by [`ComponentId`].
     pub components: Vec<ComponentSample>,
+    /// One per CPU of the machine, indexed by [`CpuId`].
     pub hosts: Vec<HostSample>,
 }
 
@@ -505,6 +551,7 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
+    /// The machine the pipeline was built for.
     pub fn machine(&self) -> &Machine {
         &self.machine
     }

@@ -93,6 +93,7 @@ impl Drop for Release<'_> {
 }
 
 impl<T> LockedCell<T> {
+    /// `value` behind a fresh, unlocked lock.
     pub fn new(value: T) -> LockedCell<T> {
         LockedCell { lock: OpLock::default(), value: UnsafeCell::new(value) }
     }

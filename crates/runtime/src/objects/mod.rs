@@ -50,7 +50,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use corehop_policy::objects::{CoreSample, Move, ObjectSample, Placer, PlacerConfig};
-pub use corehop_policy::objects::{ObjectHints, ObjectId, ObjectsError, Placement};
+pub use corehop_policy::objects::{ObjectHints, ObjectId, Placement, PlacementError};
 use corehop_policy::payoff::{ArmSampler, PayoffConfig, STAY};
 use corehop_topology::{CpuId, Machine};
 use crossbeam_utils::CachePadded;
@@ -63,18 +63,36 @@ pub use lock::{LockedCell, OpLock};
 /// Errors of the object registry.
 #[derive(Debug, thiserror::Error)]
 pub enum ObjectError {
+    /// The placement policy refused (bad budgets, an unknown CPU, …).
     #[error(transparent)]
-    Policy(#[from] ObjectsError),
+    Policy(#[from] PlacementError),
+    /// The payoff gate's settings cannot work.
     #[error(transparent)]
     Payoff(#[from] corehop_policy::payoff::PayoffError),
+    /// The key is taken, by this object.
     #[error("an object is already registered under this key (as {0:?})")]
     Duplicate(ObjectId),
+    /// No object under this key.
     #[error("no object is registered under this key")]
     UnknownKey,
+    /// A plain thread could not be moved to the object's CPU.
     #[error("cannot move the calling thread to {cpu} (os cpu {os_id}): {source}")]
-    Migrate { cpu: CpuId, os_id: usize, source: std::io::Error },
+    Migrate {
+        /// Where the object lives.
+        cpu: CpuId,
+        /// Its kernel CPU number.
+        os_id: usize,
+        /// What `sched_setaffinity` said.
+        source: std::io::Error,
+    },
+    /// A task could not hop to the object's CPU.
     #[error("cannot hop the calling task to {cpu}: {source}")]
-    Hop { cpu: CpuId, source: crate::Error },
+    Hop {
+        /// Where the object lives.
+        cpu: CpuId,
+        /// Why the hop failed.
+        source: crate::Error,
+    },
 }
 
 /// Settings of an [`Objects`] registry.
@@ -142,6 +160,7 @@ pub struct Object<T> {
 pub type Handle<T> = Arc<Object<T>>;
 
 impl<T> Object<T> {
+    /// The registry's id of this object (dense, in registration order).
     pub fn id(&self) -> ObjectId {
         self.id
     }
@@ -437,7 +456,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
             // Stays where it is and is not sampled: nothing to measure, nothing to undo.
             let _zone = crate::no_hop_zone();
             let out = op(&object.cell);
-            self.let_others_run();
+            self.let_others_run(false);
             return Ok(out);
         }
         let mut ran = self.go(object, true)?;
@@ -451,7 +470,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         let out = out.unwrap_or_else(|payload| panic::resume_unwind(payload));
         let weight = if sampled { u64::from(SAMPLE_EVERY) } else { 0 };
         self.account(object, &ran, t0, t1, write, weight);
-        self.let_others_run();
+        self.let_others_run(sampled);
         Ok(out)
     }
 
@@ -523,6 +542,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         self.all.read().unwrap_or_else(|e| e.into_inner()).len()
     }
 
+    /// Whether no object is registered.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -595,10 +615,15 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         Ok(Ran { index: Some(target), routed: true, hop_ns, back })
     }
 
-    /// An operation's end is a scheduling point: tasks that hopped here to operate on this
-    /// CPU's objects run before the caller's next operation (a plain thread: nothing to do).
-    fn let_others_run(&self) {
-        if self.scheduled.load(Ordering::Relaxed) > 0 && crate::in_task() {
+    /// An operation's end is a scheduling point while objects are placed: tasks that hopped
+    /// here to operate on this CPU's objects run before the caller's next operation (a plain
+    /// thread: nothing to do). While the gate keeps every operation where it is called, only
+    /// sampled operations yield (one in [`SAMPLE_EVERY`]): no task hops here for an
+    /// operation then, and a task switch per operation would cost more than most operations;
+    /// a task coming back from an earlier move still gets its turn.
+    fn let_others_run(&self, sampled: bool) {
+        let routes_followed = sampled || self.moving.load(Ordering::Relaxed);
+        if routes_followed && self.scheduled.load(Ordering::Relaxed) > 0 && crate::in_task() {
             // Refused only inside a no-hop zone or while shutting down: then simply go on.
             let _ = crate::yield_now();
         }
@@ -724,9 +749,13 @@ fn preempted_after(bytes: u64) -> u64 {
 /// How many objects are placed each way.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Census {
+    /// Run wherever their caller is.
     pub local: usize,
+    /// Scheduled to one core.
     pub core: usize,
+    /// Scheduled to a cache domain (any core sharing the cache).
     pub domain: usize,
+    /// Read on every core from a replica.
     pub replicated: usize,
 }
 

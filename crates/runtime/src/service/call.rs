@@ -18,6 +18,11 @@ use crate::sys::{self, Errno};
 pub type SysResult = Result<isize, Errno>;
 
 /// One system call the papers switch cores on, with its arguments.
+///
+/// Each variant is the system call of the same name (`man 2 read`, …) and its fields are that
+/// call's arguments under the manual's names, buffers as slices (their lengths are the
+/// counts); only where the mapping is not one to one does a field say more.
+#[allow(missing_docs)] // Variants and fields: the manual pages, as said above.
 #[derive(Debug)]
 pub enum SysCall<'a> {
     Read {

@@ -58,6 +58,29 @@ pub fn find(kind: &str) -> Option<&'static ModelEntry> {
 
 /// Runs `scenario` with the model its `kind` names. `progress` gets the simulated time now
 /// and then (for progress bars).
+///
+/// # Examples
+/// ```
+/// use corehop_sim::{models, ScenarioDoc};
+/// let text = r#"
+///     [machine]
+///     preset = "switch-cs"
+///     [workload]
+///     kind = "switch"
+///     mechanism = "spin"
+///     iterations = 50
+/// "#;
+/// let scenario = ScenarioDoc::parse("example.toml", text)?.validate()?;
+/// let report = models::run_scenario(&scenario, &mut |_now_ps| {})?;
+/// assert_eq!((report.kind.as_str(), report.ops), ("switch", 50));
+/// assert_eq!(report.headline().unwrap().unit, "ns"); // the switch model's "ns per call"
+/// // Same scenario, same seed: the same report.
+/// assert_eq!(models::run_scenario(&scenario, &mut |_| {})?, report);
+///
+/// let unknown = ScenarioDoc::parse("bad.toml", &text.replace("\"switch\"", "\"nope\""))?.validate()?;
+/// assert_eq!(models::run_scenario(&unknown, &mut |_| {}).unwrap_err().key, "workload.kind");
+/// # Ok::<(), corehop_sim::ScenarioError>(())
+/// ```
 pub fn run_scenario(scenario: &Scenario, progress: &mut dyn FnMut(Ps)) -> Result<Report, ScenarioError> {
     let entry = find(&scenario.kind).ok_or_else(|| {
         scenario.error(

@@ -63,8 +63,11 @@ pub const ENTRY: ModelEntry = ModelEntry::of::<Objects>(
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Scheduler {
+    /// Every lookup runs on its thread's CPU (no hop).
     Threads,
+    /// Every lookup hops to its directory's home CPU, `directory mod CPUs`.
     Sharded,
+    /// Every lookup hops to where the O² placer put its directory.
     O2,
 }
 
@@ -72,7 +75,10 @@ pub enum Scheduler {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Popularity {
+    /// Every directory equally likely, all the time.
     Uniform,
+    /// Every `oscillate_us` the active set flips between all directories and
+    /// 1/`oscillate_divisor` of them.
     Oscillating,
 }
 
@@ -80,28 +86,42 @@ pub enum Popularity {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ObjectsConfig {
+    /// Which scheduler places lookups.
     pub scheduler: Scheduler,
+    /// Size of all directories together, KiB; with `object_bytes` it sets how many there are.
     pub total_kib: f64,
+    /// Size of one directory, bytes (default 32 000).
     #[serde(default = "d_object_bytes")]
     pub object_bytes: u64,
+    /// Entries per directory (default 1000); a lookup scans to a random one.
     #[serde(default = "d_entries")]
     pub entries: u32,
+    /// Which directories are looked up (default uniform).
     #[serde(default = "d_popularity")]
     pub popularity: Popularity,
+    /// Phase length of the oscillating popularity, µs of virtual time (default 20 000).
     #[serde(default = "d_oscillate_us")]
     pub oscillate_us: f64,
+    /// In the small phase, 1/this of the directories are active (default 16).
     #[serde(default = "d_divisor")]
     pub oscillate_divisor: u32,
+    /// Lookup threads per CPU (default 2).
     #[serde(default = "d_threads")]
     pub threads_per_cpu: u32,
+    /// How a lookup hops to another CPU (default spin, as CoreTime's migration polls a flag).
     #[serde(default = "d_mechanism")]
     pub mechanism: Mechanism,
+    /// Compare work per entry scanned, ns at full speed (default 1.0).
     #[serde(default = "d_entry_ns")]
     pub entry_ns: f64,
+    /// Memory-level parallelism: cache lines in flight during a scan (default 1.0,
+    /// latency-bound).
     #[serde(default = "d_mlp")]
     pub mlp: f64,
+    /// Placement period of the O² placer, µs of virtual time (default 1000).
     #[serde(default = "d_period_us")]
     pub period_us: f64,
+    /// Lookups completing before this time are not counted, µs of virtual time (default 10 000).
     #[serde(default = "d_warmup_us")]
     pub warmup_us: f64,
     /// The placer's knobs (o2), as in `policy::objects::PlacerConfig`.
@@ -143,18 +163,34 @@ fn d_warmup_us() -> f64 {
     10_000.0
 }
 
+/// The events of the objects model; `thread` indexes its lookup threads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
     /// The thread holds its CPU and may start its next lookup.
-    Run { thread: u32 },
+    Run {
+        /// The lookup thread.
+        thread: u32,
+    },
     /// The thread finished the source half of a hop and leaves its CPU.
-    Left { thread: u32 },
+    Left {
+        /// The lookup thread.
+        thread: u32,
+    },
     /// The hop's transit is over: the thread queues at its target CPU.
-    Queue { thread: u32 },
+    Queue {
+        /// The lookup thread.
+        thread: u32,
+    },
     /// The target half of the hop is done on the target CPU: the lookup starts.
-    Arrive { thread: u32 },
+    Arrive {
+        /// The lookup thread.
+        thread: u32,
+    },
     /// The thread's lookup finished.
-    Done { thread: u32 },
+    Done {
+        /// The lookup thread.
+        thread: u32,
+    },
     /// The placement period ends (o2).
     Period,
 }

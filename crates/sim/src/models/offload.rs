@@ -85,8 +85,10 @@ pub enum PolicyChoice {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum TableChoice {
+    /// The paper's fully associative table: 200 entries, least recently used out.
     #[default]
     Fa,
+    /// The paper's direct-mapped table: 1500 entries.
     Dm,
 }
 
@@ -94,7 +96,9 @@ pub enum TableChoice {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CallType {
+    /// A label for the type (reports and errors).
     pub name: String,
+    /// Relative frequency among the call types (default 1.0).
     #[serde(default = "one")]
     pub weight: f64,
     /// Length in cycles at full speed.
@@ -115,31 +119,48 @@ fn one_site() -> u32 {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OffloadConfig {
+    /// The decision rule (default predicted).
     #[serde(default = "default_policy")]
     pub policy: PolicyChoice,
+    /// The predictor's table (default fa).
     #[serde(default)]
     pub table: TableChoice,
+    /// N, cycles: a call predicted to run longer than N (plus the expected queue wait) is
+    /// offloaded (default 1000); the tuner's starting point under "tuned".
     #[serde(default = "default_threshold")]
     pub threshold_cycles: u64,
+    /// One-way latency of an offload, cycles (default 1000).
     #[serde(default = "default_latency")]
     pub latency_cycles: f64,
+    /// Application CPUs, one thread each (dense CPU indexes; default `[0]`).
     #[serde(default = "default_app_cpus")]
     pub app_cpus: Vec<usize>,
+    /// Service ("OS") CPUs offloaded calls go to (dense CPU indexes; default the last CPU).
     pub service_cpus: Option<Vec<usize>>,
+    /// OS invocations per application thread (default 20 000).
     #[serde(default = "default_iterations")]
     pub iterations: u64,
+    /// Length of a user phase between invocations, cycles (default exponential, mean 3000).
     #[serde(default = "default_compute")]
     pub compute_cycles: Distribution,
+    /// Extra user cycles per cycle of OS code run locally, up to `pollution_cap_cycles`
+    /// (default 0.3).
     #[serde(default = "default_pollution")]
     pub pollution: f64,
+    /// Longest OS run whose pollution counts, cycles (default 20 000).
     #[serde(default = "default_pollution_cap")]
     pub pollution_cap_cycles: f64,
+    /// Cost of moving a call's data, cycles, paid on the service CPU and again in the next user
+    /// phase (default 200).
     #[serde(default = "default_coherence")]
     pub coherence_cycles: f64,
+    /// OS code on a service CPU takes this × its length (default 0.8: a warm OS core).
     #[serde(default = "default_os_core_factor")]
     pub os_core_factor: f64,
+    /// Whether the policy is told the expected wait at the service CPU (default true).
     #[serde(default = "yes")]
     pub queue_aware: bool,
+    /// Length of a tuner epoch under "tuned", cycles (default 2 000 000).
     #[serde(default = "default_epoch")]
     pub epoch_cycles: f64,
     /// "tuned": an alternate N must beat the current one by this fraction.
@@ -148,8 +169,10 @@ pub struct OffloadConfig {
     /// "tuned": the first multiplicative step between candidate Ns.
     #[serde(default = "default_tuner_step")]
     pub tuner_step: f64,
+    /// How a call picks among several service CPUs (default WC + AF).
     #[serde(default)]
     pub pick: Option<PickSettings>,
+    /// The OS invocation types (default: a trap, small and large I/O, a sync).
     #[serde(default = "default_calls")]
     pub calls: Vec<CallType>,
 }
@@ -158,8 +181,11 @@ pub struct OffloadConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PickSettings {
+    /// WC: never pick a busy service CPU while another is idle.
     pub work_conserving: bool,
+    /// AF: go back to the service CPU chosen last time; otherwise round-robin.
     pub affinity: bool,
+    /// PA: with AF and WC, keep the previous CPU even when it is busy and another is idle.
     pub prefer_affinity: bool,
 }
 
@@ -220,16 +246,29 @@ fn default_calls() -> Vec<CallType> {
     ]
 }
 
+/// The events of the offload model; `task` indexes the application threads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
     /// The user phase ended: the thread makes an OS invocation.
-    Entry { task: u32 },
+    Entry {
+        /// The application thread.
+        task: u32,
+    },
     /// An offloaded call reaches its service CPU.
-    Arrive { task: u32 },
+    Arrive {
+        /// The application thread.
+        task: u32,
+    },
     /// An offloaded call finished on the service CPU.
-    ServiceDone { task: u32 },
+    ServiceDone {
+        /// The application thread.
+        task: u32,
+    },
     /// The call's result is back on the application CPU.
-    Return { task: u32 },
+    Return {
+        /// The application thread.
+        task: u32,
+    },
 }
 
 #[derive(Debug)]

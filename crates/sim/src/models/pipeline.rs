@@ -71,36 +71,52 @@ const NAMES: [&str; STAGES] = ["driver", "ip", "tcp"];
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PipelineConfig {
+    /// CPU of the driver, IP and TCP components, in that order (dense CPU indexes; default
+    /// `[0, 2, 4]`).
     #[serde(default = "default_placement")]
     pub placement: Vec<usize>,
+    /// Throttle of every CPU the stack uses, fraction of full speed (default 1.0).
     #[serde(default = "one")]
     pub speed: f64,
+    /// Throttle of TCP's CPU and its SMT siblings, fraction of full speed; unset: `speed`.
     pub tcp_speed: Option<f64>,
+    /// Work per packet of driver, IP and TCP, ns at full speed.
     #[serde(default = "default_work")]
     pub work_ns: Vec<f64>,
+    /// Memory stall per packet of driver, IP and TCP, ns (does not scale with speed).
     #[serde(default = "default_memory")]
     pub memory_ns: Vec<f64>,
+    /// Packets in flight over all streams (default 48).
     #[serde(default = "default_window")]
     pub window: u32,
+    /// From a delivery to the next packet's arrival, outside the machine, ns (default 12 000).
     #[serde(default = "default_wire")]
     pub wire_ns: f64,
+    /// Line rate, Gbit/s (default 10): at most one packet arrives per serialisation time.
     #[serde(default = "default_line_rate")]
     pub line_rate_gbps: f64,
+    /// Payload of one packet, bytes (default 1460).
     #[serde(default = "default_payload")]
     pub payload_bytes: u32,
+    /// Delivered packets to simulate (default 60 000).
     #[serde(default = "default_packets")]
     pub packets: u64,
+    /// How a CPU with nothing to do waits (default poll-then-park).
     #[serde(default)]
     pub idle: Idle,
     /// With `idle = "poll-then-park"`: poll this long before sleeping (NewtOS polled "a little
     /// while"); unset, the budget is corehop's adaptive one.
     pub poll_ns: Option<f64>,
+    /// Kernel path into MWAIT and back, CPU time in ns at full speed (default 1500).
     #[serde(default = "default_sleep")]
     pub sleep_ns: f64,
+    /// Whether the component controller moves components and sets speeds every epoch.
     #[serde(default)]
     pub controller: bool,
+    /// The controller's epoch, µs of virtual time (default 200).
     #[serde(default = "default_epoch")]
     pub epoch_us: f64,
+    /// CPUs the controller may use (dense CPU indexes); unset: all.
     pub allowed: Option<Vec<usize>>,
 }
 
@@ -138,14 +154,21 @@ fn default_epoch() -> f64 {
     200.0
 }
 
+/// The events of the pipeline model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
     /// A packet reaches the NIC: the driver's queue.
     Arrive,
     /// `cpu` finished the packet it was working on.
-    Done { cpu: u32 },
+    Done {
+        /// The CPU (dense index).
+        cpu: u32,
+    },
     /// Sleeping `cpu` is awake again.
-    Woken { cpu: u32 },
+    Woken {
+        /// The CPU (dense index).
+        cpu: u32,
+    },
     /// The controller's observation window closed.
     Epoch,
 }

@@ -76,13 +76,16 @@ pub const ENTRY: ModelEntry = ModelEntry::of::<SmtModel>(
 pub enum SimMode {
     /// One context only (the second disabled): the uniprocessor baseline.
     Up,
+    /// Both contexts run threads; interrupt work runs where it lands.
     Smp,
+    /// Threads on the application context only, bottom halves on the reserved one.
     Amp,
     /// AMP and SMP alternating, each application in the mode its class prefers.
     Hybrid,
 }
 
 impl SimMode {
+    /// The mode as reports print it ("UP", "SMP", "AMP", "hybrid").
     pub fn name(self) -> &'static str {
         match self {
             SimMode::Up => "UP",
@@ -97,8 +100,11 @@ impl SimMode {
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Row {
+    /// Fraction of its speed kept beside a pro-UNI (`uni`) thread.
     pub uni: f64,
+    /// Fraction of its speed kept beside a pro-SMP (`smt`) thread.
     pub smt: f64,
+    /// Fraction of its speed kept beside an indifferent (`any`) thread.
     pub any: f64,
 }
 
@@ -117,8 +123,11 @@ impl Row {
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Interference {
+    /// What a pro-UNI (`uni`) thread keeps.
     pub uni: Row,
+    /// What a pro-SMP (`smt`) thread keeps.
     pub smt: Row,
+    /// What an indifferent (`any`) thread keeps.
     pub any: Row,
 }
 
@@ -148,10 +157,14 @@ impl Interference {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AppConfig {
+    /// A label for reports and for `only`.
     pub name: String,
+    /// Which mode it prefers (what the hybrid schedules by).
     pub class: Class,
+    /// Identical threads (default 1).
     #[serde(default = "one")]
     pub threads: u32,
+    /// Iterations per thread.
     pub iterations: u32,
     /// Work per iteration, ns at full speed.
     pub iteration_ns: Distribution,
@@ -165,30 +178,43 @@ fn one() -> u32 {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SmtConfig {
+    /// How the core runs.
     pub mode: SimMode,
+    /// Mean interrupt arrivals per second of virtual time, Poisson (default 0: none).
     #[serde(default)]
     pub interrupt_rate_per_s: f64,
+    /// Bottom-half work of one interrupt, ns at full speed (default fixed 8000).
     #[serde(default = "default_bottom_half")]
     pub bottom_half_ns: Distribution,
     /// Top-half cost; default: the machine's `costs.interrupt_ns`.
     #[serde(default)]
     pub top_half_ns: Option<f64>,
+    /// Refill cost of a thread whose context ran a bottom half, ns at full speed (default 3000).
     #[serde(default = "default_pollution")]
     pub pollution_ns: f64,
+    /// Fraction of its speed a thread keeps while its sibling runs service work (default 0.9).
     #[serde(default = "default_beside_service")]
     pub beside_service: f64,
+    /// Fraction of its speed service work keeps beside a thread (default 0.6).
     #[serde(default = "default_service_shared")]
     pub service_shared: f64,
+    /// Round-robin quantum among threads waiting for a context, µs (default 10 000).
     #[serde(default = "default_quantum")]
     pub quantum_us: f64,
+    /// Hybrid: time slice of each application in its mode, µs (default 5000).
     #[serde(default = "default_slice")]
     pub slice_us: f64,
+    /// Hybrid: pause of both contexts for a mode switch, µs (default 20).
     #[serde(default = "default_switch")]
     pub switch_us: f64,
+    /// Whether each application starts only when the previous one has finished (default:
+    /// all start together).
     #[serde(default)]
     pub sequential: bool,
+    /// Speed a thread keeps beside its sibling's thread, by class pair.
     #[serde(default)]
     pub interference: Interference,
+    /// The applications, started in this order.
     pub apps: Vec<AppConfig>,
     /// Run only the application of this name (so a sweep can compare applications).
     #[serde(default)]
@@ -222,23 +248,30 @@ fn default_switch() -> f64 {
 pub enum Ev {
     /// The current item of context `ctx` completes (stale if `gen` moved on).
     Done {
+        /// The context: 0 or 1.
         ctx: u8,
+        /// The context's item generation when this was scheduled.
         gen: u32,
     },
     /// Round-robin check on context `ctx`.
     Quantum {
+        /// The context: 0 or 1.
         ctx: u8,
+        /// The context's quantum generation when this was scheduled.
         gen: u32,
     },
+    /// An interrupt arrives.
     Interrupt,
     /// The hybrid's time slice may be over (stale if `gen` moved on).
     Tick {
+        /// The slice generation when this was scheduled.
         gen: u32,
     },
     /// A mode switch's pause is over.
     SwitchEnd,
     /// Application `app` starts.
     Start {
+        /// Index into `apps`.
         app: u32,
     },
 }

@@ -62,14 +62,19 @@ pub const ENTRY: ModelEntry = ModelEntry::of::<Switch>(
 pub enum HopChoice {
     /// Never hop: every call runs on the task's CPU.
     None,
+    /// V1, [`Mechanism::Affinity`]: the kernel's migration thread.
     #[serde(alias = "v1")]
     Affinity,
+    /// V2, [`Mechanism::Handoff`]: hand-off through the scheduler, IPI wake.
     #[serde(alias = "v2")]
     Handoff,
+    /// V3, [`Mechanism::FastPath`]: scheduler fast paths, IPI wake.
     #[serde(alias = "v3")]
     FastPath,
+    /// V4, [`Mechanism::Spin`]: fast paths, idle CPUs poll.
     #[serde(alias = "v4")]
     Spin,
+    /// V5, [`Mechanism::Wakeup`]: fast paths, idle CPUs sleep, woken early.
     #[serde(alias = "v5")]
     Wakeup,
     /// The runtime's `Wake::SpinThenPark`: an idle CPU polls for an adaptive budget
@@ -126,6 +131,7 @@ impl From<PickConfig> for Pick {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CallConfig {
+    /// A label for the type (reports and errors).
     pub name: String,
     /// Relative frequency among the call types.
     #[serde(default = "one")]
@@ -153,20 +159,29 @@ fn yes() -> bool {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SwitchConfig {
+    /// How calls hop, or `none`.
     pub mechanism: HopChoice,
+    /// System calls per task (default 10 000).
     #[serde(default = "default_iterations")]
     pub iterations: u64,
+    /// Tasks, placed round-robin on `app_cpus` (default 1, at most [`MAX_TASKS`]).
     #[serde(default = "one_task")]
     pub tasks: usize,
+    /// CPUs the tasks start on (dense CPU indexes; default `[0]`).
     #[serde(default = "default_app_cpus")]
     pub app_cpus: Vec<usize>,
+    /// Service ("OS") CPUs calls hop to (dense CPU indexes); unset: every CPU not in `app_cpus`.
     pub os_cpus: Option<Vec<usize>>,
+    /// Compute phase between calls, ns at full speed (default fixed 20).
     #[serde(default = "default_compute")]
     pub compute: Distribution,
+    /// Only calls at least this long hop, ns at full speed (default 0: every hoppable call).
     #[serde(default)]
     pub hop_threshold_ns: f64,
+    /// Which service CPU a hop goes to when there are several (default WC + AF).
     #[serde(default)]
     pub pick: PickConfig,
+    /// The system call types (default: `gettid`, 100 ns, hopping).
     #[serde(default = "default_calls")]
     pub calls: Vec<CallConfig>,
 }
@@ -193,18 +208,34 @@ fn default_calls() -> Vec<CallConfig> {
     }]
 }
 
+/// The events of the switch model; `task` indexes its tasks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
     /// The compute phase ended: the task enters a system call.
-    Entry { task: u32 },
+    Entry {
+        /// The task.
+        task: u32,
+    },
     /// The source half of a hop finished: the task leaves its CPU.
-    Left { task: u32 },
+    Left {
+        /// The task.
+        task: u32,
+    },
     /// The task reaches the CPU it hopped to.
-    Arrive { task: u32 },
+    Arrive {
+        /// The task.
+        task: u32,
+    },
     /// The system call finished on the service CPU.
-    CallDone { task: u32 },
+    CallDone {
+        /// The task.
+        task: u32,
+    },
     /// The task finished its last iteration.
-    Exit { task: u32 },
+    Exit {
+        /// The task.
+        task: u32,
+    },
 }
 
 #[derive(Debug, Clone)]

@@ -1,0 +1,716 @@
+//! The hand-off between calling threads and one service thread: request slots, each a request
+//! line and a completion line, and a doorbell word. The preload library's service threads and
+//! the runtime's service cores both use it, so the two keep one discipline (that of the
+//! runtime's mailbox): what travels each way is one cache line; the server prefetches the lines
+//! it will touch the moment it sees work; it serves exactly the slots its doorbell named, with
+//! no second search.
+//!
+//! ```text
+//!  caller                                    doorbell `pending`        service thread
+//!  request line: state FREE→FILLING,         fetch_or(1 << slot) ──▶  swap(0): the slots to serve
+//!    request, seq; state SUBMITTED                                    prefetch their lines
+//!                                                                     claim: SUBMITTED→CLAIMED (CAS)
+//!  spins on its completion line   ◀────────── completion line: reply; done := seq (swap)
+//!  reads the reply, state FREE
+//! ```
+//!
+//! **Request line** (the caller writes, the service thread reads): the slot's `state`, the
+//! request and its sequence number. `state` moves FREE → FILLING → SUBMITTED (caller), then
+//! SUBMITTED → CLAIMED (service thread, CAS) or SUBMITTED → CANCELLED (caller, CAS, after its
+//! stall timeout), and back to FREE (caller). Whoever wins the CAS from SUBMITTED decides where
+//! the call runs, so it runs exactly once.
+//!
+//! **Completion line** (the service thread writes, the caller reads): the reply and `done`,
+//! which holds the sequence number of the last request answered. The caller waits until `done`
+//! holds its own request's number: the reply comes in the same line as the signal.
+//!
+//! Ownership follows the state: the caller writes the request only in FILLING; the service
+//! thread reads it and writes the reply only in CLAIMED; the caller reads the reply only once
+//! `done` says so. A request may point into the caller's memory: the service thread touches
+//! it only while CLAIMED, and a caller never leaves a CLAIMED request — it waits for `done`.
+//!
+//! Wake-ups never depend on the order of two *different* atomics: each sleeper announces itself
+//! with a flag bit in the very word it sleeps on, set by a read-modify-write, and each waker
+//! changes that word with a read-modify-write that returns the old value, flag included. A
+//! caller parks by CAS `done: old → old|PARKED`; the service thread answers with
+//! `swap(done, seq)` and wakes if the old value had PARKED. The service thread sleeps by CAS
+//! `pending: 0 → ASLEEP`; a caller rings with `fetch_or(bit)` and wakes it if the old value had
+//! ASLEEP. Both are futex words, so a change between the flag and the sleep makes the sleep
+//! return at once. Neither wake-up can be lost (checked under loom, see `loom_tests`).
+
+use core::mem::MaybeUninit;
+use core::sync::atomic::Ordering::{Release, SeqCst};
+
+use model::{futex_wait, futex_wake, now_ns, AtomicU32, UnsafeCell};
+
+/// The real primitives, or (under `--cfg loom`) loom's, with the futex modelled by a condition
+/// variable so that a lost wake-up shows as a deadlock.
+#[cfg(not(loom))]
+mod model {
+    pub use core::sync::atomic::AtomicU32;
+
+    /// `core::cell::UnsafeCell` with loom's closure API.
+    pub struct UnsafeCell<T>(core::cell::UnsafeCell<T>);
+
+    impl<T> UnsafeCell<T> {
+        pub const fn new(value: T) -> UnsafeCell<T> {
+            UnsafeCell(core::cell::UnsafeCell::new(value))
+        }
+
+        pub fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+            f(self.0.get())
+        }
+
+        pub fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+            f(self.0.get())
+        }
+    }
+
+    /// Sleeps while `word` holds `expected`; false if the timeout ended it.
+    pub fn futex_wait(word: &AtomicU32, expected: u32, timeout_ns: Option<u64>) -> bool {
+        crate::futex::wait(word, expected, timeout_ns) != crate::futex::FutexWait::TimedOut
+    }
+
+    pub fn futex_wake(word: &AtomicU32) {
+        crate::futex::wake(word, i32::MAX as u32);
+    }
+
+    /// `CLOCK_MONOTONIC` in ns (vDSO: no system call, and no function an `LD_PRELOAD`
+    /// library interposes).
+    pub fn now_ns() -> u64 {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `ts` is a valid, writable timespec on this frame.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    }
+}
+
+#[cfg(loom)]
+mod model {
+    pub use loom::cell::UnsafeCell;
+    pub use loom::sync::atomic::AtomicU32;
+    use loom::sync::{Condvar, Mutex};
+
+    loom::lazy_static! {
+        static ref FUTEX: (Mutex<()>, Condvar) = (Mutex::new(()), Condvar::new());
+    }
+
+    /// A futex wait: check and sleep atomically (under the mutex) until a wake. Timeouts are
+    /// not modelled: a timed wait sleeps until woken like an untimed one.
+    pub fn futex_wait(word: &AtomicU32, expected: u32, _timeout_ns: Option<u64>) -> bool {
+        let (lock, wakes) = &*FUTEX;
+        let guard = lock.lock().unwrap();
+        if word.load(core::sync::atomic::Ordering::SeqCst) == expected {
+            drop(wakes.wait(guard).unwrap());
+        }
+        true
+    }
+
+    pub fn futex_wake(_word: &AtomicU32) {
+        let (lock, wakes) = &*FUTEX;
+        let _guard = lock.lock().unwrap();
+        wakes.notify_all();
+    }
+
+    /// Time stands still: a zero stall timeout withdraws at once, any other never does.
+    pub fn now_ns() -> u64 {
+        0
+    }
+}
+
+/// Request slots per lane: one bit each in the 32-bit futex word `pending`, whose top bit is
+/// the `ASLEEP` flag.
+pub const SLOTS: usize = 31;
+/// In `pending`: the service thread is asleep (or about to sleep) on it.
+const ASLEEP: u32 = 1 << 31;
+/// In `done`: the caller is asleep (or about to sleep) on it.
+const PARKED: u32 = 1 << 31;
+/// Sequence numbers live below the PARKED flag.
+const SEQ_MASK: u32 = PARKED - 1;
+
+const FREE: u32 = 0;
+const FILLING: u32 = 1;
+const SUBMITTED: u32 = 2;
+const CLAIMED: u32 = 3;
+const CANCELLED: u32 = 4;
+
+/// How a submitted call ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome<Rep> {
+    /// The service thread handled it and answered this.
+    Done(Rep),
+    /// The service thread did not claim it in time; it was withdrawn and never ran.
+    Withdrawn,
+    /// Every slot of the lane was in use.
+    Full,
+}
+
+/// How long a caller spins before it sleeps, and how long it waits for a claim before it
+/// withdraws its request (`u64::MAX`: never).
+///
+/// The spin adapts to how soon answers came in this slot (a caller keeps its slot, so this is
+/// its own history; see [`spin_limit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Waiting {
+    /// Spin at most this long for the answer before sleeping on the completion line.
+    pub spin_ns: u64,
+    /// Withdraw a request still unclaimed after this long.
+    pub stall_timeout_ns: u64,
+}
+
+/// What the caller writes: one line with the state word.
+#[repr(C, align(64))]
+struct RequestLine<Req> {
+    state: AtomicU32,
+    /// The request's number, copied into `done` with the answer.
+    seq: UnsafeCell<u32>,
+    /// Callers only: whether the last answer in this slot needed a sleep (a hint for the
+    /// next caller of the slot).
+    slept_last: UnsafeCell<bool>,
+    /// Written in FILLING before any read.
+    request: UnsafeCell<MaybeUninit<Req>>,
+}
+
+/// What the service thread writes: one line with the word the caller waits on.
+#[repr(C, align(64))]
+struct CompletionLine<Rep> {
+    /// The number of the last request answered in this slot, with the PARKED flag.
+    done: AtomicU32,
+    /// Written before `done` names the request it answers.
+    reply: UnsafeCell<MaybeUninit<Rep>>,
+}
+
+/// A slot: its two lines side by side (a pair the adjacent-line prefetcher brings together).
+#[repr(C, align(128))]
+struct Slot<Req, Rep> {
+    request: RequestLine<Req>,
+    completion: CompletionLine<Rep>,
+}
+
+impl<Req, Rep> Slot<Req, Rep> {
+    #[cfg(not(loom))]
+    #[allow(clippy::declare_interior_mutable_const)] // copied into each slot, never shared
+    const EMPTY: Self = Slot {
+        request: RequestLine {
+            state: AtomicU32::new(FREE),
+            seq: UnsafeCell::new(0),
+            slept_last: UnsafeCell::new(false),
+            request: UnsafeCell::new(MaybeUninit::uninit()),
+        },
+        completion: CompletionLine { done: AtomicU32::new(0), reply: UnsafeCell::new(MaybeUninit::uninit()) },
+    };
+
+    #[cfg(loom)]
+    fn empty() -> Self {
+        Slot {
+            request: RequestLine {
+                state: AtomicU32::new(FREE),
+                seq: UnsafeCell::new(0),
+                slept_last: UnsafeCell::new(false),
+                request: UnsafeCell::new(MaybeUninit::uninit()),
+            },
+            completion: CompletionLine {
+                done: AtomicU32::new(0),
+                reply: UnsafeCell::new(MaybeUninit::uninit()),
+            },
+        }
+    }
+}
+
+/// The request slots of one service thread, and its doorbell.
+#[repr(C, align(128))]
+pub struct Lane<Req, Rep> {
+    /// Submitted slots not yet taken, one bit each, and the ASLEEP flag: the service thread's
+    /// futex word. On a line pair of its own: callers ring it, the idle service thread polls it.
+    pending: AtomicU32,
+    slots: [Slot<Req, Rep>; SLOTS],
+}
+
+// SAFETY: the UnsafeCells of each slot are accessed only by the party that owns the slot in
+// its current state (module docs), and states change only through atomics. Requests and
+// replies cross threads, so they must be Send.
+unsafe impl<Req: Send, Rep: Send> Sync for Lane<Req, Rep> {}
+
+/// Whether the lines a request and its completion travel in are one cache line each.
+pub const fn fits_one_line<Req, Rep>() -> bool {
+    core::mem::size_of::<RequestLine<Req>>() == 64 && core::mem::size_of::<CompletionLine<Rep>>() == 64
+}
+
+/// How long a caller spins before it sleeps, given its limit and whether the last answer in its
+/// slot needed a sleep: the whole limit (which the caller sets near a wake-up's cost, the
+/// 2-competitive rule of spin-or-block), or a quarter of it after an answer that came only
+/// after the limit. A caller whose answers take long (an fsync) then spends little on spinning,
+/// one whose answers come quickly loses no wake-up to a short spin, and a slot that mixes both
+/// spins fully again after its first quick answer.
+pub fn spin_limit(spin_ns: u64, slept_last: bool) -> u64 {
+    if slept_last {
+        spin_ns / 4
+    } else {
+        spin_ns
+    }
+}
+
+/// Starts fetching the line at `addr` for writing (x86 `PREFETCHW` where the build allows it,
+/// else `PREFETCHT0`). A hint: it never faults and changes no result.
+#[inline(always)]
+fn prefetch_for_write(addr: *const u8) {
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    // SAFETY: SSE prefetches are part of x86-64; a prefetch never faults.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_ET0 }>(addr.cast())
+    };
+    #[cfg(any(not(target_arch = "x86_64"), loom))]
+    let _ = addr;
+}
+
+impl<Req: Copy, Rep: Copy> Lane<Req, Rep> {
+    /// An empty lane (const: the preload library keeps its lanes in statics).
+    #[cfg(not(loom))]
+    #[allow(clippy::new_without_default)] // used in statics, where Default is not const
+    pub const fn new() -> Self {
+        Lane { pending: AtomicU32::new(0), slots: [Slot::EMPTY; SLOTS] }
+    }
+
+    /// An empty lane.
+    #[cfg(loom)]
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        Lane { pending: AtomicU32::new(0), slots: core::array::from_fn(|_| Slot::empty()) }
+    }
+
+    /// Wakes the service thread without a request (its next batch finds nothing to claim).
+    pub fn kick(&self) {
+        if self.pending.fetch_or(1 << (SLOTS - 1), SeqCst) & ASLEEP != 0 {
+            futex_wake(&self.pending);
+        }
+    }
+
+    /// Forgets every request: in a child after `fork`, where no service thread and no other
+    /// caller thread exists, whatever state the parent's threads left behind is void.
+    pub fn reset(&self) {
+        for slot in &self.slots {
+            slot.request.state.store(FREE, SeqCst);
+        }
+        self.pending.store(0, SeqCst);
+    }
+
+    /// Submits `request` and waits for its outcome. `hint` spreads callers over the slots (a
+    /// thread that keeps its hint keeps its slot, whose lines then stay where they were).
+    ///
+    /// The request's pointers must stay valid until this returns; they do, because the caller
+    /// is blocked here meanwhile.
+    pub fn call(&self, request: Req, hint: usize, waiting: Waiting) -> Outcome<Rep> {
+        self.call_spun(request, hint, waiting).0
+    }
+
+    /// [`Lane::call`], also saying how the caller waited: `None` if it spun all the while,
+    /// else how long it spun (ns) before it slept. What the caller's CPU spent polling is the
+    /// whole wait in the first case, that time in the second.
+    pub fn call_spun(&self, request: Req, hint: usize, waiting: Waiting) -> (Outcome<Rep>, Option<u64>) {
+        let Some(slot) = (0..SLOTS).map(|i| (hint + i) % SLOTS).find(|&i| {
+            let state = &self.slots[i].request.state;
+            state.load(SeqCst) == FREE && state.compare_exchange(FREE, FILLING, SeqCst, SeqCst).is_ok()
+        }) else {
+            return (Outcome::Full, None);
+        };
+        let lines = &self.slots[slot];
+        // SAFETY: FILLING: this caller owns the request cells.
+        let seq = lines.request.seq.with_mut(|seq| unsafe {
+            *seq = (*seq + 1) & SEQ_MASK;
+            *seq
+        });
+        // SAFETY: as above.
+        lines.request.request.with_mut(|cell| unsafe { *cell = MaybeUninit::new(request) });
+        lines.request.state.store(SUBMITTED, SeqCst);
+        if self.pending.fetch_or(1 << slot, SeqCst) & ASLEEP != 0 {
+            futex_wake(&self.pending);
+        }
+        self.wait(lines, seq, waiting)
+    }
+
+    fn wait(&self, lines: &Slot<Req, Rep>, seq: u32, waiting: Waiting) -> (Outcome<Rep>, Option<u64>) {
+        let done = &lines.completion.done;
+        let answered = |word: u32| word & SEQ_MASK == seq;
+        // SAFETY: the slot is this caller's until it stores FREE (module docs); no one else
+        // touches `slept_last` meanwhile.
+        let slept_last = lines.request.slept_last.with(|t| unsafe { *t });
+        // Spin first: a short call comes back sooner than a futex sleep and wake-up would. The
+        // clock costs more than a poll: it is read only now and then, first after 64 polls
+        // (the answer usually comes before).
+        let spin_ns = spin_limit(waiting.spin_ns, slept_last).min(waiting.stall_timeout_ns);
+        let mut start = None;
+        let mut polls = 0u32;
+        while spin_ns > 0 && !answered(done.load(SeqCst)) {
+            polls = polls.wrapping_add(1);
+            if polls.is_multiple_of(64) {
+                let now = now_ns();
+                if now.saturating_sub(*start.get_or_insert(now)) >= spin_ns {
+                    break;
+                }
+            }
+            core::hint::spin_loop();
+        }
+        let start = start.unwrap_or_else(now_ns);
+        let mut slept_after = None;
+        loop {
+            let word = done.load(SeqCst);
+            if answered(word) {
+                // SAFETY: as above, and `done` holds our number: the service thread is finished
+                // with the slot, and the reply cell (written before `done`) is ours to read.
+                let reply = unsafe {
+                    lines.request.slept_last.with_mut(|t| *t = slept_after.is_some());
+                    lines.completion.reply.with(|cell| (*cell).assume_init())
+                };
+                // Release, not SeqCst: the line is the service thread's now (its claim), and a
+                // plain store waits for it in the store buffer, not on the caller's way out.
+                lines.request.state.store(FREE, Release);
+                return (Outcome::Done(reply), slept_after);
+            }
+            if slept_after.is_none() {
+                slept_after = Some(now_ns().saturating_sub(start));
+            }
+            let state = lines.request.state.load(SeqCst);
+            if state == SUBMITTED {
+                let waited = now_ns().saturating_sub(start);
+                if waited >= waiting.stall_timeout_ns {
+                    if lines.request.state.compare_exchange(SUBMITTED, CANCELLED, SeqCst, SeqCst).is_ok() {
+                        lines.request.state.store(FREE, SeqCst);
+                        return (Outcome::Withdrawn, slept_after);
+                    }
+                    continue; // claimed meanwhile: from now on it must be waited for
+                }
+                park(done, word, Some(waiting.stall_timeout_ns - waited));
+            } else {
+                park(done, word, None);
+            }
+        }
+    }
+
+    /// Whether a request waits (a plain load: what an idle service thread polls).
+    #[inline(always)]
+    pub fn has_work(&self) -> bool {
+        self.pending.load(SeqCst) & !ASLEEP != 0
+    }
+
+    /// Sleeps until a caller rings (or `timeout_ns` passes); returns false if the timeout
+    /// ended it. Returns at once if a request already waits.
+    pub fn sleep(&self, timeout_ns: Option<u64>) -> bool {
+        let mut woken = true;
+        if self.pending.compare_exchange(0, ASLEEP, SeqCst, SeqCst).is_ok() {
+            woken = futex_wait(&self.pending, ASLEEP, timeout_ns);
+        }
+        self.pending.fetch_and(!ASLEEP, SeqCst);
+        woken
+    }
+
+    /// Serves what the doorbell names now: prefetches every named slot's request line, then
+    /// claims and handles each with `handle`, in slot order. `before_claim` gets the named
+    /// slots (a bit each) once, if there are any, to prefetch what the requests will touch.
+    /// Returns how many requests it handled.
+    ///
+    /// The completion line is not prefetched: its caller polls it, and would take it back
+    /// before the answer is written.
+    pub fn serve(&self, before_claim: impl FnOnce(u32), mut handle: impl FnMut(usize, &Req) -> Rep) -> usize {
+        let mut bits = self.pending.swap(0, SeqCst) & !ASLEEP;
+        if bits == 0 {
+            return 0;
+        }
+        let mut left = bits;
+        while left != 0 {
+            let slot = &self.slots[left.trailing_zeros() as usize];
+            left &= left - 1;
+            // All at once: the claims write them (each line of a request that spans more).
+            let first = (&slot.request as *const RequestLine<Req>).cast::<u8>();
+            for line in (0..core::mem::size_of::<RequestLine<Req>>()).step_by(64) {
+                prefetch_for_write(first.wrapping_add(line));
+            }
+        }
+        before_claim(bits);
+        let mut handled = 0;
+        while bits != 0 {
+            let index = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            // Not claimed: withdrawn, or already handled through an earlier bit.
+            handled += usize::from(self.claim_and_handle(index, &mut handle));
+        }
+        handled
+    }
+
+    /// SUBMITTED → CLAIMED for slot `index`, then runs `handle` and answers. False if the
+    /// request is not (or no longer) submitted.
+    fn claim_and_handle(&self, index: usize, handle: impl FnOnce(usize, &Req) -> Rep) -> bool {
+        let slot = &self.slots[index];
+        if slot.request.state.compare_exchange(SUBMITTED, CLAIMED, SeqCst, SeqCst).is_err() {
+            return false;
+        }
+        // SAFETY: CLAIMED: the service thread owns the request and reply cells, and the caller
+        // waits for `done`, keeping the memory the request points to alive. The caller wrote
+        // the request in FILLING, before SUBMITTED.
+        let (request, seq) = unsafe {
+            (slot.request.request.with(|cell| (*cell).assume_init()), slot.request.seq.with(|seq| *seq))
+        };
+        let reply = handle(index, &request);
+        // SAFETY: as above; the caller reads the reply only once `done` holds `seq`.
+        slot.completion.reply.with_mut(|cell| unsafe { *cell = MaybeUninit::new(reply) });
+        if slot.completion.done.swap(seq, SeqCst) & PARKED != 0 {
+            futex_wake(&slot.completion.done);
+        }
+        true
+    }
+}
+
+/// Sleeps on `done` until it changes from `seen` (or `timeout_ns` passes).
+fn park(done: &AtomicU32, seen: u32, timeout_ns: Option<u64>) {
+    let parked = seen | PARKED;
+    if seen == parked || done.compare_exchange(seen, parked, SeqCst, SeqCst).is_ok() {
+        futex_wait(done, parked, timeout_ns);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
+    use std::sync::Arc;
+
+    const CALLERS: usize = 6;
+    const CALLS: usize = 400;
+    /// The id of the requests that only wake the service thread at the end.
+    const WAKE: usize = CALLERS * CALLS;
+
+    type TestLane = Lane<u64, i64>;
+
+    #[test]
+    fn a_request_and_its_completion_are_one_line_each() {
+        assert!(fits_one_line::<[u64; 6], [u64; 7]>());
+        assert!(!fits_one_line::<[u64; 8], u64>());
+        assert_eq!(core::mem::size_of::<Slot<u64, u64>>(), 128);
+    }
+
+    /// Callers race a service thread that stalls now and then, with a stall timeout short
+    /// enough that many requests are withdrawn: every request must run exactly once if its
+    /// caller got `Done`, and never if it was withdrawn or found no slot.
+    #[test]
+    fn each_request_runs_once_or_never_and_replies_reach_their_caller() {
+        let lane: &'static TestLane = Box::leak(Box::new(Lane::new()));
+        let runs: Arc<Vec<AtomicU32>> = Arc::new((0..=WAKE).map(|_| AtomicU32::new(0)).collect());
+        let stop = Arc::new(AtomicBool::new(false));
+        let service = {
+            let (runs, stop) = (runs.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut batches = 0u32;
+                while !stop.load(Relaxed) {
+                    if !lane.has_work() {
+                        lane.sleep(Some(1_000_000));
+                    }
+                    batches += 1;
+                    let stall = batches.is_multiple_of(5);
+                    lane.serve(
+                        |_| {
+                            if stall {
+                                std::thread::sleep(std::time::Duration::from_micros(300));
+                            }
+                        },
+                        |_, &id| {
+                            runs[id as usize].fetch_add(1, Relaxed);
+                            id as i64 * 3
+                        },
+                    );
+                }
+            })
+        };
+        let callers: Vec<_> = (0..CALLERS)
+            .map(|c| {
+                std::thread::spawn(move || {
+                    let waiting = Waiting { spin_ns: 1_000, stall_timeout_ns: 100_000 };
+                    (0..CALLS)
+                        .map(|i| {
+                            let id = c * CALLS + i;
+                            let outcome = lane.call(id as u64, c, waiting);
+                            if let Outcome::Done(reply) = outcome {
+                                assert_eq!(reply, id as i64 * 3, "a reply reached the wrong caller");
+                            }
+                            (id, outcome)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let outcomes: Vec<(usize, Outcome<i64>)> =
+            callers.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        stop.store(true, Relaxed);
+        while !service.is_finished() {
+            let _ = lane.call(WAKE as u64, 0, Waiting { spin_ns: 0, stall_timeout_ns: 1_000_000 });
+        }
+        let (mut done, mut withdrawn) = (0, 0);
+        for (id, outcome) in outcomes {
+            let ran = runs[id].load(Relaxed);
+            match outcome {
+                Outcome::Done(_) => {
+                    done += 1;
+                    assert_eq!(ran, 1, "request {id} done, but ran {ran} times");
+                }
+                Outcome::Withdrawn | Outcome::Full => {
+                    withdrawn += 1;
+                    assert_eq!(ran, 0, "request {id} was withdrawn yet ran");
+                }
+            }
+        }
+        assert!(done > 0, "no request completed");
+        eprintln!("{done} done, {withdrawn} withdrawn or refused for lack of a slot");
+    }
+
+    #[test]
+    fn a_slot_whose_last_answer_needed_a_sleep_spins_a_quarter() {
+        assert_eq!(spin_limit(20_000, false), 20_000);
+        assert_eq!(spin_limit(20_000, true), 5_000);
+    }
+
+    /// An answer later than the spin limit is slept for, and the slot remembers it: the next
+    /// call spins a quarter of the limit, and a quick answer restores the whole limit.
+    #[test]
+    fn a_slot_remembers_whether_its_last_answer_needed_a_sleep() {
+        let lane: &'static TestLane = Box::leak(Box::new(Lane::new()));
+        let slow = Arc::new(AtomicBool::new(true));
+        let stop = Arc::new(AtomicBool::new(false));
+        let service = {
+            let (slow, stop) = (slow.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Relaxed) {
+                    if !lane.has_work() {
+                        core::hint::spin_loop();
+                        continue;
+                    }
+                    lane.serve(
+                        |_| {
+                            if slow.load(Relaxed) {
+                                std::thread::sleep(std::time::Duration::from_millis(5));
+                            }
+                        },
+                        |_, &x| x as i64,
+                    );
+                }
+            })
+        };
+        let slept_last = |slot: usize| lane.slots[slot].request.slept_last.with(|t| unsafe { *t });
+        let waiting = Waiting { spin_ns: 10_000, stall_timeout_ns: u64::MAX };
+        let (outcome, slept_after) = lane.call_spun(1, 0, waiting);
+        assert_eq!(outcome, Outcome::Done(1));
+        assert!(slept_after.is_some(), "a 5 ms answer is slept for after a 10 µs spin");
+        assert!(slept_last(0));
+        slow.store(false, Relaxed);
+        let patient = Waiting { spin_ns: 10_000_000_000, stall_timeout_ns: u64::MAX };
+        assert_eq!(lane.call_spun(2, 0, patient), (Outcome::Done(2), None));
+        assert!(!slept_last(0));
+        stop.store(true, Relaxed);
+        service.join().unwrap();
+    }
+
+    #[test]
+    fn reset_frees_every_slot() {
+        let lane = TestLane::new();
+        lane.slots[3].request.state.store(CLAIMED, SeqCst);
+        lane.pending.store(1 << 3, SeqCst);
+        lane.reset();
+        assert!(lane.slots.iter().all(|s| s.request.state.load(SeqCst) == FREE));
+        assert!(!lane.has_work());
+    }
+}
+
+/// Model checks of the hand-off (`RUSTFLAGS="--cfg loom" cargo test --release -p corehop-sys
+/// --lib --target-dir target/loom -- loom`): every interleaving of callers and the service
+/// thread, with the futex modelled so that a lost wake-up is a deadlock loom reports.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::atomic::{AtomicBool, AtomicU32 as Count};
+    use loom::sync::Arc;
+    use loom::thread;
+
+    type TestLane = Lane<u64, i64>;
+
+    /// Serves until `done`: polls, sleeps when nothing waits, counts runs.
+    fn service(lane: Arc<TestLane>, runs: Arc<Count>, done: Arc<AtomicBool>) -> thread::JoinHandle<()> {
+        thread::spawn(move || {
+            while !done.load(SeqCst) {
+                if !lane.has_work() {
+                    lane.sleep(None);
+                }
+                lane.serve(
+                    |_| {},
+                    |_, &id| {
+                        runs.fetch_add(1, SeqCst);
+                        id as i64 + 100
+                    },
+                );
+            }
+        })
+    }
+
+    /// A caller that gives up at once races the service thread's claim: the call runs exactly
+    /// once if the caller got `Done`, never if it withdrew, and the parked caller is always woken.
+    #[test]
+    fn loom_withdraw_races_claim_and_the_call_runs_once_or_never() {
+        loom::model(|| {
+            let lane = Arc::new(TestLane::new());
+            let runs = Arc::new(Count::new(0));
+            let done = Arc::new(AtomicBool::new(false));
+            let server = service(lane.clone(), runs.clone(), done.clone());
+            let outcome = lane.call(1, 0, Waiting { spin_ns: 0, stall_timeout_ns: 0 });
+            done.store(true, SeqCst);
+            lane.kick();
+            server.join().unwrap();
+            match outcome {
+                Outcome::Done(reply) => {
+                    assert_eq!(reply, 101);
+                    assert_eq!(runs.load(SeqCst), 1);
+                }
+                Outcome::Withdrawn => assert_eq!(runs.load(SeqCst), 0),
+                Outcome::Full => panic!("an empty lane has free slots"),
+            }
+        });
+    }
+
+    /// Two callers that wait as long as it takes each get their own reply; no wake-up is lost.
+    #[test]
+    fn loom_two_patient_callers_both_get_their_reply() {
+        loom::model(|| {
+            let lane = Arc::new(TestLane::new());
+            let runs = Arc::new(Count::new(0));
+            let done = Arc::new(AtomicBool::new(false));
+            let server = service(lane.clone(), runs.clone(), done.clone());
+            let patient = Waiting { spin_ns: 0, stall_timeout_ns: u64::MAX };
+            let other = {
+                let lane = lane.clone();
+                thread::spawn(move || lane.call(2, 1, patient))
+            };
+            let mine = lane.call(1, 0, patient);
+            let theirs = other.join().unwrap();
+            done.store(true, SeqCst);
+            lane.kick();
+            server.join().unwrap();
+            assert_eq!(mine, Outcome::Done(101));
+            assert_eq!(theirs, Outcome::Done(102));
+            assert_eq!(runs.load(SeqCst), 2);
+        });
+    }
+
+    /// One caller reuses its slot: the second request's answer is not mistaken for the first's
+    /// (the sequence number tells them apart), and each runs once.
+    #[test]
+    fn loom_a_reused_slot_answers_each_request_once() {
+        loom::model(|| {
+            let lane = Arc::new(TestLane::new());
+            let runs = Arc::new(Count::new(0));
+            let done = Arc::new(AtomicBool::new(false));
+            let server = service(lane.clone(), runs.clone(), done.clone());
+            let patient = Waiting { spin_ns: 0, stall_timeout_ns: u64::MAX };
+            assert_eq!(lane.call(1, 0, patient), Outcome::Done(101));
+            assert_eq!(lane.call(2, 0, patient), Outcome::Done(102));
+            done.store(true, SeqCst);
+            lane.kick();
+            server.join().unwrap();
+            assert_eq!(runs.load(SeqCst), 2);
+        });
+    }
+}
