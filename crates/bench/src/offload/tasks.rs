@@ -7,14 +7,14 @@
 //! the application CPU, so what the server moves away is time the clients get). The server
 //! task reads a request (8 bytes: file index, sequence number), opens the file (`openat`),
 //! `fstat`s it, sends an 8-byte length and the file (`sendfile`), and closes it. The policy
-//! decides each `openat`, `fstat`, `send` and `sendfile`: a call kept local runs in the task;
-//! a call moved is [`corehop_runtime::submit()`]ted to the service CPU's worker, and the task
-//! waits for it by yielding the application CPU to the other tasks, which go on meanwhile
-//! (and whose own calls join the service worker's inbox). Sockets are non-blocking, and the
-//! two tasks of a connection tell each other when they have sent (a counter each, the
-//! readiness an event loop would get from epoll, without its system call): a task waits for
-//! its peer's counter by yielding, then reads, locally; a read or write that would still
-//! block yields and tries again.
+//! decides each of those `recv`, `openat`, `fstat`, `send` and `sendfile` calls, as in
+//! `files`: a call kept local runs in the task; a call moved is
+//! [`corehop_runtime::submit()`]ted to the service CPU's worker, and the task waits for it by
+//! yielding the application CPU to the other tasks, which go on meanwhile (and whose own
+//! calls join the service worker's inbox). Sockets are non-blocking, and the two tasks of a
+//! connection tell each other when they have sent (a counter each: the readiness an event
+//! loop would get from epoll, without its system call), so a task reads only what has been
+//! sent; a call that would still block yields and tries again.
 
 use std::ffi::CString;
 use std::net::{TcpListener, TcpStream};
@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use anyhow::Context;
-use corehop_policy::offload::{CallDesc, Decision, OffloadPolicy};
+use corehop_policy::offload::{CallDesc, CallKind, Decision, OffloadPolicy};
 use corehop_runtime::service::{thread_cpu_ns, OffloadStats, SysCall, SysResult};
 use corehop_runtime::sys::{self, Errno};
 use corehop_runtime::{submit, yield_now, CpuId, Runtime, Wake};
@@ -41,6 +41,7 @@ const SITE_OPENAT: u64 = 1;
 const SITE_FSTAT: u64 = 2;
 const SITE_SEND: u64 = 3;
 const SITE_SENDFILE: u64 = 4;
+const SITE_RECV: u64 = 5;
 
 /// How long an epoch of a tuned or adaptive policy lasts, as in `files`.
 const EPOCH_NS: u64 = 20_000_000;
@@ -266,8 +267,23 @@ fn serve(stream: &TcpStream, dirfd: RawFd, calls: &Calls, count: usize, sent: &S
     let sock = stream.as_raw_fd();
     for served in 1..=count as u32 {
         sent.wait_past(|| sent.requests.load(Ordering::Acquire), served - 1)?;
+        // The request is there (the client counted it sent): read it where the policy says.
         let mut request = [0u8; 8];
-        receive(sock, &mut request, sent, || u64::MAX, &mut 0)?;
+        let mut got = 0;
+        while got < request.len() {
+            let want = request.len() - got;
+            let desc = CallDesc { kind: CallKind::Recvfrom, fd: sock, size: want as u64, site: SITE_RECV };
+            let (result, bytes) = calls.call(desc, move || {
+                let mut bytes = [0u8; 8];
+                let result =
+                    SysCall::Recvfrom { fd: sock, buf: &mut bytes[..want], flags: 0, addr: None }.execute();
+                (result, bytes)
+            })?;
+            anyhow::ensure!(result != Ok(0), "the client hung up early");
+            let n = moved(result, "recv")?;
+            request[got..got + n].copy_from_slice(&bytes[..n]);
+            got += n;
+        }
         let index = u32::from_le_bytes(request[..4].try_into()?) as usize;
         anyhow::ensure!(index < SIZES.len(), "request for file {index}, there are {}", SIZES.len());
         let name = CString::new(format!("f{index}"))?;
@@ -278,7 +294,7 @@ fn serve(stream: &TcpStream, dirfd: RawFd, calls: &Calls, count: usize, sent: &S
             .map_err(|e| errno("openat", e))? as RawFd;
         // SAFETY: `fd` was just opened and is owned here; the File closes it once.
         let file = unsafe { std::fs::File::from_raw_fd(fd) };
-        let desc = CallDesc { kind: corehop_policy::offload::CallKind::Fstat, fd, size: 0, site: SITE_FSTAT };
+        let desc = CallDesc { kind: CallKind::Fstat, fd, size: 0, site: SITE_FSTAT };
         let size = calls.call(desc, move || fstat_size(fd))?.map_err(|e| errno("fstat", e))?;
         let header = (size as u64).to_le_bytes();
         let mut header_sent = 0;
