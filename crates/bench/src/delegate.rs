@@ -68,6 +68,7 @@ pub struct Args {
     /// Repetitions: each measures every row once, with a fresh runtime per row.
     #[arg(long, default_value_t = 10)]
     pub reps: usize,
+    /// --quick, --json, --plot.
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -75,11 +76,15 @@ pub struct Args {
 /// One row of the results, as printed by `--json`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
+    /// The row: `on`, `submit+wait`, `submit-64`, `batch-N` or `ring-64`.
     pub name: String,
     /// Operations in flight at once.
     pub in_flight: usize,
+    /// Fewest ns per operation of any repetition.
     pub min_ns: f64,
+    /// Median over repetitions of ns per operation.
     pub median_ns: f64,
+    /// Most ns per operation of any repetition.
     pub max_ns: f64,
     /// Million operations per second at the median.
     pub mops_per_s: f64,
@@ -92,8 +97,11 @@ pub struct Row {
 /// The batch row with the highest throughput.
 #[derive(Debug, Clone, Serialize)]
 pub struct Best {
+    /// The row, `batch-N`.
     pub name: String,
+    /// Its million operations per second at the median.
     pub mops_per_s: f64,
+    /// Its median ratio to the same repetition's ring.
     pub ratio_to_ring: f64,
 }
 
@@ -174,6 +182,7 @@ struct Plan {
     reps: usize,
 }
 
+/// `corehop bench delegate`: measures every row and the ring, prints the table (or JSON).
 pub fn run(args: Args) -> anyhow::Result<()> {
     let report = measure(&args)?;
     if args.output.json {

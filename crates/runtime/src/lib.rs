@@ -26,8 +26,8 @@
 //! - `runtime`: [`Builder`], [`Runtime`], workers, [`JoinHandle`], shutdown protocol.
 //! - `task`: what a task can do: [`hop`], [`on`], [`hop_any`], [`current_cpu`],
 //!   [`no_hop_zone`], and the hop hazards with what corehop decided about each.
-//! - `submit`: asynchronous, batched delegation: [`submit`], [`submit_batch`], [`Pending`]
-//!   (a `Future` too), served by each worker between its tasks.
+//! - [`submit`](mod@submit): asynchronous, batched delegation: [`submit`](fn@submit),
+//!   [`submit_batch`], [`Pending`] (a `Future` too), served by each worker between its tasks.
 //! - `fiber`: the stack switch (our own on x86-64, corosensei's elsewhere) and the one unsafe
 //!   step, sending a suspended fiber to another thread, with its soundness argument. `mailbox`: the lock-free hand-off and park/unpark protocol
 //!   (model-checked with loom). `context`: per-thread state behind non-inlinable accessors.
@@ -42,7 +42,7 @@ mod fiber;
 mod mailbox;
 mod overflow;
 mod runtime;
-mod submit;
+pub mod submit;
 mod sync;
 pub mod sys;
 mod task;

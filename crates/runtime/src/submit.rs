@@ -29,7 +29,9 @@
 //! - **In async code**, a `Pending` is a [`Future`]: the worker wakes the stored waker when
 //!   the result is in, so tokio and other executors can `.await` work on a pinned CPU.
 //! - **Inside an operation** (which runs on a worker outside any task), waiting would block
-//!   that worker, perhaps for its own inbox: it fails with [`Error::WaitInOperation`].
+//!   that worker, perhaps for its own inbox: it fails with [`Error::WaitInOperation`]. An
+//!   operation may still send more work with [`Runtime::submit`], but one that fills its own
+//!   CPU's inbox waits for room that only its own worker could make.
 //!
 //! # Order, back-pressure, cancellation, shutdown
 //! Operations sent to one CPU run in submission order, by that CPU's worker, between its
@@ -392,10 +394,10 @@ impl<T> PendingBatch<T> {
                 panic.get_or_insert(payload);
             }
         };
-        // SAFETY (both takes): this batch is each block's only client, every block's outcome
-        // came from an acquire of its state, and `taken` makes this the only take.
         if let [only] = self.blocks.as_slice() {
             let mut values = Vec::with_capacity(self.order.len());
+            // SAFETY: this batch is the block's only client, the block's outcome came from an
+            // acquire of its state, and `taken` makes this the only take.
             unsafe { only.take(&mut |r| keep(&mut values, r)) };
             return match panic {
                 Some(payload) => resume_unwind(payload),
@@ -405,6 +407,7 @@ impl<T> PendingBatch<T> {
         let mut per_block: Vec<std::vec::IntoIter<T>> = Vec::with_capacity(self.blocks.len());
         for block in &self.blocks {
             let mut values = Vec::new();
+            // SAFETY: as above, for each block.
             unsafe { block.take(&mut |r| keep(&mut values, r)) };
             per_block.push(values.into_iter());
         }

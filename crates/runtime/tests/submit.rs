@@ -232,7 +232,7 @@ fn a_full_inbox_makes_submitters_wait_and_loses_nothing() {
         })
         .collect();
     // Submitters get stuck at the bound while the holder runs (never past it).
-    while sent.load(Ordering::SeqCst) < 1000 {
+    while sent.load(Ordering::SeqCst) < 1024 {
         std::thread::yield_now();
     }
     // Give them time to run past the bound, if they could.

@@ -1,5 +1,7 @@
 //! Async Rust awaiting work delegated to pinned CPUs: a `Pending` is a `Future`, woken by the
-//! worker that ran the operation, under tokio's schedulers.
+//! worker that ran the operation, under tokio's schedulers. (Tokio does not build under
+//! `--cfg loom`, so neither does this file.)
+#![cfg(not(loom))]
 
 use corehop_runtime::{current_cpu, Runtime, Wake};
 

@@ -7,24 +7,24 @@
 //! the application CPU, so what the server moves away is time the clients get). The server
 //! task reads a request (8 bytes: file index, sequence number), opens the file (`openat`),
 //! `fstat`s it, sends an 8-byte length and the file (`sendfile`), and closes it. The policy
-//! decides each `openat`, `fstat`, `send` and `sendfile`: a call kept local runs in the task;
-//! a call moved is [`corehop_runtime::submit`]ted to the service CPU's worker, and the task
-//! waits for it by yielding the application CPU to the other tasks, which go on meanwhile
-//! (and whose own calls join the service worker's inbox). Sockets are non-blocking, and the
-//! two tasks of a connection tell each other when they have sent (a counter each, the
-//! readiness an event loop would get from epoll, without its system call): a task waits for
-//! its peer's counter by yielding, then reads, locally; a read or write that would still
-//! block yields and tries again.
+//! decides each of those `recv`, `openat`, `fstat`, `send` and `sendfile` calls, as in
+//! `files`: a call kept local runs in the task; a call moved is
+//! [`corehop_runtime::submit()`]ted to the service CPU's worker, and the task waits for it by
+//! yielding the application CPU to the other tasks, which go on meanwhile (and whose own
+//! calls join the service worker's inbox). Sockets are non-blocking, and the two tasks of a
+//! connection tell each other when they have sent (a counter each: the readiness an event
+//! loop would get from epoll, without its system call), so a task reads only what has been
+//! sent; a call that would still block yields and tries again.
 
 use std::ffi::CString;
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use anyhow::Context;
-use corehop_policy::offload::{CallDesc, Decision, OffloadPolicy};
+use corehop_policy::offload::{CallDesc, CallKind, Decision, OffloadPolicy};
 use corehop_runtime::service::{thread_cpu_ns, OffloadStats, SysCall, SysResult};
 use corehop_runtime::sys::{self, Errno};
 use corehop_runtime::{submit, yield_now, CpuId, Runtime, Wake};
@@ -41,6 +41,7 @@ const SITE_OPENAT: u64 = 1;
 const SITE_FSTAT: u64 = 2;
 const SITE_SEND: u64 = 3;
 const SITE_SENDFILE: u64 = 4;
+const SITE_RECV: u64 = 5;
 
 /// How long an epoch of a tuned or adaptive policy lasts, as in `files`.
 const EPOCH_NS: u64 = 20_000_000;
@@ -124,19 +125,32 @@ impl Calls {
     }
 }
 
-/// What the two tasks of a connection have sent: requests by the client, bytes by the server.
+/// What the two tasks of a connection have sent: requests by the client, bytes by the server;
+/// and whether one of them failed, so that the other stops waiting for it.
 #[derive(Default)]
 struct Sent {
     requests: AtomicU32,
     bytes: AtomicU64,
+    failed: AtomicBool,
 }
 
-/// Yields until `counter` has gone past `seen` (its peer has sent more).
-fn wait_past<T: PartialOrd>(counter: impl Fn() -> T, seen: T) -> anyhow::Result<()> {
-    while counter() <= seen {
-        yield_now()?;
+impl Sent {
+    /// Yields until `counter` has gone past `seen` (the peer has sent more).
+    fn wait_past<T: PartialOrd>(&self, counter: impl Fn() -> T, seen: T) -> anyhow::Result<()> {
+        while counter() <= seen {
+            anyhow::ensure!(!self.failed.load(Ordering::Relaxed), "the other end of the connection failed");
+            yield_now()?;
+        }
+        Ok(())
     }
-    Ok(())
+
+    /// `result`, after telling the peer if it is an error.
+    fn unless_failed<T>(&self, result: anyhow::Result<T>) -> anyhow::Result<T> {
+        if result.is_err() {
+            self.failed.store(true, Ordering::Relaxed);
+        }
+        result
+    }
 }
 
 fn errno(what: &str, e: Errno) -> anyhow::Error {
@@ -178,6 +192,21 @@ pub fn run(
         for stream in [&client, &server] {
             stream.set_nodelay(true)?;
             stream.set_nonblocking(true)?;
+            // Room for the largest file both ways, so no answer waits for a window update.
+            for option in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
+                let bytes: libc::c_int = 1 << 20;
+                // SAFETY: a valid socket, and a pointer to an int of the size given.
+                let r = unsafe {
+                    libc::setsockopt(
+                        stream.as_raw_fd(),
+                        libc::SOL_SOCKET,
+                        option,
+                        (&raw const bytes).cast(),
+                        size_of::<libc::c_int>() as libc::socklen_t,
+                    )
+                };
+                anyhow::ensure!(r == 0, "setsockopt: {}", std::io::Error::last_os_error());
+            }
         }
         pairs.push((client, server));
     }
@@ -212,17 +241,20 @@ pub fn run(
         let (calls, dirfd, count) = (calls.clone(), dirfd.clone(), mine.len());
         let sent = Arc::new(Sent::default());
         let sent_too = Arc::clone(&sent);
-        servers.push(rt.spawn_on(app, move || serve(&server, dirfd.as_raw_fd(), &calls, count, &sent))?);
-        clients.push(rt.spawn_on(app, move || drive(client, &mine, &sent_too))?);
+        servers.push(rt.spawn_on(app, move || {
+            sent.unless_failed(serve(&server, dirfd.as_raw_fd(), &calls, count, &sent))
+        })?);
+        clients.push(rt.spawn_on(app, move || sent_too.unless_failed(drive(client, &mine, &sent_too)))?);
     }
-    let mut latencies = Vec::with_capacity(requests);
-    for handle in clients {
-        latencies.extend(handle.join().map_err(|e| anyhow::anyhow!("client task: {e}"))??);
-    }
+    // Every task joined before any error is reported: a task that fails tells its peer, which
+    // then fails too, but a task cancelled by an early shutdown could not.
+    let latencies: Vec<anyhow::Result<Vec<f64>>> =
+        clients.into_iter().map(|h| h.join().map_err(|e| anyhow::anyhow!("client task: {e}"))?).collect();
     let wall_ns = sys::now_ns() - start;
-    for handle in servers {
-        handle.join().map_err(|e| anyhow::anyhow!("server task: {e}"))??;
-    }
+    let served: Vec<anyhow::Result<()>> =
+        servers.into_iter().map(|h| h.join().map_err(|e| anyhow::anyhow!("server task: {e}"))?).collect();
+    served.into_iter().collect::<anyhow::Result<()>>()?;
+    let latencies: Vec<f64> = latencies.into_iter().collect::<anyhow::Result<Vec<_>>>()?.concat();
     let cpu_ns = thread_cpu_ns(worker_tid).unwrap_or(0).saturating_sub(cpu0);
     drop(rt);
     let mut offload = calls.lock();
@@ -234,9 +266,24 @@ pub fn run(
 fn serve(stream: &TcpStream, dirfd: RawFd, calls: &Calls, count: usize, sent: &Sent) -> anyhow::Result<()> {
     let sock = stream.as_raw_fd();
     for served in 1..=count as u32 {
-        wait_past(|| sent.requests.load(Ordering::Acquire), served - 1)?;
+        sent.wait_past(|| sent.requests.load(Ordering::Acquire), served - 1)?;
+        // The request is there (the client counted it sent): read it where the policy says.
         let mut request = [0u8; 8];
-        receive(sock, &mut request, || u64::MAX, &mut 0)?;
+        let mut got = 0;
+        while got < request.len() {
+            let want = request.len() - got;
+            let desc = CallDesc { kind: CallKind::Recvfrom, fd: sock, size: want as u64, site: SITE_RECV };
+            let (result, bytes) = calls.call(desc, move || {
+                let mut bytes = [0u8; 8];
+                let result =
+                    SysCall::Recvfrom { fd: sock, buf: &mut bytes[..want], flags: 0, addr: None }.execute();
+                (result, bytes)
+            })?;
+            anyhow::ensure!(result != Ok(0), "the client hung up early");
+            let n = moved(result, "recv")?;
+            request[got..got + n].copy_from_slice(&bytes[..n]);
+            got += n;
+        }
         let index = u32::from_le_bytes(request[..4].try_into()?) as usize;
         anyhow::ensure!(index < SIZES.len(), "request for file {index}, there are {}", SIZES.len());
         let name = CString::new(format!("f{index}"))?;
@@ -247,7 +294,7 @@ fn serve(stream: &TcpStream, dirfd: RawFd, calls: &Calls, count: usize, sent: &S
             .map_err(|e| errno("openat", e))? as RawFd;
         // SAFETY: `fd` was just opened and is owned here; the File closes it once.
         let file = unsafe { std::fs::File::from_raw_fd(fd) };
-        let desc = CallDesc { kind: corehop_policy::offload::CallKind::Fstat, fd, size: 0, site: SITE_FSTAT };
+        let desc = CallDesc { kind: CallKind::Fstat, fd, size: 0, site: SITE_FSTAT };
         let size = calls.call(desc, move || fstat_size(fd))?.map_err(|e| errno("fstat", e))?;
         let header = (size as u64).to_le_bytes();
         let mut header_sent = 0;
@@ -302,17 +349,18 @@ fn fstat_size(fd: RawFd) -> Result<usize, Errno> {
 }
 
 /// Fills `buf` from the non-blocking socket `sock`: waits (yielding) until `available` says
-/// the peer has sent more than `received` bytes, reads, and counts what it read there; a read
+/// the peer (whose connection state is `sent`) has sent more than `received` bytes, reads, and counts what it read there; a read
 /// that still finds nothing (the bytes are on their way through the kernel) yields.
 fn receive(
     sock: RawFd,
     buf: &mut [u8],
+    sent: &Sent,
     available: impl Fn() -> u64,
     received: &mut u64,
 ) -> anyhow::Result<()> {
     let mut got = 0;
     while got < buf.len() {
-        wait_past(&available, *received)?;
+        sent.wait_past(&available, *received)?;
         let result = SysCall::Recvfrom { fd: sock, buf: &mut buf[got..], flags: 0, addr: None }.execute();
         match result {
             Ok(0) => anyhow::bail!("the peer hung up early"),
@@ -353,10 +401,10 @@ fn drive(stream: TcpStream, requests: &[(u32, usize)], sent: &Sent) -> anyhow::R
         sent.requests.store(n, Ordering::Release);
         let available = || sent.bytes.load(Ordering::Acquire);
         let mut header = [0u8; 8];
-        receive(sock, &mut header, available, &mut received)?;
+        receive(sock, &mut header, sent, available, &mut received)?;
         let size = u64::from_le_bytes(header) as usize;
         anyhow::ensure!(size == SIZES[index], "asked for {} bytes, told {size}", SIZES[index]);
-        receive(sock, &mut body[..size], available, &mut received)?;
+        receive(sock, &mut body[..size], sent, available, &mut received)?;
         anyhow::ensure!(body[size - 1] == ((size - 1) * 31 + index) as u8, "wrong bytes served");
         latencies.push((sys::now_ns() - t0) as f64);
     }
@@ -381,6 +429,19 @@ mod tests {
             assert_eq!(served.profile.len() as u64, served.stats.calls);
             let expected = if offloaded { served.stats.calls } else { 0 };
             assert_eq!(served.stats.offloaded, expected, "{:?}", served.stats);
+        }
+    }
+
+    #[test]
+    fn a_failing_server_task_stops_its_client_instead_of_leaving_it_waiting() {
+        // No files to serve: every server task's openat fails; the run ends with that error.
+        let empty = tempfile::tempdir().unwrap();
+        let allowed = sys::affinity().unwrap();
+        let (app, service) = (allowed[0], *allowed.last().unwrap());
+        for policy in [OffloadPolicy::Never, OffloadPolicy::Always] {
+            let err = run(empty.path(), policy, false, app, service, 40, 7).err().expect("no files, no run");
+            let message = format!("{err:#}");
+            assert!(message.contains("openat") || message.contains("other end"), "{message}");
         }
     }
 }
