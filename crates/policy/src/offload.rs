@@ -260,7 +260,8 @@ pub enum OffloadPolicy {
 
 impl OffloadPolicy {
     /// Decide for one call. `queue_delay` is the expected wait at the service core the call
-    /// would go to (0 when it is idle).
+    /// would go to (0 when it is idle). A longer queue never turns `Local` into `Offload`, so
+    /// a driver may decide with 0 first and look at the queue only for calls that would move.
     pub fn decide(&self, call: &CallDesc, queue_delay: u64) -> Decision {
         let offload = match self {
             OffloadPolicy::Never => false,
@@ -513,6 +514,29 @@ mod tests {
         p.epoch_end(1.0, 1);
         let OffloadPolicy::Predicted(inner) = &p else { unreachable!() };
         assert_eq!(inner.threshold(), TunerConfig::default().initial * 2, "now sampling above");
+    }
+
+    #[test]
+    fn a_queue_never_makes_a_call_move() {
+        let policies = [
+            "never", "always", "size", "static:fsync,read", "predicted:time:5000", "adaptive",
+        ];
+        for spec in policies {
+            let mut policy: OffloadPolicy = spec.parse().unwrap();
+            for (i, run) in [100u64, 3_000, 9_000, 50_000].into_iter().enumerate() {
+                policy.observe(&CallDesc::new(CallKind::Fsync, 3, 0, i as u64), run);
+            }
+            for site in 0..4 {
+                for size in [0, 512, 4096, 1 << 20] {
+                    let call = CallDesc::new(CallKind::Fsync, 3, size, site);
+                    for delay in [1, 1_000, 100_000] {
+                        if policy.decide(&call, delay) == Decision::Offload {
+                            assert_eq!(policy.decide(&call, 0), Decision::Offload, "{spec} {call:?} {delay}");
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -718,12 +718,21 @@ impl<'s> Offloader<'s> {
     /// Runs `f`, described to the policy as `desc`, locally or on a service core as the
     /// policy decides; the measured run length goes back to the policy.
     pub fn call<'a, R: Send + 'a>(&mut self, desc: CallDesc, f: impl FnOnce() -> R + Send + 'a) -> R {
-        let mut state = self.pick_state;
-        let index = self.cores.pick(&mut state);
-        let queue_delay = self.cores.cores[index].load.expected_delay_ns();
         self.stats.calls += 1;
-        let result = match self.policy.decide(&desc, queue_delay) {
-            Decision::Local => {
+        // A queue at the service core only ever makes a policy keep more calls local, so a
+        // call that stays local with no queue stays local: decided without touching the
+        // service core's line (a cache miss that costs more than most local calls).
+        let mut state = self.pick_state;
+        let target = match self.policy.decide(&desc, 0) {
+            Decision::Local => None,
+            Decision::Offload => {
+                let index = self.cores.pick(&mut state);
+                let queue_delay = self.cores.cores[index].load.expected_delay_ns();
+                matches!(self.policy.decide(&desc, queue_delay), Decision::Offload).then_some(index)
+            }
+        };
+        let result = match target {
+            None => {
                 let t0 = sys::now_ns();
                 let r = f();
                 let run = sys::now_ns().saturating_sub(t0);
@@ -731,7 +740,7 @@ impl<'s> Offloader<'s> {
                 self.learn(&desc, run);
                 r
             }
-            Decision::Offload => {
+            Some(index) => {
                 self.pick_state = state;
                 let t0 = sys::now_ns();
                 let (r, wait, run) = self.cores.run_on(index, f);
