@@ -518,9 +518,7 @@ mod tests {
 
     #[test]
     fn a_queue_never_makes_a_call_move() {
-        let policies = [
-            "never", "always", "size", "static:fsync,read", "predicted:time:5000", "adaptive",
-        ];
+        let policies = ["never", "always", "size", "static:fsync,read", "predicted:time:5000", "adaptive"];
         for spec in policies {
             let mut policy: OffloadPolicy = spec.parse().unwrap();
             for (i, run) in [100u64, 3_000, 9_000, 50_000].into_iter().enumerate() {
