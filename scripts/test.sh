@@ -49,9 +49,9 @@ echo "==> loom model checks of the lock-free hand-offs"
 RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 \
   cargo test --release -p corehop-runtime --lib --target-dir target/loom -- loom
 
-echo "==> loom model checks of the preload library's slot hand-off"
+echo "==> loom model checks of the shared slot hand-off (sys) and the preload library's lanes"
 RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 \
-  cargo test --release -p corehop-preload --lib --target-dir target/loom -- loom
+  cargo test --release -p corehop-sys -p corehop-preload --lib --target-dir target/loom -- loom
 
 echo "==> Python package: build it with maturin into target/venv, then its tests (pytest)"
 # Pinned test dependencies from pip's cache after the first run; the package is rebuilt only
