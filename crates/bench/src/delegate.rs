@@ -208,20 +208,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 fn plan(args: &Args) -> anyhow::Result<Plan> {
-    let machine = Runtime::builder()
-        .wake(Wake::Park)
-        .build()
-        .map(|rt| rt.machine().clone())
-        .context("starting a runtime")?;
-    let n = machine.cpus().len();
-    for (flag, cpu) in [("--from", args.from), ("--to", args.to)] {
-        if cpu >= n {
-            bail!("{flag} {cpu}: this machine has CPUs 0..{} (dense ids, see `corehop topo`)", n - 1);
-        }
-    }
-    if args.from == args.to {
-        bail!("--from and --to are both {}: delegation needs two different CPUs", args.from);
-    }
+    let machine = crate::switch::two_cpus(args.from, args.to, "delegation")?;
     let (ops, reps) = if args.output.quick { (2_048, 2) } else { (args.ops, args.reps) };
     if ops == 0 || reps == 0 {
         bail!("--ops and --reps must be at least 1");

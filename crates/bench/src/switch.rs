@@ -203,22 +203,28 @@ pub fn tour() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn plan(args: &Args) -> anyhow::Result<Plan> {
-    // The machine the runtime sees by default (discovered, restricted to allowed CPUs).
+/// The machine the runtime sees by default (discovered, restricted to allowed CPUs), once
+/// `--from` and `--to` are checked to be two of its CPUs (dense ids); `what` needs them.
+pub(crate) fn two_cpus(from: usize, to: usize, what: &str) -> anyhow::Result<Machine> {
     let machine = Runtime::builder()
         .wake(Wake::Park)
         .build()
         .map(|rt| rt.machine().clone())
         .context("starting a runtime")?;
     let n = machine.cpus().len();
-    for (flag, cpu) in [("--from", args.from), ("--to", args.to)] {
+    for (flag, cpu) in [("--from", from), ("--to", to)] {
         if cpu >= n {
             bail!("{flag} {cpu}: this machine has CPUs 0..{} (dense ids, see `corehop topo`)", n - 1);
         }
     }
-    if args.from == args.to {
-        bail!("--from and --to are both {}: a hop needs two different CPUs", args.from);
+    if from == to {
+        bail!("--from and --to are both {from}: {what} needs two different CPUs");
     }
+    Ok(machine)
+}
+
+fn plan(args: &Args) -> anyhow::Result<Plan> {
+    let machine = two_cpus(args.from, args.to, "a hop")?;
     let (iters, reps) = if args.output.quick { (300, 2) } else { (args.iters, args.reps) };
     if iters == 0 || reps == 0 {
         bail!("--iters and --reps must be at least 1");
