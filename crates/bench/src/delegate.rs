@@ -21,7 +21,7 @@ use crossbeam_utils::CachePadded;
 use serde::Serialize;
 
 use crate::report::{self, OutputArgs, Stats, Table};
-use crate::switch::per_op;
+use crate::switch::{per_op, MachineInfo};
 
 /// Measure delegation (`on`, `submit`, batches of 1-256) against a raw ring between two CPUs.
 ///
@@ -103,18 +103,6 @@ pub struct Best {
     pub mops_per_s: f64,
     /// Its median ratio to the same repetition's ring.
     pub ratio_to_ring: f64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-struct MachineInfo {
-    name: String,
-    source: String,
-    cpus: usize,
-    from_cpu: usize,
-    to_cpu: usize,
-    from_os_cpu: usize,
-    to_os_cpu: usize,
-    clock: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -275,20 +263,7 @@ fn measure(args: &Args) -> anyhow::Result<Report> {
         .filter(|r| r.name.starts_with("batch-"))
         .max_by(|a, b| a.mops_per_s.total_cmp(&b.mops_per_s))
         .map(|r| Best { name: r.name.clone(), mops_per_s: r.mops_per_s, ratio_to_ring: r.ratio_to_ring });
-    let clock = match sys::clock_source() {
-        sys::ClockSource::Tsc { ticks_per_ns } => format!("tsc ({ticks_per_ns:.3} GHz)"),
-        sys::ClockSource::Monotonic => "clock_gettime(CLOCK_MONOTONIC)".into(),
-    };
-    let machine = MachineInfo {
-        name: plan.machine.name.clone(),
-        source: plan.machine.source.clone(),
-        cpus: plan.machine.cpus().len(),
-        from_cpu: plan.from.0,
-        to_cpu: plan.to.0,
-        from_os_cpu: plan.from_os,
-        to_os_cpu: plan.to_os,
-        clock,
-    };
+    let machine = MachineInfo::new(&plan.machine, plan.from, plan.to);
     Ok(Report { machine, ops_per_rep: plan.ops, reps: plan.reps, results, best_batch })
 }
 

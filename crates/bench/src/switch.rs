@@ -114,16 +114,36 @@ pub struct Row {
     pub calls_per_s: Option<f64>,
 }
 
+/// The machine and the CPU pair a two-CPU benchmark ran on, and the clock it read.
 #[derive(Debug, Clone, Serialize)]
-struct MachineInfo {
-    name: String,
+pub(crate) struct MachineInfo {
+    pub(crate) name: String,
     source: String,
     cpus: usize,
-    from_cpu: usize,
-    to_cpu: usize,
-    from_os_cpu: usize,
-    to_os_cpu: usize,
-    clock: String,
+    pub(crate) from_cpu: usize,
+    pub(crate) to_cpu: usize,
+    pub(crate) from_os_cpu: usize,
+    pub(crate) to_os_cpu: usize,
+    pub(crate) clock: String,
+}
+
+impl MachineInfo {
+    pub(crate) fn new(machine: &Machine, from: CpuId, to: CpuId) -> MachineInfo {
+        let clock = match sys::clock_source() {
+            sys::ClockSource::Tsc { ticks_per_ns } => format!("tsc ({ticks_per_ns:.3} GHz)"),
+            sys::ClockSource::Monotonic => "clock_gettime(CLOCK_MONOTONIC)".into(),
+        };
+        MachineInfo {
+            name: machine.name.clone(),
+            source: machine.source.clone(),
+            cpus: machine.cpus().len(),
+            from_cpu: from.0,
+            to_cpu: to.0,
+            from_os_cpu: machine.cpus()[from.0].os_id,
+            to_os_cpu: machine.cpus()[to.0].os_id,
+            clock,
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -283,20 +303,7 @@ fn measure(args: &Args) -> anyhow::Result<Report> {
             })
         })
         .collect();
-    let clock = match sys::clock_source() {
-        sys::ClockSource::Tsc { ticks_per_ns } => format!("tsc ({:.3} GHz)", ticks_per_ns),
-        sys::ClockSource::Monotonic => "clock_gettime(CLOCK_MONOTONIC)".into(),
-    };
-    let machine = MachineInfo {
-        name: plan.machine.name.clone(),
-        source: plan.machine.source.clone(),
-        cpus: plan.machine.cpus().len(),
-        from_cpu: plan.from.0,
-        to_cpu: plan.to.0,
-        from_os_cpu: plan.from_os,
-        to_os_cpu: plan.to_os,
-        clock,
-    };
+    let machine = MachineInfo::new(&plan.machine, plan.from, plan.to);
     Ok(Report { machine, results })
 }
 

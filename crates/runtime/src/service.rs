@@ -728,7 +728,9 @@ impl<'s> Offloader<'s> {
             Decision::Offload => {
                 let index = self.cores.pick(&mut state);
                 let queue_delay = self.cores.cores[index].load.expected_delay_ns();
-                matches!(self.policy.decide(&desc, queue_delay), Decision::Offload).then_some(index)
+                // With no queue the answer is the one just given.
+                (queue_delay == 0 || self.policy.decide(&desc, queue_delay) == Decision::Offload)
+                    .then_some(index)
             }
         };
         let result = match target {

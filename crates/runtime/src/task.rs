@@ -166,6 +166,14 @@ fn refusal(ctx: &TaskCtx, cpu: CpuId) -> Error {
 /// after each operation). Under `Handoff` the task goes to the back of its own worker's
 /// mailbox; under `Affinity` (one OS thread per task) the OS thread yields. Errors as for
 /// [`hop`] (not in a task, inside a [`no_hop_zone`]).
+///
+/// # Why this is safe when [`hop`] is not
+///
+/// A worker is one OS thread for its whole life, and the task is queued on the worker it
+/// runs on, so the caller's frames continue on the thread they started on: thread-locals,
+/// `!Send` values and lock guards stay with their thread. Other tasks run on that thread in
+/// between, as other futures do at an `.await`: what they share with the caller is shared
+/// through `Sync` or thread-local types, which already allow it.
 #[inline(always)]
 pub fn yield_now() -> Result<(), Error> {
     let (ctx, on) = task_at()?;
@@ -174,7 +182,12 @@ pub fn yield_now() -> Result<(), Error> {
     }
     match ctx.shared.mechanism {
         Mechanism::Handoff => {
-            ctx.hop_to(on, on.at());
+            let home = on.at();
+            ctx.hop_to(on, home);
+            debug_assert!(
+                task_at().is_ok_and(|(_, now)| now.at() == home),
+                "yield_now resumed a task on another worker"
+            );
         }
         Mechanism::Affinity => std::thread::yield_now(),
     }
