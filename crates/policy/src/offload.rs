@@ -375,6 +375,19 @@ impl OffloadPolicy {
         }
     }
 
+    /// Whether every call stays local now, whatever it is: `Never`, a [`Measured`] policy
+    /// with no key moving and no probe due, or an adaptive policy running such an arm (not a
+    /// trial of another). A driver may skip [`OffloadPolicy::decide`] then: it is a few loads,
+    /// where deciding hashes the call.
+    pub fn keeps_all_local(&self) -> bool {
+        match self {
+            OffloadPolicy::Never => true,
+            OffloadPolicy::Measured(m) => m.moves_nothing(),
+            OffloadPolicy::Adaptive(a) => a.active().keeps_all_local(),
+            _ => false,
+        }
+    }
+
     /// The call ran where [`OffloadPolicy::decide`] said and cost what `cost` says.
     pub fn observe(&mut self, call: &CallDesc, cost: CallCost) {
         match self {
@@ -769,6 +782,27 @@ mod tests {
         let mut p: OffloadPolicy = "adaptive:always".parse().unwrap();
         drive(&mut p, 1000, |d| if d == Decision::Offload { 1000 } else { 1300 });
         assert_eq!(p.settled().label(), "always");
+    }
+
+    #[test]
+    fn keeps_all_local_only_when_no_call_can_move() {
+        assert!(OffloadPolicy::Never.keeps_all_local());
+        assert!(!OffloadPolicy::Always.keeps_all_local());
+        let mut p: OffloadPolicy = "adaptive".parse().unwrap();
+        assert!(p.keeps_all_local(), "measured starts with nothing moving");
+        let call = CallDesc::new(CallKind::Fsync, 3, 0, 1);
+        for _ in 0..50 {
+            let d = p.decide(&call, 0);
+            assert!(d == Decision::Local || !p.keeps_all_local());
+            let cost = if d == Decision::Offload {
+                CallCost::moved(900_000, 700_000)
+            } else {
+                CallCost::local(900_000)
+            };
+            p.observe(&call, cost);
+        }
+        assert_eq!(p.decide(&call, 0), Decision::Offload);
+        assert!(!p.keeps_all_local());
     }
 
     #[test]

@@ -732,7 +732,9 @@ impl<'s> Offloader<'s> {
         // call that stays local with no queue stays local: decided without touching the
         // service core's line (a cache miss that costs more than most local calls).
         let mut state = self.pick_state;
-        let target = match self.policy.decide(&desc, 0) {
+        let decision =
+            if self.policy.keeps_all_local() { Decision::Local } else { self.policy.decide(&desc, 0) };
+        let target = match decision {
             Decision::Local => None,
             Decision::Offload => {
                 let index = self.cores.pick(&mut state);
