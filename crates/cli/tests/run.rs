@@ -532,3 +532,28 @@ fn record_trace_needs_offload_and_a_writable_file() {
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("creating the trace file"), "{}", text(&out.stderr));
 }
+
+#[test]
+fn without_a_summary_to_collect_corehop_becomes_the_program() {
+    // No --stats: `corehop run` execs the program, which keeps corehop's process id (so a
+    // signal sent to that id reaches the program itself).
+    let child = corehop()
+        .args(["run", "--offload", "--", "sh", "-c", "echo $$; exit 7"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(7));
+    assert_eq!(text(&out.stdout).trim(), pid.to_string());
+    // With --stats corehop stays the parent, to read the summary when the program ends.
+    let child = corehop()
+        .args(["run", "--offload", "--stats", "--", "sh", "-c", "echo $$"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert_ne!(text(&out.stdout).trim(), pid.to_string());
+}

@@ -9,7 +9,7 @@
 
 use std::ffi::OsString;
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::Instant;
@@ -31,7 +31,9 @@ pub const LIBRARY: &str = "libcorehop_preload.so";
     corehop run --offload --service-cpus 1 --policy size --threshold 16384 -- cp big.iso /tmp/\n  \
     corehop run --cpus 0 -- make -j1\n\n\
     The preload library is built with `cargo build --workspace` (or `cargo build -p corehop-preload`)\n\
-    and looked for next to the corehop binary, or at $COREHOP_PRELOAD.")]
+    and looked for next to the corehop binary, or at $COREHOP_PRELOAD.\n\n\
+    Without --stats, --stats-json, --record-trace or --compare, corehop becomes CMD (exec, as env and\n\
+    taskset do): same process id, CMD's own signals and exit status, no second process.")]
 pub struct Args {
     /// Run CMD with system-call offload: load libcorehop_preload.so (LD_PRELOAD, appended to
     /// any existing one) so that read, write, pread/pwrite, readv/writev, open/openat, the stat
@@ -253,6 +255,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(path) = launch.offload.as_ref().and_then(|o| o.trace_file.as_ref()) {
         std::fs::write(path, TRACE_HEADER)
             .with_context(|| format!("creating the trace file {}", path.display()))?;
+    }
+    let collects = launch.offload.as_ref().is_some_and(|o| o.stats_file.is_some() || o.trace_file.is_some());
+    if !collects {
+        return Err(launch.exec());
     }
     let finished = launch.run()?;
     if let Some(path) = launch.offload.as_ref().and_then(|o| o.trace_file.as_ref()) {
@@ -481,8 +487,26 @@ pub fn exit_code(status: ExitStatus) -> i32 {
 }
 
 impl Launch {
-    /// Starts the program, waits for it, and collects the offload summary if one was asked for.
-    pub fn run(&self) -> anyhow::Result<Finished> {
+    /// Becomes the program (`execve`), as `env` and `taskset` do, when nothing is to be
+    /// collected after it ends: it keeps corehop's process id, its signals and exit status are
+    /// the program's own, and it pays no second process. Returns only if the exec failed.
+    pub fn exec(&self) -> anyhow::Error {
+        let command = match self.command() {
+            Ok(command) => command,
+            Err(e) => return e,
+        };
+        let mut command = command;
+        if let Some(cpus) = &self.cpus {
+            if let Err(e) = sys::set_affinity(cpus) {
+                return anyhow::Error::from(e).context(format!("running on CPUs {}", format_cpu_list(cpus)));
+            }
+        }
+        let program = self.command[0].to_string_lossy().into_owned();
+        anyhow::Error::from(command.exec()).context(format!("starting {program}"))
+    }
+
+    /// The program's command line and environment (the preload library and its settings).
+    fn command(&self) -> anyhow::Result<Command> {
         let (program, rest) = self.command.split_first().context("no command given")?;
         let mut command = Command::new(program);
         command.args(rest);
@@ -507,6 +531,13 @@ impl Launch {
                 None => command.env_remove(env::TRACE_FILE),
             };
         }
+        Ok(command)
+    }
+
+    /// Starts the program, waits for it, and collects the offload summary if one was asked for.
+    pub fn run(&self) -> anyhow::Result<Finished> {
+        let program = self.command.first().context("no command given")?;
+        let mut command = self.command()?;
         if self.capture {
             command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
         }
