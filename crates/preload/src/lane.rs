@@ -241,7 +241,8 @@ mod tests {
         }
 
         fn call(&self, id: u64, hint: usize, waiting: Waiting) -> handoff::Outcome<u64> {
-            let request = Request { nr: 0, args: [id, 0, 0, 0, 0, 0], check: Check::Nothing, may_signal: false };
+            let request =
+                Request { nr: 0, args: [id, 0, 0, 0, 0, 0], check: Check::Nothing, may_signal: false };
             match Lane::call(self, request, hint, waiting) {
                 Outcome::Done(reply) => handoff::Outcome::Done(reply.ret as u64),
                 Outcome::Withdrawn => handoff::Outcome::Withdrawn,
@@ -254,7 +255,10 @@ mod tests {
         }
 
         fn serve(&self, idle: &mut Idle, before_claim: &dyn Fn(), run: &dyn Fn(u64) -> u64) {
-            self.serve_batch(idle, before_claim, |req| Reply { ret: run(req.args[0]) as i64, ..Reply::default() });
+            self.serve_batch(idle, before_claim, |req| Reply {
+                ret: run(req.args[0]) as i64,
+                ..Reply::default()
+            });
         }
     }
 

@@ -200,18 +200,28 @@ impl CallCounts {
         }
     }
 
+    /// The counters in [`COUNTERS`] order (what [`CallCounts::from_fields`] takes).
+    pub fn fields(&self) -> [u64; COUNTERS.len()] {
+        let CallCounts {
+            seen,
+            offloaded,
+            local,
+            kept,
+            withdrawn,
+            busy,
+            service_ns,
+            wait_ns,
+            local_ns,
+            local_timed,
+        } = *self;
+        [seen, offloaded, local, kept, withdrawn, busy, service_ns, wait_ns, local_ns, local_timed]
+    }
+
     /// Adds `other` to these counters.
     pub fn add(&mut self, other: &CallCounts) {
-        self.seen += other.seen;
-        self.offloaded += other.offloaded;
-        self.local += other.local;
-        self.kept += other.kept;
-        self.withdrawn += other.withdrawn;
-        self.busy += other.busy;
-        self.service_ns += other.service_ns;
-        self.wait_ns += other.wait_ns;
-        self.local_ns += other.local_ns;
-        self.local_timed += other.local_timed;
+        let mut sum = self.fields();
+        sum.iter_mut().zip(other.fields()).for_each(|(a, b)| *a += b);
+        *self = CallCounts::from_fields(sum);
     }
 }
 
@@ -368,6 +378,7 @@ mod tests {
         assert_eq!(s.calls["read"].wait_ns, 1000);
         assert_eq!(s.calls["fsync"].local_ns, 14);
         assert_eq!(s.total().seen, 8);
+        assert_eq!(s.calls["read"].fields(), read.map(|n| 2 * n));
         assert_eq!(s.polled_ns, 80);
         assert_eq!(s.spun_ns, 18);
         let never = &s.settled["never"];

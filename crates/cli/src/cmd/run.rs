@@ -647,20 +647,15 @@ trait SummaryTable {
 impl SummaryTable for Summary {
     fn table(&self, service_cpus: &[usize], wall_ns: u64) -> Table {
         let per = |ns: u64, n: u64| if n == 0 { "-".to_string() } else { fmt_ns(ns as f64 / n as f64) };
-        let mut table = Table::new([
-            "call",
-            "seen",
-            "offloaded",
-            "local",
-            "kept",
-            "withdrawn",
-            "busy",
-            "on service",
-            "hand-off",
-            "p50",
-            "p99",
-            "run local",
-        ])
+        // The counts under the preload library's own names, then the times per call.
+        let counts = &corehop_sys::wire::COUNTERS[..6];
+        let mut table = Table::new(
+            ["call"]
+                .iter()
+                .chain(counts)
+                .chain(&["on service", "hand-off", "p50", "p99", "run local"])
+                .copied(),
+        )
         .title(format!(
             "corehop offload summary ({} process{}, service CPU{} {})",
             self.processes,
@@ -679,20 +674,15 @@ impl SummaryTable for Summary {
                 .map_or_else(|| "-".to_string(), |ns| format!("≤{}", fmt_ns(ns as f64)))
         };
         for (name, c) in self.calls.iter().map(|(n, c)| (n.as_str(), c)).chain([("total", &total)]) {
-            table.row([
-                name.to_string(),
-                c.seen.to_string(),
-                c.offloaded.to_string(),
-                c.local.to_string(),
-                c.kept.to_string(),
-                c.withdrawn.to_string(),
-                c.busy.to_string(),
+            let times = [
                 per(c.service_ns, c.offloaded),
                 per(c.wait_ns.saturating_sub(c.service_ns), c.offloaded),
                 quantile(name, 0.5),
                 quantile(name, 0.99),
                 per(c.local_ns, c.local_timed),
-            ]);
+            ];
+            let counted = c.fields().into_iter().take(counts.len()).map(|n| n.to_string());
+            table.row([name.to_string()].into_iter().chain(counted).chain(times));
         }
         table.note(
             "local: the policy kept it on the caller; kept: it had to stay (could block until a signal, or names \
@@ -908,6 +898,16 @@ mod tests {
         assert_eq!(s.total().seen, 5);
         let rendered = s.table(&[1], 1000).render();
         assert!(rendered.contains("fsync") && rendered.contains("total"));
+        let header = rendered.lines().find(|l| l.contains("offloaded")).unwrap();
+        let words: Vec<&str> = header.split_whitespace().collect();
+        assert_eq!(
+            words[..7],
+            ["call", "seen", "offloaded", "local", "kept", "withdrawn", "busy"],
+            "{header}"
+        );
+        let read: Vec<&str> =
+            rendered.lines().find(|l| l.starts_with("read")).unwrap().split_whitespace().collect();
+        assert_eq!(read[..7], ["read", "4", "3", "0", "1", "0", "0"], "{rendered}");
     }
 
     #[test]
