@@ -184,44 +184,34 @@ pub struct CallCounts {
 
 impl CallCounts {
     /// The counters in [`COUNTERS`] order.
-    pub fn from_fields(f: [u64; COUNTERS.len()]) -> CallCounts {
-        let [seen, offloaded, local, kept, withdrawn, busy, service_ns, wait_ns, local_ns, local_timed] = f;
-        CallCounts {
-            seen,
-            offloaded,
-            local,
-            kept,
-            withdrawn,
-            busy,
-            service_ns,
-            wait_ns,
-            local_ns,
-            local_timed,
-        }
+    pub fn fields(&self) -> [u64; COUNTERS.len()] {
+        self.clone().fields_mut().map(|field| *field)
     }
 
-    /// The counters in [`COUNTERS`] order (what [`CallCounts::from_fields`] takes).
-    pub fn fields(&self) -> [u64; COUNTERS.len()] {
-        let CallCounts {
-            seen,
-            offloaded,
-            local,
-            kept,
-            withdrawn,
-            busy,
-            service_ns,
-            wait_ns,
-            local_ns,
-            local_timed,
-        } = *self;
-        [seen, offloaded, local, kept, withdrawn, busy, service_ns, wait_ns, local_ns, local_timed]
+    /// The counters in [`COUNTERS`] order, to change.
+    fn fields_mut(&mut self) -> [&mut u64; COUNTERS.len()] {
+        [
+            &mut self.seen,
+            &mut self.offloaded,
+            &mut self.local,
+            &mut self.kept,
+            &mut self.withdrawn,
+            &mut self.busy,
+            &mut self.service_ns,
+            &mut self.wait_ns,
+            &mut self.local_ns,
+            &mut self.local_timed,
+        ]
+    }
+
+    /// Adds `fields` (in [`COUNTERS`] order) to these counters.
+    pub fn add_fields(&mut self, fields: [u64; COUNTERS.len()]) {
+        self.fields_mut().into_iter().zip(fields).for_each(|(sum, n)| *sum += n);
     }
 
     /// Adds `other` to these counters.
     pub fn add(&mut self, other: &CallCounts) {
-        let mut sum = self.fields();
-        sum.iter_mut().zip(other.fields()).for_each(|(a, b)| *a += b);
-        *self = CallCounts::from_fields(sum);
+        self.add_fields(other.fields());
     }
 }
 
@@ -330,11 +320,7 @@ impl Summary {
                         let fields: [u64; COUNTERS.len()] = numbers.as_slice().try_into().map_err(|_| {
                             bad(format!("{call} has {} counters, expected {}", numbers.len(), COUNTERS.len()))
                         })?;
-                        summary
-                            .calls
-                            .entry(call.to_string())
-                            .or_default()
-                            .add(&CallCounts::from_fields(fields));
+                        summary.calls.entry(call.to_string()).or_default().add_fields(fields);
                     }
                 }
             }
