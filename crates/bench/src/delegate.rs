@@ -259,7 +259,10 @@ fn measure_one(plan: &Plan, way: Way) -> anyhow::Result<f64> {
     let group = way.in_flight() as u64;
     let n = plan.ops.div_ceil(group) * group;
     let (ns, sum) = match way {
-        Way::Ring => ring(plan.pair.from_os, plan.pair.to_os, n)?,
+        Way::Ring => {
+            let (from_os, to_os) = plan.pair.os_ids();
+            ring(from_os, to_os, n)?
+        }
         _ => {
             let rt = Runtime::builder()
                 .machine(plan.pair.machine.clone())

@@ -23,14 +23,11 @@ impl Default for PairArgs {
     }
 }
 
-/// A checked pair: the machine the runtime sees, and both CPUs as dense ids and as the
-/// kernel's numbers.
+/// A checked pair: the machine the runtime sees, and both CPUs of it.
 pub(crate) struct Pair {
     pub(crate) machine: Machine,
     pub(crate) from: CpuId,
     pub(crate) to: CpuId,
-    pub(crate) from_os: usize,
-    pub(crate) to_os: usize,
 }
 
 impl PairArgs {
@@ -51,9 +48,7 @@ impl PairArgs {
         if self.from == self.to {
             bail!("--from and --to are both {}: {what} needs two different CPUs", self.from);
         }
-        let os = |cpu: usize| machine.cpus()[cpu].os_id;
-        let (from_os, to_os) = (os(self.from), os(self.to));
-        Ok(Pair { machine, from: CpuId(self.from), to: CpuId(self.to), from_os, to_os })
+        Ok(Pair { machine, from: CpuId(self.from), to: CpuId(self.to) })
     }
 }
 
@@ -71,20 +66,27 @@ pub(crate) struct MachineInfo {
 }
 
 impl Pair {
+    /// The kernel's numbers of the `--from` and the `--to` CPU.
+    pub(crate) fn os_ids(&self) -> (usize, usize) {
+        let os = |cpu: CpuId| self.machine.cpus()[cpu.0].os_id;
+        (os(self.from), os(self.to))
+    }
+
     /// What the JSON report says of the machine and the pair.
     pub(crate) fn info(&self) -> MachineInfo {
         let clock = match sys::clock_source() {
             sys::ClockSource::Tsc { ticks_per_ns } => format!("tsc ({ticks_per_ns:.3} GHz)"),
             sys::ClockSource::Monotonic => "clock_gettime(CLOCK_MONOTONIC)".into(),
         };
+        let (from_os_cpu, to_os_cpu) = self.os_ids();
         MachineInfo {
             name: self.machine.name.clone(),
             source: self.machine.source.clone(),
             cpus: self.machine.cpus().len(),
             from_cpu: self.from.0,
             to_cpu: self.to.0,
-            from_os_cpu: self.from_os,
-            to_os_cpu: self.to_os,
+            from_os_cpu,
+            to_os_cpu,
             clock,
         }
     }

@@ -206,16 +206,14 @@ fn measure(args: &Args) -> anyhow::Result<Report> {
     let mut samples: HashMap<&str, Vec<f64>> = HashMap::new();
     let mut ratios: HashMap<&str, Vec<f64>> = HashMap::new();
     let paired_floor_iters = (plan.iters / 4).max(100);
+    let (from_os, to_os) = plan.pair.os_ids();
     let bar = report::progress(plan.reps as u64, "switch");
     for _ in 0..plan.reps {
         for &name in &plan.rows {
             bar.set_message(name);
             let floor_ns = match name {
                 FLOOR => None,
-                _ => Some(
-                    floor(plan.pair.from_os, plan.pair.to_os, paired_floor_iters)
-                        .context("measuring the floor")?,
-                ),
+                _ => Some(floor(from_os, to_os, paired_floor_iters).context("measuring the floor")?),
             };
             let ns = measure_one(&plan, name).with_context(|| format!("measuring {name}"))?;
             samples.entry(name).or_default().push(ns);
@@ -248,10 +246,11 @@ fn measure(args: &Args) -> anyhow::Result<Report> {
 fn measure_one(plan: &Plan, name: &str) -> anyhow::Result<f64> {
     let slow = (plan.iters / SLOW_DIVISOR).max(1);
     let spin = || runtime(plan, Mechanism::Handoff, Wake::Spin);
+    let (from_os, to_os) = plan.pair.os_ids();
     match name {
-        FLOOR => floor(plan.pair.from_os, plan.pair.to_os, plan.iters),
-        FLOOR_WITH_STATE => floor_with_state(plan.pair.from_os, plan.pair.to_os, plan.iters),
-        GETTID => gettid(plan.pair.from_os, plan.iters),
+        FLOOR => floor(from_os, to_os, plan.iters),
+        FLOOR_WITH_STATE => floor_with_state(from_os, to_os, plan.iters),
+        GETTID => gettid(from_os, plan.iters),
         YIELD => yields(&spin()?, plan),
         AFFINITY => round_trips(plan, Mechanism::Affinity, Wake::Park, slow, 0),
         SPIN => round_trips_on(&spin()?, plan, plan.iters, 0),
