@@ -130,7 +130,11 @@ fn bad_input_names_file_key_and_problem() {
             format!("{GOOD}[costs]\nmem_latency_ns = -25\n"),
             "costs.mem_latency_ns: must not be negative",
         ),
-        ("cpu.toml", format!("{GOOD}os_cpus = [7]\n"), "workload.os_cpus[0]: CPU 7 is out of range"),
+        (
+            "cpu.toml",
+            format!("{GOOD}service_cpus = [7]\n"),
+            "workload.service_cpus[0]: CPU 7 is out of range",
+        ),
         ("preset.toml", GOOD.replace("switch-cs", "cray-1"), "machine.preset: bad machine"),
         ("syntax.toml", "[machine\n".to_string(), "line 1: not valid TOML"),
         ("kind.toml", GOOD.replace("\"switch\"", "\"warp\""), "workload.kind: unknown workload kind"),
@@ -187,7 +191,8 @@ fn impossible_workloads_are_errors_not_wrong_answers() {
     assert!(err.contains("workload.iterations: must be at least 1"), "{err}");
     let err = error_of(&["sim", micro, "--set", "workload.calls=[{name=\"x\",length={fixed=1e18}}]"]);
     assert!(err.contains("workload.calls[0].length") && err.contains("too large"), "{err}");
-    let err = error_of(&["sim", micro, "--set", "workload.app_cpus=[0]", "--set", "workload.os_cpus=[0]"]);
+    let err =
+        error_of(&["sim", micro, "--set", "workload.app_cpus=[0]", "--set", "workload.service_cpus=[0]"]);
     assert!(err.contains("CPU 0 is also in workload.app_cpus"), "{err}");
     let offload = scenario("offload-threshold.toml");
     let err = error_of(&["sim", offload.to_str().unwrap(), "--set", "workload.iterations=0"]);

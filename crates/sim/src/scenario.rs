@@ -774,10 +774,10 @@ mod tests {
             doc("calls = [{ name = \"a\", length = 1 }, { name = \"b\", lenght = 2 }]").validate().unwrap();
         let e = s.workload::<W>().unwrap_err();
         assert_eq!(e.key, "workload.calls[1].lenght");
-        let e = s.check_cpu("workload.os_cpus[0]", 7).unwrap_err();
+        let e = s.check_cpu("workload.service_cpus[0]", 7).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "t.toml: workload.os_cpus[0]: CPU 7 is out of range: machine switch-cs has 2 CPUs (0..=1)"
+            "t.toml: workload.service_cpus[0]: CPU 7 is out of range: machine switch-cs has 2 CPUs (0..=1)"
         );
     }
 }
