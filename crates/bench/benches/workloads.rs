@@ -9,10 +9,11 @@ use corehop_bench::offload::{files, sqlite};
 use corehop_bench::switch;
 use corehop_policy::offload::OffloadPolicy;
 use corehop_runtime::service::{Offloader, ServiceConfig, ServiceCores};
+use corehop_runtime::OsCpu;
 use criterion::{criterion_group, criterion_main, Criterion};
 
 /// The first two CPUs this process may run on, if it may run on two.
-fn two_cpus() -> Option<(usize, usize)> {
+fn two_cpus() -> Option<(OsCpu, OsCpu)> {
     let cpus = corehop_runtime::sys::affinity().ok()?;
     (cpus.len() >= 2).then(|| (cpus[0], cpus[1]))
 }
@@ -44,7 +45,9 @@ fn offload_workloads(c: &mut Criterion) {
             })
         });
         group.bench_function(format!("file server 200 requests, {name}"), |bench| {
-            bench.iter(|| files::run(dir.path(), &cores, policy.clone(), false, app, 200, 1).expect("server"))
+            bench.iter(|| {
+                files::run(dir.path(), &cores, policy.clone(), false, app.0, 200, 1).expect("server")
+            })
         });
     }
     group.finish();

@@ -15,7 +15,7 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use anyhow::{bail, Context};
-use corehop_runtime::{on, submit, submit_batch, sys, CpuId, Pending, Runtime, Wake};
+use corehop_runtime::{on, submit, submit_batch, sys, CpuId, OsCpu, Pending, Runtime, Wake};
 use crossbeam_utils::CachePadded;
 use serde::Serialize;
 
@@ -369,7 +369,7 @@ impl Ring {
 /// The floor: a thread on `from_os` sends operations `0..n` to a thread on `to_os` through
 /// a ring with up to [`RING_IN_FLIGHT`] in flight, and takes the answers from another; ns
 /// per operation (timed by [`per_op`]) and the sum of the answers.
-fn ring(from_os: usize, to_os: usize, n: u64) -> anyhow::Result<(f64, u64)> {
+fn ring(from_os: OsCpu, to_os: OsCpu, n: u64) -> anyhow::Result<(f64, u64)> {
     let (requests, answers) = (Ring::new(RING_IN_FLIGHT), Ring::new(RING_IN_FLIGHT));
     let (ready, stop) = (AtomicBool::new(false), AtomicBool::new(false));
     std::thread::scope(|s| {
@@ -494,7 +494,7 @@ mod tests {
 
     #[test]
     fn the_ring_answers_every_request_once() {
-        let os: Vec<usize> = sys::affinity().unwrap();
+        let os = sys::affinity().unwrap();
         let (a, b) = (os[0], *os.last().unwrap());
         for n in [1, 63, 64, 65, 1000] {
             let (_, sum) = ring(a, b, n).unwrap();

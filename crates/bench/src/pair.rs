@@ -2,7 +2,7 @@
 //! them, the check that both exist and differ, and what the JSON report says of them.
 
 use anyhow::{bail, Context};
-use corehop_runtime::{sys, CpuId, Runtime, Wake};
+use corehop_runtime::{sys, CpuId, OsCpu, Runtime, Wake};
 use corehop_topology::Machine;
 use serde::Serialize;
 
@@ -60,14 +60,14 @@ pub(crate) struct MachineInfo {
     cpus: usize,
     pub(crate) from_cpu: usize,
     pub(crate) to_cpu: usize,
-    pub(crate) from_os_cpu: usize,
-    pub(crate) to_os_cpu: usize,
+    pub(crate) from_os_cpu: OsCpu,
+    pub(crate) to_os_cpu: OsCpu,
     pub(crate) clock: String,
 }
 
 impl Pair {
     /// The kernel's numbers of the `--from` and the `--to` CPU.
-    pub(crate) fn os_ids(&self) -> (usize, usize) {
+    pub(crate) fn os_ids(&self) -> (OsCpu, OsCpu) {
         let os = |cpu: CpuId| self.machine.cpus()[cpu.0].os_id;
         (os(self.from), os(self.to))
     }

@@ -548,9 +548,10 @@ pub fn tour() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use corehop_topology::OsCpu;
 
     fn machine(n: usize, smt: bool) -> Machine {
-        Machine::uniform("test", &(0..n).collect::<Vec<_>>(), if smt { 2 } else { 1 })
+        Machine::uniform("test", &(0..n).map(OsCpu).collect::<Vec<_>>(), if smt { 2 } else { 1 })
     }
 
     #[test]

@@ -20,7 +20,7 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use anyhow::{bail, Context};
-use corehop_runtime::{on, sys, yield_now, CpuId, Mechanism, Runtime, Wake};
+use corehop_runtime::{on, sys, yield_now, CpuId, Mechanism, OsCpu, Runtime, Wake};
 use serde::Serialize;
 
 use crate::pair::{MachineInfo, Pair, PairArgs};
@@ -394,7 +394,7 @@ fn median_of_chunk_means(ns: &[u64]) -> f64 {
 
 /// Ns per cache-line round trip between two threads pinned on the two CPUs: one line, which
 /// carries the message both ways.
-pub fn floor(from_os: usize, to_os: usize, iters: u64) -> anyhow::Result<f64> {
+pub fn floor(from_os: OsCpu, to_os: OsCpu, iters: u64) -> anyhow::Result<f64> {
     #[repr(align(128))]
     struct Line(AtomicU64);
     let line = Line(AtomicU64::new(0));
@@ -407,8 +407,8 @@ pub fn floor(from_os: usize, to_os: usize, iters: u64) -> anyhow::Result<f64> {
 /// `take(n)` (what receiving costs beyond the message), then `send(n + 1)`, which must end
 /// by storing that number into `line(n + 1)`. Timed by [`per_op`].
 fn ping_pong<'a>(
-    from_os: usize,
-    to_os: usize,
+    from_os: OsCpu,
+    to_os: OsCpu,
     iters: u64,
     line: &(dyn Fn(u64) -> &'a AtomicU64 + Sync),
     take: &(dyn Fn(u64) + Sync),
@@ -470,7 +470,7 @@ fn ping_pong<'a>(
 /// near band: 2.2x the floor as here, the same with one message line for both directions,
 /// but 1.3x with the state line on the stack right next to the message lines, where the
 /// hardware prefetchers bring it along with them (a hop cannot arrange that for its stack).
-fn floor_with_state(from_os: usize, to_os: usize, iters: u64) -> anyhow::Result<f64> {
+fn floor_with_state(from_os: OsCpu, to_os: OsCpu, iters: u64) -> anyhow::Result<f64> {
     #[repr(align(128))]
     struct Message {
         seq: AtomicU64,
@@ -497,7 +497,7 @@ fn floor_with_state(from_os: usize, to_os: usize, iters: u64) -> anyhow::Result<
 }
 
 /// Mean ns per plain gettid system call on a thread pinned on `os_cpu`.
-fn gettid(os_cpu: usize, iters: u64) -> anyhow::Result<f64> {
+fn gettid(os_cpu: OsCpu, iters: u64) -> anyhow::Result<f64> {
     std::thread::scope(|s| {
         s.spawn(|| -> anyhow::Result<f64> {
             sys::pin_current_thread(os_cpu)?;

@@ -40,7 +40,7 @@ use std::thread;
 
 use corehop_policy::pick::Candidate;
 use corehop_policy::spin::{SpinBudget, SpinConfig};
-use corehop_topology::{CpuId, Machine};
+use corehop_topology::{CpuId, Machine, OsCpu};
 use corosensei::stack::{DefaultStack, Stack};
 use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
@@ -479,7 +479,7 @@ const STACK_LINES: usize = 4;
 
 pub(crate) struct WorkerSlot {
     pub(crate) cpu: CpuId,
-    pub(crate) os_id: usize,
+    pub(crate) os_id: OsCpu,
     pub(crate) mailbox: Arc<Mailbox<Task>>,
     /// Operations delegated to this worker with `submit`, served between tasks.
     pub(crate) inbox: Inbox,

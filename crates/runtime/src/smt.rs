@@ -44,7 +44,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use corehop_policy::smt::{Mode, ModeError, SmtLayout, Work};
-use corehop_topology::{CpuId, Machine};
+use corehop_topology::{CpuId, Machine, OsCpu};
 
 use crate::sync::Doorbell;
 use crate::sys;
@@ -155,7 +155,7 @@ pub enum SmtError {
         /// The context (dense CPU id).
         cpu: CpuId,
         /// The kernel's number for that context.
-        os_id: usize,
+        os_id: OsCpu,
         /// The OS error from setting the thread's affinity.
         source: std::io::Error,
     },
@@ -189,7 +189,7 @@ fn queue_index(home: Option<Mode>) -> usize {
 /// A context's futex bell (an event count) and its counters.
 struct Context {
     cpu: CpuId,
-    os_id: usize,
+    os_id: OsCpu,
     group: usize,
     reserved: bool,
     bell: Doorbell,
@@ -314,7 +314,7 @@ impl SmtBuilder {
             for &cpu in &g.cpus {
                 contexts.push(Context {
                     cpu,
-                    os_id: machine.cpu(cpu).map_or(cpu.0, |c| c.os_id),
+                    os_id: machine.cpu(cpu).map_or(OsCpu(cpu.0), |c| c.os_id),
                     group,
                     reserved: layout.is_reserved(cpu),
                     bell: Doorbell::new(),
@@ -374,11 +374,11 @@ impl SmtBuilder {
 /// ```no_run
 /// use corehop_policy::smt::Mode;
 /// use corehop_runtime::smt::{SmtRuntime, Step};
-/// use corehop_topology::{CoreClass, Cpu, CpuId, Machine};
+/// use corehop_topology::{CoreClass, Cpu, CpuId, Machine, OsCpu};
 ///
 /// // Kernel CPUs 0 and 1 declared SMT siblings of one core (real ones, or emulated).
 /// let cpu = |i: usize| Cpu {
-///     id: CpuId(i), os_id: i, core: 0, package: 0,
+///     id: CpuId(i), os_id: OsCpu(i), core: 0, package: 0,
 ///     class: CoreClass::Uniform, speed: 1.0, emulated_speed: None,
 /// };
 /// let machine = Machine {

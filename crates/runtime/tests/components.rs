@@ -10,12 +10,12 @@ use corehop_runtime::components::{
     Component, ComponentError, ComponentId, Idle, Outbox, Pipeline, PipelineBuilder,
 };
 use corehop_runtime::sys;
-use corehop_topology::{CpuId, Machine};
+use corehop_topology::{CpuId, Machine, OsCpu};
 use proptest::prelude::*;
 
 /// This process's CPUs (at most 4) as a machine.
 fn machine() -> Machine {
-    let os_ids: Vec<usize> = sys::affinity().unwrap().into_iter().take(4).collect();
+    let os_ids: Vec<OsCpu> = sys::affinity().unwrap().into_iter().take(4).collect();
     Machine::uniform("host", &os_ids, 1)
 }
 

@@ -11,10 +11,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use corehop_policy::offload::OffloadPolicy;
-use corehop_runtime::service::{Offloader, ServiceConfig, ServiceCores, ServiceError};
-use corehop_runtime::sys::{self, Errno};
+use corehop_runtime::service::{Offloader, ServiceConfig, ServiceCores, ServiceCpu, ServiceError};
+use corehop_runtime::sys::{self, Errno, OsCpu};
+use corehop_runtime::CpuId;
 
-fn service_cpu() -> usize {
+fn service_cpu() -> OsCpu {
     *sys::affinity().unwrap().last().unwrap()
 }
 
@@ -198,7 +199,7 @@ fn work_runs_on_the_service_cpu_and_panics_come_back() {
     // Still serving after the panic, and nested sends run inline instead of deadlocking.
     assert_eq!(cores.run(|| cores.run(|| 41) + 1), 42);
     let stats = cores.stats();
-    assert_eq!(stats[0].cpu, cpu);
+    assert_eq!(stats[0].cpu, ServiceCpu::Thread(cpu));
     assert!(stats[0].jobs >= 4);
     assert!(cores.round_trip_ns(20) > 0);
 }
@@ -281,7 +282,7 @@ fn several_service_cores_share_the_work() {
     let mut config = ServiceConfig::on_cpus(cpus[..2].to_vec());
     config.pick = corehop_policy::pick::Pick::ROUND_ROBIN;
     let cores = ServiceCores::start(config).unwrap();
-    let ran_on: Vec<usize> = (0..6).map(|_| cores.run(|| sys::current_os_cpu().unwrap())).collect();
+    let ran_on: Vec<OsCpu> = (0..6).map(|_| cores.run(|| sys::current_os_cpu().unwrap())).collect();
     assert_eq!(ran_on, [cpus[0], cpus[1], cpus[0], cpus[1], cpus[0], cpus[1]]);
     assert!(cores.stats().iter().all(|s| s.jobs == 3));
 }
@@ -291,10 +292,10 @@ fn bad_configurations_are_typed_errors() {
     assert!(matches!(ServiceCores::start(ServiceConfig::on_cpus([])), Err(ServiceError::NoCpus)));
     let cpu = service_cpu();
     assert!(
-        matches!(ServiceCores::start(ServiceConfig::on_cpus([cpu, cpu])), Err(ServiceError::Duplicate { cpu: c }) if c == cpu)
+        matches!(ServiceCores::start(ServiceConfig::on_cpus([cpu, cpu])), Err(ServiceError::Duplicate { cpu: c }) if c == ServiceCpu::Thread(cpu))
     );
-    match ServiceCores::start(ServiceConfig::on_cpus([4000])) {
-        Err(e @ ServiceError::CpuNotAllowed { cpu: 4000, .. }) => {
+    match ServiceCores::start(ServiceConfig::on_cpus([OsCpu(4000)])) {
+        Err(e @ ServiceError::CpuNotAllowed { cpu: OsCpu(4000), .. }) => {
             assert!(e.to_string().contains("not one this process may run on"))
         }
         other => panic!("expected CpuNotAllowed, got {:?}", other.err()),
@@ -321,7 +322,7 @@ fn hop_based_service_cores_give_the_same_results() {
     let path = dir.path().to_path_buf();
     let (got, stats, ran_on, fallbacks) = rt
         .block_on(app, move || {
-            let cores = ServiceCores::on_runtime_cpus(ServiceConfig::on_cpus([service.0])).unwrap();
+            let cores = ServiceCores::on_runtime_cpus(ServiceConfig::on_cpus([service])).unwrap();
             let mut off = Offloader::new(&cores, OffloadPolicy::Always);
             let got = script(&mut off, &path);
             let ran_on = off.offload(current_cpu);
@@ -340,12 +341,12 @@ fn hop_based_service_cores_give_the_same_results() {
     assert_eq!(stats.offloaded, stats.calls);
     assert_eq!(fallbacks, 1);
     // Outside any task there is nothing to hop: the work runs locally.
-    let cores = ServiceCores::on_runtime_cpus(ServiceConfig::on_cpus([service.0])).unwrap();
+    let cores = ServiceCores::on_runtime_cpus(ServiceConfig::on_cpus([service])).unwrap();
     assert_eq!(cores.run(|| 7), 7);
     assert_eq!(cores.stats()[0].fallbacks, 1);
     assert!(matches!(
-        ServiceCores::on_runtime_cpus(ServiceConfig::on_cpus([1, 1])),
-        Err(ServiceError::Duplicate { cpu: 1 })
+        ServiceCores::on_runtime_cpus(ServiceConfig::on_cpus([CpuId(1), CpuId(1)])),
+        Err(ServiceError::Duplicate { cpu: ServiceCpu::Hop(CpuId(1)) })
     ));
 }
 

@@ -17,7 +17,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use corehop_runtime::sys;
 use corehop_sys::wire::env;
-use corehop_topology::{format_cpu_list, parse_cpu_list};
+use corehop_topology::{format_cpu_list, parse_cpu_list, OsCpu};
 use serde::Serialize;
 
 use corehop_bench::report::{fmt_ns, Stats, Table};
@@ -215,7 +215,7 @@ pub struct Finished {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let allowed = sys::affinity().context("reading this process's CPU affinity")?;
+    let allowed = kernel_numbers(sys::affinity().context("reading this process's CPU affinity")?);
     let online = online_cpus();
     let mut launch = Launch { command: args.command, cpus: None, offload: None, capture: false };
     let mut service_cpus = Vec::new();
@@ -511,7 +511,8 @@ impl Launch {
         // spawn, then put it back.
         let previous = sys::affinity().context("reading this thread's CPU affinity")?;
         if let Some(cpus) = &self.cpus {
-            sys::set_affinity(cpus).with_context(|| format!("running on CPUs {}", format_cpu_list(cpus)))?;
+            sys::set_affinity(&cpus.iter().map(|&cpu| OsCpu(cpu)).collect::<Vec<_>>())
+                .with_context(|| format!("running on CPUs {}", format_cpu_list(cpus)))?;
         }
         if let Some(path) = self.offload.as_ref().and_then(|o| o.stats_file.as_ref()) {
             // Made here, empty and private, so the library only appends to a file of ours.
@@ -638,6 +639,11 @@ pub fn find_library() -> anyhow::Result<PathBuf> {
 /// The offload summary of a run, as the preload library writes it (`corehop_sys::wire`).
 pub use corehop_sys::wire::Summary;
 
+/// Kernel CPU numbers as the command spells them (CPU lists, environment variables).
+pub(crate) fn kernel_numbers(cpus: Vec<OsCpu>) -> Vec<usize> {
+    cpus.into_iter().map(|cpu| cpu.0).collect()
+}
+
 /// What `corehop run --stats` prints of a [`Summary`].
 trait SummaryTable {
     /// The summary as a table, with the estimate of time moved and time lost underneath.
@@ -742,7 +748,7 @@ impl SummaryTable for Summary {
 /// the offload summary of the dd run.
 pub fn tour() -> anyhow::Result<()> {
     let library = find_library()?;
-    let allowed = sys::affinity()?;
+    let allowed = kernel_numbers(sys::affinity()?);
     let service = *allowed.last().context("no CPU allowed")?;
     let app: Vec<usize> = allowed.iter().copied().filter(|&c| c != service).collect();
     let app = if app.is_empty() { allowed.clone() } else { app };

@@ -9,7 +9,7 @@ use crossbeam_utils::CachePadded;
 
 use super::channel::Signals;
 use super::slot::Runnable;
-use crate::sys;
+use crate::sys::{self, OsCpu};
 
 /// A request to a host, handled at the top of its loop: between two batches, never while a
 /// component is inside its handler (the quiesce point of a move).
@@ -94,7 +94,7 @@ fn spin_until(deadline_ns: u64) {
 
 pub(crate) struct HostConfig {
     pub index: usize,
-    pub os_cpu: usize,
+    pub os_cpu: OsCpu,
     pub idle: Idle,
     pub spin: SpinConfig,
     pub batch: usize,

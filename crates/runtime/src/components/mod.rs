@@ -66,7 +66,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
 use corehop_policy::components::{Action, ControllerError, Layout, Observation};
-use corehop_topology::{CpuId, Machine};
+use corehop_topology::{CpuId, Machine, OsCpu};
 use crossbeam_utils::CachePadded;
 
 pub use channel::{Mpsc, Receiver, Sender, Spsc};
@@ -188,7 +188,7 @@ pub enum ComponentError {
         /// The host's CPU (dense id).
         cpu: CpuId,
         /// The kernel's number for that CPU.
-        os_cpu: usize,
+        os_cpu: OsCpu,
         /// The OS error from starting or pinning the thread.
         #[source]
         source: std::io::Error,
