@@ -280,27 +280,11 @@ pub struct Switch {
 impl FromScenario for Switch {
     fn from_scenario(s: &Scenario) -> Result<Switch, ScenarioError> {
         let cfg: SwitchConfig = s.workload()?;
-        if cfg.app_cpus.is_empty() {
-            return Err(s.error("workload.app_cpus", Problem::Invalid("needs at least one CPU".into())));
-        }
-        for (i, &cpu) in cfg.app_cpus.iter().enumerate() {
-            s.check_cpu(&format!("workload.app_cpus[{i}]"), cpu)?;
-        }
         let service_cpus = match &cfg.service_cpus {
-            Some(list) => {
-                for (i, &cpu) in list.iter().enumerate() {
-                    s.check_cpu(&format!("workload.service_cpus[{i}]"), cpu)?;
-                    if cfg.app_cpus.contains(&cpu) {
-                        return Err(s.error(
-                            &format!("workload.service_cpus[{i}]"),
-                            Problem::Invalid(format!("CPU {cpu} is also in workload.app_cpus")),
-                        ));
-                    }
-                }
-                list.clone()
-            }
+            Some(list) => list.clone(),
             None => (0..s.machine.cpu_count()).filter(|c| !cfg.app_cpus.contains(c)).collect(),
         };
+        s.check_app_and_service_cpus(&cfg.app_cpus, &service_cpus)?;
         if service_cpus.is_empty() && cfg.mechanism != HopChoice::None {
             return Err(s.error(
                 "workload.service_cpus",
@@ -322,13 +306,8 @@ impl FromScenario for Switch {
             );
         }
         s.check_distribution("workload.compute", &cfg.compute)?;
-        if cfg.calls.is_empty() {
-            return Err(s.error("workload.calls", Problem::Invalid("needs at least one call type".into())));
-        }
-        let mut call_mix = WeightedChoice::default();
+        let call_mix = s.call_mix(cfg.calls.iter().map(|c| (&c.length, c.weight)))?;
         for (i, call) in cfg.calls.iter().enumerate() {
-            s.check_distribution(&format!("workload.calls[{i}].length"), &call.length)?;
-            call_mix.push(call.weight).map_err(|p| s.error(&format!("workload.calls[{i}].weight"), p))?;
             if !(0.0..=1.0).contains(&call.memory_bound) {
                 return Err(s.error(
                     &format!("workload.calls[{i}].memory_bound"),
