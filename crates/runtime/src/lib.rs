@@ -46,6 +46,7 @@ pub mod submit;
 mod sync;
 pub mod sys;
 mod task;
+mod worker;
 
 pub use corehop_policy::pick::{Candidate, Pick, PickState};
 pub use corehop_topology::{CpuId, OsCpu};

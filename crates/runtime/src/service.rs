@@ -71,6 +71,7 @@ use corehop_topology::{CpuId, OsCpu};
 use crossbeam_utils::CachePadded;
 
 use crate::sys::{self, Errno};
+use crate::worker;
 
 mod call;
 mod scoped;
@@ -480,35 +481,17 @@ impl Core {
         let lane = Arc::new(Lane::new());
         let stop = Arc::new(AtomicBool::new(false));
         let load = Arc::new(Load::default());
-        let (ready_tx, ready_rx) = crossbeam_channel::bounded::<io::Result<()>>(1);
         let thread = {
             let (lane, stop, load) = (lane.clone(), stop.clone(), load.clone());
-            std::thread::Builder::new()
-                .name(format!("corehop-service-{cpu}"))
-                .spawn(move || {
-                    let pinned = sys::pin_current_thread(cpu);
-                    let ok = pinned.is_ok();
-                    let _ = ready_tx.send(pinned);
-                    if ok {
-                        ON_SERVICE_THREAD.with(|f| f.set(true));
-                        load.done.tid.store(sys::gettid(), Ordering::Relaxed);
-                        Core::serve(&lane, &stop, &load, idle_spin);
-                    }
-                })
-                .map_err(|source| ServiceError::Start { cpu, source })?
+            worker::start_pinned(format!("corehop-service-{cpu}"), Some(cpu), move |started| {
+                ON_SERVICE_THREAD.with(|f| f.set(true));
+                load.done.tid.store(sys::gettid(), Ordering::Relaxed);
+                started.report();
+                Core::serve(&lane, &stop, &load, idle_spin);
+            })
+            .map_err(|e| ServiceError::Start { cpu, source: e.into_io() })?
         };
-        match ready_rx.recv() {
-            Ok(Ok(())) => {
-                Ok(Core { cpu: ServiceCpu::Thread(cpu), lane: Some(lane), stop, load, thread: Some(thread) })
-            }
-            Ok(Err(source)) => {
-                let _ = thread.join();
-                Err(ServiceError::Start { cpu, source })
-            }
-            Err(_) => {
-                Err(ServiceError::Start { cpu, source: io::Error::other("service thread died starting") })
-            }
-        }
+        Ok(Core { cpu: ServiceCpu::Thread(cpu), lane: Some(lane), stop, load, thread: Some(thread) })
     }
 
     /// The service thread: serves what its doorbell names; idle, polls for an adaptive budget,

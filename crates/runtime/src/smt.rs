@@ -48,6 +48,7 @@ use corehop_topology::{CpuId, Machine, OsCpu};
 
 use crate::sync::Doorbell;
 use crate::sys;
+use crate::worker::StartError;
 
 /// Runs `call` where `layout` places service work raised by the calling task in `mode`: in AMP
 /// on the reserved sibling of the task's core (delegated with [`crate::on`], the task comes
@@ -339,30 +340,22 @@ impl SmtBuilder {
         });
         let mut runtime = SmtRuntime { shared: shared.clone(), workers: Vec::new() };
         for index in 0..shared.contexts.len() {
-            let (started_tx, started_rx) = std::sync::mpsc::channel();
-            let theirs = shared.clone();
-            let pin = self.pin;
-            let handle = std::thread::Builder::new()
-                .name(format!("corehop-smt-{}", shared.contexts[index].cpu))
-                .spawn(move || {
-                    let shared = theirs;
-                    let me = &shared.contexts[index];
-                    let pinned = if pin { sys::pin_current_thread(me.os_id) } else { Ok(()) };
-                    let ok = pinned.is_ok();
-                    let _ = started_tx.send(pinned);
-                    if ok {
-                        worker(&shared, index);
-                    }
-                })
-                .map_err(SmtError::Spawn)?;
-            runtime.workers.push(handle);
             let ctx = &shared.contexts[index];
-            match started_rx.recv() {
-                Ok(Ok(())) => {}
-                Ok(Err(source)) => return Err(SmtError::Pin { cpu: ctx.cpu, os_id: ctx.os_id, source }),
-                Err(_) => {
-                    return Err(SmtError::Spawn(std::io::Error::other("worker exited during start-up")))
+            let theirs = shared.clone();
+            let started = crate::worker::start_pinned(
+                format!("corehop-smt-{}", ctx.cpu),
+                self.pin.then_some(ctx.os_id),
+                move |started| {
+                    started.report();
+                    worker(&theirs, index);
+                },
+            );
+            match started {
+                Ok(handle) => runtime.workers.push(handle),
+                Err(StartError::Pin(source)) => {
+                    return Err(SmtError::Pin { cpu: ctx.cpu, os_id: ctx.os_id, source })
                 }
+                Err(e) => return Err(SmtError::Spawn(e.into_io())),
             }
         }
         Ok(runtime)

@@ -388,19 +388,17 @@ impl PipelineBuilder {
         };
         for (index, slots) in per_host.into_iter().enumerate() {
             let cpu = &machine.cpus()[index];
-            let cfg = HostConfig { index, os_cpu: cpu.os_id, idle, spin, batch };
-            let (ready_tx, ready_rx) = mpsc::channel();
+            let cfg = HostConfig { index, idle, spin, batch };
             let shared = shared.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("corehop-comp-{}", cpu.id))
-                .spawn(move || host::run(cfg, shared, slots, ready_tx));
-            let host_err = |source| ComponentError::Host { cpu: cpu.id, os_cpu: cpu.os_id, source };
-            let handle = spawned.map_err(host_err)?;
-            pipeline.threads.push(handle);
-            match ready_rx.recv() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => return Err(host_err(e)),
-                Err(_) => return Err(ComponentError::Stopped),
+            let started = crate::worker::start_pinned(format!("corehop-comp-{}", cpu.id), Some(cpu.os_id), {
+                move |started| host::run(cfg, shared, slots, started)
+            });
+            match started {
+                Ok(handle) => pipeline.threads.push(handle),
+                Err(crate::worker::StartError::Died) => return Err(ComponentError::Stopped),
+                Err(e) => {
+                    return Err(ComponentError::Host { cpu: cpu.id, os_cpu: cpu.os_id, source: e.into_io() })
+                }
             }
         }
         Ok(pipeline)
