@@ -22,7 +22,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use corehop_policy::offload::{Adaptive, OffloadPolicy, Predicted, StaticProfile, TableForm};
+use corehop_policy::offload::{
+    Adaptive, Measured, MeasuredConfig, OffloadPolicy, Predicted, StaticProfile, TableForm,
+};
 use corehop_policy::payoff::PayoffConfig;
 use corehop_runtime::service::{thread_cpu_ns, OffloadStats, Offloader, ServiceConfig, ServiceCores};
 use corehop_runtime::{sys, OsCpu};
@@ -55,10 +57,12 @@ pub struct Args {
     /// Policies to compare (comma-separated): never, always, size (the 4 KB rule), static
     /// (calls whose profiled mean run is ≥ 2 × the measured hop), predicted (run-length
     /// predictor, N = the measured hop round trip plus --caller-spin-us: what a caller's CPU
-    /// spends on a moved call, so only calls that run longer give it time back), tuned (the
-    /// default of `corehop run --offload`: `never` until one of always, size, static or
-    /// predicted wins short trials scored by the application's own throughput; it needs runs
-    /// of a second or more to find its arm). `never` is always included: it is the baseline.
+    /// spends on a moved call, so only calls that run longer give it time back; N rises to
+    /// the measured cost of a move if that is higher), measured (a call key moves once moving
+    /// it measured cheaper for its caller than running it here; probes within 1 % of the
+    /// calls' time), tuned (the default of `corehop run --offload`: starts in measured, and
+    /// samples never, always, size, static and predicted in short trials scored by the
+    /// application's own throughput). `never` is always included: it is the baseline.
     #[arg(long, value_delimiter = ',', default_values_t = PolicyChoice::ALL.map(|p| p.name().to_string()))]
     pub policies: Vec<String>,
     /// Workloads (comma-separated): sqlite, files, files-tasks (the file server on the task
@@ -115,16 +119,18 @@ enum PolicyChoice {
     Size,
     Static,
     Predicted,
+    Measured,
     Tuned,
 }
 
 impl PolicyChoice {
-    const ALL: [PolicyChoice; 6] = [
+    const ALL: [PolicyChoice; 7] = [
         PolicyChoice::Never,
         PolicyChoice::Always,
         PolicyChoice::Size,
         PolicyChoice::Static,
         PolicyChoice::Predicted,
+        PolicyChoice::Measured,
         PolicyChoice::Tuned,
     ];
 
@@ -135,6 +141,7 @@ impl PolicyChoice {
             PolicyChoice::Size => "size",
             PolicyChoice::Static => "static",
             PolicyChoice::Predicted => "predicted",
+            PolicyChoice::Measured => "measured",
             PolicyChoice::Tuned => "tuned",
         }
     }
@@ -142,7 +149,7 @@ impl PolicyChoice {
     fn parse(name: &str) -> anyhow::Result<PolicyChoice> {
         PolicyChoice::ALL.into_iter().find(|p| p.name() == name.trim()).ok_or_else(|| {
             anyhow::anyhow!(
-                "unknown policy {name:?} in --policies (expected some of: never, always, size, static, predicted, tuned)"
+                "unknown policy {name:?} in --policies (expected some of: never, always, size, static, predicted, measured, tuned)"
             )
         })
     }
@@ -158,6 +165,10 @@ impl PolicyChoice {
         profile: &StaticProfile,
     ) -> anyhow::Result<OffloadPolicy> {
         let n = hop_ns.saturating_add(caller_spin_ns).max(1);
+        let measured = || -> anyhow::Result<OffloadPolicy> {
+            let config = MeasuredConfig { move_prior: n, ..MeasuredConfig::default() };
+            Ok(OffloadPolicy::Measured(Box::new(Measured::new(config)?)))
+        };
         Ok(match self {
             PolicyChoice::Never => OffloadPolicy::Never,
             PolicyChoice::Always => OffloadPolicy::Always,
@@ -168,9 +179,12 @@ impl PolicyChoice {
             PolicyChoice::Predicted => {
                 OffloadPolicy::Predicted(Box::new(Predicted::fixed(TableForm::PAPER_FA, n)?))
             }
+            PolicyChoice::Measured => measured()?,
             PolicyChoice::Tuned => {
-                // The default of `corehop run --offload`: never, until another arm pays.
+                // The default of `corehop run --offload`: measured, sampled against never
+                // and the fixed rules.
                 let arms = vec![
+                    measured()?,
                     OffloadPolicy::Always,
                     OffloadPolicy::SizeThreshold { bytes: corehop_policy::offload::DEFAULT_SIZE_THRESHOLD },
                     OffloadPolicy::StaticProfile(profile.clone()),

@@ -462,7 +462,7 @@ fn the_run_suite_compares_real_programs_and_their_outputs() {
         assert!(r["plain"]["median"].as_f64().unwrap() > 0.0);
         assert!(r["ratio"].as_f64().unwrap() > 0.0);
         for arm in r["settled"].as_object().unwrap().keys() {
-            assert!(["never", "always", "size", "predicted"].contains(&arm.as_str()), "{arm}");
+            assert!(["never", "measured", "always", "size", "predicted"].contains(&arm.as_str()), "{arm}");
         }
     }
     let bad = corehop().args(["bench", "run-suite", "--programs", "doom"]).output().unwrap();

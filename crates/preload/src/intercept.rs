@@ -11,7 +11,7 @@ use crate::decide::{Desc, Policy, Shared};
 use crate::lane::{Outcome, Request, Waiting};
 use crate::service::{self, ServiceConfig, LANES, MAX_LANES};
 use crate::{memo, stats, sys, trace};
-use corehop_policy::offload::CallKind;
+use corehop_policy::offload::{CallCost, CallKind};
 
 const UNINIT: u32 = 0;
 const INITIALIZING: u32 = 1;
@@ -328,7 +328,12 @@ pub(crate) fn dispatch(
                 stats::add(&counters.service_ns, reply.run_ns);
                 stats::add(&counters.wait_ns, waited);
                 stats::record_handoff(kind, waited.saturating_sub(reply.run_ns));
-                POLICY.observe(&call, reply.run_ns, sys::now_ns(), count_done(thread));
+                POLICY.observe(
+                    &call,
+                    CallCost::moved(reply.run_ns, waited),
+                    sys::now_ns(),
+                    count_done(thread),
+                );
                 if trace::on() {
                     trace::record(kind, fd, call.size, call.site, reply.run_ns);
                 }
@@ -377,7 +382,7 @@ fn run_local(thread: &Thread, counters: &stats::Counters, call: &Desc, local: im
     let run_ns = end.saturating_sub(start);
     stats::add(&counters.local_ns, run_ns);
     stats::bump(&counters.local_timed);
-    POLICY.observe(call, run_ns, end, count_done(thread));
+    POLICY.observe(call, CallCost::local(run_ns), end, count_done(thread));
     if trace::on() {
         trace::record(call.kind, call.fd, call.size, call.site, run_ns);
     }

@@ -31,7 +31,7 @@
 //! ```text
 //!   app thread ── Offloader::read(fd, buf) ──▶ policy.decide(call, queue delay)
 //!        │ Local: raw syscall here, time it          │ Offload: Job ──▶ service thread (CPU s)
-//!        └────────── policy.observe(call, run) ◀─────┘       runs, times, signals Done
+//!        └────────── policy.observe(call, cost) ◀────┘       runs, times, signals Done
 //! ```
 //!
 //! Rules: a closure sent to a service core must not depend on thread identity (thread-locals,
@@ -64,7 +64,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use corehop_policy::offload::{CallDesc, CallKind, Decision, OffloadPolicy};
+use corehop_policy::offload::{CallCost, CallDesc, CallKind, Decision, OffloadPolicy};
 use corehop_policy::pick::{Candidate, Pick, PickState};
 use corehop_policy::spin::{SpinBudget, SpinConfig};
 use corehop_topology::{CpuId, OsCpu};
@@ -762,18 +762,19 @@ impl<'s> Offloader<'s> {
                 let r = f();
                 let run = sys::now_ns().saturating_sub(t0);
                 self.stats.local_run_ns += run;
-                self.learn(&desc, run);
+                self.learn(&desc, CallCost::local(run));
                 r
             }
             Some(index) => {
                 self.pick_state = state;
                 let t0 = sys::now_ns();
                 let (r, wait, run) = self.cores.run_on(index, f);
+                let caller = sys::now_ns().saturating_sub(t0);
                 self.stats.offloaded += 1;
                 self.stats.remote_run_ns += run;
                 self.stats.remote_wait_ns += wait;
-                self.stats.remote_total_ns += sys::now_ns().saturating_sub(t0);
-                self.learn(&desc, run);
+                self.stats.remote_total_ns += caller;
+                self.learn(&desc, CallCost::moved(run, caller));
                 r
             }
         };
@@ -781,10 +782,10 @@ impl<'s> Offloader<'s> {
         result
     }
 
-    fn learn(&mut self, desc: &CallDesc, run: u64) {
-        self.policy.observe(desc, run);
+    fn learn(&mut self, desc: &CallDesc, cost: CallCost) {
+        self.policy.observe(desc, cost);
         if let Some(profile) = &mut self.profile {
-            profile.push((*desc, run));
+            profile.push((*desc, cost.run));
         }
     }
 

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use anyhow::Context;
-use corehop_policy::offload::{CallDesc, CallKind, Decision, OffloadPolicy};
+use corehop_policy::offload::{CallCost, CallDesc, CallKind, Decision, OffloadPolicy};
 use corehop_runtime::service::{thread_cpu_ns, OffloadStats, SysCall, SysResult};
 use corehop_runtime::sys::{self, Errno};
 use corehop_runtime::{submit, yield_now, CpuId, OsCpu, Runtime, Wake};
@@ -80,12 +80,12 @@ impl Calls {
             offload.policy.decide(&desc, 0)
         };
         let t0 = sys::now_ns();
-        let (result, run) = match decision {
+        let (result, cost) = match decision {
             Decision::Local => {
                 let result = f();
                 let run = sys::now_ns().saturating_sub(t0);
                 self.lock().stats.local_run_ns += run;
-                (result, run)
+                (result, CallCost::local(run))
             }
             Decision::Offload => {
                 let pending = submit(self.service, move || {
@@ -95,17 +95,18 @@ impl Calls {
                 })?;
                 // Other tasks run on the application CPU until the result is in.
                 let (result, run) = pending.wait()?;
+                let waited = sys::now_ns().saturating_sub(t0);
                 let mut offload = self.lock();
                 offload.stats.offloaded += 1;
                 offload.stats.remote_run_ns += run;
-                offload.stats.remote_total_ns += sys::now_ns().saturating_sub(t0);
-                (result, run)
+                offload.stats.remote_total_ns += waited;
+                (result, CallCost::moved(run, waited))
             }
         };
         let mut offload = self.lock();
-        offload.policy.observe(&desc, run);
+        offload.policy.observe(&desc, cost);
         if let Some(profile) = &mut offload.profile {
-            profile.push((desc, run));
+            profile.push((desc, cost.run));
         }
         Ok(result)
     }

@@ -54,10 +54,13 @@ pub struct Args {
     pub cpus: Option<String>,
 
     /// Which calls go across. `adaptive` (the default) moves nothing until moving pays: each
-    /// process starts with `never` and, once it has run long enough to afford a trial (trials
-    /// may cost at most 1 % of its time), tries `always`, `size` and `predicted` for short
-    /// epochs between epochs of `never`, scored by the program's rate of completed calls; it
-    /// switches only to an arm that wins by more than 2 %, and goes on checking `never`.
+    /// process starts with `measured`, which keeps every kind of call (call, call site, size
+    /// class) local until moving it has been measured to cost the caller less — it moves a
+    /// few calls of each kind as probes, within 1 % of the time its calls take. Once the
+    /// process has run long enough to afford a trial (trials may cost at most 1 % of its
+    /// time), it also tries `never`, `always`, `size` and `predicted` for short epochs, scored
+    /// by the program's rate of completed calls; it switches only to an arm that wins by more
+    /// than 2 %, twice, and goes on checking `never`.
     /// `--stats` says where each process settled. The fixed policies: `never` (the same-run
     /// baseline: intercept and count, move nothing), `always`, `size` (calls moving at least
     /// --threshold bytes, default 4096 — the 4 KB rule of fast-core-switching §3.6 — plus the

@@ -50,7 +50,7 @@ use rand::Rng;
 use serde::Deserialize;
 
 use corehop_policy::offload::{
-    CallDesc, CallKind, Decision, OffloadPolicy, Predicted, TableForm, TunerConfig,
+    CallCost, CallDesc, CallKind, Decision, OffloadPolicy, Predicted, TableForm, TunerConfig,
 };
 use corehop_policy::pick::{Candidate, Pick, PickState};
 use corehop_topology::CpuId;
@@ -157,7 +157,8 @@ pub struct OffloadConfig {
     /// OS code on a service CPU takes this × its length (default 0.8: a warm OS core).
     #[serde(default = "default_os_core_factor")]
     pub os_core_factor: f64,
-    /// Whether the policy is told the expected wait at the service CPU (default true).
+    /// Whether the policy is told the expected wait at the service CPU, and raises its N to
+    /// the measured cost of a move, queueing included (default true).
     #[serde(default = "yes")]
     pub queue_aware: bool,
     /// Length of a tuner epoch under "tuned", cycles (default 2 000 000).
@@ -371,7 +372,9 @@ impl FromScenario for Offload {
                 PolicyChoice::Never => OffloadPolicy::Never,
                 PolicyChoice::Always => OffloadPolicy::Always,
                 PolicyChoice::Predicted => OffloadPolicy::Predicted(Box::new(
-                    Predicted::fixed(form, cfg.threshold_cycles).map_err(bad)?,
+                    Predicted::fixed(form, cfg.threshold_cycles)
+                        .map_err(bad)?
+                        .with_move_cost_floor(cfg.queue_aware),
                 )),
                 PolicyChoice::Tuned => {
                     let config = TunerConfig {
@@ -382,7 +385,9 @@ impl FromScenario for Offload {
                         run_epochs: 2,
                         ..TunerConfig::default()
                     };
-                    OffloadPolicy::Predicted(Box::new(Predicted::tuned(form, config).map_err(bad)?))
+                    OffloadPolicy::Predicted(Box::new(
+                        Predicted::tuned(form, config).map_err(bad)?.with_move_cost_floor(cfg.queue_aware),
+                    ))
                 }
             })
         };
@@ -572,10 +577,15 @@ impl Model for Offload {
             }
             Event::Return { task } => {
                 let now = sim.now();
+                let waited = self.cycles(now - self.tasks[task as usize].call_started) as u64;
                 let t = &mut self.tasks[task as usize];
                 let (desc, length) = t.call;
                 sim.stats.record_op(now - t.call_started);
-                t.policy.observe(&desc, length as u64);
+                let cost = match t.service {
+                    Some(_) => CallCost::moved(length as u64, waited),
+                    None => CallCost::local(length as u64),
+                };
+                t.policy.observe(&desc, cost);
                 t.done += 1;
                 let penalty = match t.service {
                     Some(_) => {
