@@ -240,7 +240,7 @@ struct Info {
 ///
 /// # Examples
 /// ```
-/// use corehop_runtime::components::{Component, Outbox, PipelineBuilder};
+/// use corehop_runtime::components::{Component, Outbox, Pipeline};
 /// use corehop_topology::{CoreClass, Cpu, CpuId, Machine};
 ///
 /// struct Double;
@@ -257,11 +257,11 @@ struct Info {
 ///                 speed: 1.0, emulated_speed: None };
 /// let machine = Machine { name: "here".into(), source: "doc".into(), cpus: vec![cpu],
 ///                         caches: vec![], waitpkg: false };
-/// let mut b = PipelineBuilder::new(&machine).unwrap();
+/// let mut b = Pipeline::builder(&machine).unwrap();
 /// let (to_double, double_in) = b.spsc::<u64>(64).unwrap();
 /// let (double_out, results) = b.spsc::<u64>(64).unwrap();
 /// b.component("double", CpuId(0), || Double).input(double_in).output(double_out).add().unwrap();
-/// let pipeline = b.start().unwrap();
+/// let pipeline = b.build().unwrap();
 /// to_double.try_send(21).unwrap();
 /// let answer = loop {
 ///     if let Some(x) = results.try_recv() { break x; }
@@ -282,9 +282,7 @@ pub struct PipelineBuilder {
 }
 
 impl PipelineBuilder {
-    /// A builder for components on `machine`'s CPUs, each at its `emulated_speed` (or full
-    /// speed), idling [`Idle::PollThenPark`].
-    pub fn new(machine: &Machine) -> Result<Self, ComponentError> {
+    fn new(machine: &Machine) -> Result<Self, ComponentError> {
         let n = machine.cpus().len();
         if n > MAX_CPUS {
             return Err(ComponentError::TooManyCpus { cpus: n, max: MAX_CPUS });
@@ -371,7 +369,7 @@ impl PipelineBuilder {
     }
 
     /// Spawns one pinned host per CPU of the machine and starts the components.
-    pub fn start(self) -> Result<Pipeline, ComponentError> {
+    pub fn build(self) -> Result<Pipeline, ComponentError> {
         let PipelineBuilder { machine, signals, idle, spin, batch, speeds, slots, infos } = self;
         let shared = Shared::new(&speeds, signals);
         let placement: Vec<CpuId> = slots.iter().map(|(cpu, _)| *cpu).collect();
@@ -549,6 +547,13 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
+    /// A builder for components on `machine`'s CPUs, each at its `emulated_speed` (or full
+    /// speed), idling [`Idle::PollThenPark`]; [`PipelineBuilder::build`] starts them. (As
+    /// `Runtime::builder` and `SmtRuntime::builder`.)
+    pub fn builder(machine: &Machine) -> Result<PipelineBuilder, ComponentError> {
+        PipelineBuilder::new(machine)
+    }
+
     /// The machine the pipeline was built for.
     pub fn machine(&self) -> &Machine {
         &self.machine
