@@ -8,7 +8,7 @@ use std::time::Duration;
 use corehop_bench::offload::{files, sqlite};
 use corehop_bench::switch;
 use corehop_policy::offload::OffloadPolicy;
-use corehop_runtime::service::{Offloader, ServiceConfig, ServiceCores};
+use corehop_runtime::service::{Offloader, ServiceConfig};
 use corehop_runtime::OsCpu;
 use criterion::{criterion_group, criterion_main, Criterion};
 
@@ -30,7 +30,7 @@ fn cache_line_floor(c: &mut Criterion) {
 
 fn offload_workloads(c: &mut Criterion) {
     let Some((app, service)) = two_cpus() else { return };
-    let cores = ServiceCores::start(ServiceConfig::on_cpus([service])).expect("service core");
+    let cores = ServiceConfig::on_cpus([service]).build().expect("service core");
     let dir = tempfile::tempdir().expect("temp dir");
     let db = sqlite::create(dir.path()).expect("database");
     files::create(dir.path()).expect("files");

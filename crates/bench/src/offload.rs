@@ -418,7 +418,7 @@ fn collect(args: &Args) -> anyhow::Result<Output> {
     let mut config = ServiceConfig::on_cpus([OsCpu(service_cpu)]);
     config.caller_spin = std::time::Duration::from_micros(args.caller_spin_us);
     config.idle_spin = std::time::Duration::from_micros(args.idle_spin_us);
-    let cores = ServiceCores::start(config)?;
+    let cores = config.build()?;
     let output = std::thread::scope(|scope| {
         // The application side runs on its own pinned thread so the caller's affinity is untouched.
         scope

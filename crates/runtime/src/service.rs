@@ -2,7 +2,7 @@
 //!
 //! Service cores come in two forms, behind the same [`ServiceCores`] / [`Offloader`] API:
 //!
-//! - **Service threads** ([`ServiceCores::start`]): one thread pinned on each service CPU. Work
+//! - **Service threads** ([`ServiceConfig::build`]): one thread pinned on each service CPU. Work
 //!   reaches it as a closure (or a [`SysCall`] value, which is a closure over a raw system
 //!   call) left on the caller's stack, whose address travels in a request slot of the thread's
 //!   lane (`corehop_sys::handoff`: request and completion one cache line each, the lines
@@ -12,7 +12,7 @@
 //!   (`corehop_policy::spin`, fitted to the gaps between requests), then sleeps, so a quiet
 //!   program does not keep the service CPU busy; [`CoreStats::polled_ns`] says what polling
 //!   cost.
-//! - **Hops** ([`ServiceCores::on_runtime_cpus`]): the service CPUs are workers of a
+//! - **Hops** ([`ServiceConfig::build`] on runtime CPUs): the service CPUs are workers of a
 //!   [`crate::Runtime`], and the calling *task* itself moves there with [`crate::on`] and back
 //!   (the papers' core switch). Called from outside a task, or when the hop is refused (a
 //!   [`crate::no_hop_zone`], shutdown), the work runs locally instead and is counted in
@@ -44,7 +44,7 @@
 //! use corehop_policy::offload::OffloadPolicy;
 //!
 //! let cpu = corehop_runtime::sys::affinity().unwrap()[0];
-//! let cores = ServiceCores::start(ServiceConfig::on_cpus([cpu])).unwrap();
+//! let cores = ServiceConfig::on_cpus([cpu]).build().unwrap();
 //! let mut off = Offloader::new(&cores, OffloadPolicy::Always);
 //! let mut buf = [0u8; 16];
 //! let err = off.read(-1, &mut buf).unwrap_err(); // bad fd, run on the service core
@@ -121,9 +121,9 @@ pub enum ServiceError {
 /// Where a service core serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ServiceCpu {
-    /// A service thread pinned on this kernel CPU ([`ServiceCores::start`]).
+    /// A service thread pinned on this kernel CPU ([`ServiceConfig::build`]).
     Thread(OsCpu),
-    /// A runtime worker the calling task hops to ([`ServiceCores::on_runtime_cpus`]).
+    /// A runtime worker the calling task hops to ([`ServiceConfig::build`] on runtime CPUs).
     Hop(CpuId),
 }
 
@@ -154,7 +154,8 @@ pub struct ServiceConfig<C = OsCpu> {
 }
 
 impl<C> ServiceConfig<C> {
-    /// Service cores on `cpus`, work-conserving with affinity, default spin budgets.
+    /// Service cores on `cpus`, work-conserving with affinity, default spin budgets; change
+    /// what you need, then [`ServiceConfig::build`] (as `Runtime::builder()…build()`).
     pub fn on_cpus(cpus: impl IntoIterator<Item = C>) -> ServiceConfig<C> {
         ServiceConfig {
             cpus: cpus.into_iter().collect(),
@@ -164,12 +165,46 @@ impl<C> ServiceConfig<C> {
         }
     }
 
+    /// How a caller chooses among the cores.
+    pub fn pick(mut self, pick: Pick) -> Self {
+        self.pick = pick;
+        self
+    }
+
+    /// The longest a caller spins for a result before sleeping.
+    pub fn caller_spin(mut self, spin: Duration) -> Self {
+        self.caller_spin = spin;
+        self
+    }
+
+    /// An idle service thread's first polling budget before it sleeps.
+    pub fn idle_spin(mut self, spin: Duration) -> Self {
+        self.idle_spin = spin;
+        self
+    }
+
     /// The first CPU listed twice, if any.
     fn duplicate(&self) -> Option<&C>
     where
         C: PartialEq,
     {
         self.cpus.iter().enumerate().find(|&(i, cpu)| self.cpus[..i].contains(cpu)).map(|(_, cpu)| cpu)
+    }
+}
+
+impl ServiceConfig<OsCpu> {
+    /// Starts one pinned service thread per CPU.
+    pub fn build(self) -> Result<ServiceCores, ServiceError> {
+        ServiceCores::start(self)
+    }
+}
+
+impl ServiceConfig<CpuId> {
+    /// Service cores that are CPUs of a [`crate::Runtime`]: offloaded work runs by hopping the
+    /// calling task there and back ([`crate::on`]). The spin settings do not apply (the
+    /// runtime's wake-up settings do).
+    pub fn build(self) -> Result<ServiceCores, ServiceError> {
+        ServiceCores::on_runtime_cpus(self)
     }
 }
 
@@ -279,8 +314,7 @@ pub struct ServiceCores {
 }
 
 impl ServiceCores {
-    /// Starts one pinned service thread per CPU in `config.cpus`.
-    pub fn start(config: ServiceConfig) -> Result<ServiceCores, ServiceError> {
+    fn start(config: ServiceConfig) -> Result<ServiceCores, ServiceError> {
         if config.cpus.is_empty() {
             return Err(ServiceError::NoCpus);
         }
@@ -299,10 +333,7 @@ impl ServiceCores {
         Ok(ServiceCores::new(cores, &config))
     }
 
-    /// Service cores that are CPUs of a [`crate::Runtime`]: offloaded work runs by hopping the
-    /// calling task there and back ([`crate::on`]). The spin settings do not apply (the
-    /// runtime's wake-up settings do).
-    pub fn on_runtime_cpus(config: ServiceConfig<CpuId>) -> Result<ServiceCores, ServiceError> {
+    fn on_runtime_cpus(config: ServiceConfig<CpuId>) -> Result<ServiceCores, ServiceError> {
         if config.cpus.is_empty() {
             return Err(ServiceError::NoCpus);
         }
