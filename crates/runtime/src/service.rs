@@ -154,8 +154,8 @@ pub struct ServiceConfig<C = OsCpu> {
 }
 
 impl<C> ServiceConfig<C> {
-    /// Service cores on `cpus`, work-conserving with affinity, default spin budgets; change
-    /// what you need, then [`ServiceConfig::build`] (as `Runtime::builder()…build()`).
+    /// Service cores on `cpus`, work-conserving with affinity, default spin budgets; set the
+    /// fields you need, then [`ServiceConfig::build`] (as `Runtime::builder()…build()`).
     pub fn on_cpus(cpus: impl IntoIterator<Item = C>) -> ServiceConfig<C> {
         ServiceConfig {
             cpus: cpus.into_iter().collect(),
@@ -163,24 +163,6 @@ impl<C> ServiceConfig<C> {
             caller_spin: DEFAULT_CALLER_SPIN,
             idle_spin: DEFAULT_IDLE_SPIN,
         }
-    }
-
-    /// How a caller chooses among the cores.
-    pub fn pick(mut self, pick: Pick) -> Self {
-        self.pick = pick;
-        self
-    }
-
-    /// The longest a caller spins for a result before sleeping.
-    pub fn caller_spin(mut self, spin: Duration) -> Self {
-        self.caller_spin = spin;
-        self
-    }
-
-    /// An idle service thread's first polling budget before it sleeps.
-    pub fn idle_spin(mut self, spin: Duration) -> Self {
-        self.idle_spin = spin;
-        self
     }
 
     /// The first CPU listed twice, if any.
