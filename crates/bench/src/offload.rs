@@ -55,7 +55,7 @@ pub mod uring;
 #[derive(clap::Args, Clone)]
 pub struct Args {
     /// Policies to compare (comma-separated): never, always, size (the 4 KB rule), static
-    /// (calls whose profiled mean run is ≥ 2 × the measured hop), predicted (run-length
+    /// (calls whose profiled mean run is ≥ 2 × the measured hop), predicted (the timed run-length
     /// predictor, N = the measured hop round trip plus --caller-spin-us: what a caller's CPU
     /// spends on a moved call, so only calls that run longer give it time back; N rises to
     /// the measured cost of a move if that is higher), measured (a call key moves once moving
@@ -177,7 +177,7 @@ impl PolicyChoice {
             }
             PolicyChoice::Static => OffloadPolicy::StaticProfile(profile.clone()),
             PolicyChoice::Predicted => {
-                OffloadPolicy::Predicted(Box::new(Predicted::fixed(TableForm::PAPER_FA, n)?))
+                OffloadPolicy::Predicted(Box::new(Predicted::fixed(TableForm::TIMED, n)?))
             }
             PolicyChoice::Measured => measured()?,
             PolicyChoice::Tuned => {
@@ -188,7 +188,7 @@ impl PolicyChoice {
                     OffloadPolicy::Always,
                     OffloadPolicy::SizeThreshold { bytes: corehop_policy::offload::DEFAULT_SIZE_THRESHOLD },
                     OffloadPolicy::StaticProfile(profile.clone()),
-                    OffloadPolicy::Predicted(Box::new(Predicted::fixed(TableForm::PAPER_FA, n)?)),
+                    OffloadPolicy::Predicted(Box::new(Predicted::fixed(TableForm::TIMED, n)?)),
                 ];
                 OffloadPolicy::Adaptive(Box::new(Adaptive::new(arms, PayoffConfig::default())?))
             }

@@ -135,7 +135,11 @@ impl StaticProfile {
     }
 
     fn expected_run(&self, kind: CallKind) -> Option<u64> {
-        self.kinds.get(&kind_label(kind)).copied()
+        // A named kind is looked up by its static name: no allocation on the decision path.
+        match kind.name() {
+            Some(name) => self.kinds.get(name).copied(),
+            None => self.kinds.get(&kind_label(kind)).copied(),
+        }
     }
 }
 
@@ -221,7 +225,16 @@ impl Predicted {
 pub struct Adaptive {
     arms: Vec<OffloadPolicy>,
     sampler: ArmSampler,
+    /// Per arm, what the calls of this epoch would have cost their callers under it, by the
+    /// measured arm's estimates: an arm's first trial is weighed against that, not a guess.
+    expected: Vec<f64>,
+    /// Calls until the next one is tallied in `expected` (one in [`EXPECTED_EVERY`]).
+    until_tally: u32,
 }
+
+/// Adaptive tallies the expected cost of one call in this many: a sample serves the ratio of
+/// arms' costs as well as every call, at an eighth of the decisions.
+const EXPECTED_EVERY: u32 = 8;
 
 impl Adaptive {
     /// `Never` and `moving` (none of them adaptive), sampled with `config`. It starts in
@@ -234,7 +247,36 @@ impl Adaptive {
         if matches!(arms.get(1), Some(OffloadPolicy::Measured(_))) {
             sampler = sampler.starting_in(1);
         }
-        Ok(Adaptive { arms, sampler })
+        Ok(Adaptive { expected: vec![0.0; arms.len()], until_tally: 0, arms, sampler })
+    }
+
+    /// Every arm learns from `call`; with a measured arm, each arm's expected cost of it adds
+    /// to the epoch's tally.
+    fn observe(&mut self, call: &CallDesc, cost: CallCost) {
+        self.arms.iter_mut().for_each(|arm| arm.observe(call, cost));
+        if self.until_tally > 0 {
+            self.until_tally -= 1;
+            return;
+        }
+        self.until_tally = EXPECTED_EVERY - 1;
+        let Some(OffloadPolicy::Measured(measured)) = self.arms.get(1) else { return };
+        let (local, moved) = measured.expected_costs(call, cost);
+        for (arm, expected) in self.arms.iter().zip(&mut self.expected) {
+            *expected += if arm.decide(call, 0) == Decision::Offload { moved } else { local };
+        }
+    }
+
+    /// The epoch ended: score it, and tell the sampler how much slower than the incumbent
+    /// each arm's calls were expected to run (its risk until a trial of it is measured).
+    fn epoch_end(&mut self, work: f64, duration: u64) {
+        let incumbent = self.expected[self.sampler.incumbent()];
+        if incumbent > 0.0 {
+            for (arm, &expected) in self.expected.iter().enumerate() {
+                self.sampler.expect_slowdown(arm, expected / incumbent);
+            }
+        }
+        self.expected.iter_mut().for_each(|e| *e = 0.0);
+        self.sampler.epoch_end(work, duration);
     }
 
     /// The arms, `Never` first.
@@ -333,6 +375,19 @@ impl OffloadPolicy {
         }
     }
 
+    /// Whether every call stays local now, whatever it is: `Never`, a [`Measured`] policy
+    /// with no key moving and no probe due, or an adaptive policy running such an arm (not a
+    /// trial of another). A driver may skip [`OffloadPolicy::decide`] then: it is a few loads,
+    /// where deciding hashes the call.
+    pub fn keeps_all_local(&self) -> bool {
+        match self {
+            OffloadPolicy::Never => true,
+            OffloadPolicy::Measured(m) => m.moves_nothing(),
+            OffloadPolicy::Adaptive(a) => a.active().keeps_all_local(),
+            _ => false,
+        }
+    }
+
     /// The call ran where [`OffloadPolicy::decide`] said and cost what `cost` says.
     pub fn observe(&mut self, call: &CallDesc, cost: CallCost) {
         match self {
@@ -343,7 +398,7 @@ impl OffloadPolicy {
                 }
             }
             OffloadPolicy::Measured(m) => m.observe(call, cost),
-            OffloadPolicy::Adaptive(a) => a.arms.iter_mut().for_each(|arm| arm.observe(call, cost)),
+            OffloadPolicy::Adaptive(a) => a.observe(call, cost),
             _ => {}
         }
     }
@@ -367,7 +422,7 @@ impl OffloadPolicy {
                     p.threshold = tuner.epoch_end(work / duration.max(1) as f64);
                 }
             }
-            OffloadPolicy::Adaptive(a) => a.sampler.epoch_end(work, duration),
+            OffloadPolicy::Adaptive(a) => a.epoch_end(work, duration),
             _ => {}
         }
     }
@@ -679,11 +734,75 @@ mod tests {
         assert!(time as f64 <= never as f64 * 1.02, "{time} vs never {never}");
     }
 
+    /// Drives `policy` for `total` time units in epochs of `epoch` time units (as the
+    /// runtime does); a call takes `cost(decision)`. Returns (calls, time, calls moved).
+    fn drive_timed(
+        policy: &mut OffloadPolicy,
+        total: u64,
+        epoch: u64,
+        cost: impl Fn(Decision) -> u64,
+    ) -> (u64, u64, u64) {
+        let (mut calls, mut time, mut moved) = (0, 0, 0);
+        let (mut epoch_start, mut epoch_calls) = (0, 0);
+        while time < total {
+            let call = CallDesc::new(CallKind::Fstat, 3, 0, calls % 4);
+            let d = policy.decide(&call, 0);
+            let caller = cost(d);
+            let outcome =
+                if d == Decision::Offload { CallCost::moved(1300, caller) } else { CallCost::local(caller) };
+            policy.observe(&call, outcome);
+            (calls, time, moved) = (calls + 1, time + caller, moved + u64::from(d == Decision::Offload));
+            if time - epoch_start >= policy.epoch_length(epoch) {
+                policy.epoch_end((calls - epoch_calls) as f64, time - epoch_start);
+                (epoch_start, epoch_calls) = (time, calls);
+            }
+        }
+        (calls, time, moved)
+    }
+
+    #[test]
+    fn adaptive_does_not_try_an_arm_its_measurements_say_would_lose_far() {
+        let mut p: OffloadPolicy = "adaptive".parse().unwrap();
+        // A moved fstat costs its caller 60 µs here (a cold service thread, two wake-ups):
+        // one trial of `always` at the assumed 4× slowdown would lose many times the budget.
+        // 2 s in epochs of 20 ms, as `corehop run` does.
+        let (calls, time, moved) = drive_timed(&mut p, 2_000_000_000, 20_000_000, |d| {
+            if d == Decision::Offload {
+                60_000
+            } else {
+                1300
+            }
+        });
+        let slowdown = time as f64 / (calls * 1300) as f64;
+        assert!(slowdown <= 1.012, "lost {:.2} % ({moved} calls moved)", (slowdown - 1.0) * 100.0);
+    }
+
     #[test]
     fn adaptive_moves_where_offloading_only_gains() {
         let mut p: OffloadPolicy = "adaptive:always".parse().unwrap();
         drive(&mut p, 1000, |d| if d == Decision::Offload { 1000 } else { 1300 });
         assert_eq!(p.settled().label(), "always");
+    }
+
+    #[test]
+    fn keeps_all_local_only_when_no_call_can_move() {
+        assert!(OffloadPolicy::Never.keeps_all_local());
+        assert!(!OffloadPolicy::Always.keeps_all_local());
+        let mut p: OffloadPolicy = "adaptive".parse().unwrap();
+        assert!(p.keeps_all_local(), "measured starts with nothing moving");
+        let call = CallDesc::new(CallKind::Fsync, 3, 0, 1);
+        for _ in 0..50 {
+            let d = p.decide(&call, 0);
+            assert!(d == Decision::Local || !p.keeps_all_local());
+            let cost = if d == Decision::Offload {
+                CallCost::moved(900_000, 700_000)
+            } else {
+                CallCost::local(900_000)
+            };
+            p.observe(&call, cost);
+        }
+        assert_eq!(p.decide(&call, 0), Decision::Offload);
+        assert!(!p.keeps_all_local());
     }
 
     #[test]

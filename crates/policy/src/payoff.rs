@@ -249,6 +249,16 @@ impl ArmSampler {
         self
     }
 
+    /// What the driver expects a trial of `arm` to run at: `slowdown` × the incumbent's time
+    /// (from a model of the arm, e.g. measured costs of its moves). It stands for the arm's
+    /// risk until a trial of it is measured, in place of [`PayoffConfig::assumed_slowdown`];
+    /// it is clamped to [1, 1000] and ignored if not finite.
+    pub fn expect_slowdown(&mut self, arm: usize, slowdown: f64) {
+        if arm < self.arms && !self.measured[arm] && slowdown.is_finite() {
+            self.worst_slowdown[arm] = slowdown.clamp(1.0, 1000.0);
+        }
+    }
+
     /// The arm in force (what the sampler settled on, not a trial).
     pub fn incumbent(&self) -> usize {
         self.incumbent

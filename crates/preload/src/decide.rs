@@ -156,12 +156,7 @@ impl Policy {
     /// Whether this is an adaptive policy whose arm now (not a trial) keeps every call local:
     /// `never`, or `measured` while no call key moves and no probe is due.
     fn stays(&self) -> bool {
-        let OffloadPolicy::Adaptive(a) = &self.inner else { return false };
-        match &a.arms()[a.sampler().next_epoch().arm] {
-            OffloadPolicy::Never => true,
-            OffloadPolicy::Measured(m) => m.moves_nothing(),
-            _ => false,
-        }
+        matches!(self.inner, OffloadPolicy::Adaptive(_)) && self.inner.keeps_all_local()
     }
 
     /// Whether `observe` is worth the clock reads.

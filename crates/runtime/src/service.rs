@@ -53,9 +53,7 @@
 //! ```
 
 use std::cell::Cell;
-use std::collections::hash_map::DefaultHasher;
 use std::ffi::CStr;
-use std::hash::{Hash, Hasher};
 use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::RawFd;
 use std::panic;
@@ -678,13 +676,22 @@ pub struct Offloader<'s> {
     stats: OffloadStats,
     epoch: Option<Epoch>,
     profile: Option<Vec<(CallDesc, u64)>>,
+    /// Short local calls until the policy is shown one again (see [`OBSERVE_SHORT_EVERY`]).
+    until_observed: u32,
 }
 
-/// A call site from the caller's source location.
+/// A local call shorter than [`SHORT_CALL_NS`] is shown to the policy one time in this many:
+/// learning from every one of them cost more than the calls' own kernel time on a file server
+/// (docs/performance.md). Long calls, the ones a move may pay for, and moved calls are
+/// always shown.
+pub const OBSERVE_SHORT_EVERY: u32 = 16;
+/// See [`OBSERVE_SHORT_EVERY`].
+pub const SHORT_CALL_NS: u64 = 2_000;
+
+/// A call site from the caller's source location: the address of its static `Location`,
+/// one per call site in the program (hashing its file and line cost 200 instructions a call).
 fn site_of(location: &'static panic::Location<'static>) -> u64 {
-    let mut h = DefaultHasher::new();
-    (location.file(), location.line(), location.column()).hash(&mut h);
-    h.finish()
+    std::ptr::from_ref(location) as usize as u64
 }
 
 impl<'s> Offloader<'s> {
@@ -697,6 +704,7 @@ impl<'s> Offloader<'s> {
             stats: OffloadStats::default(),
             epoch: None,
             profile: None,
+            until_observed: 0,
         }
     }
 
@@ -752,14 +760,17 @@ impl<'s> Offloader<'s> {
     }
 
     /// Runs `f`, described to the policy as `desc`, locally or on a service core as the
-    /// policy decides; the measured run length goes back to the policy.
+    /// policy decides; what the call cost goes back to the policy (for a short local call,
+    /// one time in [`OBSERVE_SHORT_EVERY`]).
     pub fn call<'a, R: Send + 'a>(&mut self, desc: CallDesc, f: impl FnOnce() -> R + Send + 'a) -> R {
         self.stats.calls += 1;
         // A queue at the service core only ever makes a policy keep more calls local, so a
         // call that stays local with no queue stays local: decided without touching the
         // service core's line (a cache miss that costs more than most local calls).
         let mut state = self.pick_state;
-        let target = match self.policy.decide(&desc, 0) {
+        let decision =
+            if self.policy.keeps_all_local() { Decision::Local } else { self.policy.decide(&desc, 0) };
+        let target = match decision {
             Decision::Local => None,
             Decision::Offload => {
                 let index = self.cores.pick(&mut state);
@@ -775,7 +786,12 @@ impl<'s> Offloader<'s> {
                 let r = f();
                 let run = sys::now_ns().saturating_sub(t0);
                 self.stats.local_run_ns += run;
-                self.learn(&desc, CallCost::local(run));
+                if run >= SHORT_CALL_NS || self.profile.is_some() || self.until_observed == 0 {
+                    self.until_observed = OBSERVE_SHORT_EVERY - 1;
+                    self.learn(&desc, CallCost::local(run));
+                } else {
+                    self.until_observed -= 1;
+                }
                 r
             }
             Some(index) => {

@@ -206,15 +206,15 @@ impl Measured {
 
     /// What the last call of `call`'s key cost; it ran where [`Measured::decide`] said.
     pub fn observe(&mut self, call: &CallDesc, cost: CallCost) {
-        let index = Self::index(call.timed_key());
+        let key = call.timed_key();
+        let index = Self::index(key);
         let before = self.slots[index].active(&self.config);
-        self.learn(call, cost);
+        self.learn(key, cost);
         let after = self.slots[index].active(&self.config);
         self.active = self.active + u32::from(after) - u32::from(before);
     }
 
-    fn learn(&mut self, call: &CallDesc, cost: CallCost) {
-        let key = call.timed_key();
+    fn learn(&mut self, key: u64, cost: CallCost) {
         let config = self.config;
         let index = Self::index(key);
         if self.slots[index].key != key {
@@ -268,6 +268,23 @@ impl Measured {
                 None => config.move_prior as f64,
             }
         }
+    }
+
+    /// What `call` is expected to cost its caller run here and moved, from its key's
+    /// estimates; `cost` (what the call just cost) stands in for a side not measured yet, plus
+    /// the prior cost of a move for the moved side.
+    pub fn expected_costs(&self, call: &CallDesc, cost: CallCost) -> (f64, f64) {
+        let key = call.timed_key();
+        let slot = &self.slots[Self::index(key)];
+        let known = slot.key == key;
+        let here_now = if cost.moved { cost.run } else { cost.caller } as f64;
+        let local = slot.local.mean().filter(|_| known).unwrap_or(here_now);
+        let moved = match slot.moved.mean().filter(|_| known) {
+            Some(moved) => moved,
+            None if cost.moved => cost.caller as f64,
+            None => local + self.config.move_prior as f64,
+        };
+        (local, moved)
     }
 
     /// Probes taken, and the share of the calls' time they are estimated to have lost.

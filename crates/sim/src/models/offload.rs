@@ -23,9 +23,9 @@
 //! ```toml
 //! [workload]
 //! kind = "offload"
-//! policy = "predicted"          # never | always | predicted | tuned
+//! policy = "predicted"          # never | always | predicted | tuned | measured | adaptive
 //! table = "fa"                  # fa (200-entry LRU) | dm (1500-entry direct mapped)
-//! threshold_cycles = 1000       # N (the tuner's start for "tuned")
+//! threshold_cycles = 1000       # N (the tuner's start for "tuned"; "measured"'s prior move cost)
 //! latency_cycles = 1000         # one-way offload latency
 //! app_cpus = [0]
 //! service_cpus = [1]            # default: the last CPU
@@ -50,8 +50,10 @@ use rand::Rng;
 use serde::Deserialize;
 
 use corehop_policy::offload::{
-    CallCost, CallDesc, CallKind, Decision, OffloadPolicy, Predicted, TableForm, TunerConfig,
+    Adaptive, CallCost, CallDesc, CallKind, Decision, Measured, MeasuredConfig, OffloadPolicy, Predicted,
+    TableForm, TunerConfig,
 };
+use corehop_policy::payoff::PayoffConfig;
 use corehop_policy::pick::{Candidate, Pick, PickState};
 use corehop_topology::CpuId;
 
@@ -79,6 +81,12 @@ pub enum PolicyChoice {
     Predicted,
     /// The predictor with N tuned online from the thread's own user throughput.
     Tuned,
+    /// A kind of call moves once moving it measured cheaper for its caller
+    /// (`corehop_policy::offload::Measured`, prior move cost `threshold_cycles`).
+    Measured,
+    /// `corehop run`'s default: measured, sampled in epochs against never, always and the
+    /// predictor by the thread's own user throughput.
+    Adaptive,
 }
 
 /// The predictor table.
@@ -355,6 +363,12 @@ impl FromScenario for Offload {
             TableChoice::Fa => TableForm::PAPER_FA,
             TableChoice::Dm => TableForm::PAPER_DM,
         };
+        let measured = || -> Result<OffloadPolicy, ScenarioError> {
+            let config = MeasuredConfig { move_prior: cfg.threshold_cycles, ..MeasuredConfig::default() };
+            let m = Measured::new(config)
+                .map_err(|e| s.error("workload.threshold_cycles", Problem::Invalid(e.to_string())))?;
+            Ok(OffloadPolicy::Measured(Box::new(m)))
+        };
         let policy = || -> Result<OffloadPolicy, ScenarioError> {
             let bad = |e: corehop_policy::offload::OffloadError| {
                 let key = match &e {
@@ -387,6 +401,18 @@ impl FromScenario for Offload {
                     };
                     OffloadPolicy::Predicted(Box::new(
                         Predicted::tuned(form, config).map_err(bad)?.with_move_cost_floor(cfg.queue_aware),
+                    ))
+                }
+                PolicyChoice::Measured => measured()?,
+                PolicyChoice::Adaptive => {
+                    let predicted = Predicted::fixed(form, cfg.threshold_cycles).map_err(bad)?;
+                    let arms = vec![
+                        measured()?,
+                        OffloadPolicy::Always,
+                        OffloadPolicy::Predicted(Box::new(predicted)),
+                    ];
+                    OffloadPolicy::Adaptive(Box::new(
+                        Adaptive::new(arms, PayoffConfig::default()).map_err(bad)?,
                     ))
                 }
             })
@@ -652,6 +678,37 @@ mod tests {
 
     const TINY: &str = "iterations = 2\ncompute_cycles = 1000\npollution = 0.5\ncoherence_cycles = 0\n\
                         os_core_factor = 1.0\nlatency_cycles = 100\ncalls = [{ name = \"read\", length = 500 }]\n";
+
+    /// User throughput of `policy` on `workload` (offload-2core).
+    fn throughput(policy: &str, workload: &str) -> f64 {
+        let (r, _, _) = run("offload-2core", &format!("policy = \"{policy}\"\n{workload}"));
+        r.headline().unwrap().value
+    }
+
+    #[test]
+    fn adaptive_keeps_within_two_percent_of_never_where_moving_only_costs() {
+        // Short calls, no pollution to save: every move costs two latencies and coherence.
+        let w = "iterations = 40000\ncompute_cycles = { exponential = 3000 }\npollution = 0.0\n\
+                 latency_cycles = 2000\nthreshold_cycles = 4000\ncalls = [{ name = \"read\", length = 800 }]\n";
+        let never = throughput("never", w);
+        for policy in ["measured", "adaptive"] {
+            let t = throughput(policy, w);
+            assert!(t >= 0.98 * never, "{policy} {t} vs never {never}");
+        }
+        assert!(throughput("always", w) < 0.9 * never);
+    }
+
+    #[test]
+    fn adaptive_moves_where_moving_pays() {
+        // Long calls that pollute the user's cache: moving them pays, though each move costs.
+        let w = "iterations = 40000\ncompute_cycles = { exponential = 3000 }\npollution = 0.5\n\
+                 pollution_cap_cycles = 20000\nlatency_cycles = 300\nthreshold_cycles = 1000\n\
+                 calls = [{ name = \"read\", length = 6000 }]\n";
+        let (never, always, adaptive) =
+            (throughput("never", w), throughput("always", w), throughput("adaptive", w));
+        assert!(always > 1.1 * never, "always {always} never {never}");
+        assert!(adaptive > 0.9 * always, "adaptive {adaptive} always {always} never {never}");
+    }
 
     #[test]
     fn never_by_hand() {
