@@ -7,6 +7,7 @@ use corehop_topology::{CpuId, OsCpu};
 
 /// Why a runtime call failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The CPU is not one the runtime (or the machine, at build time) has.
     #[error("{cpu} is not one of the available CPUs ({})", list(available))]
@@ -96,7 +97,7 @@ pub enum Error {
     },
     /// Finding out what the machine is failed.
     #[error("could not discover the machine: {0}")]
-    Topology(String),
+    Topology(#[from] corehop_topology::TopologyError),
 }
 
 fn list(cpus: &[CpuId]) -> String {

@@ -200,14 +200,13 @@ impl Builder {
             // On an error, dropping `runtime` shuts down the workers already started.
             match started {
                 Ok(handle) => runtime.lock_threads().push(handle),
-                Err(StartError::Spawn(source)) => return Err(Error::Thread { cpu, source }),
                 Err(StartError::Pin(source)) if source.raw_os_error() == Some(libc::EINVAL) => {
                     let allowed = sys::affinity_of(std::process::id() as i32).unwrap_or_default();
                     return Err(Error::CpuNotAllowed { cpu, os_id, allowed });
                 }
                 Err(StartError::Pin(source)) => return Err(Error::Pin { cpu, os_id, source }),
-                Err(StartError::Died) => {
-                    return Err(Error::Topology("a worker thread died while starting".into()))
+                Err(e @ (StartError::Spawn(_) | StartError::Died)) => {
+                    return Err(Error::Thread { cpu, source: e.into_io() })
                 }
             }
         }
@@ -217,7 +216,7 @@ impl Builder {
 
 /// The host as sysfs describes it, restricted to the CPUs this process may use.
 fn default_machine() -> Result<Machine, Error> {
-    corehop_topology::discover().map_err(|e| Error::Topology(e.to_string()))
+    Ok(corehop_topology::discover()?)
 }
 
 /// A running corehop runtime: one pinned worker thread per chosen CPU.

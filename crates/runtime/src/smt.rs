@@ -143,6 +143,7 @@ pub struct ContextStats {
 
 /// Why the SMT runtime could not start or act.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SmtError {
     /// The layout refuses the mode (e.g. AMP on a machine without an SMT core).
     #[error(transparent)]

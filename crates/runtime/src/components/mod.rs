@@ -134,6 +134,7 @@ impl<M> Outbox<M> {
 
 /// Bad input or a failure of the components runtime.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ComponentError {
     /// A CPU id past the end of the machine's CPU list.
     #[error("{cpu} is not one of the machine's {cpus} CPUs")]
