@@ -27,7 +27,7 @@ use corehop_policy::offload::{
 };
 use corehop_policy::payoff::PayoffConfig;
 use corehop_runtime::service::{thread_cpu_ns, OffloadStats, Offloader, ServiceConfig, ServiceCores};
-use corehop_runtime::sys;
+use corehop_runtime::{sys, OsCpu};
 use serde::Serialize;
 
 use crate::report::{self, Align, OutputArgs, Stats, Table};
@@ -327,12 +327,12 @@ impl Bench<'_> {
                 self.seed,
             ),
             Workload::FilesTasks => {
-                let service_cpu = self.cores.cpus()[0];
+                let service_cpu = self.cores.os_cpus()[0];
                 tasks::run(
                     self.dir,
                     policy,
                     profile,
-                    self.app_cpu,
+                    OsCpu(self.app_cpu),
                     service_cpu,
                     self.counts.requests,
                     self.seed,
@@ -407,7 +407,7 @@ fn collect(args: &Args) -> anyhow::Result<Output> {
     let workloads = args.workloads.iter().map(|w| Workload::parse(w)).collect::<anyhow::Result<Vec<_>>>()?;
     anyhow::ensure!(!workloads.is_empty(), "--workloads is empty");
 
-    let allowed = sys::affinity()?;
+    let allowed: Vec<usize> = sys::affinity()?.into_iter().map(|cpu| cpu.0).collect();
     let app_cpu = args.app_cpu.unwrap_or(allowed[0]);
     let service_cpu = args.service_cpu.unwrap_or(*allowed.last().expect("a process runs somewhere"));
     anyhow::ensure!(
@@ -415,15 +415,15 @@ fn collect(args: &Args) -> anyhow::Result<Output> {
         "--app-cpu {app_cpu} is not one this process may use ({allowed:?})"
     );
     let shared_cpu = app_cpu == service_cpu;
-    let mut config = ServiceConfig::on_cpus([service_cpu]);
+    let mut config = ServiceConfig::on_cpus([OsCpu(service_cpu)]);
     config.caller_spin = std::time::Duration::from_micros(args.caller_spin_us);
     config.idle_spin = std::time::Duration::from_micros(args.idle_spin_us);
-    let cores = ServiceCores::start(config)?;
+    let cores = config.build()?;
     let output = std::thread::scope(|scope| {
         // The application side runs on its own pinned thread so the caller's affinity is untouched.
         scope
             .spawn(|| -> anyhow::Result<Output> {
-                sys::pin_current_thread(app_cpu)?;
+                sys::pin_current_thread(OsCpu(app_cpu))?;
                 measure(args, &counts, &cores, &choices, &workloads, app_cpu, service_cpu)
             })
             .join()

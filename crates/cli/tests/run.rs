@@ -18,21 +18,7 @@ fn corehop() -> Command {
     common::offload_command()
 }
 
-fn have(tool: &str) -> bool {
-    let found = Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {tool}"))
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        common::skip(&format!("{tool} is not installed (scripts/test.sh installs it)"));
-    }
-    found
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use common::{have, text};
 
 /// The outcome of one program run twice: without the library, and with it.
 struct Pair {

@@ -27,7 +27,7 @@ use anyhow::Context;
 use corehop_policy::offload::{CallCost, CallDesc, CallKind, Decision, OffloadPolicy};
 use corehop_runtime::service::{thread_cpu_ns, OffloadStats, SysCall, SysResult};
 use corehop_runtime::sys::{self, Errno};
-use corehop_runtime::{submit, yield_now, CpuId, Runtime, Wake};
+use corehop_runtime::{submit, yield_now, CpuId, OsCpu, Runtime, Wake};
 use rand::{Rng, SeedableRng};
 
 use super::files::SIZES;
@@ -165,13 +165,13 @@ pub fn run(
     dir: &Path,
     policy: OffloadPolicy,
     profile: bool,
-    app_cpu: usize,
-    service_cpu: usize,
+    app_cpu: OsCpu,
+    service_cpu: OsCpu,
     requests: usize,
     seed: u64,
 ) -> anyhow::Result<(Run, Served)> {
     let machine = corehop_topology::discover().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let dense = |os: usize| {
+    let dense = |os: OsCpu| {
         machine
             .cpus()
             .iter()

@@ -17,7 +17,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use corehop_runtime::sys;
 use corehop_sys::wire::env;
-use corehop_topology::{format_cpu_list, parse_cpu_list};
+use corehop_topology::{format_cpu_list, parse_cpu_list, OsCpu};
 use serde::Serialize;
 
 use corehop_bench::report::{fmt_ns, Stats, Table};
@@ -220,7 +220,7 @@ pub struct Finished {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let allowed = sys::affinity().context("reading this process's CPU affinity")?;
+    let allowed = kernel_numbers(sys::affinity().context("reading this process's CPU affinity")?);
     let online = online_cpus();
     let mut launch = Launch { command: args.command, cpus: None, offload: None, capture: false };
     let mut service_cpus = Vec::new();
@@ -545,7 +545,8 @@ impl Launch {
         // spawn, then put it back.
         let previous = sys::affinity().context("reading this thread's CPU affinity")?;
         if let Some(cpus) = &self.cpus {
-            sys::set_affinity(cpus).with_context(|| format!("running on CPUs {}", format_cpu_list(cpus)))?;
+            sys::set_affinity(&cpus.iter().map(|&cpu| OsCpu(cpu)).collect::<Vec<_>>())
+                .with_context(|| format!("running on CPUs {}", format_cpu_list(cpus)))?;
         }
         if let Some(path) = self.offload.as_ref().and_then(|o| o.stats_file.as_ref()) {
             // Made here, empty and private, so the library only appends to a file of ours.
@@ -672,6 +673,11 @@ pub fn find_library() -> anyhow::Result<PathBuf> {
 /// The offload summary of a run, as the preload library writes it (`corehop_sys::wire`).
 pub use corehop_sys::wire::Summary;
 
+/// Kernel CPU numbers as the command spells them (CPU lists, environment variables).
+pub(crate) fn kernel_numbers(cpus: Vec<OsCpu>) -> Vec<usize> {
+    cpus.into_iter().map(|cpu| cpu.0).collect()
+}
+
 /// What `corehop run --stats` prints of a [`Summary`].
 trait SummaryTable {
     /// The summary as a table, with the estimate of time moved and time lost underneath.
@@ -681,20 +687,15 @@ trait SummaryTable {
 impl SummaryTable for Summary {
     fn table(&self, service_cpus: &[usize], wall_ns: u64) -> Table {
         let per = |ns: u64, n: u64| if n == 0 { "-".to_string() } else { fmt_ns(ns as f64 / n as f64) };
-        let mut table = Table::new([
-            "call",
-            "seen",
-            "offloaded",
-            "local",
-            "kept",
-            "withdrawn",
-            "busy",
-            "on service",
-            "hand-off",
-            "p50",
-            "p99",
-            "run local",
-        ])
+        // The counts under the preload library's own names, then the times per call.
+        let counts = &corehop_sys::wire::COUNTERS[..6];
+        let mut table = Table::new(
+            ["call"]
+                .iter()
+                .chain(counts)
+                .chain(&["on service", "hand-off", "p50", "p99", "run local"])
+                .copied(),
+        )
         .title(format!(
             "corehop offload summary ({} process{}, service CPU{} {})",
             self.processes,
@@ -713,20 +714,15 @@ impl SummaryTable for Summary {
                 .map_or_else(|| "-".to_string(), |ns| format!("≤{}", fmt_ns(ns as f64)))
         };
         for (name, c) in self.calls.iter().map(|(n, c)| (n.as_str(), c)).chain([("total", &total)]) {
-            table.row([
-                name.to_string(),
-                c.seen.to_string(),
-                c.offloaded.to_string(),
-                c.local.to_string(),
-                c.kept.to_string(),
-                c.withdrawn.to_string(),
-                c.busy.to_string(),
+            let times = [
                 per(c.service_ns, c.offloaded),
                 per(c.wait_ns.saturating_sub(c.service_ns), c.offloaded),
                 quantile(name, 0.5),
                 quantile(name, 0.99),
                 per(c.local_ns, c.local_timed),
-            ]);
+            ];
+            let counted = c.fields().into_iter().take(counts.len()).map(|n| n.to_string());
+            table.row([name.to_string()].into_iter().chain(counted).chain(times));
         }
         table.note(
             "local: the policy kept it on the caller; kept: it had to stay (could block until a signal, or names \
@@ -786,7 +782,7 @@ impl SummaryTable for Summary {
 /// the offload summary of the dd run.
 pub fn tour() -> anyhow::Result<()> {
     let library = find_library()?;
-    let allowed = sys::affinity()?;
+    let allowed = kernel_numbers(sys::affinity()?);
     let service = *allowed.last().context("no CPU allowed")?;
     let app: Vec<usize> = allowed.iter().copied().filter(|&c| c != service).collect();
     let app = if app.is_empty() { allowed.clone() } else { app };
@@ -942,6 +938,16 @@ mod tests {
         assert_eq!(s.total().seen, 5);
         let rendered = s.table(&[1], 1000).render();
         assert!(rendered.contains("fsync") && rendered.contains("total"));
+        let header = rendered.lines().find(|l| l.contains("offloaded")).unwrap();
+        let words: Vec<&str> = header.split_whitespace().collect();
+        assert_eq!(
+            words[..7],
+            ["call", "seen", "offloaded", "local", "kept", "withdrawn", "busy"],
+            "{header}"
+        );
+        let read: Vec<&str> =
+            rendered.lines().find(|l| l.starts_with("read")).unwrap().split_whitespace().collect();
+        assert_eq!(read[..7], ["read", "4", "3", "0", "1", "0", "0"], "{rendered}");
     }
 
     #[test]

@@ -200,7 +200,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(traces) = &args.record_traces {
         std::fs::create_dir_all(traces).with_context(|| format!("creating {}", traces.display()))?;
     }
-    let allowed = sys::affinity().context("reading this process's CPU affinity")?;
+    let allowed = super::run::kernel_numbers(sys::affinity().context("reading this process's CPU affinity")?);
     let service = *allowed.last().context("this process may run on no CPU")?;
     let policy = args.policy.spec(None)?;
     let tmp = tempfile::Builder::new().prefix("corehop-suite-").tempdir()?;

@@ -317,28 +317,8 @@ impl FromScenario for Offload {
     fn from_scenario(s: &Scenario) -> Result<Offload, ScenarioError> {
         let cfg: OffloadConfig = s.workload()?;
         let cpus = s.machine.cpu_count();
-        if cfg.app_cpus.is_empty() {
-            return Err(s.error("workload.app_cpus", Problem::Invalid("needs at least one CPU".into())));
-        }
-        for (i, &cpu) in cfg.app_cpus.iter().enumerate() {
-            s.check_cpu(&format!("workload.app_cpus[{i}]"), cpu)?;
-            if cfg.app_cpus[..i].contains(&cpu) {
-                return Err(s.error(
-                    &format!("workload.app_cpus[{i}]"),
-                    Problem::Invalid(format!("CPU {cpu} listed twice")),
-                ));
-            }
-        }
         let service_cpus = cfg.service_cpus.clone().unwrap_or_else(|| vec![cpus - 1]);
-        for (i, &cpu) in service_cpus.iter().enumerate() {
-            s.check_cpu(&format!("workload.service_cpus[{i}]"), cpu)?;
-            if cfg.app_cpus.contains(&cpu) {
-                return Err(s.error(
-                    &format!("workload.service_cpus[{i}]"),
-                    Problem::Invalid(format!("CPU {cpu} is also an application CPU")),
-                ));
-            }
-        }
+        s.check_app_and_service_cpus(&cfg.app_cpus, &service_cpus)?;
         if service_cpus.is_empty() && cfg.policy != PolicyChoice::Never {
             return Err(
                 s.error("workload.service_cpus", Problem::Invalid("no service CPU to offload to".into()))
@@ -370,13 +350,8 @@ impl FromScenario for Offload {
             ));
         }
         s.check_distribution("workload.compute_cycles", &cfg.compute_cycles)?;
-        if cfg.calls.is_empty() {
-            return Err(s.error("workload.calls", Problem::Invalid("needs at least one call type".into())));
-        }
-        let mut call_mix = WeightedChoice::default();
+        let call_mix = s.call_mix(cfg.calls.iter().map(|c| (&c.length, c.weight)))?;
         for (i, call) in cfg.calls.iter().enumerate() {
-            s.check_distribution(&format!("workload.calls[{i}].length"), &call.length)?;
-            call_mix.push(call.weight).map_err(|p| s.error(&format!("workload.calls[{i}].weight"), p))?;
             if call.sites == 0 {
                 return Err(s.error(
                     &format!("workload.calls[{i}].sites"),
