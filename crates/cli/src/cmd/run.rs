@@ -497,7 +497,7 @@ impl Launch {
         };
         let mut command = command;
         if let Some(cpus) = &self.cpus {
-            if let Err(e) = sys::set_affinity(cpus) {
+            if let Err(e) = sys::set_affinity(&cpus.iter().map(|&cpu| OsCpu(cpu)).collect::<Vec<_>>()) {
                 return anyhow::Error::from(e).context(format!("running on CPUs {}", format_cpu_list(cpus)));
             }
         }
