@@ -166,7 +166,7 @@ impl PolicyChoice {
     ) -> anyhow::Result<OffloadPolicy> {
         let n = hop_ns.saturating_add(caller_spin_ns).max(1);
         let measured = || -> anyhow::Result<OffloadPolicy> {
-            let config = MeasuredConfig { move_prior: n, ..MeasuredConfig::default() };
+            let config = MeasuredConfig { move_prior: n, first_move_prior: n, ..MeasuredConfig::default() };
             Ok(OffloadPolicy::Measured(Box::new(Measured::new(config)?)))
         };
         Ok(match self {

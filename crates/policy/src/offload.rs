@@ -556,8 +556,9 @@ impl FromStr for OffloadPolicy {
                 Ok(OffloadPolicy::Measured(Box::new(Measured::new(MeasuredConfig::default())?)))
             }
             ("measured", [prior]) => {
-                let config =
-                    MeasuredConfig { move_prior: number(prior, "move cost")?, ..MeasuredConfig::default() };
+                let move_prior = number(prior, "move cost")?;
+                let first_move_prior = MeasuredConfig::default().first_move_prior.max(move_prior);
+                let config = MeasuredConfig { move_prior, first_move_prior, ..MeasuredConfig::default() };
                 Ok(OffloadPolicy::Measured(Box::new(Measured::new(config)?)))
             }
             ("never" | "always" | "size" | "static" | "predicted" | "measured", _) => {
@@ -791,7 +792,7 @@ mod tests {
         let mut p: OffloadPolicy = "adaptive".parse().unwrap();
         assert!(p.keeps_all_local(), "measured starts with nothing moving");
         let call = CallDesc::new(CallKind::Fsync, 3, 0, 1);
-        for _ in 0..50 {
+        for _ in 0..100 {
             let d = p.decide(&call, 0);
             assert!(d == Decision::Local || !p.keeps_all_local());
             let cost = if d == Decision::Offload {
@@ -810,8 +811,9 @@ mod tests {
         let mut p: OffloadPolicy = "adaptive".parse().unwrap();
         assert_eq!(p.settled().label(), "measured");
         // Moved, a call costs its caller 1000 instead of 1300: the measured arm finds it in a
-        // few thousand calls (its first probes wait for a 1 % budget of a 20 µs prior).
-        drive(&mut p, 40, |d| if d == Decision::Offload { 1000 } else { 1300 });
+        // few ten thousand calls (its first probe waits for 1 % of the calls' time to cover a
+        // service thread's start, 200 µs).
+        drive(&mut p, 400, |d| if d == Decision::Offload { 1000 } else { 1300 });
         for site in 0..4 {
             assert_eq!(p.decide(&CallDesc::new(CallKind::Fstat, 3, 0, site), 0), Decision::Offload);
         }

@@ -29,6 +29,10 @@ pub struct MeasuredConfig {
     /// What a move is assumed to add to a call before one was measured (driver units: ns in
     /// the runtime): about a hand-off plus a wake-up.
     pub move_prior: u64,
+    /// What the very first move is assumed to add, before any was measured: where service
+    /// threads start on first need (the preload library), starting one. A driver whose
+    /// service cores already run sets it to `move_prior`.
+    pub first_move_prior: u64,
     /// Moving must be cheaper than staying by more than this fraction.
     pub margin: f64,
     /// Share of the time spent in calls that probes may lose, at most.
@@ -41,7 +45,14 @@ pub struct MeasuredConfig {
 
 impl Default for MeasuredConfig {
     fn default() -> MeasuredConfig {
-        MeasuredConfig { move_prior: 20_000, margin: 0.05, budget: 0.01, min_samples: 3, max_backoff: 1024 }
+        MeasuredConfig {
+            move_prior: 20_000,
+            first_move_prior: 200_000,
+            margin: 0.05,
+            budget: 0.01,
+            min_samples: 3,
+            max_backoff: 1024,
+        }
     }
 }
 
@@ -161,6 +172,8 @@ pub struct Measured {
     probes: u64,
     /// Slots whose next call may move (see [`Measured::moves_nothing`]).
     active: u32,
+    /// Whether any call has moved yet.
+    moved_any: bool,
 }
 
 impl Measured {
@@ -175,6 +188,7 @@ impl Measured {
             regret: 0.0,
             probes: 0,
             active: 0,
+            moved_any: false,
         })
     }
 
@@ -221,6 +235,7 @@ impl Measured {
             self.slots[index] = Slot { key, countdown: config.min_samples, backoff: 1, ..Slot::default() };
         }
         self.elapsed += cost.caller as f64;
+        self.moved_any |= cost.moved;
         let slot = &mut self.slots[index];
         let preferred_moving = slot.prefers_moving(&config);
         let preferred = if preferred_moving { slot.moved.mean() } else { slot.local.mean() };
@@ -248,7 +263,8 @@ impl Measured {
         if slot.countdown > 0 || slot.local.samples() < config.min_samples {
             return;
         }
-        let risk = Self::probe_risk(slot, &config);
+        let risk =
+            if self.moved_any { Self::probe_risk(slot, &config) } else { config.first_move_prior as f64 };
         if self.regret + risk <= config.budget * self.elapsed {
             slot.probe = true;
         } else {
@@ -392,6 +408,19 @@ mod tests {
         assert_eq!(m.decide(&fsync()), Decision::Local);
         step(&mut m, 20_000);
         assert_eq!(m.decide(&fsync()), Decision::Offload);
+    }
+
+    #[test]
+    fn a_short_process_never_pays_for_starting_a_service_thread() {
+        let mut m = Measured::new(MeasuredConfig::default()).unwrap();
+        // 10 ms of 2 µs calls: 1 % of it is less than a service thread's start.
+        drive(&mut m, 5_000, &[fstat()], |_, _| 2000, |_, _| 2500);
+        assert_eq!(m.probes().0, 0);
+        // Where the service cores already run, the first move is priced like any other.
+        let config = MeasuredConfig { first_move_prior: 20_000, ..MeasuredConfig::default() };
+        let mut m = Measured::new(config).unwrap();
+        drive(&mut m, 5_000, &[fstat()], |_, _| 2000, |_, _| 2500);
+        assert!(m.probes().0 > 0);
     }
 
     #[test]

@@ -364,7 +364,11 @@ impl FromScenario for Offload {
             TableChoice::Dm => TableForm::PAPER_DM,
         };
         let measured = || -> Result<OffloadPolicy, ScenarioError> {
-            let config = MeasuredConfig { move_prior: cfg.threshold_cycles, ..MeasuredConfig::default() };
+            let config = MeasuredConfig {
+                move_prior: cfg.threshold_cycles,
+                first_move_prior: cfg.threshold_cycles,
+                ..MeasuredConfig::default()
+            };
             let m = Measured::new(config)
                 .map_err(|e| s.error("workload.threshold_cycles", Problem::Invalid(e.to_string())))?;
             Ok(OffloadPolicy::Measured(Box::new(m)))
