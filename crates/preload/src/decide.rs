@@ -190,6 +190,16 @@ impl Shared {
         }
     }
 
+    /// Whether the policy keeps every call local now (`never`, or an adaptive policy whose arm
+    /// moves nothing): read without the lock.
+    pub fn keeps_all_local(&self) -> bool {
+        match Stateless::decode(self.stateless.load(Ordering::Acquire)) {
+            Stateless::Never => true,
+            Stateless::No => self.adaptive_stays.load(Ordering::Relaxed),
+            Stateless::Always | Stateless::Size(_) => false,
+        }
+    }
+
     /// Whether to offload `call`: `None` when the policy is stateful and its lock stayed
     /// busy (the caller then runs the call itself), or when no policy is installed.
     pub fn decide(&self, call: &Desc) -> Option<bool> {

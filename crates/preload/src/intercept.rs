@@ -129,6 +129,7 @@ fn start_once(state: &AtomicU32, start: impl FnOnce() -> bool) -> bool {
 }
 
 /// Whether the library is configured and offload may happen; starts it up on first use.
+#[inline]
 fn ready() -> bool {
     start_once(&STATE, start_up)
 }
@@ -280,6 +281,11 @@ pub(crate) fn dispatch(
             return run_local(thread, counters, &Desc { kind, fd, size: 0, site: 0 }, local);
         }
         let call = Desc { kind, fd, size: size(), site: thread.site.get() };
+        if POLICY.keeps_all_local() {
+            // Nothing moves now: no need to ask whether this call could (counted as local).
+            stats::bump(&counters.local);
+            return run_local(thread, counters, &call, local);
+        }
         let Some(request) =
             request.filter(|r| !r.check.fds().iter().flatten().any(|&fd| memo::may_block(fd)))
         else {
@@ -356,6 +362,7 @@ pub(crate) fn dispatch(
 
 /// Runs the real libc function on the calling thread, timing one call in [`TIME_EVERY`] when
 /// someone wants to know. Nothing after `local` touches errno.
+#[inline]
 fn run_local(thread: &Thread, counters: &stats::Counters, call: &Desc, local: impl FnOnce() -> i64) -> i64 {
     if !TIMING.load(Relaxed) {
         return local();
