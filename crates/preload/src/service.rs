@@ -15,7 +15,7 @@
 
 use core::ffi::c_void;
 use core::sync::atomic::Ordering::{Relaxed, SeqCst};
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize};
 
 use crate::lane::{Check, Idle, Lane, Reply, Request};
 use crate::sys;
@@ -48,6 +48,9 @@ static RUNNING: AtomicUsize = AtomicUsize::new(0);
 static THREADS: [AtomicU64; MAX_LANES] = [const { AtomicU64::new(0) }; MAX_LANES];
 /// Set by [`stop`]: service threads leave after their current batch.
 static STOP: AtomicBool = AtomicBool::new(false);
+/// The process the service threads serve (set by [`start`], which runs in it): their own
+/// process id, which they pass to the kernel when they read the program's memory.
+static SERVICE_PID: AtomicI32 = AtomicI32::new(0);
 /// Set by the one service thread that ends the process once the program's threads are gone.
 static ENDING: AtomicBool = AtomicBool::new(false);
 /// Per lane: the time its service thread spent polling for work, in ns.
@@ -61,6 +64,7 @@ pub static CHECKED_NS: [AtomicU64; MAX_LANES] = [const { AtomicU64::new(0) }; MA
 pub fn start(config: &ServiceConfig) -> bool {
     SPIN_NS.store(config.spin_ns, SeqCst);
     TEST_STALL_NS.store(config.test_stall_ns, SeqCst);
+    SERVICE_PID.store(sys::getpid(), SeqCst);
     RUNNING.store(0, SeqCst);
     STOP.store(false, SeqCst);
     for lane in 0..config.lanes.min(MAX_LANES) {
@@ -342,16 +346,17 @@ fn stat_names_proc(request: &Request) -> bool {
 /// the call's own EFAULT. Symlinks to it are caught by the file system check after.
 fn names_thread_self(path: u64) -> bool {
     let mut buf = [0u8; 512];
-    match sys::read_c_string(path, &mut buf) {
+    let pid = SERVICE_PID.load(Relaxed);
+    match sys::read_c_string_of(pid, path, &mut buf) {
         Some(len) => buf[..len].split(|&b| b == b'/').any(|part| part == b"thread-self"),
-        None => sys::read_user(path, &mut buf[..1]), // longer than the buffer: keep it local
+        None => sys::read_user_of(pid, path, &mut buf[..1]), // longer than the buffer: keep it local
     }
 }
 
 /// File systems, told apart by `statfs` once per device and remembered.
 mod fs {
     use core::sync::atomic::AtomicU64;
-    use core::sync::atomic::Ordering::{Acquire, Release};
+    use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
     use crate::sys;
 
@@ -422,7 +427,8 @@ mod fs {
     /// changes anything) and asked with fstatfs.
     pub fn path_type(dirfd: i32, path: u64, nofollow: i32) -> Option<i64> {
         let mut first = [0u8; 1];
-        if dirfd == libc::AT_FDCWD || (sys::read_user(path, &mut first) && first[0] == b'/') {
+        let pid = super::SERVICE_PID.load(Relaxed);
+        if dirfd == libc::AT_FDCWD || (sys::read_user_of(pid, path, &mut first) && first[0] == b'/') {
             let mut sfs = core::mem::MaybeUninit::<libc::statfs>::uninit();
             // SAFETY: statfs reads the path (EFAULT if bad) and writes one struct statfs.
             let ret = unsafe { sys::raw(libc::SYS_statfs, [path, sfs.as_mut_ptr() as u64, 0, 0, 0, 0]) };
