@@ -356,7 +356,8 @@ fn a_sleeping_program_does_not_keep_its_service_thread_polling() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("stats.json");
     let sleep_ns = 1_500_000_000u64;
-    let script = "import time, os\nos.stat('/')\ntime.sleep(1.5)\nos.stat('/')\nprint(open('/etc/hostname').read())";
+    let script =
+        "import time, os\nos.stat('/')\ntime.sleep(1.5)\nos.stat('/')\nprint(open('/etc/hostname').read())";
     let out = corehop()
         .args(["run", "--offload", "--policy", "always", "--stats-json"])
         .arg(&json)

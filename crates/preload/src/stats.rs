@@ -123,8 +123,8 @@ fn format_summary(out: &mut impl core::fmt::Write, process: &wire::Process<'_>) 
 
 /// The longest summary line: every kind of call with every counter and every histogram
 /// bucket at their widest (20 digits).
-const MAX_LINE: usize = 512
-    + (NAMED_KINDS.len() + 1) * (2 * 24 + wire::COUNTERS.len() * 21 + wire::HIST_BUCKETS * (4 + 21));
+const MAX_LINE: usize =
+    512 + (NAMED_KINDS.len() + 1) * (2 * 24 + wire::COUNTERS.len() * 21 + wire::HIST_BUCKETS * (4 + 21));
 
 /// A text buffer over memory mapped for the summary line (its histograms make it too long
 /// for a stack buffer on any thread that may call `exit`; the allocator is not used at exit).
@@ -215,7 +215,8 @@ mod tests {
         assert_eq!(summary.calls["statx"].wait_ns, 9);
         assert_eq!(summary.calls["other"].seen, 1);
         assert_eq!(summary.settled["never"].processes, 1);
-        assert_eq!(wire::percentile(&summary.handoff["statx"], 0.5), Some(704)); // [640, 704)
+        assert_eq!(wire::percentile(&summary.handoff["statx"], 0.5), Some(704));
+        // [640, 704)
     }
 
     /// The widest line possible (every kind, every counter and bucket at 20 digits) fits the
@@ -233,7 +234,8 @@ mod tests {
             standing: None,
         };
         let names = NAMED_KINDS.iter().map(|k| k.name().unwrap_or("other")).chain(["other"]);
-        let calls = names.map(|name| (name, [u64::MAX; wire::COUNTERS.len()], [u64::MAX; wire::HIST_BUCKETS]));
+        let calls =
+            names.map(|name| (name, [u64::MAX; wire::COUNTERS.len()], [u64::MAX; wire::HIST_BUCKETS]));
         wire::write_line(&mut line, &process, calls).unwrap();
         assert!(line.bytes().ends_with(b"\n"));
         let text = core::str::from_utf8(line.bytes()).unwrap();

@@ -356,16 +356,14 @@ impl Summary {
                     hist if hist.starts_with("hist.") => {
                         let mut buckets = [0u64; HIST_BUCKETS];
                         for pair in value.split(',') {
-                            let parsed = pair.split_once(':').and_then(|(b, n)| {
-                                Some((b.parse::<usize>().ok()?, n.parse::<u64>().ok()?))
-                            });
+                            let parsed = pair
+                                .split_once(':')
+                                .and_then(|(b, n)| Some((b.parse::<usize>().ok()?, n.parse::<u64>().ok()?)));
                             match parsed {
                                 Some((bucket, count)) if bucket < HIST_BUCKETS => buckets[bucket] += count,
-                                _ => {
-                                    return Err(bad(format!(
-                                        "{hist}: {pair:?} is not BUCKET:COUNT with BUCKET below {HIST_BUCKETS}"
-                                    )))
-                                }
+                                _ => return Err(bad(format!(
+                                    "{hist}: {pair:?} is not BUCKET:COUNT with BUCKET below {HIST_BUCKETS}"
+                                ))),
                             }
                         }
                         let sum = summary
@@ -442,7 +440,10 @@ mod tests {
         assert!(line.starts_with(
             "corehop-preload-v2 pid=7 lanes=1 pinned=0 polled_ns=40 spun_ns=9 checked_ns=5 settled=never rounds=3"
         ));
-        assert!(line.contains(&format!(" hist.read={}:3,{}:1 ", bucket_of(1_000), bucket_of(50_000))), "{line}");
+        assert!(
+            line.contains(&format!(" hist.read={}:3,{}:1 ", bucket_of(1_000), bucket_of(50_000))),
+            "{line}"
+        );
         let twice = format!("{line}\n{line}");
         let s = Summary::parse(&twice).unwrap();
         assert_eq!((s.processes, s.unpinned), (2, 2));

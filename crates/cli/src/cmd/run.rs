@@ -281,7 +281,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
         }
         if let Some(path) = &args.stats_json {
-            let json = serde_json::to_string_pretty(&StatsJson { summary, on_round_trip: hop.as_ref().ok() })?;
+            let json =
+                serde_json::to_string_pretty(&StatsJson { summary, on_round_trip: hop.as_ref().ok() })?;
             std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
         }
     }
@@ -680,7 +681,12 @@ impl HopReference {
         use corehop_runtime::{on, Runtime, Wake};
         let machine = corehop_topology::discover().context("discovering the CPUs")?;
         let dense = |os: usize| {
-            machine.cpus().iter().find(|c| c.os_id == os).map(|c| c.id).with_context(|| format!("no CPU {os} here"))
+            machine
+                .cpus()
+                .iter()
+                .find(|c| c.os_id == os)
+                .map(|c| c.id)
+                .with_context(|| format!("no CPU {os} here"))
         };
         let (from_id, to_id) = (dense(from)?, dense(to)?);
         let rt = Runtime::builder().machine(machine).cpus([from_id, to_id]).wake(Wake::Spin).build()?;
@@ -751,7 +757,8 @@ impl SummaryTable for Summary {
             let hist = if name == "total" { Some(&all_handoffs) } else { self.handoff.get(name) };
             hist.and_then(|h| corehop_sys::wire::percentile(h, q))
         };
-        let bound = |ns: Option<u64>| ns.map_or_else(|| "-".to_string(), |ns| format!("≤{}", fmt_ns(ns as f64)));
+        let bound =
+            |ns: Option<u64>| ns.map_or_else(|| "-".to_string(), |ns| format!("≤{}", fmt_ns(ns as f64)));
         let hop_ns = hop.map(|h| h.round_trip_ns.median);
         let ratio = |ns: Option<u64>| match (ns, hop_ns) {
             (Some(ns), Some(hop)) if hop > 0.0 => format!("≤{:.2}", ns as f64 / hop),
@@ -1021,7 +1028,10 @@ mod tests {
         // The median of three hand-offs, two in [256, 288) ns: at most 288 ns, 2× the hop.
         assert!(rendered.contains("≤288 ns") && rendered.contains("≤2.00"), "{rendered}");
         assert!(rendered.contains("cpu0 → cpu1 → cpu0") && rendered.contains("median 144 ns"), "{rendered}");
-        assert!(rendered.contains("30 ns on safety checks around the calls (10 ns per offloaded call)"), "{rendered}");
+        assert!(
+            rendered.contains("30 ns on safety checks around the calls (10 ns per offloaded call)"),
+            "{rendered}"
+        );
         assert!(!s.table(&[1], 1000, None).render().contains("≤2.00"));
     }
 
