@@ -77,7 +77,7 @@ const SUB_BITS: u32 = 3;
 /// Buckets per power of two.
 const SUB: usize = 1 << SUB_BITS;
 
-/// Buckets of a hand-off histogram: below 8 ns one per ns, then [`SUB`] equal buckets per
+/// Buckets of a hand-off histogram: below 8 ns one per ns, then 8 equal buckets per
 /// power of two (log-linear, as HdrHistogram), the last also holding everything from
 /// 2^34 ns (about 17 s) up.
 pub const HIST_BUCKETS: usize = 256;
@@ -361,9 +361,11 @@ impl Summary {
                                 .and_then(|(b, n)| Some((b.parse::<usize>().ok()?, n.parse::<u64>().ok()?)));
                             match parsed {
                                 Some((bucket, count)) if bucket < HIST_BUCKETS => buckets[bucket] += count,
-                                _ => return Err(bad(format!(
+                                _ => {
+                                    return Err(bad(format!(
                                     "{hist}: {pair:?} is not BUCKET:COUNT with BUCKET below {HIST_BUCKETS}"
-                                ))),
+                                )))
+                                }
                             }
                         }
                         let sum = summary
