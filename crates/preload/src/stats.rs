@@ -187,7 +187,7 @@ pub fn write_summary(path: &[u8], process: &wire::Process<'_>) {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 
