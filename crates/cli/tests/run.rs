@@ -326,6 +326,43 @@ fn stats_print_a_summary_on_stderr_only() {
     assert_eq!(out.stdout, std::fs::read("/etc/hostname").unwrap());
 }
 
+/// A program that sleeps between two calls: its service thread must not burn the service CPU
+/// meanwhile (it polls only for a budget fitted to the gaps between calls, then sleeps), and
+/// `--stats-json` carries the hand-off histogram and the same-run `on()` round trip.
+#[test]
+fn a_sleeping_program_does_not_keep_its_service_thread_polling() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 {
+        common::skip(&format!("needs two CPUs, this process may use {cpus}"));
+        return;
+    }
+    if !have("python3") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("stats.json");
+    let sleep_ns = 1_500_000_000u64;
+    let script =
+        "import time, os\nos.stat('/')\ntime.sleep(1.5)\nos.stat('/')\nprint(open('/etc/hostname').read())";
+    let out = corehop()
+        .args(["run", "--offload", "--policy", "always", "--stats-json"])
+        .arg(&json)
+        .args(["--", "python3", "-c", script])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let summary: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    // The program's service thread is idle for the whole sleep: polling through it would
+    // count about `sleep_ns` (it does with `--spin-us 5000000`).
+    let polled = summary["polled_ns"].as_u64().unwrap();
+    assert!(polled < sleep_ns / 5, "service threads polled {polled} ns while the program slept: {summary}");
+    let handoffs = summary["handoff"]["read"].as_array().expect("a read hand-off histogram");
+    assert!(handoffs.iter().all(|b| b[0].as_u64() < b[1].as_u64() && b[2].as_u64() > Some(0)), "{summary}");
+    let hop = &summary["on_round_trip"];
+    assert!(hop["round_trip_ns"]["median"].as_f64().is_some_and(|ns| ns > 0.0), "{summary}");
+    assert_eq!(hop["round_trip_ns"]["samples"], 15, "{summary}");
+}
+
 #[test]
 fn bad_arguments_are_clear_errors() {
     let cases: [(&[&str], &str); 6] = [

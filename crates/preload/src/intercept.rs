@@ -242,6 +242,7 @@ extern "C" fn at_exit() {
             pinned: service::PIN_FAILED.load(SeqCst) == 0,
             polled_ns: service::POLLED_NS.iter().map(|p| p.load(SeqCst)).sum(),
             spun_ns: stats::SPUN_NS.load(SeqCst),
+            checked_ns: service::CHECKED_NS.iter().map(|c| c.load(SeqCst)).sum(),
             standing: POLICY.with_spinning(|p| p.standing()).flatten(),
         };
         stats::write_summary(path, &process);

@@ -14,8 +14,8 @@
 //! EFBIG) are taken off the service thread and handed back with the reply.
 
 use core::ffi::c_void;
-use core::sync::atomic::Ordering::SeqCst;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
+use core::sync::atomic::Ordering::{Relaxed, SeqCst};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize};
 
 use crate::lane::{Check, Idle, Lane, Reply, Request};
 use crate::sys;
@@ -48,16 +48,23 @@ static RUNNING: AtomicUsize = AtomicUsize::new(0);
 static THREADS: [AtomicU64; MAX_LANES] = [const { AtomicU64::new(0) }; MAX_LANES];
 /// Set by [`stop`]: service threads leave after their current batch.
 static STOP: AtomicBool = AtomicBool::new(false);
+/// The process the service threads serve (set by [`start`], which runs in it): their own
+/// process id, which they pass to the kernel when they read the program's memory.
+static SERVICE_PID: AtomicI32 = AtomicI32::new(0);
 /// Set by the one service thread that ends the process once the program's threads are gone.
 static ENDING: AtomicBool = AtomicBool::new(false);
 /// Per lane: the time its service thread spent polling for work, in ns.
 pub static POLLED_NS: [AtomicU64; MAX_LANES] = [const { AtomicU64::new(0) }; MAX_LANES];
+/// Per lane: the time its service thread spent on the safety checks around the calls it ran
+/// (what a caller waits for beyond its call's own run, besides the hand-off itself), in ns.
+pub static CHECKED_NS: [AtomicU64; MAX_LANES] = [const { AtomicU64::new(0) }; MAX_LANES];
 
 /// Starts `config.lanes` service threads. Returns false if a thread could not be created (the
 /// caller then runs everything locally).
 pub fn start(config: &ServiceConfig) -> bool {
     SPIN_NS.store(config.spin_ns, SeqCst);
     TEST_STALL_NS.store(config.test_stall_ns, SeqCst);
+    SERVICE_PID.store(sys::getpid(), SeqCst);
     RUNNING.store(0, SeqCst);
     STOP.store(false, SeqCst);
     for lane in 0..config.lanes.min(MAX_LANES) {
@@ -108,6 +115,9 @@ pub fn forget() {
     for thread in &THREADS {
         thread.store(0, SeqCst);
     }
+    for checked in &CHECKED_NS {
+        checked.store(0, SeqCst);
+    }
     RUNNING.store(0, SeqCst);
 }
 
@@ -131,7 +141,7 @@ extern "C" fn service_main(arg: *mut c_void) -> *mut c_void {
         }
     };
     while !STOP.load(SeqCst) {
-        LANES[lane].serve_batch(&mut idle, stall, execute);
+        LANES[lane].serve_batch(&mut idle, stall, |request| execute(request, &CHECKED_NS[lane]));
         POLLED_NS[lane].store(idle.polled_ns, SeqCst);
         if core::mem::take(&mut idle.timed_out) && main_thread_left() {
             if let Some(status) = program_gone() {
@@ -202,21 +212,35 @@ fn end_process(status: i32) -> ! {
     unsafe { libc::exit(status) }
 }
 
-/// Runs one request on the calling (service) thread, or refuses it (module docs).
-pub fn execute(request: &Request) -> Reply {
-    if must_stay_with_caller(request.check) {
+/// Runs one request on the calling (service) thread, or refuses it (module docs). The time
+/// its safety checks took is added to `checked_ns` (this thread is its only writer); the clock
+/// is read for them only around checks that are made.
+pub fn execute(request: &Request, checked_ns: &AtomicU64) -> Reply {
+    let checked = |ns: u64| checked_ns.store(checked_ns.load(Relaxed).wrapping_add(ns), Relaxed);
+    let checks_first = request.check != Check::Nothing;
+    let before = if checks_first { sys::now_ns() } else { 0 };
+    if checks_first && must_stay_with_caller(request.check) {
+        checked(sys::now_ns().saturating_sub(before));
         return Reply { refused: true, ..Reply::default() };
     }
     let start = sys::now_ns();
+    if checks_first {
+        checked(start.saturating_sub(before));
+    }
     // SAFETY: the request carries the program's own arguments for this call, which it passed
     // to libc expecting this very system call; the caller keeps its memory alive while the
     // request is CLAIMED (lane protocol). Bad pointers give EFAULT, as they would locally.
     let ret = unsafe { sys::raw(request.nr, request.args) };
-    let run_ns = sys::now_ns().saturating_sub(start);
-    if ret == 0 && stat_names_proc(request) {
-        // A stat that reached /proc by another name (a symlink, a /proc descriptor) may have
-        // described this thread; the caller asks again itself. A stat changes nothing.
-        return Reply { refused: true, ..Reply::default() };
+    let end = sys::now_ns();
+    let run_ns = end.saturating_sub(start);
+    if ret == 0 && is_stat(request.nr) {
+        let names_proc = stat_names_proc(request);
+        checked(sys::now_ns().saturating_sub(end));
+        if names_proc {
+            // A stat that reached /proc by another name (a symlink, a /proc descriptor) may
+            // have described this thread; the caller asks again itself. A stat changes nothing.
+            return Reply { refused: true, ..Reply::default() };
+        }
     }
     let signal = if request.may_signal && (ret == -(libc::EPIPE as i64) || ret == -(libc::EFBIG as i64)) {
         sys::take_write_signal()
@@ -287,6 +311,11 @@ fn open_stays(dirfd: i32, path: u64, flags: i32) -> bool {
     fs::of_dev(st.st_dev, || fs::path_type(dirfd, path, follow)) != fs::Kind::Plain
 }
 
+/// Whether `nr` is a stat-family call whose result [`stat_names_proc`] looks at.
+fn is_stat(nr: i64) -> bool {
+    matches!(nr, libc::SYS_newfstatat | libc::SYS_statx)
+}
+
 /// Whether a successful stat-family request described a file on /proc (or another file
 /// system whose files stay with the caller).
 fn stat_names_proc(request: &Request) -> bool {
@@ -317,16 +346,17 @@ fn stat_names_proc(request: &Request) -> bool {
 /// the call's own EFAULT. Symlinks to it are caught by the file system check after.
 fn names_thread_self(path: u64) -> bool {
     let mut buf = [0u8; 512];
-    match sys::read_c_string(path, &mut buf) {
+    let pid = SERVICE_PID.load(Relaxed);
+    match sys::read_c_string_of(pid, path, &mut buf) {
         Some(len) => buf[..len].split(|&b| b == b'/').any(|part| part == b"thread-self"),
-        None => sys::read_user(path, &mut buf[..1]), // longer than the buffer: keep it local
+        None => sys::read_user_of(pid, path, &mut buf[..1]), // longer than the buffer: keep it local
     }
 }
 
 /// File systems, told apart by `statfs` once per device and remembered.
 mod fs {
     use core::sync::atomic::AtomicU64;
-    use core::sync::atomic::Ordering::{Acquire, Release};
+    use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
     use crate::sys;
 
@@ -397,7 +427,8 @@ mod fs {
     /// changes anything) and asked with fstatfs.
     pub fn path_type(dirfd: i32, path: u64, nofollow: i32) -> Option<i64> {
         let mut first = [0u8; 1];
-        if dirfd == libc::AT_FDCWD || (sys::read_user(path, &mut first) && first[0] == b'/') {
+        let pid = super::SERVICE_PID.load(Relaxed);
+        if dirfd == libc::AT_FDCWD || (sys::read_user_of(pid, path, &mut first) && first[0] == b'/') {
             let mut sfs = core::mem::MaybeUninit::<libc::statfs>::uninit();
             // SAFETY: statfs reads the path (EFAULT if bad) and writes one struct statfs.
             let ret = unsafe { sys::raw(libc::SYS_statfs, [path, sfs.as_mut_ptr() as u64, 0, 0, 0, 0]) };

@@ -121,14 +121,65 @@ fn format_summary(out: &mut impl core::fmt::Write, process: &wire::Process<'_>) 
     wire::write_line(out, process, calls)
 }
 
+/// The longest summary line: every kind of call with every counter and every histogram
+/// bucket at their widest (20 digits).
+const MAX_LINE: usize =
+    512 + (NAMED_KINDS.len() + 1) * (2 * 24 + wire::COUNTERS.len() * 21 + wire::HIST_BUCKETS * (4 + 21));
+
+/// A text buffer over memory mapped for the summary line (its histograms make it too long
+/// for a stack buffer on any thread that may call `exit`; the allocator is not used at exit).
+struct Mapped {
+    base: *mut u8,
+    len: usize,
+}
+
+impl Mapped {
+    fn new() -> Option<Mapped> {
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        // SAFETY: an anonymous private mapping at an address the kernel picks touches no
+        // memory of ours; the result is checked before use.
+        let addr =
+            unsafe { sys::raw(libc::SYS_mmap, [0, MAX_LINE as u64, prot as u64, flags as u64, u64::MAX, 0]) };
+        (!sys::is_err(addr)).then_some(Mapped { base: addr as *mut u8, len: 0 })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `base` maps MAX_LINE bytes, owned by this value, of which `len` are written.
+        unsafe { core::slice::from_raw_parts(self.base, self.len) }
+    }
+}
+
+impl core::fmt::Write for Mapped {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        let end = self.len + s.len();
+        if end > MAX_LINE {
+            return Err(core::fmt::Error);
+        }
+        // SAFETY: `base` maps MAX_LINE bytes owned by this value; `end` is within them.
+        unsafe { core::ptr::copy_nonoverlapping(s.as_ptr(), self.base.add(self.len), s.len()) };
+        self.len = end;
+        Ok(())
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: unmaps the mapping made in `new`, which nothing borrows any more.
+        unsafe { sys::raw(libc::SYS_munmap, [self.base as u64, MAX_LINE as u64, 0, 0, 0, 0]) };
+    }
+}
+
 /// Appends this process's summary line to `path` (a NUL-terminated C string; `-` is stderr),
-/// if it made any intercepted call. `lanes` and `pinned` describe the service threads.
+/// if it made any intercepted call. Nothing is written if the line could not be made whole.
 pub fn write_summary(path: &[u8], process: &wire::Process<'_>) {
     if COUNTERS.iter().all(|c| c.seen.load(Relaxed) == 0) {
         return;
     }
-    let mut line = sys::Text::<4096>::new();
-    let _ = format_summary(&mut line, process);
+    let Some(mut line) = Mapped::new() else { return };
+    if format_summary(&mut line, process).is_err() {
+        return;
+    }
     if path == b"-\0" {
         sys::write_all(2, line.bytes());
     } else {
@@ -136,7 +187,7 @@ pub fn write_summary(path: &[u8], process: &wire::Process<'_>) {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 
@@ -154,6 +205,7 @@ mod tests {
             pinned: true,
             polled_ns: 0,
             spun_ns: 0,
+            checked_ns: 0,
             standing: Some(standing),
         };
         format_summary(&mut line, &process).unwrap();
@@ -163,6 +215,30 @@ mod tests {
         assert_eq!(summary.calls["statx"].wait_ns, 9);
         assert_eq!(summary.calls["other"].seen, 1);
         assert_eq!(summary.settled["never"].processes, 1);
-        assert_eq!(wire::percentile(&summary.handoff["statx"], 0.5), Some(1024));
+        assert_eq!(wire::percentile(&summary.handoff["statx"], 0.5), Some(704));
+        // [640, 704)
+    }
+
+    /// The widest line possible (every kind, every counter and bucket at 20 digits) fits the
+    /// mapped buffer, and parses back.
+    #[test]
+    fn the_longest_summary_line_fits_its_buffer() {
+        let mut line = Mapped::new().unwrap();
+        let process = wire::Process {
+            pid: i32::MAX,
+            lanes: 8,
+            pinned: true,
+            polled_ns: u64::MAX,
+            spun_ns: u64::MAX,
+            checked_ns: u64::MAX,
+            standing: None,
+        };
+        let names = NAMED_KINDS.iter().map(|k| k.name().unwrap_or("other")).chain(["other"]);
+        let calls =
+            names.map(|name| (name, [u64::MAX; wire::COUNTERS.len()], [u64::MAX; wire::HIST_BUCKETS]));
+        wire::write_line(&mut line, &process, calls).unwrap();
+        assert!(line.bytes().ends_with(b"\n"));
+        let text = core::str::from_utf8(line.bytes()).unwrap();
+        assert_eq!(wire::Summary::parse(text).unwrap().processes, 1);
     }
 }

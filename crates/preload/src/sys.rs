@@ -190,6 +190,12 @@ pub fn last_allowed_cpu() -> usize {
 /// Copies `out.len()` bytes from the program's memory at `addr` through the kernel, so a bad
 /// pointer is a `false` here instead of a fault (the real call then fails with EFAULT).
 pub fn read_user(addr: u64, out: &mut [u8]) -> bool {
+    read_user_of(getpid(), addr, out)
+}
+
+/// [`read_user`] for a caller that knows its process id (`pid` must be this process's: a
+/// service thread, whose process never changes, asks the kernel once).
+pub fn read_user_of(pid: i32, addr: u64, out: &mut [u8]) -> bool {
     let local = libc::iovec { iov_base: out.as_mut_ptr() as *mut c_void, iov_len: out.len() };
     let remote = libc::iovec { iov_base: addr as *mut c_void, iov_len: out.len() };
     // SAFETY: process_vm_readv on our own pid writes at most out.len() bytes into `out` and
@@ -197,22 +203,23 @@ pub fn read_user(addr: u64, out: &mut [u8]) -> bool {
     let got = unsafe {
         raw(
             libc::SYS_process_vm_readv,
-            [getpid() as u64, &local as *const _ as u64, 1, &remote as *const _ as u64, 1, 0],
+            [pid as u64, &local as *const _ as u64, 1, &remote as *const _ as u64, 1, 0],
         )
     };
     got == out.len() as i64
 }
 
-/// Reads the NUL-terminated string at `addr` in the program's memory into `out`, page by
-/// page (so a string ending just before unmapped memory is read whole); returns its length
-/// without the NUL, or `None` if it is unreadable or longer than `out`.
-pub fn read_c_string(addr: u64, out: &mut [u8]) -> Option<usize> {
+/// Reads the NUL-terminated string at `addr` in the memory of this process (`pid`, as for
+/// [`read_user_of`]) into `out`, page by page (so a string ending just before unmapped
+/// memory is read whole); returns its length without the NUL, or `None` if it is unreadable
+/// or longer than `out`.
+pub fn read_c_string_of(pid: i32, addr: u64, out: &mut [u8]) -> Option<usize> {
     const PAGE: u64 = 4096;
     let mut done = 0;
     while done < out.len() {
         let at = addr.checked_add(done as u64)?;
         let chunk = ((PAGE - at % PAGE) as usize).min(out.len() - done);
-        if !read_user(at, &mut out[done..done + chunk]) {
+        if !read_user_of(pid, at, &mut out[done..done + chunk]) {
             return None;
         }
         if let Some(nul) = out[done..done + chunk].iter().position(|&b| b == 0) {

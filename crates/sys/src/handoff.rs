@@ -121,6 +121,9 @@ mod model {
 /// Request slots per lane: one bit each in the 32-bit futex word `pending`, whose top bit is
 /// the `ASLEEP` flag.
 pub const SLOTS: usize = 31;
+/// Polls a caller makes back to back, without a pause, before it starts pausing between
+/// polls and looking at the clock: about a microsecond, the length of a round trip or two.
+const TIGHT_POLLS: u32 = 1024;
 /// In `pending`: the service thread is asleep (or about to sleep) on it.
 const ASLEEP: u32 = 1 << 31;
 /// In `done`: the caller is asleep (or about to sleep) on it.
@@ -342,6 +345,11 @@ impl<Req: Copy, Rep: Copy> Lane<Req, Rep> {
         let mut polls = 0u32;
         while spin_ns > 0 && !answered(done.load(SeqCst)) {
             polls = polls.wrapping_add(1);
+            // The first polls back to back: an answer due within a round trip is seen as soon
+            // as its line arrives, not after a pause (up to ~140 cycles on recent x86).
+            if polls < TIGHT_POLLS {
+                continue;
+            }
             if polls.is_multiple_of(64) {
                 let now = now_ns();
                 if now.saturating_sub(*start.get_or_insert(now)) >= spin_ns {
@@ -350,7 +358,6 @@ impl<Req: Copy, Rep: Copy> Lane<Req, Rep> {
             }
             core::hint::spin_loop();
         }
-        let start = start.unwrap_or_else(now_ns);
         let mut slept_after = None;
         loop {
             let word = done.load(SeqCst);
@@ -366,6 +373,8 @@ impl<Req: Copy, Rep: Copy> Lane<Req, Rep> {
                 lines.request.state.store(FREE, Release);
                 return (Outcome::Done(reply), slept_after);
             }
+            // The clock only now: an answer that came during the spin needs none.
+            let start = *start.get_or_insert_with(now_ns);
             if slept_after.is_none() {
                 slept_after = Some(now_ns().saturating_sub(start));
             }

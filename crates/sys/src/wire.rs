@@ -4,14 +4,17 @@
 //! its own.
 //!
 //! ```text
-//! corehop-preload-v1 pid=1234 lanes=1 pinned=1 polled_ns=N spun_ns=N [settled=ARM rounds=R switches=S regret_ppm=P] read=SEEN:OFF:LOCAL:KEPT:WITHDRAWN:BUSY:SVC_NS:WAIT_NS:LOCAL_NS:LOCAL_TIMED write=...
+//! corehop-preload-v2 pid=1234 lanes=1 pinned=1 polled_ns=N spun_ns=N checked_ns=N [settled=ARM rounds=R switches=S regret_ppm=P] read=SEEN:OFF:LOCAL:KEPT:WITHDRAWN:BUSY:SVC_NS:WAIT_NS:LOCAL_NS:LOCAL_TIMED hist.read=BUCKET:N,BUCKET:N write=...
 //! ```
 //!
 //! `polled_ns` is the time the service threads spent polling for work, `spun_ns` the time
-//! callers spent spinning for their answers (the CPU polling cost on each side).
-//! A `hist.CALL=N,N,…` field follows each call whose calls went across: the hand-off times
-//! (the caller's wait beyond the call's own run) in [`HIST_BUCKETS`] power-of-two buckets
-//! ([`bucket_of`]), for percentiles.
+//! callers spent spinning for their answers (the CPU polling cost on each side), `checked_ns`
+//! the time the service threads spent on their safety checks before and after the calls they
+//! ran (part of what callers wait beyond a call's own run).
+//! A `hist.CALL=…` field follows each call whose calls went across: the hand-off times (the
+//! caller's wait beyond the call's own run) as a log-linear histogram ([`bucket_of`]: 8
+//! buckets per power of two, so a percentile is known to within 1/8), written as
+//! `bucket:count` pairs of its non-empty buckets.
 //!
 //! The bracketed part is there when the policy is adaptive: the arm it settled on, its
 //! sampling rounds, how many changed the arm, and the share of time its trials lost.
@@ -51,7 +54,9 @@ pub mod env {
 }
 
 /// The first word of every summary line; a new format gets a new tag.
-pub const SUMMARY_TAG: &str = "corehop-preload-v1";
+pub const SUMMARY_TAG: &str = "corehop-preload-v2";
+/// The tags of older formats, refused with a word on what to do.
+const OLD_TAGS: [&str; 1] = ["corehop-preload-v1"];
 
 /// The per-call counters of a summary line, in the order they are written.
 pub const COUNTERS: [&str; 10] = [
@@ -67,20 +72,42 @@ pub const COUNTERS: [&str; 10] = [
     "local_timed",
 ];
 
-/// Buckets of a hand-off histogram: bucket `i` holds times in `[2^(i+6), 2^(i+7))` ns, the
-/// first everything below 128 ns and the last everything from about 0.5 s up.
-pub const HIST_BUCKETS: usize = 24;
+/// Buckets per power of two of a hand-off histogram, as a power of two.
+const SUB_BITS: u32 = 3;
+/// Buckets per power of two.
+const SUB: usize = 1 << SUB_BITS;
+
+/// Buckets of a hand-off histogram: below 8 ns one per ns, then 8 equal buckets per
+/// power of two (log-linear, as HdrHistogram), the last also holding everything from
+/// 2^34 ns (about 17 s) up.
+pub const HIST_BUCKETS: usize = 256;
 
 /// The histogram bucket of a time in ns.
 pub fn bucket_of(ns: u64) -> usize {
-    let log2 = 63 - ns.max(1).leading_zeros() as usize;
-    log2.saturating_sub(6).min(HIST_BUCKETS - 1)
+    if ns < SUB as u64 {
+        return ns as usize;
+    }
+    let log2 = 63 - ns.leading_zeros();
+    let octave = (log2 - SUB_BITS + 1) as usize;
+    let sub = ((ns >> (log2 - SUB_BITS)) as usize) & (SUB - 1);
+    (octave * SUB + sub).min(HIST_BUCKETS - 1)
 }
 
-/// The time a bucket stands for in a percentile: its upper bound (`2^(i+7)` ns), so a
-/// percentile is never reported below what it was.
+/// The times a bucket holds: `[low, high)` in ns.
+pub fn bucket_range(bucket: usize) -> (u64, u64) {
+    let bucket = bucket.min(HIST_BUCKETS - 1);
+    if bucket < SUB {
+        return (bucket as u64, bucket as u64 + 1);
+    }
+    let (octave, sub) = (bucket / SUB, bucket % SUB);
+    let low = ((SUB + sub) as u64) << (octave - 1);
+    (low, low + (1u64 << (octave - 1)))
+}
+
+/// The time a bucket stands for in a percentile: its upper bound, so a percentile is never
+/// reported below what it was (and at most 1/8 above).
 pub fn bucket_ns(bucket: usize) -> u64 {
-    1u64 << (bucket.min(HIST_BUCKETS - 1) + 7)
+    bucket_range(bucket).1
 }
 
 /// The `q`-quantile (0.0..=1.0) of a histogram, as its bucket's [`bucket_ns`]; `None` if empty.
@@ -125,6 +152,8 @@ pub struct Process<'a> {
     pub polled_ns: u64,
     /// The time callers spent spinning for answers, in ns.
     pub spun_ns: u64,
+    /// The time the service threads spent on safety checks around the calls, in ns.
+    pub checked_ns: u64,
     /// Where an adaptive policy stood.
     pub standing: Option<Standing<'a>>,
 }
@@ -137,10 +166,10 @@ pub fn write_line<'a, W: fmt::Write>(
     process: &Process<'_>,
     calls: impl IntoIterator<Item = (&'a str, [u64; COUNTERS.len()], [u64; HIST_BUCKETS])>,
 ) -> fmt::Result {
-    let Process { pid, lanes, pinned, polled_ns, spun_ns, standing } = *process;
+    let Process { pid, lanes, pinned, polled_ns, spun_ns, checked_ns, standing } = *process;
     write!(
         out,
-        "{SUMMARY_TAG} pid={pid} lanes={lanes} pinned={} polled_ns={polled_ns} spun_ns={spun_ns}",
+        "{SUMMARY_TAG} pid={pid} lanes={lanes} pinned={} polled_ns={polled_ns} spun_ns={spun_ns} checked_ns={checked_ns}",
         u8::from(pinned)
     )?;
     if let Some(s) = standing {
@@ -155,11 +184,13 @@ pub fn write_line<'a, W: fmt::Write>(
         for (i, value) in counters.iter().enumerate() {
             write!(out, "{}{value}", if i == 0 { "" } else { ":" })?;
         }
-        if hist.iter().any(|&n| n > 0) {
-            write!(out, " hist.{name}=")?;
-            for (i, value) in hist.iter().enumerate() {
-                write!(out, "{}{value}", if i == 0 { "" } else { "," })?;
+        let mut first = true;
+        for (bucket, count) in hist.iter().enumerate().filter(|(_, &n)| n > 0) {
+            if first {
+                write!(out, " hist.{name}=")?;
             }
+            write!(out, "{}{bucket}:{count}", if first { "" } else { "," })?;
+            first = false;
         }
     }
     out.write_str("\n")
@@ -241,12 +272,40 @@ pub struct Summary {
     pub polled_ns: u64,
     /// Time callers spent spinning for answers, in ns, over every process.
     pub spun_ns: u64,
+    /// Time the service threads spent on safety checks around the calls, in ns, over every
+    /// process.
+    pub checked_ns: u64,
     /// Adaptive policies: settled arm → the processes that settled there.
     pub settled: BTreeMap<String, Settled>,
     /// Call name → counters.
     pub calls: BTreeMap<String, CallCounts>,
     /// Call name → hand-off histogram ([`HIST_BUCKETS`] buckets, see [`bucket_of`]).
+    #[cfg_attr(feature = "serde", serde(serialize_with = "sparse"))]
     pub handoff: BTreeMap<String, [u64; HIST_BUCKETS]>,
+}
+
+/// The hand-off histograms in JSON: call name → `[low_ns, high_ns, count]` of each non-empty
+/// bucket (serde has no arrays this long, and the empty buckets say nothing).
+#[cfg(feature = "serde")]
+fn sparse<S: serde::Serializer>(
+    handoff: &BTreeMap<String, [u64; HIST_BUCKETS]>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = serializer.serialize_map(Some(handoff.len()))?;
+    for (name, hist) in handoff {
+        let buckets: Vec<[u64; 3]> = hist
+            .iter()
+            .enumerate()
+            .filter(|(_, &n)| n > 0)
+            .map(|(b, &n)| {
+                let (low, high) = bucket_range(b);
+                [low, high, n]
+            })
+            .collect();
+        map.serialize_entry(name, &buckets)?;
+    }
+    map.end()
 }
 
 /// A summary line that is not in the format above.
@@ -268,8 +327,15 @@ impl Summary {
         for (number, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
             let bad = |why: String| ParseError { line: number + 1, why, text: line.to_string() };
             let mut fields = line.split_whitespace();
-            if fields.next() != Some(SUMMARY_TAG) {
-                return Err(bad(format!("not a {SUMMARY_TAG} summary")));
+            match fields.next() {
+                Some(SUMMARY_TAG) => {}
+                Some(old) if OLD_TAGS.contains(&old) => {
+                    return Err(bad(format!(
+                        "written by an older preload library ({old}, expected {SUMMARY_TAG}): rebuild it \
+                         with corehop (`cargo build --workspace`) or point COREHOP_PRELOAD at the new one"
+                    )))
+                }
+                _ => return Err(bad(format!("not a {SUMMARY_TAG} summary"))),
             }
             summary.processes += 1;
             let mut settled: Option<&str> = None;
@@ -282,24 +348,31 @@ impl Summary {
                     "pinned" => summary.unpinned += usize::from(value == "0"),
                     "polled_ns" => summary.polled_ns += number()?,
                     "spun_ns" => summary.spun_ns += number()?,
+                    "checked_ns" => summary.checked_ns += number()?,
                     "settled" => {
                         summary.settled.entry(value.to_string()).or_default().processes += 1;
                         settled = Some(value);
                     }
                     hist if hist.starts_with("hist.") => {
-                        let numbers: Vec<u64> = value
-                            .split(',')
-                            .map(str::parse)
-                            .collect::<Result<_, _>>()
-                            .map_err(|_| bad(format!("{hist} is not a list of numbers")))?;
-                        let buckets: [u64; HIST_BUCKETS] = numbers.as_slice().try_into().map_err(|_| {
-                            bad(format!("{hist} has {} buckets, expected {HIST_BUCKETS}", numbers.len()))
-                        })?;
+                        let mut buckets = [0u64; HIST_BUCKETS];
+                        for pair in value.split(',') {
+                            let parsed = pair
+                                .split_once(':')
+                                .and_then(|(b, n)| Some((b.parse::<usize>().ok()?, n.parse::<u64>().ok()?)));
+                            match parsed {
+                                Some((bucket, count)) if bucket < HIST_BUCKETS => buckets[bucket] += count,
+                                _ => {
+                                    return Err(bad(format!(
+                                    "{hist}: {pair:?} is not BUCKET:COUNT with BUCKET below {HIST_BUCKETS}"
+                                )))
+                                }
+                            }
+                        }
                         let sum = summary
                             .handoff
                             .entry(hist["hist.".len()..].to_string())
                             .or_insert([0; HIST_BUCKETS]);
-                        sum.iter_mut().zip(buckets).for_each(|(a, b)| *a += b);
+                        sum.iter_mut().zip(buckets).for_each(|(a, b)| *a = a.saturating_add(b));
                     }
                     "rounds" | "switches" | "regret_ppm" => {
                         let n = number()?;
@@ -352,12 +425,23 @@ mod tests {
         hist[bucket_of(1_000)] = 3;
         hist[bucket_of(50_000)] = 1;
         let none = [0; HIST_BUCKETS];
-        let process =
-            Process { pid: 7, lanes: 1, pinned: false, polled_ns: 40, spun_ns: 9, standing: Some(standing) };
+        let process = Process {
+            pid: 7,
+            lanes: 1,
+            pinned: false,
+            polled_ns: 40,
+            spun_ns: 9,
+            checked_ns: 5,
+            standing: Some(standing),
+        };
         write_line(&mut line, &process, [("read", read, hist), ("fsync", fsync, none)]).unwrap();
         assert!(line.starts_with(
-            "corehop-preload-v1 pid=7 lanes=1 pinned=0 polled_ns=40 spun_ns=9 settled=never rounds=3"
+            "corehop-preload-v2 pid=7 lanes=1 pinned=0 polled_ns=40 spun_ns=9 checked_ns=5 settled=never rounds=3"
         ));
+        assert!(
+            line.contains(&format!(" hist.read={}:3,{}:1 ", bucket_of(1_000), bucket_of(50_000))),
+            "{line}"
+        );
         let twice = format!("{line}\n{line}");
         let s = Summary::parse(&twice).unwrap();
         assert_eq!((s.processes, s.unpinned), (2, 2));
@@ -365,25 +449,31 @@ mod tests {
         assert_eq!(s.calls["fsync"].local_ns, 14);
         assert_eq!(s.total().seen, 8);
         assert_eq!(s.calls["read"].fields(), read.map(|n| 2 * n));
-        assert_eq!(s.polled_ns, 80);
-        assert_eq!(s.spun_ns, 18);
+        assert_eq!((s.polled_ns, s.spun_ns, s.checked_ns), (80, 18, 10));
         let never = &s.settled["never"];
         assert_eq!((never.processes, never.rounds, never.switches, never.max_regret_ppm), (2, 6, 2, 900));
         let read_hist = &s.handoff["read"];
         assert_eq!(read_hist.iter().sum::<u64>(), 8);
-        assert_eq!(percentile(read_hist, 0.5), Some(1024)); // 1 us is in [512, 1024) ns
-        assert_eq!(percentile(read_hist, 0.99), Some(65_536));
+        assert_eq!(percentile(read_hist, 0.5), Some(1024)); // 1000 ns is in [960, 1024)
+        assert_eq!(percentile(read_hist, 0.99), Some(53_248)); // 50 000 ns is in [49 152, 53 248)
         assert!(!s.handoff.contains_key("fsync"));
     }
 
     #[test]
-    fn buckets_are_powers_of_two_from_64_ns() {
-        assert_eq!(bucket_of(0), 0);
-        assert_eq!(bucket_of(127), 0);
-        assert_eq!(bucket_of(128), 1);
-        assert_eq!(bucket_of(1_000), 3); // [512, 1024)
+    fn buckets_are_log_linear_with_eight_per_power_of_two() {
+        assert_eq!((bucket_of(0), bucket_of(7)), (0, 7));
+        assert_eq!((bucket_of(8), bucket_of(15), bucket_of(16)), (8, 15, 16));
+        assert_eq!(bucket_range(bucket_of(1_000)), (960, 1024));
         assert_eq!(bucket_of(u64::MAX), HIST_BUCKETS - 1);
-        assert!((0..HIST_BUCKETS).all(|b| bucket_of(bucket_ns(b) - 1) == b));
+        // Every bucket holds exactly its range, the ranges tile the line, and none is wider
+        // than 1/8 of its lower bound: a percentile is known to within 12.5 %.
+        for b in 0..HIST_BUCKETS - 1 {
+            let (low, high) = bucket_range(b);
+            assert_eq!((bucket_of(low), bucket_of(high - 1), bucket_of(high)), (b, b, b + 1), "bucket {b}");
+            assert!(b < 8 || (high - low) * 8 <= low, "bucket {b} is [{low}, {high})");
+            assert_eq!(bucket_ns(b), high);
+        }
+        assert_eq!(bucket_range(HIST_BUCKETS - 1).0, 15 << 30);
         assert_eq!(percentile(&[0; HIST_BUCKETS], 0.5), None);
     }
 
@@ -391,16 +481,25 @@ mod tests {
     fn malformed_lines_are_errors_that_name_the_line() {
         for text in [
             "something else\n",
-            "corehop-preload-v1 pid=1 read=1:2\n",
-            "corehop-preload-v1 pid=1 read=a:b:c:d:e:f:g:h:i:j\n",
-            "corehop-preload-v1 pid=1 read\n",
-            "corehop-preload-v1 pid=1 rounds=3\n",
-            "corehop-preload-v1 pid=1 settled=never rounds=x\n",
-            "corehop-preload-v1 pid=1 hist.read=1,2\n",
+            "corehop-preload-v2 pid=1 read=1:2\n",
+            "corehop-preload-v2 pid=1 read=a:b:c:d:e:f:g:h:i:j\n",
+            "corehop-preload-v2 pid=1 read\n",
+            "corehop-preload-v2 pid=1 rounds=3\n",
+            "corehop-preload-v2 pid=1 settled=never rounds=x\n",
+            "corehop-preload-v2 pid=1 hist.read=1,2\n",
+            "corehop-preload-v2 pid=1 hist.read=256:1\n",
+            "corehop-preload-v2 pid=1 hist.read=3:x\n",
+            "corehop-preload-v2 pid=1 checked_ns=-1\n",
         ] {
             let err = Summary::parse(text).unwrap_err();
             assert_eq!(err.line, 1, "{err}");
         }
         assert_eq!(Summary::parse("").unwrap().processes, 0);
+    }
+
+    #[test]
+    fn a_line_of_the_older_format_says_to_rebuild_the_library() {
+        let err = Summary::parse("corehop-preload-v1 pid=1 read=1:0:0:0:0:0:0:0:0:0\n").unwrap_err();
+        assert!(err.why.contains("older preload library") && err.why.contains("rebuild"), "{err}");
     }
 }

@@ -77,13 +77,18 @@ pub struct Args {
     pub threshold: Option<u64>,
 
     /// Print a summary on stderr when CMD ends: calls seen, offloaded, kept local and why,
-    /// time on the service CPUs and the hand-off cost, over every process CMD started.
+    /// time on the service CPUs and the hand-off cost (mean, p50, p99), over every process CMD
+    /// started, next to the runtime's `on()` round trip between the program's CPU and the
+    /// service CPU, measured right after CMD ends (the same-run reference).
     #[arg(long, requires = "offload")]
     pub stats: bool,
 
-    /// Write the summary as JSON to FILE (shape: `processes`, `unpinned`, and `calls`:
-    /// call name → seen, offloaded, local, kept, withdrawn, busy, service_ns, wait_ns,
-    /// local_ns, local_timed).
+    /// Write the summary as JSON to FILE (shape: `processes`, `unpinned`, `polled_ns`,
+    /// `spun_ns`, `checked_ns`, `settled`, `calls`: call name → seen, offloaded, local, kept,
+    /// withdrawn, busy, service_ns, wait_ns, local_ns, local_timed; `handoff`: call name →
+    /// `[low_ns, high_ns, count]` per non-empty histogram bucket; `on_round_trip`: `from_cpu`,
+    /// `to_cpu`, `round_trip_ns` {min, median, max, samples} of the runtime's `on()` measured
+    /// right after the program, or null).
     #[arg(long, value_name = "FILE", requires = "offload")]
     pub stats_json: Option<PathBuf>,
 
@@ -268,11 +273,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         eprintln!("corehop: recorded {calls} calls of {processes} process(es) in {}", path.display());
     }
     if let Some(summary) = &finished.summary {
+        // Right after the program, between its CPU and the service CPU: the hop a hand-off
+        // is held against, measured on this machine as it is now.
+        let program_cpus = launch.cpus.as_deref().unwrap_or(&allowed);
+        let hop = match program_cpus.iter().find(|c| !service_cpus.contains(c)) {
+            Some(&from) => HopReference::measure(from, service_cpus[0]),
+            None => Err(anyhow::anyhow!("the program shares its only CPU with the service thread")),
+        };
         if args.stats {
-            eprint!("{}", summary.table(&service_cpus, finished.wall_ns).render());
+            eprint!("{}", summary.table(&service_cpus, finished.wall_ns, hop.as_ref().ok()).render());
+            if let Err(e) = &hop {
+                eprintln!("corehop: no on() round trip to compare the hand-offs with: {e:#}");
+            }
         }
         if let Some(path) = &args.stats_json {
-            let json = serde_json::to_string_pretty(summary)?;
+            let json =
+                serde_json::to_string_pretty(&StatsJson { summary, on_round_trip: hop.as_ref().ok() })?;
             std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
         }
     }
@@ -455,7 +471,7 @@ fn compare(mut launch: Launch, reps: u32, service_cpus: &[usize], out: &CompareO
         print!("{}", table.render());
         if out.stats {
             if let Some((summary, wall_ns)) = &last_summary {
-                print!("{}", summary.table(service_cpus, *wall_ns).render());
+                print!("{}", summary.table(service_cpus, *wall_ns, None).render());
             }
         }
     }
@@ -678,14 +694,74 @@ pub(crate) fn kernel_numbers(cpus: Vec<OsCpu>) -> Vec<usize> {
     cpus.into_iter().map(|cpu| cpu.0).collect()
 }
 
+/// Batches of `on()` round trips in a [`HopReference`].
+const HOP_BATCHES: usize = 15;
+/// `on()` round trips per batch.
+const HOP_BATCH: u64 = 2_000;
+
+/// The runtime's `on()` round trip from the program's CPU to the service CPU and back, both
+/// workers polling (`Wake::Spin`): what a hand-off of the same two CPUs is held against.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct HopReference {
+    /// Kernel CPU number the round trips start from (one the program ran on).
+    pub from_cpu: usize,
+    /// Kernel CPU number of the service CPU.
+    pub to_cpu: usize,
+    /// Mean round trip of a batch, in ns: min/median/max over the batches.
+    pub round_trip_ns: Stats,
+}
+
+impl HopReference {
+    /// [`HOP_BATCHES`] batches of [`HOP_BATCH`] `on()` round trips between kernel CPUs `from`
+    /// and `to`, after a warm-up batch.
+    pub fn measure(from: usize, to: usize) -> anyhow::Result<HopReference> {
+        use corehop_runtime::{on, Runtime, Wake};
+        let machine = corehop_topology::discover().context("discovering the CPUs")?;
+        let dense = |os: usize| {
+            machine
+                .cpus()
+                .iter()
+                .find(|c| c.os_id.0 == os)
+                .map(|c| c.id)
+                .with_context(|| format!("no CPU {os} here"))
+        };
+        let (from_id, to_id) = (dense(from)?, dense(to)?);
+        let rt = Runtime::builder().machine(machine).cpus([from_id, to_id]).wake(Wake::Spin).build()?;
+        let batches = rt.block_on(from_id, move || -> Result<Vec<f64>, corehop_runtime::Error> {
+            let mut batches = Vec::with_capacity(HOP_BATCHES);
+            for batch in 0..=HOP_BATCHES {
+                let start = sys::now_ns();
+                for i in 0..HOP_BATCH {
+                    std::hint::black_box(on(to_id, move || std::hint::black_box(i))?);
+                }
+                if batch > 0 {
+                    batches.push(sys::now_ns().saturating_sub(start) as f64 / HOP_BATCH as f64);
+                }
+            }
+            Ok(batches)
+        })??;
+        let round_trip_ns = Stats::of(&batches).context("no on() round trip measured")?;
+        Ok(HopReference { from_cpu: from, to_cpu: to, round_trip_ns })
+    }
+}
+
+/// `--stats-json`: the summary, and the `on()` round trip measured after the program.
+#[derive(Serialize)]
+struct StatsJson<'a> {
+    #[serde(flatten)]
+    summary: &'a Summary,
+    on_round_trip: Option<&'a HopReference>,
+}
+
 /// What `corehop run --stats` prints of a [`Summary`].
 trait SummaryTable {
-    /// The summary as a table, with the estimate of time moved and time lost underneath.
-    fn table(&self, service_cpus: &[usize], wall_ns: u64) -> Table;
+    /// The summary as a table, with the estimate of time moved and time lost underneath, and
+    /// the hand-off percentiles next to `hop`'s round trip if it was measured.
+    fn table(&self, service_cpus: &[usize], wall_ns: u64, hop: Option<&HopReference>) -> Table;
 }
 
 impl SummaryTable for Summary {
-    fn table(&self, service_cpus: &[usize], wall_ns: u64) -> Table {
+    fn table(&self, service_cpus: &[usize], wall_ns: u64, hop: Option<&HopReference>) -> Table {
         let per = |ns: u64, n: u64| if n == 0 { "-".to_string() } else { fmt_ns(ns as f64 / n as f64) };
         // The counts under the preload library's own names, then the times per call.
         let counts = &corehop_sys::wire::COUNTERS[..6];
@@ -693,7 +769,7 @@ impl SummaryTable for Summary {
             ["call"]
                 .iter()
                 .chain(counts)
-                .chain(&["on service", "hand-off", "p50", "p99", "run local"])
+                .chain(&["on service", "hand-off", "p50", "p99", "p50 ÷ on()", "run local"])
                 .copied(),
         )
         .title(format!(
@@ -711,14 +787,21 @@ impl SummaryTable for Summary {
         let quantile = |name: &str, q: f64| {
             let hist = if name == "total" { Some(&all_handoffs) } else { self.handoff.get(name) };
             hist.and_then(|h| corehop_sys::wire::percentile(h, q))
-                .map_or_else(|| "-".to_string(), |ns| format!("≤{}", fmt_ns(ns as f64)))
+        };
+        let bound =
+            |ns: Option<u64>| ns.map_or_else(|| "-".to_string(), |ns| format!("≤{}", fmt_ns(ns as f64)));
+        let hop_ns = hop.map(|h| h.round_trip_ns.median);
+        let ratio = |ns: Option<u64>| match (ns, hop_ns) {
+            (Some(ns), Some(hop)) if hop > 0.0 => format!("≤{:.2}", ns as f64 / hop),
+            _ => "-".to_string(),
         };
         for (name, c) in self.calls.iter().map(|(n, c)| (n.as_str(), c)).chain([("total", &total)]) {
             let times = [
                 per(c.service_ns, c.offloaded),
                 per(c.wait_ns.saturating_sub(c.service_ns), c.offloaded),
-                quantile(name, 0.5),
-                quantile(name, 0.99),
+                bound(quantile(name, 0.5)),
+                bound(quantile(name, 0.99)),
+                ratio(quantile(name, 0.5)),
                 per(c.local_ns, c.local_timed),
             ];
             let counted = c.fields().into_iter().take(counts.len()).map(|n| n.to_string());
@@ -728,8 +811,30 @@ impl SummaryTable for Summary {
             "local: the policy kept it on the caller; kept: it had to stay (could block until a signal, or names \
              the calling thread); withdrawn: the service thread did not take it in time (stall fallback); busy: no \
              free slot, nested call or start-up. Times are per call: on service = run time on the service CPU, \
-             hand-off = the caller's wait beyond that (mean; p50 and p99 as power-of-two bucket bounds).",
+             hand-off = the caller's wait beyond that (mean; p50 and p99 as the upper bounds of their \
+             histogram buckets, which are at most 1/8 wide), the service thread's safety checks included.",
         );
+        match hop {
+            Some(h) => table.note(format!(
+                "same-run reference: the runtime's on() round trip cpu{} → cpu{} → cpu{}, both workers polling, \
+                 measured right after the program: median {} (min {}, max {}, over {} batches of {HOP_BATCH}); \
+                 p50 ÷ on() is each hand-off median over that median",
+                h.from_cpu,
+                h.to_cpu,
+                h.from_cpu,
+                fmt_ns(h.round_trip_ns.median),
+                fmt_ns(h.round_trip_ns.min),
+                fmt_ns(h.round_trip_ns.max),
+                h.round_trip_ns.samples
+            )),
+            None => table.note("same-run reference: no on() round trip measured"),
+        };
+        table.note(format!(
+            "service threads spent {} on safety checks around the calls ({} per offloaded call): part of the \
+             hand-off (descriptor type, path and file-system checks before a call, the /proc check after a stat)",
+            fmt_ns(self.checked_ns as f64),
+            per(self.checked_ns, total.offloaded)
+        ));
         table.note(format!(
             "service threads polled for work {} in all ({} per offloaded call), callers spun for answers {} \
              ({} per offloaded call): the CPU polling cost on each side; idle, a service thread polls for an \
@@ -891,7 +996,7 @@ pub fn tour() -> anyhow::Result<()> {
     ));
     print!("{}", table.render());
     let Some((summary, wall_ns)) = shown else { bail!("the dd run left no offload summary") };
-    print!("{}", summary.table(&[service], wall_ns).render());
+    print!("{}", summary.table(&[service], wall_ns, None).render());
     let total = summary.total();
     let per = |ns: u64| fmt_ns(ns as f64 / total.offloaded.max(1) as f64);
     let handoff = total.wait_ns.saturating_sub(total.service_ns);
@@ -926,8 +1031,10 @@ mod tests {
 
     #[test]
     fn summaries_render_as_a_table() {
-        let text = "corehop-preload-v1 pid=1 lanes=1 pinned=1 read=3:2:0:1:0:0:200:500:40:1\n\
-                    corehop-preload-v1 pid=2 lanes=1 pinned=0 read=1:1:0:0:0:0:10:20:0:0 fsync=1:0:0:0:1:0:0:0:7:1\n";
+        let text = "corehop-preload-v2 pid=1 lanes=1 pinned=1 checked_ns=30 read=3:2:0:1:0:0:200:500:40:1 \
+                    hist.read=48:2\n\
+                    corehop-preload-v2 pid=2 lanes=1 pinned=0 read=1:1:0:0:0:0:10:20:0:0 hist.read=56:1 \
+                    fsync=1:0:0:0:1:0:0:0:7:1\n";
         let s = Summary::parse(text).unwrap();
         assert_eq!(s.processes, 2);
         assert_eq!(s.unpinned, 1);
@@ -936,7 +1043,13 @@ mod tests {
         assert_eq!(s.calls["read"].wait_ns, 520);
         assert_eq!(s.calls["fsync"].withdrawn, 1);
         assert_eq!(s.total().seen, 5);
-        let rendered = s.table(&[1], 1000).render();
+        assert_eq!(corehop_sys::wire::bucket_range(48), (256, 288));
+        let hop = HopReference {
+            from_cpu: 0,
+            to_cpu: 1,
+            round_trip_ns: Stats { min: 100.0, median: 144.0, max: 300.0, samples: 15 },
+        };
+        let rendered = s.table(&[1], 1000, Some(&hop)).render();
         assert!(rendered.contains("fsync") && rendered.contains("total"));
         let header = rendered.lines().find(|l| l.contains("offloaded")).unwrap();
         let words: Vec<&str> = header.split_whitespace().collect();
@@ -948,6 +1061,14 @@ mod tests {
         let read: Vec<&str> =
             rendered.lines().find(|l| l.starts_with("read")).unwrap().split_whitespace().collect();
         assert_eq!(read[..7], ["read", "4", "3", "0", "1", "0", "0"], "{rendered}");
+        // The median of three hand-offs, two in [256, 288) ns: at most 288 ns, 2× the hop.
+        assert!(rendered.contains("≤288 ns") && rendered.contains("≤2.00"), "{rendered}");
+        assert!(rendered.contains("cpu0 → cpu1 → cpu0") && rendered.contains("median 144 ns"), "{rendered}");
+        assert!(
+            rendered.contains("30 ns on safety checks around the calls (10 ns per offloaded call)"),
+            "{rendered}"
+        );
+        assert!(!s.table(&[1], 1000, None).render().contains("≤2.00"));
     }
 
     #[test]
