@@ -479,8 +479,13 @@ fn measure(
             StaticProfile::from_profile(served.profile.iter().map(|(call, run)| (call.kind, *run)), hop_ns);
         bar.inc(1);
         let mut samples: Vec<Samples> = choices.iter().map(|_| Samples::default()).collect();
-        for _ in 0..counts.reps {
-            for (i, choice) in choices.iter().enumerate() {
+        for rep in 0..counts.reps {
+            // Each repetition starts one policy later, so no policy always follows the same
+            // one (the service core's polling state and the sockets of the run before carry
+            // over) and none always runs first.
+            for k in 0..choices.len() {
+                let i = (k + rep) % choices.len();
+                let choice = &choices[i];
                 bar.set_message(format!("{} {}", workload.name(), choice.name()));
                 let before = cores.stats()[0];
                 let (run, served) = bench.one(

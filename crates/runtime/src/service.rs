@@ -681,12 +681,12 @@ pub struct Offloader<'s> {
 }
 
 /// A local call shorter than [`SHORT_CALL_NS`] is shown to the policy one time in this many:
-/// learning from every one of them cost more than the calls' own kernel time on a file server
+/// learning from every one of them cost the file server 2–5 % of its throughput
 /// (docs/performance.md). Long calls, the ones a move may pay for, and moved calls are
 /// always shown.
 pub const OBSERVE_SHORT_EVERY: u32 = 16;
-/// See [`OBSERVE_SHORT_EVERY`].
-pub const SHORT_CALL_NS: u64 = 2_000;
+/// About a futex wake-up on a small VM: a call shorter than that rarely pays for a move.
+pub const SHORT_CALL_NS: u64 = 20_000;
 
 /// A call site from the caller's source location: the address of its static `Location`,
 /// one per call site in the program (hashing its file and line cost 200 instructions a call).
