@@ -57,8 +57,12 @@ use crossbeam_utils::CachePadded;
 
 use crate::sys;
 
+mod batch;
 mod lock;
 pub use lock::{LockedCell, OpLock};
+
+/// Every object of a registry, by id.
+type Table<T> = Arc<RwLock<Vec<Handle<T>>>>;
 
 /// Errors of the object registry.
 #[derive(Debug, thiserror::Error)]
@@ -148,12 +152,20 @@ impl Counters {
 /// A registered object: its value, route and counters. Cheap to clone ([`Arc`]).
 #[derive(Debug)]
 pub struct Object<T> {
+    /// What every caller reads, on a line of its own: the lock and counters beside it are
+    /// written on the owner's CPU, and a caller on another CPU would miss on them each time.
+    head: CachePadded<Head>,
+    cell: LockedCell<T>,
+    counters: Counters,
+}
+
+/// The read-mostly part of an [`Object`].
+#[derive(Debug)]
+struct Head {
+    route: AtomicU64,
     id: ObjectId,
     /// Longer operations than this were preempted or blocked, not slowed by cache misses.
     preempted_ns: u64,
-    cell: LockedCell<T>,
-    route: AtomicU64,
-    counters: Counters,
 }
 
 /// A handle to a registered object: skips the key lookup on hot paths.
@@ -162,7 +174,7 @@ pub type Handle<T> = Arc<Object<T>>;
 impl<T> Object<T> {
     /// The registry's id of this object (dense, in registration order).
     pub fn id(&self) -> ObjectId {
-        self.id
+        self.head.id
     }
 
     /// The object's lock, for operations whose data is not in the registry (the C API).
@@ -265,7 +277,8 @@ pub struct Objects<K, T> {
     /// Kernel CPU number → index into `cpus`.
     by_os_id: HashMap<usize, usize>,
     keys: RwLock<HashMap<K, Handle<T>>>,
-    all: RwLock<Vec<Handle<T>>>,
+    /// Every object, by id; shared with the batches sent to other CPUs ([`batch`]).
+    all: Table<T>,
     placer: Mutex<Placer>,
     busy_ns: Vec<CachePadded<AtomicU64>>,
     /// The cheapest move seen (ns): a move that took much longer waited for its target, which
@@ -349,7 +362,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
             cpus: slots,
             by_os_id,
             keys: RwLock::new(HashMap::new()),
-            all: RwLock::new(Vec::new()),
+            all: Arc::new(RwLock::new(Vec::new())),
             placer: Mutex::new(placer),
             cheapest_move_ns: AtomicU64::new(u64::MAX),
             domain_ops_at_home,
@@ -373,15 +386,13 @@ impl<K: Hash + Eq, T> Objects<K, T> {
     pub fn register_with(&self, key: K, value: T, hints: ObjectHints) -> Result<Handle<T>, ObjectError> {
         let mut keys = self.keys.write().unwrap_or_else(|e| e.into_inner());
         if let Some(existing) = keys.get(&key) {
-            return Err(ObjectError::Duplicate(existing.id));
+            return Err(ObjectError::Duplicate(existing.id()));
         }
         let bytes_of = hints.bytes;
         let id = self.placer.lock().unwrap_or_else(|e| e.into_inner()).register(hints);
         let object = Arc::new(Object {
-            id,
-            preempted_ns: preempted_after(bytes_of),
+            head: CachePadded::new(Head { route: AtomicU64::new(0), id, preempted_ns: preempted_after(bytes_of) }),
             cell: LockedCell::new(value),
-            route: AtomicU64::new(0),
             counters: Counters::default(),
         });
         self.all.write().unwrap_or_else(|e| e.into_inner()).push(Arc::clone(&object));
@@ -434,7 +445,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         object: &Handle<T>,
         op: impl FnOnce(&T) -> R + Send,
     ) -> Result<R, ObjectError> {
-        let replicated = route::is_replicated(object.route.load(Ordering::Relaxed));
+        let replicated = route::is_replicated(object.head.route.load(Ordering::Relaxed));
         self.operate(
             object,
             false,
@@ -452,7 +463,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
     ) -> Result<R, ObjectError> {
         let sampled = sample_now();
         let moving = self.moving.load(Ordering::Relaxed);
-        if !sampled && route::runs_anywhere(route::followed(object.route.load(Ordering::Acquire), moving)) {
+        if !sampled && route::runs_anywhere(route::followed(object.head.route.load(Ordering::Acquire), moving)) {
             // Stays where it is and is not sampled: nothing to measure, nothing to undo.
             let _zone = crate::no_hop_zone();
             let out = op(&object.cell);
@@ -510,7 +521,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         Q: Hash + Eq + ?Sized,
     {
         let object = self.handle(key)?;
-        Some(self.placer.lock().unwrap_or_else(|e| e.into_inner()).placement(object.id))
+        Some(self.placer.lock().unwrap_or_else(|e| e.into_inner()).placement(object.head.id))
     }
 
     /// Pins the object under `key` to `cpu` for good (`None`: give it back to the policy).
@@ -521,11 +532,11 @@ impl<K: Hash + Eq, T> Objects<K, T> {
     {
         let object = self.handle(key).ok_or(ObjectError::UnknownKey)?;
         let mut placer = self.placer.lock().unwrap_or_else(|e| e.into_inner());
-        placer.pin(object.id, cpu)?;
+        placer.pin(object.head.id, cpu)?;
         self.count_scheduled(&placer);
-        let placement = placer.placement(object.id);
+        let placement = placer.placement(object.head.id);
         let pinned = if cpu.is_some() { route::PINNED } else { 0 };
-        object.route.store(
+        object.head.route.store(
             route::encode(placement, self.domain_ops_at_home, |c| self.index_of(c)) | pinned,
             Ordering::Release,
         );
@@ -586,7 +597,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
     /// then its caller must come back before its own frames run again.
     fn go(&self, object: &Object<T>, may_hop: bool) -> Result<Ran, ObjectError> {
         let here = self.here();
-        let code = route::followed(object.route.load(Ordering::Acquire), self.moving.load(Ordering::Relaxed));
+        let code = route::followed(object.head.route.load(Ordering::Acquire), self.moving.load(Ordering::Relaxed));
         let Some(target) = route::target(code, here.map(|i| self.cpus[i].domain)) else {
             return Ok(Ran { index: here, routed: false, hop_ns: 0, back: Back::Stay });
         };
@@ -655,7 +666,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
     fn account(&self, object: &Object<T>, ran: &Ran, start: u64, end: u64, write: bool, weight: u64) {
         let ns = end.saturating_sub(start);
         let c = &object.counters;
-        if weight == 0 || ns > object.preempted_ns {
+        if weight == 0 || ns > object.head.preempted_ns {
             // Not sampled, or not a cache signal: the thread lost its CPU mid-operation.
         } else if ran.routed {
             c.owner_ops.fetch_add(weight, Ordering::Relaxed);
@@ -712,6 +723,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         self.count_scheduled(placer);
         for m in &moves {
             all[m.object.0]
+                .head
                 .route
                 .store(route::encode(m.to, self.domain_ops_at_home, |c| self.index_of(c)), Ordering::Release);
         }
