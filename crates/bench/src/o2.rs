@@ -334,7 +334,7 @@ impl Bench {
         Ok(total.0 as f64 / total.1.as_secs_f64())
     }
 
-    fn threads(&self, run: &Arc<Run>, ms: u64, locks: &[OpLock]) -> anyhow::Result<f64> {
+    fn threads(&self, run: &Arc<Run>, ms: u64, locks: &[CachePadded<OpLock>]) -> anyhow::Result<f64> {
         self.timed_threads(run, ms, |i, run| {
             let mut rng = Rng(mix(i as u64 + 1) | 1);
             let mut done = 0;
@@ -477,7 +477,9 @@ impl Bench {
     ) -> anyhow::Result<Vec<Row>> {
         let count = (size / DIR_BYTES).max(1) as usize;
         let dirs = Arc::new(Dirs::new(count));
-        let locks: Vec<OpLock> = (0..count).map(|_| OpLock::default()).collect();
+        // A line per lock, as each O² object has: locks packed sixteen to a line would make
+        // the baseline pay for false sharing that has nothing to do with placement.
+        let locks: Vec<CachePadded<OpLock>> = (0..count).map(|_| CachePadded::default()).collect();
         let (single, batched) = (Registry::new(self, count)?, Registry::new(self, count)?);
         // Schedulers take turns within each repetition, the first one rotating, so a drift of
         // the host (it moves the vCPUs) hits them alike.

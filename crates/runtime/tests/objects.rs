@@ -277,3 +277,127 @@ fn end_of_period_passes_do_not_follow_every_operation_when_objects_are_many() {
     assert!(passes * 20 < ops as u64, "{passes} passes for {ops} operations");
     assert!(objects.period_ns() > 1_000, "the period in force did not grow");
 }
+
+/// A batch from a task: each operation runs exactly once, on its object's home CPU (the
+/// owner's worker for a pinned object, the caller's CPU for an unplaced one), operations on
+/// one object in the order given, and the values come back in the order given.
+#[test]
+fn batched_operations_run_once_each_on_their_objects_home() {
+    let machine = host();
+    if machine.cpus().len() < 2 {
+        common::skip("needs 2 CPUs");
+        return;
+    }
+    let rt = corehop_runtime::Runtime::builder().machine(machine.clone()).build().unwrap();
+    let cpus = rt.cpus().to_vec();
+    let (home, owner) = (cpus[0], *cpus.last().unwrap());
+    let objects = Arc::new(registry::<Vec<(usize, CpuId)>>(&machine));
+    let remote = objects.register(1, Vec::new(), 4096).unwrap();
+    let local = objects.register(2, Vec::new(), 4096).unwrap();
+    objects.pin(&1, Some(owner)).unwrap();
+    let ops = 3 * corehop_runtime::objects::MAX_GROUP_OPS + 7;
+    let values = {
+        let objects = Arc::clone(&objects);
+        rt.block_on(home, move || {
+            let batch = (0..ops).map(|i| {
+                let object = if i % 3 == 0 { &local } else { &remote };
+                (object, move |seen: &mut Vec<(usize, CpuId)>| {
+                    seen.push((i, corehop_runtime::current_cpu()));
+                    i * 10
+                })
+            });
+            let values = objects.run_batch(batch).unwrap();
+            assert_eq!(corehop_runtime::current_cpu(), home, "the caller stays where it is");
+            values
+        })
+        .unwrap()
+    };
+    assert_eq!(values, (0..ops).map(|i| i * 10).collect::<Vec<_>>());
+    let remote_seen = objects.read(&1, |v| v.clone()).unwrap();
+    let local_seen = objects.read(&2, |v| v.clone()).unwrap();
+    let order = |seen: &[(usize, CpuId)]| seen.iter().map(|&(i, _)| i).collect::<Vec<_>>();
+    assert_eq!(order(&remote_seen), (0..ops).filter(|i| i % 3 != 0).collect::<Vec<_>>());
+    assert_eq!(order(&local_seen), (0..ops).filter(|i| i % 3 == 0).collect::<Vec<_>>());
+    assert!(remote_seen.iter().all(|&(_, cpu)| cpu == owner), "{remote_seen:?}");
+    assert!(local_seen.iter().all(|&(_, cpu)| cpu == home), "{local_seen:?}");
+}
+
+/// Outside a task a batch runs each operation as `run` does: on the owner, once, in order.
+#[test]
+fn a_batch_from_a_plain_thread_runs_each_operation_on_the_owner() {
+    let machine = host();
+    if machine.cpus().len() < 2 {
+        common::skip(&format!("needs 2 CPUs, this process may use {}", machine.cpus().len()));
+        return;
+    }
+    let objects = Arc::new(registry::<Vec<(usize, usize)>>(&machine));
+    let object = objects.register(1, Vec::new(), 4096).unwrap();
+    objects.pin(&1, Some(CpuId(1))).unwrap();
+    let owner_os = machine.cpus()[1].os_id;
+    let objects_too = Arc::clone(&objects);
+    std::thread::spawn(move || {
+        sys::pin_current_thread(machine.cpus()[0].os_id).unwrap();
+        let batch = (0..20).map(|i| (&object, move |v: &mut Vec<(usize, usize)>| v.push((i, sys::current_os_cpu().unwrap()))));
+        assert_eq!(objects_too.run_batch(batch).unwrap().len(), 20);
+        assert_eq!(sys::affinity().unwrap(), vec![machine.cpus()[0].os_id]);
+    })
+    .join()
+    .unwrap();
+    let seen = objects.read(&1, |v| v.clone()).unwrap();
+    assert_eq!(seen.iter().map(|&(i, _)| i).collect::<Vec<_>>(), (0..20).collect::<Vec<_>>());
+    assert!(seen.iter().all(|&(_, cpu)| cpu == owner_os), "{seen:?}");
+}
+
+/// A panic in an operation served on another CPU resumes in the caller, on its own CPU, and
+/// the object's lock is free afterwards.
+#[test]
+fn a_panic_in_a_batched_operation_resumes_in_the_caller() {
+    let machine = host();
+    let rt = corehop_runtime::Runtime::builder().machine(machine.clone()).build().unwrap();
+    let cpus = rt.cpus().to_vec();
+    let (home, owner) = (cpus[0], *cpus.last().unwrap());
+    let objects = Arc::new(registry::<u64>(&machine));
+    let object = objects.register(3, 0, 64).unwrap();
+    objects.pin(&3, Some(owner)).unwrap();
+    let objects_too = Arc::clone(&objects);
+    let here = rt
+        .block_on(home, move || {
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                objects_too.run_batch((0..4u64).map(|i| {
+                    (&object, move |v: &mut u64| {
+                        *v += 1;
+                        assert!(i != 2, "inside a batched operation");
+                    })
+                }))
+            }));
+            assert!(caught.is_err());
+            corehop_runtime::current_cpu()
+        })
+        .unwrap();
+    assert_eq!(here, home);
+    // The operations before the one that panicked ran, the lock is free for the next.
+    assert_eq!(objects.run(&3, |v| *v).unwrap(), 3);
+}
+
+/// An object's CPU without a worker in the caller's runtime: a typed error, and nothing ran.
+#[test]
+fn a_batch_to_a_cpu_without_a_worker_runs_nothing() {
+    let machine = host();
+    if machine.cpus().len() < 2 {
+        common::skip("needs 2 CPUs");
+        return;
+    }
+    let cpus: Vec<CpuId> = machine.cpus().iter().map(|c| c.id).collect();
+    let rt = corehop_runtime::Runtime::builder().machine(machine.clone()).cpus([cpus[0]]).build().unwrap();
+    let objects = Arc::new(registry::<u64>(&machine));
+    let (here, there) = (objects.register(1, 0, 64).unwrap(), objects.register(2, 0, 64).unwrap());
+    objects.pin(&2, Some(cpus[1])).unwrap();
+    let objects_too = Arc::clone(&objects);
+    let err = rt
+        .block_on(cpus[0], move || {
+            objects_too.run_batch([&here, &there].map(|o| (o, |v: &mut u64| *v += 1))).unwrap_err()
+        })
+        .unwrap();
+    assert!(matches!(err, ObjectError::Hop { cpu, .. } if cpu == cpus[1]), "{err}");
+    assert_eq!((objects.read(&1, |v| *v).unwrap(), objects.read(&2, |v| *v).unwrap()), (0, 0));
+}

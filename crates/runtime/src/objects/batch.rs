@@ -78,8 +78,8 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
     /// On any other thread each operation runs as [`Objects::read_handle`] runs it.
     ///
     /// Operations on one object run in the order given; operations on different objects may
-    /// run in any order, on several CPUs at once. A panic in an operation resumes here once
-    /// the requests already sent have been waited for.
+    /// run in any order, on several CPUs at once. A panic in an operation resumes here; the
+    /// requests still in flight then run on, and their values are dropped.
     ///
     /// Errors: [`ObjectError::Hop`] if an object's CPU has no worker in the caller's runtime
     /// (then nothing has run), or if the runtime shut down before serving a request (then the

@@ -59,6 +59,7 @@ use crate::sys;
 
 mod batch;
 mod lock;
+pub use batch::MAX_GROUP_OPS;
 pub use lock::{LockedCell, OpLock};
 
 /// Every object of a registry, by id.
