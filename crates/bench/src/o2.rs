@@ -126,7 +126,8 @@ enum Scheduler {
     O2Batched,
 }
 
-const SCHEDULERS: [Scheduler; 4] = [Scheduler::Threads, Scheduler::Sharded, Scheduler::O2, Scheduler::O2Batched];
+const SCHEDULERS: [Scheduler; 4] =
+    [Scheduler::Threads, Scheduler::Sharded, Scheduler::O2, Scheduler::O2Batched];
 
 #[derive(Serialize)]
 struct MachineInfo {
@@ -402,8 +403,10 @@ impl Bench {
             .flat_map(|&cpu| (0..self.tasks_per_cpu).map(move |k| (cpu, k)))
             .map(|(cpu, k)| {
                 let run = Arc::clone(run);
-                let registry =
-                    Registry { objects: Arc::clone(&registry.objects), handles: Arc::clone(&registry.handles) };
+                let registry = Registry {
+                    objects: Arc::clone(&registry.objects),
+                    handles: Arc::clone(&registry.handles),
+                };
                 let batch = self.batch;
                 rt.spawn_on(cpu, move || -> Result<u64, String> {
                     let mut rng = Rng(mix(((cpu.0 as u64) << 8) + k as u64 + 991) | 1);

@@ -1421,7 +1421,12 @@ mod tests {
                 .map(|i| {
                     let n = 20;
                     if p.placement(ObjectId(i)).is_scheduled() {
-                        ObjectSample { owner_ops: n, owner_ns: n * owner_ns, hop_ns: n * hop_ns, ..Default::default() }
+                        ObjectSample {
+                            owner_ops: n,
+                            owner_ns: n * owner_ns,
+                            hop_ns: n * hop_ns,
+                            ..Default::default()
+                        }
                     } else {
                         ObjectSample { local_ops: n, local_ns: n * local_ns, ..Default::default() }
                     }

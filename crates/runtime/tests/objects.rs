@@ -337,7 +337,9 @@ fn a_batch_from_a_plain_thread_runs_each_operation_on_the_owner() {
     let objects_too = Arc::clone(&objects);
     std::thread::spawn(move || {
         sys::pin_current_thread(machine.cpus()[0].os_id).unwrap();
-        let batch = (0..20).map(|i| (&object, move |v: &mut Vec<(usize, usize)>| v.push((i, sys::current_os_cpu().unwrap()))));
+        let batch = (0..20).map(|i| {
+            (&object, move |v: &mut Vec<(usize, usize)>| v.push((i, sys::current_os_cpu().unwrap())))
+        });
         assert_eq!(objects_too.run_batch(batch).unwrap().len(), 20);
         assert_eq!(sys::affinity().unwrap(), vec![machine.cpus()[0].os_id]);
     })

@@ -392,7 +392,11 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         let bytes_of = hints.bytes;
         let id = self.placer.lock().unwrap_or_else(|e| e.into_inner()).register(hints);
         let object = Arc::new(Object {
-            head: CachePadded::new(Head { route: AtomicU64::new(0), id, preempted_ns: preempted_after(bytes_of) }),
+            head: CachePadded::new(Head {
+                route: AtomicU64::new(0),
+                id,
+                preempted_ns: preempted_after(bytes_of),
+            }),
             cell: LockedCell::new(value),
             counters: Counters::default(),
         });
@@ -464,7 +468,9 @@ impl<K: Hash + Eq, T> Objects<K, T> {
     ) -> Result<R, ObjectError> {
         let sampled = sample_now();
         let moving = self.moving.load(Ordering::Relaxed);
-        if !sampled && route::runs_anywhere(route::followed(object.head.route.load(Ordering::Acquire), moving)) {
+        if !sampled
+            && route::runs_anywhere(route::followed(object.head.route.load(Ordering::Acquire), moving))
+        {
             // Stays where it is and is not sampled: nothing to measure, nothing to undo.
             let _zone = crate::no_hop_zone();
             let out = op(&object.cell);
@@ -598,7 +604,8 @@ impl<K: Hash + Eq, T> Objects<K, T> {
     /// then its caller must come back before its own frames run again.
     fn go(&self, object: &Object<T>, may_hop: bool) -> Result<Ran, ObjectError> {
         let here = self.here();
-        let code = route::followed(object.head.route.load(Ordering::Acquire), self.moving.load(Ordering::Relaxed));
+        let code =
+            route::followed(object.head.route.load(Ordering::Acquire), self.moving.load(Ordering::Relaxed));
         let Some(target) = route::target(code, here.map(|i| self.cpus[i].domain)) else {
             return Ok(Ran { index: here, routed: false, hop_ns: 0, back: Back::Stay });
         };
