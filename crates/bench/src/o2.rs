@@ -69,7 +69,8 @@ type Dir = Box<[Entry]>;
 ///     "results": [ { "popularity": "uniform"|"oscillating", "size_bytes", "directories",
 ///                    "scheduler": "threads"|"sharded"|"o2"|"o2_batched", "min_lookups_per_s",
 ///                    "median_lookups_per_s", "max_lookups_per_s", "ratio_to_threads",
-///                    "placement": null | { "local", "core", "domain", "replicated" } } ] }
+///                    "placement": null | { "local", "core", "domain", "replicated",
+///                                        "following_routes" } } ] }
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -153,11 +154,14 @@ struct PlacementCounts {
     core: usize,
     domain: usize,
     replicated: usize,
+    /// Share of the monitoring periods of the measured runs in which operations followed the
+    /// placer's routes (the payoff gate's choice; the rest ran every lookup where it was called).
+    following_routes: f64,
 }
 
-impl From<Census> for PlacementCounts {
-    fn from(c: Census) -> Self {
-        PlacementCounts { local: c.local, core: c.core, domain: c.domain, replicated: c.replicated }
+impl PlacementCounts {
+    fn of(c: Census, following_routes: f64) -> Self {
+        PlacementCounts { local: c.local, core: c.core, domain: c.domain, replicated: c.replicated, following_routes }
     }
 }
 
@@ -288,6 +292,19 @@ impl Registry {
         let handles =
             (0..count).map(|d| objects.register(d, directory(d), DIR_BYTES)).collect::<Result<_, _>>()?;
         Ok(Registry { objects, handles: Arc::new(handles) })
+    }
+
+    /// End-of-period passes so far, and those after which routes were followed.
+    fn gate_counts(&self) -> (u64, u64) {
+        (self.objects.passes(), self.objects.passes_following_routes())
+    }
+
+    /// Where the directories are now, and how often routes were followed since `since`.
+    fn placement(&self, since: (u64, u64)) -> PlacementCounts {
+        let (passes, following) = self.gate_counts();
+        let periods = passes.saturating_sub(since.0);
+        let share = if periods == 0 { 0.0 } else { following.saturating_sub(since.1) as f64 / periods as f64 };
+        PlacementCounts::of(self.objects.census(), share)
     }
 }
 
@@ -484,6 +501,8 @@ impl Bench {
         // the baseline pay for false sharing that has nothing to do with placement.
         let locks: Vec<CachePadded<OpLock>> = (0..count).map(|_| CachePadded::default()).collect();
         let (single, batched) = (Registry::new(self, count)?, Registry::new(self, count)?);
+        // (passes, passes following routes) of each registry when the measured runs began.
+        let mut gate_start = [(0, 0); 2];
         // Schedulers take turns within each repetition, the first one rotating, so a drift of
         // the host (it moves the vCPUs) hits them alike.
         let mut samples: [Vec<f64>; SCHEDULERS.len()] = Default::default();
@@ -498,6 +517,9 @@ impl Bench {
                     Scheduler::O2 => self.o2(rt, &run, ms, &single)?,
                     Scheduler::O2Batched => self.o2_batched(rt, &run, ms, &batched)?,
                 };
+                if rep == 0 && turn + 1 == SCHEDULERS.len() {
+                    gate_start = [&single, &batched].map(|r| r.gate_counts());
+                }
                 // Rep 0 warms the caches (and lets O² place directories); it is not reported.
                 if rep > 0 {
                     samples[which].push(rate);
@@ -519,8 +541,8 @@ impl Bench {
                 max_lookups_per_s: stats.max,
                 ratio_to_threads: if threads_median > 0.0 { stats.median / threads_median } else { 0.0 },
                 placement: match scheduler {
-                    Scheduler::O2 => Some(single.objects.census().into()),
-                    Scheduler::O2Batched => Some(batched.objects.census().into()),
+                    Scheduler::O2 => Some(single.placement(gate_start[0])),
+                    Scheduler::O2Batched => Some(batched.placement(gate_start[1])),
                     Scheduler::Threads | Scheduler::Sharded => None,
                 },
             });
@@ -663,8 +685,12 @@ fn table(rows: &[Row], popularity: Popularity, title: String) -> Table {
         else {
             continue;
         };
-        let placed = |r: &Row| r.placement.map_or(0, |p| p.core + p.domain + p.replicated);
-        let placed = format!("{}, {}/{}", placed(o2), placed(ob), th.directories);
+        let placed = |r: &Row| {
+            r.placement.map_or(String::new(), |p| {
+                format!("{} {:.0}%", p.core + p.domain + p.replicated, 100.0 * p.following_routes)
+            })
+        };
+        let placed = format!("{}, {} of {}", placed(o2), placed(ob), th.directories);
         t.row([
             format_size(size),
             th.directories.to_string(),
@@ -754,7 +780,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             format_size(on_chip)
         ));
         t.note(format!(
-            "batched = O² with {} lookups per batch; placed = directories o2, batched scheduled to a CPU (the rest run where the caller is)",
+            "batched = O² with {} lookups per batch; placed = directories o2, batched scheduled to a CPU (the rest run where the caller is), and the share of periods whose lookups followed those routes",
             bench.batch
         ));
         println!("{t}");

@@ -300,6 +300,8 @@ pub struct Objects<K, T> {
     period_start: AtomicU64,
     /// End-of-period passes run so far.
     passes: AtomicU64,
+    /// Of those, the ones after which operations followed the placer's routes.
+    passes_following: AtomicU64,
     /// Whether operations follow the placer's routes now (the sampler's arm 1).
     moving: AtomicBool,
     /// Weighs following the routes against running everything where it is called.
@@ -373,6 +375,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
             period_now_ns: AtomicU64::new(config.period.as_nanos() as u64),
             period_start: AtomicU64::new(sys::now_ns()),
             passes: AtomicU64::new(0),
+            passes_following: AtomicU64::new(0),
             moving: AtomicBool::new(config.payoff.is_none()),
             gate: Mutex::new(config.payoff.map(|c| ArmSampler::new(2, c)).transpose()?),
         })
@@ -745,12 +748,21 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         );
         self.period_start.store(done, Ordering::Relaxed);
         self.passes.fetch_add(1, Ordering::Relaxed);
+        if self.moving.load(Ordering::Relaxed) {
+            self.passes_following.fetch_add(1, Ordering::Relaxed);
+        }
         moves
     }
 
     /// End-of-period passes run so far (explicit [`Self::end_period`] calls included).
     pub fn passes(&self) -> u64 {
         self.passes.load(Ordering::Relaxed)
+    }
+
+    /// End-of-period passes after which operations followed the placer's routes (the rest
+    /// ran every operation where it was called, as the payoff gate chose).
+    pub fn passes_following_routes(&self) -> u64 {
+        self.passes_following.load(Ordering::Relaxed)
     }
 
     /// The monitoring period in force (ns): the configured one, or longer while the
