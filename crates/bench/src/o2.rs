@@ -161,7 +161,13 @@ struct PlacementCounts {
 
 impl PlacementCounts {
     fn of(c: Census, following_routes: f64) -> Self {
-        PlacementCounts { local: c.local, core: c.core, domain: c.domain, replicated: c.replicated, following_routes }
+        PlacementCounts {
+            local: c.local,
+            core: c.core,
+            domain: c.domain,
+            replicated: c.replicated,
+            following_routes,
+        }
     }
 }
 
@@ -303,7 +309,8 @@ impl Registry {
     fn placement(&self, since: (u64, u64)) -> PlacementCounts {
         let (passes, following) = self.gate_counts();
         let periods = passes.saturating_sub(since.0);
-        let share = if periods == 0 { 0.0 } else { following.saturating_sub(since.1) as f64 / periods as f64 };
+        let share =
+            if periods == 0 { 0.0 } else { following.saturating_sub(since.1) as f64 / periods as f64 };
         PlacementCounts::of(self.objects.census(), share)
     }
 }

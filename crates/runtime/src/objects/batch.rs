@@ -14,7 +14,7 @@ use std::hash::Hash;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::{route, sample_now, Back, Handle, LockedCell, ObjectError, Objects, Ran, Table, SAMPLE_EVERY};
+use super::{route, Back, Countdown, Handle, LockedCell, ObjectError, Objects, Ran, Table, SAMPLE_EVERY};
 use crate::sys;
 
 /// Operations one request to one CPU carries at most: a worker serving a request runs it to
@@ -22,8 +22,10 @@ use crate::sys;
 pub const MAX_GROUP_OPS: usize = 256;
 
 /// How an operation of a batch is applied to its object's cell (exclusive for writes, shared
-/// for reads of a replicated object); `true` asks for shared access.
-type Apply<T, F, R> = fn(&LockedCell<T>, F, bool) -> R;
+/// for reads of a replicated object); `true` asks for shared access. A function item, so
+/// that it inlines.
+trait Apply<T, F, R>: Fn(&LockedCell<T>, F, bool) -> R + Copy + Send + 'static {}
+impl<T, F, R, A: Fn(&LockedCell<T>, F, bool) -> R + Copy + Send + 'static> Apply<T, F, R> for A {}
 
 /// What a CPU sends back for one request: each operation's value and run time (ns), in order,
 /// and how long the whole request took there.
@@ -43,7 +45,7 @@ struct Group<F> {
 fn serve<T, F, R>(
     table: Table<T>,
     ops: Vec<(usize, F)>,
-    apply: Apply<T, F, R>,
+    apply: impl Apply<T, F, R>,
 ) -> impl FnOnce() -> GroupOut<R> + Send + 'static
 where
     T: Send + Sync + 'static,
@@ -122,7 +124,7 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
         &self,
         ops: impl IntoIterator<Item = (&'a Handle<T>, F)>,
         write: bool,
-        apply: Apply<T, F, R>,
+        apply: impl Apply<T, F, R>,
     ) -> Result<Vec<R>, ObjectError>
     where
         F: Send + 'static,
@@ -182,18 +184,19 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
         }
         let send_ns = sys::now_ns().saturating_sub(start);
         let mut results: Vec<Option<R>> = objects.iter().map(|_| None).collect();
-        for (position, object, op, routed, replicated) in local {
-            let sampled = sample_now();
-            let t0 = if sampled { sys::now_ns() } else { 0 };
-            let value = {
-                let _zone = crate::no_hop_zone();
-                apply(&object.cell, op, !write && replicated)
-            };
-            if sampled {
-                let ran = Ran { index: here, routed, hop_ns: 0, back: Back::Stay };
-                self.account(object, &ran, t0, sys::now_ns(), write, u64::from(SAMPLE_EVERY));
+        let mut countdown = Countdown::take();
+        {
+            let _zone = crate::no_hop_zone();
+            for (position, object, op, routed, replicated) in local {
+                let sampled = countdown.next();
+                let t0 = if sampled { sys::now_ns() } else { 0 };
+                let value = apply(&object.cell, op, !write && replicated);
+                if sampled {
+                    let ran = Ran { index: here, routed, hop_ns: 0, back: Back::Stay };
+                    self.account(object, &ran, t0, sys::now_ns(), write, u64::from(SAMPLE_EVERY));
+                }
+                results[position] = Some(value);
             }
-            results[position] = Some(value);
         }
         let remote: usize = sent.iter().map(|(_, positions, _)| positions.len()).sum();
         let mut outs = Vec::with_capacity(sent.len());
@@ -216,7 +219,7 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
             let run_ns: u64 = out.results.iter().map(|(_, ns)| ns).sum();
             owner_overhead_ns += out.total_ns.saturating_sub(run_ns);
             for (position, (value, ns)) in positions.into_iter().zip(out.results) {
-                if sample_now() {
+                if countdown.next() {
                     timed.push((cpu, position, ns));
                 }
                 results[position] = Some(value);
@@ -242,6 +245,7 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
                 );
             }
         }
+        countdown.put_back();
         self.let_others_run(false);
         Ok(results.into_iter().map(|v| v.expect("every operation of a batch ran")).collect())
     }

@@ -264,6 +264,35 @@ fn sample_now() -> bool {
     })
 }
 
+/// The calling thread's sampling countdown, taken out for a batch of operations (one
+/// thread-local access for the batch instead of one per operation) and put back after it.
+/// Taken and put back on the same thread: a batch never hops.
+struct Countdown(u32);
+
+impl Countdown {
+    fn take() -> Countdown {
+        Countdown(UNTIL_SAMPLE.with(|left| left.get()))
+    }
+
+    /// Whether the next operation is sampled.
+    fn next(&mut self) -> bool {
+        match self.0 {
+            0 => {
+                self.0 = SAMPLE_EVERY - 1;
+                true
+            }
+            n => {
+                self.0 = n - 1;
+                false
+            }
+        }
+    }
+
+    fn put_back(self) {
+        UNTIL_SAMPLE.with(|left| left.set(self.0));
+    }
+}
+
 #[derive(Debug, Clone)]
 struct CpuSlot {
     id: CpuId,
