@@ -1,6 +1,6 @@
 //! The file server of `files`, on the task runtime, with exception-less offload: FlexSC's
-//! idea (a system call goes to a syscall core's batch while the application core runs other
-//! threads) in user space, with tasks for threads and `submit` for the syscall page.
+//! idea (a system call goes to a syscall core while the application core runs other threads)
+//! in user space, with tasks for threads and the service CPU's worker for the syscall core.
 //!
 //! [`CONNECTIONS`] loopback connections, each served by a task on the application CPU, and
 //! each driven by a closed-loop client task on the same CPU (as in `files`, the client shares
@@ -8,10 +8,12 @@
 //! task reads a request (8 bytes: file index, sequence number), opens the file (`openat`),
 //! `fstat`s it, sends an 8-byte length and the file (`sendfile`), and closes it. The policy
 //! decides each of those `recv`, `openat`, `fstat`, `send` and `sendfile` calls, as in
-//! `files`: a call kept local runs in the task; a call moved is
-//! [`corehop_runtime::submit()`]ted to the service CPU's worker, and the task waits for it by
-//! yielding the application CPU to the other tasks, which go on meanwhile (and whose own
-//! calls join the service worker's inbox). Sockets are non-blocking, and the two tasks of a
+//! `files`: a call kept local runs on the application CPU; a call moved runs on the service
+//! CPU, where the task goes (a hop: it joins the service worker's queue) while the
+//! application CPU runs the other tasks. The task stays there while its calls keep moving,
+//! so a request's consecutive moved calls cost one hop, not a round trip each (io_uring's
+//! linked submissions, IOSQE_IO_LINK, batch dependent calls the same way), and it comes
+//! back before its next local call. Sockets are non-blocking, and the two tasks of a
 //! connection tell each other when they have sent (a counter each: the readiness an event
 //! loop would get from epoll, without its system call), so a task reads only what has been
 //! sent; a call that would still block yields and tries again.
