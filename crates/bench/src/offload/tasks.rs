@@ -13,7 +13,7 @@
 //! application CPU runs the other tasks. The task stays there while its calls keep moving,
 //! so a request's consecutive moved calls cost one hop, not a round trip each (io_uring's
 //! linked submissions, IOSQE_IO_LINK, batch dependent calls the same way), and it comes
-//! back before its next local call. Sockets are non-blocking, and the two tasks of a
+//! back before its next local call or at the end of the request. Sockets are non-blocking, and the two tasks of a
 //! connection tell each other when they have sent (a counter each: the readiness an event
 //! loop would get from epoll, without its system call), so a task reads only what has been
 //! sent; a call that would still block yields and tries again.
@@ -60,8 +60,8 @@ struct Offload {
 
 /// A server task's way to make a call: where the policy says. A moved call takes the task to
 /// the service CPU, and the task stays there while its calls keep moving: consecutive moved
-/// calls (a request's openat, fstat, send and sendfile) run there back to back, one hop for
-/// the lot, while the application CPU runs the other tasks.
+/// calls (a request's recv, openat, fstat, send and sendfile) run there back to back, one
+/// round trip for the lot, while the application CPU runs the other tasks.
 #[derive(Clone)]
 struct Calls {
     shared: Arc<Mutex<Offload>>,
@@ -344,9 +344,11 @@ fn serve(stream: &TcpStream, dirfd: RawFd, calls: &Calls, count: usize, sent: &S
         }
         drop(file);
         calls.progress();
+        // Back to the application CPU between requests: the task runs its own code (and
+        // waits for the next request) there, as a thread of FlexSC's runs on its core.
+        calls.go(calls.app)?;
     }
-    // The task ends where it started.
-    calls.go(calls.app)
+    Ok(())
 }
 
 /// Bytes a non-blocking call moved: 0 (after yielding) when it would have blocked.
