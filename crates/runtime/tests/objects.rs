@@ -403,3 +403,60 @@ fn a_batch_to_a_cpu_without_a_worker_runs_nothing() {
     assert!(matches!(err, ObjectError::Hop { cpu, .. } if cpu == cpus[1]), "{err}");
     assert_eq!((objects.read(&1, |v| *v).unwrap(), objects.read(&2, |v| *v).unwrap()), (0, 0));
 }
+
+/// Random batches over objects placed at random (where the caller is, on either CPU): every
+/// operation runs exactly once, on its object's home, operations on one object in the order
+/// given, and the values come back in the order given.
+#[test]
+fn random_batches_run_every_operation_once_at_its_home() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let machine = host();
+    let rt = corehop_runtime::Runtime::builder().machine(machine.clone()).build().unwrap();
+    let cpus = rt.cpus().to_vec();
+    let objects = Arc::new(registry::<Vec<(u32, CpuId)>>(&machine));
+    let handles: Vec<_> = (0..4).map(|k| objects.register(k, Vec::new(), 4096).unwrap()).collect();
+    let cases = (
+        proptest::collection::vec(proptest::option::of(0..cpus.len()), 4),
+        proptest::collection::vec(0..4usize, 0..700),
+        0..cpus.len(),
+    );
+    let mut runner = TestRunner::new(Config { cases: 24, ..Config::default() });
+    runner
+        .run(&cases, |(homes, targets, caller)| {
+            for (k, home) in homes.iter().enumerate() {
+                objects.pin(&(k as u32), home.map(|i| cpus[i])).unwrap();
+                objects.run(&(k as u32), Vec::clear).unwrap();
+            }
+            let (objects_too, handles_too, targets_too) =
+                (Arc::clone(&objects), handles.clone(), targets.clone());
+            let values = rt
+                .block_on(cpus[caller], move || {
+                    let batch = targets_too.iter().enumerate().map(|(i, &k)| {
+                        (&handles_too[k], move |seen: &mut Vec<(u32, CpuId)>| {
+                            seen.push((i as u32, corehop_runtime::current_cpu()));
+                            i as u32
+                        })
+                    });
+                    objects_too.run_batch(batch).unwrap()
+                })
+                .unwrap();
+            prop_assert_eq!(values, (0..targets.len() as u32).collect::<Vec<_>>());
+            for (k, home) in homes.iter().enumerate() {
+                let seen = objects.read(&(k as u32), Vec::clone).unwrap();
+                let expected: Vec<u32> =
+                    targets.iter().enumerate().filter(|&(_, &t)| t == k).map(|(i, _)| i as u32).collect();
+                prop_assert_eq!(seen.iter().map(|&(i, _)| i).collect::<Vec<_>>(), expected);
+                let at = cpus[home.unwrap_or(caller)];
+                prop_assert!(
+                    seen.iter().all(|&(_, cpu)| cpu == at),
+                    "object {} homed {:?}: {:?}",
+                    k,
+                    home,
+                    seen
+                );
+            }
+            Ok(())
+        })
+        .unwrap();
+}
