@@ -24,7 +24,12 @@ fn host() -> Machine {
 fn registry<T>(machine: &Machine) -> Objects<u32, T> {
     let cpus: Vec<CpuId> = machine.cpus().iter().map(|c| c.id).collect();
     // A long period: placement changes only when a test asks for it.
-    let config = ObjectsConfig { period: Duration::from_secs(3600), ..ObjectsConfig::default() };
+    // A request is never taken back: operations run where these tests expect them.
+    let config = ObjectsConfig {
+        period: Duration::from_secs(3600),
+        take_back_after: None,
+        ..ObjectsConfig::default()
+    };
     Objects::new(machine, &cpus, config).unwrap()
 }
 
@@ -459,4 +464,61 @@ fn random_batches_run_every_operation_once_at_its_home() {
             Ok(())
         })
         .unwrap();
+}
+
+/// An owner whose worker does not serve (a task holds it without yielding, as a descheduled
+/// vCPU would): the caller takes its request back after `take_back_after` and runs it itself,
+/// once; the owner's worker, when it gets to the request, runs nothing.
+#[test]
+fn a_request_its_cpu_does_not_start_is_taken_back_and_run_once() {
+    use std::sync::atomic::AtomicBool;
+    let machine = host();
+    if machine.cpus().len() < 2 {
+        common::skip("needs 2 CPUs");
+        return;
+    }
+    let rt = corehop_runtime::Runtime::builder().machine(machine.clone()).build().unwrap();
+    let cpus = rt.cpus().to_vec();
+    let (home, owner) = (cpus[0], *cpus.last().unwrap());
+    let config = ObjectsConfig {
+        period: Duration::from_secs(3600),
+        take_back_after: Some(Duration::from_millis(2)),
+        ..ObjectsConfig::default()
+    };
+    let objects = Arc::new(Objects::<u32, Vec<CpuId>>::new(&machine, &cpus, config).unwrap());
+    let object = objects.register(1, Vec::new(), 4096).unwrap();
+    objects.pin(&1, Some(owner)).unwrap();
+    let (holding, release) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let hog = {
+        let (holding, release) = (Arc::clone(&holding), Arc::clone(&release));
+        rt.spawn_on(owner, move || {
+            holding.store(true, Ordering::SeqCst);
+            while !release.load(Ordering::SeqCst) {
+                std::hint::spin_loop();
+            }
+        })
+        .unwrap()
+    };
+    while !holding.load(Ordering::SeqCst) {
+        std::thread::yield_now();
+    }
+    let objects_too = Arc::clone(&objects);
+    let values = rt
+        .block_on(home, move || {
+            let batch = (0..10u32).map(|i| {
+                (&object, move |seen: &mut Vec<CpuId>| {
+                    seen.push(corehop_runtime::current_cpu());
+                    i
+                })
+            });
+            objects_too.run_batch(batch).unwrap()
+        })
+        .unwrap();
+    release.store(true, Ordering::SeqCst);
+    hog.join().unwrap();
+    assert_eq!(values, (0..10).collect::<Vec<_>>());
+    // The owner has served the request by now (the hog is gone): it must not have run it.
+    rt.block_on(owner, || ()).unwrap();
+    let seen = objects.read(&1, Vec::clone).unwrap();
+    assert_eq!(seen, vec![home; 10]);
 }

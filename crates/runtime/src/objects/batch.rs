@@ -12,7 +12,7 @@
 //! measured, so a route that pays only when batched is followed only by batches.
 use std::hash::Hash;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::{route, Back, Countdown, Handle, LockedCell, ObjectError, Objects, Ran, Table, SAMPLE_EVERY};
 use crate::sys;
@@ -41,12 +41,22 @@ struct Group<F> {
     positions: Vec<usize>,
 }
 
-/// The request a group becomes: run on the target CPU's worker, outside any task.
+/// A request's operations (object ids and operations), taken once: by the owner's worker
+/// when it serves the request, or by the caller when the owner has not started it within
+/// [`ObjectsConfig::take_back_after`](super::ObjectsConfig::take_back_after).
+type Claim<F> = Arc<Mutex<Option<Vec<(usize, F)>>>>;
+
+fn claim<F>(claim: &Claim<F>) -> Option<Vec<(usize, F)>> {
+    claim.lock().unwrap_or_else(|e| e.into_inner()).take()
+}
+
+/// The request a group becomes: run on the target CPU's worker, outside any task; `None` if
+/// the caller took the operations back.
 fn serve<T, F, R>(
     table: Table<T>,
-    ops: Vec<(usize, F)>,
+    ops: Claim<F>,
     apply: impl Apply<T, F, R>,
-) -> impl FnOnce() -> GroupOut<R> + Send + 'static
+) -> impl FnOnce() -> Option<GroupOut<R>> + Send + 'static
 where
     T: Send + Sync + 'static,
     F: Send + 'static,
@@ -54,6 +64,7 @@ where
 {
     move || {
         let start = sys::now_ns();
+        let ops = claim(&ops)?;
         // Handles cloned here, on the CPU that uses them: a clone on the caller's CPU would
         // bounce each object's reference count between the two CPUs.
         let handles: Vec<Handle<T>> = {
@@ -68,7 +79,42 @@ where
             results.push((value, now.saturating_sub(last)));
             last = now;
         }
-        GroupOut { results, total_ns: sys::now_ns().saturating_sub(start) }
+        Some(GroupOut { results, total_ns: sys::now_ns().saturating_sub(start) })
+    }
+}
+
+/// How a request ended for its caller.
+enum Outcome<F, R> {
+    Served(GroupOut<R>),
+    TakenBack(Vec<(usize, F)>),
+}
+
+/// Waits for a request, yielding, and takes its operations back if its CPU has not started it
+/// `take_back_ns` after `sent_ns` (that CPU is not running: the host descheduled it).
+fn wait_or_take_back<F, R>(
+    pending: crate::Pending<Option<GroupOut<R>>>,
+    ops: &Claim<F>,
+    sent_ns: u64,
+    take_back_ns: Option<u64>,
+) -> Result<Outcome<F, R>, crate::Error> {
+    if let Some(after) = take_back_ns {
+        while !pending.is_done() {
+            if sys::now_ns().saturating_sub(sent_ns) >= after {
+                if let Some(ops) = claim(ops) {
+                    // The request still runs there later, as a no-op.
+                    drop(pending);
+                    return Ok(Outcome::TakenBack(ops));
+                }
+                break;
+            }
+            if crate::yield_now().is_err() {
+                break;
+            }
+        }
+    }
+    match pending.wait()? {
+        Some(out) => Ok(Outcome::Served(out)),
+        None => unreachable!("only this caller takes a request's operations back, and it did not"),
     }
 }
 
@@ -178,10 +224,12 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
         let mut sent = Vec::with_capacity(groups.len());
         for g in groups {
             let cpu = self.cpus[g.cpu].id;
-            let pending = crate::submit(cpu, serve(Arc::clone(&self.all), g.ops, apply))
+            let ops: Claim<F> = Arc::new(Mutex::new(Some(g.ops)));
+            let pending = crate::submit(cpu, serve(Arc::clone(&self.all), Arc::clone(&ops), apply))
                 .map_err(|source| ObjectError::Hop { cpu, source })?;
-            sent.push((g.cpu, g.positions, pending));
+            sent.push((g.cpu, g.positions, pending, ops));
         }
+        let sent_ns = sys::now_ns();
         let send_ns = sys::now_ns().saturating_sub(start);
         let mut results: Vec<Option<R>> = objects.iter().map(|_| None).collect();
         let mut countdown = Countdown::take();
@@ -198,12 +246,28 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
                 results[position] = Some(value);
             }
         }
-        let remote: usize = sent.iter().map(|(_, positions, _)| positions.len()).sum();
+        let mut remote = 0;
         let mut outs = Vec::with_capacity(sent.len());
         let mut failed = None;
-        for (cpu, positions, pending) in sent {
-            match pending.wait() {
-                Ok(out) => outs.push((cpu, positions, out)),
+        for (cpu, positions, pending, ops) in sent {
+            match wait_or_take_back(pending, &ops, sent_ns, self.take_back_ns) {
+                Ok(Outcome::Served(out)) => {
+                    remote += positions.len();
+                    outs.push((cpu, positions, out));
+                }
+                Ok(Outcome::TakenBack(ops)) => {
+                    let _zone = crate::no_hop_zone();
+                    for ((_, op), position) in ops.into_iter().zip(positions) {
+                        let object = objects[position];
+                        let sampled = countdown.next();
+                        let t0 = if sampled { sys::now_ns() } else { 0 };
+                        results[position] = Some(apply(&object.cell, op, false));
+                        if sampled {
+                            let ran = Ran { index: here, routed: false, hop_ns: 0, back: Back::Stay };
+                            self.account(object, &ran, t0, sys::now_ns(), write, u64::from(SAMPLE_EVERY));
+                        }
+                    }
+                }
                 Err(source) => {
                     failed.get_or_insert(ObjectError::Hop { cpu: self.cpus[cpu].id, source });
                 }

@@ -113,6 +113,12 @@ pub struct ObjectsConfig {
     /// follows the routes only while they win. `None`: always follow them. Objects pinned
     /// with [`Objects::pin`] always run on their CPU.
     pub payoff: Option<PayoffConfig>,
+    /// A request of [`Objects::read_batch`] or [`Objects::run_batch`] that its CPU has not
+    /// started this long after it was sent is taken back and run by its caller (default
+    /// 200 µs): that CPU is not running (a host deschedules a vCPU for milliseconds at a
+    /// time), and the caller would otherwise wait for it with nothing else to do. The
+    /// object's lock still keeps the operations exclusive. `None`: always wait.
+    pub take_back_after: Option<Duration>,
 }
 
 impl Default for ObjectsConfig {
@@ -121,6 +127,7 @@ impl Default for ObjectsConfig {
             placer: PlacerConfig::default(),
             period: Duration::from_millis(10),
             payoff: Some(PayoffConfig::default()),
+            take_back_after: Some(Duration::from_micros(200)),
         }
     }
 }
@@ -335,6 +342,8 @@ pub struct Objects<K, T> {
     moving: AtomicBool,
     /// Weighs following the routes against running everything where it is called.
     gate: Mutex<Option<ArmSampler>>,
+    /// [`ObjectsConfig::take_back_after`], in ns.
+    take_back_ns: Option<u64>,
 }
 
 /// An end-of-period pass takes at most about 1/PASS_SHARE of the time: the next period lasts
@@ -407,6 +416,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
             passes_following: AtomicU64::new(0),
             moving: AtomicBool::new(config.payoff.is_none()),
             gate: Mutex::new(config.payoff.map(|c| ArmSampler::new(2, c)).transpose()?),
+            take_back_ns: config.take_back_after.map(|d| d.as_nanos().min(u128::from(u64::MAX)) as u64),
         })
     }
 
