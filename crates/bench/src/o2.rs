@@ -247,6 +247,8 @@ struct Run {
     popularity: Popularity,
     phase_ns: u64,
     start_ns: u64,
+    /// Set when the clock of a run of tasks starts.
+    started: AtomicBool,
     stop: AtomicBool,
 }
 
@@ -434,6 +436,11 @@ impl Bench {
                 let batch = self.batch;
                 rt.spawn_on(cpu, move || -> Result<u64, String> {
                     let mut rng = Rng(mix(((cpu.0 as u64) << 8) + k as u64 + 991) | 1);
+                    // Nothing counts before every task is there and the clock starts, as the
+                    // threads' barrier does for them.
+                    while !run.started.load(Ordering::Acquire) {
+                        corehop_runtime::yield_now().map_err(|e| e.to_string())?;
+                    }
                     let mut done = 0;
                     while !run.stopped() {
                         done += work(&mut rng, &run, &registry, batch)?;
@@ -444,6 +451,7 @@ impl Bench {
             .collect::<Result<_, _>>()
             .context("starting O² tasks")?;
         let t0 = Instant::now();
+        run.started.store(true, Ordering::Release);
         std::thread::sleep(Duration::from_millis(ms));
         run.stop.store(true, Ordering::Relaxed);
         let mut sum = 0;
@@ -490,6 +498,7 @@ impl Bench {
             popularity,
             phase_ns: self.phase_ms * 1_000_000,
             start_ns: sys::now_ns(),
+            started: AtomicBool::new(false),
             stop: AtomicBool::new(false),
         })
     }
