@@ -8,11 +8,12 @@ use std::time::Duration;
 use corehop_bench::offload::{files, sqlite};
 use corehop_bench::switch;
 use corehop_policy::offload::OffloadPolicy;
-use corehop_runtime::service::{Offloader, ServiceConfig, ServiceCores};
+use corehop_runtime::service::{Offloader, ServiceConfig};
+use corehop_runtime::OsCpu;
 use criterion::{criterion_group, criterion_main, Criterion};
 
 /// The first two CPUs this process may run on, if it may run on two.
-fn two_cpus() -> Option<(usize, usize)> {
+fn two_cpus() -> Option<(OsCpu, OsCpu)> {
     let cpus = corehop_runtime::sys::affinity().ok()?;
     (cpus.len() >= 2).then(|| (cpus[0], cpus[1]))
 }
@@ -29,7 +30,7 @@ fn cache_line_floor(c: &mut Criterion) {
 
 fn offload_workloads(c: &mut Criterion) {
     let Some((app, service)) = two_cpus() else { return };
-    let cores = ServiceCores::start(ServiceConfig::on_cpus([service])).expect("service core");
+    let cores = ServiceConfig::on_cpus([service]).build().expect("service core");
     let dir = tempfile::tempdir().expect("temp dir");
     let db = sqlite::create(dir.path()).expect("database");
     files::create(dir.path()).expect("files");
@@ -44,7 +45,9 @@ fn offload_workloads(c: &mut Criterion) {
             })
         });
         group.bench_function(format!("file server 200 requests, {name}"), |bench| {
-            bench.iter(|| files::run(dir.path(), &cores, policy.clone(), false, app, 200, 1).expect("server"))
+            bench.iter(|| {
+                files::run(dir.path(), &cores, policy.clone(), false, app.0, 200, 1).expect("server")
+            })
         });
     }
     group.finish();

@@ -15,13 +15,13 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use anyhow::{bail, Context};
-use corehop_runtime::{on, submit, submit_batch, sys, CpuId, Pending, Runtime, Wake};
-use corehop_topology::Machine;
+use corehop_runtime::{on, submit, submit_batch, sys, CpuId, OsCpu, Pending, Runtime, Wake};
 use crossbeam_utils::CachePadded;
 use serde::Serialize;
 
+use crate::pair::{MachineInfo, Pair, PairArgs};
 use crate::report::{self, OutputArgs, Stats, Table};
-use crate::switch::{per_op, MachineInfo};
+use crate::switch::per_op;
 
 /// Measure delegation (`on`, `submit`, batches of 1-256) against a raw ring between two CPUs.
 ///
@@ -54,12 +54,9 @@ use crate::switch::{per_op, MachineInfo};
 #[derive(clap::Args, Debug, Clone)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
-    /// CPU (dense id, see `corehop topo`) of the client task.
-    #[arg(long, default_value_t = 0)]
-    pub from: usize,
-    /// CPU (dense id) whose worker serves the operations.
-    #[arg(long, default_value_t = 1)]
-    pub to: usize,
+    /// --from (the CPU of the client task), --to (the CPU whose worker serves the operations).
+    #[command(flatten)]
+    pub pair: PairArgs,
     /// Operations per row per repetition (rounded up to whole batches). As many as `bench
     /// switch` makes round trips: on this development VM, long unbroken runs of round trips
     /// measure slower than short ones (docs/performance.md).
@@ -161,11 +158,7 @@ fn expected_sum(n: u64) -> u64 {
 }
 
 struct Plan {
-    machine: Machine,
-    from: CpuId,
-    to: CpuId,
-    from_os: usize,
-    to_os: usize,
+    pair: Pair,
     ops: u64,
     reps: usize,
 }
@@ -196,7 +189,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 fn plan(args: &Args) -> anyhow::Result<Plan> {
-    let machine = crate::switch::two_cpus(args.from, args.to, "delegation")?;
+    let pair = args.pair.check("delegation")?;
     let (ops, reps) = if args.output.quick { (2_048, 2) } else { (args.ops, args.reps) };
     if ops == 0 || reps == 0 {
         bail!("--ops and --reps must be at least 1");
@@ -205,15 +198,7 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
     if ops > MAX_OPS || reps > MAX_REPS {
         bail!("--ops {ops} --reps {reps}: at most {MAX_OPS} operations per row and {MAX_REPS} repetitions");
     }
-    Ok(Plan {
-        from_os: machine.cpus()[args.from].os_id,
-        to_os: machine.cpus()[args.to].os_id,
-        machine,
-        from: CpuId(args.from),
-        to: CpuId(args.to),
-        ops,
-        reps,
-    })
+    Ok(Plan { pair, ops, reps })
 }
 
 const MAX_OPS: u64 = 1 << 32;
@@ -263,7 +248,7 @@ fn measure(args: &Args) -> anyhow::Result<Report> {
         .filter(|r| r.name.starts_with("batch-"))
         .max_by(|a, b| a.mops_per_s.total_cmp(&b.mops_per_s))
         .map(|r| Best { name: r.name.clone(), mops_per_s: r.mops_per_s, ratio_to_ring: r.ratio_to_ring });
-    let machine = MachineInfo::new(&plan.machine, plan.from, plan.to);
+    let machine = plan.pair.info();
     Ok(Report { machine, ops_per_rep: plan.ops, reps: plan.reps, results, best_batch })
 }
 
@@ -274,17 +259,20 @@ fn measure_one(plan: &Plan, way: Way) -> anyhow::Result<f64> {
     let group = way.in_flight() as u64;
     let n = plan.ops.div_ceil(group) * group;
     let (ns, sum) = match way {
-        Way::Ring => ring(plan.from_os, plan.to_os, n)?,
+        Way::Ring => {
+            let (from_os, to_os) = plan.pair.os_ids();
+            ring(from_os, to_os, n)?
+        }
         _ => {
             let rt = Runtime::builder()
-                .machine(plan.machine.clone())
-                .cpus([plan.from, plan.to])
+                .machine(plan.pair.machine.clone())
+                .cpus([plan.pair.from, plan.pair.to])
                 .wake(Wake::Spin)
                 .build()?;
-            let to = plan.to;
+            let to = plan.pair.to;
             // A short run first: the worker's inbox, the allocator and the caches warm up.
-            rt.block_on(plan.from, move || delegate(way, to, group * 16))??;
-            rt.block_on(plan.from, move || delegate(way, to, n))??
+            rt.block_on(plan.pair.from, move || delegate(way, to, group * 16))??;
+            rt.block_on(plan.pair.from, move || delegate(way, to, n))??
         }
     };
     if sum != expected_sum(n) {
@@ -381,7 +369,7 @@ impl Ring {
 /// The floor: a thread on `from_os` sends operations `0..n` to a thread on `to_os` through
 /// a ring with up to [`RING_IN_FLIGHT`] in flight, and takes the answers from another; ns
 /// per operation (timed by [`per_op`]) and the sum of the answers.
-fn ring(from_os: usize, to_os: usize, n: u64) -> anyhow::Result<(f64, u64)> {
+fn ring(from_os: OsCpu, to_os: OsCpu, n: u64) -> anyhow::Result<(f64, u64)> {
     let (requests, answers) = (Ring::new(RING_IN_FLIGHT), Ring::new(RING_IN_FLIGHT));
     let (ready, stop) = (AtomicBool::new(false), AtomicBool::new(false));
     std::thread::scope(|s| {
@@ -506,7 +494,7 @@ mod tests {
 
     #[test]
     fn the_ring_answers_every_request_once() {
-        let os: Vec<usize> = sys::affinity().unwrap();
+        let os = sys::affinity().unwrap();
         let (a, b) = (os[0], *os.last().unwrap());
         for n in [1, 63, 64, 65, 1000] {
             let (_, sum) = ring(a, b, n).unwrap();

@@ -11,6 +11,7 @@ pub mod delegate;
 pub mod modes;
 pub mod o2;
 pub mod offload;
+pub mod pair;
 pub mod pipeline;
 pub mod report;
 pub mod switch;

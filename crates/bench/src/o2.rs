@@ -32,7 +32,7 @@ use serde::Serialize;
 use corehop_policy::objects::Budgets;
 use corehop_runtime::objects::{Census, Handle, Objects, ObjectsConfig, OpLock};
 use corehop_runtime::{sys, Runtime};
-use corehop_topology::{format_size, parse_cpu_list, parse_size, CpuId, Machine};
+use corehop_topology::{format_size, parse_cpu_list, parse_size, CpuId, Machine, OsCpu};
 
 use crate::report::{self, OutputArgs, Scale, Series, Stats, Table};
 
@@ -322,7 +322,7 @@ impl Bench {
         self.ms.max(MIN_WARMUP_MS)
     }
 
-    fn os_ids(&self) -> Vec<usize> {
+    fn os_ids(&self) -> Vec<OsCpu> {
         self.cpus.iter().map(|c| self.machine.cpus()[c.0].os_id).collect()
     }
 
@@ -609,7 +609,7 @@ fn setup(args: &Args) -> anyhow::Result<(Bench, Vec<u64>, CacheSizes)> {
             .into_iter()
             .map(|os| {
                 machine
-                    .cpu_by_os_id(os)
+                    .cpu_by_os_id(OsCpu(os))
                     .with_context(|| format!("--cpus: os cpu {os} is not one this process may use"))
             })
             .collect::<anyhow::Result<_>>()?,

@@ -22,10 +22,12 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use corehop_policy::offload::{Adaptive, OffloadPolicy, Predicted, StaticProfile, TableForm};
+use corehop_policy::offload::{
+    Adaptive, Measured, MeasuredConfig, OffloadPolicy, Predicted, StaticProfile, TableForm,
+};
 use corehop_policy::payoff::PayoffConfig;
 use corehop_runtime::service::{thread_cpu_ns, OffloadStats, Offloader, ServiceConfig, ServiceCores};
-use corehop_runtime::sys;
+use corehop_runtime::{sys, OsCpu};
 use serde::Serialize;
 
 use crate::report::{self, Align, OutputArgs, Stats, Table};
@@ -53,12 +55,14 @@ pub mod uring;
 #[derive(clap::Args, Clone)]
 pub struct Args {
     /// Policies to compare (comma-separated): never, always, size (the 4 KB rule), static
-    /// (calls whose profiled mean run is ≥ 2 × the measured hop), predicted (run-length
+    /// (calls whose profiled mean run is ≥ 2 × the measured hop), predicted (the timed run-length
     /// predictor, N = the measured hop round trip plus --caller-spin-us: what a caller's CPU
-    /// spends on a moved call, so only calls that run longer give it time back), tuned (the
-    /// default of `corehop run --offload`: `never` until one of always, size, static or
-    /// predicted wins short trials scored by the application's own throughput; it needs runs
-    /// of a second or more to find its arm). `never` is always included: it is the baseline.
+    /// spends on a moved call, so only calls that run longer give it time back; N rises to
+    /// the measured cost of a move if that is higher), measured (a call key moves once moving
+    /// it measured cheaper for its caller than running it here; probes within 1 % of the
+    /// calls' time), tuned (the default of `corehop run --offload`: starts in measured, and
+    /// samples never, always, size, static and predicted in short trials scored by the
+    /// application's own throughput). `never` is always included: it is the baseline.
     #[arg(long, value_delimiter = ',', default_values_t = PolicyChoice::ALL.map(|p| p.name().to_string()))]
     pub policies: Vec<String>,
     /// Workloads (comma-separated): sqlite, files, files-tasks (the file server on the task
@@ -115,16 +119,18 @@ enum PolicyChoice {
     Size,
     Static,
     Predicted,
+    Measured,
     Tuned,
 }
 
 impl PolicyChoice {
-    const ALL: [PolicyChoice; 6] = [
+    const ALL: [PolicyChoice; 7] = [
         PolicyChoice::Never,
         PolicyChoice::Always,
         PolicyChoice::Size,
         PolicyChoice::Static,
         PolicyChoice::Predicted,
+        PolicyChoice::Measured,
         PolicyChoice::Tuned,
     ];
 
@@ -135,6 +141,7 @@ impl PolicyChoice {
             PolicyChoice::Size => "size",
             PolicyChoice::Static => "static",
             PolicyChoice::Predicted => "predicted",
+            PolicyChoice::Measured => "measured",
             PolicyChoice::Tuned => "tuned",
         }
     }
@@ -142,7 +149,7 @@ impl PolicyChoice {
     fn parse(name: &str) -> anyhow::Result<PolicyChoice> {
         PolicyChoice::ALL.into_iter().find(|p| p.name() == name.trim()).ok_or_else(|| {
             anyhow::anyhow!(
-                "unknown policy {name:?} in --policies (expected some of: never, always, size, static, predicted, tuned)"
+                "unknown policy {name:?} in --policies (expected some of: never, always, size, static, predicted, measured, tuned)"
             )
         })
     }
@@ -158,6 +165,10 @@ impl PolicyChoice {
         profile: &StaticProfile,
     ) -> anyhow::Result<OffloadPolicy> {
         let n = hop_ns.saturating_add(caller_spin_ns).max(1);
+        let measured = || -> anyhow::Result<OffloadPolicy> {
+            let config = MeasuredConfig { move_prior: n, ..MeasuredConfig::default() };
+            Ok(OffloadPolicy::Measured(Box::new(Measured::new(config)?)))
+        };
         Ok(match self {
             PolicyChoice::Never => OffloadPolicy::Never,
             PolicyChoice::Always => OffloadPolicy::Always,
@@ -166,15 +177,18 @@ impl PolicyChoice {
             }
             PolicyChoice::Static => OffloadPolicy::StaticProfile(profile.clone()),
             PolicyChoice::Predicted => {
-                OffloadPolicy::Predicted(Box::new(Predicted::fixed(TableForm::PAPER_FA, n)?))
+                OffloadPolicy::Predicted(Box::new(Predicted::fixed(TableForm::TIMED, n)?))
             }
+            PolicyChoice::Measured => measured()?,
             PolicyChoice::Tuned => {
-                // The default of `corehop run --offload`: never, until another arm pays.
+                // The default of `corehop run --offload`: measured, sampled against never
+                // and the fixed rules.
                 let arms = vec![
+                    measured()?,
                     OffloadPolicy::Always,
                     OffloadPolicy::SizeThreshold { bytes: corehop_policy::offload::DEFAULT_SIZE_THRESHOLD },
                     OffloadPolicy::StaticProfile(profile.clone()),
-                    OffloadPolicy::Predicted(Box::new(Predicted::fixed(TableForm::PAPER_FA, n)?)),
+                    OffloadPolicy::Predicted(Box::new(Predicted::fixed(TableForm::TIMED, n)?)),
                 ];
                 OffloadPolicy::Adaptive(Box::new(Adaptive::new(arms, PayoffConfig::default())?))
             }
@@ -313,12 +327,12 @@ impl Bench<'_> {
                 self.seed,
             ),
             Workload::FilesTasks => {
-                let service_cpu = self.cores.cpus()[0];
+                let service_cpu = self.cores.os_cpus()[0];
                 tasks::run(
                     self.dir,
                     policy,
                     profile,
-                    self.app_cpu,
+                    OsCpu(self.app_cpu),
                     service_cpu,
                     self.counts.requests,
                     self.seed,
@@ -393,7 +407,7 @@ fn collect(args: &Args) -> anyhow::Result<Output> {
     let workloads = args.workloads.iter().map(|w| Workload::parse(w)).collect::<anyhow::Result<Vec<_>>>()?;
     anyhow::ensure!(!workloads.is_empty(), "--workloads is empty");
 
-    let allowed = sys::affinity()?;
+    let allowed: Vec<usize> = sys::affinity()?.into_iter().map(|cpu| cpu.0).collect();
     let app_cpu = args.app_cpu.unwrap_or(allowed[0]);
     let service_cpu = args.service_cpu.unwrap_or(*allowed.last().expect("a process runs somewhere"));
     anyhow::ensure!(
@@ -401,15 +415,15 @@ fn collect(args: &Args) -> anyhow::Result<Output> {
         "--app-cpu {app_cpu} is not one this process may use ({allowed:?})"
     );
     let shared_cpu = app_cpu == service_cpu;
-    let mut config = ServiceConfig::on_cpus([service_cpu]);
+    let mut config = ServiceConfig::on_cpus([OsCpu(service_cpu)]);
     config.caller_spin = std::time::Duration::from_micros(args.caller_spin_us);
     config.idle_spin = std::time::Duration::from_micros(args.idle_spin_us);
-    let cores = ServiceCores::start(config)?;
+    let cores = config.build()?;
     let output = std::thread::scope(|scope| {
         // The application side runs on its own pinned thread so the caller's affinity is untouched.
         scope
             .spawn(|| -> anyhow::Result<Output> {
-                sys::pin_current_thread(app_cpu)?;
+                sys::pin_current_thread(OsCpu(app_cpu))?;
                 measure(args, &counts, &cores, &choices, &workloads, app_cpu, service_cpu)
             })
             .join()

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use corehop_policy::components::{Controller, ControllerConfig, Idle};
-use corehop_runtime::components::{PipelineBuilder, Sample};
+use corehop_runtime::components::{Pipeline, Sample};
 use corehop_runtime::sys;
 use corehop_topology::{CpuId, Machine};
 use serde::Serialize;
@@ -165,7 +165,7 @@ fn build(
     bad: &Arc<AtomicU64>,
 ) -> anyhow::Result<corehop_runtime::components::Pipeline> {
     let ring = Ring::new();
-    let mut b = PipelineBuilder::new(machine)?;
+    let mut b = Pipeline::builder(machine)?;
     b.idle(idle);
     let mut used = cpus.to_vec();
     used.dedup();
@@ -198,7 +198,7 @@ fn build(
         .add()?;
     let bd = bad.clone();
     b.component("app", cpus[3], move || App { bytes: 0, last: None, bad: bd.clone() }).input(app_in).add()?;
-    Ok(b.start()?)
+    Ok(b.build()?)
 }
 
 fn measure(machine: &Machine, args: &Args, cfg: &Config) -> anyhow::Result<Measured> {
@@ -548,9 +548,10 @@ pub fn tour() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use corehop_topology::OsCpu;
 
     fn machine(n: usize, smt: bool) -> Machine {
-        Machine::uniform("test", &(0..n).collect::<Vec<_>>(), if smt { 2 } else { 1 })
+        Machine::uniform("test", &(0..n).map(OsCpu).collect::<Vec<_>>(), if smt { 2 } else { 1 })
     }
 
     #[test]

@@ -20,10 +20,10 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use anyhow::{bail, Context};
-use corehop_runtime::{on, sys, yield_now, CpuId, Mechanism, Runtime, Wake};
-use corehop_topology::Machine;
+use corehop_runtime::{on, sys, yield_now, CpuId, Mechanism, OsCpu, Runtime, Wake};
 use serde::Serialize;
 
+use crate::pair::{MachineInfo, Pair, PairArgs};
 use crate::report::{self, OutputArgs, Stats, Table};
 
 /// `hop` for the measured tasks: they keep only numbers and timestamps across a hop, nothing
@@ -73,12 +73,9 @@ fn hop(cpu: CpuId) -> Result<(), corehop_runtime::Error> {
 #[derive(clap::Args, Debug, Clone)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
-    /// CPU (dense id, see `corehop topo`) the task starts on and returns to.
-    #[arg(long, default_value_t = 0)]
-    pub from: usize,
-    /// CPU (dense id) the task hops to.
-    #[arg(long, default_value_t = 1)]
-    pub to: usize,
+    /// --from (the CPU the task starts on and returns to), --to (the CPU it hops to).
+    #[command(flatten)]
+    pub pair: PairArgs,
     /// Round trips per repetition for the fast variants (a tenth for the slow ones).
     #[arg(long, default_value_t = 20_000)]
     pub iters: u64,
@@ -114,38 +111,6 @@ pub struct Row {
     pub calls_per_s: Option<f64>,
 }
 
-/// The machine and the CPU pair a two-CPU benchmark ran on, and the clock it read.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct MachineInfo {
-    pub(crate) name: String,
-    source: String,
-    cpus: usize,
-    pub(crate) from_cpu: usize,
-    pub(crate) to_cpu: usize,
-    pub(crate) from_os_cpu: usize,
-    pub(crate) to_os_cpu: usize,
-    pub(crate) clock: String,
-}
-
-impl MachineInfo {
-    pub(crate) fn new(machine: &Machine, from: CpuId, to: CpuId) -> MachineInfo {
-        let clock = match sys::clock_source() {
-            sys::ClockSource::Tsc { ticks_per_ns } => format!("tsc ({ticks_per_ns:.3} GHz)"),
-            sys::ClockSource::Monotonic => "clock_gettime(CLOCK_MONOTONIC)".into(),
-        };
-        MachineInfo {
-            name: machine.name.clone(),
-            source: machine.source.clone(),
-            cpus: machine.cpus().len(),
-            from_cpu: from.0,
-            to_cpu: to.0,
-            from_os_cpu: machine.cpus()[from.0].os_id,
-            to_os_cpu: machine.cpus()[to.0].os_id,
-            clock,
-        }
-    }
-}
-
 #[derive(Debug, Serialize)]
 struct Report {
     machine: MachineInfo,
@@ -171,11 +136,7 @@ const NAMES: [&str; 11] =
 const SLOW_DIVISOR: u64 = 10;
 
 struct Plan {
-    machine: Machine,
-    from: CpuId,
-    to: CpuId,
-    from_os: usize,
-    to_os: usize,
+    pair: Pair,
     iters: u64,
     reps: usize,
     idle_gap_ns: u64,
@@ -205,8 +166,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// A quick run for `corehop tour`: compact table and a one-line takeaway.
 pub fn tour() -> anyhow::Result<()> {
     let args = Args {
-        from: 0,
-        to: 1,
+        pair: PairArgs::default(),
         iters: 2_000,
         reps: 3,
         idle_gap_us: 20,
@@ -223,39 +183,14 @@ pub fn tour() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The machine the runtime sees by default (discovered, restricted to allowed CPUs), once
-/// `--from` and `--to` are checked to be two of its CPUs (dense ids); `what` needs them.
-pub(crate) fn two_cpus(from: usize, to: usize, what: &str) -> anyhow::Result<Machine> {
-    let machine = Runtime::builder()
-        .wake(Wake::Park)
-        .build()
-        .map(|rt| rt.machine().clone())
-        .context("starting a runtime")?;
-    let n = machine.cpus().len();
-    for (flag, cpu) in [("--from", from), ("--to", to)] {
-        if cpu >= n {
-            bail!("{flag} {cpu}: this machine has CPUs 0..{} (dense ids, see `corehop topo`)", n - 1);
-        }
-    }
-    if from == to {
-        bail!("--from and --to are both {from}: {what} needs two different CPUs");
-    }
-    Ok(machine)
-}
-
 fn plan(args: &Args) -> anyhow::Result<Plan> {
-    let machine = two_cpus(args.from, args.to, "a hop")?;
+    let pair = args.pair.check("a hop")?;
     let (iters, reps) = if args.output.quick { (300, 2) } else { (args.iters, args.reps) };
     if iters == 0 || reps == 0 {
         bail!("--iters and --reps must be at least 1");
     }
-    let (from, to) = (CpuId(args.from), CpuId(args.to));
     Ok(Plan {
-        from_os: machine.cpus()[args.from].os_id,
-        to_os: machine.cpus()[args.to].os_id,
-        machine,
-        from,
-        to,
+        pair,
         iters,
         reps,
         idle_gap_ns: args.idle_gap_us * 1_000,
@@ -271,15 +206,14 @@ fn measure(args: &Args) -> anyhow::Result<Report> {
     let mut samples: HashMap<&str, Vec<f64>> = HashMap::new();
     let mut ratios: HashMap<&str, Vec<f64>> = HashMap::new();
     let paired_floor_iters = (plan.iters / 4).max(100);
+    let (from_os, to_os) = plan.pair.os_ids();
     let bar = report::progress(plan.reps as u64, "switch");
     for _ in 0..plan.reps {
         for &name in &plan.rows {
             bar.set_message(name);
             let floor_ns = match name {
                 FLOOR => None,
-                _ => {
-                    Some(floor(plan.from_os, plan.to_os, paired_floor_iters).context("measuring the floor")?)
-                }
+                _ => Some(floor(from_os, to_os, paired_floor_iters).context("measuring the floor")?),
             };
             let ns = measure_one(&plan, name).with_context(|| format!("measuring {name}"))?;
             samples.entry(name).or_default().push(ns);
@@ -303,7 +237,7 @@ fn measure(args: &Args) -> anyhow::Result<Report> {
             })
         })
         .collect();
-    let machine = MachineInfo::new(&plan.machine, plan.from, plan.to);
+    let machine = plan.pair.info();
     Ok(Report { machine, results })
 }
 
@@ -312,10 +246,11 @@ fn measure(args: &Args) -> anyhow::Result<Report> {
 fn measure_one(plan: &Plan, name: &str) -> anyhow::Result<f64> {
     let slow = (plan.iters / SLOW_DIVISOR).max(1);
     let spin = || runtime(plan, Mechanism::Handoff, Wake::Spin);
+    let (from_os, to_os) = plan.pair.os_ids();
     match name {
-        FLOOR => floor(plan.from_os, plan.to_os, plan.iters),
-        FLOOR_WITH_STATE => floor_with_state(plan.from_os, plan.to_os, plan.iters),
-        GETTID => gettid(plan.from_os, plan.iters),
+        FLOOR => floor(from_os, to_os, plan.iters),
+        FLOOR_WITH_STATE => floor_with_state(from_os, to_os, plan.iters),
+        GETTID => gettid(from_os, plan.iters),
         YIELD => yields(&spin()?, plan),
         AFFINITY => round_trips(plan, Mechanism::Affinity, Wake::Park, slow, 0),
         SPIN => round_trips_on(&spin()?, plan, plan.iters, 0),
@@ -331,8 +266,8 @@ fn measure_one(plan: &Plan, name: &str) -> anyhow::Result<f64> {
 
 fn runtime(plan: &Plan, mechanism: Mechanism, wake: Wake) -> anyhow::Result<Runtime> {
     Ok(Runtime::builder()
-        .machine(plan.machine.clone())
-        .cpus([plan.from, plan.to])
+        .machine(plan.pair.machine.clone())
+        .cpus([plan.pair.from, plan.pair.to])
         .mechanism(mechanism)
         .wake(wake)
         .build()?)
@@ -353,7 +288,7 @@ fn round_trips(
 /// a gap, the task waits `gap_ns` on FROM before each round trip, so TO has been idle that
 /// long, and only the round trips are timed.
 fn round_trips_on(rt: &Runtime, plan: &Plan, iters: u64, gap_ns: u64) -> anyhow::Result<f64> {
-    let (from, to) = (plan.from, plan.to);
+    let (from, to) = (plan.pair.from, plan.pair.to);
     let warmup = (iters / 10).max(1);
     let ns = rt.block_on(from, move || -> Result<f64, corehop_runtime::Error> {
         for _ in 0..warmup {
@@ -391,7 +326,7 @@ fn wait_ns(ns: u64) {
 
 /// Mean ns of one hop FROM -> TO, stamped with the TSC on both sides.
 fn one_way_hops(rt: &Runtime, plan: &Plan) -> anyhow::Result<f64> {
-    let (from, to, iters) = (plan.from, plan.to, plan.iters);
+    let (from, to, iters) = (plan.pair.from, plan.pair.to, plan.iters);
     let ns = rt.block_on(from, move || -> Result<f64, corehop_runtime::Error> {
         let mut ns = Vec::with_capacity(iters as usize);
         for _ in 0..iters {
@@ -407,7 +342,7 @@ fn one_way_hops(rt: &Runtime, plan: &Plan) -> anyhow::Result<f64> {
 
 /// Mean ns per `yield_now` of a task alone on FROM: everything a hop does but move lines.
 fn yields(rt: &Runtime, plan: &Plan) -> anyhow::Result<f64> {
-    let (from, iters) = (plan.from, plan.iters);
+    let (from, iters) = (plan.pair.from, plan.iters);
     let ns = rt.block_on(from, move || -> Result<f64, corehop_runtime::Error> {
         per_op(iters, |_| yield_now())
     })??;
@@ -416,7 +351,7 @@ fn yields(rt: &Runtime, plan: &Plan) -> anyhow::Result<f64> {
 
 /// Mean ns per `on(TO, f)` call from a task on FROM.
 fn on_calls(rt: &Runtime, plan: &Plan) -> anyhow::Result<f64> {
-    let (from, to, iters) = (plan.from, plan.to, plan.iters);
+    let (from, to, iters) = (plan.pair.from, plan.pair.to, plan.iters);
     let ns = rt.block_on(from, move || -> Result<f64, corehop_runtime::Error> {
         per_op(iters, |i| {
             black_box(on(to, || black_box(i))?);
@@ -459,7 +394,7 @@ fn median_of_chunk_means(ns: &[u64]) -> f64 {
 
 /// Ns per cache-line round trip between two threads pinned on the two CPUs: one line, which
 /// carries the message both ways.
-pub fn floor(from_os: usize, to_os: usize, iters: u64) -> anyhow::Result<f64> {
+pub fn floor(from_os: OsCpu, to_os: OsCpu, iters: u64) -> anyhow::Result<f64> {
     #[repr(align(128))]
     struct Line(AtomicU64);
     let line = Line(AtomicU64::new(0));
@@ -472,8 +407,8 @@ pub fn floor(from_os: usize, to_os: usize, iters: u64) -> anyhow::Result<f64> {
 /// `take(n)` (what receiving costs beyond the message), then `send(n + 1)`, which must end
 /// by storing that number into `line(n + 1)`. Timed by [`per_op`].
 fn ping_pong<'a>(
-    from_os: usize,
-    to_os: usize,
+    from_os: OsCpu,
+    to_os: OsCpu,
     iters: u64,
     line: &(dyn Fn(u64) -> &'a AtomicU64 + Sync),
     take: &(dyn Fn(u64) + Sync),
@@ -535,7 +470,7 @@ fn ping_pong<'a>(
 /// near band: 2.2x the floor as here, the same with one message line for both directions,
 /// but 1.3x with the state line on the stack right next to the message lines, where the
 /// hardware prefetchers bring it along with them (a hop cannot arrange that for its stack).
-fn floor_with_state(from_os: usize, to_os: usize, iters: u64) -> anyhow::Result<f64> {
+fn floor_with_state(from_os: OsCpu, to_os: OsCpu, iters: u64) -> anyhow::Result<f64> {
     #[repr(align(128))]
     struct Message {
         seq: AtomicU64,
@@ -562,7 +497,7 @@ fn floor_with_state(from_os: usize, to_os: usize, iters: u64) -> anyhow::Result<
 }
 
 /// Mean ns per plain gettid system call on a thread pinned on `os_cpu`.
-fn gettid(os_cpu: usize, iters: u64) -> anyhow::Result<f64> {
+fn gettid(os_cpu: OsCpu, iters: u64) -> anyhow::Result<f64> {
     std::thread::scope(|s| {
         s.spawn(|| -> anyhow::Result<f64> {
             sys::pin_current_thread(os_cpu)?;

@@ -178,7 +178,7 @@ pub extern "C" fn ct_where(obj: *const c_void) -> c_int {
         return -2;
     };
     match state.objects.placement(&(obj as usize)) {
-        Some(Placement::Core { owner }) => state.machine.cpus()[owner.0].os_id as c_int,
+        Some(Placement::Core { owner }) => state.machine.cpus()[owner.0].os_id.0 as c_int,
         Some(_) => -1,
         None => {
             fail(format!("ct_where({obj:p}): unknown object"));

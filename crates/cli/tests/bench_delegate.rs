@@ -5,17 +5,9 @@ mod common;
 
 use common::corehop;
 
-fn two_cpus() -> bool {
-    let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    if n < 2 {
-        common::skip(&format!("bench delegate needs two CPUs, this process may use {n}"));
-    }
-    n >= 2
-}
-
 #[test]
 fn quick_json_has_the_documented_shape() {
-    if !two_cpus() {
+    if !common::two_cpus("bench delegate") {
         return;
     }
     let out = corehop(&["bench", "delegate", "--quick", "--json"]);
@@ -66,7 +58,7 @@ fn quick_json_has_the_documented_shape() {
 
 #[test]
 fn quick_table_and_plot() {
-    if !two_cpus() {
+    if !common::two_cpus("bench delegate") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -5,17 +5,9 @@ mod common;
 
 use common::corehop;
 
-fn two_cpus() -> bool {
-    let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    if n < 2 {
-        common::skip(&format!("bench switch needs two CPUs, this process may use {n}"));
-    }
-    n >= 2
-}
-
 #[test]
 fn quick_json_has_the_documented_shape() {
-    if !two_cpus() {
+    if !common::two_cpus("bench switch") {
         return;
     }
     let out = corehop(&["bench", "switch", "--quick", "--json"]);
@@ -54,7 +46,7 @@ fn quick_json_has_the_documented_shape() {
 
 #[test]
 fn table_and_plot() {
-    if !two_cpus() {
+    if !common::two_cpus("bench switch") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -79,7 +71,7 @@ fn bad_cpus_are_clear_errors() {
 
 #[test]
 fn rows_measures_only_the_named_rows_and_the_floor() {
-    if !two_cpus() {
+    if !common::two_cpus("bench switch") {
         return;
     }
     let out = corehop(&["bench", "switch", "--quick", "--json", "--rows", "yield,on"]);

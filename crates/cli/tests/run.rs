@@ -18,21 +18,7 @@ fn corehop() -> Command {
     common::offload_command()
 }
 
-fn have(tool: &str) -> bool {
-    let found = Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {tool}"))
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        common::skip(&format!("{tool} is not installed (scripts/test.sh installs it)"));
-    }
-    found
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use common::{have, text};
 
 /// The outcome of one program run twice: without the library, and with it.
 struct Pair {
@@ -476,7 +462,7 @@ fn the_run_suite_compares_real_programs_and_their_outputs() {
         assert!(r["plain"]["median"].as_f64().unwrap() > 0.0);
         assert!(r["ratio"].as_f64().unwrap() > 0.0);
         for arm in r["settled"].as_object().unwrap().keys() {
-            assert!(["never", "always", "size", "predicted"].contains(&arm.as_str()), "{arm}");
+            assert!(["never", "measured", "always", "size", "predicted"].contains(&arm.as_str()), "{arm}");
         }
     }
     let bad = corehop().args(["bench", "run-suite", "--programs", "doom"]).output().unwrap();
@@ -531,4 +517,29 @@ fn record_trace_needs_offload_and_a_writable_file() {
         .unwrap();
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("creating the trace file"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn without_a_summary_to_collect_corehop_becomes_the_program() {
+    // No --stats: `corehop run` execs the program, which keeps corehop's process id (so a
+    // signal sent to that id reaches the program itself).
+    let child = corehop()
+        .args(["run", "--offload", "--", "sh", "-c", "echo $$; exit 7"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(7));
+    assert_eq!(text(&out.stdout).trim(), pid.to_string());
+    // With --stats corehop stays the parent, to read the summary when the program ends.
+    let child = corehop()
+        .args(["run", "--offload", "--stats", "--", "sh", "-c", "echo $$"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert_ne!(text(&out.stdout).trim(), pid.to_string());
 }

@@ -7,6 +7,8 @@
 
 mod common;
 
+use common::text;
+
 use std::io::Read;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -23,11 +25,7 @@ fn corehop() -> Command {
 }
 
 fn have_cc() -> bool {
-    let found = Command::new("sh").args(["-c", "command -v cc"]).output().is_ok_and(|o| o.status.success());
-    if !found {
-        common::skip("cc is not installed");
-    }
-    found
+    common::have("cc")
 }
 
 fn is_root() -> bool {
@@ -37,10 +35,6 @@ fn is_root() -> bool {
         common::skip("needs root (credential changes)");
     }
     root
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// Compiles `fixtures/safety/NAME.c` into `dir`.

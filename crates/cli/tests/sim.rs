@@ -8,26 +8,14 @@ fn scenario(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios").join(name)
 }
 
-use common::corehop;
-
-fn ok(args: &[&str]) -> String {
-    let out = corehop(args);
-    assert!(out.status.success(), "corehop {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn fails(args: &[&str]) -> String {
-    let out = corehop(args);
-    assert!(!out.status.success(), "corehop {args:?} should fail");
-    String::from_utf8(out.stderr).unwrap()
-}
+use common::{error_of, stdout_of};
 
 #[test]
 fn micro_benchmark_prints_the_table_and_the_pivot() {
     let micro = scenario("switch-micro.toml");
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join("bars.svg");
-    let out = ok(&[
+    let out = stdout_of(&[
         "sim",
         micro.to_str().unwrap(),
         "--set",
@@ -48,8 +36,8 @@ fn micro_benchmark_prints_the_table_and_the_pivot() {
 fn json_is_deterministic_and_complete() {
     let mix = scenario("switch-syscall-mix.toml");
     let args = ["sim", mix.to_str().unwrap(), "--set", "workload.iterations=100", "--json"];
-    let a = ok(&args);
-    assert_eq!(a, ok(&args), "same seed, same output");
+    let a = stdout_of(&args);
+    assert_eq!(a, stdout_of(&args), "same seed, same output");
     let v: serde_json::Value = serde_json::from_str(&a).unwrap();
     let runs = v["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 16);
@@ -61,8 +49,15 @@ fn json_is_deterministic_and_complete() {
     assert_eq!(report["model"]["metrics"][0]["name"], "ns per call");
     assert!(report["hops"].as_u64().unwrap() > 0);
 
-    let other_seed =
-        ok(&["sim", mix.to_str().unwrap(), "--set", "workload.iterations=100", "--json", "--seed", "9"]);
+    let other_seed = stdout_of(&[
+        "sim",
+        mix.to_str().unwrap(),
+        "--set",
+        "workload.iterations=100",
+        "--json",
+        "--seed",
+        "9",
+    ]);
     assert_ne!(a, other_seed, "a different seed changes random lengths");
 }
 
@@ -72,7 +67,7 @@ fn csv_plot_and_numeric_sweeps() {
     let csv = dir.path().join("out.csv");
     let svg = dir.path().join("out.svg");
     let micro = scenario("switch-micro.toml");
-    let out = ok(&[
+    let out = stdout_of(&[
         "sim",
         micro.to_str().unwrap(),
         "--set",
@@ -110,7 +105,7 @@ fn csv_plot_and_numeric_sweeps() {
 
 #[test]
 fn list_shows_models_and_presets() {
-    let out = ok(&["sim", "--list"]);
+    let out = stdout_of(&["sim", "--list"]);
     assert!(
         out.contains("switch") && out.contains("switch-cs-quarter") && out.contains("o2-16core"),
         "{out}"
@@ -135,26 +130,30 @@ fn bad_input_names_file_key_and_problem() {
             format!("{GOOD}[costs]\nmem_latency_ns = -25\n"),
             "costs.mem_latency_ns: must not be negative",
         ),
-        ("cpu.toml", format!("{GOOD}os_cpus = [7]\n"), "workload.os_cpus[0]: CPU 7 is out of range"),
+        (
+            "cpu.toml",
+            format!("{GOOD}service_cpus = [7]\n"),
+            "workload.service_cpus[0]: CPU 7 is out of range",
+        ),
         ("preset.toml", GOOD.replace("switch-cs", "cray-1"), "machine.preset: bad machine"),
         ("syntax.toml", "[machine\n".to_string(), "line 1: not valid TOML"),
         ("kind.toml", GOOD.replace("\"switch\"", "\"warp\""), "workload.kind: unknown workload kind"),
     ];
     for (name, text, expected) in cases {
         let path = write(dir.path(), name, &text);
-        let err = fails(&["sim", path.to_str().unwrap()]);
+        let err = error_of(&["sim", path.to_str().unwrap()]);
         assert!(err.contains(path.to_str().unwrap()), "{name}: {err}");
         assert!(err.contains(expected), "{name}: {err}");
         assert!(!err.contains("panicked"), "{name}: {err}");
     }
     let good = write(dir.path(), "good.toml", GOOD);
-    let single = ok(&["sim", good.to_str().unwrap()]);
+    let single = stdout_of(&["sim", good.to_str().unwrap()]);
     assert!(single.contains("1 run") && single.contains("calls hopped: 1.0000 fraction"), "{single}");
-    let err = fails(&["sim", good.to_str().unwrap(), "--set", "workload.tasks=-1"]);
+    let err = error_of(&["sim", good.to_str().unwrap(), "--set", "workload.tasks=-1"]);
     assert!(err.contains("workload.tasks"), "{err}");
-    let err = fails(&["sim", good.to_str().unwrap(), "--sweep", "nothing"]);
+    let err = error_of(&["sim", good.to_str().unwrap(), "--sweep", "nothing"]);
     assert!(err.contains("key=a,b,c"), "{err}");
-    let err = fails(&["sim", "/nonexistent/scenario.toml"]);
+    let err = error_of(&["sim", "/nonexistent/scenario.toml"]);
     assert!(err.contains("/nonexistent/scenario.toml: (file): cannot read the file"), "{err}");
 }
 
@@ -163,9 +162,9 @@ fn set_overrides_a_swept_key_and_is_validated() {
     let mix = scenario("switch-syscall-mix.toml");
     let mix = mix.to_str().unwrap();
     // The file sweeps workload.mechanism: --set replaces the sweep, and a bad value is an error.
-    let err = fails(&["sim", mix, "--set", "workload.mechanism=teleport"]);
+    let err = error_of(&["sim", mix, "--set", "workload.mechanism=teleport"]);
     assert!(err.contains("workload.mechanism") && err.contains("teleport"), "{err}");
-    let out: serde_json::Value = serde_json::from_str(&ok(&[
+    let out: serde_json::Value = serde_json::from_str(&stdout_of(&[
         "sim",
         mix,
         "--set",
@@ -188,14 +187,15 @@ fn set_overrides_a_swept_key_and_is_validated() {
 fn impossible_workloads_are_errors_not_wrong_answers() {
     let micro = scenario("switch-micro.toml");
     let micro = micro.to_str().unwrap();
-    let err = fails(&["sim", micro, "--set", "workload.iterations=0"]);
+    let err = error_of(&["sim", micro, "--set", "workload.iterations=0"]);
     assert!(err.contains("workload.iterations: must be at least 1"), "{err}");
-    let err = fails(&["sim", micro, "--set", "workload.calls=[{name=\"x\",length={fixed=1e18}}]"]);
+    let err = error_of(&["sim", micro, "--set", "workload.calls=[{name=\"x\",length={fixed=1e18}}]"]);
     assert!(err.contains("workload.calls[0].length") && err.contains("too large"), "{err}");
-    let err = fails(&["sim", micro, "--set", "workload.app_cpus=[0]", "--set", "workload.os_cpus=[0]"]);
+    let err =
+        error_of(&["sim", micro, "--set", "workload.app_cpus=[0]", "--set", "workload.service_cpus=[0]"]);
     assert!(err.contains("CPU 0 is also in workload.app_cpus"), "{err}");
     let offload = scenario("offload-threshold.toml");
-    let err = fails(&["sim", offload.to_str().unwrap(), "--set", "workload.iterations=0"]);
+    let err = error_of(&["sim", offload.to_str().unwrap(), "--set", "workload.iterations=0"]);
     assert!(err.contains("workload.iterations: must be at least 1"), "{err}");
 }
 
@@ -220,7 +220,7 @@ fn parallel_sweeps_print_exactly_what_serial_ones_do() {
         if json {
             args.push("--json");
         }
-        (ok(&args), std::fs::read_to_string(&csv).unwrap())
+        (stdout_of(&args), std::fs::read_to_string(&csv).unwrap())
     };
     let (serial_json, serial_csv) = run("1", true);
     assert_eq!(serial_json.matches("\"settings\"").count(), 48, "3 latencies x 8 thresholds x 2 seeds");
@@ -230,7 +230,7 @@ fn parallel_sweeps_print_exactly_what_serial_ones_do() {
     assert_eq!(run("1", false), run("2", false), "the tables too");
     // The first failing point in point order is the error, whatever the thread count.
     let bad = ["sim", threshold.to_str().unwrap(), "--sweep", "workload.app_cpus=[0],[9]"];
-    let serial = fails(&[&bad[..], &["--jobs", "1"]].concat());
+    let serial = error_of(&[&bad[..], &["--jobs", "1"]].concat());
     assert!(serial.contains("workload.app_cpus[0]: CPU 9 is out of range"), "{serial}");
-    assert_eq!(serial, fails(&[&bad[..], &["--jobs", "2"]].concat()));
+    assert_eq!(serial, error_of(&[&bad[..], &["--jobs", "2"]].concat()));
 }

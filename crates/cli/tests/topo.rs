@@ -3,23 +3,15 @@
 mod common;
 
 use std::path::Path;
-use std::process::Output;
 
-/// `corehop topo ARGS`.
-fn corehop(args: &[&str]) -> Output {
-    common::corehop(&[&["topo"], args].concat())
-}
-
+/// `corehop topo ARGS`: its stdout.
 fn stdout_of(args: &[&str]) -> String {
-    let output = corehop(args);
-    assert!(output.status.success(), "topo {args:?} failed: {}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8(output.stdout).unwrap()
+    common::stdout_of(&[&["topo"], args].concat())
 }
 
+/// `corehop topo ARGS`, which must fail: its stderr.
 fn error_of(args: &[&str]) -> String {
-    let output = corehop(args);
-    assert!(!output.status.success(), "topo {args:?} should fail");
-    String::from_utf8(output.stderr).unwrap()
+    common::error_of(&[&["topo"], args].concat())
 }
 
 #[test]

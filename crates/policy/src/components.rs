@@ -610,11 +610,12 @@ fn work_rate(obs: &[Observation]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use corehop_topology::OsCpu;
     use proptest::prelude::*;
 
     /// `n` CPUs; with `smt`, pairs of CPUs share a physical core.
     fn machine(n: usize, smt: bool) -> Machine {
-        Machine::uniform("test", &(0..n).collect::<Vec<_>>(), if smt { 2 } else { 1 })
+        Machine::uniform("test", &(0..n).map(OsCpu).collect::<Vec<_>>(), if smt { 2 } else { 1 })
     }
 
     fn obs(util: f64) -> Observation {

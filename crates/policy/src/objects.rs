@@ -1230,7 +1230,7 @@ mod tests {
         let cpus = (0..n)
             .map(|i| Cpu {
                 id: CpuId(i),
-                os_id: i,
+                os_id: corehop_topology::OsCpu(i),
                 core: i,
                 package: i / per_chip,
                 class: CoreClass::Uniform,

@@ -8,16 +8,18 @@
 //! sampler (the epoch sampling of selective-os-offload's threshold tuner, generalised to arms)
 //!
 //! - starts in [`STAY`], so a program that never runs long enough to learn anything pays
-//!   nothing;
+//!   nothing (or, with [`ArmSampler::starting_in`], in an arm that itself keeps work in place
+//!   until moving it measured cheaper);
 //! - samples a candidate arm for one *short* epoch between two epochs of the incumbent and
 //!   scores it against their mean, so slow drifts in the workload cancel out;
 //! - moves to a candidate only when it beats the incumbent by more than a margin twice in a
 //!   row (the winner of a round is tried once more before it takes over: one lucky epoch does
 //!   not move anything), and always keeps [`STAY`] among the candidates of a moving
-//!   incumbent, so it falls back as soon as moving stops paying (phase changes);
+//!   incumbent (it never sits out), so it falls back when moving stops paying (phase
+//!   changes);
 //! - spends at most a fixed share of the elapsed time on the losses of its trials (the
-//!   *regret budget*): a trial is started only when the loss it could cause, at the worst
-//!   slowdown seen so far, fits in the budget; an arm that lost is tried again after twice as
+//!   *regret budget*): a trial of any arm, [`STAY`] included, is started only when the loss
+//!   it could cause, at the worst slowdown seen so far, fits in the budget; an arm that lost is tried again after twice as
 //!   many rounds each time it loses (back-off).
 //!
 //! So a policy built on it never loses more than about the budget (1 % by default) to not
@@ -237,6 +239,26 @@ impl ArmSampler {
         })
     }
 
+    /// The same sampler, starting in `arm` instead of [`STAY`] (an arm that is itself "stay
+    /// unless moving measured cheaper"); [`STAY`] is still among the candidates of every round.
+    /// An arm out of range is ignored.
+    pub fn starting_in(mut self, arm: usize) -> ArmSampler {
+        if arm < self.arms {
+            self.incumbent = arm;
+        }
+        self
+    }
+
+    /// What the driver expects a trial of `arm` to run at: `slowdown` × the incumbent's time
+    /// (from a model of the arm, e.g. measured costs of its moves). It stands for the arm's
+    /// risk until a trial of it is measured, in place of [`PayoffConfig::assumed_slowdown`];
+    /// it is clamped to [1, 1000] and ignored if not finite.
+    pub fn expect_slowdown(&mut self, arm: usize, slowdown: f64) {
+        if arm < self.arms && !self.measured[arm] && slowdown.is_finite() {
+            self.worst_slowdown[arm] = slowdown.clamp(1.0, 1000.0);
+        }
+    }
+
     /// The arm in force (what the sampler settled on, not a trial).
     pub fn incumbent(&self) -> usize {
         self.incumbent
@@ -345,13 +367,14 @@ impl ArmSampler {
     }
 
     /// The next candidate of the round that is not sitting out and whose trial fits in the
-    /// regret budget. [`STAY`] is never made to sit out: not moving is always worth checking.
+    /// regret budget. [`STAY`] is never made to sit out: not moving is always worth checking,
+    /// as soon as the budget allows.
     fn next_candidate(&self, queue: &mut Vec<usize>) -> Option<usize> {
         while let Some(arm) = queue.pop() {
             if arm != STAY && self.sit_out[arm] > 0 {
                 continue;
             }
-            if arm == STAY || self.trial_fits(arm) {
+            if self.trial_fits(arm) {
                 return Some(arm);
             }
         }
@@ -383,7 +406,7 @@ impl ArmSampler {
         let margin = 1.0 + self.config.margin;
         let best = ratios.iter().copied().filter(|&(_, r)| r > margin).max_by(|a, b| a.1.total_cmp(&b.1));
         if let (Some((arm, ratio)), None) = (best, confirming) {
-            if arm == STAY || self.trial_fits(arm) {
+            if self.trial_fits(arm) {
                 return Phase::Round {
                     queue: Vec::new(),
                     before: Some(rate),

@@ -587,7 +587,7 @@ mod tests {
                 let id = cpus.len();
                 cpus.push(Cpu {
                     id: CpuId(id),
-                    os_id: id,
+                    os_id: corehop_topology::OsCpu(id),
                     core,
                     package: 0,
                     class: CoreClass::Uniform,

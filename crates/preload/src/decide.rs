@@ -10,7 +10,7 @@
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use corehop_policy::offload::{CallDesc, Decision, OffloadPolicy};
+use corehop_policy::offload::{CallCost, CallDesc, Decision, OffloadPolicy};
 
 use corehop_policy::offload::CallKind;
 
@@ -119,6 +119,7 @@ impl Policy {
             OffloadPolicy::SizeThreshold { .. } => "size",
             OffloadPolicy::StaticProfile(_) => "static",
             OffloadPolicy::Predicted(_) => "predicted",
+            OffloadPolicy::Measured(_) => "measured",
             OffloadPolicy::Adaptive(_) => "adaptive",
         };
         Some(Standing { settled, rounds, switches, regret_ppm: (sampler.regret_share() * 1e6) as u64 })
@@ -135,10 +136,10 @@ impl Policy {
         self.inner.decide(&call.to_policy(), 0) == Decision::Offload
     }
 
-    /// The call ran for `run_ns` (wherever it ran) and finished at `now_ns`; `done` is the
-    /// number of intercepted calls the process has completed so far (its progress).
-    pub fn observe(&mut self, call: &Desc, run_ns: u64, now_ns: u64, done: u64) {
-        self.inner.observe(&call.to_policy(), run_ns);
+    /// The call cost what `cost` says and finished at `now_ns`; `done` is the number of
+    /// intercepted calls the process has completed so far (its progress).
+    pub fn observe(&mut self, call: &Desc, cost: CallCost, now_ns: u64, done: u64) {
+        self.inner.observe(&call.to_policy(), cost);
         if !self.inner.wants_epochs() {
             return;
         }
@@ -152,12 +153,10 @@ impl Policy {
         }
     }
 
-    /// Whether this is an adaptive policy running its `never` arm (not a trial) now.
+    /// Whether this is an adaptive policy whose arm now (not a trial) keeps every call local:
+    /// `never`, or `measured` while no call key moves and no probe is due.
     fn stays(&self) -> bool {
-        match &self.inner {
-            OffloadPolicy::Adaptive(a) => a.sampler().next_epoch().arm == corehop_policy::payoff::STAY,
-            _ => false,
-        }
+        matches!(self.inner, OffloadPolicy::Adaptive(_)) && self.inner.keeps_all_local()
     }
 
     /// Whether `observe` is worth the clock reads.
@@ -171,7 +170,7 @@ pub struct Shared {
     locked: AtomicBool,
     /// `Stateless::encode` of the installed policy.
     stateless: AtomicU64,
-    /// An adaptive policy runs its `never` arm now (not a trial): decide without the lock.
+    /// An adaptive policy's arm keeps every call local now: decide without the lock.
     adaptive_stays: AtomicBool,
     policy: UnsafeCell<Option<Policy>>,
 }
@@ -210,11 +209,11 @@ impl Shared {
         }
     }
 
-    /// Shows the policy a call that ran for `run_ns` and ended at `now_ns`, `done` calls
-    /// into the process, if its lock is free (a missed observation changes no result).
-    pub fn observe(&self, call: &Desc, run_ns: u64, now_ns: u64, done: u64) {
+    /// Shows the policy a call that cost `cost` and ended at `now_ns`, `done` calls into the
+    /// process, if its lock is free (a missed observation changes no result).
+    pub fn observe(&self, call: &Desc, cost: CallCost, now_ns: u64, done: u64) {
         self.try_with(|p| {
-            p.observe(call, run_ns, now_ns, done);
+            p.observe(call, cost, now_ns, done);
             self.adaptive_stays.store(p.stays(), Ordering::Relaxed);
         });
     }
@@ -311,10 +310,10 @@ mod tests {
         assert!(p.learns());
         let fsync = call(CallKind::Fsync, 0);
         assert!(!p.decide(&fsync), "nothing learnt yet");
-        p.observe(&fsync, 80_000, 1, 1);
+        p.observe(&fsync, CallCost::local(80_000), 1, 1);
         assert!(p.decide(&fsync), "last run 80 us > N = 5 us");
         let small = call(CallKind::Read, 10);
-        p.observe(&small, 100, 2, 2);
+        p.observe(&small, CallCost::local(100), 2, 2);
         assert!(!p.decide(&small));
     }
 
@@ -345,10 +344,12 @@ mod tests {
         let mut now = 1;
         for done in 1..=20_000u64 {
             now += 2_000; // a call every 2 us: 10 000 calls per 20 ms epoch
-            p.observe(&read, 1_000, now, done);
+            p.observe(&read, CallCost::local(1_000), now, done);
         }
         let standing = p.standing().unwrap();
-        assert_eq!(standing.settled, "never");
+        // It starts in `measured`, which moves no call it has not measured cheaper moved.
+        assert!(["never", "measured"].contains(&standing.settled), "{}", standing.settled);
+        assert!(!p.decide(&read));
         assert!(Policy::parse("never").unwrap().standing().is_none());
     }
 

@@ -11,7 +11,7 @@ use crate::decide::{Desc, Policy, Shared};
 use crate::lane::{Outcome, Request, Waiting};
 use crate::service::{self, ServiceConfig, LANES, MAX_LANES};
 use crate::{memo, stats, sys, trace};
-use corehop_policy::offload::CallKind;
+use corehop_policy::offload::{CallCost, CallKind};
 
 const UNINIT: u32 = 0;
 const INITIALIZING: u32 = 1;
@@ -262,98 +262,96 @@ pub(crate) fn dispatch(
     request: Option<Request>,
     local: impl FnOnce() -> i64,
 ) -> i64 {
-    THREAD.with(|thread| dispatch_on(thread, kind, fd, size, request, local))
-}
-
-fn dispatch_on(
-    thread: &Thread,
-    kind: CallKind,
-    fd: i32,
-    size: impl FnOnce() -> u64,
-    request: Option<Request>,
-    local: impl FnOnce() -> i64,
-) -> i64 {
-    let Some(_inside) = Inside::enter(thread) else {
-        if STATE.load(Acquire) == READY {
-            stats::bump(&stats::of(kind).seen);
-            stats::bump(&stats::of(kind).busy);
+    THREAD.with(|thread| {
+        let Some(_inside) = Inside::enter(thread) else {
+            if STATE.load(Acquire) == READY {
+                stats::bump(&stats::of(kind).seen);
+                stats::bump(&stats::of(kind).busy);
+            }
+            return local();
+        };
+        if !ready() {
+            return local();
         }
-        return local();
-    };
-    if !ready() {
-        return local();
-    }
-    let counters = stats::of(kind);
-    stats::bump(&counters.seen);
-    if THREAD_STATE_CHANGED.load(core::sync::atomic::Ordering::Relaxed) {
-        stats::bump(&counters.kept);
-        return run_local(thread, counters, &Desc { kind, fd, size: 0, site: 0 }, local);
-    }
-    let call = Desc { kind, fd, size: size(), site: thread.site.get() };
-    let Some(request) = request.filter(|r| !r.check.fds().iter().flatten().any(|&fd| memo::may_block(fd)))
-    else {
-        stats::bump(&counters.kept);
-        return run_local(thread, counters, &call, local);
-    };
-    match POLICY.decide(&call) {
-        Some(true) => {}
-        Some(false) => {
-            stats::bump(&counters.local);
-            return run_local(thread, counters, &call, local);
-        }
-        None => {
-            stats::bump(&counters.busy);
-            return run_local(thread, counters, &call, local);
-        }
-    }
-    if sys::getpid() != PID.load(SeqCst) || !service_running() {
-        stats::bump(&counters.busy);
-        return run_local(thread, counters, &call, local);
-    }
-    // A pending cancellation acts at the call's start, as it would in libc's wrapper.
-    // SAFETY: pthread_testcancel has no preconditions.
-    unsafe { pthread_testcancel() };
-    if thread.ticket.get() == 0 {
-        thread.ticket.set(NEXT_TICKET.fetch_add(1, SeqCst));
-    }
-    let ticket = thread.ticket.get() as usize;
-    let lanes = LANE_COUNT.load(SeqCst).max(1);
-    let waiting = Waiting { spin_ns: SPIN_NS.load(SeqCst), stall_timeout_ns: STALL_TIMEOUT_NS.load(SeqCst) };
-    let start = sys::now_ns();
-    let (outcome, slept_after) = LANES[ticket % lanes].call_spun(request, ticket / lanes, waiting);
-    // Read first: the counters' locked adds below wait for the slot's line to come back.
-    let waited = sys::now_ns().saturating_sub(start);
-    // The caller's polling cost: the whole wait if it never slept.
-    stats::add(&stats::SPUN_NS, slept_after.unwrap_or(waited));
-    match outcome {
-        Outcome::Done(reply) if reply.refused => {
-            request.check.fds().iter().flatten().for_each(|&fd| memo::mark(fd));
+        let counters = stats::of(kind);
+        stats::bump(&counters.seen);
+        if THREAD_STATE_CHANGED.load(core::sync::atomic::Ordering::Relaxed) {
             stats::bump(&counters.kept);
-            run_local(thread, counters, &call, local)
+            return run_local(thread, counters, &Desc { kind, fd, size: 0, site: 0 }, local);
         }
-        Outcome::Done(reply) => {
-            stats::bump(&counters.offloaded);
-            stats::add(&counters.service_ns, reply.run_ns);
-            stats::add(&counters.wait_ns, waited);
-            stats::record_handoff(kind, waited.saturating_sub(reply.run_ns));
-            POLICY.observe(&call, reply.run_ns, sys::now_ns(), count_done(thread));
-            if trace::on() {
-                trace::record(kind, fd, call.size, call.site, reply.run_ns);
+        let call = Desc { kind, fd, size: size(), site: thread.site.get() };
+        let Some(request) =
+            request.filter(|r| !r.check.fds().iter().flatten().any(|&fd| memo::may_block(fd)))
+        else {
+            stats::bump(&counters.kept);
+            return run_local(thread, counters, &call, local);
+        };
+        match POLICY.decide(&call) {
+            Some(true) => {}
+            Some(false) => {
+                stats::bump(&counters.local);
+                return run_local(thread, counters, &call, local);
             }
-            if reply.signal != 0 {
-                sys::tgkill_self(sys::gettid(), reply.signal);
+            None => {
+                stats::bump(&counters.busy);
+                return run_local(thread, counters, &call, local);
             }
-            sys::to_libc(reply.ret)
         }
-        Outcome::Withdrawn => {
-            stats::bump(&counters.withdrawn);
-            run_local(thread, counters, &call, local)
-        }
-        Outcome::Full => {
+        if sys::getpid() != PID.load(SeqCst) || !service_running() {
             stats::bump(&counters.busy);
-            run_local(thread, counters, &call, local)
+            return run_local(thread, counters, &call, local);
         }
-    }
+        // A pending cancellation acts at the call's start, as it would in libc's wrapper.
+        // SAFETY: pthread_testcancel has no preconditions.
+        unsafe { pthread_testcancel() };
+        if thread.ticket.get() == 0 {
+            thread.ticket.set(NEXT_TICKET.fetch_add(1, SeqCst));
+        }
+        let ticket = thread.ticket.get() as usize;
+        let lanes = LANE_COUNT.load(SeqCst).max(1);
+        let waiting =
+            Waiting { spin_ns: SPIN_NS.load(SeqCst), stall_timeout_ns: STALL_TIMEOUT_NS.load(SeqCst) };
+        let start = sys::now_ns();
+        let (outcome, slept_after) = LANES[ticket % lanes].call_spun(request, ticket / lanes, waiting);
+        // Read first: the counters' locked adds below wait for the slot's line to come back.
+        let waited = sys::now_ns().saturating_sub(start);
+        // The caller's polling cost: the whole wait if it never slept.
+        stats::add(&stats::SPUN_NS, slept_after.unwrap_or(waited));
+        match outcome {
+            Outcome::Done(reply) if reply.refused => {
+                request.check.fds().iter().flatten().for_each(|&fd| memo::mark(fd));
+                stats::bump(&counters.kept);
+                run_local(thread, counters, &call, local)
+            }
+            Outcome::Done(reply) => {
+                stats::bump(&counters.offloaded);
+                stats::add(&counters.service_ns, reply.run_ns);
+                stats::add(&counters.wait_ns, waited);
+                stats::record_handoff(kind, waited.saturating_sub(reply.run_ns));
+                POLICY.observe(
+                    &call,
+                    CallCost::moved(reply.run_ns, waited),
+                    sys::now_ns(),
+                    count_done(thread),
+                );
+                if trace::on() {
+                    trace::record(kind, fd, call.size, call.site, reply.run_ns);
+                }
+                if reply.signal != 0 {
+                    sys::tgkill_self(sys::gettid(), reply.signal);
+                }
+                sys::to_libc(reply.ret)
+            }
+            Outcome::Withdrawn => {
+                stats::bump(&counters.withdrawn);
+                run_local(thread, counters, &call, local)
+            }
+            Outcome::Full => {
+                stats::bump(&counters.busy);
+                run_local(thread, counters, &call, local)
+            }
+        }
+    })
 }
 
 /// Runs the real libc function on the calling thread, timing one call in [`TIME_EVERY`] when
@@ -384,7 +382,7 @@ fn run_local(thread: &Thread, counters: &stats::Counters, call: &Desc, local: im
     let run_ns = end.saturating_sub(start);
     stats::add(&counters.local_ns, run_ns);
     stats::bump(&counters.local_timed);
-    POLICY.observe(call, run_ns, end, count_done(thread));
+    POLICY.observe(call, CallCost::local(run_ns), end, count_done(thread));
     if trace::on() {
         trace::record(call.kind, call.fd, call.size, call.site, run_ns);
     }

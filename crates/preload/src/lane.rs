@@ -219,174 +219,70 @@ impl Lane {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+/// The hand-off's checks (`corehop_sys::testing`), run through this lane's request format and
+/// its service loop with the idle budget: what the lane adds must keep every request running
+/// once or never, and lose no wake-up (loom: `RUSTFLAGS="--cfg loom" cargo test -p
+/// corehop-preload --lib --release -- loom`).
+#[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
-    use std::sync::Arc;
+    use corehop_sys::testing::{self, LaneUnderTest};
 
-    const CALLERS: usize = 6;
-    const CALLS: usize = 400;
-    /// The id of the requests that only wake the service thread at the end.
-    const WAKE: usize = CALLERS * CALLS;
+    impl LaneUnderTest for Lane {
+        type Server = Idle;
 
-    fn request(id: usize) -> Request {
-        Request { nr: 0, args: [id as u64, 0, 0, 0, 0, 0], check: Check::Nothing, may_signal: false }
+        fn empty() -> Lane {
+            Lane::new()
+        }
+
+        fn server(&self) -> Idle {
+            // Under loom time stands still, so a budget would be polled for ever.
+            Idle::new(if cfg!(loom) { 0 } else { 2_000 })
+        }
+
+        fn call(&self, id: u64, hint: usize, waiting: Waiting) -> handoff::Outcome<u64> {
+            let request =
+                Request { nr: 0, args: [id, 0, 0, 0, 0, 0], check: Check::Nothing, may_signal: false };
+            match Lane::call(self, request, hint, waiting) {
+                Outcome::Done(reply) => handoff::Outcome::Done(reply.ret as u64),
+                Outcome::Withdrawn => handoff::Outcome::Withdrawn,
+                Outcome::Full => handoff::Outcome::Full,
+            }
+        }
+
+        fn kick(&self) {
+            Lane::kick(self)
+        }
+
+        fn serve(&self, idle: &mut Idle, before_claim: &dyn Fn(), run: &dyn Fn(u64) -> u64) {
+            self.serve_batch(idle, before_claim, |req| Reply {
+                ret: run(req.args[0]) as i64,
+                ..Reply::default()
+            });
+        }
     }
 
-    /// Callers race a service thread that stalls now and then, with a stall timeout short
-    /// enough that many requests are withdrawn: every request must run exactly once if its
-    /// caller got `Done`, and never if it was withdrawn or found no slot.
+    #[cfg(not(loom))]
     #[test]
     fn each_request_runs_once_or_never_and_replies_reach_their_caller() {
-        let lane: &'static Lane = Box::leak(Box::new(Lane::new()));
-        let runs: Arc<Vec<AtomicU32>> = Arc::new((0..=WAKE).map(|_| AtomicU32::new(0)).collect());
-        let stop = Arc::new(AtomicBool::new(false));
-        let service = {
-            let (runs, stop) = (runs.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let batches = AtomicU32::new(0);
-                let mut idle = Idle::new(2_000);
-                while !stop.load(Relaxed) {
-                    lane.serve_batch(
-                        &mut idle,
-                        || {
-                            if batches.fetch_add(1, Relaxed).is_multiple_of(5) {
-                                std::thread::sleep(std::time::Duration::from_micros(300));
-                            }
-                        },
-                        |req| {
-                            runs[req.args[0] as usize].fetch_add(1, Relaxed);
-                            Reply { ret: req.args[0] as i64 * 3, refused: false, signal: 0, run_ns: 1 }
-                        },
-                    );
-                }
-            })
-        };
-        let callers: Vec<_> = (0..CALLERS)
-            .map(|c| {
-                std::thread::spawn(move || {
-                    let waiting = Waiting { spin_ns: 1_000, stall_timeout_ns: 100_000 };
-                    (0..CALLS)
-                        .map(|i| {
-                            let id = c * CALLS + i;
-                            let outcome = lane.call(request(id), c, waiting);
-                            if let Outcome::Done(reply) = outcome {
-                                assert_eq!(reply.ret, id as i64 * 3, "a reply reached the wrong caller");
-                            }
-                            (id, outcome)
-                        })
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        let outcomes: Vec<(usize, Outcome)> = callers.into_iter().flat_map(|h| h.join().unwrap()).collect();
-        stop.store(true, Relaxed);
-        // Wake the service thread so it sees `stop`.
-        while !service.is_finished() {
-            let _ = lane.call(request(WAKE), 0, Waiting { spin_ns: 0, stall_timeout_ns: 1_000_000 });
-        }
-        let (mut done, mut withdrawn) = (0, 0);
-        for (id, outcome) in outcomes {
-            let ran = runs[id].load(Relaxed);
-            match outcome {
-                Outcome::Done(_) => {
-                    done += 1;
-                    assert_eq!(ran, 1, "request {id} done, but ran {ran} times");
-                }
-                Outcome::Withdrawn | Outcome::Full => {
-                    withdrawn += 1;
-                    assert_eq!(ran, 0, "request {id} was withdrawn yet ran");
-                }
-            }
-        }
-        assert!(done > 0, "no request completed");
-        eprintln!("{done} done, {withdrawn} withdrawn or refused for lack of a slot");
+        testing::each_request_runs_once_or_never::<Lane>();
     }
 
-    #[test]
-    fn a_reply_fits_its_completion_line() {
-        assert!(core::mem::size_of::<Reply>() <= 56);
-    }
-}
-
-/// Model checks of the hand-off (`RUSTFLAGS="--cfg loom" cargo test -p corehop-preload --lib
-/// --release -- loom`): every interleaving of callers and the service thread, with the futex
-/// modelled so that a lost wake-up is a deadlock loom reports.
-#[cfg(all(test, loom))]
-mod loom_tests {
-    use super::*;
-    use core::sync::atomic::Ordering::SeqCst;
-    use loom::sync::atomic::{AtomicBool, AtomicU32};
-    use loom::sync::Arc;
-    use loom::thread;
-
-    fn request(id: u64) -> Request {
-        Request { nr: 0, args: [id, 0, 0, 0, 0, 0], check: Check::Nothing, may_signal: false }
-    }
-
-    /// Serves until `done`, counting runs.
-    fn service(lane: Arc<Lane>, runs: Arc<AtomicU32>, done: Arc<AtomicBool>) -> thread::JoinHandle<()> {
-        thread::spawn(move || {
-            let mut idle = Idle::new(0);
-            while !done.load(SeqCst) {
-                lane.serve_batch(
-                    &mut idle,
-                    || {},
-                    |req| {
-                        runs.fetch_add(1, SeqCst);
-                        Reply { ret: req.args[0] as i64 + 100, ..Reply::default() }
-                    },
-                );
-            }
-        })
-    }
-
-    /// A caller that gives up at once races the service thread's claim: the call runs exactly
-    /// once if the caller got `Done`, never if it withdrew, and the parked caller is always woken.
+    #[cfg(loom)]
     #[test]
     fn loom_withdraw_races_claim_and_the_call_runs_once_or_never() {
-        loom::model(|| {
-            let lane = Arc::new(Lane::new());
-            let runs = Arc::new(AtomicU32::new(0));
-            let done = Arc::new(AtomicBool::new(false));
-            let server = service(lane.clone(), runs.clone(), done.clone());
-            let outcome = lane.call(request(1), 0, Waiting { spin_ns: 0, stall_timeout_ns: 0 });
-            done.store(true, SeqCst);
-            lane.kick();
-            server.join().unwrap();
-            match outcome {
-                Outcome::Done(reply) => {
-                    assert_eq!(reply.ret, 101);
-                    assert_eq!(runs.load(SeqCst), 1);
-                }
-                Outcome::Withdrawn => assert_eq!(runs.load(SeqCst), 0),
-                Outcome::Full => panic!("an empty lane has free slots"),
-            }
-        });
+        testing::loom_withdraw_races_claim::<Lane>();
     }
 
-    /// Two callers that wait as long as it takes each get their own reply; no wake-up is lost.
+    #[cfg(loom)]
     #[test]
     fn loom_two_patient_callers_both_get_their_reply() {
-        loom::model(|| {
-            let lane = Arc::new(Lane::new());
-            let runs = Arc::new(AtomicU32::new(0));
-            let done = Arc::new(AtomicBool::new(false));
-            let server = service(lane.clone(), runs.clone(), done.clone());
-            let patient = Waiting { spin_ns: 0, stall_timeout_ns: u64::MAX };
-            let other = {
-                let lane = lane.clone();
-                thread::spawn(move || lane.call(request(2), 1, patient))
-            };
-            let mine = lane.call(request(1), 0, patient);
-            let theirs = other.join().unwrap();
-            done.store(true, SeqCst);
-            lane.kick();
-            server.join().unwrap();
-            assert_eq!(mine, Outcome::Done(Reply { ret: 101, ..Reply::default() }));
-            assert_eq!(theirs, Outcome::Done(Reply { ret: 102, ..Reply::default() }));
-            assert_eq!(runs.load(SeqCst), 2);
-        });
+        testing::loom_two_patient_callers::<Lane>();
+    }
+
+    #[cfg(loom)]
+    #[test]
+    fn loom_a_reused_slot_answers_each_request_once() {
+        testing::loom_a_reused_slot::<Lane>();
     }
 }

@@ -1,8 +1,9 @@
-//! The preload's only door to the kernel: raw system calls, futexes, the clock, and the real
+//! The preload's only door to the kernel: raw system calls, the clock, and the real
 //! libc symbols behind the ones this library interposes.
 //!
-//! The system-call instruction and the futexes are `corehop_sys`'s, shared with the runtime;
-//! the library links nothing of the runtime itself (its worker threads and TLS destructors).
+//! The system-call instruction and the futexes (inside the lanes) are `corehop_sys`'s, shared
+//! with the runtime; the library links nothing of the runtime itself (its worker threads and
+//! TLS destructors).
 //!
 //! Nothing here calls an interposed libc function (`read`, `write`, `open`, ...): inside an
 //! `LD_PRELOAD` library those names resolve to our own wrappers, so the library's own I/O uses
@@ -10,7 +11,7 @@
 //! (`-errno` on failure); errno is set only by the wrapper that returns to the program.
 
 use core::ffi::{c_char, c_void};
-use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicPtr, Ordering};
 
 pub use corehop_sys::raw::{getpid, gettid, is_err, syscall as raw};
 
@@ -43,18 +44,6 @@ pub fn sleep_ns(ns: u64) {
         }
         req = rem;
     }
-}
-
-/// Sleeps while `word == expected`, for at most `timeout_ns` (`None`: no limit). Returns
-/// `false` when the timeout passed. Spurious and signal wake-ups return `true`; callers
-/// re-check their condition.
-pub fn futex_wait(word: &AtomicU32, expected: u32, timeout_ns: Option<u64>) -> bool {
-    corehop_sys::futex::wait(word, expected, timeout_ns) != corehop_sys::futex::FutexWait::TimedOut
-}
-
-/// Wakes every thread sleeping in [`futex_wait`] on `word`.
-pub fn futex_wake(word: &AtomicU32) {
-    corehop_sys::futex::wake(word, u32::MAX);
 }
 
 /// Restricts the calling thread to kernel CPU `cpu`. Returns the raw result.

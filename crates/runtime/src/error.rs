@@ -3,10 +3,11 @@
 use std::any::Any;
 use std::io;
 
-use corehop_topology::CpuId;
+use corehop_topology::{CpuId, OsCpu};
 
 /// Why a runtime call failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The CPU is not one the runtime (or the machine, at build time) has.
     #[error("{cpu} is not one of the available CPUs ({})", list(available))]
@@ -17,14 +18,14 @@ pub enum Error {
         available: Vec<CpuId>,
     },
     /// The machine has the CPU, but this process may not run on it (affinity mask, cpuset).
-    #[error("{cpu} (kernel CPU {os_id}) is not in this process's allowed CPUs {allowed:?}")]
+    #[error("{cpu} (kernel CPU {os_id}) is not in this process's allowed CPUs {}", OsCpu::list(allowed))]
     CpuNotAllowed {
         /// The CPU asked for (an index into the machine's CPU list).
         cpu: CpuId,
         /// The kernel's number for that CPU.
-        os_id: usize,
+        os_id: OsCpu,
         /// The kernel CPU numbers this process may run on.
-        allowed: Vec<usize>,
+        allowed: Vec<OsCpu>,
     },
     /// The same CPU was chosen twice.
     #[error("{cpu} was chosen more than once")]
@@ -66,7 +67,7 @@ pub enum Error {
         /// The CPU the thread was to run on.
         cpu: CpuId,
         /// The kernel's number for that CPU.
-        os_id: usize,
+        os_id: OsCpu,
         /// The OS error from setting the thread's affinity.
         source: io::Error,
     },
@@ -96,7 +97,7 @@ pub enum Error {
     },
     /// Finding out what the machine is failed.
     #[error("could not discover the machine: {0}")]
-    Topology(String),
+    Topology(#[from] corehop_topology::TopologyError),
 }
 
 fn list(cpus: &[CpuId]) -> String {
@@ -159,8 +160,12 @@ mod tests {
     fn messages_name_the_problem() {
         let e = Error::UnknownCpu { cpu: CpuId(7), available: vec![CpuId(0), CpuId(1)] };
         assert_eq!(e.to_string(), "cpu7 is not one of the available CPUs (cpu0, cpu1)");
-        let e = Error::CpuNotAllowed { cpu: CpuId(1), os_id: 5, allowed: vec![0, 1] };
-        assert!(e.to_string().contains("kernel CPU 5"));
+        let e = Error::CpuNotAllowed {
+            cpu: CpuId(1),
+            os_id: OsCpu(5),
+            allowed: vec![OsCpu(0), OsCpu(1), OsCpu(3)],
+        };
+        assert_eq!(e.to_string(), "cpu1 (kernel CPU 5) is not in this process's allowed CPUs 0-1,3");
         assert!(JoinError::from_panic(Box::new("boom")).to_string().contains("boom"));
         assert!(JoinError::from_panic(Box::new(String::from("bang"))).to_string().contains("bang"));
         assert!(JoinError::from_panic(Box::new(3u8)).to_string().contains("non-string"));

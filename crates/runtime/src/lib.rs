@@ -46,9 +46,10 @@ pub mod submit;
 mod sync;
 pub mod sys;
 mod task;
+mod worker;
 
 pub use corehop_policy::pick::{Candidate, Pick, PickState};
-pub use corehop_topology::CpuId;
+pub use corehop_topology::{CpuId, OsCpu};
 pub use error::{Error, JoinError};
 pub use runtime::{Builder, JoinHandle, Mechanism, Runtime, Wake, DEFAULT_STACK_SIZE, MIN_STACK_SIZE};
 pub use submit::{submit, submit_batch, Pending, PendingBatch, MAX_BLOCK_OPS};

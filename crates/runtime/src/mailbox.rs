@@ -944,13 +944,10 @@ mod loom_tests {
 
     /// Two producers hand one node each to a consumer that parks whenever its inbox is empty:
     /// every interleaving delivers both (a lost wake-up would leave the consumer asleep, which
-    /// loom reports as a deadlock). Three threads with a futex model explode the state space,
-    /// so preemptions are bounded to two, as tokio does for its larger models.
+    /// loom reports as a deadlock). Preemptions are bounded to two (`model_bounded`).
     #[test]
     fn loom_handoff_two_producers_no_lost_wakeup() {
-        let mut model = loom::model::Builder::new();
-        model.preemption_bound = Some(2);
-        model.check(|| {
+        crate::sync::model_bounded(2, || {
             let (mb, mut reader) = Mailbox::<Node>::new(true, 2, None);
             let producers: Vec<_> = (1..=2)
                 .map(|v| {
@@ -1004,9 +1001,7 @@ mod loom_tests {
     /// fills and the rest spill to the list.
     #[test]
     fn loom_lane_and_list_no_lost_node_or_wakeup() {
-        let mut model = loom::model::Builder::new();
-        model.preemption_bound = Some(2);
-        model.check(|| {
+        crate::sync::model_bounded(2, || {
             let (mb, mut reader) = Mailbox::<Node>::new(true, 2, None);
             let writer = LaneWriter::all(2).pop().unwrap();
             let lane_producer = {

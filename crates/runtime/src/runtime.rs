@@ -35,12 +35,12 @@ use std::cell::Cell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as StdOrdering};
-use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 
 use corehop_policy::pick::Candidate;
 use corehop_policy::spin::{SpinBudget, SpinConfig};
-use corehop_topology::{CpuId, Machine};
+use corehop_topology::{CpuId, Machine, OsCpu};
 use corosensei::stack::{DefaultStack, Stack};
 use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
@@ -53,6 +53,7 @@ use crate::overflow::{self, Guard};
 use crate::submit::Inbox;
 use crate::sync::AtomicPtr;
 use crate::sys;
+use crate::worker::{self, StartError, Started};
 
 /// How a hop moves a task to another CPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -189,26 +190,24 @@ impl Builder {
             shutdown: AtomicBool::new(false),
         });
         let runtime = Runtime { shared: shared.clone(), threads: Mutex::new(Vec::new()) };
-        let (ready_tx, ready_rx) = mpsc::channel();
         let lanes = LaneWriter::all(cpus_len);
         for (i, (reader, lane)) in readers.into_iter().zip(lanes).enumerate() {
-            let (shared, ready) = (shared.clone(), ready_tx.clone());
-            let slot = &runtime.shared.workers[i];
-            let spawned = thread::Builder::new()
-                .name(format!("corehop-{}", slot.cpu))
-                .spawn(move || worker_main(shared, i, reader, lane, ready));
-            match spawned {
+            let shared = shared.clone();
+            let (cpu, os_id) = (runtime.shared.workers[i].cpu, runtime.shared.workers[i].os_id);
+            let started = worker::start_pinned(format!("corehop-{cpu}"), Some(os_id), move |started| {
+                worker_main(shared, i, reader, lane, started)
+            });
+            // On an error, dropping `runtime` shuts down the workers already started.
+            match started {
                 Ok(handle) => runtime.lock_threads().push(handle),
-                // Dropping `runtime` shuts down the workers already started.
-                Err(source) => return Err(Error::Thread { cpu: slot.cpu, source }),
-            }
-        }
-        drop(ready_tx);
-        for _ in 0..runtime.shared.workers.len() {
-            match ready_rx.recv() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => return Err(e),
-                Err(_) => return Err(Error::Topology("a worker thread died while starting".into())),
+                Err(StartError::Pin(source)) if source.raw_os_error() == Some(libc::EINVAL) => {
+                    let allowed = sys::affinity_of(std::process::id() as i32).unwrap_or_default();
+                    return Err(Error::CpuNotAllowed { cpu, os_id, allowed });
+                }
+                Err(StartError::Pin(source)) => return Err(Error::Pin { cpu, os_id, source }),
+                Err(e @ (StartError::Spawn(_) | StartError::Died)) => {
+                    return Err(Error::Thread { cpu, source: e.into_io() })
+                }
             }
         }
         Ok(runtime)
@@ -217,7 +216,7 @@ impl Builder {
 
 /// The host as sysfs describes it, restricted to the CPUs this process may use.
 fn default_machine() -> Result<Machine, Error> {
-    corehop_topology::discover().map_err(|e| Error::Topology(e.to_string()))
+    Ok(corehop_topology::discover()?)
 }
 
 /// A running corehop runtime: one pinned worker thread per chosen CPU.
@@ -479,7 +478,7 @@ const STACK_LINES: usize = 4;
 
 pub(crate) struct WorkerSlot {
     pub(crate) cpu: CpuId,
-    pub(crate) os_id: usize,
+    pub(crate) os_id: OsCpu,
     pub(crate) mailbox: Arc<Mailbox<Task>>,
     /// Operations delegated to this worker with `submit`, served between tasks.
     pub(crate) inbox: Inbox,
@@ -605,20 +604,9 @@ fn worker_main(
     index: usize,
     mut reader: Reader<Task>,
     lane: LaneWriter,
-    ready: mpsc::Sender<Result<(), Error>>,
+    started: Started,
 ) {
     let slot = &shared.workers[index];
-    if let Err(source) = sys::pin_current_thread(slot.os_id) {
-        let error = if source.raw_os_error() == Some(libc::EINVAL) {
-            let allowed = sys::affinity_of(std::process::id() as i32).unwrap_or_default();
-            Error::CpuNotAllowed { cpu: slot.cpu, os_id: slot.os_id, allowed }
-        } else {
-            Error::Pin { cpu: slot.cpu, os_id: slot.os_id, source }
-        };
-        // The builder is waiting for this; if it is gone there is no one to tell.
-        let _ = ready.send(Err(error));
-        return;
-    }
     let parent = fiber::parent_cell();
     // SAFETY (for the senders' use by tasks): the worker is switched out while a task that
     // sends on one of its lanes runs, and it sends on none of them then.
@@ -626,9 +614,7 @@ fn worker_main(
     // SAFETY: `senders` lives until `leave_worker` below, and the worker uses its lanes only
     // between tasks.
     unsafe { context::enter_worker(&shared, slot.cpu, index, parent, &senders) };
-    // The receiver may already be gone after another worker failed; then so is the runtime.
-    let _ = ready.send(Ok(()));
-    drop(ready);
+    started.report();
     let mut idle = Idle { budget: SpinBudget::new(shared.spin), caught_gap: None };
     let inbox = &slot.inbox;
     loop {

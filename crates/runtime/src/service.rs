@@ -2,7 +2,7 @@
 //!
 //! Service cores come in two forms, behind the same [`ServiceCores`] / [`Offloader`] API:
 //!
-//! - **Service threads** ([`ServiceCores::start`]): one thread pinned on each service CPU. Work
+//! - **Service threads** ([`ServiceConfig::build`]): one thread pinned on each service CPU. Work
 //!   reaches it as a closure (or a [`SysCall`] value, which is a closure over a raw system
 //!   call) left on the caller's stack, whose address travels in a request slot of the thread's
 //!   lane (`corehop_sys::handoff`: request and completion one cache line each, the lines
@@ -12,7 +12,7 @@
 //!   (`corehop_policy::spin`, fitted to the gaps between requests), then sleeps, so a quiet
 //!   program does not keep the service CPU busy; [`CoreStats::polled_ns`] says what polling
 //!   cost.
-//! - **Hops** ([`ServiceCores::on_runtime_cpus`]): the service CPUs are workers of a
+//! - **Hops** ([`ServiceConfig::build`] on runtime CPUs): the service CPUs are workers of a
 //!   [`crate::Runtime`], and the calling *task* itself moves there with [`crate::on`] and back
 //!   (the papers' core switch). Called from outside a task, or when the hop is refused (a
 //!   [`crate::no_hop_zone`], shutdown), the work runs locally instead and is counted in
@@ -31,7 +31,7 @@
 //! ```text
 //!   app thread ── Offloader::read(fd, buf) ──▶ policy.decide(call, queue delay)
 //!        │ Local: raw syscall here, time it          │ Offload: Job ──▶ service thread (CPU s)
-//!        └────────── policy.observe(call, run) ◀─────┘       runs, times, signals Done
+//!        └────────── policy.observe(call, cost) ◀────┘       runs, times, signals Done
 //! ```
 //!
 //! Rules: a closure sent to a service core must not depend on thread identity (thread-locals,
@@ -44,7 +44,7 @@
 //! use corehop_policy::offload::OffloadPolicy;
 //!
 //! let cpu = corehop_runtime::sys::affinity().unwrap()[0];
-//! let cores = ServiceCores::start(ServiceConfig::on_cpus([cpu])).unwrap();
+//! let cores = ServiceConfig::on_cpus([cpu]).build().unwrap();
 //! let mut off = Offloader::new(&cores, OffloadPolicy::Always);
 //! let mut buf = [0u8; 16];
 //! let err = off.read(-1, &mut buf).unwrap_err(); // bad fd, run on the service core
@@ -53,9 +53,7 @@
 //! ```
 
 use std::cell::Cell;
-use std::collections::hash_map::DefaultHasher;
 use std::ffi::CStr;
-use std::hash::{Hash, Hasher};
 use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::RawFd;
 use std::panic;
@@ -64,13 +62,14 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use corehop_policy::offload::{CallDesc, CallKind, Decision, OffloadPolicy};
+use corehop_policy::offload::{CallCost, CallDesc, CallKind, Decision, OffloadPolicy};
 use corehop_policy::pick::{Candidate, Pick, PickState};
 use corehop_policy::spin::{SpinBudget, SpinConfig};
-use corehop_topology::CpuId;
+use corehop_topology::{CpuId, OsCpu};
 use crossbeam_utils::CachePadded;
 
 use crate::sys::{self, Errno};
+use crate::worker;
 
 mod call;
 mod scoped;
@@ -88,39 +87,60 @@ const MEAN_RUN_SHIFT: u32 = 3;
 
 /// What went wrong starting service cores.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ServiceError {
     /// The configuration lists no CPU.
     #[error("no service CPUs given")]
     NoCpus,
     /// A CPU appears twice.
-    #[error("service CPU {cpu} is listed twice")]
+    #[error("service core on {cpu} is listed twice")]
     Duplicate {
-        /// Kernel CPU number.
-        cpu: usize,
+        /// The CPU listed twice.
+        cpu: ServiceCpu,
     },
     /// A CPU outside this process's affinity mask.
-    #[error("service CPU {cpu} is not one this process may run on (allowed: {allowed:?})")]
+    #[error("service CPU {cpu} is not one this process may run on (allowed: {})", OsCpu::list(allowed))]
     CpuNotAllowed {
-        /// Kernel CPU number.
-        cpu: usize,
-        /// The kernel CPU numbers this process may use.
-        allowed: Vec<usize>,
+        /// The CPU asked for.
+        cpu: OsCpu,
+        /// The CPUs this process may use.
+        allowed: Vec<OsCpu>,
     },
     /// The thread could not be started.
     #[error("could not start the service thread for CPU {cpu}: {source}")]
     Start {
-        /// Kernel CPU number.
-        cpu: usize,
+        /// The CPU it was to run on.
+        cpu: OsCpu,
         /// What the OS said.
         source: io::Error,
     },
 }
 
-/// Which CPUs serve, how work is spread over them, and how waiting is done.
+/// Where a service core serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ServiceCpu {
+    /// A service thread pinned on this kernel CPU ([`ServiceConfig::build`]).
+    Thread(OsCpu),
+    /// A runtime worker the calling task hops to ([`ServiceConfig::build`] on runtime CPUs).
+    Hop(CpuId),
+}
+
+impl std::fmt::Display for ServiceCpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServiceCpu::Thread(cpu) => write!(f, "kernel CPU {cpu}"),
+            ServiceCpu::Hop(cpu) => write!(f, "runtime {cpu}"),
+        }
+    }
+}
+
+/// Which CPUs serve, how work is spread over them, and how waiting is done. `C` is how the
+/// CPUs are named: kernel numbers ([`OsCpu`]) for service threads, a runtime's CPUs
+/// ([`CpuId`]) for hop cores.
 #[derive(Clone, Debug)]
-pub struct ServiceConfig {
-    /// Kernel CPU numbers of the service cores.
-    pub cpus: Vec<usize>,
+pub struct ServiceConfig<C = OsCpu> {
+    /// The service cores' CPUs.
+    pub cpus: Vec<C>,
     /// How a caller chooses among several service cores (WC / AF / PA, fast-core-switching §9.2).
     pub pick: Pick,
     /// The longest a caller spins for a result before sleeping; it spins less when its recent
@@ -131,9 +151,10 @@ pub struct ServiceConfig {
     pub idle_spin: Duration,
 }
 
-impl ServiceConfig {
-    /// Service cores on `cpus`, work-conserving with affinity, default spin budgets.
-    pub fn on_cpus(cpus: impl IntoIterator<Item = usize>) -> ServiceConfig {
+impl<C> ServiceConfig<C> {
+    /// Service cores on `cpus`, work-conserving with affinity, default spin budgets; set the
+    /// fields you need, then [`ServiceConfig::build`] (as `Runtime::builder()…build()`).
+    pub fn on_cpus(cpus: impl IntoIterator<Item = C>) -> ServiceConfig<C> {
         ServiceConfig {
             cpus: cpus.into_iter().collect(),
             pick: Pick { work_conserving: true, affinity: true, prefer_affinity: false },
@@ -141,13 +162,37 @@ impl ServiceConfig {
             idle_spin: DEFAULT_IDLE_SPIN,
         }
     }
+
+    /// The first CPU listed twice, if any.
+    fn duplicate(&self) -> Option<&C>
+    where
+        C: PartialEq,
+    {
+        self.cpus.iter().enumerate().find(|&(i, cpu)| self.cpus[..i].contains(cpu)).map(|(_, cpu)| cpu)
+    }
+}
+
+impl ServiceConfig<OsCpu> {
+    /// Starts one pinned service thread per CPU.
+    pub fn build(self) -> Result<ServiceCores, ServiceError> {
+        ServiceCores::start(self)
+    }
+}
+
+impl ServiceConfig<CpuId> {
+    /// Service cores that are CPUs of a [`crate::Runtime`]: offloaded work runs by hopping the
+    /// calling task there and back ([`crate::on`]). The spin settings do not apply (the
+    /// runtime's wake-up settings do).
+    pub fn build(self) -> Result<ServiceCores, ServiceError> {
+        ServiceCores::on_runtime_cpus(self)
+    }
 }
 
 /// What one service core has done so far.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CoreStats {
-    /// Kernel CPU number of the service core.
-    pub cpu: usize,
+    /// Where the service core serves.
+    pub cpu: ServiceCpu,
     /// Calls (or closures) it ran.
     pub jobs: u64,
     /// Sum of the jobs' run times.
@@ -216,15 +261,13 @@ impl Load {
 }
 
 struct Core {
-    cpu: usize,
+    cpu: ServiceCpu,
     /// Thread cores: the service thread's request slots.
     lane: Option<Arc<Lane>>,
     /// Thread cores: set on drop, then the thread is woken and leaves.
     stop: Arc<AtomicBool>,
     load: Arc<Load>,
     thread: Option<JoinHandle<()>>,
-    /// Hop cores: the runtime CPU the calling task hops to.
-    hop_to: Option<CpuId>,
 }
 
 thread_local! {
@@ -245,62 +288,67 @@ fn on_service_thread() -> bool {
 /// A set of running service cores. Dropping it stops and joins the service threads.
 pub struct ServiceCores {
     cores: Vec<Core>,
-    config: ServiceConfig,
+    pick: Pick,
+    caller_spin: Duration,
     shared_pick: Mutex<PickState>,
 }
 
 impl ServiceCores {
-    /// Starts one pinned service thread per CPU in `config.cpus`.
-    pub fn start(config: ServiceConfig) -> Result<ServiceCores, ServiceError> {
+    fn start(config: ServiceConfig) -> Result<ServiceCores, ServiceError> {
         if config.cpus.is_empty() {
             return Err(ServiceError::NoCpus);
         }
+        if let Some(&cpu) = config.duplicate() {
+            return Err(ServiceError::Duplicate { cpu: ServiceCpu::Thread(cpu) });
+        }
         let allowed =
             sys::affinity().map_err(|source| ServiceError::Start { cpu: config.cpus[0], source })?;
-        for (i, &cpu) in config.cpus.iter().enumerate() {
-            if config.cpus[..i].contains(&cpu) {
-                return Err(ServiceError::Duplicate { cpu });
-            }
-            if !allowed.contains(&cpu) {
-                return Err(ServiceError::CpuNotAllowed { cpu, allowed });
-            }
+        if let Some(&cpu) = config.cpus.iter().find(|cpu| !allowed.contains(cpu)) {
+            return Err(ServiceError::CpuNotAllowed { cpu, allowed });
         }
         let mut cores = Vec::with_capacity(config.cpus.len());
         for &cpu in &config.cpus {
             cores.push(Core::start(cpu, config.idle_spin)?);
         }
-        Ok(ServiceCores { cores, config, shared_pick: Mutex::new(PickState::default()) })
+        Ok(ServiceCores::new(cores, &config))
     }
 
-    /// Service cores that are CPUs of a [`crate::Runtime`]: offloaded work runs by hopping the
-    /// calling task there and back ([`crate::on`]). `config.cpus` are the runtime's CPU ids;
-    /// the spin settings do not apply (the runtime's wake-up settings do).
-    pub fn on_runtime_cpus(config: ServiceConfig) -> Result<ServiceCores, ServiceError> {
+    fn on_runtime_cpus(config: ServiceConfig<CpuId>) -> Result<ServiceCores, ServiceError> {
         if config.cpus.is_empty() {
             return Err(ServiceError::NoCpus);
         }
-        for (i, &cpu) in config.cpus.iter().enumerate() {
-            if config.cpus[..i].contains(&cpu) {
-                return Err(ServiceError::Duplicate { cpu });
-            }
+        if let Some(&cpu) = config.duplicate() {
+            return Err(ServiceError::Duplicate { cpu: ServiceCpu::Hop(cpu) });
         }
         let cores = config
             .cpus
             .iter()
             .map(|&cpu| Core {
-                cpu,
+                cpu: ServiceCpu::Hop(cpu),
                 lane: None,
                 stop: Arc::default(),
                 load: Arc::default(),
                 thread: None,
-                hop_to: Some(CpuId(cpu)),
             })
             .collect();
-        Ok(ServiceCores { cores, config, shared_pick: Mutex::new(PickState::default()) })
+        Ok(ServiceCores::new(cores, &config))
     }
 
-    /// Kernel CPU numbers of the service cores (runtime CPU ids for hop cores).
-    pub fn cpus(&self) -> Vec<usize> {
+    fn new<C>(cores: Vec<Core>, config: &ServiceConfig<C>) -> ServiceCores {
+        let (pick, caller_spin) = (config.pick, config.caller_spin);
+        ServiceCores { cores, pick, caller_spin, shared_pick: Mutex::new(PickState::default()) }
+    }
+
+    /// The kernel CPUs of the service threads (none for hop cores).
+    pub fn os_cpus(&self) -> Vec<OsCpu> {
+        self.cores
+            .iter()
+            .filter_map(|c| if let ServiceCpu::Thread(cpu) = c.cpu { Some(cpu) } else { None })
+            .collect()
+    }
+
+    /// Where the service cores serve.
+    pub fn cpus(&self) -> Vec<ServiceCpu> {
         self.cores.iter().map(|c| c.cpu).collect()
     }
 
@@ -349,12 +397,15 @@ impl ServiceCores {
         times[times.len() / 2]
     }
 
+    /// The cores as the pick sees them; each is named by its index (`pick` needs only tell
+    /// them apart).
     fn candidates(&self) -> Vec<Candidate> {
         self.cores
             .iter()
-            .map(|c| match c.load.pending() {
-                0 => Candidate::idle(CpuId(c.cpu)),
-                n => Candidate::busy(CpuId(c.cpu), n),
+            .enumerate()
+            .map(|(index, c)| match c.load.pending() {
+                0 => Candidate::idle(CpuId(index)),
+                n => Candidate::busy(CpuId(index), n),
             })
             .collect()
     }
@@ -363,8 +414,7 @@ impl ServiceCores {
         if self.cores.len() == 1 {
             return 0;
         }
-        let chosen = self.config.pick.pick(&self.candidates(), state);
-        chosen.and_then(|cpu| self.cores.iter().position(|c| c.cpu == cpu.0)).unwrap_or(0)
+        self.pick.pick(&self.candidates(), state).map_or(0, |index| index.0)
     }
 
     /// Runs `f` on core `index`; returns its result with the queue wait and run time (ns).
@@ -375,12 +425,12 @@ impl ServiceCores {
             return (r, 0, sys::now_ns().saturating_sub(t0));
         }
         let core = &self.cores[index];
-        if let Some(cpu) = core.hop_to {
+        if let ServiceCpu::Hop(cpu) = core.cpu {
             return Self::hop_and_run(core, cpu, f);
         }
         let lane = core.lane.as_ref().expect("a thread core has a lane");
         core.load.sent.jobs.fetch_add(1, Ordering::Relaxed);
-        let spin_ns = self.config.caller_spin.as_nanos().min(u64::MAX as u128) as u64;
+        let spin_ns = self.caller_spin.as_nanos().min(u64::MAX as u128) as u64;
         let (out, completion, spun_ns) = scoped::run_there(lane, SLOT_HINT.with(|h| *h), spin_ns, f);
         core.load.sent.spun_ns.fetch_add(spun_ns, Ordering::Relaxed);
         match out {
@@ -438,37 +488,21 @@ impl Drop for ServiceCores {
 }
 
 impl Core {
-    fn start(cpu: usize, idle_spin: Duration) -> Result<Core, ServiceError> {
+    fn start(cpu: OsCpu, idle_spin: Duration) -> Result<Core, ServiceError> {
         let lane = Arc::new(Lane::new());
         let stop = Arc::new(AtomicBool::new(false));
         let load = Arc::new(Load::default());
-        let (ready_tx, ready_rx) = crossbeam_channel::bounded::<io::Result<()>>(1);
         let thread = {
             let (lane, stop, load) = (lane.clone(), stop.clone(), load.clone());
-            std::thread::Builder::new()
-                .name(format!("corehop-service-{cpu}"))
-                .spawn(move || {
-                    let pinned = sys::pin_current_thread(cpu);
-                    let ok = pinned.is_ok();
-                    let _ = ready_tx.send(pinned);
-                    if ok {
-                        ON_SERVICE_THREAD.with(|f| f.set(true));
-                        load.done.tid.store(sys::gettid(), Ordering::Relaxed);
-                        Core::serve(&lane, &stop, &load, idle_spin);
-                    }
-                })
-                .map_err(|source| ServiceError::Start { cpu, source })?
+            worker::start_pinned(format!("corehop-service-{cpu}"), Some(cpu), move |started| {
+                ON_SERVICE_THREAD.with(|f| f.set(true));
+                load.done.tid.store(sys::gettid(), Ordering::Relaxed);
+                started.report();
+                Core::serve(&lane, &stop, &load, idle_spin);
+            })
+            .map_err(|e| ServiceError::Start { cpu, source: e.into_io() })?
         };
-        match ready_rx.recv() {
-            Ok(Ok(())) => Ok(Core { cpu, lane: Some(lane), stop, load, thread: Some(thread), hop_to: None }),
-            Ok(Err(source)) => {
-                let _ = thread.join();
-                Err(ServiceError::Start { cpu, source })
-            }
-            Err(_) => {
-                Err(ServiceError::Start { cpu, source: io::Error::other("service thread died starting") })
-            }
-        }
+        Ok(Core { cpu: ServiceCpu::Thread(cpu), lane: Some(lane), stop, load, thread: Some(thread) })
     }
 
     /// The service thread: serves what its doorbell names; idle, polls for an adaptive budget,
@@ -642,13 +676,22 @@ pub struct Offloader<'s> {
     stats: OffloadStats,
     epoch: Option<Epoch>,
     profile: Option<Vec<(CallDesc, u64)>>,
+    /// Short local calls until the policy is shown one again (see [`OBSERVE_SHORT_EVERY`]).
+    until_observed: u32,
 }
 
-/// A call site from the caller's source location.
+/// A local call shorter than [`SHORT_CALL_NS`] is shown to the policy one time in this many:
+/// learning from every one of them cost more than the calls' own kernel time on a file server
+/// (docs/performance.md). Long calls, the ones a move may pay for, and moved calls are
+/// always shown.
+pub const OBSERVE_SHORT_EVERY: u32 = 16;
+/// See [`OBSERVE_SHORT_EVERY`].
+pub const SHORT_CALL_NS: u64 = 2_000;
+
+/// A call site from the caller's source location: the address of its static `Location`,
+/// one per call site in the program (hashing its file and line cost 200 instructions a call).
 fn site_of(location: &'static panic::Location<'static>) -> u64 {
-    let mut h = DefaultHasher::new();
-    (location.file(), location.line(), location.column()).hash(&mut h);
-    h.finish()
+    std::ptr::from_ref(location) as usize as u64
 }
 
 impl<'s> Offloader<'s> {
@@ -661,6 +704,7 @@ impl<'s> Offloader<'s> {
             stats: OffloadStats::default(),
             epoch: None,
             profile: None,
+            until_observed: 0,
         }
     }
 
@@ -716,14 +760,17 @@ impl<'s> Offloader<'s> {
     }
 
     /// Runs `f`, described to the policy as `desc`, locally or on a service core as the
-    /// policy decides; the measured run length goes back to the policy.
+    /// policy decides; what the call cost goes back to the policy (for a short local call,
+    /// one time in [`OBSERVE_SHORT_EVERY`]).
     pub fn call<'a, R: Send + 'a>(&mut self, desc: CallDesc, f: impl FnOnce() -> R + Send + 'a) -> R {
         self.stats.calls += 1;
         // A queue at the service core only ever makes a policy keep more calls local, so a
         // call that stays local with no queue stays local: decided without touching the
         // service core's line (a cache miss that costs more than most local calls).
         let mut state = self.pick_state;
-        let target = match self.policy.decide(&desc, 0) {
+        let decision =
+            if self.policy.keeps_all_local() { Decision::Local } else { self.policy.decide(&desc, 0) };
+        let target = match decision {
             Decision::Local => None,
             Decision::Offload => {
                 let index = self.cores.pick(&mut state);
@@ -739,18 +786,24 @@ impl<'s> Offloader<'s> {
                 let r = f();
                 let run = sys::now_ns().saturating_sub(t0);
                 self.stats.local_run_ns += run;
-                self.learn(&desc, run);
+                if run >= SHORT_CALL_NS || self.profile.is_some() || self.until_observed == 0 {
+                    self.until_observed = OBSERVE_SHORT_EVERY - 1;
+                    self.learn(&desc, CallCost::local(run));
+                } else {
+                    self.until_observed -= 1;
+                }
                 r
             }
             Some(index) => {
                 self.pick_state = state;
                 let t0 = sys::now_ns();
                 let (r, wait, run) = self.cores.run_on(index, f);
+                let caller = sys::now_ns().saturating_sub(t0);
                 self.stats.offloaded += 1;
                 self.stats.remote_run_ns += run;
                 self.stats.remote_wait_ns += wait;
-                self.stats.remote_total_ns += sys::now_ns().saturating_sub(t0);
-                self.learn(&desc, run);
+                self.stats.remote_total_ns += caller;
+                self.learn(&desc, CallCost::moved(run, caller));
                 r
             }
         };
@@ -758,10 +811,10 @@ impl<'s> Offloader<'s> {
         result
     }
 
-    fn learn(&mut self, desc: &CallDesc, run: u64) {
-        self.policy.observe(desc, run);
+    fn learn(&mut self, desc: &CallDesc, cost: CallCost) {
+        self.policy.observe(desc, cost);
         if let Some(profile) = &mut self.profile {
-            profile.push((*desc, run));
+            profile.push((*desc, cost.run));
         }
     }
 

@@ -44,10 +44,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use corehop_policy::smt::{Mode, ModeError, SmtLayout, Work};
-use corehop_topology::{CpuId, Machine};
+use corehop_topology::{CpuId, Machine, OsCpu};
 
 use crate::sync::Doorbell;
 use crate::sys;
+use crate::worker::StartError;
 
 /// Runs `call` where `layout` places service work raised by the calling task in `mode`: in AMP
 /// on the reserved sibling of the task's core (delegated with [`crate::on`], the task comes
@@ -142,6 +143,7 @@ pub struct ContextStats {
 
 /// Why the SMT runtime could not start or act.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SmtError {
     /// The layout refuses the mode (e.g. AMP on a machine without an SMT core).
     #[error(transparent)]
@@ -155,7 +157,7 @@ pub enum SmtError {
         /// The context (dense CPU id).
         cpu: CpuId,
         /// The kernel's number for that context.
-        os_id: usize,
+        os_id: OsCpu,
         /// The OS error from setting the thread's affinity.
         source: std::io::Error,
     },
@@ -189,7 +191,7 @@ fn queue_index(home: Option<Mode>) -> usize {
 /// A context's futex bell (an event count) and its counters.
 struct Context {
     cpu: CpuId,
-    os_id: usize,
+    os_id: OsCpu,
     group: usize,
     reserved: bool,
     bell: Doorbell,
@@ -314,7 +316,7 @@ impl SmtBuilder {
             for &cpu in &g.cpus {
                 contexts.push(Context {
                     cpu,
-                    os_id: machine.cpu(cpu).map_or(cpu.0, |c| c.os_id),
+                    os_id: machine.cpu(cpu).map_or(OsCpu(cpu.0), |c| c.os_id),
                     group,
                     reserved: layout.is_reserved(cpu),
                     bell: Doorbell::new(),
@@ -339,30 +341,22 @@ impl SmtBuilder {
         });
         let mut runtime = SmtRuntime { shared: shared.clone(), workers: Vec::new() };
         for index in 0..shared.contexts.len() {
-            let (started_tx, started_rx) = std::sync::mpsc::channel();
-            let theirs = shared.clone();
-            let pin = self.pin;
-            let handle = std::thread::Builder::new()
-                .name(format!("corehop-smt-{}", shared.contexts[index].cpu))
-                .spawn(move || {
-                    let shared = theirs;
-                    let me = &shared.contexts[index];
-                    let pinned = if pin { sys::pin_current_thread(me.os_id) } else { Ok(()) };
-                    let ok = pinned.is_ok();
-                    let _ = started_tx.send(pinned);
-                    if ok {
-                        worker(&shared, index);
-                    }
-                })
-                .map_err(SmtError::Spawn)?;
-            runtime.workers.push(handle);
             let ctx = &shared.contexts[index];
-            match started_rx.recv() {
-                Ok(Ok(())) => {}
-                Ok(Err(source)) => return Err(SmtError::Pin { cpu: ctx.cpu, os_id: ctx.os_id, source }),
-                Err(_) => {
-                    return Err(SmtError::Spawn(std::io::Error::other("worker exited during start-up")))
+            let theirs = shared.clone();
+            let started = crate::worker::start_pinned(
+                format!("corehop-smt-{}", ctx.cpu),
+                self.pin.then_some(ctx.os_id),
+                move |started| {
+                    started.report();
+                    worker(&theirs, index);
+                },
+            );
+            match started {
+                Ok(handle) => runtime.workers.push(handle),
+                Err(StartError::Pin(source)) => {
+                    return Err(SmtError::Pin { cpu: ctx.cpu, os_id: ctx.os_id, source })
                 }
+                Err(e) => return Err(SmtError::Spawn(e.into_io())),
             }
         }
         Ok(runtime)
@@ -374,11 +368,11 @@ impl SmtBuilder {
 /// ```no_run
 /// use corehop_policy::smt::Mode;
 /// use corehop_runtime::smt::{SmtRuntime, Step};
-/// use corehop_topology::{CoreClass, Cpu, CpuId, Machine};
+/// use corehop_topology::{CoreClass, Cpu, CpuId, Machine, OsCpu};
 ///
 /// // Kernel CPUs 0 and 1 declared SMT siblings of one core (real ones, or emulated).
 /// let cpu = |i: usize| Cpu {
-///     id: CpuId(i), os_id: i, core: 0, package: 0,
+///     id: CpuId(i), os_id: OsCpu(i), core: 0, package: 0,
 ///     class: CoreClass::Uniform, speed: 1.0, emulated_speed: None,
 /// };
 /// let machine = Machine {

@@ -148,6 +148,16 @@ impl Doorbell {
     }
 }
 
+/// Runs the loom model `f` with at most `bound` preemptions per interleaving: a model with
+/// three threads and a futex explodes the state space otherwise (tokio bounds its larger
+/// models the same way).
+#[cfg(all(test, loom))]
+pub(crate) fn model_bounded(bound: usize, f: impl Fn() + Sync + Send + 'static) {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(bound);
+    model.check(f);
+}
+
 #[cfg(all(test, loom))]
 mod tests {
     use super::*;

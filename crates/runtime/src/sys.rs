@@ -32,6 +32,7 @@ use std::time::Duration;
 
 pub use corehop_sys::futex::FutexWait;
 pub use corehop_sys::raw::Errno;
+pub use corehop_topology::OsCpu;
 
 /// Issues system call `nr` with six raw arguments and returns the kernel's result, or its
 /// error number as an [`Errno`] (the kernel returns `-errno` in `-4095..=-1`).
@@ -56,13 +57,13 @@ pub fn gettid() -> i32 {
 /// The kernel's number of the CPU the calling thread runs on right now (`sched_getcpu`).
 ///
 /// Only a snapshot unless the thread is pinned to one CPU.
-pub fn current_os_cpu() -> io::Result<usize> {
+pub fn current_os_cpu() -> io::Result<OsCpu> {
     // SAFETY: sched_getcpu takes no arguments; its errno is read immediately on this thread.
     let cpu = unsafe { libc::sched_getcpu() };
     if cpu < 0 {
         Err(io::Error::last_os_error())
     } else {
-        Ok(cpu as usize)
+        Ok(OsCpu(cpu as usize))
     }
 }
 
@@ -71,13 +72,13 @@ pub fn current_os_cpu() -> io::Result<usize> {
 ///
 /// Errors: an empty list or a CPU number beyond `CPU_SETSIZE` is `InvalidInput`; CPUs the
 /// process may not use give the kernel's `EINVAL`.
-pub fn set_affinity(os_cpus: &[usize]) -> io::Result<()> {
+pub fn set_affinity(os_cpus: &[OsCpu]) -> io::Result<()> {
     if os_cpus.is_empty() {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty CPU set"));
     }
     // SAFETY: cpu_set_t is a plain bit array; all zeroes is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for &cpu in os_cpus {
+    for &OsCpu(cpu) in os_cpus {
         if cpu >= libc::CPU_SETSIZE as usize {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -96,18 +97,18 @@ pub fn set_affinity(os_cpus: &[usize]) -> io::Result<()> {
 
 /// Pins the calling OS thread to the one CPU `os_cpu` (kernel number); on return the thread
 /// runs there.
-pub fn pin_current_thread(os_cpu: usize) -> io::Result<()> {
+pub fn pin_current_thread(os_cpu: OsCpu) -> io::Result<()> {
     set_affinity(&[os_cpu])
 }
 
 /// The CPUs (kernel numbers) the calling OS thread may run on, ascending.
-pub fn affinity() -> io::Result<Vec<usize>> {
+pub fn affinity() -> io::Result<Vec<OsCpu>> {
     affinity_of(0)
 }
 
 /// The CPUs (kernel numbers) thread `tid` may run on, ascending; `tid` 0 is the calling
 /// thread, the process id is the main thread (what the process was started with).
-pub fn affinity_of(tid: i32) -> io::Result<Vec<usize>> {
+pub fn affinity_of(tid: i32) -> io::Result<Vec<OsCpu>> {
     // SAFETY: all zeroes is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     let set_ptr = &mut set as *mut libc::cpu_set_t as usize;
@@ -120,7 +121,10 @@ pub fn affinity_of(tid: i32) -> io::Result<Vec<usize>> {
     }
     .map_err(Errno::to_io)?;
     // SAFETY: every index is below CPU_SETSIZE, so each bit read is inside `set`.
-    Ok((0..libc::CPU_SETSIZE as usize).filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) }).collect())
+    Ok((0..libc::CPU_SETSIZE as usize)
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .map(OsCpu)
+        .collect())
 }
 
 /// Sleeps while `word` holds `expected`, until [`futex_wake`] on the same word, a signal, or
@@ -401,9 +405,9 @@ mod tests {
     #[test]
     fn bad_affinity_is_an_error() {
         assert_eq!(set_affinity(&[]).unwrap_err().kind(), io::ErrorKind::InvalidInput);
-        assert_eq!(pin_current_thread(1 << 20).unwrap_err().kind(), io::ErrorKind::InvalidInput);
+        assert_eq!(pin_current_thread(OsCpu(1 << 20)).unwrap_err().kind(), io::ErrorKind::InvalidInput);
         // A CPU number inside CPU_SETSIZE that this machine does not have.
-        let missing = libc::CPU_SETSIZE as usize - 1;
+        let missing = OsCpu(libc::CPU_SETSIZE as usize - 1);
         if !affinity().unwrap().contains(&missing) {
             assert!(std::thread::spawn(move || pin_current_thread(missing)).join().unwrap().is_err());
         }

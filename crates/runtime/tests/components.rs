@@ -6,16 +6,14 @@ use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
 use corehop_policy::components::Action;
-use corehop_runtime::components::{
-    Component, ComponentError, ComponentId, Idle, Outbox, Pipeline, PipelineBuilder,
-};
+use corehop_runtime::components::{Component, ComponentError, ComponentId, Idle, Outbox, Pipeline};
 use corehop_runtime::sys;
-use corehop_topology::{CpuId, Machine};
+use corehop_topology::{CpuId, Machine, OsCpu};
 use proptest::prelude::*;
 
 /// This process's CPUs (at most 4) as a machine.
 fn machine() -> Machine {
-    let os_ids: Vec<usize> = sys::affinity().unwrap().into_iter().take(4).collect();
+    let os_ids: Vec<OsCpu> = sys::affinity().unwrap().into_iter().take(4).collect();
     Machine::uniform("host", &os_ids, 1)
 }
 
@@ -149,7 +147,7 @@ fn held_chain(
     crashes: Crashes,
 ) -> Result<Chain, ComponentError> {
     let m = machine();
-    let mut b = PipelineBuilder::new(&m)?;
+    let mut b = Pipeline::builder(&m)?;
     b.idle(idle);
     let crashes = Arc::new(crashes);
     let got = Arc::new(Mutex::new(Vec::new()));
@@ -186,7 +184,7 @@ fn held_chain(
     b.component("sink", cpu(stage), move || Sink { stage, got: g.clone(), crashes: c.clone() })
         .input(rx)
         .add()?;
-    Ok(Chain { pipeline: b.start()?, allowed, got, disorder, stages: relays + 2 })
+    Ok(Chain { pipeline: b.build()?, allowed, got, disorder, stages: relays + 2 })
 }
 
 /// Waits until the sink has `n` messages; fails (rather than hangs) after a generous deadline.
@@ -261,7 +259,7 @@ impl Component for Fragile {
 fn a_factory_that_panics_on_restart_leaves_the_component_dead() {
     quiet_panics();
     let m = machine();
-    let mut b = PipelineBuilder::new(&m).unwrap();
+    let mut b = Pipeline::builder(&m).unwrap();
     let (tx, rx) = b.spsc::<u64>(4).unwrap();
     let mut built = 0;
     let id = b
@@ -273,7 +271,7 @@ fn a_factory_that_panics_on_restart_leaves_the_component_dead() {
         .input(rx)
         .add()
         .unwrap();
-    let p = b.start().unwrap();
+    let p = b.build().unwrap();
     tx.try_send(1).unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     while !p.sample().components[id.0].dead {
@@ -330,7 +328,7 @@ impl Component for Nothing {
 fn bad_input_is_a_typed_error() {
     let m = machine();
     let n = m.cpus().len();
-    let mut b = PipelineBuilder::new(&m).unwrap();
+    let mut b = Pipeline::builder(&m).unwrap();
     assert!(matches!(b.spsc::<u64>(0), Err(ComponentError::ZeroCapacity)));
     assert!(matches!(b.mpsc::<u64>(0), Err(ComponentError::ZeroCapacity)));
     assert!(matches!(b.batch(0), Err(ComponentError::ZeroBatch)));
@@ -339,7 +337,7 @@ fn bad_input_is_a_typed_error() {
     assert!(matches!(b.speed(CpuId(n), 0.5), Err(ComponentError::UnknownCpu { .. })));
     let err = b.component("far", CpuId(n), || Nothing).add().unwrap_err();
     assert!(matches!(err, ComponentError::UnknownCpu { cpu, cpus } if cpu == CpuId(n) && cpus == n));
-    let other = PipelineBuilder::new(&m).unwrap();
+    let other = Pipeline::builder(&m).unwrap();
     let (_tx, foreign_rx) = other.spsc::<u64>(4).unwrap();
     let err = b.component("x", CpuId(0), || Nothing).input(foreign_rx).add().unwrap_err();
     assert!(matches!(err, ComponentError::ForeignChannel { end: "input", .. }), "{err}");
@@ -350,7 +348,7 @@ fn bad_input_is_a_typed_error() {
     let err = b.component("z", CpuId(0), || -> Nothing { panic!("injected: factory") }).add().unwrap_err();
     assert!(matches!(err, ComponentError::FactoryPanicked { ref name } if name == "z"), "{err}");
     let id = b.component("ok", CpuId(0), || Nothing).add().unwrap();
-    let p = b.start().unwrap();
+    let p = b.build().unwrap();
     assert!(matches!(p.move_component(ComponentId(9), CpuId(0)), Err(ComponentError::UnknownComponent(_))));
     assert!(matches!(p.move_component(id, CpuId(n)), Err(ComponentError::UnknownCpu { .. })));
     assert!(matches!(p.set_speed(CpuId(0), -1.0), Err(ComponentError::BadSpeed { .. })));
@@ -362,11 +360,11 @@ fn bad_input_is_a_typed_error() {
 #[test]
 fn mpsc_fan_in_keeps_each_producers_order() {
     let m = machine();
-    let mut b = PipelineBuilder::new(&m).unwrap();
+    let mut b = Pipeline::builder(&m).unwrap();
     let (tx, rx) = b.mpsc::<u64>(16).unwrap();
     let (out_tx, out_rx) = b.spsc::<u64>(1024).unwrap();
     b.component("merge", CpuId(0), || Nothing).input(rx).output(out_tx).add().unwrap();
-    let p = b.start().unwrap();
+    let p = b.build().unwrap();
     let producers: Vec<_> = (0..2u64)
         .map(|k| {
             let tx = tx.clone();
@@ -463,7 +461,7 @@ fn a_bottleneck_on_another_cpu_never_strands_a_blocked_producer() {
     let m = machine();
     let far = CpuId(m.cpus().len() - 1);
     for idle in [Idle::Park, Idle::PollThenPark] {
-        let mut b = PipelineBuilder::new(&m).unwrap();
+        let mut b = Pipeline::builder(&m).unwrap();
         b.idle(idle);
         let (t1, r1) = b.spsc::<u64>(256).unwrap();
         let (t2, r2) = b.spsc::<u64>(256).unwrap();
@@ -488,7 +486,7 @@ fn a_bottleneck_on_another_cpu_never_strands_a_blocked_producer() {
             .input(r3)
             .add()
             .unwrap();
-        let p = b.start().unwrap();
+        let p = b.build().unwrap();
         wait_for(&got, 20_000);
         p.stop();
         assert_eq!(*got.lock().unwrap(), (0..20_000).collect::<Vec<_>>(), "{idle:?}");

@@ -33,7 +33,7 @@ fn runtime(mechanism: Mechanism, wake: Wake) -> Runtime {
 /// that `current_cpu()` and the kernel agree on where the task is.
 fn random_hops(rt: &Runtime, hops: usize, seed: u64) -> usize {
     let cpus = rt.cpus().to_vec();
-    let os_ids: Vec<usize> = cpus.iter().map(|&c| rt.machine().cpu(c).unwrap().os_id).collect();
+    let os_ids: Vec<_> = cpus.iter().map(|&c| rt.machine().cpu(c).unwrap().os_id).collect();
     rt.block_on(cpus[0], move || {
         let mut rng = rand_pcg::Pcg64::seed_from_u64(seed);
         let mut stack_array = [0u64; 256];

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use corehop_runtime::{no_hop_zone, on, CpuId, Error, JoinError, Mechanism, Runtime, Wake};
-use corehop_topology::Machine;
+use corehop_topology::{Machine, OsCpu};
 
 /// `hop` for these tests: their tasks hold nothing tied to an OS thread across a hop (no
 /// thread-local references, no lock guards), which is `corehop_runtime::hop`'s contract.
@@ -17,7 +17,7 @@ fn park_runtime() -> Runtime {
     Runtime::builder().wake(Wake::Park).build().unwrap()
 }
 
-fn machine_with_os_ids(os_ids: &[usize]) -> Machine {
+fn machine_with_os_ids(os_ids: &[OsCpu]) -> Machine {
     Machine::uniform("test", os_ids, 1)
 }
 
@@ -42,8 +42,8 @@ fn bad_cpus_are_typed_errors_naming_the_problem() {
     assert_eq!(rt.block_on(a, move || on(b, || 40 + 2).unwrap()).unwrap(), 42);
 
     // A machine description whose CPU this process may not run on.
-    let err = Runtime::builder().machine(machine_with_os_ids(&[1000])).build().unwrap_err();
-    assert!(matches!(err, Error::CpuNotAllowed { cpu: CpuId(0), os_id: 1000, .. }), "{err}");
+    let err = Runtime::builder().machine(machine_with_os_ids(&[OsCpu(1000)])).build().unwrap_err();
+    assert!(matches!(err, Error::CpuNotAllowed { cpu: CpuId(0), os_id: OsCpu(1000), .. }), "{err}");
     assert!(err.to_string().contains("kernel CPU 1000"));
 
     let rt = Runtime::builder().cpus([CpuId(0)]).wake(Wake::Park).build().unwrap();

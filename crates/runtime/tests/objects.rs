@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use corehop_runtime::objects::{ObjectError, ObjectHints, Objects, ObjectsConfig, Placement};
 use corehop_runtime::sys;
-use corehop_topology::{Cache, CacheKind, CpuId, Machine};
+use corehop_topology::{Cache, CacheKind, CpuId, Machine, OsCpu};
 
 /// This host's usable CPUs with a private 1 MB L2 each and a shared 32 MB L3 (the sizes do not
 /// matter to these tests, only that budgets exist).
@@ -40,7 +40,7 @@ fn operations_run_on_the_pinned_owner() {
         common::skip(&format!("needs 2 CPUs, this process may use {}", machine.cpus().len()));
         return;
     }
-    let objects = Arc::new(registry::<Vec<usize>>(&machine));
+    let objects = Arc::new(registry::<Vec<OsCpu>>(&machine));
     objects.register(1, Vec::new(), 4096).unwrap();
     objects.pin(&1, Some(CpuId(1))).unwrap();
     assert_eq!(objects.placement(&1), Some(Placement::Core { owner: CpuId(1) }));

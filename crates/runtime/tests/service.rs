@@ -11,10 +11,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use corehop_policy::offload::OffloadPolicy;
-use corehop_runtime::service::{Offloader, ServiceConfig, ServiceCores, ServiceError};
-use corehop_runtime::sys::{self, Errno};
+use corehop_runtime::service::{Offloader, ServiceConfig, ServiceCpu, ServiceError};
+use corehop_runtime::sys::{self, Errno, OsCpu};
+use corehop_runtime::CpuId;
 
-fn service_cpu() -> usize {
+fn service_cpu() -> OsCpu {
     *sys::affinity().unwrap().last().unwrap()
 }
 
@@ -145,7 +146,7 @@ fn script(off: &mut Offloader<'_>, dir: &Path) -> (Vec<String>, Vec<(String, Vec
 
 #[test]
 fn offloaded_calls_give_identical_results_and_files() {
-    let cores = ServiceCores::start(ServiceConfig::on_cpus([service_cpu()])).unwrap();
+    let cores = ServiceConfig::on_cpus([service_cpu()]).build().unwrap();
     let reference = {
         let dir = scratch("never");
         let mut off = Offloader::new(&cores, OffloadPolicy::Never);
@@ -188,7 +189,7 @@ fn offloaded_calls_give_identical_results_and_files() {
 #[test]
 fn work_runs_on_the_service_cpu_and_panics_come_back() {
     let cpu = service_cpu();
-    let cores = ServiceCores::start(ServiceConfig::on_cpus([cpu])).unwrap();
+    let cores = ServiceConfig::on_cpus([cpu]).build().unwrap();
     assert_eq!(cores.run(|| sys::current_os_cpu().unwrap()), cpu);
     let caller_tid = sys::gettid();
     assert_ne!(cores.run(sys::gettid), caller_tid, "the work ran on the service thread");
@@ -198,14 +199,14 @@ fn work_runs_on_the_service_cpu_and_panics_come_back() {
     // Still serving after the panic, and nested sends run inline instead of deadlocking.
     assert_eq!(cores.run(|| cores.run(|| 41) + 1), 42);
     let stats = cores.stats();
-    assert_eq!(stats[0].cpu, cpu);
+    assert_eq!(stats[0].cpu, ServiceCpu::Thread(cpu));
     assert!(stats[0].jobs >= 4);
     assert!(cores.round_trip_ns(20) > 0);
 }
 
 #[test]
 fn predicted_policy_learns_which_work_is_long() {
-    let cores = ServiceCores::start(ServiceConfig::on_cpus([service_cpu()])).unwrap();
+    let cores = ServiceConfig::on_cpus([service_cpu()]).build().unwrap();
     // N = 500 µs: a 2 ms sleep is long, an empty closure is short.
     let mut off = Offloader::new(&cores, "predicted:fa:500000".parse().unwrap());
     let long = || std::thread::sleep(Duration::from_millis(2));
@@ -234,7 +235,7 @@ fn predicted_policy_learns_which_work_is_long() {
 #[test]
 fn a_profiling_run_chooses_the_static_set() {
     use corehop_policy::offload::{CallKind, StaticProfile};
-    let cores = ServiceCores::start(ServiceConfig::on_cpus([service_cpu()])).unwrap();
+    let cores = ServiceConfig::on_cpus([service_cpu()]).build().unwrap();
     let mut off = Offloader::new(&cores, OffloadPolicy::Never).with_profile();
     let dir = scratch("profile");
     let fd =
@@ -258,7 +259,7 @@ fn a_profiling_run_chooses_the_static_set() {
 
 #[test]
 fn progress_feeds_the_threshold_tuner() {
-    let cores = ServiceCores::start(ServiceConfig::on_cpus([service_cpu()])).unwrap();
+    let cores = ServiceConfig::on_cpus([service_cpu()]).build().unwrap();
     let mut off =
         Offloader::new(&cores, "predicted:fa:tuned".parse().unwrap()).with_epochs(Duration::from_millis(1));
     let start = std::time::Instant::now();
@@ -280,21 +281,21 @@ fn several_service_cores_share_the_work() {
     }
     let mut config = ServiceConfig::on_cpus(cpus[..2].to_vec());
     config.pick = corehop_policy::pick::Pick::ROUND_ROBIN;
-    let cores = ServiceCores::start(config).unwrap();
-    let ran_on: Vec<usize> = (0..6).map(|_| cores.run(|| sys::current_os_cpu().unwrap())).collect();
+    let cores = config.build().unwrap();
+    let ran_on: Vec<OsCpu> = (0..6).map(|_| cores.run(|| sys::current_os_cpu().unwrap())).collect();
     assert_eq!(ran_on, [cpus[0], cpus[1], cpus[0], cpus[1], cpus[0], cpus[1]]);
     assert!(cores.stats().iter().all(|s| s.jobs == 3));
 }
 
 #[test]
 fn bad_configurations_are_typed_errors() {
-    assert!(matches!(ServiceCores::start(ServiceConfig::on_cpus([])), Err(ServiceError::NoCpus)));
+    assert!(matches!(ServiceConfig::<OsCpu>::on_cpus([]).build(), Err(ServiceError::NoCpus)));
     let cpu = service_cpu();
     assert!(
-        matches!(ServiceCores::start(ServiceConfig::on_cpus([cpu, cpu])), Err(ServiceError::Duplicate { cpu: c }) if c == cpu)
+        matches!(ServiceConfig::on_cpus([cpu, cpu]).build(), Err(ServiceError::Duplicate { cpu: c }) if c == ServiceCpu::Thread(cpu))
     );
-    match ServiceCores::start(ServiceConfig::on_cpus([4000])) {
-        Err(e @ ServiceError::CpuNotAllowed { cpu: 4000, .. }) => {
+    match ServiceConfig::on_cpus([OsCpu(4000)]).build() {
+        Err(e @ ServiceError::CpuNotAllowed { cpu: OsCpu(4000), .. }) => {
             assert!(e.to_string().contains("not one this process may run on"))
         }
         other => panic!("expected CpuNotAllowed, got {:?}", other.err()),
@@ -313,7 +314,7 @@ fn hop_based_service_cores_give_the_same_results() {
     }
     let (app, service) = (rt.cpus()[0], *rt.cpus().last().unwrap());
     let reference = {
-        let thread_cores = ServiceCores::start(ServiceConfig::on_cpus([service_cpu()])).unwrap();
+        let thread_cores = ServiceConfig::on_cpus([service_cpu()]).build().unwrap();
         let dir = scratch("hop-ref");
         script(&mut Offloader::new(&thread_cores, OffloadPolicy::Never), dir.path())
     };
@@ -321,7 +322,7 @@ fn hop_based_service_cores_give_the_same_results() {
     let path = dir.path().to_path_buf();
     let (got, stats, ran_on, fallbacks) = rt
         .block_on(app, move || {
-            let cores = ServiceCores::on_runtime_cpus(ServiceConfig::on_cpus([service.0])).unwrap();
+            let cores = ServiceConfig::on_cpus([service]).build().unwrap();
             let mut off = Offloader::new(&cores, OffloadPolicy::Always);
             let got = script(&mut off, &path);
             let ran_on = off.offload(current_cpu);
@@ -340,12 +341,12 @@ fn hop_based_service_cores_give_the_same_results() {
     assert_eq!(stats.offloaded, stats.calls);
     assert_eq!(fallbacks, 1);
     // Outside any task there is nothing to hop: the work runs locally.
-    let cores = ServiceCores::on_runtime_cpus(ServiceConfig::on_cpus([service.0])).unwrap();
+    let cores = ServiceConfig::on_cpus([service]).build().unwrap();
     assert_eq!(cores.run(|| 7), 7);
     assert_eq!(cores.stats()[0].fallbacks, 1);
     assert!(matches!(
-        ServiceCores::on_runtime_cpus(ServiceConfig::on_cpus([1, 1])),
-        Err(ServiceError::Duplicate { cpu: 1 })
+        ServiceConfig::on_cpus([CpuId(1), CpuId(1)]).build(),
+        Err(ServiceError::Duplicate { cpu: ServiceCpu::Hop(CpuId(1)) })
     ));
 }
 
@@ -354,7 +355,7 @@ fn hop_based_service_cores_give_the_same_results() {
 /// stretch stays a small part of that stretch, and the time it says it polled stays small too.
 #[test]
 fn an_idle_service_thread_does_not_burn_its_cpu_while_the_caller_sleeps() {
-    let cores = ServiceCores::start(ServiceConfig::on_cpus([service_cpu()])).unwrap();
+    let cores = ServiceConfig::on_cpus([service_cpu()]).build().unwrap();
     for _ in 0..20_000 {
         cores.run(|| ());
     }
@@ -380,7 +381,7 @@ fn an_idle_service_thread_does_not_burn_its_cpu_while_the_caller_sleeps() {
 /// stack: both come back right, borrows and panics included.
 #[test]
 fn small_and_large_closures_and_results_come_back_alike() {
-    let cores = ServiceCores::start(ServiceConfig::on_cpus([service_cpu()])).unwrap();
+    let cores = ServiceConfig::on_cpus([service_cpu()]).build().unwrap();
     let mut counter = 5u64;
     let small = cores.run(|| {
         counter += 1;

@@ -10,10 +10,10 @@ use corehop_policy::smt::SmtLayout;
 use corehop_policy::smt::{Mode, ModeError};
 use corehop_runtime::smt::{service_call, ContextState, SmtError, SmtRuntime, Step, StepCx};
 use corehop_runtime::sys;
-use corehop_topology::{CoreClass, Cpu, CpuId, Machine};
+use corehop_topology::{CoreClass, Cpu, CpuId, Machine, OsCpu};
 
 /// A machine of `cores` physical cores listed as (kernel CPU ids of its contexts).
-fn described(cores: &[&[usize]]) -> Machine {
+fn described(cores: &[&[OsCpu]]) -> Machine {
     let mut cpus = Vec::new();
     for (core, os_ids) in cores.iter().enumerate() {
         for &os_id in *os_ids {
@@ -34,7 +34,7 @@ fn described(cores: &[&[usize]]) -> Machine {
 
 /// The two kernel CPUs to declare siblings, or `None` (with the reason printed) if this
 /// process may use fewer than two.
-fn two_cpus() -> Option<(usize, usize)> {
+fn two_cpus() -> Option<(OsCpu, OsCpu)> {
     let cpus = sys::affinity().expect("sched_getaffinity");
     if cpus.len() < 2 {
         common::skip(&format!("needs 2 CPUs to map an SMT core onto, this process may use {cpus:?}"));
@@ -43,7 +43,7 @@ fn two_cpus() -> Option<(usize, usize)> {
     Some((cpus[0], cpus[1]))
 }
 
-fn smt_core(mode: Mode) -> Option<(SmtRuntime, usize, usize)> {
+fn smt_core(mode: Mode) -> Option<(SmtRuntime, OsCpu, OsCpu)> {
     let (a, b) = two_cpus()?;
     let rt = SmtRuntime::builder().machine(described(&[&[a, b]])).mode(mode).build().expect("runtime starts");
     Some((rt, a, b))
@@ -57,8 +57,8 @@ fn amp_places_apps_on_the_app_context_and_service_on_the_reserved_one() {
     let Some((rt, app_os, reserved_os)) = smt_core(Mode::Amp) else { return };
     let rt = Arc::new(rt);
     assert_eq!(rt.layout().reserved(), vec![RESERVED]);
-    let steps: Arc<Mutex<Vec<(StepCx, usize)>>> = Arc::default();
-    let service_cpus: Arc<Mutex<Vec<usize>>> = Arc::default();
+    let steps: Arc<Mutex<Vec<(StepCx, OsCpu)>>> = Arc::default();
+    let service_cpus: Arc<Mutex<Vec<OsCpu>>> = Arc::default();
     for task in 0..6 {
         let (steps, service_cpus, rt2) = (steps.clone(), service_cpus.clone(), rt.clone());
         let mut left = 50;
@@ -235,7 +235,7 @@ fn offload_goes_to_the_sibling_in_amp_and_runs_inline_in_smp() {
     let rt = Arc::new(rt);
     // One task offloads a call: (its mode, the caller's OS CPU, the call's OS CPU).
     let offload_once = || {
-        let result: Arc<Mutex<Option<(Mode, usize, usize)>>> = Arc::default();
+        let result: Arc<Mutex<Option<(Mode, OsCpu, OsCpu)>>> = Arc::default();
         let (rt2, r) = (rt.clone(), result.clone());
         rt.spawn(None, move |cx| {
             let here = sys::current_os_cpu().unwrap();
@@ -268,8 +268,8 @@ fn amp_without_an_smt_core_is_a_typed_error() {
 #[test]
 fn pinning_to_a_cpu_this_process_cannot_use_is_a_typed_error() {
     let Some((a, _)) = two_cpus() else { return };
-    let err = SmtRuntime::builder().machine(described(&[&[a, 4000]])).build().err().unwrap();
-    assert!(matches!(err, SmtError::Pin { os_id: 4000, .. }), "{err}");
+    let err = SmtRuntime::builder().machine(described(&[&[a, OsCpu(4000)]])).build().err().unwrap();
+    assert!(matches!(err, SmtError::Pin { os_id: OsCpu(4000), .. }), "{err}");
     assert!(err.to_string().contains("kernel CPU 4000"));
 }
 

@@ -492,7 +492,7 @@ pub(crate) mod tests {
             .enumerate()
             .map(|(i, &(speed, emulated, _))| Cpu {
                 id: CpuId(i),
-                os_id: i,
+                os_id: corehop_topology::OsCpu(i),
                 core: i,
                 package: 0,
                 class: if speed < 1.0 { CoreClass::Little } else { CoreClass::Big },

@@ -484,6 +484,50 @@ impl Scenario {
             Some(problem) => Err(self.error(key, problem)),
         }
     }
+
+    /// Checks `workload.app_cpus` (at least one; each a CPU of the machine, listed once) and
+    /// `workload.service_cpus` (each a CPU of the machine, none an application CPU).
+    pub fn check_app_and_service_cpus(
+        &self,
+        app_cpus: &[usize],
+        service_cpus: &[usize],
+    ) -> Result<(), ScenarioError> {
+        if app_cpus.is_empty() {
+            return Err(self.error("workload.app_cpus", Problem::Invalid("needs at least one CPU".into())));
+        }
+        for (i, &cpu) in app_cpus.iter().enumerate() {
+            self.check_cpu(&format!("workload.app_cpus[{i}]"), cpu)?;
+            if app_cpus[..i].contains(&cpu) {
+                let problem = Problem::Invalid(format!("CPU {cpu} listed twice"));
+                return Err(self.error(&format!("workload.app_cpus[{i}]"), problem));
+            }
+        }
+        for (i, &cpu) in service_cpus.iter().enumerate() {
+            self.check_cpu(&format!("workload.service_cpus[{i}]"), cpu)?;
+            if app_cpus.contains(&cpu) {
+                let problem = Problem::Invalid(format!("CPU {cpu} is also in workload.app_cpus"));
+                return Err(self.error(&format!("workload.service_cpus[{i}]"), problem));
+            }
+        }
+        Ok(())
+    }
+
+    /// The mix of `workload.calls`, given each call type's run length and weight: at least
+    /// one type, each length a valid distribution, each weight finite and > 0.
+    pub fn call_mix<'a>(
+        &self,
+        calls: impl IntoIterator<Item = (&'a crate::Distribution, f64)>,
+    ) -> Result<crate::dist::WeightedChoice, ScenarioError> {
+        let mut mix = crate::dist::WeightedChoice::default();
+        for (i, (length, weight)) in calls.into_iter().enumerate() {
+            self.check_distribution(&format!("workload.calls[{i}].length"), length)?;
+            mix.push(weight).map_err(|p| self.error(&format!("workload.calls[{i}].weight"), p))?;
+        }
+        if mix.is_empty() {
+            return Err(self.error("workload.calls", Problem::Invalid("needs at least one call type".into())));
+        }
+        Ok(mix)
+    }
 }
 
 /// Deserialises `table` through its canonical TOML text so that an error has a span, and
@@ -774,10 +818,10 @@ mod tests {
             doc("calls = [{ name = \"a\", length = 1 }, { name = \"b\", lenght = 2 }]").validate().unwrap();
         let e = s.workload::<W>().unwrap_err();
         assert_eq!(e.key, "workload.calls[1].lenght");
-        let e = s.check_cpu("workload.os_cpus[0]", 7).unwrap_err();
+        let e = s.check_cpu("workload.service_cpus[0]", 7).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "t.toml: workload.os_cpus[0]: CPU 7 is out of range: machine switch-cs has 2 CPUs (0..=1)"
+            "t.toml: workload.service_cpus[0]: CPU 7 is out of range: machine switch-cs has 2 CPUs (0..=1)"
         );
     }
 }

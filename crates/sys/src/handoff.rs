@@ -470,13 +470,8 @@ fn park(done: &AtomicU32, seen: u32, timeout_ns: Option<u64>) {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
     use std::sync::Arc;
-
-    const CALLERS: usize = 6;
-    const CALLS: usize = 400;
-    /// The id of the requests that only wake the service thread at the end.
-    const WAKE: usize = CALLERS * CALLS;
 
     type TestLane = Lane<u64, i64>;
 
@@ -487,77 +482,9 @@ mod tests {
         assert_eq!(core::mem::size_of::<Slot<u64, u64>>(), 128);
     }
 
-    /// Callers race a service thread that stalls now and then, with a stall timeout short
-    /// enough that many requests are withdrawn: every request must run exactly once if its
-    /// caller got `Done`, and never if it was withdrawn or found no slot.
     #[test]
     fn each_request_runs_once_or_never_and_replies_reach_their_caller() {
-        let lane: &'static TestLane = Box::leak(Box::new(Lane::new()));
-        let runs: Arc<Vec<AtomicU32>> = Arc::new((0..=WAKE).map(|_| AtomicU32::new(0)).collect());
-        let stop = Arc::new(AtomicBool::new(false));
-        let service = {
-            let (runs, stop) = (runs.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let mut batches = 0u32;
-                while !stop.load(Relaxed) {
-                    if !lane.has_work() {
-                        lane.sleep(Some(1_000_000));
-                    }
-                    batches += 1;
-                    let stall = batches.is_multiple_of(5);
-                    lane.serve(
-                        |_| {
-                            if stall {
-                                std::thread::sleep(std::time::Duration::from_micros(300));
-                            }
-                        },
-                        |_, &id| {
-                            runs[id as usize].fetch_add(1, Relaxed);
-                            id as i64 * 3
-                        },
-                    );
-                }
-            })
-        };
-        let callers: Vec<_> = (0..CALLERS)
-            .map(|c| {
-                std::thread::spawn(move || {
-                    let waiting = Waiting { spin_ns: 1_000, stall_timeout_ns: 100_000 };
-                    (0..CALLS)
-                        .map(|i| {
-                            let id = c * CALLS + i;
-                            let outcome = lane.call(id as u64, c, waiting);
-                            if let Outcome::Done(reply) = outcome {
-                                assert_eq!(reply, id as i64 * 3, "a reply reached the wrong caller");
-                            }
-                            (id, outcome)
-                        })
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        let outcomes: Vec<(usize, Outcome<i64>)> =
-            callers.into_iter().flat_map(|h| h.join().unwrap()).collect();
-        stop.store(true, Relaxed);
-        while !service.is_finished() {
-            let _ = lane.call(WAKE as u64, 0, Waiting { spin_ns: 0, stall_timeout_ns: 1_000_000 });
-        }
-        let (mut done, mut withdrawn) = (0, 0);
-        for (id, outcome) in outcomes {
-            let ran = runs[id].load(Relaxed);
-            match outcome {
-                Outcome::Done(_) => {
-                    done += 1;
-                    assert_eq!(ran, 1, "request {id} done, but ran {ran} times");
-                }
-                Outcome::Withdrawn | Outcome::Full => {
-                    withdrawn += 1;
-                    assert_eq!(ran, 0, "request {id} was withdrawn yet ran");
-                }
-            }
-        }
-        assert!(done > 0, "no request completed");
-        eprintln!("{done} done, {withdrawn} withdrawn or refused for lack of a slot");
+        crate::testing::each_request_runs_once_or_never::<Lane<u64, u64>>();
     }
 
     #[test]
@@ -622,95 +549,21 @@ mod tests {
 /// thread, with the futex modelled so that a lost wake-up is a deadlock loom reports.
 #[cfg(all(test, loom))]
 mod loom_tests {
-    use super::*;
-    use loom::sync::atomic::{AtomicBool, AtomicU32 as Count};
-    use loom::sync::Arc;
-    use loom::thread;
+    use super::Lane;
+    use crate::testing;
 
-    type TestLane = Lane<u64, i64>;
-
-    /// Serves until `done`: polls, sleeps when nothing waits, counts runs.
-    fn service(lane: Arc<TestLane>, runs: Arc<Count>, done: Arc<AtomicBool>) -> thread::JoinHandle<()> {
-        thread::spawn(move || {
-            while !done.load(SeqCst) {
-                if !lane.has_work() {
-                    lane.sleep(None);
-                }
-                lane.serve(
-                    |_| {},
-                    |_, &id| {
-                        runs.fetch_add(1, SeqCst);
-                        id as i64 + 100
-                    },
-                );
-            }
-        })
-    }
-
-    /// A caller that gives up at once races the service thread's claim: the call runs exactly
-    /// once if the caller got `Done`, never if it withdrew, and the parked caller is always woken.
     #[test]
     fn loom_withdraw_races_claim_and_the_call_runs_once_or_never() {
-        loom::model(|| {
-            let lane = Arc::new(TestLane::new());
-            let runs = Arc::new(Count::new(0));
-            let done = Arc::new(AtomicBool::new(false));
-            let server = service(lane.clone(), runs.clone(), done.clone());
-            let outcome = lane.call(1, 0, Waiting { spin_ns: 0, stall_timeout_ns: 0 });
-            done.store(true, SeqCst);
-            lane.kick();
-            server.join().unwrap();
-            match outcome {
-                Outcome::Done(reply) => {
-                    assert_eq!(reply, 101);
-                    assert_eq!(runs.load(SeqCst), 1);
-                }
-                Outcome::Withdrawn => assert_eq!(runs.load(SeqCst), 0),
-                Outcome::Full => panic!("an empty lane has free slots"),
-            }
-        });
+        testing::loom_withdraw_races_claim::<Lane<u64, u64>>();
     }
 
-    /// Two callers that wait as long as it takes each get their own reply; no wake-up is lost.
     #[test]
     fn loom_two_patient_callers_both_get_their_reply() {
-        loom::model(|| {
-            let lane = Arc::new(TestLane::new());
-            let runs = Arc::new(Count::new(0));
-            let done = Arc::new(AtomicBool::new(false));
-            let server = service(lane.clone(), runs.clone(), done.clone());
-            let patient = Waiting { spin_ns: 0, stall_timeout_ns: u64::MAX };
-            let other = {
-                let lane = lane.clone();
-                thread::spawn(move || lane.call(2, 1, patient))
-            };
-            let mine = lane.call(1, 0, patient);
-            let theirs = other.join().unwrap();
-            done.store(true, SeqCst);
-            lane.kick();
-            server.join().unwrap();
-            assert_eq!(mine, Outcome::Done(101));
-            assert_eq!(theirs, Outcome::Done(102));
-            assert_eq!(runs.load(SeqCst), 2);
-        });
+        testing::loom_two_patient_callers::<Lane<u64, u64>>();
     }
 
-    /// One caller reuses its slot: the second request's answer is not mistaken for the first's
-    /// (the sequence number tells them apart), and each runs once.
     #[test]
     fn loom_a_reused_slot_answers_each_request_once() {
-        loom::model(|| {
-            let lane = Arc::new(TestLane::new());
-            let runs = Arc::new(Count::new(0));
-            let done = Arc::new(AtomicBool::new(false));
-            let server = service(lane.clone(), runs.clone(), done.clone());
-            let patient = Waiting { spin_ns: 0, stall_timeout_ns: u64::MAX };
-            assert_eq!(lane.call(1, 0, patient), Outcome::Done(101));
-            assert_eq!(lane.call(2, 0, patient), Outcome::Done(102));
-            done.store(true, SeqCst);
-            lane.kick();
-            server.join().unwrap();
-            assert_eq!(runs.load(SeqCst), 2);
-        });
+        testing::loom_a_reused_slot::<Lane<u64, u64>>();
     }
 }

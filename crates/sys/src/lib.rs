@@ -10,7 +10,8 @@
 //!   and a completion line each (the preload library's service threads and the runtime's
 //!   service cores both hand off through it);
 //! - [`wire`]: the preload library's settings (environment variables) and the one-line
-//!   summary it appends at exit, written by the library and parsed by `corehop run`.
+//!   summary it appends at exit, written by the library and parsed by `corehop run`;
+//! - `testing` (feature `testing`): the checks every lane built on `handoff` must pass.
 //!
 //! Only `raw`, `futex` and `handoff` contain `unsafe`; each block carries its argument.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -19,4 +20,6 @@
 pub mod futex;
 pub mod handoff;
 pub mod raw;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod wire;

@@ -184,34 +184,34 @@ pub struct CallCounts {
 
 impl CallCounts {
     /// The counters in [`COUNTERS`] order.
-    pub fn from_fields(f: [u64; COUNTERS.len()]) -> CallCounts {
-        let [seen, offloaded, local, kept, withdrawn, busy, service_ns, wait_ns, local_ns, local_timed] = f;
-        CallCounts {
-            seen,
-            offloaded,
-            local,
-            kept,
-            withdrawn,
-            busy,
-            service_ns,
-            wait_ns,
-            local_ns,
-            local_timed,
-        }
+    pub fn fields(&self) -> [u64; COUNTERS.len()] {
+        self.clone().fields_mut().map(|field| *field)
+    }
+
+    /// The counters in [`COUNTERS`] order, to change.
+    fn fields_mut(&mut self) -> [&mut u64; COUNTERS.len()] {
+        [
+            &mut self.seen,
+            &mut self.offloaded,
+            &mut self.local,
+            &mut self.kept,
+            &mut self.withdrawn,
+            &mut self.busy,
+            &mut self.service_ns,
+            &mut self.wait_ns,
+            &mut self.local_ns,
+            &mut self.local_timed,
+        ]
+    }
+
+    /// Adds `fields` (in [`COUNTERS`] order) to these counters.
+    pub fn add_fields(&mut self, fields: [u64; COUNTERS.len()]) {
+        self.fields_mut().into_iter().zip(fields).for_each(|(sum, n)| *sum += n);
     }
 
     /// Adds `other` to these counters.
     pub fn add(&mut self, other: &CallCounts) {
-        self.seen += other.seen;
-        self.offloaded += other.offloaded;
-        self.local += other.local;
-        self.kept += other.kept;
-        self.withdrawn += other.withdrawn;
-        self.busy += other.busy;
-        self.service_ns += other.service_ns;
-        self.wait_ns += other.wait_ns;
-        self.local_ns += other.local_ns;
-        self.local_timed += other.local_timed;
+        self.add_fields(other.fields());
     }
 }
 
@@ -320,11 +320,7 @@ impl Summary {
                         let fields: [u64; COUNTERS.len()] = numbers.as_slice().try_into().map_err(|_| {
                             bad(format!("{call} has {} counters, expected {}", numbers.len(), COUNTERS.len()))
                         })?;
-                        summary
-                            .calls
-                            .entry(call.to_string())
-                            .or_default()
-                            .add(&CallCounts::from_fields(fields));
+                        summary.calls.entry(call.to_string()).or_default().add_fields(fields);
                     }
                 }
             }
@@ -368,6 +364,7 @@ mod tests {
         assert_eq!(s.calls["read"].wait_ns, 1000);
         assert_eq!(s.calls["fsync"].local_ns, 14);
         assert_eq!(s.total().seen, 8);
+        assert_eq!(s.calls["read"].fields(), read.map(|n| 2 * n));
         assert_eq!(s.polled_ns, 80);
         assert_eq!(s.spun_ns, 18);
         let never = &s.settled["never"];

@@ -5,7 +5,7 @@
 //! the caches its cores own, plus caches shared across groups. CPUs are numbered group by
 //! group, core by core, SMT siblings adjacent; kernel ids equal dense ids.
 
-use crate::{Cache, CacheKind, CoreClass, Cpu, CpuId, Machine, TopologyError};
+use crate::{Cache, CacheKind, CoreClass, Cpu, CpuId, Machine, OsCpu, TopologyError};
 
 /// Which CPUs one cache serves; the cache is repeated once per unit.
 #[derive(Debug, Clone, PartialEq)]
@@ -205,7 +205,7 @@ impl MachineBuilder {
                     let id = cpus.len();
                     cpus.push(Cpu {
                         id: CpuId(id),
-                        os_id: id,
+                        os_id: OsCpu(id),
                         core: next_core,
                         package: dense_package(group.package),
                         class: group.class,

@@ -29,7 +29,9 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::TopologyError;
-use crate::{format_cpu_list, parse_cpu_list, parse_size, Cache, CacheKind, CoreClass, Cpu, CpuId, Machine};
+use crate::{
+    format_cpu_list, parse_cpu_list, parse_size, Cache, CacheKind, CoreClass, Cpu, CpuId, Machine, OsCpu,
+};
 
 /// Where discovery reads from and which CPUs it may keep.
 #[derive(Debug, Clone)]
@@ -153,7 +155,7 @@ pub fn discover_with(options: &DiscoverOptions) -> Result<Discovery, TopologyErr
         let core = *cores.entry(place.core_key.clone()).or_insert(next);
         cpus.push(Cpu {
             id: CpuId(index),
-            os_id,
+            os_id: OsCpu(os_id),
             core,
             package: packages.binary_search(&place.package).unwrap_or(0),
             class: classes[&os_id],

@@ -8,6 +8,7 @@ use thiserror::Error;
 ///
 /// Variants carry the offending values so a message can name the problem exactly.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum TopologyError {
     // The messages below include the inner error's text, so they do not also chain it as a
     // `source` (anyhow would print it twice).

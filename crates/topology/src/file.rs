@@ -43,7 +43,7 @@ use serde::Deserialize;
 use crate::builder::expand_cache;
 use crate::{
     format_cpu_list, format_size, parse_cpu_list, parse_size, CacheKind, CacheSpec, CoreClass, CoreGroup,
-    Cpu, CpuId, Machine, MachineBuilder, Per, TopologyError,
+    Cpu, CpuId, Machine, MachineBuilder, OsCpu, Per, TopologyError,
 };
 
 #[derive(Deserialize)]
@@ -269,7 +269,7 @@ fn from_cpu_entries(
         let core = *cores.entry((package, entry.core.unwrap_or(usize::MAX - index))).or_insert(next_core);
         cpus.push(Cpu {
             id: CpuId(index),
-            os_id: entry.os_id.unwrap_or(index),
+            os_id: OsCpu(entry.os_id.unwrap_or(index)),
             core,
             package,
             class: entry.class,
@@ -352,7 +352,7 @@ caches = [{ level = 3, size = "8M", per = "package" }]
         .unwrap();
         assert_eq!(machine.cores().len(), 2);
         assert_eq!(machine.smt_siblings(CpuId(0)), vec![CpuId(0), CpuId(2)]);
-        assert_eq!(machine.cpu_by_os_id(8), Some(CpuId(1)));
+        assert_eq!(machine.cpu_by_os_id(OsCpu(8)), Some(CpuId(1)));
         assert_eq!(machine.caches.len(), 2);
     }
 

@@ -14,8 +14,8 @@
 //! runtime and the simulator read them from the same place. Nothing here schedules anything.
 //!
 //! Two numberings exist side by side: [`CpuId`] is the dense index inside one machine
-//! (`0..machine.cpus().len()`), [`Cpu::os_id`] the kernel's number. They differ when the
-//! process may use only some CPUs.
+//! (`0..machine.cpus().len()`), [`OsCpu`] the kernel's number ([`Cpu::os_id`]). They differ
+//! when the process may use only some CPUs.
 //!
 //! # Examples
 //! ```

@@ -18,6 +18,28 @@ impl std::fmt::Display for CpuId {
     }
 }
 
+/// The kernel's number for a CPU: what `sched_setaffinity`, `sched_getcpu`, `taskset` and
+/// `/sys/devices/system/cpu/cpuN` use. Every kernel CPU number in corehop's API has this type;
+/// an index into a [`Machine`] is a [`CpuId`].
+///
+/// Displays as the bare number (`3`), as the kernel writes CPU lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct OsCpu(pub usize);
+
+impl std::fmt::Display for OsCpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl OsCpu {
+    /// `cpus` as the kernel writes a CPU list (`0-3,8`).
+    pub fn list(cpus: &[OsCpu]) -> String {
+        format_cpu_list(&cpus.iter().map(|c| c.0).collect::<Vec<_>>())
+    }
+}
+
 /// The kind of core a CPU belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -37,7 +59,7 @@ pub struct Cpu {
     /// Dense id inside this machine.
     pub id: CpuId,
     /// The kernel's CPU number (what `sched_setaffinity` takes).
-    pub os_id: usize,
+    pub os_id: OsCpu,
     /// Dense index of the physical core, unique across packages; SMT siblings share it.
     pub core: usize,
     /// Dense index of the package (socket).
@@ -107,7 +129,7 @@ pub struct Machine {
 impl Machine {
     /// A machine of alike CPUs on the kernel's `os_ids` (dense ids in that order), grouped
     /// `threads_per_core` to a core, one package, no caches: the usual test and emulation layout.
-    pub fn uniform(name: impl Into<String>, os_ids: &[usize], threads_per_core: usize) -> Machine {
+    pub fn uniform(name: impl Into<String>, os_ids: &[OsCpu], threads_per_core: usize) -> Machine {
         let threads = threads_per_core.max(1);
         let cpus = os_ids
             .iter()
@@ -137,7 +159,7 @@ impl Machine {
     }
 
     /// The dense id of the CPU the kernel calls `os_id`, if this machine has it.
-    pub fn cpu_by_os_id(&self, os_id: usize) -> Option<CpuId> {
+    pub fn cpu_by_os_id(&self, os_id: OsCpu) -> Option<CpuId> {
         self.cpus.iter().find(|c| c.os_id == os_id).map(|c| c.id)
     }
 
@@ -219,7 +241,7 @@ impl Machine {
                 return inconsistent(format!("cpu at position {index} has id {}", cpu.id));
             }
             if !os_ids.insert(cpu.os_id) {
-                return Err(TopologyError::Duplicate { what: "kernel CPU id (os_id)", value: cpu.os_id });
+                return Err(TopologyError::Duplicate { what: "kernel CPU id (os_id)", value: cpu.os_id.0 });
             }
             if !(cpu.speed > 0.0 && cpu.speed <= 1.0) {
                 return Err(TopologyError::BadSpeed { cpu: index, speed: cpu.speed });
@@ -321,12 +343,16 @@ mod tests {
 
     #[test]
     fn uniform_keeps_kernel_ids_and_groups_siblings() {
-        let m = Machine::uniform("t", &[4, 5, 6, 7], 2);
+        let m = Machine::uniform("t", &[OsCpu(4), OsCpu(5), OsCpu(6), OsCpu(7)], 2);
         assert!(m.validate().is_ok());
-        assert_eq!(m.cpu_by_os_id(6), Some(CpuId(2)));
+        assert_eq!(m.cpu_by_os_id(OsCpu(6)), Some(CpuId(2)));
         assert_eq!(m.smt_siblings(CpuId(2)), [CpuId(2), CpuId(3)]);
         assert!(m.cpus().iter().all(|c| c.effective_speed() == 1.0 && c.class == CoreClass::Uniform));
-        assert_eq!(Machine::uniform("t", &[0, 1], 0).cores().len(), 2, "0 threads per core means 1");
+        assert_eq!(
+            Machine::uniform("t", &[OsCpu(0), OsCpu(1)], 0).cores().len(),
+            2,
+            "0 threads per core means 1"
+        );
     }
 
     fn smt_pair() -> Machine {
@@ -347,7 +373,7 @@ mod tests {
     fn validate_names_each_broken_invariant() {
         smt_pair().validate().unwrap();
         assert!(problem(|m| m.cpus[1].id = CpuId(7)).contains("position 1 has id cpu7"));
-        assert!(problem(|m| m.cpus[1].os_id = 0).contains("os_id) 0 is listed twice"));
+        assert!(problem(|m| m.cpus[1].os_id = OsCpu(0)).contains("os_id) 0 is listed twice"));
         assert!(problem(|m| m.cpus[2].speed = f64::NAN).contains("cpu2 has speed NaN"));
         assert!(problem(|m| m.cpus[3].emulated_speed = Some(0.0)).contains("cpu3 has emulated speed 0"));
         assert!(problem(|m| m.cpus[1].class = CoreClass::Little).contains("disagree on package or class"));

@@ -220,10 +220,10 @@ fn allowed_set_renumbers_densely_and_trims_caches() {
     let machine = &found.machine;
     assert_eq!(found.allowed, vec![2, 3, 10, 11, 12]);
     assert_eq!(found.allowed_from, "given by the caller");
-    let os_ids: Vec<usize> = machine.cpus().iter().map(|c| c.os_id).collect();
+    let os_ids: Vec<usize> = machine.cpus().iter().map(|c| c.os_id.0).collect();
     assert_eq!(os_ids, vec![2, 3, 10, 11, 12]);
-    assert_eq!(machine.cpu_by_os_id(10), Some(CpuId(2)));
-    assert_eq!(machine.cpu_by_os_id(0), None);
+    assert_eq!(machine.cpu_by_os_id(corehop_topology::OsCpu(10)), Some(CpuId(2)));
+    assert_eq!(machine.cpu_by_os_id(corehop_topology::OsCpu(0)), None);
     assert_eq!(machine.smt_siblings(CpuId(0)), vec![CpuId(0), CpuId(2)]);
     assert_eq!(machine.smt_siblings(CpuId(4)), vec![CpuId(4)], "cpu12's sibling 4 is not allowed");
     assert_eq!(machine.cores().len(), 3);
@@ -249,7 +249,7 @@ fn cgroup_v2_cpuset_and_affinity_restrict_the_machine() {
     assert!(found.allowed_from.contains("affinity mask"), "{}", found.allowed_from);
     assert!(found.allowed_from.contains("app.slice/cpuset.cpus.effective"), "{}", found.allowed_from);
     assert_eq!(found.machine.package_count(), 1);
-    assert_eq!(found.machine.cpus()[0].os_id, 4);
+    assert_eq!(found.machine.cpus()[0].os_id.0, 4);
     assert!(found.machine.waitpkg, "every flags line lists waitpkg");
     assert!(found.machine.source.contains("cgroup cpuset"));
 }
@@ -327,15 +327,15 @@ fn this_host_is_discovered() {
 /// as hybrid PMU lists, speeds as `acpi_cppc/highest_perf` in thousandths.
 fn write_as_sysfs(machine: &Machine, root: &FakeRoot) {
     let os = |cpus: &[CpuId]| {
-        let ids: Vec<usize> = cpus.iter().map(|c| machine.cpus()[c.0].os_id).collect();
+        let ids: Vec<usize> = cpus.iter().map(|c| machine.cpus()[c.0].os_id.0).collect();
         corehop_topology::format_cpu_list(&ids)
     };
-    let os_ids: Vec<usize> = machine.cpus().iter().map(|c| c.os_id).collect();
+    let os_ids: Vec<usize> = machine.cpus().iter().map(|c| c.os_id.0).collect();
     root.online(&corehop_topology::format_cpu_list(&os_ids));
     for cpu in machine.cpus() {
         let siblings = os(&machine.smt_siblings(cpu.id));
-        root.topology(cpu.os_id, cpu.package * 10, cpu.core, &siblings);
-        root.cpu_file(cpu.os_id, "acpi_cppc/highest_perf", &format!("{}", (cpu.speed * 1000.0).round()));
+        root.topology(cpu.os_id.0, cpu.package * 10, cpu.core, &siblings);
+        root.cpu_file(cpu.os_id.0, "acpi_cppc/highest_perf", &format!("{}", (cpu.speed * 1000.0).round()));
         for (index, cache) in machine.caches_of(cpu.id).enumerate() {
             let kind = match cache.kind {
                 CacheKind::Data => "Data",
@@ -343,11 +343,11 @@ fn write_as_sysfs(machine: &Machine, root: &FakeRoot) {
                 CacheKind::Unified => "Unified",
             };
             let size = corehop_topology::format_size(cache.size_bytes);
-            root.cache(cpu.os_id, index, cache.level, kind, &size, &os(&cache.cpus));
+            root.cache(cpu.os_id.0, index, cache.level, kind, &size, &os(&cache.cpus));
         }
     }
     let of_class = |class: CoreClass| {
-        let ids: Vec<usize> = machine.cpus().iter().filter(|c| c.class == class).map(|c| c.os_id).collect();
+        let ids: Vec<usize> = machine.cpus().iter().filter(|c| c.class == class).map(|c| c.os_id.0).collect();
         corehop_topology::format_cpu_list(&ids)
     };
     root.write("sys/devices/cpu_core/cpus", &of_class(CoreClass::Big));
@@ -405,7 +405,7 @@ mod round_trip {
                 Ok(restricted) => {
                     let machine = &restricted.machine;
                     machine.validate().unwrap();
-                    let os_ids: Vec<usize> = machine.cpus().iter().map(|c| c.os_id).collect();
+                    let os_ids: Vec<usize> = machine.cpus().iter().map(|c| c.os_id.0).collect();
                     prop_assert_eq!(os_ids, allowed);
                     for cache in &machine.caches {
                         prop_assert!(cache.cpus.iter().all(|c| c.0 < machine.cpus().len()));

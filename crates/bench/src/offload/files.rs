@@ -14,7 +14,7 @@ use std::path::Path;
 use anyhow::Context;
 use corehop_policy::offload::OffloadPolicy;
 use corehop_runtime::service::{thread_cpu_ns, Offloader, ServiceCores};
-use corehop_runtime::sys::{self, Errno};
+use corehop_runtime::sys::{self, Errno, OsCpu};
 use rand::{Rng, SeedableRng};
 
 use super::{Run, Served};
@@ -51,7 +51,7 @@ pub fn run(
     let dir_c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())?;
     std::thread::scope(|scope| {
         let server = scope.spawn(move || -> anyhow::Result<Served> {
-            sys::pin_current_thread(app_cpu)?;
+            sys::pin_current_thread(OsCpu(app_cpu))?;
             let cpu0 = thread_cpu_ns(sys::gettid()).unwrap_or(0);
             let (stream, _) = listener.accept()?;
             stream.set_nodelay(true)?;
@@ -93,7 +93,7 @@ pub fn run(
             Ok(Served { stats: off.stats(), cpu_ns, profile: off.take_profile() })
         });
         let client = scope.spawn(move || -> anyhow::Result<(Run, u64)> {
-            sys::pin_current_thread(app_cpu)?;
+            sys::pin_current_thread(OsCpu(app_cpu))?;
             let cpu0 = thread_cpu_ns(sys::gettid()).unwrap_or(0);
             let mut stream = TcpStream::connect(addr)?;
             stream.set_nodelay(true)?;

@@ -26,10 +26,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use anyhow::Context;
-use corehop_policy::offload::{CallDesc, CallKind, Decision, OffloadPolicy};
+use corehop_policy::offload::{CallCost, CallDesc, CallKind, Decision, OffloadPolicy};
 use corehop_runtime::service::{thread_cpu_ns, OffloadStats, SysCall, SysResult};
 use corehop_runtime::sys::{self, Errno};
-use corehop_runtime::{yield_now, CpuId, Runtime, Wake};
+use corehop_runtime::{yield_now, CpuId, OsCpu, Runtime, Wake};
 use rand::{Rng, SeedableRng};
 
 use super::files::SIZES;
@@ -86,14 +86,14 @@ impl Calls {
             offload.policy.decide(&desc, 0)
         };
         let t0 = sys::now_ns();
-        let (result, run) = match decision {
+        let (result, cost) = match decision {
             Decision::Local => {
                 self.go(self.app)?;
                 let start = sys::now_ns();
                 let result = f();
                 let run = sys::now_ns().saturating_sub(start);
                 self.lock().stats.local_run_ns += run;
-                (result, run)
+                (result, CallCost::local(run))
             }
             Decision::Offload => {
                 // Other tasks run on the application CPU while this one is away.
@@ -102,18 +102,19 @@ impl Calls {
                 let result = f();
                 let end = sys::now_ns();
                 let run = end.saturating_sub(start);
+                let waited = end.saturating_sub(t0);
                 let mut offload = self.lock();
                 offload.stats.offloaded += 1;
                 offload.stats.remote_run_ns += run;
                 offload.stats.remote_wait_ns += start.saturating_sub(t0);
-                offload.stats.remote_total_ns += end.saturating_sub(t0);
-                (result, run)
+                offload.stats.remote_total_ns += waited;
+                (result, CallCost::moved(run, waited))
             }
         };
         let mut offload = self.lock();
-        offload.policy.observe(&desc, run);
+        offload.policy.observe(&desc, cost);
         if let Some(profile) = &mut offload.profile {
-            profile.push((desc, run));
+            profile.push((desc, cost.run));
         }
         Ok(result)
     }
@@ -183,13 +184,13 @@ pub fn run(
     dir: &Path,
     policy: OffloadPolicy,
     profile: bool,
-    app_cpu: usize,
-    service_cpu: usize,
+    app_cpu: OsCpu,
+    service_cpu: OsCpu,
     requests: usize,
     seed: u64,
 ) -> anyhow::Result<(Run, Served)> {
     let machine = corehop_topology::discover().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let dense = |os: usize| {
+    let dense = |os: OsCpu| {
         machine
             .cpus()
             .iter()

@@ -9,7 +9,7 @@
 
 use std::ffi::OsString;
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::Instant;
@@ -17,7 +17,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use corehop_runtime::sys;
 use corehop_sys::wire::env;
-use corehop_topology::{format_cpu_list, parse_cpu_list};
+use corehop_topology::{format_cpu_list, parse_cpu_list, OsCpu};
 use serde::Serialize;
 
 use corehop_bench::report::{fmt_ns, Stats, Table};
@@ -31,7 +31,9 @@ pub const LIBRARY: &str = "libcorehop_preload.so";
     corehop run --offload --service-cpus 1 --policy size --threshold 16384 -- cp big.iso /tmp/\n  \
     corehop run --cpus 0 -- make -j1\n\n\
     The preload library is built with `cargo build --workspace` (or `cargo build -p corehop-preload`)\n\
-    and looked for next to the corehop binary, or at $COREHOP_PRELOAD.")]
+    and looked for next to the corehop binary, or at $COREHOP_PRELOAD.\n\n\
+    Without --stats, --stats-json, --record-trace or --compare, corehop becomes CMD (exec, as env and\n\
+    taskset do): same process id, CMD's own signals and exit status, no second process.")]
 pub struct Args {
     /// Run CMD with system-call offload: load libcorehop_preload.so (LD_PRELOAD, appended to
     /// any existing one) so that read, write, pread/pwrite, readv/writev, open/openat, the stat
@@ -54,10 +56,13 @@ pub struct Args {
     pub cpus: Option<String>,
 
     /// Which calls go across. `adaptive` (the default) moves nothing until moving pays: each
-    /// process starts with `never` and, once it has run long enough to afford a trial (trials
-    /// may cost at most 1 % of its time), tries `always`, `size` and `predicted` for short
-    /// epochs between epochs of `never`, scored by the program's rate of completed calls; it
-    /// switches only to an arm that wins by more than 2 %, and goes on checking `never`.
+    /// process starts with `measured`, which keeps every kind of call (call, call site, size
+    /// class) local until moving it has been measured to cost the caller less — it moves a
+    /// few calls of each kind as probes, within 1 % of the time its calls take. Once the
+    /// process has run long enough to afford a trial (trials may cost at most 1 % of its
+    /// time), it also tries `never`, `always`, `size` and `predicted` for short epochs, scored
+    /// by the program's rate of completed calls; it switches only to an arm that wins by more
+    /// than 2 %, twice, and goes on checking `never`.
     /// `--stats` says where each process settled. The fixed policies: `never` (the same-run
     /// baseline: intercept and count, move nothing), `always`, `size` (calls moving at least
     /// --threshold bytes, default 4096 — the 4 KB rule of fast-core-switching §3.6 — plus the
@@ -215,7 +220,7 @@ pub struct Finished {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let allowed = sys::affinity().context("reading this process's CPU affinity")?;
+    let allowed = kernel_numbers(sys::affinity().context("reading this process's CPU affinity")?);
     let online = online_cpus();
     let mut launch = Launch { command: args.command, cpus: None, offload: None, capture: false };
     let mut service_cpus = Vec::new();
@@ -250,6 +255,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(path) = launch.offload.as_ref().and_then(|o| o.trace_file.as_ref()) {
         std::fs::write(path, TRACE_HEADER)
             .with_context(|| format!("creating the trace file {}", path.display()))?;
+    }
+    let collects = launch.offload.as_ref().is_some_and(|o| o.stats_file.is_some() || o.trace_file.is_some());
+    if !collects {
+        return Err(launch.exec());
     }
     let finished = launch.run()?;
     if let Some(path) = launch.offload.as_ref().and_then(|o| o.trace_file.as_ref()) {
@@ -478,8 +487,26 @@ pub fn exit_code(status: ExitStatus) -> i32 {
 }
 
 impl Launch {
-    /// Starts the program, waits for it, and collects the offload summary if one was asked for.
-    pub fn run(&self) -> anyhow::Result<Finished> {
+    /// Becomes the program (`execve`), as `env` and `taskset` do, when nothing is to be
+    /// collected after it ends: it keeps corehop's process id, its signals and exit status are
+    /// the program's own, and it pays no second process. Returns only if the exec failed.
+    pub fn exec(&self) -> anyhow::Error {
+        let command = match self.command() {
+            Ok(command) => command,
+            Err(e) => return e,
+        };
+        let mut command = command;
+        if let Some(cpus) = &self.cpus {
+            if let Err(e) = sys::set_affinity(&cpus.iter().map(|&cpu| OsCpu(cpu)).collect::<Vec<_>>()) {
+                return anyhow::Error::from(e).context(format!("running on CPUs {}", format_cpu_list(cpus)));
+            }
+        }
+        let program = self.command[0].to_string_lossy().into_owned();
+        anyhow::Error::from(command.exec()).context(format!("starting {program}"))
+    }
+
+    /// The program's command line and environment (the preload library and its settings).
+    fn command(&self) -> anyhow::Result<Command> {
         let (program, rest) = self.command.split_first().context("no command given")?;
         let mut command = Command::new(program);
         command.args(rest);
@@ -504,6 +531,13 @@ impl Launch {
                 None => command.env_remove(env::TRACE_FILE),
             };
         }
+        Ok(command)
+    }
+
+    /// Starts the program, waits for it, and collects the offload summary if one was asked for.
+    pub fn run(&self) -> anyhow::Result<Finished> {
+        let program = self.command.first().context("no command given")?;
+        let mut command = self.command()?;
         if self.capture {
             command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
         }
@@ -511,7 +545,8 @@ impl Launch {
         // spawn, then put it back.
         let previous = sys::affinity().context("reading this thread's CPU affinity")?;
         if let Some(cpus) = &self.cpus {
-            sys::set_affinity(cpus).with_context(|| format!("running on CPUs {}", format_cpu_list(cpus)))?;
+            sys::set_affinity(&cpus.iter().map(|&cpu| OsCpu(cpu)).collect::<Vec<_>>())
+                .with_context(|| format!("running on CPUs {}", format_cpu_list(cpus)))?;
         }
         if let Some(path) = self.offload.as_ref().and_then(|o| o.stats_file.as_ref()) {
             // Made here, empty and private, so the library only appends to a file of ours.
@@ -638,6 +673,11 @@ pub fn find_library() -> anyhow::Result<PathBuf> {
 /// The offload summary of a run, as the preload library writes it (`corehop_sys::wire`).
 pub use corehop_sys::wire::Summary;
 
+/// Kernel CPU numbers as the command spells them (CPU lists, environment variables).
+pub(crate) fn kernel_numbers(cpus: Vec<OsCpu>) -> Vec<usize> {
+    cpus.into_iter().map(|cpu| cpu.0).collect()
+}
+
 /// What `corehop run --stats` prints of a [`Summary`].
 trait SummaryTable {
     /// The summary as a table, with the estimate of time moved and time lost underneath.
@@ -647,20 +687,15 @@ trait SummaryTable {
 impl SummaryTable for Summary {
     fn table(&self, service_cpus: &[usize], wall_ns: u64) -> Table {
         let per = |ns: u64, n: u64| if n == 0 { "-".to_string() } else { fmt_ns(ns as f64 / n as f64) };
-        let mut table = Table::new([
-            "call",
-            "seen",
-            "offloaded",
-            "local",
-            "kept",
-            "withdrawn",
-            "busy",
-            "on service",
-            "hand-off",
-            "p50",
-            "p99",
-            "run local",
-        ])
+        // The counts under the preload library's own names, then the times per call.
+        let counts = &corehop_sys::wire::COUNTERS[..6];
+        let mut table = Table::new(
+            ["call"]
+                .iter()
+                .chain(counts)
+                .chain(&["on service", "hand-off", "p50", "p99", "run local"])
+                .copied(),
+        )
         .title(format!(
             "corehop offload summary ({} process{}, service CPU{} {})",
             self.processes,
@@ -679,20 +714,15 @@ impl SummaryTable for Summary {
                 .map_or_else(|| "-".to_string(), |ns| format!("≤{}", fmt_ns(ns as f64)))
         };
         for (name, c) in self.calls.iter().map(|(n, c)| (n.as_str(), c)).chain([("total", &total)]) {
-            table.row([
-                name.to_string(),
-                c.seen.to_string(),
-                c.offloaded.to_string(),
-                c.local.to_string(),
-                c.kept.to_string(),
-                c.withdrawn.to_string(),
-                c.busy.to_string(),
+            let times = [
                 per(c.service_ns, c.offloaded),
                 per(c.wait_ns.saturating_sub(c.service_ns), c.offloaded),
                 quantile(name, 0.5),
                 quantile(name, 0.99),
                 per(c.local_ns, c.local_timed),
-            ]);
+            ];
+            let counted = c.fields().into_iter().take(counts.len()).map(|n| n.to_string());
+            table.row([name.to_string()].into_iter().chain(counted).chain(times));
         }
         table.note(
             "local: the policy kept it on the caller; kept: it had to stay (could block until a signal, or names \
@@ -752,7 +782,7 @@ impl SummaryTable for Summary {
 /// the offload summary of the dd run.
 pub fn tour() -> anyhow::Result<()> {
     let library = find_library()?;
-    let allowed = sys::affinity()?;
+    let allowed = kernel_numbers(sys::affinity()?);
     let service = *allowed.last().context("no CPU allowed")?;
     let app: Vec<usize> = allowed.iter().copied().filter(|&c| c != service).collect();
     let app = if app.is_empty() { allowed.clone() } else { app };
@@ -908,6 +938,16 @@ mod tests {
         assert_eq!(s.total().seen, 5);
         let rendered = s.table(&[1], 1000).render();
         assert!(rendered.contains("fsync") && rendered.contains("total"));
+        let header = rendered.lines().find(|l| l.contains("offloaded")).unwrap();
+        let words: Vec<&str> = header.split_whitespace().collect();
+        assert_eq!(
+            words[..7],
+            ["call", "seen", "offloaded", "local", "kept", "withdrawn", "busy"],
+            "{header}"
+        );
+        let read: Vec<&str> =
+            rendered.lines().find(|l| l.starts_with("read")).unwrap().split_whitespace().collect();
+        assert_eq!(read[..7], ["read", "4", "3", "0", "1", "0", "0"], "{rendered}");
     }
 
     #[test]

@@ -318,7 +318,7 @@ fn tour_table(machine: &Machine) -> Table {
         }
     }
     for (key, cpus) in rows {
-        let os_ids: Vec<usize> = cpus.iter().map(|id| machine.cpus()[id.0].os_id).collect();
+        let os_ids: Vec<usize> = cpus.iter().map(|id| machine.cpus()[id.0].os_id.0).collect();
         let mut cores: Vec<usize> = cpus.iter().map(|id| machine.cpus()[id.0].core).collect();
         cores.dedup();
         let mut row = vec![cpus_text(&cpus), format_cpu_list(&os_ids), cores.len().to_string()];

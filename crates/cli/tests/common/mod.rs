@@ -20,6 +20,47 @@ pub fn corehop(args: &[&str]) -> Output {
     command().args(args).output().expect("running corehop")
 }
 
+/// Runs `corehop ARGS`, which must succeed, and returns its stdout.
+pub fn stdout_of(args: &[&str]) -> String {
+    let out = corehop(args);
+    assert!(out.status.success(), "corehop {args:?} failed: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// Runs `corehop ARGS`, which must fail, and returns its stderr.
+pub fn error_of(args: &[&str]) -> String {
+    let out = corehop(args);
+    assert!(!out.status.success(), "corehop {args:?} should fail");
+    text(&out.stderr)
+}
+
+/// Output as text (lossy: a test prints it when it fails).
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Whether this process may use two CPUs; records a skip for `what` if not.
+pub fn two_cpus(what: &str) -> bool {
+    let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    if n < 2 {
+        skip(&format!("{what} needs two CPUs, this process may use {n}"));
+    }
+    n >= 2
+}
+
+/// Whether `tool` is on the PATH; records a skip if not.
+pub fn have(tool: &str) -> bool {
+    let found = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        skip(&format!("{tool} is not installed (scripts/test.sh installs it)"));
+    }
+    found
+}
+
 /// [`command`], with the preload library built next to the binary first.
 pub fn offload_command() -> Command {
     library();

@@ -213,6 +213,26 @@ impl<M> Chan<M> {
     }
 }
 
+/// `len`, `is_empty` and `capacity`: what either end can ask of the channel.
+macro_rules! channel_state {
+    () => {
+        /// Messages waiting in the channel.
+        pub fn len(&self) -> usize {
+            self.chan.len()
+        }
+
+        /// Whether no message is waiting in the channel.
+        pub fn is_empty(&self) -> bool {
+            self.chan.is_empty()
+        }
+
+        /// How many messages the channel holds at most.
+        pub fn capacity(&self) -> usize {
+            self.chan.capacity()
+        }
+    };
+}
+
 /// The sending end of a channel. Give it to a component (its output) or send from any thread.
 pub struct Sender<M, K = Spsc> {
     pub(crate) chan: Arc<Chan<M>>,
@@ -232,20 +252,7 @@ impl<M, K> Sender<M, K> {
         Ok(())
     }
 
-    /// Messages waiting in the channel.
-    pub fn len(&self) -> usize {
-        self.chan.len()
-    }
-
-    /// Whether no message is waiting in the channel.
-    pub fn is_empty(&self) -> bool {
-        self.chan.is_empty()
-    }
-
-    /// How many messages the channel holds at most.
-    pub fn capacity(&self) -> usize {
-        self.chan.capacity()
-    }
+    channel_state!();
 }
 
 impl<M> Clone for Sender<M, Mpsc> {
@@ -268,20 +275,7 @@ impl<M> Receiver<M> {
         Some(m)
     }
 
-    /// Messages waiting in the channel.
-    pub fn len(&self) -> usize {
-        self.chan.len()
-    }
-
-    /// Whether no message is waiting in the channel.
-    pub fn is_empty(&self) -> bool {
-        self.chan.is_empty()
-    }
-
-    /// How many messages the channel holds at most.
-    pub fn capacity(&self) -> usize {
-        self.chan.capacity()
-    }
+    channel_state!();
 }
 
 #[cfg(all(test, loom))]
@@ -295,9 +289,7 @@ mod loom_tests {
     /// (The queue is crossbeam's, not loom-aware: loom checks the doorbells around it.)
     #[test]
     fn loom_doorbells_lose_no_wakeup() {
-        let mut model = loom::model::Builder::new();
-        model.preemption_bound = Some(2);
-        model.check(|| {
+        crate::sync::model_bounded(2, || {
             let signals = Signals::new(2);
             let chan = Chan::<u32>::new(1, signals.clone());
             chan.set_consumer(Some(0));

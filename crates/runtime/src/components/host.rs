@@ -10,6 +10,7 @@ use crossbeam_utils::CachePadded;
 use super::channel::Signals;
 use super::slot::Runnable;
 use crate::sys;
+use crate::worker::Started;
 
 /// A request to a host, handled at the top of its loop: between two batches, never while a
 /// component is inside its handler (the quiesce point of a move).
@@ -94,27 +95,18 @@ fn spin_until(deadline_ns: u64) {
 
 pub(crate) struct HostConfig {
     pub index: usize,
-    pub os_cpu: usize,
     pub idle: Idle,
     pub spin: SpinConfig,
     pub batch: usize,
 }
 
-/// The host thread's body. Reports the pinning result on `ready`, then serves until `Stop`.
-pub(crate) fn run(
-    cfg: HostConfig,
-    shared: Arc<Shared>,
-    mut slots: Vec<Box<dyn Runnable>>,
-    ready: mpsc::Sender<std::io::Result<()>>,
-) {
-    if let Err(e) = sys::pin_current_thread(cfg.os_cpu) {
-        let _ = ready.send(Err(e));
-        return;
-    }
+/// The host thread's body (on its pinned worker): attaches its components, reports that it
+/// started, then serves until `Stop`.
+pub(crate) fn run(cfg: HostConfig, shared: Arc<Shared>, mut slots: Vec<Box<dyn Runnable>>, started: Started) {
     for slot in &slots {
         slot.attach(Some(cfg.index));
     }
-    let _ = ready.send(Ok(()));
+    started.report();
     let me = &shared.hosts[cfg.index];
     let signal = shared.signals.host(cfg.index);
     let mut budget = SpinBudget::new(cfg.spin);

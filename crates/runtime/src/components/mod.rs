@@ -66,7 +66,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
 use corehop_policy::components::{Action, ControllerError, Layout, Observation};
-use corehop_topology::{CpuId, Machine};
+use corehop_topology::{CpuId, Machine, OsCpu};
 use crossbeam_utils::CachePadded;
 
 pub use channel::{Mpsc, Receiver, Sender, Spsc};
@@ -134,6 +134,7 @@ impl<M> Outbox<M> {
 
 /// Bad input or a failure of the components runtime.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ComponentError {
     /// A CPU id past the end of the machine's CPU list.
     #[error("{cpu} is not one of the machine's {cpus} CPUs")]
@@ -188,7 +189,7 @@ pub enum ComponentError {
         /// The host's CPU (dense id).
         cpu: CpuId,
         /// The kernel's number for that CPU.
-        os_cpu: usize,
+        os_cpu: OsCpu,
         /// The OS error from starting or pinning the thread.
         #[source]
         source: std::io::Error,
@@ -240,7 +241,7 @@ struct Info {
 ///
 /// # Examples
 /// ```
-/// use corehop_runtime::components::{Component, Outbox, PipelineBuilder};
+/// use corehop_runtime::components::{Component, Outbox, Pipeline};
 /// use corehop_topology::{CoreClass, Cpu, CpuId, Machine};
 ///
 /// struct Double;
@@ -257,11 +258,11 @@ struct Info {
 ///                 speed: 1.0, emulated_speed: None };
 /// let machine = Machine { name: "here".into(), source: "doc".into(), cpus: vec![cpu],
 ///                         caches: vec![], waitpkg: false };
-/// let mut b = PipelineBuilder::new(&machine).unwrap();
+/// let mut b = Pipeline::builder(&machine).unwrap();
 /// let (to_double, double_in) = b.spsc::<u64>(64).unwrap();
 /// let (double_out, results) = b.spsc::<u64>(64).unwrap();
 /// b.component("double", CpuId(0), || Double).input(double_in).output(double_out).add().unwrap();
-/// let pipeline = b.start().unwrap();
+/// let pipeline = b.build().unwrap();
 /// to_double.try_send(21).unwrap();
 /// let answer = loop {
 ///     if let Some(x) = results.try_recv() { break x; }
@@ -282,9 +283,7 @@ pub struct PipelineBuilder {
 }
 
 impl PipelineBuilder {
-    /// A builder for components on `machine`'s CPUs, each at its `emulated_speed` (or full
-    /// speed), idling [`Idle::PollThenPark`].
-    pub fn new(machine: &Machine) -> Result<Self, ComponentError> {
+    fn new(machine: &Machine) -> Result<Self, ComponentError> {
         let n = machine.cpus().len();
         if n > MAX_CPUS {
             return Err(ComponentError::TooManyCpus { cpus: n, max: MAX_CPUS });
@@ -371,7 +370,7 @@ impl PipelineBuilder {
     }
 
     /// Spawns one pinned host per CPU of the machine and starts the components.
-    pub fn start(self) -> Result<Pipeline, ComponentError> {
+    pub fn build(self) -> Result<Pipeline, ComponentError> {
         let PipelineBuilder { machine, signals, idle, spin, batch, speeds, slots, infos } = self;
         let shared = Shared::new(&speeds, signals);
         let placement: Vec<CpuId> = slots.iter().map(|(cpu, _)| *cpu).collect();
@@ -388,19 +387,17 @@ impl PipelineBuilder {
         };
         for (index, slots) in per_host.into_iter().enumerate() {
             let cpu = &machine.cpus()[index];
-            let cfg = HostConfig { index, os_cpu: cpu.os_id, idle, spin, batch };
-            let (ready_tx, ready_rx) = mpsc::channel();
+            let cfg = HostConfig { index, idle, spin, batch };
             let shared = shared.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("corehop-comp-{}", cpu.id))
-                .spawn(move || host::run(cfg, shared, slots, ready_tx));
-            let host_err = |source| ComponentError::Host { cpu: cpu.id, os_cpu: cpu.os_id, source };
-            let handle = spawned.map_err(host_err)?;
-            pipeline.threads.push(handle);
-            match ready_rx.recv() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => return Err(host_err(e)),
-                Err(_) => return Err(ComponentError::Stopped),
+            let started = crate::worker::start_pinned(format!("corehop-comp-{}", cpu.id), Some(cpu.os_id), {
+                move |started| host::run(cfg, shared, slots, started)
+            });
+            match started {
+                Ok(handle) => pipeline.threads.push(handle),
+                Err(crate::worker::StartError::Died) => return Err(ComponentError::Stopped),
+                Err(e) => {
+                    return Err(ComponentError::Host { cpu: cpu.id, os_cpu: cpu.os_id, source: e.into_io() })
+                }
             }
         }
         Ok(pipeline)
@@ -551,6 +548,13 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
+    /// A builder for components on `machine`'s CPUs, each at its `emulated_speed` (or full
+    /// speed), idling [`Idle::PollThenPark`]; [`PipelineBuilder::build`] starts them. (As
+    /// `Runtime::builder` and `SmtRuntime::builder`.)
+    pub fn builder(machine: &Machine) -> Result<PipelineBuilder, ComponentError> {
+        PipelineBuilder::new(machine)
+    }
+
     /// The machine the pipeline was built for.
     pub fn machine(&self) -> &Machine {
         &self.machine

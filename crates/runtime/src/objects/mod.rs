@@ -52,7 +52,7 @@ use std::time::Duration;
 use corehop_policy::objects::{CoreSample, Move, ObjectSample, Placer, PlacerConfig};
 pub use corehop_policy::objects::{ObjectHints, ObjectId, Placement, PlacementError};
 use corehop_policy::payoff::{ArmSampler, PayoffConfig, STAY};
-use corehop_topology::{CpuId, Machine};
+use corehop_topology::{CpuId, Machine, OsCpu};
 use crossbeam_utils::CachePadded;
 
 use crate::sys;
@@ -86,7 +86,7 @@ pub enum ObjectError {
         /// Where the object lives.
         cpu: CpuId,
         /// Its kernel CPU number.
-        os_id: usize,
+        os_id: OsCpu,
         /// What `sched_setaffinity` said.
         source: std::io::Error,
     },
@@ -303,7 +303,7 @@ impl Countdown {
 #[derive(Debug, Clone)]
 struct CpuSlot {
     id: CpuId,
-    os_id: usize,
+    os_id: OsCpu,
     domain: usize,
 }
 
@@ -312,7 +312,7 @@ struct CpuSlot {
 pub struct Objects<K, T> {
     cpus: Vec<CpuSlot>,
     /// Kernel CPU number → index into `cpus`.
-    by_os_id: HashMap<usize, usize>,
+    by_os_id: HashMap<OsCpu, usize>,
     keys: RwLock<HashMap<K, Handle<T>>>,
     /// Every object, by id; shared with the batches sent to other CPUs ([`batch`]).
     all: Table<T>,
@@ -367,7 +367,7 @@ enum Back {
     /// A task hops back to this worker (the one it came from: the same OS thread).
     Hop(usize),
     /// A plain thread restores this affinity (kernel CPU numbers).
-    Affinity(Vec<usize>),
+    Affinity(Vec<OsCpu>),
 }
 
 /// An operation started with [`Objects::start`] and not yet ended (the C API's `ct_start`).

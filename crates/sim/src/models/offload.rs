@@ -23,9 +23,9 @@
 //! ```toml
 //! [workload]
 //! kind = "offload"
-//! policy = "predicted"          # never | always | predicted | tuned
+//! policy = "predicted"          # never | always | predicted | tuned | measured | adaptive
 //! table = "fa"                  # fa (200-entry LRU) | dm (1500-entry direct mapped)
-//! threshold_cycles = 1000       # N (the tuner's start for "tuned")
+//! threshold_cycles = 1000       # N (the tuner's start for "tuned"; "measured"'s prior move cost)
 //! latency_cycles = 1000         # one-way offload latency
 //! app_cpus = [0]
 //! service_cpus = [1]            # default: the last CPU
@@ -50,8 +50,10 @@ use rand::Rng;
 use serde::Deserialize;
 
 use corehop_policy::offload::{
-    CallDesc, CallKind, Decision, OffloadPolicy, Predicted, TableForm, TunerConfig,
+    Adaptive, CallCost, CallDesc, CallKind, Decision, Measured, MeasuredConfig, OffloadPolicy, Predicted,
+    TableForm, TunerConfig,
 };
+use corehop_policy::payoff::PayoffConfig;
 use corehop_policy::pick::{Candidate, Pick, PickState};
 use corehop_topology::CpuId;
 
@@ -79,6 +81,12 @@ pub enum PolicyChoice {
     Predicted,
     /// The predictor with N tuned online from the thread's own user throughput.
     Tuned,
+    /// A kind of call moves once moving it measured cheaper for its caller
+    /// (`corehop_policy::offload::Measured`, prior move cost `threshold_cycles`).
+    Measured,
+    /// `corehop run`'s default: measured, sampled in epochs against never, always and the
+    /// predictor by the thread's own user throughput.
+    Adaptive,
 }
 
 /// The predictor table.
@@ -157,7 +165,8 @@ pub struct OffloadConfig {
     /// OS code on a service CPU takes this × its length (default 0.8: a warm OS core).
     #[serde(default = "default_os_core_factor")]
     pub os_core_factor: f64,
-    /// Whether the policy is told the expected wait at the service CPU (default true).
+    /// Whether the policy is told the expected wait at the service CPU, and raises its N to
+    /// the measured cost of a move, queueing included (default true).
     #[serde(default = "yes")]
     pub queue_aware: bool,
     /// Length of a tuner epoch under "tuned", cycles (default 2 000 000).
@@ -308,28 +317,8 @@ impl FromScenario for Offload {
     fn from_scenario(s: &Scenario) -> Result<Offload, ScenarioError> {
         let cfg: OffloadConfig = s.workload()?;
         let cpus = s.machine.cpu_count();
-        if cfg.app_cpus.is_empty() {
-            return Err(s.error("workload.app_cpus", Problem::Invalid("needs at least one CPU".into())));
-        }
-        for (i, &cpu) in cfg.app_cpus.iter().enumerate() {
-            s.check_cpu(&format!("workload.app_cpus[{i}]"), cpu)?;
-            if cfg.app_cpus[..i].contains(&cpu) {
-                return Err(s.error(
-                    &format!("workload.app_cpus[{i}]"),
-                    Problem::Invalid(format!("CPU {cpu} listed twice")),
-                ));
-            }
-        }
         let service_cpus = cfg.service_cpus.clone().unwrap_or_else(|| vec![cpus - 1]);
-        for (i, &cpu) in service_cpus.iter().enumerate() {
-            s.check_cpu(&format!("workload.service_cpus[{i}]"), cpu)?;
-            if cfg.app_cpus.contains(&cpu) {
-                return Err(s.error(
-                    &format!("workload.service_cpus[{i}]"),
-                    Problem::Invalid(format!("CPU {cpu} is also an application CPU")),
-                ));
-            }
-        }
+        s.check_app_and_service_cpus(&cfg.app_cpus, &service_cpus)?;
         if service_cpus.is_empty() && cfg.policy != PolicyChoice::Never {
             return Err(
                 s.error("workload.service_cpus", Problem::Invalid("no service CPU to offload to".into()))
@@ -361,13 +350,8 @@ impl FromScenario for Offload {
             ));
         }
         s.check_distribution("workload.compute_cycles", &cfg.compute_cycles)?;
-        if cfg.calls.is_empty() {
-            return Err(s.error("workload.calls", Problem::Invalid("needs at least one call type".into())));
-        }
-        let mut call_mix = WeightedChoice::default();
+        let call_mix = s.call_mix(cfg.calls.iter().map(|c| (&c.length, c.weight)))?;
         for (i, call) in cfg.calls.iter().enumerate() {
-            s.check_distribution(&format!("workload.calls[{i}].length"), &call.length)?;
-            call_mix.push(call.weight).map_err(|p| s.error(&format!("workload.calls[{i}].weight"), p))?;
             if call.sites == 0 {
                 return Err(s.error(
                     &format!("workload.calls[{i}].sites"),
@@ -378,6 +362,12 @@ impl FromScenario for Offload {
         let form = match cfg.table {
             TableChoice::Fa => TableForm::PAPER_FA,
             TableChoice::Dm => TableForm::PAPER_DM,
+        };
+        let measured = || -> Result<OffloadPolicy, ScenarioError> {
+            let config = MeasuredConfig { move_prior: cfg.threshold_cycles, ..MeasuredConfig::default() };
+            let m = Measured::new(config)
+                .map_err(|e| s.error("workload.threshold_cycles", Problem::Invalid(e.to_string())))?;
+            Ok(OffloadPolicy::Measured(Box::new(m)))
         };
         let policy = || -> Result<OffloadPolicy, ScenarioError> {
             let bad = |e: corehop_policy::offload::OffloadError| {
@@ -396,7 +386,9 @@ impl FromScenario for Offload {
                 PolicyChoice::Never => OffloadPolicy::Never,
                 PolicyChoice::Always => OffloadPolicy::Always,
                 PolicyChoice::Predicted => OffloadPolicy::Predicted(Box::new(
-                    Predicted::fixed(form, cfg.threshold_cycles).map_err(bad)?,
+                    Predicted::fixed(form, cfg.threshold_cycles)
+                        .map_err(bad)?
+                        .with_move_cost_floor(cfg.queue_aware),
                 )),
                 PolicyChoice::Tuned => {
                     let config = TunerConfig {
@@ -407,7 +399,21 @@ impl FromScenario for Offload {
                         run_epochs: 2,
                         ..TunerConfig::default()
                     };
-                    OffloadPolicy::Predicted(Box::new(Predicted::tuned(form, config).map_err(bad)?))
+                    OffloadPolicy::Predicted(Box::new(
+                        Predicted::tuned(form, config).map_err(bad)?.with_move_cost_floor(cfg.queue_aware),
+                    ))
+                }
+                PolicyChoice::Measured => measured()?,
+                PolicyChoice::Adaptive => {
+                    let predicted = Predicted::fixed(form, cfg.threshold_cycles).map_err(bad)?;
+                    let arms = vec![
+                        measured()?,
+                        OffloadPolicy::Always,
+                        OffloadPolicy::Predicted(Box::new(predicted)),
+                    ];
+                    OffloadPolicy::Adaptive(Box::new(
+                        Adaptive::new(arms, PayoffConfig::default()).map_err(bad)?,
+                    ))
                 }
             })
         };
@@ -597,10 +603,15 @@ impl Model for Offload {
             }
             Event::Return { task } => {
                 let now = sim.now();
+                let waited = self.cycles(now - self.tasks[task as usize].call_started) as u64;
                 let t = &mut self.tasks[task as usize];
                 let (desc, length) = t.call;
                 sim.stats.record_op(now - t.call_started);
-                t.policy.observe(&desc, length as u64);
+                let cost = match t.service {
+                    Some(_) => CallCost::moved(length as u64, waited),
+                    None => CallCost::local(length as u64),
+                };
+                t.policy.observe(&desc, cost);
                 t.done += 1;
                 let penalty = match t.service {
                     Some(_) => {
@@ -667,6 +678,37 @@ mod tests {
 
     const TINY: &str = "iterations = 2\ncompute_cycles = 1000\npollution = 0.5\ncoherence_cycles = 0\n\
                         os_core_factor = 1.0\nlatency_cycles = 100\ncalls = [{ name = \"read\", length = 500 }]\n";
+
+    /// User throughput of `policy` on `workload` (offload-2core).
+    fn throughput(policy: &str, workload: &str) -> f64 {
+        let (r, _, _) = run("offload-2core", &format!("policy = \"{policy}\"\n{workload}"));
+        r.headline().unwrap().value
+    }
+
+    #[test]
+    fn adaptive_keeps_within_two_percent_of_never_where_moving_only_costs() {
+        // Short calls, no pollution to save: every move costs two latencies and coherence.
+        let w = "iterations = 40000\ncompute_cycles = { exponential = 3000 }\npollution = 0.0\n\
+                 latency_cycles = 2000\nthreshold_cycles = 4000\ncalls = [{ name = \"read\", length = 800 }]\n";
+        let never = throughput("never", w);
+        for policy in ["measured", "adaptive"] {
+            let t = throughput(policy, w);
+            assert!(t >= 0.98 * never, "{policy} {t} vs never {never}");
+        }
+        assert!(throughput("always", w) < 0.9 * never);
+    }
+
+    #[test]
+    fn adaptive_moves_where_moving_pays() {
+        // Long calls that pollute the user's cache: moving them pays, though each move costs.
+        let w = "iterations = 40000\ncompute_cycles = { exponential = 3000 }\npollution = 0.5\n\
+                 pollution_cap_cycles = 20000\nlatency_cycles = 300\nthreshold_cycles = 1000\n\
+                 calls = [{ name = \"read\", length = 6000 }]\n";
+        let (never, always, adaptive) =
+            (throughput("never", w), throughput("always", w), throughput("adaptive", w));
+        assert!(always > 1.1 * never, "always {always} never {never}");
+        assert!(adaptive > 0.9 * always, "adaptive {adaptive} always {always} never {never}");
+    }
 
     #[test]
     fn never_by_hand() {

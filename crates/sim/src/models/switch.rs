@@ -16,7 +16,7 @@
 //! iterations = 10000            # calls per task
 //! tasks = 1                     # placed round-robin on app_cpus
 //! app_cpus = [0]
-//! os_cpus = [1]                 # default: every CPU that is not an app CPU
+//! service_cpus = [1]            # default: every CPU that is not an app CPU
 //! compute = 20                  # ns at full speed between calls (a distribution)
 //! hop_threshold_ns = 0          # only calls at least this long hop
 //! pick = { work_conserving = true, affinity = true, prefer_affinity = false }
@@ -170,8 +170,11 @@ pub struct SwitchConfig {
     /// CPUs the tasks start on (dense CPU indexes; default `[0]`).
     #[serde(default = "default_app_cpus")]
     pub app_cpus: Vec<usize>,
-    /// Service ("OS") CPUs calls hop to (dense CPU indexes); unset: every CPU not in `app_cpus`.
-    pub os_cpus: Option<Vec<usize>>,
+    /// Service CPUs, the cores that run the OS work calls hop to (dense CPU indexes, as in the
+    /// offload model); unset: every CPU not in `app_cpus`. Scenarios may still call it
+    /// `os_cpus`.
+    #[serde(alias = "os_cpus")]
+    pub service_cpus: Option<Vec<usize>>,
     /// Compute phase between calls, ns at full speed (default fixed 20).
     #[serde(default = "default_compute")]
     pub compute: Distribution,
@@ -260,7 +263,7 @@ struct Task {
 pub struct Switch {
     cfg: SwitchConfig,
     mechanism: Option<Mechanism>,
-    os_cpus: Vec<usize>,
+    service_cpus: Vec<usize>,
     call_mix: WeightedChoice,
     tasks: Vec<Task>,
     cpus: RunQueues<u32>,
@@ -277,30 +280,14 @@ pub struct Switch {
 impl FromScenario for Switch {
     fn from_scenario(s: &Scenario) -> Result<Switch, ScenarioError> {
         let cfg: SwitchConfig = s.workload()?;
-        if cfg.app_cpus.is_empty() {
-            return Err(s.error("workload.app_cpus", Problem::Invalid("needs at least one CPU".into())));
-        }
-        for (i, &cpu) in cfg.app_cpus.iter().enumerate() {
-            s.check_cpu(&format!("workload.app_cpus[{i}]"), cpu)?;
-        }
-        let os_cpus = match &cfg.os_cpus {
-            Some(list) => {
-                for (i, &cpu) in list.iter().enumerate() {
-                    s.check_cpu(&format!("workload.os_cpus[{i}]"), cpu)?;
-                    if cfg.app_cpus.contains(&cpu) {
-                        return Err(s.error(
-                            &format!("workload.os_cpus[{i}]"),
-                            Problem::Invalid(format!("CPU {cpu} is also in workload.app_cpus")),
-                        ));
-                    }
-                }
-                list.clone()
-            }
+        let service_cpus = match &cfg.service_cpus {
+            Some(list) => list.clone(),
             None => (0..s.machine.cpu_count()).filter(|c| !cfg.app_cpus.contains(c)).collect(),
         };
-        if os_cpus.is_empty() && cfg.mechanism != HopChoice::None {
+        s.check_app_and_service_cpus(&cfg.app_cpus, &service_cpus)?;
+        if service_cpus.is_empty() && cfg.mechanism != HopChoice::None {
             return Err(s.error(
-                "workload.os_cpus",
+                "workload.service_cpus",
                 Problem::Invalid("no service CPU to hop to (use mechanism = \"none\" for a baseline)".into()),
             ));
         }
@@ -319,13 +306,8 @@ impl FromScenario for Switch {
             );
         }
         s.check_distribution("workload.compute", &cfg.compute)?;
-        if cfg.calls.is_empty() {
-            return Err(s.error("workload.calls", Problem::Invalid("needs at least one call type".into())));
-        }
-        let mut call_mix = WeightedChoice::default();
+        let call_mix = s.call_mix(cfg.calls.iter().map(|c| (&c.length, c.weight)))?;
         for (i, call) in cfg.calls.iter().enumerate() {
-            s.check_distribution(&format!("workload.calls[{i}].length"), &call.length)?;
-            call_mix.push(call.weight).map_err(|p| s.error(&format!("workload.calls[{i}].weight"), p))?;
             if !(0.0..=1.0).contains(&call.memory_bound) {
                 return Err(s.error(
                     &format!("workload.calls[{i}].memory_bound"),
@@ -351,7 +333,7 @@ impl FromScenario for Switch {
             .collect();
         Ok(Switch {
             mechanism: cfg.mechanism.mechanism(),
-            os_cpus,
+            service_cpus,
             call_mix,
             tasks,
             cpus: RunQueues::new(s.machine.cpu_count()),
@@ -413,7 +395,7 @@ impl Switch {
     /// the runtime makes, fed with what this model knows about each service CPU.
     fn choose_service_cpu(&mut self, task: u32) -> usize {
         let candidates: Vec<Candidate> = self
-            .os_cpus
+            .service_cpus
             .iter()
             .map(|&c| {
                 let load = usize::from(self.cpus.is_running(c)) + self.cpus.waiting(c) + self.inbound[c];
@@ -750,7 +732,7 @@ mod tests {
     fn bad_workloads_are_named() {
         let s = scenario("mechanism = \"spin\"\nos_cpus = [5]");
         let e = Switch::from_scenario(&s).unwrap_err();
-        assert_eq!(e.key, "workload.os_cpus[0]");
+        assert_eq!(e.key, "workload.service_cpus[0]");
         assert!(matches!(e.problem, Problem::CpuOutOfRange { cpu: 5, count: 2, .. }));
         let e = Switch::from_scenario(&scenario("mechanism = \"warp\"")).unwrap_err();
         assert_eq!(e.key, "workload.mechanism");
@@ -765,6 +747,14 @@ mod tests {
             ("workload.calls[0].wieght", true)
         );
         let e = Switch::from_scenario(&scenario("mechanism = \"v4\"\napp_cpus = [0, 1]")).unwrap_err();
-        assert_eq!(e.key, "workload.os_cpus");
+        assert_eq!(e.key, "workload.service_cpus");
+    }
+
+    #[test]
+    fn service_cpus_may_still_be_called_os_cpus() {
+        let old = Switch::from_scenario(&scenario("mechanism = \"spin\"\nos_cpus = [1]")).unwrap();
+        assert_eq!(old.service_cpus, [1]);
+        let e = Switch::from_scenario(&scenario("mechanism = \"spin\"\nos_cpus = [1]\nservice_cpus = [1]"));
+        assert!(e.is_err(), "both names at once are one key given twice");
     }
 }

@@ -1,0 +1,423 @@
+//! The measured policy: a kind of call moves only once moving it has been *measured* to cost
+//! its caller less than running it in place.
+//!
+//! For every call key (the call, its call site and the power of two its size falls in) it
+//! keeps two estimates of what the call costs its caller: run here (the run itself), and
+//! moved (from the decision to the result: the hand-off, any queue, the run over there and
+//! the caller's wake-up). Each key starts local. Now and then a call of the key takes the
+//! other side (a *probe*), so both estimates stay current and a phase change shows; probes of
+//! a side that keeps losing come twice as rarely each time (up to once in
+//! [`MeasuredConfig::max_backoff`] calls). A probe is taken only while the time probes lost,
+//! plus what this one may lose, fits in [`MeasuredConfig::budget`] of the time the calls took.
+//! Before a key's moved cost is known, a probe is assumed to lose the prior cost of a move
+//! (a hand-off plus a wake-up on the machine at hand), since the call runs as long there.
+//!
+//! So a kind of call never moves on a guess: the hop and wake-up costs of this machine,
+//! whatever they are today, are in the figures it compares, and "do not move" is the default
+//! of every key.
+
+use serde::{Deserialize, Serialize};
+
+use super::{CallDesc, Decision, OffloadError};
+
+/// Keys tracked at once (direct-mapped; a colliding key takes the slot over and starts again).
+pub const MEASURED_SLOTS: usize = 256;
+
+/// How the measured policy learns.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MeasuredConfig {
+    /// What a move is assumed to add to a call before one was measured (driver units: ns in
+    /// the runtime): about a hand-off plus a wake-up.
+    pub move_prior: u64,
+    /// Moving must be cheaper than staying by more than this fraction.
+    pub margin: f64,
+    /// Share of the time spent in calls that probes may lose, at most.
+    pub budget: f64,
+    /// Samples of a side before it is compared.
+    pub min_samples: u32,
+    /// A losing side is probed at least once in this many calls of its key.
+    pub max_backoff: u32,
+}
+
+impl Default for MeasuredConfig {
+    fn default() -> MeasuredConfig {
+        MeasuredConfig { move_prior: 20_000, margin: 0.05, budget: 0.01, min_samples: 3, max_backoff: 1024 }
+    }
+}
+
+impl MeasuredConfig {
+    fn validate(&self) -> Result<(), OffloadError> {
+        let bad = |field: &'static str, reason: String| Err(OffloadError::BadTuner { field, reason });
+        if !(self.margin.is_finite() && self.margin >= 0.0) {
+            return bad("margin", format!("need a finite margin >= 0, got {}", self.margin));
+        }
+        if !(self.budget.is_finite() && self.budget > 0.0 && self.budget < 1.0) {
+            return bad("budget", format!("need 0 < budget < 1, got {}", self.budget));
+        }
+        if self.min_samples == 0 || self.max_backoff == 0 {
+            return bad("min_samples", "min_samples and max_backoff must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// What one call cost its caller, as the driver measured it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallCost {
+    /// Whether the call ran on a service core.
+    pub moved: bool,
+    /// How long the call itself ran, wherever it ran.
+    pub run: u64,
+    /// How long the caller waited for it, from the decision to the result (for a local call,
+    /// its run).
+    pub caller: u64,
+}
+
+impl CallCost {
+    /// A call run in place for `run`.
+    pub fn local(run: u64) -> CallCost {
+        CallCost { moved: false, run, caller: run }
+    }
+
+    /// A call that ran `run` on a service core while its caller waited `caller`.
+    pub fn moved(run: u64, caller: u64) -> CallCost {
+        CallCost { moved: true, run, caller }
+    }
+}
+
+/// A running mean that one outlier cannot drag far: the first samples are averaged, later
+/// ones weigh 1/8 and are clipped to 8 × the mean.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CostEstimate {
+    mean: f64,
+    samples: u32,
+}
+
+impl CostEstimate {
+    /// Adds one sample.
+    pub fn add(&mut self, sample: u64) {
+        let sample = sample as f64;
+        self.samples = self.samples.saturating_add(1);
+        if self.samples <= 8 {
+            self.mean += (sample - self.mean) / f64::from(self.samples);
+        } else {
+            self.mean += (sample.min(self.mean * 8.0) - self.mean) / 8.0;
+        }
+    }
+
+    /// The mean, once there is a sample.
+    pub fn mean(&self) -> Option<f64> {
+        (self.samples > 0).then_some(self.mean)
+    }
+
+    /// How many samples it has seen.
+    pub fn samples(&self) -> u32 {
+        self.samples
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct Slot {
+    key: u64,
+    local: CostEstimate,
+    moved: CostEstimate,
+    /// Whether the next call of this key is a probe of the side not preferred.
+    probe: bool,
+    /// Calls of this key until the next probe is considered.
+    countdown: u32,
+    /// What `countdown` restarts from after a probe.
+    backoff: u32,
+}
+
+impl Slot {
+    /// Moving is preferred once both sides are known and moving is cheaper by the margin.
+    fn prefers_moving(&self, config: &MeasuredConfig) -> bool {
+        match (self.local.mean(), self.moved.mean()) {
+            (Some(local), Some(moved)) if self.moved.samples() >= config.min_samples => {
+                moved * (1.0 + config.margin) < local
+            }
+            _ => false,
+        }
+    }
+
+    fn moves(&self, config: &MeasuredConfig) -> bool {
+        self.prefers_moving(config) != self.probe
+    }
+
+    /// Whether some call of this key may move next: it prefers moving or a probe is due.
+    fn active(&self, config: &MeasuredConfig) -> bool {
+        self.probe || self.prefers_moving(config)
+    }
+}
+
+/// The per-call measured policy (see the module docs).
+#[derive(Clone, Debug)]
+pub struct Measured {
+    config: MeasuredConfig,
+    slots: Box<[Slot]>,
+    /// Time the observed calls took, and the time probes are estimated to have lost.
+    elapsed: f64,
+    regret: f64,
+    probes: u64,
+    /// Slots whose next call may move (see [`Measured::moves_nothing`]).
+    active: u32,
+}
+
+impl Measured {
+    /// A measured policy; every key starts local.
+    pub fn new(config: MeasuredConfig) -> Result<Measured, OffloadError> {
+        config.validate()?;
+        let slot = Slot { countdown: config.min_samples, backoff: 1, ..Slot::default() };
+        Ok(Measured {
+            config,
+            slots: vec![slot; MEASURED_SLOTS].into_boxed_slice(),
+            elapsed: 0.0,
+            regret: 0.0,
+            probes: 0,
+            active: 0,
+        })
+    }
+
+    /// Its settings.
+    pub fn config(&self) -> &MeasuredConfig {
+        &self.config
+    }
+
+    fn index(key: u64) -> usize {
+        (key % MEASURED_SLOTS as u64) as usize
+    }
+
+    /// Where `call` runs. Deterministic: the same state gives the same answer.
+    pub fn decide(&self, call: &CallDesc) -> Decision {
+        let key = call.timed_key();
+        let slot = &self.slots[Self::index(key)];
+        if slot.key == key && slot.moves(&self.config) {
+            Decision::Offload
+        } else {
+            Decision::Local
+        }
+    }
+
+    /// Whether every call stays local now, whatever it is (no key prefers moving and no
+    /// probe is due): a driver may then skip [`Measured::decide`].
+    pub fn moves_nothing(&self) -> bool {
+        self.active == 0
+    }
+
+    /// What the last call of `call`'s key cost; it ran where [`Measured::decide`] said.
+    pub fn observe(&mut self, call: &CallDesc, cost: CallCost) {
+        let key = call.timed_key();
+        let index = Self::index(key);
+        let before = self.slots[index].active(&self.config);
+        self.learn(key, cost);
+        let after = self.slots[index].active(&self.config);
+        self.active = self.active + u32::from(after) - u32::from(before);
+    }
+
+    fn learn(&mut self, key: u64, cost: CallCost) {
+        let config = self.config;
+        let index = Self::index(key);
+        if self.slots[index].key != key {
+            self.slots[index] = Slot { key, countdown: config.min_samples, backoff: 1, ..Slot::default() };
+        }
+        self.elapsed += cost.caller as f64;
+        let slot = &mut self.slots[index];
+        let preferred_moving = slot.prefers_moving(&config);
+        let preferred = if preferred_moving { slot.moved.mean() } else { slot.local.mean() };
+        if cost.moved {
+            slot.moved.add(cost.caller);
+        } else {
+            slot.local.add(cost.caller);
+        }
+        if std::mem::take(&mut slot.probe) {
+            self.probes += 1;
+            let caller = cost.caller as f64;
+            self.regret += preferred.map_or(0.0, |p| (caller - p).max(0.0));
+            // A probe that beat the preferred side by the margin is repeated soon, so the new
+            // side is confirmed on several samples; one that did not backs off.
+            let won = preferred.is_some_and(|p| caller * (1.0 + config.margin) < p);
+            slot.backoff = if won || slot.prefers_moving(&config) != preferred_moving {
+                1
+            } else {
+                slot.backoff.saturating_mul(2).min(config.max_backoff)
+            };
+            slot.countdown = slot.backoff;
+            return;
+        }
+        slot.countdown = slot.countdown.saturating_sub(1);
+        if slot.countdown > 0 || slot.local.samples() < config.min_samples {
+            return;
+        }
+        let risk = Self::probe_risk(slot, &config);
+        if self.regret + risk <= config.budget * self.elapsed {
+            slot.probe = true;
+        } else {
+            // Look again after a few more calls have added to the budget.
+            slot.countdown = slot.backoff;
+        }
+    }
+
+    /// What a probe of the side `slot` does not prefer may lose.
+    fn probe_risk(slot: &Slot, config: &MeasuredConfig) -> f64 {
+        let local = slot.local.mean().unwrap_or(0.0);
+        if slot.prefers_moving(config) {
+            (local - slot.moved.mean().unwrap_or(local)).max(0.0)
+        } else {
+            match slot.moved.mean() {
+                Some(moved) => (moved - local).max(0.0),
+                None => config.move_prior as f64,
+            }
+        }
+    }
+
+    /// What `call` is expected to cost its caller run here and moved, from its key's
+    /// estimates; `cost` (what the call just cost) stands in for a side not measured yet, plus
+    /// the prior cost of a move for the moved side.
+    pub fn expected_costs(&self, call: &CallDesc, cost: CallCost) -> (f64, f64) {
+        let key = call.timed_key();
+        let slot = &self.slots[Self::index(key)];
+        let known = slot.key == key;
+        let here_now = if cost.moved { cost.run } else { cost.caller } as f64;
+        let local = slot.local.mean().filter(|_| known).unwrap_or(here_now);
+        let moved = match slot.moved.mean().filter(|_| known) {
+            Some(moved) => moved,
+            None if cost.moved => cost.caller as f64,
+            None => local + self.config.move_prior as f64,
+        };
+        (local, moved)
+    }
+
+    /// Probes taken, and the share of the calls' time they are estimated to have lost.
+    pub fn probes(&self) -> (u64, f64) {
+        (self.probes, if self.elapsed > 0.0 { self.regret / self.elapsed } else { 0.0 })
+    }
+
+    /// Keys that move now, of the keys seen.
+    pub fn moving_keys(&self) -> (usize, usize) {
+        let seen = self.slots.iter().filter(|s| s.local.samples() + s.moved.samples() > 0);
+        let (mut moving, mut all) = (0, 0);
+        for slot in seen {
+            all += 1;
+            moving += usize::from(slot.prefers_moving(&self.config));
+        }
+        (moving, all)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::offload::CallKind;
+
+    /// Runs `calls` calls alternating between `keys`; a call costs `local(key)` in place and
+    /// `moved(key)` moved. Returns the total cost.
+    fn drive(
+        m: &mut Measured,
+        calls: usize,
+        keys: &[CallDesc],
+        local: impl Fn(usize, usize) -> u64,
+        moved: impl Fn(usize, usize) -> u64,
+    ) -> u64 {
+        let mut total = 0;
+        for i in 0..calls {
+            let k = i % keys.len();
+            let cost = match m.decide(&keys[k]) {
+                Decision::Local => CallCost::local(local(k, i)),
+                Decision::Offload => CallCost::moved(local(k, i), moved(k, i)),
+            };
+            total += cost.caller;
+            m.observe(&keys[k], cost);
+        }
+        total
+    }
+
+    fn fsync() -> CallDesc {
+        CallDesc::new(CallKind::Fsync, 3, 0, 7)
+    }
+
+    fn fstat() -> CallDesc {
+        CallDesc::new(CallKind::Fstat, 3, 0, 9)
+    }
+
+    #[test]
+    fn moves_nothing_where_moving_only_costs() {
+        let mut m = Measured::new(MeasuredConfig::default()).unwrap();
+        // fstat: 1.3 µs here, 2.5 µs moved (a hand-off more than the call).
+        let total = drive(&mut m, 200_000, &[fstat()], |_, _| 1300, |_, _| 2500);
+        assert_eq!(m.decide(&fstat()), Decision::Local);
+        assert!(m.probes().0 > 0 && m.slots.iter().all(|s| !s.prefers_moving(&m.config)));
+        let never = 200_000 * 1300;
+        assert!(
+            total as f64 <= never as f64 * 1.011,
+            "lost {:.3} %",
+            (total as f64 / never as f64 - 1.0) * 100.0
+        );
+        assert!(m.probes().0 > 0, "it kept checking");
+    }
+
+    #[test]
+    fn moves_what_is_cheaper_moved_and_keeps_the_rest() {
+        let mut m = Measured::new(MeasuredConfig::default()).unwrap();
+        // The commit's fsync waits 900 µs here and 700 µs moved; fstat only loses.
+        let keys = [fsync(), fstat()];
+        drive(&mut m, 20_000, &keys, |k, _| [900_000, 1300][k], |k, _| [700_000, 2500][k]);
+        assert_eq!(m.decide(&fsync()), Decision::Offload);
+        assert_eq!(m.decide(&fstat()), Decision::Local);
+        assert_eq!(m.moving_keys(), (1, 2));
+        assert!(!m.moves_nothing());
+        let fresh = Measured::new(MeasuredConfig::default()).unwrap();
+        assert!(fresh.moves_nothing());
+    }
+
+    #[test]
+    fn follows_a_phase_change_both_ways() {
+        let mut m = Measured::new(MeasuredConfig::default()).unwrap();
+        let keys = [fsync()];
+        // Moving pays, then costs, then pays again.
+        let moved = |_: usize, i: usize| if (20_000..40_000).contains(&i) { 1_500_000 } else { 600_000 };
+        drive(&mut m, 20_000, &keys, |_, _| 900_000, moved);
+        assert_eq!(m.decide(&fsync()), Decision::Offload);
+        let mut i = 20_000;
+        let mut step = |m: &mut Measured, n: usize| {
+            for _ in 0..n {
+                let cost = match m.decide(&fsync()) {
+                    Decision::Local => CallCost::local(900_000),
+                    Decision::Offload => CallCost::moved(900_000, moved(0, i)),
+                };
+                m.observe(&fsync(), cost);
+                i += 1;
+            }
+        };
+        step(&mut m, 20_000);
+        assert_eq!(m.decide(&fsync()), Decision::Local);
+        step(&mut m, 20_000);
+        assert_eq!(m.decide(&fsync()), Decision::Offload);
+    }
+
+    #[test]
+    fn a_single_call_learns_nothing_and_moves_nothing() {
+        let mut m = Measured::new(MeasuredConfig::default()).unwrap();
+        assert_eq!(m.decide(&fsync()), Decision::Local);
+        m.observe(&fsync(), CallCost::local(1_000_000));
+        assert_eq!(m.decide(&fsync()), Decision::Local);
+        assert_eq!(m.probes().0, 0);
+    }
+
+    #[test]
+    fn one_outlier_does_not_drag_the_estimate() {
+        let mut e = CostEstimate::default();
+        for _ in 0..16 {
+            e.add(1000);
+        }
+        e.add(10_000_000);
+        assert!(e.mean().unwrap() < 2000.0, "{:?}", e.mean());
+    }
+
+    #[test]
+    fn bad_settings_are_errors() {
+        let bad = MeasuredConfig { budget: 0.0, ..MeasuredConfig::default() };
+        assert!(Measured::new(bad).is_err());
+        let bad = MeasuredConfig { margin: f64::NAN, ..MeasuredConfig::default() };
+        assert!(Measured::new(bad).is_err());
+    }
+}
