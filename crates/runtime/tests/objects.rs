@@ -335,7 +335,7 @@ fn a_batch_from_a_plain_thread_runs_each_operation_on_the_owner() {
         common::skip(&format!("needs 2 CPUs, this process may use {}", machine.cpus().len()));
         return;
     }
-    let objects = Arc::new(registry::<Vec<(usize, usize)>>(&machine));
+    let objects = Arc::new(registry::<Vec<(usize, OsCpu)>>(&machine));
     let object = objects.register(1, Vec::new(), 4096).unwrap();
     objects.pin(&1, Some(CpuId(1))).unwrap();
     let owner_os = machine.cpus()[1].os_id;
@@ -343,7 +343,7 @@ fn a_batch_from_a_plain_thread_runs_each_operation_on_the_owner() {
     std::thread::spawn(move || {
         sys::pin_current_thread(machine.cpus()[0].os_id).unwrap();
         let batch = (0..20).map(|i| {
-            (&object, move |v: &mut Vec<(usize, usize)>| v.push((i, sys::current_os_cpu().unwrap())))
+            (&object, move |v: &mut Vec<(usize, OsCpu)>| v.push((i, sys::current_os_cpu().unwrap())))
         });
         assert_eq!(objects_too.run_batch(batch).unwrap().len(), 20);
         assert_eq!(sys::affinity().unwrap(), vec![machine.cpus()[0].os_id]);
