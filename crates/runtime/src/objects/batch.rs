@@ -181,7 +181,7 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
             // No worker of ours to hand a request to without waiting on it in place.
             return ops
                 .map(|(object, op)| {
-                    let shared = !write && route::is_replicated(object.head.route.load(Ordering::Relaxed));
+                    let shared = !write && route::is_replicated(object.route.load(Ordering::Relaxed));
                     self.operate(object, write, move |cell| apply(cell, op, shared))
                 })
                 .collect();
@@ -197,7 +197,7 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
         let mut objects: Vec<&Handle<T>> = Vec::with_capacity(ops.size_hint().0);
         for (position, (object, op)) in ops.enumerate() {
             objects.push(object);
-            let code = route::followed(object.head.route.load(Ordering::Acquire), moving);
+            let code = route::followed(object.route.load(Ordering::Acquire), moving);
             match route::target(code, domain) {
                 Some(cpu) if Some(cpu) != here => {
                     let at = match filling[cpu] {
@@ -208,7 +208,7 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
                             groups.len() - 1
                         }
                     };
-                    groups[at].ops.push((object.head.id.0, op));
+                    groups[at].ops.push((object.id.0, op));
                     groups[at].positions.push(position);
                 }
                 target => local.push((position, object, op, target.is_some(), route::is_replicated(code))),
