@@ -162,7 +162,7 @@ impl Counters {
 /// Laid out so that an operation touches one cache line: the route, the lock and (for a
 /// value that is a pointer, as a buffer is) the value share the first, the reference counts
 /// of the `Arc` sit on a line before it, and the counters, written by one operation in
-/// [`SAMPLE_EVERY`], after it. A second line per operation cost lookups over data larger than
+/// sixteen, after it. A second line per operation cost lookups over data larger than
 /// the caches about a tenth of their speed: it missed as often as the data did.
 #[derive(Debug)]
 #[repr(C, align(64))]
