@@ -11,7 +11,14 @@
 //!   flight) — static sharding as a Seastar user would write it;
 //! - `o2`: corehop tasks (several per CPU) look up through the runtime's object registry, which
 //!   measures every lookup, packs the directories that are expensive to fetch into the CPUs'
-//!   cache budgets and hops each lookup to its directory's CPU (and back).
+//!   cache budgets and hops each lookup to its directory's CPU (and back);
+//! - `o2 batched`: the same tasks look up `--batch` names at a time through
+//!   [`Objects::read_batch`]: the lookups for another CPU's directories go there as one
+//!   request, the task runs its CPU's own lookups meanwhile and then yields to its CPU's other
+//!   tasks until the request is served.
+//!
+//! Each O² scheduler has its own registry (and its own copy of the directories, as the
+//! registry's values), so what one learned never steers the other.
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -38,26 +45,32 @@ const DIR_BYTES: u64 = (ENTRIES * std::mem::size_of::<Entry>()) as u64;
 const MIN_WARMUP_MS: u64 = 150;
 /// Requests a shard may have waiting at other shards.
 const SHARD_DEPTH: u64 = 8;
+/// A directory as the O² registry holds it.
+type Dir = Box<[Entry]>;
 
-/// Directory lookups: plain threads vs static sharding vs O² object scheduling.
+/// Directory lookups: plain threads vs static sharding vs O² object scheduling, one lookup at a
+/// time and in batches.
 ///
 /// Throughput (lookups per second, all CPUs together) against the total size of all
 /// directories, from well under one CPU's private cache to well over all on-chip cache
 /// (sizes taken from this machine's caches). `threads` is the same-run baseline: every other
 /// figure is also shown as a ratio to it. Each point is the min/median/max of --reps runs of
 /// --ms milliseconds, after a warm-up run (as long, at least 150 ms) that lets O² place
-/// directories.
+/// directories. `o2` moves each lookup to its directory's CPU and back (a round trip each);
+/// `o2 batched` sends the lookups of a batch (--batch) bound for another CPU there as one
+/// request, served while the task's CPU runs its own lookups and its other tasks.
 ///
 /// --quick measures two sizes, one rep, 40 ms each; --plot draws throughput against size.
 ///
 /// JSON (--json), one object:
 ///   { "machine": { "name", "cpus", "private_cache_bytes", "private_cache_total_bytes",
 ///                  "on_chip_bytes" },
-///     "settings": { "ms", "warmup_ms", "reps", "tasks_per_cpu" },
+///     "settings": { "ms", "warmup_ms", "reps", "tasks_per_cpu", "batch" },
 ///     "results": [ { "popularity": "uniform"|"oscillating", "size_bytes", "directories",
-///                    "scheduler": "threads"|"sharded"|"o2", "min_lookups_per_s",
+///                    "scheduler": "threads"|"sharded"|"o2"|"o2_batched", "min_lookups_per_s",
 ///                    "median_lookups_per_s", "max_lookups_per_s", "ratio_to_threads",
-///                    "placement": null | { "local", "core", "domain", "replicated" } } ] }
+///                    "placement": null | { "local", "core", "domain", "replicated",
+///                                        "following_routes" } } ] }
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -78,6 +91,9 @@ pub struct Args {
     /// corehop tasks per CPU under O² (a CPU keeps working while some of its tasks are away).
     #[arg(long, default_value_t = 4)]
     tasks_per_cpu: usize,
+    /// Lookups per batch under `o2 batched` (1 to 4096).
+    #[arg(long, default_value_t = 64)]
+    batch: usize,
     /// Length of each popularity phase when oscillating, in ms.
     #[arg(long, default_value_t = 40)]
     phase_ms: u64,
@@ -103,14 +119,16 @@ enum Popularity {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 enum Scheduler {
     Threads,
     Sharded,
     O2,
+    O2Batched,
 }
 
-const SCHEDULERS: [Scheduler; 3] = [Scheduler::Threads, Scheduler::Sharded, Scheduler::O2];
+const SCHEDULERS: [Scheduler; 4] =
+    [Scheduler::Threads, Scheduler::Sharded, Scheduler::O2, Scheduler::O2Batched];
 
 #[derive(Serialize)]
 struct MachineInfo {
@@ -127,6 +145,7 @@ struct Settings {
     warmup_ms: u64,
     reps: usize,
     tasks_per_cpu: usize,
+    batch: usize,
 }
 
 #[derive(Serialize, Clone, Copy)]
@@ -135,11 +154,20 @@ struct PlacementCounts {
     core: usize,
     domain: usize,
     replicated: usize,
+    /// Share of the monitoring periods of the measured runs in which operations followed the
+    /// placer's routes (the payoff gate's choice; the rest ran every lookup where it was called).
+    following_routes: f64,
 }
 
-impl From<Census> for PlacementCounts {
-    fn from(c: Census) -> Self {
-        PlacementCounts { local: c.local, core: c.core, domain: c.domain, replicated: c.replicated }
+impl PlacementCounts {
+    fn of(c: Census, following_routes: f64) -> Self {
+        PlacementCounts {
+            local: c.local,
+            core: c.core,
+            domain: c.domain,
+            replicated: c.replicated,
+            following_routes,
+        }
     }
 }
 
@@ -180,15 +208,24 @@ fn name(dir: usize, file: usize) -> Entry {
     [base, mix(base ^ 1), mix(base ^ 2), mix(base ^ 3)]
 }
 
+/// Directory `d`'s entries.
+fn directory(d: usize) -> Dir {
+    (0..ENTRIES).map(|f| name(d, f)).collect()
+}
+
+/// The paper's inner loop: scan the directory for the name.
+#[inline(never)]
+fn scan(dir: &[Entry], want: &Entry) -> Option<usize> {
+    dir.iter().position(|e| e == want)
+}
+
 impl Dirs {
     fn new(count: usize) -> Dirs {
-        Dirs { dirs: (0..count).map(|d| (0..ENTRIES).map(|f| name(d, f)).collect()).collect() }
+        Dirs { dirs: (0..count).map(directory).collect() }
     }
 
-    /// The paper's inner loop: scan the directory for the name.
-    #[inline(never)]
     fn lookup(&self, dir: usize, want: &Entry) -> Option<usize> {
-        self.dirs[dir].iter().position(|e| e == want)
+        scan(&self.dirs[dir], want)
     }
 }
 
@@ -210,6 +247,8 @@ struct Run {
     popularity: Popularity,
     phase_ns: u64,
     start_ns: u64,
+    /// Set when the clock of a run of tasks starts.
+    started: AtomicBool,
     stop: AtomicBool,
 }
 
@@ -242,7 +281,40 @@ struct Bench {
     ms: u64,
     reps: usize,
     tasks_per_cpu: usize,
+    batch: usize,
     phase_ms: u64,
+}
+
+/// An O² scheduler's registry: the directories are its values.
+struct Registry {
+    objects: Arc<Objects<usize, Dir>>,
+    handles: Arc<Vec<Handle<Dir>>>,
+}
+
+impl Registry {
+    fn new(bench: &Bench, count: usize) -> anyhow::Result<Registry> {
+        let config = ObjectsConfig { period: Duration::from_millis(5), ..ObjectsConfig::default() };
+        let objects = Arc::new(
+            Objects::new(&bench.machine, &bench.cpus, config).context("starting the object registry")?,
+        );
+        let handles =
+            (0..count).map(|d| objects.register(d, directory(d), DIR_BYTES)).collect::<Result<_, _>>()?;
+        Ok(Registry { objects, handles: Arc::new(handles) })
+    }
+
+    /// End-of-period passes so far, and those after which routes were followed.
+    fn gate_counts(&self) -> (u64, u64) {
+        (self.objects.passes(), self.objects.passes_following_routes())
+    }
+
+    /// Where the directories are now, and how often routes were followed since `since`.
+    fn placement(&self, since: (u64, u64)) -> PlacementCounts {
+        let (passes, following) = self.gate_counts();
+        let periods = passes.saturating_sub(since.0);
+        let share =
+            if periods == 0 { 0.0 } else { following.saturating_sub(since.1) as f64 / periods as f64 };
+        PlacementCounts::of(self.objects.census(), share)
+    }
 }
 
 impl Bench {
@@ -289,7 +361,7 @@ impl Bench {
         Ok(total.0 as f64 / total.1.as_secs_f64())
     }
 
-    fn threads(&self, run: &Arc<Run>, ms: u64, locks: &[OpLock]) -> anyhow::Result<f64> {
+    fn threads(&self, run: &Arc<Run>, ms: u64, locks: &[CachePadded<OpLock>]) -> anyhow::Result<f64> {
         self.timed_threads(run, ms, |i, run| {
             let mut rng = Rng(mix(i as u64 + 1) | 1);
             let mut done = 0;
@@ -341,30 +413,37 @@ impl Bench {
         })
     }
 
-    fn o2(
+    /// Runs `work(cpu, k, run, registry)` as `tasks_per_cpu` tasks per CPU for `ms`; each
+    /// returns its lookups. Returns lookups/s.
+    fn timed_tasks(
         &self,
         rt: &Runtime,
         run: &Arc<Run>,
         ms: u64,
-        objects: &Arc<Objects<usize, ()>>,
-        handles: &Arc<Vec<Handle<()>>>,
+        registry: &Registry,
+        work: fn(&mut Rng, &Run, &Registry, usize) -> Result<u64, String>,
     ) -> anyhow::Result<f64> {
         let tasks: Vec<_> = self
             .cpus
             .iter()
             .flat_map(|&cpu| (0..self.tasks_per_cpu).map(move |k| (cpu, k)))
             .map(|(cpu, k)| {
-                let (run, objects, handles) = (Arc::clone(run), Arc::clone(objects), Arc::clone(handles));
+                let run = Arc::clone(run);
+                let registry = Registry {
+                    objects: Arc::clone(&registry.objects),
+                    handles: Arc::clone(&registry.handles),
+                };
+                let batch = self.batch;
                 rt.spawn_on(cpu, move || -> Result<u64, String> {
                     let mut rng = Rng(mix(((cpu.0 as u64) << 8) + k as u64 + 991) | 1);
+                    // Nothing counts before every task is there and the clock starts, as the
+                    // threads' barrier does for them.
+                    while !run.started.load(Ordering::Acquire) {
+                        corehop_runtime::yield_now().map_err(|e| e.to_string())?;
+                    }
                     let mut done = 0;
                     while !run.stopped() {
-                        let (d, f) = run.pick(&mut rng);
-                        let want = name(d, f);
-                        objects
-                            .read_handle(&handles[d], |_| std::hint::black_box(run.dirs.lookup(d, &want)))
-                            .map_err(|e| e.to_string())?;
-                        done += 1;
+                        done += work(&mut rng, &run, &registry, batch)?;
                     }
                     Ok(done)
                 })
@@ -372,6 +451,7 @@ impl Bench {
             .collect::<Result<_, _>>()
             .context("starting O² tasks")?;
         let t0 = Instant::now();
+        run.started.store(true, Ordering::Release);
         std::thread::sleep(Duration::from_millis(ms));
         run.stop.store(true, Ordering::Relaxed);
         let mut sum = 0;
@@ -384,12 +464,41 @@ impl Bench {
         Ok(sum as f64 / t0.elapsed().as_secs_f64())
     }
 
+    /// One lookup at a time, each where its directory lives.
+    fn o2(&self, rt: &Runtime, run: &Arc<Run>, ms: u64, registry: &Registry) -> anyhow::Result<f64> {
+        self.timed_tasks(rt, run, ms, registry, |rng, run, registry, _| {
+            let (d, f) = run.pick(rng);
+            let want = name(d, f);
+            let hit = registry
+                .objects
+                .read_handle(&registry.handles[d], |dir| scan(dir, &want))
+                .map_err(|e| e.to_string())?;
+            debug_assert_eq!(hit, Some(f));
+            Ok(1)
+        })
+    }
+
+    /// `batch` lookups at a time, those for another CPU's directories sent there together.
+    fn o2_batched(&self, rt: &Runtime, run: &Arc<Run>, ms: u64, registry: &Registry) -> anyhow::Result<f64> {
+        self.timed_tasks(rt, run, ms, registry, |rng, run, registry, batch| {
+            let ops = (0..batch).map(|_| {
+                let (d, f) = run.pick(rng);
+                let want = name(d, f);
+                (&registry.handles[d], move |dir: &Dir| scan(dir, &want))
+            });
+            let hits = registry.objects.read_batch(ops).map_err(|e| e.to_string())?;
+            debug_assert!(hits.iter().all(Option::is_some));
+            Ok(hits.len() as u64)
+        })
+    }
+
     fn new_run(&self, dirs: &Arc<Dirs>, popularity: Popularity) -> Arc<Run> {
         Arc::new(Run {
             dirs: Arc::clone(dirs),
             popularity,
             phase_ns: self.phase_ms * 1_000_000,
             start_ns: sys::now_ns(),
+            started: AtomicBool::new(false),
             stop: AtomicBool::new(false),
         })
     }
@@ -404,13 +513,12 @@ impl Bench {
     ) -> anyhow::Result<Vec<Row>> {
         let count = (size / DIR_BYTES).max(1) as usize;
         let dirs = Arc::new(Dirs::new(count));
-        let locks: Vec<OpLock> = (0..count).map(|_| OpLock::default()).collect();
-        let config = ObjectsConfig { period: Duration::from_millis(5), ..ObjectsConfig::default() };
-        let objects = Arc::new(
-            Objects::new(&self.machine, &self.cpus, config).context("starting the object registry")?,
-        );
-        let handles: Arc<Vec<Handle<()>>> =
-            Arc::new((0..count).map(|d| objects.register(d, (), DIR_BYTES)).collect::<Result<_, _>>()?);
+        // A line per lock, as each O² object has: locks packed sixteen to a line would make
+        // the baseline pay for false sharing that has nothing to do with placement.
+        let locks: Vec<CachePadded<OpLock>> = (0..count).map(|_| CachePadded::default()).collect();
+        let (single, batched) = (Registry::new(self, count)?, Registry::new(self, count)?);
+        // (passes, passes following routes) of each registry when the measured runs began.
+        let mut gate_start = [(0, 0); 2];
         // Schedulers take turns within each repetition, the first one rotating, so a drift of
         // the host (it moves the vCPUs) hits them alike.
         let mut samples: [Vec<f64>; SCHEDULERS.len()] = Default::default();
@@ -422,8 +530,12 @@ impl Bench {
                 let rate = match SCHEDULERS[which] {
                     Scheduler::Threads => self.threads(&run, ms, &locks)?,
                     Scheduler::Sharded => self.sharded(&run, ms)?,
-                    Scheduler::O2 => self.o2(rt, &run, ms, &objects, &handles)?,
+                    Scheduler::O2 => self.o2(rt, &run, ms, &single)?,
+                    Scheduler::O2Batched => self.o2_batched(rt, &run, ms, &batched)?,
                 };
+                if rep == 0 && turn + 1 == SCHEDULERS.len() {
+                    gate_start = [&single, &batched].map(|r| r.gate_counts());
+                }
                 // Rep 0 warms the caches (and lets O² place directories); it is not reported.
                 if rep > 0 {
                     samples[which].push(rate);
@@ -444,7 +556,11 @@ impl Bench {
                 median_lookups_per_s: stats.median,
                 max_lookups_per_s: stats.max,
                 ratio_to_threads: if threads_median > 0.0 { stats.median / threads_median } else { 0.0 },
-                placement: (scheduler == Scheduler::O2).then(|| objects.census().into()),
+                placement: match scheduler {
+                    Scheduler::O2 => Some(single.placement(gate_start[0])),
+                    Scheduler::O2Batched => Some(batched.placement(gate_start[1])),
+                    Scheduler::Threads | Scheduler::Sharded => None,
+                },
             });
         }
         Ok(rows)
@@ -502,6 +618,7 @@ fn setup(args: &Args) -> anyhow::Result<(Bench, Vec<u64>, CacheSizes)> {
     anyhow::ensure!(args.reps > 0, "--reps must be at least 1");
     anyhow::ensure!(args.ms > 0, "--ms must be at least 1");
     anyhow::ensure!(args.tasks_per_cpu > 0, "--tasks-per-cpu must be at least 1");
+    anyhow::ensure!((1..=4096).contains(&args.batch), "--batch must be between 1 and 4096");
     let caches = cache_sizes(&machine, &cpus)?;
     let sizes = if args.sizes.is_empty() {
         default_sizes(caches.one, caches.all, caches.on_chip, args.output.quick)
@@ -517,8 +634,15 @@ fn setup(args: &Args) -> anyhow::Result<(Bench, Vec<u64>, CacheSizes)> {
         anyhow::bail!("--sizes: {bad} bytes is less than one directory ({DIR_BYTES} bytes)");
     }
     let (ms, reps) = if args.output.quick { (40, 1) } else { (args.ms, args.reps) };
-    let bench =
-        Bench { machine, cpus, ms, reps, tasks_per_cpu: args.tasks_per_cpu, phase_ms: args.phase_ms.max(1) };
+    let bench = Bench {
+        machine,
+        cpus,
+        ms,
+        reps,
+        tasks_per_cpu: args.tasks_per_cpu,
+        batch: args.batch,
+        phase_ms: args.phase_ms.max(1),
+    };
     Ok((bench, sizes, caches))
 }
 
@@ -543,7 +667,18 @@ fn measure(bench: &Bench, sizes: &[u64], popularities: &[Popularity]) -> anyhow:
 }
 
 fn table(rows: &[Row], popularity: Popularity, title: String) -> Table {
-    let header = ["size", "dirs", "threads k/s", "sharded k/s", "×thr", "o2 k/s", "×thr", "o2 placed"];
+    let header = [
+        "size",
+        "dirs",
+        "threads k/s",
+        "sharded k/s",
+        "×thr",
+        "o2 k/s",
+        "×thr",
+        "batched k/s",
+        "×thr",
+        "placed",
+    ];
     let mut t = Table::new(header).title(title);
     let k = |x: f64| x / 1e3;
     let cell = |r: &Row| {
@@ -561,14 +696,17 @@ fn table(rows: &[Row], popularity: Popularity, title: String) -> Table {
         let get = |s: Scheduler| {
             rows.iter().find(|r| r.popularity == popularity && r.size_bytes == size && r.scheduler == s)
         };
-        let (Some(th), Some(sh), Some(o2)) =
-            (get(Scheduler::Threads), get(Scheduler::Sharded), get(Scheduler::O2))
+        let (Some(th), Some(sh), Some(o2), Some(ob)) =
+            (get(Scheduler::Threads), get(Scheduler::Sharded), get(Scheduler::O2), get(Scheduler::O2Batched))
         else {
             continue;
         };
-        let placed = o2
-            .placement
-            .map_or(String::new(), |p| format!("{}/{}", p.core + p.domain + p.replicated, th.directories));
+        let placed = |r: &Row| {
+            r.placement.map_or(String::new(), |p| {
+                format!("{} {:.0}%", p.core + p.domain + p.replicated, 100.0 * p.following_routes)
+            })
+        };
+        let placed = format!("{}, {} of {}", placed(o2), placed(ob), th.directories);
         t.row([
             format_size(size),
             th.directories.to_string(),
@@ -577,6 +715,8 @@ fn table(rows: &[Row], popularity: Popularity, title: String) -> Table {
             format!("{:.2}", sh.ratio_to_threads),
             cell(o2),
             format!("{:.2}", o2.ratio_to_threads),
+            cell(ob),
+            format!("{:.2}", ob.ratio_to_threads),
             placed,
         ]);
     }
@@ -632,6 +772,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 warmup_ms: bench.warmup_ms(),
                 reps: bench.reps,
                 tasks_per_cpu: bench.tasks_per_cpu,
+                batch: bench.batch,
             },
             results: rows,
         });
@@ -654,7 +795,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             format_size(all),
             format_size(on_chip)
         ));
-        t.note("o2 placed = directories O² scheduled to a CPU (the rest run where the caller is)");
+        t.note(format!(
+            "batched = O² with {} lookups per batch; placed = directories o2, batched scheduled to a CPU (the rest run where the caller is), and the share of periods whose lookups followed those routes",
+            bench.batch
+        ));
         println!("{t}");
     }
     Ok(())
@@ -668,6 +812,7 @@ pub fn tour() -> anyhow::Result<()> {
         ms: 40,
         reps: 1,
         tasks_per_cpu: 4,
+        batch: 64,
         phase_ms: 40,
         cpus: None,
         output: OutputArgs { quick: true, ..OutputArgs::default() },
@@ -682,7 +827,7 @@ pub fn tour() -> anyhow::Result<()> {
             "O² object scheduling: directory lookups (corehop bench o2)".into()
         )
     );
-    let big = rows.iter().filter(|r| r.scheduler == Scheduler::O2).max_by_key(|r| r.size_bytes);
+    let big = rows.iter().filter(|r| r.scheduler == Scheduler::O2Batched).max_by_key(|r| r.size_bytes);
     if let Some(r) = big {
         println!(
             "Takeaway: with {} of directories (one CPU's private cache is {}, all together {}), O² runs at {:.2}× plain threads{}.",

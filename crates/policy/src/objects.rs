@@ -1413,6 +1413,47 @@ mod tests {
         assert!(moves.iter().all(|m| m.object == big));
     }
 
+    /// Drives `p` for `periods` with every object costing `local_ns` per operation where it is
+    /// called, `owner_ns` on an owner, and `hop_ns` per operation to get there.
+    fn drive_costs(p: &mut Placer, periods: usize, local_ns: u64, owner_ns: u64, hop_ns: u64) {
+        for _ in 0..periods {
+            let samples: Vec<ObjectSample> = (0..p.len())
+                .map(|i| {
+                    let n = 20;
+                    if p.placement(ObjectId(i)).is_scheduled() {
+                        ObjectSample {
+                            owner_ops: n,
+                            owner_ns: n * owner_ns,
+                            hop_ns: n * hop_ns,
+                            ..Default::default()
+                        }
+                    } else {
+                        ObjectSample { local_ops: n, local_ns: n * local_ns, ..Default::default() }
+                    }
+                })
+                .collect();
+            let cores = flat_busy(p);
+            p.end_period(&samples, &cores);
+        }
+    }
+
+    /// The same cache saving (1 µs locally, 0.8 µs on an owner) pays with a batched move's
+    /// share of a hop (20 ns an operation) and not with a round trip per operation (300 ns):
+    /// then every trial fails, and nothing stays placed.
+    #[test]
+    fn a_saving_smaller_than_the_measured_hop_places_nothing() {
+        let m = machine(1, 2, 1 << 20, 0, &[]);
+        for (hop_ns, pays) in [(300, false), (20, true)] {
+            let mut p = Placer::for_machine(&m, &all(&m), PlacerConfig::default()).unwrap();
+            for _ in 0..8 {
+                p.register(ObjectHints { bytes: 32_000, ..Default::default() });
+            }
+            drive_costs(&mut p, 40, 1000, 800, hop_ns);
+            let placed = p.placements().iter().filter(|pl| pl.is_scheduled()).count();
+            assert_eq!(placed, if pays { 8 } else { 0 }, "hop {hop_ns} ns: {:?}", p.placements());
+        }
+    }
+
     #[test]
     fn groups_are_packed_on_one_core() {
         let m = machine(1, 4, 1 << 20, 0, &[]);

@@ -24,7 +24,12 @@ fn host() -> Machine {
 fn registry<T>(machine: &Machine) -> Objects<u32, T> {
     let cpus: Vec<CpuId> = machine.cpus().iter().map(|c| c.id).collect();
     // A long period: placement changes only when a test asks for it.
-    let config = ObjectsConfig { period: Duration::from_secs(3600), ..ObjectsConfig::default() };
+    // A request is never taken back: operations run where these tests expect them.
+    let config = ObjectsConfig {
+        period: Duration::from_secs(3600),
+        take_back_after: None,
+        ..ObjectsConfig::default()
+    };
     Objects::new(machine, &cpus, config).unwrap()
 }
 
@@ -276,4 +281,244 @@ fn end_of_period_passes_do_not_follow_every_operation_when_objects_are_many() {
     // operations at most (before the fix: about one per operation).
     assert!(passes * 20 < ops as u64, "{passes} passes for {ops} operations");
     assert!(objects.period_ns() > 1_000, "the period in force did not grow");
+}
+
+/// A batch from a task: each operation runs exactly once, on its object's home CPU (the
+/// owner's worker for a pinned object, the caller's CPU for an unplaced one), operations on
+/// one object in the order given, and the values come back in the order given.
+#[test]
+fn batched_operations_run_once_each_on_their_objects_home() {
+    let machine = host();
+    if machine.cpus().len() < 2 {
+        common::skip("needs 2 CPUs");
+        return;
+    }
+    let rt = corehop_runtime::Runtime::builder().machine(machine.clone()).build().unwrap();
+    let cpus = rt.cpus().to_vec();
+    let (home, owner) = (cpus[0], *cpus.last().unwrap());
+    let objects = Arc::new(registry::<Vec<(usize, CpuId)>>(&machine));
+    let remote = objects.register(1, Vec::new(), 4096).unwrap();
+    let local = objects.register(2, Vec::new(), 4096).unwrap();
+    objects.pin(&1, Some(owner)).unwrap();
+    let ops = 3 * corehop_runtime::objects::MAX_GROUP_OPS + 7;
+    let values = {
+        let objects = Arc::clone(&objects);
+        rt.block_on(home, move || {
+            let batch = (0..ops).map(|i| {
+                let object = if i % 3 == 0 { &local } else { &remote };
+                (object, move |seen: &mut Vec<(usize, CpuId)>| {
+                    seen.push((i, corehop_runtime::current_cpu()));
+                    i * 10
+                })
+            });
+            let values = objects.run_batch(batch).unwrap();
+            assert_eq!(corehop_runtime::current_cpu(), home, "the caller stays where it is");
+            values
+        })
+        .unwrap()
+    };
+    assert_eq!(values, (0..ops).map(|i| i * 10).collect::<Vec<_>>());
+    let remote_seen = objects.read(&1, |v| v.clone()).unwrap();
+    let local_seen = objects.read(&2, |v| v.clone()).unwrap();
+    let order = |seen: &[(usize, CpuId)]| seen.iter().map(|&(i, _)| i).collect::<Vec<_>>();
+    assert_eq!(order(&remote_seen), (0..ops).filter(|i| i % 3 != 0).collect::<Vec<_>>());
+    assert_eq!(order(&local_seen), (0..ops).filter(|i| i % 3 == 0).collect::<Vec<_>>());
+    assert!(remote_seen.iter().all(|&(_, cpu)| cpu == owner), "{remote_seen:?}");
+    assert!(local_seen.iter().all(|&(_, cpu)| cpu == home), "{local_seen:?}");
+}
+
+/// Outside a task a batch runs each operation as `run` does: on the owner, once, in order.
+#[test]
+fn a_batch_from_a_plain_thread_runs_each_operation_on_the_owner() {
+    let machine = host();
+    if machine.cpus().len() < 2 {
+        common::skip(&format!("needs 2 CPUs, this process may use {}", machine.cpus().len()));
+        return;
+    }
+    let objects = Arc::new(registry::<Vec<(usize, OsCpu)>>(&machine));
+    let object = objects.register(1, Vec::new(), 4096).unwrap();
+    objects.pin(&1, Some(CpuId(1))).unwrap();
+    let owner_os = machine.cpus()[1].os_id;
+    let objects_too = Arc::clone(&objects);
+    std::thread::spawn(move || {
+        sys::pin_current_thread(machine.cpus()[0].os_id).unwrap();
+        let batch = (0..20).map(|i| {
+            (&object, move |v: &mut Vec<(usize, OsCpu)>| v.push((i, sys::current_os_cpu().unwrap())))
+        });
+        assert_eq!(objects_too.run_batch(batch).unwrap().len(), 20);
+        assert_eq!(sys::affinity().unwrap(), vec![machine.cpus()[0].os_id]);
+    })
+    .join()
+    .unwrap();
+    let seen = objects.read(&1, |v| v.clone()).unwrap();
+    assert_eq!(seen.iter().map(|&(i, _)| i).collect::<Vec<_>>(), (0..20).collect::<Vec<_>>());
+    assert!(seen.iter().all(|&(_, cpu)| cpu == owner_os), "{seen:?}");
+}
+
+/// A panic in an operation served on another CPU resumes in the caller, on its own CPU, and
+/// the object's lock is free afterwards.
+#[test]
+fn a_panic_in_a_batched_operation_resumes_in_the_caller() {
+    let machine = host();
+    let rt = corehop_runtime::Runtime::builder().machine(machine.clone()).build().unwrap();
+    let cpus = rt.cpus().to_vec();
+    let (home, owner) = (cpus[0], *cpus.last().unwrap());
+    let objects = Arc::new(registry::<u64>(&machine));
+    let object = objects.register(3, 0, 64).unwrap();
+    objects.pin(&3, Some(owner)).unwrap();
+    let objects_too = Arc::clone(&objects);
+    let here = rt
+        .block_on(home, move || {
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                objects_too.run_batch((0..4u64).map(|i| {
+                    (&object, move |v: &mut u64| {
+                        *v += 1;
+                        assert!(i != 2, "inside a batched operation");
+                    })
+                }))
+            }));
+            assert!(caught.is_err());
+            corehop_runtime::current_cpu()
+        })
+        .unwrap();
+    assert_eq!(here, home);
+    // The operations before the one that panicked ran, the lock is free for the next.
+    assert_eq!(objects.run(&3, |v| *v).unwrap(), 3);
+}
+
+/// An object's CPU without a worker in the caller's runtime: a typed error, and nothing ran.
+#[test]
+fn a_batch_to_a_cpu_without_a_worker_runs_nothing() {
+    let machine = host();
+    if machine.cpus().len() < 2 {
+        common::skip("needs 2 CPUs");
+        return;
+    }
+    let cpus: Vec<CpuId> = machine.cpus().iter().map(|c| c.id).collect();
+    let rt = corehop_runtime::Runtime::builder().machine(machine.clone()).cpus([cpus[0]]).build().unwrap();
+    let objects = Arc::new(registry::<u64>(&machine));
+    let (here, there) = (objects.register(1, 0, 64).unwrap(), objects.register(2, 0, 64).unwrap());
+    objects.pin(&2, Some(cpus[1])).unwrap();
+    let objects_too = Arc::clone(&objects);
+    let err = rt
+        .block_on(cpus[0], move || {
+            objects_too.run_batch([&here, &there].map(|o| (o, |v: &mut u64| *v += 1))).unwrap_err()
+        })
+        .unwrap();
+    assert!(matches!(err, ObjectError::Hop { cpu, .. } if cpu == cpus[1]), "{err}");
+    assert_eq!((objects.read(&1, |v| *v).unwrap(), objects.read(&2, |v| *v).unwrap()), (0, 0));
+}
+
+/// Random batches over objects placed at random (where the caller is, on either CPU): every
+/// operation runs exactly once, on its object's home, operations on one object in the order
+/// given, and the values come back in the order given.
+#[test]
+fn random_batches_run_every_operation_once_at_its_home() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let machine = host();
+    let rt = corehop_runtime::Runtime::builder().machine(machine.clone()).build().unwrap();
+    let cpus = rt.cpus().to_vec();
+    let objects = Arc::new(registry::<Vec<(u32, CpuId)>>(&machine));
+    let handles: Vec<_> = (0..4).map(|k| objects.register(k, Vec::new(), 4096).unwrap()).collect();
+    let cases = (
+        proptest::collection::vec(proptest::option::of(0..cpus.len()), 4),
+        proptest::collection::vec(0..4usize, 0..700),
+        0..cpus.len(),
+    );
+    let mut runner = TestRunner::new(Config { cases: 24, ..Config::default() });
+    runner
+        .run(&cases, |(homes, targets, caller)| {
+            for (k, home) in homes.iter().enumerate() {
+                objects.pin(&(k as u32), home.map(|i| cpus[i])).unwrap();
+                objects.run(&(k as u32), Vec::clear).unwrap();
+            }
+            let (objects_too, handles_too, targets_too) =
+                (Arc::clone(&objects), handles.clone(), targets.clone());
+            let values = rt
+                .block_on(cpus[caller], move || {
+                    let batch = targets_too.iter().enumerate().map(|(i, &k)| {
+                        (&handles_too[k], move |seen: &mut Vec<(u32, CpuId)>| {
+                            seen.push((i as u32, corehop_runtime::current_cpu()));
+                            i as u32
+                        })
+                    });
+                    objects_too.run_batch(batch).unwrap()
+                })
+                .unwrap();
+            prop_assert_eq!(values, (0..targets.len() as u32).collect::<Vec<_>>());
+            for (k, home) in homes.iter().enumerate() {
+                let seen = objects.read(&(k as u32), Vec::clone).unwrap();
+                let expected: Vec<u32> =
+                    targets.iter().enumerate().filter(|&(_, &t)| t == k).map(|(i, _)| i as u32).collect();
+                prop_assert_eq!(seen.iter().map(|&(i, _)| i).collect::<Vec<_>>(), expected);
+                let at = cpus[home.unwrap_or(caller)];
+                prop_assert!(
+                    seen.iter().all(|&(_, cpu)| cpu == at),
+                    "object {} homed {:?}: {:?}",
+                    k,
+                    home,
+                    seen
+                );
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// An owner whose worker does not serve (a task holds it without yielding, as a descheduled
+/// vCPU would): the caller takes its request back after `take_back_after` and runs it itself,
+/// once; the owner's worker, when it gets to the request, runs nothing.
+#[test]
+fn a_request_its_cpu_does_not_start_is_taken_back_and_run_once() {
+    use std::sync::atomic::AtomicBool;
+    let machine = host();
+    if machine.cpus().len() < 2 {
+        common::skip("needs 2 CPUs");
+        return;
+    }
+    let rt = corehop_runtime::Runtime::builder().machine(machine.clone()).build().unwrap();
+    let cpus = rt.cpus().to_vec();
+    let (home, owner) = (cpus[0], *cpus.last().unwrap());
+    let config = ObjectsConfig {
+        period: Duration::from_secs(3600),
+        take_back_after: Some(Duration::from_millis(2)),
+        ..ObjectsConfig::default()
+    };
+    let objects = Arc::new(Objects::<u32, Vec<CpuId>>::new(&machine, &cpus, config).unwrap());
+    let object = objects.register(1, Vec::new(), 4096).unwrap();
+    objects.pin(&1, Some(owner)).unwrap();
+    let (holding, release) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let hog = {
+        let (holding, release) = (Arc::clone(&holding), Arc::clone(&release));
+        rt.spawn_on(owner, move || {
+            holding.store(true, Ordering::SeqCst);
+            while !release.load(Ordering::SeqCst) {
+                std::hint::spin_loop();
+            }
+        })
+        .unwrap()
+    };
+    while !holding.load(Ordering::SeqCst) {
+        std::thread::yield_now();
+    }
+    let objects_too = Arc::clone(&objects);
+    let values = rt
+        .block_on(home, move || {
+            let batch = (0..10u32).map(|i| {
+                (&object, move |seen: &mut Vec<CpuId>| {
+                    seen.push(corehop_runtime::current_cpu());
+                    i
+                })
+            });
+            objects_too.run_batch(batch).unwrap()
+        })
+        .unwrap();
+    release.store(true, Ordering::SeqCst);
+    hog.join().unwrap();
+    assert_eq!(values, (0..10).collect::<Vec<_>>());
+    // The owner has served the request by now (the hog is gone): it must not have run it.
+    rt.block_on(owner, || ()).unwrap();
+    let seen = objects.read(&1, Vec::clone).unwrap();
+    assert_eq!(seen, vec![home; 10]);
 }

@@ -1,6 +1,6 @@
 //! The file server of `files`, on the task runtime, with exception-less offload: FlexSC's
-//! idea (a system call goes to a syscall core's batch while the application core runs other
-//! threads) in user space, with tasks for threads and `submit` for the syscall page.
+//! idea (a system call goes to a syscall core while the application core runs other threads)
+//! in user space, with tasks for threads and the service CPU's worker for the syscall core.
 //!
 //! [`CONNECTIONS`] loopback connections, each served by a task on the application CPU, and
 //! each driven by a closed-loop client task on the same CPU (as in `files`, the client shares
@@ -8,10 +8,12 @@
 //! task reads a request (8 bytes: file index, sequence number), opens the file (`openat`),
 //! `fstat`s it, sends an 8-byte length and the file (`sendfile`), and closes it. The policy
 //! decides each of those `recv`, `openat`, `fstat`, `send` and `sendfile` calls, as in
-//! `files`: a call kept local runs in the task; a call moved is
-//! [`corehop_runtime::submit()`]ted to the service CPU's worker, and the task waits for it by
-//! yielding the application CPU to the other tasks, which go on meanwhile (and whose own
-//! calls join the service worker's inbox). Sockets are non-blocking, and the two tasks of a
+//! `files`: a call kept local runs on the application CPU; a call moved runs on the service
+//! CPU, where the task goes (a hop: it joins the service worker's queue) while the
+//! application CPU runs the other tasks. The task stays there while its calls keep moving,
+//! so a request's consecutive moved calls cost one hop, not a round trip each (io_uring's
+//! linked submissions, IOSQE_IO_LINK, batch dependent calls the same way), and it comes
+//! back before its next local call or at the end of the request. Sockets are non-blocking, and the two tasks of a
 //! connection tell each other when they have sent (a counter each: the readiness an event
 //! loop would get from epoll, without its system call), so a task reads only what has been
 //! sent; a call that would still block yields and tries again.
@@ -27,7 +29,7 @@ use anyhow::Context;
 use corehop_policy::offload::{CallCost, CallDesc, CallKind, Decision, OffloadPolicy};
 use corehop_runtime::service::{thread_cpu_ns, OffloadStats, SysCall, SysResult};
 use corehop_runtime::sys::{self, Errno};
-use corehop_runtime::{submit, yield_now, CpuId, OsCpu, Runtime, Wake};
+use corehop_runtime::{yield_now, CpuId, OsCpu, Runtime, Wake};
 use rand::{Rng, SeedableRng};
 
 use super::files::SIZES;
@@ -56,10 +58,14 @@ struct Offload {
     epoch_units: u64,
 }
 
-/// A server task's way to make a call: where the policy says, waiting by yielding.
+/// A server task's way to make a call: where the policy says. A moved call takes the task to
+/// the service CPU, and the task stays there while its calls keep moving: consecutive moved
+/// calls (a request's recv, openat, fstat, send and sendfile) run there back to back, one
+/// round trip for the lot, while the application CPU runs the other tasks.
 #[derive(Clone)]
 struct Calls {
     shared: Arc<Mutex<Offload>>,
+    app: CpuId,
     service: CpuId,
 }
 
@@ -82,23 +88,25 @@ impl Calls {
         let t0 = sys::now_ns();
         let (result, cost) = match decision {
             Decision::Local => {
+                self.go(self.app)?;
+                let start = sys::now_ns();
                 let result = f();
-                let run = sys::now_ns().saturating_sub(t0);
+                let run = sys::now_ns().saturating_sub(start);
                 self.lock().stats.local_run_ns += run;
                 (result, CallCost::local(run))
             }
             Decision::Offload => {
-                let pending = submit(self.service, move || {
-                    let start = sys::now_ns();
-                    let result = f();
-                    (result, sys::now_ns().saturating_sub(start))
-                })?;
-                // Other tasks run on the application CPU until the result is in.
-                let (result, run) = pending.wait()?;
-                let waited = sys::now_ns().saturating_sub(t0);
+                // Other tasks run on the application CPU while this one is away.
+                self.go(self.service)?;
+                let start = sys::now_ns();
+                let result = f();
+                let end = sys::now_ns();
+                let run = end.saturating_sub(start);
+                let waited = end.saturating_sub(t0);
                 let mut offload = self.lock();
                 offload.stats.offloaded += 1;
                 offload.stats.remote_run_ns += run;
+                offload.stats.remote_wait_ns += start.saturating_sub(t0);
                 offload.stats.remote_total_ns += waited;
                 (result, CallCost::moved(run, waited))
             }
@@ -109,6 +117,17 @@ impl Calls {
             profile.push((desc, cost.run));
         }
         Ok(result)
+    }
+
+    /// Moves the calling task to `cpu` (nothing if it is there already).
+    fn go(&self, cpu: CpuId) -> anyhow::Result<()> {
+        if corehop_runtime::current_cpu() != cpu {
+            // SAFETY: the server task holds nothing tied to the OS thread it leaves: no lock
+            // guard (the policy's is dropped before every call and hop), no reference into a
+            // thread-local; its sockets and files are plain descriptors of the process.
+            unsafe { corehop_runtime::hop(cpu) }?;
+        }
+        Ok(())
     }
 
     /// A request served: progress for a tuned or adaptive policy's epochs.
@@ -223,6 +242,7 @@ pub fn run(
             epoch_start_ns: sys::now_ns(),
             epoch_units: 0,
         })),
+        app,
         service,
     };
 
@@ -325,6 +345,9 @@ fn serve(stream: &TcpStream, dirfd: RawFd, calls: &Calls, count: usize, sent: &S
         }
         drop(file);
         calls.progress();
+        // Back to the application CPU between requests: the task runs its own code (and
+        // waits for the next request) there, as a thread of FlexSC's runs on its core.
+        calls.go(calls.app)?;
     }
     Ok(())
 }
