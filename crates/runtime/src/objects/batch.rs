@@ -14,7 +14,7 @@ use std::hash::Hash;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use super::{route, Back, Countdown, Handle, LockedCell, ObjectError, Objects, Ran, Table, SAMPLE_EVERY};
+use super::{route, Back, Countdown, Handle, LockedCell, ObjectError, Objects, Ran, Table};
 use crate::sys;
 
 /// Operations one request to one CPU carries at most: a worker serving a request runs it to
@@ -232,7 +232,7 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
         let sent_ns = sys::now_ns();
         let send_ns = sys::now_ns().saturating_sub(start);
         let mut results: Vec<Option<R>> = objects.iter().map(|_| None).collect();
-        let mut countdown = Countdown::take();
+        let mut countdown = Countdown::take(Self::sample_every(self.moving.load(Ordering::Relaxed)));
         {
             let _zone = crate::no_hop_zone();
             for (position, object, op, routed, replicated) in local {
@@ -241,7 +241,7 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
                 let value = apply(&object.cell, op, !write && replicated);
                 if sampled {
                     let ran = Ran { index: here, routed, hop_ns: 0, back: Back::Stay };
-                    self.account(object, &ran, t0, sys::now_ns(), write, u64::from(SAMPLE_EVERY));
+                    self.account(object, &ran, t0, sys::now_ns(), write, countdown.weight());
                 }
                 results[position] = Some(value);
             }
@@ -264,7 +264,7 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
                         results[position] = Some(apply(&object.cell, op, false));
                         if sampled {
                             let ran = Ran { index: here, routed: false, hop_ns: 0, back: Back::Stay };
-                            self.account(object, &ran, t0, sys::now_ns(), write, u64::from(SAMPLE_EVERY));
+                            self.account(object, &ran, t0, sys::now_ns(), write, countdown.weight());
                         }
                     }
                 }
@@ -305,7 +305,7 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
                     end.saturating_sub(ns),
                     end,
                     write,
-                    u64::from(SAMPLE_EVERY),
+                    countdown.weight(),
                 );
             }
         }
