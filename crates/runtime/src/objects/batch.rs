@@ -299,14 +299,7 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
             let hop_ns = spent / remote as u64;
             for (cpu, position, ns) in timed {
                 let ran = Ran { index: Some(cpu), routed: true, hop_ns, back: Back::Stay };
-                self.account(
-                    objects[position],
-                    &ran,
-                    end.saturating_sub(ns),
-                    end,
-                    write,
-                    countdown.weight(),
-                );
+                self.account(objects[position], &ran, end.saturating_sub(ns), end, write, countdown.weight());
             }
         }
         countdown.put_back();
