@@ -66,8 +66,9 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', default_values_t = PolicyChoice::ALL.map(|p| p.name().to_string()))]
     pub policies: Vec<String>,
     /// Workloads (comma-separated): sqlite, files, files-tasks (the file server on the task
-    /// runtime: 16 connections, a task each, moved calls submitted to the service CPU's
-    /// worker while the other tasks run; see `offload/tasks.rs`).
+    /// runtime: 16 connections, a task each; a moved call takes its task to the service
+    /// CPU's worker, where it stays while its calls keep moving, and the other tasks run on
+    /// meanwhile; see `offload/tasks.rs`).
     #[arg(long, value_delimiter = ',', default_values = ["sqlite", "files", "files-tasks"])]
     pub workloads: Vec<String>,
     /// Repetitions of every policy (min/median/max are over these) [default: 3; 1 with --quick].
