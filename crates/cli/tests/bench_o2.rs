@@ -16,7 +16,7 @@ fn quick_json_has_every_scheduler_per_size() {
     }
     assert_eq!(v["settings"]["reps"], 1);
     let results = v["results"].as_array().unwrap();
-    assert_eq!(results.len(), 2 * 2 * 3, "2 popularities × 2 sizes × 3 schedulers");
+    assert_eq!(results.len(), 2 * 2 * 4, "2 popularities × 2 sizes × 4 schedulers");
     for r in results {
         for key in ["min_lookups_per_s", "median_lookups_per_s", "max_lookups_per_s", "ratio_to_threads"] {
             assert!(r[key].as_f64().unwrap() > 0.0, "{key} in {r}");
@@ -28,7 +28,7 @@ fn quick_json_has_every_scheduler_per_size() {
         );
         assert!(min <= med && med <= max);
         let scheduler = r["scheduler"].as_str().unwrap();
-        assert!(["threads", "sharded", "o2"].contains(&scheduler));
+        assert!(["threads", "sharded", "o2", "o2_batched"].contains(&scheduler));
         assert!(["uniform", "oscillating"].contains(&r["popularity"].as_str().unwrap()));
         if scheduler == "threads" {
             assert_eq!(r["ratio_to_threads"], 1.0);
@@ -36,8 +36,10 @@ fn quick_json_has_every_scheduler_per_size() {
         let dirs = r["directories"].as_u64().unwrap();
         assert_eq!(dirs, r["size_bytes"].as_u64().unwrap() / 32_000);
         match scheduler {
-            "o2" => {
+            "o2" | "o2_batched" => {
                 let p = &r["placement"];
+                let following = p["following_routes"].as_f64().unwrap();
+                assert!((0.0..=1.0).contains(&following), "{p}");
                 let total: u64 =
                     ["local", "core", "domain", "replicated"].iter().map(|k| p[k].as_u64().unwrap()).sum();
                 assert_eq!(total, dirs, "every directory has one placement");
@@ -63,7 +65,8 @@ fn plot_writes_an_svg() {
         svg.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("o2 placed"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("batched") && stdout.contains("placed"), "{stdout}");
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
 }
 
