@@ -138,26 +138,40 @@ struct Slot {
     countdown: u32,
     /// What `countdown` restarts from after a probe.
     backoff: u32,
+    /// Whether the key moves (see [`Slot::update_preference`]).
+    moving: bool,
 }
 
 impl Slot {
-    /// Moving is preferred once both sides are known and moving is cheaper by the margin.
-    fn prefers_moving(&self, config: &MeasuredConfig) -> bool {
-        match (self.local.mean(), self.moved.mean()) {
-            (Some(local), Some(moved)) if self.moved.samples() >= config.min_samples => {
-                moved * (1.0 + config.margin) < local
-            }
-            _ => false,
-        }
+    /// Whether this key moves (when no probe is due).
+    fn prefers_moving(&self) -> bool {
+        self.moving
     }
 
-    fn moves(&self, config: &MeasuredConfig) -> bool {
-        self.prefers_moving(config) != self.probe
+    /// Weighs the estimates after a sample, with hysteresis: a key starts moving once moving
+    /// is cheaper by the margin, and goes back only once staying is cheaper by the margin
+    /// (fsync-like calls vary by tens of percent from one call to the next).
+    fn update_preference(&mut self, config: &MeasuredConfig) {
+        let better = |a: f64, b: f64| a * (1.0 + config.margin) < b;
+        self.moving = match (self.local.mean(), self.moved.mean()) {
+            (Some(local), Some(moved)) if self.moved.samples() >= config.min_samples => {
+                if self.moving {
+                    !better(local, moved)
+                } else {
+                    better(moved, local)
+                }
+            }
+            _ => false,
+        };
+    }
+
+    fn moves(&self) -> bool {
+        self.prefers_moving() != self.probe
     }
 
     /// Whether some call of this key may move next: it prefers moving or a probe is due.
-    fn active(&self, config: &MeasuredConfig) -> bool {
-        self.probe || self.prefers_moving(config)
+    fn active(&self) -> bool {
+        self.probe || self.prefers_moving()
     }
 }
 
@@ -205,7 +219,7 @@ impl Measured {
     pub fn decide(&self, call: &CallDesc) -> Decision {
         let key = call.timed_key();
         let slot = &self.slots[Self::index(key)];
-        if slot.key == key && slot.moves(&self.config) {
+        if slot.key == key && slot.moves() {
             Decision::Offload
         } else {
             Decision::Local
@@ -222,9 +236,9 @@ impl Measured {
     pub fn observe(&mut self, call: &CallDesc, cost: CallCost) {
         let key = call.timed_key();
         let index = Self::index(key);
-        let before = self.slots[index].active(&self.config);
+        let before = self.slots[index].active();
         self.learn(key, cost);
-        let after = self.slots[index].active(&self.config);
+        let after = self.slots[index].active();
         self.active = self.active + u32::from(after) - u32::from(before);
     }
 
@@ -237,13 +251,14 @@ impl Measured {
         self.elapsed += cost.caller as f64;
         self.moved_any |= cost.moved;
         let slot = &mut self.slots[index];
-        let preferred_moving = slot.prefers_moving(&config);
+        let preferred_moving = slot.prefers_moving();
         let preferred = if preferred_moving { slot.moved.mean() } else { slot.local.mean() };
         if cost.moved {
             slot.moved.add(cost.caller);
         } else {
             slot.local.add(cost.caller);
         }
+        slot.update_preference(&config);
         if std::mem::take(&mut slot.probe) {
             self.probes += 1;
             let caller = cost.caller as f64;
@@ -251,7 +266,7 @@ impl Measured {
             // A probe that beat the preferred side by the margin is repeated soon, so the new
             // side is confirmed on several samples; one that did not backs off.
             let won = preferred.is_some_and(|p| caller * (1.0 + config.margin) < p);
-            slot.backoff = if won || slot.prefers_moving(&config) != preferred_moving {
+            slot.backoff = if won || slot.prefers_moving() != preferred_moving {
                 1
             } else {
                 slot.backoff.saturating_mul(2).min(config.max_backoff)
@@ -276,7 +291,7 @@ impl Measured {
     /// What a probe of the side `slot` does not prefer may lose.
     fn probe_risk(slot: &Slot, config: &MeasuredConfig) -> f64 {
         let local = slot.local.mean().unwrap_or(0.0);
-        if slot.prefers_moving(config) {
+        if slot.prefers_moving() {
             (local - slot.moved.mean().unwrap_or(local)).max(0.0)
         } else {
             match slot.moved.mean() {
@@ -314,7 +329,7 @@ impl Measured {
         let (mut moving, mut all) = (0, 0);
         for slot in seen {
             all += 1;
-            moving += usize::from(slot.prefers_moving(&self.config));
+            moving += usize::from(slot.prefers_moving());
         }
         (moving, all)
     }
@@ -361,7 +376,7 @@ mod tests {
         // fstat: 1.3 µs here, 2.5 µs moved (a hand-off more than the call).
         let total = drive(&mut m, 200_000, &[fstat()], |_, _| 1300, |_, _| 2500);
         assert_eq!(m.decide(&fstat()), Decision::Local);
-        assert!(m.probes().0 > 0 && m.slots.iter().all(|s| !s.prefers_moving(&m.config)));
+        assert!(m.probes().0 > 0 && m.slots.iter().all(|s| !s.prefers_moving()));
         let never = 200_000 * 1300;
         assert!(
             total as f64 <= never as f64 * 1.011,
