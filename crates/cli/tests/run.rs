@@ -331,12 +331,7 @@ fn stats_print_a_summary_on_stderr_only() {
 /// `--stats-json` carries the hand-off histogram and the same-run `on()` round trip.
 #[test]
 fn a_sleeping_program_does_not_keep_its_service_thread_polling() {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if cpus < 2 {
-        common::skip(&format!("needs two CPUs, this process may use {cpus}"));
-        return;
-    }
-    if !have("python3") {
+    if !common::two_cpus("the idle service thread test") || !have("python3") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -434,12 +429,7 @@ fn compare_runs_both_ways_and_checks_the_outputs() {
 
 #[test]
 fn several_service_cpus_serve_a_multi_threaded_program() {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if cpus < 2 {
-        common::skip(&format!("needs two CPUs, this process may use {cpus}"));
-        return;
-    }
-    if !have("python3") {
+    if !common::two_cpus("the multi-threaded offload test") || !have("python3") {
         return;
     }
     let (_root, plain, offload) = dirs();
