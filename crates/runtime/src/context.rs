@@ -100,6 +100,13 @@ impl OnWorker {
         unsafe { &(*self.state().senders)[worker] }
     }
 
+    /// Whether `self` and `other` were found on the same OS thread: each is the address of
+    /// that thread's own worker cell, unique among live threads.
+    #[inline(always)]
+    pub(crate) fn same_thread(self, other: OnWorker) -> bool {
+        ptr::eq(self.0, other.0)
+    }
+
     #[inline(always)]
     fn state(self) -> WorkerState {
         // SAFETY: the pointer is to the calling worker thread's own state (`task_at`), alive

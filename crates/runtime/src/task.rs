@@ -182,12 +182,14 @@ pub fn yield_now() -> Result<(), Error> {
     }
     match ctx.shared.mechanism {
         Mechanism::Handoff => {
-            let home = on.at();
-            ctx.hop_to(on, home);
-            debug_assert!(
-                task_at().is_ok_and(|(_, now)| now.at() == home),
-                "yield_now resumed a task on another worker"
-            );
+            ctx.hop_to(on, on.at());
+            // The argument above, checked in every build: a caller's frames that went on on
+            // another thread could touch its `!Send` state, and unwinding them there would too,
+            // so the only sound answer to a broken invariant is to stop the process.
+            if !task_at().is_ok_and(|(_, now)| now.same_thread(on)) {
+                eprintln!("corehop: yield_now resumed a task on another OS thread; aborting");
+                std::process::abort();
+            }
         }
         Mechanism::Affinity => std::thread::yield_now(),
     }
