@@ -21,6 +21,25 @@ fn host() -> Machine {
     machine
 }
 
+/// [`host`], if it has two CPUs (else a recorded skip).
+fn host_with_two_cpus() -> Option<Machine> {
+    let machine = host();
+    if machine.cpus().len() < 2 {
+        common::skip("needs 2 CPUs");
+        return None;
+    }
+    Some(machine)
+}
+
+/// A runtime on every CPU of `machine`, its first CPU (the caller's home) and its last (an
+/// object's owner).
+fn runtime_with_home_and_owner(machine: &Machine) -> (corehop_runtime::Runtime, CpuId, CpuId) {
+    let rt = corehop_runtime::Runtime::builder().machine(machine.clone()).build().unwrap();
+    let cpus = rt.cpus().to_vec();
+    let (home, owner) = (cpus[0], *cpus.last().unwrap());
+    (rt, home, owner)
+}
+
 fn registry<T>(machine: &Machine) -> Objects<u32, T> {
     let cpus: Vec<CpuId> = machine.cpus().iter().map(|c| c.id).collect();
     // A long period: placement changes only when a test asks for it.
@@ -127,11 +146,7 @@ fn c_style_start_and_end_hold_the_lock() {
 
 #[test]
 fn expensive_objects_get_scheduled_after_monitoring() {
-    let machine = host();
-    if machine.cpus().len() < 2 {
-        common::skip("needs 2 CPUs");
-        return;
-    }
+    let Some(machine) = host_with_two_cpus() else { return };
     let objects = registry::<Vec<u64>>(&machine);
     // Operations far longer than a hop: the policy puts them on trial (it does not judge the
     // trial's outcome here, which depends on this machine's caches).
@@ -156,11 +171,7 @@ fn expensive_objects_get_scheduled_after_monitoring() {
 
 #[test]
 fn tasks_hop_to_the_owner_and_back() {
-    let machine = host();
-    if machine.cpus().len() < 2 {
-        common::skip("needs 2 CPUs");
-        return;
-    }
+    let Some(machine) = host_with_two_cpus() else { return };
     let rt = corehop_runtime::Runtime::builder().machine(machine.clone()).build().unwrap();
     let objects = Arc::new(registry::<Vec<CpuId>>(&machine));
     objects.register(1, Vec::new(), 4096).unwrap();
@@ -233,9 +244,7 @@ fn a_panicking_operation_in_a_task_resumes_on_the_callers_own_thread() {
     // The op runs on the owner's worker; its panic must unwind the caller's frames only after
     // the task is back on the thread it came from.
     let machine = host();
-    let rt = corehop_runtime::Runtime::builder().machine(machine.clone()).build().unwrap();
-    let cpus = rt.cpus().to_vec();
-    let (home, owner) = (cpus[0], *cpus.last().unwrap());
+    let (rt, home, owner) = runtime_with_home_and_owner(&machine);
     let objects = Arc::new(registry::<u64>(&machine));
     objects.register(3, 0, 64).unwrap();
     objects.pin(&3, Some(owner)).unwrap();
@@ -288,14 +297,8 @@ fn end_of_period_passes_do_not_follow_every_operation_when_objects_are_many() {
 /// one object in the order given, and the values come back in the order given.
 #[test]
 fn batched_operations_run_once_each_on_their_objects_home() {
-    let machine = host();
-    if machine.cpus().len() < 2 {
-        common::skip("needs 2 CPUs");
-        return;
-    }
-    let rt = corehop_runtime::Runtime::builder().machine(machine.clone()).build().unwrap();
-    let cpus = rt.cpus().to_vec();
-    let (home, owner) = (cpus[0], *cpus.last().unwrap());
+    let Some(machine) = host_with_two_cpus() else { return };
+    let (rt, home, owner) = runtime_with_home_and_owner(&machine);
     let objects = Arc::new(registry::<Vec<(usize, CpuId)>>(&machine));
     let remote = objects.register(1, Vec::new(), 4096).unwrap();
     let local = objects.register(2, Vec::new(), 4096).unwrap();
@@ -360,9 +363,7 @@ fn a_batch_from_a_plain_thread_runs_each_operation_on_the_owner() {
 #[test]
 fn a_panic_in_a_batched_operation_resumes_in_the_caller() {
     let machine = host();
-    let rt = corehop_runtime::Runtime::builder().machine(machine.clone()).build().unwrap();
-    let cpus = rt.cpus().to_vec();
-    let (home, owner) = (cpus[0], *cpus.last().unwrap());
+    let (rt, home, owner) = runtime_with_home_and_owner(&machine);
     let objects = Arc::new(registry::<u64>(&machine));
     let object = objects.register(3, 0, 64).unwrap();
     objects.pin(&3, Some(owner)).unwrap();
@@ -389,11 +390,7 @@ fn a_panic_in_a_batched_operation_resumes_in_the_caller() {
 /// An object's CPU without a worker in the caller's runtime: a typed error, and nothing ran.
 #[test]
 fn a_batch_to_a_cpu_without_a_worker_runs_nothing() {
-    let machine = host();
-    if machine.cpus().len() < 2 {
-        common::skip("needs 2 CPUs");
-        return;
-    }
+    let Some(machine) = host_with_two_cpus() else { return };
     let cpus: Vec<CpuId> = machine.cpus().iter().map(|c| c.id).collect();
     let rt = corehop_runtime::Runtime::builder().machine(machine.clone()).cpus([cpus[0]]).build().unwrap();
     let objects = Arc::new(registry::<u64>(&machine));
@@ -472,20 +469,14 @@ fn random_batches_run_every_operation_once_at_its_home() {
 #[test]
 fn a_request_its_cpu_does_not_start_is_taken_back_and_run_once() {
     use std::sync::atomic::AtomicBool;
-    let machine = host();
-    if machine.cpus().len() < 2 {
-        common::skip("needs 2 CPUs");
-        return;
-    }
-    let rt = corehop_runtime::Runtime::builder().machine(machine.clone()).build().unwrap();
-    let cpus = rt.cpus().to_vec();
-    let (home, owner) = (cpus[0], *cpus.last().unwrap());
+    let Some(machine) = host_with_two_cpus() else { return };
+    let (rt, home, owner) = runtime_with_home_and_owner(&machine);
     let config = ObjectsConfig {
         period: Duration::from_secs(3600),
         take_back_after: Some(Duration::from_millis(2)),
         ..ObjectsConfig::default()
     };
-    let objects = Arc::new(Objects::<u32, Vec<CpuId>>::new(&machine, &cpus, config).unwrap());
+    let objects = Arc::new(Objects::<u32, Vec<CpuId>>::new(&machine, rt.cpus(), config).unwrap());
     let object = objects.register(1, Vec::new(), 4096).unwrap();
     objects.pin(&1, Some(owner)).unwrap();
     let (holding, release) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));

@@ -513,7 +513,7 @@ impl Launch {
         };
         let mut command = command;
         if let Some(cpus) = &self.cpus {
-            if let Err(e) = sys::set_affinity(&cpus.iter().map(|&cpu| OsCpu(cpu)).collect::<Vec<_>>()) {
+            if let Err(e) = sys::set_affinity(&os_cpus(cpus)) {
                 return anyhow::Error::from(e).context(format!("running on CPUs {}", format_cpu_list(cpus)));
             }
         }
@@ -561,7 +561,7 @@ impl Launch {
         // spawn, then put it back.
         let previous = sys::affinity().context("reading this thread's CPU affinity")?;
         if let Some(cpus) = &self.cpus {
-            sys::set_affinity(&cpus.iter().map(|&cpu| OsCpu(cpu)).collect::<Vec<_>>())
+            sys::set_affinity(&os_cpus(cpus))
                 .with_context(|| format!("running on CPUs {}", format_cpu_list(cpus)))?;
         }
         if let Some(path) = self.offload.as_ref().and_then(|o| o.stats_file.as_ref()) {
@@ -688,6 +688,11 @@ pub fn find_library() -> anyhow::Result<PathBuf> {
 
 /// The offload summary of a run, as the preload library writes it (`corehop_sys::wire`).
 pub use corehop_sys::wire::Summary;
+
+/// The kernel CPU numbers of a CPU list, typed.
+fn os_cpus(cpus: &[usize]) -> Vec<OsCpu> {
+    cpus.iter().map(|&cpu| OsCpu(cpu)).collect()
+}
 
 /// Kernel CPU numbers as the command spells them (CPU lists, environment variables).
 pub(crate) fn kernel_numbers(cpus: Vec<OsCpu>) -> Vec<usize> {
