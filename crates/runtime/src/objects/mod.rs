@@ -49,7 +49,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use corehop_policy::objects::{CoreSample, Move, ObjectSample, Placer, PlacerConfig};
+use corehop_policy::objects::{CoreSample, Move, ObjectSample, Placer, PlacerConfig, Via};
 pub use corehop_policy::objects::{ObjectHints, ObjectId, Placement, PlacementError};
 use corehop_policy::payoff::{ArmSampler, PayoffConfig, STAY};
 use corehop_topology::{CpuId, Machine, OsCpu};
@@ -140,6 +140,8 @@ struct Counters {
     owner_ops: AtomicU64,
     owner_ns: AtomicU64,
     hop_ns: AtomicU64,
+    batch_ops: AtomicU64,
+    batch_hop_ns: AtomicU64,
     writes: AtomicU64,
 }
 
@@ -152,6 +154,8 @@ impl Counters {
             owner_ops: t(&self.owner_ops),
             owner_ns: t(&self.owner_ns),
             hop_ns: t(&self.hop_ns),
+            batch_ops: t(&self.batch_ops),
+            batch_hop_ns: t(&self.batch_hop_ns),
             writes: t(&self.writes),
         }
     }
@@ -200,11 +204,21 @@ mod route {
     const DOMAIN: u64 = 3;
     /// Set on the route of an object pinned by the caller: followed whatever the sampler says.
     pub const PINNED: u64 = 1 << 63;
+    /// Set on the route of an object whose saving pays only for batched moves
+    /// ([`Via::Batches`](super::Via::Batches)): an operation issued alone runs where it is.
+    pub const BATCHES: u64 = 1 << 62;
+    const FLAGS: u64 = PINNED | BATCHES;
 
     /// `index` maps a CPU to its index in the registry's CPU list; `at_home` routes every
     /// operation on a domain-placed object to its home.
-    pub fn encode(p: Placement, at_home: bool, index: impl Fn(corehop_topology::CpuId) -> usize) -> u64 {
-        match p {
+    pub fn encode(
+        p: Placement,
+        via: super::Via,
+        at_home: bool,
+        index: impl Fn(corehop_topology::CpuId) -> usize,
+    ) -> u64 {
+        let flag = if via == super::Via::Batches && p.is_scheduled() { BATCHES } else { 0 };
+        flag | match p {
             Placement::Local => LOCAL,
             Placement::Replicated => REPLICATED,
             Placement::Core { owner } => CORE | (index(owner) as u64) << 2,
@@ -218,7 +232,7 @@ mod route {
         let at = ((code >> 2) & 0x3FFF_FFFF) as usize;
         match code & 3 {
             CORE => Some(at),
-            DOMAIN if caller_domain != Some(((code & !PINNED) >> 32) as usize) => Some(at),
+            DOMAIN if caller_domain != Some(((code & !FLAGS) >> 32) as usize) => Some(at),
             _ => None,
         }
     }
@@ -232,10 +246,14 @@ mod route {
         code == LOCAL || code == REPLICATED
     }
 
-    /// The route an operation follows: the object's own, or (while the sampler finds that
-    /// following routes does not pay) local, unless the caller pinned the object.
-    pub fn followed(code: u64, moving: bool) -> u64 {
-        if moving || code & PINNED != 0 || code == REPLICATED {
+    /// The route an operation follows (`batched`: one of a batch): the object's own, or
+    /// local while the sampler finds that following routes does not pay (unless the caller
+    /// pinned the object), and for an operation issued alone on an object routed for
+    /// batches only.
+    pub fn followed(code: u64, moving: bool, batched: bool) -> u64 {
+        if code & BATCHES != 0 && !batched {
+            LOCAL
+        } else if moving || code & PINNED != 0 || code == REPLICATED {
             code
         } else {
             LOCAL
@@ -368,6 +386,8 @@ const PASS_SHARE: u64 = 10;
 struct Ran {
     index: Option<usize>,
     routed: bool,
+    /// Moved in a batch: `hop_ns` is its share of the batch's cost.
+    batched: bool,
     hop_ns: u64,
     back: Back,
 }
@@ -521,7 +541,9 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         let moving = self.moving.load(Ordering::Relaxed);
         let every = Self::sample_every(moving);
         let sampled = sample_now(every);
-        if !sampled && route::runs_anywhere(route::followed(object.route.load(Ordering::Acquire), moving)) {
+        if !sampled
+            && route::runs_anywhere(route::followed(object.route.load(Ordering::Acquire), moving, false))
+        {
             // Stays where it is and is not sampled: nothing to measure, nothing to undo.
             let _zone = crate::no_hop_zone();
             let out = op(&object.cell);
@@ -568,7 +590,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         let end = sys::now_ns();
         op.object.lock().unlock_exclusive();
         let hop_ns = op.hop_ns + self.come_back(op.back);
-        let ran = Ran { index: op.index, routed: op.routed, hop_ns, back: Back::Stay };
+        let ran = Ran { index: op.index, routed: op.routed, batched: false, hop_ns, back: Back::Stay };
         self.account(&op.object, &ran, op.started_ns, end, true, 1);
     }
 
@@ -595,7 +617,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         let placement = placer.placement(object.id);
         let pinned = if cpu.is_some() { route::PINNED } else { 0 };
         object.route.store(
-            route::encode(placement, self.domain_ops_at_home, |c| self.index_of(c)) | pinned,
+            route::encode(placement, Via::Any, self.domain_ops_at_home, |c| self.index_of(c)) | pinned,
             Ordering::Release,
         );
         Ok(())
@@ -655,18 +677,19 @@ impl<K: Hash + Eq, T> Objects<K, T> {
     /// then its caller must come back before its own frames run again.
     fn go(&self, object: &Object<T>, may_hop: bool) -> Result<Ran, ObjectError> {
         let here = self.here();
-        let code = route::followed(object.route.load(Ordering::Acquire), self.moving.load(Ordering::Relaxed));
+        let code =
+            route::followed(object.route.load(Ordering::Acquire), self.moving.load(Ordering::Relaxed), false);
         let Some(target) = route::target(code, here.map(|i| self.cpus[i].domain)) else {
-            return Ok(Ran { index: here, routed: false, hop_ns: 0, back: Back::Stay });
+            return Ok(Ran { index: here, routed: false, batched: false, hop_ns: 0, back: Back::Stay });
         };
         if here == Some(target) {
-            return Ok(Ran { index: here, routed: true, hop_ns: 0, back: Back::Stay });
+            return Ok(Ran { index: here, routed: true, batched: false, hop_ns: 0, back: Back::Stay });
         }
         let t0 = sys::now_ns();
         let slot = &self.cpus[target];
         let back = match crate::try_current_cpu().filter(|_| crate::in_task()) {
             Some(_) if !may_hop => {
-                return Ok(Ran { index: here, routed: false, hop_ns: 0, back: Back::Stay })
+                return Ok(Ran { index: here, routed: false, batched: false, hop_ns: 0, back: Back::Stay })
             }
             Some(_) => {
                 let back =
@@ -681,7 +704,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
             }
         };
         let hop_ns = self.move_cost(sys::now_ns() - t0);
-        Ok(Ran { index: Some(target), routed: true, hop_ns, back })
+        Ok(Ran { index: Some(target), routed: true, batched: false, hop_ns, back })
     }
 
     /// An operation's end is a scheduling point while objects are placed: tasks that hopped
@@ -738,7 +761,12 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         } else if ran.routed {
             c.owner_ops.fetch_add(weight, Ordering::Relaxed);
             c.owner_ns.fetch_add(ns * weight, Ordering::Relaxed);
-            c.hop_ns.fetch_add(ran.hop_ns * weight, Ordering::Relaxed);
+            if ran.batched {
+                c.batch_ops.fetch_add(weight, Ordering::Relaxed);
+                c.batch_hop_ns.fetch_add(ran.hop_ns * weight, Ordering::Relaxed);
+            } else {
+                c.hop_ns.fetch_add(ran.hop_ns * weight, Ordering::Relaxed);
+            }
         } else {
             c.local_ops.fetch_add(weight, Ordering::Relaxed);
             c.local_ns.fetch_add(ns * weight, Ordering::Relaxed);
@@ -789,9 +817,10 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         let moves = placer.end_period(&samples, &cores);
         self.count_scheduled(placer);
         for m in &moves {
-            all[m.object.0]
-                .route
-                .store(route::encode(m.to, self.domain_ops_at_home, |c| self.index_of(c)), Ordering::Release);
+            all[m.object.0].route.store(
+                route::encode(m.to, m.via, self.domain_ops_at_home, |c| self.index_of(c)),
+                Ordering::Release,
+            );
         }
         drop(all);
         // The next period starts after this pass and lasts long enough to pay for it.
@@ -853,18 +882,34 @@ mod tests {
     #[test]
     fn routes_round_trip() {
         let index = |c: CpuId| c.0;
-        let core = route::encode(Placement::Core { owner: CpuId(3) }, false, index);
+        let core = route::encode(Placement::Core { owner: CpuId(3) }, Via::Any, false, index);
         assert_eq!(route::target(core, Some(0)), Some(3));
         assert_eq!(route::target(core, None), Some(3));
-        let dom = route::encode(Placement::Domain { domain: 2, home: CpuId(5) }, false, index);
+        let dom = route::encode(Placement::Domain { domain: 2, home: CpuId(5) }, Via::Any, false, index);
         assert_eq!(route::target(dom, Some(2)), None);
         assert_eq!(route::target(dom, Some(1)), Some(5));
         assert_eq!(route::target(dom, None), Some(5));
-        let home = route::encode(Placement::Domain { domain: 2, home: CpuId(5) }, true, index);
+        let home = route::encode(Placement::Domain { domain: 2, home: CpuId(5) }, Via::Any, true, index);
         assert_eq!(route::target(home, Some(2)), Some(5));
-        assert_eq!(route::target(route::encode(Placement::Local, false, index), Some(0)), None);
-        let rep = route::encode(Placement::Replicated, false, index);
+        assert_eq!(route::target(route::encode(Placement::Local, Via::Batches, false, index), Some(0)), None);
+        let rep = route::encode(Placement::Replicated, Via::Any, false, index);
         assert!(route::is_replicated(rep));
         assert_eq!(route::target(rep, Some(0)), None);
+    }
+
+    #[test]
+    fn routes_for_batches_only_are_followed_by_batches_only() {
+        let index = |c: CpuId| c.0;
+        for placement in
+            [Placement::Core { owner: CpuId(3) }, Placement::Domain { domain: 2, home: CpuId(3) }]
+        {
+            let code = route::encode(placement, Via::Batches, false, index);
+            assert_eq!(route::target(route::followed(code, true, true), Some(1)), Some(3), "{placement:?}");
+            assert_eq!(route::target(route::followed(code, true, false), Some(1)), None);
+            // The gate's "stay" holds for batches too.
+            assert_eq!(route::target(route::followed(code, false, true), Some(1)), None);
+            let pinned = route::encode(placement, Via::Any, false, index) | route::PINNED;
+            assert_eq!(route::target(route::followed(pinned, false, false), Some(1)), Some(3));
+        }
     }
 }
