@@ -542,6 +542,11 @@ struct ObjectState {
     /// watching, operations on the owner (moves excluded) while on trial.
     watched_local: (f64, u64),
     trial_owner: (f64, u64),
+    /// The cost per byte of the operations on unscheduled objects in the same periods,
+    /// weighted by this object's operations, while it was watched and while on trial: the
+    /// host's drift between the two (another tenant, a frequency change) is not a saving.
+    watch_control: (f64, u64),
+    trial_control: (f64, u64),
     idle_periods: u64,
     moved_at: Option<u64>,
     /// Placed by the driver ([`Placer::pin`]): never moved by the placer.
@@ -553,8 +558,8 @@ impl ObjectState {
         self.phase = phase;
         self.phase_periods = 0;
         match phase {
-            Phase::Watching => self.watched_local = (0.0, 0),
-            Phase::OnTrial => self.trial_owner = (0.0, 0),
+            Phase::Watching => (self.watched_local, self.watch_control) = ((0.0, 0), (0.0, 0)),
+            Phase::OnTrial => (self.trial_owner, self.trial_control) = ((0.0, 0), (0.0, 0)),
             Phase::Scheduled | Phase::Cheap { .. } => {}
         }
     }
@@ -573,6 +578,18 @@ impl ObjectState {
 
     fn watched_local_ns(&self) -> Option<f64> {
         (self.watched_local.1 > 0).then(|| self.watched_local.0 / self.watched_local.1 as f64)
+    }
+
+    /// What its operations would cost where they are called now, on trial: the cost watched,
+    /// scaled by how the unscheduled objects' cost changed since (when both were measured).
+    fn local_now_ns(&self, min_ops: u64) -> Option<f64> {
+        let watched = self.watched_local_ns()?;
+        let ((w, wn), (t, tn)) = (self.watch_control, self.trial_control);
+        if wn >= min_ops && tn >= min_ops && w > 0.0 {
+            Some(watched * (t / tn as f64) / (w / wn as f64))
+        } else {
+            Some(watched)
+        }
     }
 }
 
@@ -793,6 +810,8 @@ impl Placer {
             recent: ObjectSample::default(),
             watched_local: (0.0, 0),
             trial_owner: (0.0, 0),
+            watch_control: (0.0, 0),
+            trial_control: (0.0, 0),
             idle_periods: 0,
             moved_at: None,
             pinned: false,
@@ -892,6 +911,20 @@ impl Placer {
 
     fn observe(&mut self, samples: &[ObjectSample]) {
         let (alpha, watch) = (self.config.alpha, self.config.watch_periods);
+        // This period's cost per byte of operations on unscheduled objects.
+        let (mut ns, mut byte_ops) = (0.0, 0.0);
+        for (o, s) in self.objects.iter().zip(samples) {
+            if o.placement == Placement::Local && s.local_ops > 0 {
+                ns += s.local_ns as f64;
+                byte_ops += (s.local_ops * o.hints.bytes.max(1)) as f64;
+            }
+        }
+        let control = (byte_ops > 0.0).then(|| ns / byte_ops);
+        let add = |acc: &mut (f64, u64), ops: u64| {
+            if let Some(c) = control {
+                *acc = (acc.0 + c * ops as f64, acc.1 + ops);
+            }
+        };
         for (i, o) in self.objects.iter_mut().enumerate() {
             let s = samples.get(i).copied().unwrap_or_default();
             o.heat.add(s.ops() as f64, alpha);
@@ -911,6 +944,7 @@ impl Placer {
                 if o.phase == Phase::Watching {
                     o.watched_local =
                         (o.watched_local.0 + s.local_ns as f64, o.watched_local.1 + s.local_ops);
+                    add(&mut o.watch_control, s.local_ops);
                 }
             }
             if s.owner_ops > 0 && !cold {
@@ -925,6 +959,7 @@ impl Placer {
                 if o.phase == Phase::OnTrial {
                     let (ns, ops) = o.trial_owner;
                     o.trial_owner = (ns + s.owner_ns as f64, ops + s.owner_ops);
+                    add(&mut o.trial_control, s.owner_ops);
                 }
             }
         }
@@ -995,7 +1030,7 @@ impl Placer {
             if o.pinned || o.phase != Phase::OnTrial || o.phase_periods < watch {
                 continue;
             }
-            let Some(local) = o.watched_local_ns() else { continue };
+            let Some(local) = o.local_now_ns(min) else { continue };
             let (ns, ops) = o.trial_owner;
             if ops < min {
                 continue;
@@ -1645,6 +1680,39 @@ mod tests {
         }
         drive_mixed(&mut p, 40, (1000, 500), (300, 20), 10);
         assert!((0..8).all(|i| p.placement(ObjectId(i)).is_scheduled() && p.via(ObjectId(i)) == Via::Any));
+    }
+
+    /// The host gets twice as fast while the probes are on trial (another tenant stops): the
+    /// probes' owner cost falls, and so does every unscheduled object's. That is no saving,
+    /// and nothing is scheduled.
+    #[test]
+    fn a_drift_of_the_host_is_not_a_saving() {
+        let m = machine(1, 2, 1 << 20, 0, &[]);
+        let mut p = Placer::for_machine(&m, &all(&m), PlacerConfig::default()).unwrap();
+        for _ in 0..10 {
+            p.register(ObjectHints { bytes: 32_000, ..Default::default() });
+        }
+        let mut moves = Vec::new();
+        for period in 0..20 {
+            let (local_ns, owner_ns) = if period < 5 { (1000, 1000) } else { (500, 480) };
+            let samples: Vec<ObjectSample> = (0..p.len())
+                .map(|i| {
+                    if p.placement(ObjectId(i)).is_scheduled() {
+                        ObjectSample {
+                            owner_ops: 20,
+                            owner_ns: 20 * owner_ns,
+                            hop_ns: 20 * 100,
+                            ..Default::default()
+                        }
+                    } else {
+                        ObjectSample { local_ops: 20, local_ns: 20 * local_ns, ..Default::default() }
+                    }
+                })
+                .collect();
+            moves.extend(p.end_period(&samples, &flat_busy(&p)));
+        }
+        assert!(moves.iter().any(|m| m.reason == MoveReason::Trial), "the probes were tried");
+        assert!(p.placements().iter().all(|pl| !pl.is_scheduled()), "{moves:?}");
     }
 
     /// When no move pays (the saving measured is below every hop measured), only the probes

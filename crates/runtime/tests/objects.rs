@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use corehop_runtime::objects::{ObjectError, ObjectHints, Objects, ObjectsConfig, Placement};
+use corehop_runtime::objects::{ObjectError, ObjectHints, Objects, ObjectsConfig, Placement, Via};
 use corehop_runtime::sys;
 use corehop_topology::{Cache, CacheKind, CpuId, Machine, OsCpu};
 
@@ -328,6 +328,45 @@ fn batched_operations_run_once_each_on_their_objects_home() {
     assert_eq!(order(&local_seen), (0..ops).filter(|i| i % 3 == 0).collect::<Vec<_>>());
     assert!(remote_seen.iter().all(|&(_, cpu)| cpu == owner), "{remote_seen:?}");
     assert!(local_seen.iter().all(|&(_, cpu)| cpu == home), "{local_seen:?}");
+}
+
+/// An object routed for batches only: a batch's operations on it run on its owner, an
+/// operation issued alone runs where its caller is; either way once, in order.
+#[test]
+fn an_object_routed_for_batches_is_left_alone_by_single_operations() {
+    let Some(machine) = host_with_two_cpus() else { return };
+    let (rt, home, owner) = runtime_with_home_and_owner(&machine);
+    let objects = Arc::new(registry::<Vec<(usize, CpuId)>>(&machine));
+    let object = objects.register(1, Vec::new(), 4096).unwrap();
+    objects.pin_via(&1, Some(owner), Via::Batches).unwrap();
+    let record =
+        |i: usize| move |seen: &mut Vec<(usize, CpuId)>| seen.push((i, corehop_runtime::current_cpu()));
+    {
+        let objects = Arc::clone(&objects);
+        rt.block_on(home, move || {
+            objects.run(&1, record(0)).unwrap();
+            objects.run_batch((1..40).map(|i| (&object, record(i)))).unwrap();
+            objects.run(&1, record(40)).unwrap();
+        })
+        .unwrap();
+    }
+    let seen = objects.read(&1, |v| v.clone()).unwrap();
+    assert_eq!(seen.iter().map(|&(i, _)| i).collect::<Vec<_>>(), (0..=40).collect::<Vec<_>>());
+    for &(i, cpu) in &seen {
+        let expected = if i == 0 || i == 40 { home } else { owner };
+        assert_eq!(cpu, expected, "operation {i}: {seen:?}");
+    }
+    // Given back to the policy: every operation runs where it is called again.
+    objects.pin(&1, None).unwrap();
+    let object = objects.handle(&1).unwrap();
+    let objects2 = Arc::clone(&objects);
+    let cpus = rt
+        .block_on(home, move || {
+            objects2.run_batch((0..8).map(|_| (&object, |_: &mut Vec<_>| corehop_runtime::current_cpu())))
+        })
+        .unwrap()
+        .unwrap();
+    assert!(cpus.iter().all(|&c| c == home), "{cpus:?}");
 }
 
 /// Outside a task a batch runs each operation as `run` does: on the owner, once, in order.

@@ -177,9 +177,9 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
         R: Send + 'static,
     {
         let ops = ops.into_iter();
-        if self.scheduled.load(Ordering::Relaxed) == 0 {
-            // No object is routed anywhere: every operation runs here, in order, with no
-            // request to build (as cheap as a plain loop, sampled as single operations are).
+        if self.all_stay() {
+            // Every operation runs here, in order, with no request to build: as cheap as a
+            // plain loop, sampled as single operations are.
             let mut countdown = Countdown::take(Self::sample_every(self.moving.load(Ordering::Relaxed)));
             let _zone = crate::no_hop_zone();
             let results = ops

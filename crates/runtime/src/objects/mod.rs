@@ -49,8 +49,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use corehop_policy::objects::{CoreSample, Move, ObjectSample, Placer, PlacerConfig, Via};
-pub use corehop_policy::objects::{ObjectHints, ObjectId, Placement, PlacementError};
+use corehop_policy::objects::{CoreSample, Move, ObjectSample, Placer, PlacerConfig};
+pub use corehop_policy::objects::{ObjectHints, ObjectId, Placement, PlacementError, Via};
 use corehop_policy::payoff::{ArmSampler, PayoffConfig, STAY};
 use corehop_topology::{CpuId, Machine, OsCpu};
 use crossbeam_utils::CachePadded;
@@ -356,6 +356,8 @@ pub struct Objects<K, T> {
     /// Objects routed to an owner now: while there are none, no task can be waiting to run an
     /// operation here, and operations skip their scheduling point.
     scheduled: AtomicU64,
+    /// Objects pinned with [`Objects::pin`]: their routes are followed whatever the gate says.
+    pinned: AtomicU64,
     /// The period the payoff sampler asks for (an epoch; its trials are shorter).
     period_ns: AtomicU64,
     /// The configured period.
@@ -440,6 +442,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
             cheapest_move_ns: AtomicU64::new(u64::MAX),
             domain_ops_at_home,
             scheduled: AtomicU64::new(0),
+            pinned: AtomicU64::new(0),
             period_ns: AtomicU64::new(config.period.as_nanos() as u64),
             base_period_ns: config.period.as_nanos() as u64,
             period_now_ns: AtomicU64::new(config.period.as_nanos() as u64),
@@ -610,14 +613,31 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        self.pin_via(key, cpu, Via::Any)
+    }
+
+    /// [`Objects::pin`], for the operations `via` says: with [`Via::Batches`], only those of
+    /// [`Objects::read_batch`] and [`Objects::run_batch`] go to `cpu`, and an operation
+    /// issued alone runs where it is called.
+    pub fn pin_via<Q>(&self, key: &Q, cpu: Option<CpuId>, via: Via) -> Result<(), ObjectError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let object = self.handle(key).ok_or(ObjectError::UnknownKey)?;
         let mut placer = self.placer.lock().unwrap_or_else(|e| e.into_inner());
         placer.pin(object.id, cpu)?;
         self.count_scheduled(&placer);
         let placement = placer.placement(object.id);
         let pinned = if cpu.is_some() { route::PINNED } else { 0 };
+        let was = object.route.load(Ordering::Relaxed) & route::PINNED;
+        match (was, pinned) {
+            (0, route::PINNED) => self.pinned.fetch_add(1, Ordering::Relaxed),
+            (route::PINNED, 0) => self.pinned.fetch_sub(1, Ordering::Relaxed),
+            _ => 0,
+        };
         object.route.store(
-            route::encode(placement, Via::Any, self.domain_ops_at_home, |c| self.index_of(c)) | pinned,
+            route::encode(placement, via, self.domain_ops_at_home, |c| self.index_of(c)) | pinned,
             Ordering::Release,
         );
         Ok(())
@@ -720,6 +740,13 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         } else {
             SAMPLE_EVERY_STAYING
         }
+    }
+
+    /// Whether every operation runs where it is called now: no object is routed anywhere, or
+    /// the gate keeps them all where they are called and none is pinned.
+    fn all_stay(&self) -> bool {
+        self.scheduled.load(Ordering::Relaxed) == 0
+            || (!self.moving.load(Ordering::Relaxed) && self.pinned.load(Ordering::Relaxed) == 0)
     }
 
     fn let_others_run(&self, sampled: bool) {
