@@ -180,7 +180,7 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
         if self.all_stay() {
             // Every operation runs here, in order, with no request to build: as cheap as a
             // plain loop, sampled as single operations are.
-            let mut countdown = Countdown::take(Self::sample_every(self.moving.load(Ordering::Relaxed)));
+            let mut countdown = Countdown::take(self.sample_every());
             let _zone = crate::no_hop_zone();
             let results = ops
                 .map(|(object, op)| {
@@ -260,7 +260,7 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
         let sent_ns = sys::now_ns();
         let send_ns = sys::now_ns().saturating_sub(start);
         let mut results: Vec<Option<R>> = objects.iter().map(|_| None).collect();
-        let mut countdown = Countdown::take(Self::sample_every(self.moving.load(Ordering::Relaxed)));
+        let mut countdown = Countdown::take(self.sample_every());
         {
             let _zone = crate::no_hop_zone();
             for (position, object, op, routed, replicated) in local {

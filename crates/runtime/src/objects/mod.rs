@@ -266,9 +266,9 @@ mod route {
 /// operations on the object share: more than an operation that stays where it is can afford
 /// (docs/performance.md, "O² monitoring").
 const SAMPLE_EVERY: u32 = 16;
-/// While no route is followed (the gate keeps every object where its caller is), one
-/// operation in this many: the samples only watch for a saving worth moving for, and timing
-/// one in 16 cost lookups of 0.3–0.6 µs several percent against plain threads.
+/// While no route is followed (nothing is placed, or the gate keeps every object where its
+/// caller is), one operation in this many: the samples only watch for a saving worth moving
+/// for, and timing one in 16 cost lookups of 0.3–0.6 µs several percent against plain threads.
 const SAMPLE_EVERY_STAYING: u32 = 128;
 
 thread_local! {
@@ -542,7 +542,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         op: impl FnOnce(&LockedCell<T>) -> R + Send,
     ) -> Result<R, ObjectError> {
         let moving = self.moving.load(Ordering::Relaxed);
-        let every = Self::sample_every(moving);
+        let every = self.sample_every();
         let sampled = sample_now(every);
         if !sampled
             && route::runs_anywhere(route::followed(object.route.load(Ordering::Acquire), moving, false))
@@ -727,18 +727,14 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         Ok(Ran { index: Some(target), routed: true, batched: false, hop_ns, back })
     }
 
-    /// An operation's end is a scheduling point while objects are placed: tasks that hopped
-    /// here to operate on this CPU's objects run before the caller's next operation (a plain
-    /// thread: nothing to do). While the gate keeps every operation where it is called, only
-    /// sampled operations yield (one in [`SAMPLE_EVERY`]): no task hops here for an
-    /// operation then, and a task switch per operation would cost more than most operations;
-    /// a task coming back from an earlier move still gets its turn.
-    /// One operation in how many is sampled: fewer while no route is followed.
-    fn sample_every(moving: bool) -> u32 {
-        if moving {
-            SAMPLE_EVERY
-        } else {
+    /// One operation in how many is sampled: fewer while every operation stays where it is
+    /// called (no object routed, or the gate keeps them all here), when samples only watch
+    /// for a saving worth moving for.
+    fn sample_every(&self) -> u32 {
+        if self.all_stay() {
             SAMPLE_EVERY_STAYING
+        } else {
+            SAMPLE_EVERY
         }
     }
 
@@ -749,6 +745,12 @@ impl<K: Hash + Eq, T> Objects<K, T> {
             || (!self.moving.load(Ordering::Relaxed) && self.pinned.load(Ordering::Relaxed) == 0)
     }
 
+    /// An operation's end is a scheduling point while objects are placed: tasks that hopped
+    /// here to operate on this CPU's objects run before the caller's next operation (a plain
+    /// thread: nothing to do). While the gate keeps every operation where it is called, only
+    /// sampled operations yield: no task hops here for an operation then, and a task switch
+    /// per operation would cost more than most operations; a task coming back from an
+    /// earlier move still gets its turn.
     fn let_others_run(&self, sampled: bool) {
         let routes_followed = sampled || self.moving.load(Ordering::Relaxed);
         if routes_followed && self.scheduled.load(Ordering::Relaxed) > 0 && crate::in_task() {
