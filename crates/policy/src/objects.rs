@@ -1571,25 +1571,17 @@ mod tests {
     /// Drives `p` for `periods` with every object costing `local_ns` per operation where it is
     /// called, `owner_ns` on an owner, and `hop_ns` per operation to get there.
     fn drive_costs(p: &mut Placer, periods: usize, local_ns: u64, owner_ns: u64, hop_ns: u64) {
-        for _ in 0..periods {
-            let samples: Vec<ObjectSample> = (0..p.len())
-                .map(|i| {
-                    let n = 20;
-                    if p.placement(ObjectId(i)).is_scheduled() {
-                        ObjectSample {
-                            owner_ops: n,
-                            owner_ns: n * owner_ns,
-                            hop_ns: n * hop_ns,
-                            ..Default::default()
-                        }
-                    } else {
-                        ObjectSample { local_ops: n, local_ns: n * local_ns, ..Default::default() }
-                    }
-                })
-                .collect();
-            let cores = flat_busy(p);
-            p.end_period(&samples, &cores);
+        drive_mixed(p, periods, (local_ns, owner_ns), (hop_ns, 0), 0);
+    }
+
+    /// A placer on two cores of 1 MiB L2 with `n` objects of `bytes`.
+    fn two_cores_with(n: usize, bytes: u64) -> Placer {
+        let m = machine(1, 2, 1 << 20, 0, &[]);
+        let mut p = Placer::for_machine(&m, &all(&m), PlacerConfig::default()).unwrap();
+        for _ in 0..n {
+            p.register(ObjectHints { bytes, ..Default::default() });
         }
+        p
     }
 
     /// The same cache saving (1 µs locally, 0.8 µs on an owner) pays with a batched move's
@@ -1597,12 +1589,8 @@ mod tests {
     /// then every trial fails, and nothing stays placed.
     #[test]
     fn a_saving_smaller_than_the_measured_hop_places_nothing() {
-        let m = machine(1, 2, 1 << 20, 0, &[]);
         for (hop_ns, pays) in [(300, false), (20, true)] {
-            let mut p = Placer::for_machine(&m, &all(&m), PlacerConfig::default()).unwrap();
-            for _ in 0..8 {
-                p.register(ObjectHints { bytes: 32_000, ..Default::default() });
-            }
+            let mut p = two_cores_with(8, 32_000);
             drive_costs(&mut p, 40, 1000, 800, hop_ns);
             let placed = p.placements().iter().filter(|pl| pl.is_scheduled()).count();
             assert_eq!(placed, if pays { 8 } else { 0 }, "hop {hop_ns} ns: {:?}", p.placements());
@@ -1662,11 +1650,7 @@ mod tests {
     /// only, and an operation issued alone stays where it is called.
     #[test]
     fn a_saving_that_pays_only_in_batches_schedules_for_batches() {
-        let m = machine(1, 2, 1 << 20, 0, &[]);
-        let mut p = Placer::for_machine(&m, &all(&m), PlacerConfig::default()).unwrap();
-        for _ in 0..8 {
-            p.register(ObjectHints { bytes: 32_000, ..Default::default() });
-        }
+        let mut p = two_cores_with(8, 32_000);
         let moves = drive_mixed(&mut p, 40, (1000, 800), (300, 20), 10);
         for i in 0..8 {
             assert!(p.placement(ObjectId(i)).is_scheduled(), "{:?}", p.placements());
@@ -1674,10 +1658,7 @@ mod tests {
         }
         assert!(moves.iter().any(|m| m.via == Via::Batches && m.to.is_scheduled()));
         // A larger saving pays for single moves too.
-        let mut p = Placer::for_machine(&m, &all(&m), PlacerConfig::default()).unwrap();
-        for _ in 0..8 {
-            p.register(ObjectHints { bytes: 32_000, ..Default::default() });
-        }
+        let mut p = two_cores_with(8, 32_000);
         drive_mixed(&mut p, 40, (1000, 500), (300, 20), 10);
         assert!((0..8).all(|i| p.placement(ObjectId(i)).is_scheduled() && p.via(ObjectId(i)) == Via::Any));
     }
@@ -1687,30 +1668,9 @@ mod tests {
     /// and nothing is scheduled.
     #[test]
     fn a_drift_of_the_host_is_not_a_saving() {
-        let m = machine(1, 2, 1 << 20, 0, &[]);
-        let mut p = Placer::for_machine(&m, &all(&m), PlacerConfig::default()).unwrap();
-        for _ in 0..10 {
-            p.register(ObjectHints { bytes: 32_000, ..Default::default() });
-        }
-        let mut moves = Vec::new();
-        for period in 0..20 {
-            let (local_ns, owner_ns) = if period < 5 { (1000, 1000) } else { (500, 480) };
-            let samples: Vec<ObjectSample> = (0..p.len())
-                .map(|i| {
-                    if p.placement(ObjectId(i)).is_scheduled() {
-                        ObjectSample {
-                            owner_ops: 20,
-                            owner_ns: 20 * owner_ns,
-                            hop_ns: 20 * 100,
-                            ..Default::default()
-                        }
-                    } else {
-                        ObjectSample { local_ops: 20, local_ns: 20 * local_ns, ..Default::default() }
-                    }
-                })
-                .collect();
-            moves.extend(p.end_period(&samples, &flat_busy(&p)));
-        }
+        let mut p = two_cores_with(10, 32_000);
+        let mut moves = drive_mixed(&mut p, 5, (1000, 1000), (100, 0), 0);
+        moves.extend(drive_mixed(&mut p, 15, (500, 480), (100, 0), 0));
         assert!(moves.iter().any(|m| m.reason == MoveReason::Trial), "the probes were tried");
         assert!(p.placements().iter().all(|pl| !pl.is_scheduled()), "{moves:?}");
     }
@@ -1719,13 +1679,8 @@ mod tests {
     /// are ever tried, once per retry interval; everything else stays where it is called.
     #[test]
     fn when_no_move_pays_only_probes_are_tried() {
-        let m = machine(1, 2, 1 << 20, 0, &[]);
-        let config = PlacerConfig::default();
-        let (probes, retry) = (config.probe_objects, config.retry_periods);
-        let mut p = Placer::for_machine(&m, &all(&m), config).unwrap();
-        for _ in 0..20 {
-            p.register(ObjectHints { bytes: 32_000, ..Default::default() });
-        }
+        let mut p = two_cores_with(20, 32_000);
+        let (probes, retry) = (p.config().probe_objects, p.config().retry_periods);
         let periods = 200;
         let moves = drive_mixed(&mut p, periods, (1000, 950), (300, 100), 10);
         let trials = moves.iter().filter(|m| m.reason == MoveReason::Trial && m.to.is_scheduled()).count();
