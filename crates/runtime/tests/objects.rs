@@ -552,3 +552,30 @@ fn a_request_its_cpu_does_not_start_is_taken_back_and_run_once() {
     let seen = objects.read(&1, Vec::clone).unwrap();
     assert_eq!(seen, vec![home; 10]);
 }
+
+/// An operation cannot hop while it holds its object's lock, alone or in a batch, and hops
+/// are allowed again once it is over.
+#[test]
+fn an_operation_cannot_hop_while_it_holds_its_object() {
+    let Some(machine) = host_with_two_cpus() else { return };
+    let (rt, home, owner) = runtime_with_home_and_owner(&machine);
+    let objects = Arc::new(registry::<u32>(&machine));
+    let object = objects.register(1, 0, 64).unwrap();
+    let refused = move |_: &u32| {
+        // SAFETY: the hop is refused (the zone), so nothing here ever runs on another thread.
+        matches!(unsafe { corehop_runtime::hop(owner) }, Err(corehop_runtime::Error::HopForbidden { .. }))
+    };
+    let (single, batched, after) = rt
+        .block_on(home, move || {
+            // Several: the first of a thread is sampled (timed), the next ones are not.
+            let single = (0..3).all(|_| objects.read(&1, refused).unwrap());
+            let batched = objects.read_batch([(&object, refused), (&object, refused)]).unwrap();
+            // SAFETY: nothing thread-bound is live here; the task comes straight back.
+            let after = unsafe { corehop_runtime::hop(owner) }.is_ok()
+                && unsafe { corehop_runtime::hop(home) }.is_ok();
+            (single, batched, after)
+        })
+        .unwrap();
+    assert!(single && batched.iter().all(|&r| r), "{single} {batched:?}");
+    assert!(after, "hops are allowed after the operations");
+}

@@ -181,7 +181,7 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
             // Every operation runs here, in order, with no request to build: as cheap as a
             // plain loop, sampled as single operations are.
             let mut countdown = Countdown::take(self.sample_every());
-            let _zone = crate::no_hop_zone();
+            let _zone = super::OpZone::enter();
             let results = ops
                 .map(|(object, op)| {
                     let replicated = route::is_replicated(object.route.load(Ordering::Relaxed));

@@ -548,7 +548,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
             && route::runs_anywhere(route::followed(object.route.load(Ordering::Acquire), moving, false))
         {
             // Stays where it is and is not sampled: nothing to measure, nothing to undo.
-            let _zone = crate::no_hop_zone();
+            let _zone = OpZone::enter();
             let out = op(&object.cell);
             self.let_others_run(false);
             return Ok(out);
@@ -751,6 +751,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
     /// sampled operations yield: no task hops here for an operation then, and a task switch
     /// per operation would cost more than most operations; a task coming back from an
     /// earlier move still gets its turn.
+    #[inline]
     fn let_others_run(&self, sampled: bool) {
         let routes_followed = sampled || self.moving.load(Ordering::Relaxed);
         if routes_followed && self.scheduled.load(Ordering::Relaxed) > 0 && crate::in_task() {
@@ -889,6 +890,31 @@ impl<K: Hash + Eq, T> Objects<K, T> {
 /// them from memory at a pessimistic 0.5 byte/ns, and never less than 50 µs.
 fn preempted_after(bytes: u64) -> u64 {
     (bytes * 2).max(50_000)
+}
+
+/// [`crate::no_hop_zone`] for the operation of one frame, with one look at the running task
+/// instead of two (on entering and on leaving): a tenth of what a short operation costs. The
+/// guard never leaves the frame that made it, so the task it saw is the one it leaves.
+struct OpZone<'a>(Option<&'a crate::context::TaskCtx>);
+
+impl OpZone<'_> {
+    #[inline]
+    fn enter() -> Self {
+        let ctx = crate::context::task();
+        if let Some(ctx) = ctx {
+            ctx.no_hop.set(ctx.no_hop.get() + 1);
+        }
+        OpZone(ctx)
+    }
+}
+
+impl Drop for OpZone<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(ctx) = self.0 {
+            ctx.no_hop.set(ctx.no_hop.get().saturating_sub(1));
+        }
+    }
 }
 
 /// How many objects are placed each way.
