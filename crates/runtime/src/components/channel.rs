@@ -9,33 +9,32 @@
 //!
 //! # Wake-up protocol (no lost wake-ups)
 //!
-//! Each host (one pinned thread per CPU, see the module above) has a futex word, `AWAKE` or
-//! `PARKED`. A channel knows, as a bit mask of host indexes, which host consumes it (`rx`) and
-//! which hosts have a producer blocked on it being full (`tx_waiters`).
+//! Each host (one pinned thread per CPU, see the module above) sleeps on its own
+//! `corehop_sys::park::Parker`, corehop's one park/wake protocol (argued and loom-checked
+//! there): whoever gives a host something to do publishes it, then leaves a token in the
+//! host's park word; a host that found nothing parks, which consumes a token (and it looks
+//! again) or sleeps until one comes. A channel knows, as a bit mask of host indexes, which host
+//! consumes it (`rx`) and which hosts have a producer blocked on it being full (`tx_waiters`).
 //!
 //! ```text
-//!   sender                               host about to sleep
-//!   push(msg)                            word = PARKED
-//!   fence(SeqCst)                        fence(SeqCst)
-//!   for h in rx: if word[h] == PARKED    if any input non-empty (or control): word = AWAKE
-//!       word[h] = AWAKE; futex_wake      else futex_wait(word, PARKED)
+//!   sender                               host with nothing to do
+//!   push(msg)                            for each blocked output: tx_waiters |= me (RMW),
+//!   hosts = rx (RMW, returns the mask)     then look at it again
+//!   for h in hosts: unpark(h)            park (a token: return and look again)
+//!   consumer: pop; w = swap(tx_waiters, 0); for h in w: unpark(h)
 //! ```
 //!
-//! Either the sender's load sees `PARKED` (and wakes the host; a host not yet in `futex_wait`
-//! returns at once because the word is no longer `PARKED`), or the host's check sees the
-//! message: the two `SeqCst` fences order one before the other. A host that adopts a moved
-//! component sets its bit in `rx` before it next checks for work, so a sender that still read
-//! the old mask has its message seen by that check.
+//! Neither side orders two different atomics by a fence: each decision rests on a
+//! read-modify-write of the one word both sides change. A sender reads `rx` by an RMW, so it
+//! either reads the mask a moved component's new host wrote (`set_consumer`, a swap), and wakes
+//! that host, or that swap reads the sender's RMW, and the new host's first look (after its
+//! swap) sees the message. Room works the same way on `tx_waiters`: either the consumer's swap
+//! takes the host's registration and wakes it, or the registration reads the swap and the
+//! host's second look sees the room. A registration spent on room the host has filled again
+//! leaves a token: one extra look, not a lost wake-up.
 //!
-//! Room works the other way round. A consumer, after popping, takes (swaps to zero) the
-//! `tx_waiters` mask and wakes those hosts. A host registers there only inside its final
-//! check, after its word says `PARKED`: register, fence, look at the queue again. Registering
-//! any earlier is a lost wake-up waiting to happen: a consumer may spend the registration on
-//! room it made *before* the registration, which the host has since filled again, and the
-//! host would then sleep on a full queue with nobody left to wake it.
-//!
-//! Both directions are model-checked with loom (`loom_doorbells_lose_no_wakeup`): the
-//! atomics, fences and futex here come from `crate::sync`, loom's under `--cfg loom`.
+//! Both directions and a move are model-checked with loom (`loom_tests`): the atomics here
+//! come from `crate::sync` and the park word from `corehop_sys`, loom's under `--cfg loom`.
 use std::marker::PhantomData;
 // Statistics, outside the protocol.
 use std::sync::atomic::AtomicU64 as StatU64;
@@ -44,12 +43,14 @@ use std::sync::Arc;
 use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{fence, AtomicU64, Doorbell, Ordering};
+use corehop_sys::park::Parker;
+
+use crate::sync::{AtomicU64, Ordering};
 use crate::sys;
 
-/// The doorbell of one host plus what its wake-ups cost.
+/// The park word of one host plus what its wake-ups cost.
 pub(crate) struct HostSignal {
-    bell: CachePadded<Doorbell>,
+    bell: CachePadded<Parker>,
     /// `now_ns` when the last futex wake was issued, to measure wake-up latency.
     notified_at: StatU64,
     /// Futex wakes issued to this host.
@@ -59,33 +60,23 @@ pub(crate) struct HostSignal {
 impl HostSignal {
     fn new() -> HostSignal {
         HostSignal {
-            bell: CachePadded::new(Doorbell::new()),
+            bell: CachePadded::new(Parker::new()),
             notified_at: StatU64::new(0),
             wakes: StatU64::new(0),
         }
     }
 
-    /// Wakes the host if it is parked (or about to park). Callers issue `fence(SeqCst)` after
-    /// publishing what the host should see and before calling this.
+    /// Makes the host's current or next park return; call after publishing what it should see.
     pub(crate) fn notify(&self) {
-        self.bell.ring(|| {
+        self.bell.unpark_with(|| {
             self.notified_at.store(sys::now_ns(), std::sync::atomic::Ordering::Relaxed);
             self.wakes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         });
     }
 
-    /// First half of parking: announce it. The caller must then re-check for work and call
-    /// [`HostSignal::cancel_park`] or [`HostSignal::park`].
-    pub(crate) fn prepare_park(&self) {
-        self.bell.prepare_park();
-    }
-
-    pub(crate) fn cancel_park(&self) {
-        self.bell.cancel_park();
-    }
-
-    /// Sleeps until notified (returns at once if already notified). Returns the `now_ns` at
-    /// which the notifier issued its wake, if it did.
+    /// Sleeps until notified (returns at once if notified since the last park); the host looks
+    /// for work again either way. Returns the `now_ns` at which the notifier issued its wake,
+    /// if it did.
     pub(crate) fn park(&self) -> Option<u64> {
         self.bell.park();
         let at = self.notified_at.swap(0, std::sync::atomic::Ordering::Relaxed);
@@ -164,18 +155,24 @@ impl<M> Chan<M> {
         self.queue.is_full()
     }
 
-    /// The consumer's host is now `host` (or none). Followed, on the host, by its next check
-    /// for work, which is preceded by the fence of `prepare_park` or finds the work directly.
+    /// The consumer's host is now `host` (or none). A swap, so that a sender's RMW of `rx`
+    /// either sees it or is seen by it (module docs); the host looks for work after it.
     pub(crate) fn set_consumer(&self, host: Option<usize>) {
         let mask = host.map_or(0, |h| 1u64 << h);
-        self.rx.store(mask, Ordering::SeqCst);
+        self.rx.swap(mask, Ordering::AcqRel);
     }
 
-    /// Registers host `host` (already marked as about to park) to be woken when room appears,
+    /// Wakes the consumer's host, after a push. `rx` is read by an RMW (module docs):
+    /// `fetch_add(0)` is one locked instruction on a line the sender usually holds.
+    fn notify_consumer(&self) {
+        self.signals.ring(self.rx.fetch_add(0, Ordering::AcqRel));
+    }
+
+    /// Registers host `host`, which found nothing else to do, to be woken when room appears,
     /// then looks again: true if there is room after all.
     pub(crate) fn wait_for_room(&self, host: usize) -> bool {
-        self.tx_waiters.fetch_or(1u64 << host, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
+        // AcqRel: reads the consumer's last swap, so the room it made is seen below.
+        self.tx_waiters.fetch_or(1u64 << host, Ordering::AcqRel);
         !self.queue.is_full()
     }
 
@@ -183,11 +180,12 @@ impl<M> Chan<M> {
         self.queue.pop()
     }
 
-    /// Tells blocked producers there is room again; call after popping (once per batch).
+    /// Tells blocked producers there is room again; call after popping (once per batch). A
+    /// swap even when nobody waits: a load could miss a registration made meanwhile (module
+    /// docs), and the line is usually the consumer's own.
     pub(crate) fn after_pop(&self) {
-        fence(Ordering::SeqCst);
-        if self.tx_waiters.load(Ordering::Relaxed) != 0 {
-            let waiters = self.tx_waiters.swap(0, Ordering::AcqRel);
+        let waiters = self.tx_waiters.swap(0, Ordering::AcqRel);
+        if waiters != 0 {
             self.signals.ring(waiters);
         }
     }
@@ -206,8 +204,7 @@ impl<M> Chan<M> {
             }
         }
         if pushed {
-            fence(Ordering::SeqCst);
-            self.signals.ring(self.rx.load(Ordering::Relaxed));
+            self.notify_consumer();
         }
         staged.is_empty()
     }
@@ -247,8 +244,7 @@ impl<M, K> Sender<M, K> {
     /// Sends `msg` unless the channel is full, in which case it is handed back.
     pub fn try_send(&self, msg: M) -> Result<(), M> {
         self.chan.queue.push(msg)?;
-        fence(Ordering::SeqCst);
-        self.chan.signals.ring(self.chan.rx.load(Ordering::Relaxed));
+        self.chan.notify_consumer();
         Ok(())
     }
 
@@ -282,11 +278,20 @@ impl<M> Receiver<M> {
 mod loom_tests {
     use super::*;
 
+    /// A host's turn with nothing to do, as `host::run` takes it: the last look (registering
+    /// for room if `blocked`), then a park.
+    fn idle(chan: &Chan<u32>, host: usize, blocked: bool) {
+        let ready = if blocked { chan.wait_for_room(host) } else { !chan.is_empty() };
+        if !ready {
+            chan.signals().host(host).park();
+        }
+    }
+
     /// Host 0 consumes a channel of capacity 1 and parks whenever it finds nothing; host 1
-    /// sends two messages and parks while the channel is full, each side following the
-    /// host's park sequence (announce, look again, sleep). Every interleaving delivers both
-    /// messages in order and leaves nobody asleep: loom reports a lost wake-up as a deadlock.
-    /// (The queue is crossbeam's, not loom-aware: loom checks the doorbells around it.)
+    /// sends two messages and parks while the channel is full. Every interleaving delivers
+    /// both messages in order and leaves nobody asleep: loom reports a lost wake-up as a
+    /// deadlock. (The queue is crossbeam's, not loom-aware: loom checks the wake-ups around
+    /// it.)
     #[test]
     fn loom_doorbells_lose_no_wakeup() {
         crate::sync::model_bounded(2, || {
@@ -299,33 +304,51 @@ mod loom_tests {
                     for mut msg in 1..=2 {
                         while let Err(back) = tx.try_send(msg) {
                             msg = back;
-                            let me = tx.chan.signals().host(1);
-                            me.prepare_park();
-                            if tx.chan.wait_for_room(1) {
-                                me.cancel_park();
-                            } else {
-                                me.park();
-                            }
+                            idle(&tx.chan, 1, true);
                         }
                     }
                 })
             };
             let rx = Receiver { chan: chan.clone() };
-            let me = signals.host(0);
             let mut got = Vec::new();
             while got.len() < 2 {
-                if let Some(m) = rx.try_recv() {
-                    got.push(m);
-                    continue;
-                }
-                me.prepare_park();
-                if chan.is_empty() {
-                    me.park();
-                } else {
-                    me.cancel_park();
+                match rx.try_recv() {
+                    Some(m) => got.push(m),
+                    None => idle(&chan, 0, false),
                 }
             }
             assert_eq!(got, [1, 2]);
+            producer.join().unwrap();
+        });
+    }
+
+    /// The channel's consumer moves from host 0 to host 1 (as an eviction and an adoption do)
+    /// while a message is sent: host 1, which parks whenever it finds nothing, gets it.
+    #[test]
+    fn loom_a_message_sent_during_a_move_reaches_the_new_host() {
+        crate::sync::model_bounded(3, || {
+            let signals = Signals::new(2);
+            let chan = Chan::<u32>::new(1, signals.clone());
+            chan.set_consumer(Some(0));
+            let producer = {
+                let tx = Sender::<u32, Spsc>::new(chan.clone());
+                loom::thread::spawn(move || tx.try_send(7).unwrap())
+            };
+            chan.set_consumer(None);
+            let new_host = {
+                let chan = chan.clone();
+                loom::thread::spawn(move || {
+                    chan.set_consumer(Some(1));
+                    let rx = Receiver { chan: chan.clone() };
+                    loop {
+                        match rx.try_recv() {
+                            Some(m) => break m,
+                            None => idle(&chan, 1, false),
+                        }
+                    }
+                })
+            };
+            assert_eq!(new_host.join().unwrap(), 7);
             producer.join().unwrap();
         });
     }
