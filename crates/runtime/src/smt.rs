@@ -46,9 +46,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use corehop_policy::smt::{Mode, ModeError, SmtLayout, Work};
-use corehop_topology::{CpuId, Machine, OsCpu};
-
 use corehop_sys::park::Parker;
+use corehop_topology::{CpuId, Machine, OsCpu};
 
 use crate::sys;
 use crate::worker::StartError;
@@ -138,7 +137,7 @@ pub struct ContextStats {
     pub app_steps: u64,
     /// Service items run.
     pub service_runs: u64,
-    /// Times the worker parked on its futex (a ring that came meanwhile ends a park at once).
+    /// Times the worker slept on its futex (counted as it wakes).
     pub sleeps: u64,
     /// Application steps that panicked (the task is dropped, the worker goes on).
     pub panics: u64,
@@ -538,8 +537,9 @@ fn worker(shared: &Shared, index: usize) {
         }
         // Nothing allowed: sleep until rung (at once if rung since the last park).
         me.set_state(ContextState::Sleeping);
-        me.sleeps.fetch_add(1, SeqCst);
-        me.bell.park();
+        if me.bell.park() {
+            me.sleeps.fetch_add(1, SeqCst);
+        }
         me.set_state(ContextState::Looking);
     }
     me.set_state(ContextState::Stopped);

@@ -43,7 +43,7 @@ use core::mem::MaybeUninit;
 use core::sync::atomic::Ordering::{Release, SeqCst};
 
 use crate::model::{now_ns, AtomicU32, UnsafeCell};
-use crate::park::{sleep, wake};
+use crate::park::{sleep, wake, Slept};
 
 /// Request slots per lane: one bit each in the 32-bit futex word `pending`, whose top bit is
 /// the `ASLEEP` flag.
@@ -327,7 +327,7 @@ impl<Req: Copy, Rep: Copy> Lane<Req, Rep> {
     /// Sleeps until a caller rings (or `timeout_ns` passes); returns false if the timeout
     /// ended it. Returns at once if a request already waits.
     pub fn sleep(&self, timeout_ns: Option<u64>) -> bool {
-        let woken = sleep(&self.pending, 0, timeout_ns);
+        let woken = sleep(&self.pending, 0, timeout_ns) != Slept::TimedOut;
         self.pending.fetch_and(!ASLEEP, SeqCst);
         woken
     }

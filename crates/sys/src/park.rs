@@ -42,17 +42,32 @@ use crate::model::{futex_wait, futex_wake, AtomicU32};
 /// In a park word: its sleeper sleeps, or is about to, on the word.
 pub const SLEEPER: u32 = 1 << 31;
 
+/// How a [`sleep`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slept {
+    /// Not at all: the word no longer held the value the sleeper saw.
+    Changed,
+    /// A waker's change (or a spurious wake-up: the sleeper looks again either way).
+    Woken,
+    /// The timeout passed.
+    TimedOut,
+}
+
 /// The sleeper's half: announces itself in `word`, which it saw holding `seen` (a value that
 /// says there is nothing to do), and sleeps until a waker changes the word, or `timeout_ns`
-/// passes. Returns at once if the word no longer holds `seen`; false only if the timeout
-/// ended the sleep. The flag stays set until a waker's RMW or the sleeper clears it.
+/// passes. Returns at once if the word no longer holds `seen`. The flag stays set until a
+/// waker's RMW or the sleeper clears it.
 #[inline]
-pub fn sleep(word: &AtomicU32, seen: u32, timeout_ns: Option<u64>) -> bool {
+pub fn sleep(word: &AtomicU32, seen: u32, timeout_ns: Option<u64>) -> Slept {
     let flagged = seen | SLEEPER;
-    if seen == flagged || word.compare_exchange(seen, flagged, SeqCst, SeqCst).is_ok() {
-        return futex_wait(word, flagged, timeout_ns);
+    if seen != flagged && word.compare_exchange(seen, flagged, SeqCst, SeqCst).is_err() {
+        return Slept::Changed;
     }
-    true
+    if futex_wait(word, flagged, timeout_ns) {
+        Slept::Woken
+    } else {
+        Slept::TimedOut
+    }
 }
 
 /// The waker's half: after its read-modify-write of `word` returned `old` (and changed the
@@ -119,16 +134,17 @@ impl Parker {
 
     /// Sleeps until an unpark after the last park returned; returns at once if one came
     /// already. May return spuriously: the caller looks for its work again either way. One
-    /// sleeper at a time.
-    pub fn park(&self) {
+    /// sleeper at a time. Returns whether it slept (on the futex).
+    pub fn park(&self) -> bool {
         // Acquire: the work of every waker whose token this consumes.
         if self.word.swap(EMPTY, Acquire) == TOKEN {
-            return;
+            return false;
         }
-        sleep(&self.word, EMPTY, None);
+        let slept = sleep(&self.word, EMPTY, None) != Slept::Changed;
         // Consume the token that ended the sleep (or clear the flag after a spurious end), so
         // that the next park sleeps: a stale token would cost an extra look.
         self.word.swap(EMPTY, Acquire);
+        slept
     }
 }
 
@@ -142,16 +158,16 @@ mod tests {
     fn a_token_left_before_the_park_makes_it_return_and_is_consumed() {
         let parker = Parker::new();
         assert!(!parker.unpark(), "nobody sleeps");
-        parker.park(); // returns at once: the token was there
+        assert!(!parker.park(), "returns at once: the token was there");
         assert_eq!(parker.word.load(Relaxed), EMPTY, "consumed");
     }
 
     #[test]
     fn sleep_returns_at_once_when_the_word_moved_on() {
         let word = AtomicU32::new(5);
-        assert!(sleep(&word, 4, None));
+        assert_eq!(sleep(&word, 4, None), Slept::Changed);
         assert_eq!(word.load(Relaxed), 5, "no flag set on a word that changed");
-        assert!(!sleep(&word, 5, Some(1_000)), "the timeout ends a sleep on an unchanged word");
+        assert_eq!(sleep(&word, 5, Some(1_000)), Slept::TimedOut, "on an unchanged word");
         assert_eq!(word.load(Relaxed), 5 | SLEEPER, "the flag stays for the waker to see");
         assert!(wake(&word, word.swap(6, SeqCst)));
         assert!(!wake(&word, word.swap(7, SeqCst)), "the flag went with the first waker's swap");

@@ -13,25 +13,31 @@
 //! `corehop_sys::park::Parker`, corehop's one park/wake protocol (argued and loom-checked
 //! there): whoever gives a host something to do publishes it, then leaves a token in the
 //! host's park word; a host that found nothing parks, which consumes a token (and it looks
-//! again) or sleeps until one comes. A channel knows, as a bit mask of host indexes, which host
-//! consumes it (`rx`) and which hosts have a producer blocked on it being full (`tx_waiters`).
+//! again) or sleeps until one comes.
+//!
+//! A channel's `rx` word names the host that consumes it and carries a `RUNG` bit: set, it
+//! says the consumer has been rung for this channel and will look at it before it parks.
+//! Senders set it by an RMW, and only the one that finds it clear rings; so while the
+//! consumer is busy a send costs one RMW of a line the sender usually holds, and the
+//! consumer's park word is left alone. The consumer clears `RUNG` by an RMW in its last look
+//! before it parks, then looks at the queue.
 //!
 //! ```text
-//!   sender                               host with nothing to do
-//!   push(msg)                            for each blocked output: tx_waiters |= me (RMW),
-//!   hosts = rx (RMW, returns the mask)     then look at it again
-//!   for h in hosts: unpark(h)            park (a token: return and look again)
+//!   sender                                 host with nothing to do (its last look)
+//!   push(msg)                              per input: rx &= !RUNG (RMW), then is it empty?
+//!   old = rx |= RUNG (RMW)                 per blocked output: tx_waiters |= me (RMW), then
+//!   RUNG was clear: unpark(host in old)      is there room?
+//!                                          park (a token: return and look again)
 //!   consumer: pop; w = swap(tx_waiters, 0); for h in w: unpark(h)
 //! ```
 //!
-//! Neither side orders two different atomics by a fence: each decision rests on a
-//! read-modify-write of the one word both sides change. A sender reads `rx` by an RMW, so it
-//! either reads the mask a moved component's new host wrote (`set_consumer`, a swap), and wakes
-//! that host, or that swap reads the sender's RMW, and the new host's first look (after its
-//! swap) sees the message. Room works the same way on `tx_waiters`: either the consumer's swap
-//! takes the host's registration and wakes it, or the registration reads the swap and the
-//! host's second look sees the room. A registration spent on room the host has filled again
-//! leaves a token: one extra look, not a lost wake-up.
+//! No fence orders two different atomics: each decision rests on an RMW of the one word both
+//! sides change, so of two RMWs of it the later reads the earlier (and what was published
+//! before it). A send's RMW either finds `RUNG` clear and rings the host it reads, or comes
+//! before the consumer's next clearing RMW, whose look then sees the message. A move changes
+//! `rx` by a swap that sets `RUNG` (the new host looks at the channel first anyway): a sender
+//! before it is seen by the new host's look, one after it reads the new host. Room works the
+//! same way on `tx_waiters`. A ring that finds the host busy leaves a token: one extra look.
 //!
 //! Both directions and a move are model-checked with loom (`loom_tests`): the atomics here
 //! come from `crate::sync` and the park word from `corehop_sys`, loom's under `--cfg loom`.
@@ -40,13 +46,15 @@ use std::marker::PhantomData;
 use std::sync::atomic::AtomicU64 as StatU64;
 use std::sync::Arc;
 
+use corehop_sys::park::Parker;
 use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
 
-use corehop_sys::park::Parker;
-
 use crate::sync::{AtomicU64, Ordering};
 use crate::sys;
+
+/// In a channel's `rx`: its consumer has been rung for it since the consumer last looked.
+const RUNG: u64 = 1 << 63;
 
 /// The park word of one host plus what its wake-ups cost.
 pub(crate) struct HostSignal {
@@ -75,12 +83,14 @@ impl HostSignal {
     }
 
     /// Sleeps until notified (returns at once if notified since the last park); the host looks
-    /// for work again either way. Returns the `now_ns` at which the notifier issued its wake,
-    /// if it did.
-    pub(crate) fn park(&self) -> Option<u64> {
-        self.bell.park();
+    /// for work again either way. Returns `None` if it did not sleep, else the `now_ns` at
+    /// which the notifier issued its wake, if it did.
+    pub(crate) fn park(&self) -> Option<Option<u64>> {
+        if !self.bell.park() {
+            return None;
+        }
         let at = self.notified_at.swap(0, std::sync::atomic::Ordering::Relaxed);
-        (at != 0).then_some(at)
+        Some((at != 0).then_some(at))
     }
 
     pub(crate) fn wakes(&self) -> u64 {
@@ -121,6 +131,7 @@ pub struct Mpsc;
 pub(crate) struct Chan<M> {
     queue: ArrayQueue<M>,
     signals: Arc<Signals>,
+    /// The consumer's host index plus one (0: none), and `RUNG`.
     rx: CachePadded<AtomicU64>,
     tx_waiters: CachePadded<AtomicU64>,
 }
@@ -155,17 +166,31 @@ impl<M> Chan<M> {
         self.queue.is_full()
     }
 
-    /// The consumer's host is now `host` (or none). A swap, so that a sender's RMW of `rx`
-    /// either sees it or is seen by it (module docs); the host looks for work after it.
+    /// The consumer's host is now `host` (or none). A swap that sets `RUNG`, so that a
+    /// sender's RMW of `rx` either reads it or is seen by it, and the new host looks at the
+    /// channel before it parks (module docs).
     pub(crate) fn set_consumer(&self, host: Option<usize>) {
-        let mask = host.map_or(0, |h| 1u64 << h);
-        self.rx.swap(mask, Ordering::AcqRel);
+        self.rx.swap(host.map_or(0, |h| h as u64 + 1) | RUNG, Ordering::AcqRel);
     }
 
-    /// Wakes the consumer's host, after a push. `rx` is read by an RMW (module docs):
-    /// `fetch_add(0)` is one locked instruction on a line the sender usually holds.
+    /// After a push: rings the consumer's host unless it has been rung for this channel since
+    /// its last look (module docs).
     fn notify_consumer(&self) {
-        self.signals.ring(self.rx.fetch_add(0, Ordering::AcqRel));
+        // Release: the message; Acquire: the host index the consumer's side wrote.
+        let old = self.rx.fetch_or(RUNG, Ordering::AcqRel);
+        if old & RUNG == 0 {
+            if let Some(signal) = (old as usize).checked_sub(1).and_then(|h| self.signals.0.get(h)) {
+                signal.notify();
+            }
+        }
+    }
+
+    /// The consumer's last look before it parks: lets the next send ring it again, then says
+    /// whether a message waits (module docs).
+    pub(crate) fn rearm_and_has_messages(&self) -> bool {
+        // Acquire: every message whose send set RUNG before this.
+        self.rx.fetch_and(!RUNG, Ordering::AcqRel);
+        !self.queue.is_empty()
     }
 
     /// Registers host `host`, which found nothing else to do, to be woken when room appears,
@@ -281,7 +306,7 @@ mod loom_tests {
     /// A host's turn with nothing to do, as `host::run` takes it: the last look (registering
     /// for room if `blocked`), then a park.
     fn idle(chan: &Chan<u32>, host: usize, blocked: bool) {
-        let ready = if blocked { chan.wait_for_room(host) } else { !chan.is_empty() };
+        let ready = if blocked { chan.wait_for_room(host) } else { chan.rearm_and_has_messages() };
         if !ready {
             chan.signals().host(host).park();
         }

@@ -161,13 +161,14 @@ pub(crate) fn run(cfg: HostConfig, shared: Arc<Shared>, mut slots: Vec<Box<dyn R
         // The last look registers blocked outputs for room; a notification since the last park
         // makes this one return at once.
         if !found && !ready_now(&slots, Some(cfg.index)) {
-            me.stats.parks.fetch_add(1, Ordering::Relaxed);
             let slept = sys::now_ns();
-            let notified_at = signal.park();
-            let woke = sys::now_ns();
-            me.stats.parked_ns.fetch_add(woke.saturating_sub(slept), Ordering::Relaxed);
-            if let Some(at) = notified_at.filter(|&at| at >= slept) {
-                budget.observe_wake_cost(woke.saturating_sub(at));
+            if let Some(notified_at) = signal.park() {
+                let woke = sys::now_ns();
+                me.stats.parks.fetch_add(1, Ordering::Relaxed);
+                me.stats.parked_ns.fetch_add(woke.saturating_sub(slept), Ordering::Relaxed);
+                if let Some(at) = notified_at.filter(|&at| at >= slept) {
+                    budget.observe_wake_cost(woke.saturating_sub(at));
+                }
             }
         }
         budget.observe_idle_gap(sys::now_ns().saturating_sub(idle_start));
