@@ -290,7 +290,10 @@ impl<T: Linked> Mailbox<T> {
         const { assert!(align_of::<T>() >= NODE_ALIGN, "lane nodes must be NODE_ALIGN-aligned") };
         let mailbox = Arc::new(Mailbox {
             head: CachePadded::new(AtomicPtr::new(ptr::null_mut())),
-            parker: CachePadded::new(Parker { word: corehop_sys::park::Parker::new(), woken_at_ns: AtomicU64::new(0) }),
+            parker: CachePadded::new(Parker {
+                word: corehop_sys::park::Parker::new(),
+                woken_at_ns: AtomicU64::new(0),
+            }),
             reader_parks,
             lanes: (0..lanes).map(|_| Lane::new()).collect(),
             _owns: PhantomData,

@@ -18,10 +18,11 @@
 //!  old has SLEEPER? futex_wake(word)
 //! ```
 //!
-//! **No lost wake-up.** Every access of either side to the word is a read-modify-write, so
-//! they are totally ordered and each reads the value the one before it wrote; the order of two
-//! *different* atomics never matters (no fences, no Dekker). Take a waker's RMW `W`, made after
-//! it published its work, and the sleeper's announcing CAS `A`:
+//! **No lost wake-up.** Every change of the word, by either side, is a read-modify-write, so
+//! the changes are totally ordered and each reads the value the one before it wrote; the order
+//! of two *different* atomics never matters (no fences, no Dekker). Take a waker's RMW `W`,
+//! made after it published its work, and the sleeper's announcing CAS `A` (from `seen`, which
+//! it loaded before and judged to mean "nothing to do"):
 //! - `W` before `A`: `W` changed the word, and wakers never put back a value a sleeper saw as
 //!   "nothing to do" (no ABA: a swap writes a new sequence number, a token or a bit that only
 //!   the sleeper clears), so `A` fails and the sleeper looks again. `A` reads `W`'s value or a
@@ -148,6 +149,20 @@ impl Parker {
     }
 }
 
+/// A sleeper's loop: takes `n` pieces of work, one at a time as `available` shows them,
+/// parking whenever it has taken all it sees.
+#[cfg(test)]
+fn take(parker: &Parker, n: u32, available: impl Fn() -> u32) {
+    let mut taken = 0;
+    while taken < n {
+        if available() > taken {
+            taken += 1;
+        } else {
+            parker.park();
+        }
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -182,14 +197,7 @@ mod tests {
         let sleeper = {
             let (parker, work, done) = (parker.clone(), work.clone(), done.clone());
             std::thread::spawn(move || {
-                let mut taken = 0;
-                while taken < 200 {
-                    if work.load(Acquire) > taken {
-                        taken += 1;
-                    } else {
-                        parker.park();
-                    }
-                }
+                take(&parker, 200, || work.load(Acquire));
                 done.store(true, Relaxed);
             })
         };
@@ -232,14 +240,7 @@ mod loom_tests {
                     })
                 })
                 .collect();
-            let mut taken = 0;
-            while taken < 2 {
-                if work.load(Acquire) > taken {
-                    taken += 1;
-                } else {
-                    parker.park();
-                }
-            }
+            take(&parker, 2, || work.load(Acquire));
             wakers.into_iter().for_each(|w| w.join().unwrap());
         });
     }

@@ -303,6 +303,13 @@ impl<M> Receiver<M> {
 mod loom_tests {
     use super::*;
 
+    /// Two hosts and a channel of capacity 1 that host 0 consumes.
+    fn channel() -> Arc<Chan<u32>> {
+        let chan = Chan::<u32>::new(1, Signals::new(2));
+        chan.set_consumer(Some(0));
+        chan
+    }
+
     /// A host's turn with nothing to do, as `host::run` takes it: the last look (registering
     /// for room if `blocked`), then a park.
     fn idle(chan: &Chan<u32>, host: usize, blocked: bool) {
@@ -320,9 +327,7 @@ mod loom_tests {
     #[test]
     fn loom_doorbells_lose_no_wakeup() {
         crate::sync::model_bounded(2, || {
-            let signals = Signals::new(2);
-            let chan = Chan::<u32>::new(1, signals.clone());
-            chan.set_consumer(Some(0));
+            let chan = channel();
             let producer = {
                 let tx = Sender::<u32, Spsc>::new(chan.clone());
                 loom::thread::spawn(move || {
@@ -352,9 +357,7 @@ mod loom_tests {
     #[test]
     fn loom_a_message_sent_during_a_move_reaches_the_new_host() {
         crate::sync::model_bounded(3, || {
-            let signals = Signals::new(2);
-            let chan = Chan::<u32>::new(1, signals.clone());
-            chan.set_consumer(Some(0));
+            let chan = channel();
             let producer = {
                 let tx = Sender::<u32, Spsc>::new(chan.clone());
                 loom::thread::spawn(move || tx.try_send(7).unwrap())
