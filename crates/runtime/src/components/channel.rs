@@ -303,6 +303,32 @@ impl<M> Receiver<M> {
 mod loom_tests {
     use super::*;
 
+    /// `n` messages received on `host`, which idles whenever the channel is empty.
+    fn receive(chan: &Arc<Chan<u32>>, host: usize, n: usize) -> Vec<u32> {
+        let rx = Receiver { chan: chan.clone() };
+        let mut got = Vec::new();
+        while got.len() < n {
+            match rx.try_recv() {
+                Some(m) => got.push(m),
+                None => idle(chan, host, false),
+            }
+        }
+        got
+    }
+
+    /// A thread on host 1 that sends `msgs`, parking while the channel is full.
+    fn send_from_host_1(chan: &Arc<Chan<u32>>, msgs: &[u32]) -> loom::thread::JoinHandle<()> {
+        let (tx, msgs) = (Sender::<u32, Spsc>::new(chan.clone()), msgs.to_vec());
+        loom::thread::spawn(move || {
+            for mut msg in msgs {
+                while let Err(back) = tx.try_send(msg) {
+                    msg = back;
+                    idle(&tx.chan, 1, true);
+                }
+            }
+        })
+    }
+
     /// Two hosts and a channel of capacity 1 that host 0 consumes.
     fn channel() -> Arc<Chan<u32>> {
         let chan = Chan::<u32>::new(1, Signals::new(2));
@@ -328,26 +354,8 @@ mod loom_tests {
     fn loom_doorbells_lose_no_wakeup() {
         crate::sync::model_bounded(2, || {
             let chan = channel();
-            let producer = {
-                let tx = Sender::<u32, Spsc>::new(chan.clone());
-                loom::thread::spawn(move || {
-                    for mut msg in 1..=2 {
-                        while let Err(back) = tx.try_send(msg) {
-                            msg = back;
-                            idle(&tx.chan, 1, true);
-                        }
-                    }
-                })
-            };
-            let rx = Receiver { chan: chan.clone() };
-            let mut got = Vec::new();
-            while got.len() < 2 {
-                match rx.try_recv() {
-                    Some(m) => got.push(m),
-                    None => idle(&chan, 0, false),
-                }
-            }
-            assert_eq!(got, [1, 2]);
+            let producer = send_from_host_1(&chan, &[1, 2]);
+            assert_eq!(receive(&chan, 0, 2), [1, 2]);
             producer.join().unwrap();
         });
     }
@@ -358,25 +366,16 @@ mod loom_tests {
     fn loom_a_message_sent_during_a_move_reaches_the_new_host() {
         crate::sync::model_bounded(3, || {
             let chan = channel();
-            let producer = {
-                let tx = Sender::<u32, Spsc>::new(chan.clone());
-                loom::thread::spawn(move || tx.try_send(7).unwrap())
-            };
+            let producer = send_from_host_1(&chan, &[7]);
             chan.set_consumer(None);
             let new_host = {
                 let chan = chan.clone();
                 loom::thread::spawn(move || {
                     chan.set_consumer(Some(1));
-                    let rx = Receiver { chan: chan.clone() };
-                    loop {
-                        match rx.try_recv() {
-                            Some(m) => break m,
-                            None => idle(&chan, 1, false),
-                        }
-                    }
+                    receive(&chan, 1, 1)
                 })
             };
-            assert_eq!(new_host.join().unwrap(), 7);
+            assert_eq!(new_host.join().unwrap(), [7]);
             producer.join().unwrap();
         });
     }
