@@ -514,6 +514,12 @@ impl Controller {
         &self.cfg
     }
 
+    /// Whether a change is still proving itself: a plan waiting out its patience, or a
+    /// reconfiguration being judged (the layout may yet change back).
+    pub fn unsettled(&self) -> bool {
+        self.pending.is_some() || self.trial.is_some()
+    }
+
     /// Feeds one window of observations (one per component, in component order) taken under
     /// `layout`; returns the actions to take now (empty while a new plan is still proving
     /// itself, while a trial is being judged, or when nothing should change).
@@ -697,6 +703,7 @@ mod tests {
         let light = [obs(0.05), obs(0.08), obs(0.1)].map(|o| Observation { done: 1000, ..o });
         let slow = act(&mut ctl, &m, &spread, &light).expect("consolidates");
         assert_ne!(slow, spread);
+        assert!(ctl.unsettled(), "the change is on trial");
         // There it falls behind and does a third less: undone.
         assert_eq!(act(&mut ctl, &m, &slow, &saturated(660)), Some(spread.clone()));
         // Keeping up there, with less work done (the load fell), it would have stayed.
