@@ -258,8 +258,7 @@ fn must_stay_with_caller(check: Check) -> bool {
         Check::Fd(fd) => fd_may_block(fd),
         Check::Fds(a, b) => fd_may_block(a) || fd_may_block(b),
         Check::Socket(fd, flags) => flags & libc::MSG_DONTWAIT == 0 && fd_may_block(fd),
-        Check::Path { path } => names_thread_self(path),
-        Check::Open { dirfd, path, flags } => names_thread_self(path) || open_stays(dirfd, path, flags),
+        Check::Open { dirfd, path, flags } => open_stays(dirfd, path, flags),
     }
 }
 
@@ -290,9 +289,19 @@ fn fd_may_block(fd: i32) -> bool {
 }
 
 /// Whether an open must stay with the caller: opening a FIFO or a character device (a
-/// terminal, say) may wait in the kernel until a signal; a file on /proc (reached by any name)
-/// may name the calling thread; a file on tracefs, debugfs or FUSE may block its reader.
+/// terminal, say) may wait in the kernel until a signal; a file on /proc (reached by any name,
+/// `/proc/thread-self` among them) may name the calling thread; a file on tracefs, debugfs or
+/// FUSE may block its reader.
+///
+/// The path's text is not looked at: a `thread-self` path that leaves /proc (`root/`, `cwd/`,
+/// `fd/N`, `exe`, `ns/*`) names state the program's threads share (an `unshare` or `setns`
+/// ends offload, see `intercept::thread_state_changes`), so it resolves alike on both threads.
 fn open_stays(dirfd: i32, path: u64, flags: i32) -> bool {
+    if flags & (libc::O_CREAT | libc::O_EXCL) == libc::O_CREAT | libc::O_EXCL {
+        // Never opens an existing file: it creates a regular file or fails (EEXIST, ENOENT,
+        // EACCES on /proc alike for every thread). The stat below would walk the same path.
+        return false;
+    }
     let follow = if flags & libc::O_NOFOLLOW != 0 { libc::AT_SYMLINK_NOFOLLOW } else { 0 };
     let mut st = core::mem::MaybeUninit::<libc::stat>::uninit();
     // SAFETY: newfstatat reads the path (EFAULT if bad) and writes one struct stat.
@@ -338,19 +347,6 @@ fn stat_names_proc(request: &Request) -> bool {
         _ => (request.args[0] as i32, request.args[1], request.args[2] as i32),
     };
     fs::of_dev(dev, || fs::path_type(dirfd, path, follow & libc::AT_SYMLINK_NOFOLLOW)) != fs::Kind::Plain
-}
-
-/// Whether the path names `/proc/thread-self` however spelled (`//proc/thread-self`,
-/// `/proc/./thread-self`, `thread-self` relative to a /proc descriptor): it contains a
-/// `thread-self` component. Read through the kernel, so a bad pointer is not a crash here but
-/// the call's own EFAULT. Symlinks to it are caught by the file system check after.
-fn names_thread_self(path: u64) -> bool {
-    let mut buf = [0u8; 512];
-    let pid = SERVICE_PID.load(Relaxed);
-    match sys::read_c_string_of(pid, path, &mut buf) {
-        Some(len) => buf[..len].split(|&b| b == b'/').any(|part| part == b"thread-self"),
-        None => sys::read_user_of(pid, path, &mut buf[..1]), // longer than the buffer: keep it local
-    }
 }
 
 /// File systems, told apart by `statfs` once per device and remembered.
