@@ -160,13 +160,20 @@ impl Lane {
     /// The request's pointers must stay valid until this returns; they do, because the caller
     /// is blocked here meanwhile.
     pub fn call(&self, request: Request, hint: usize, waiting: Waiting) -> Outcome {
-        self.call_spun(request, hint, waiting).0
+        self.call_spun(request, now_ns(), hint, waiting).0
     }
 
-    /// [`Lane::call`], also saying how the caller waited: `None` if it spun all the while,
-    /// else how long it spun (ns) before it slept.
-    pub fn call_spun(&self, request: Request, hint: usize, waiting: Waiting) -> (Outcome, Option<u64>) {
-        self.0.call_spun((request, now_ns()), hint, waiting)
+    /// [`Lane::call`] of a request sent at `sent_ns` (`now_ns`: the caller's own start, so
+    /// the hand-off reads the clock once), also saying how the caller waited: `None` if it
+    /// spun all the while, else how long it spun (ns) before it slept.
+    pub fn call_spun(
+        &self,
+        request: Request,
+        sent_ns: u64,
+        hint: usize,
+        waiting: Waiting,
+    ) -> (Outcome, Option<u64>) {
+        self.0.call_spun((request, sent_ns), hint, waiting)
     }
 
     /// The service thread's loop body: waits for submitted slots, then claims and handles each
