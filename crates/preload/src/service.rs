@@ -249,11 +249,12 @@ pub fn execute(request: &Request, checked_ns: &AtomicU64) -> Reply {
 /// Whether [`must_stay_with_caller`] has anything to ask the kernel. An O_CREAT|O_EXCL open
 /// never opens an existing file (no FIFO or device to wait for): it creates a regular file or
 /// fails (EEXIST, ENOENT, EACCES on /proc alike for every thread), and a stat first would walk
-/// the same path.
+/// the same path. Not with O_PATH, which drops both flags and opens what exists.
 fn checks_before(check: Check) -> bool {
+    const CREATES: i32 = libc::O_CREAT | libc::O_EXCL;
     match check {
         Check::Nothing => false,
-        Check::Open { flags, .. } => flags & (libc::O_CREAT | libc::O_EXCL) != libc::O_CREAT | libc::O_EXCL,
+        Check::Open { flags, .. } => flags & (CREATES | libc::O_PATH) != CREATES,
         _ => true,
     }
 }
