@@ -210,13 +210,19 @@ fn measure(machine: &Machine, args: &Args, cfg: &Config) -> anyhow::Result<Measu
     };
     let pipeline = build(machine, args, cfg.idle, cpus, speed, &bad)?;
     if let Kind::Controller = cfg.kind {
-        // Settle: let the controller observe and act for a while, then measure with it on.
+        // Settle: let the controller observe and act for a while, then measure where it settled.
         let allowed: Vec<CpuId> = machine.cpus().iter().map(|c| c.id).collect();
         let mut ctl = Controller::new(ControllerConfig::default(), machine, allowed)?;
         let epoch = Duration::from_millis(args.epoch_ms.max(1));
-        let epochs = (3 * duration.as_millis() / epoch.as_millis()).max(6);
+        let epochs = (3 * duration.as_millis() / epoch.as_millis()).max(6) as usize;
+        // A change still on trial when the settling time is up is judged before measuring (a
+        // few windows more at most), so the row shows where the controller stays.
+        let extra = 2 * ctl.config().patience as usize + 1;
         let mut prev = pipeline.sample();
-        for _ in 0..epochs {
+        for i in 0..epochs + extra {
+            if i >= epochs && !ctl.unsettled() {
+                break;
+            }
             std::thread::sleep(epoch);
             let now = pipeline.sample();
             let actions = ctl.observe(machine, &pipeline.layout(), &now.observations_since(&prev))?;

@@ -163,6 +163,8 @@ fn thread_bound_calls_answer_for_the_calling_thread() {
     let out = text(&offload.stdout);
     assert!(!out.contains("corehop-svc"), "a call read the service thread:\n{out}");
     assert!(out.contains("stat through symlink: same file"), "{out}");
+    assert!(!out.contains("another file") && out.contains("thread-self fd: warm.txt"), "{out}");
+    assert!(out.contains("O_PATH|O_CREAT|O_EXCL /proc/thread-self: this thread"), "{out}");
     assert!(out.contains("signalfd: signal 10"), "{out}");
 }
 

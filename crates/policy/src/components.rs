@@ -19,13 +19,15 @@
 //! target utilisation, preferring the CPUs in use so that few components move. A changed plan
 //! must repeat for [`ControllerConfig::patience`] windows before it is acted on.
 //!
-//! Utilisation cannot see what a split costs: messages between cores now cross caches, and on
+//! Utilisation cannot see what a move costs: messages between cores now cross caches, and on
 //! a machine where that costs more than the added core gives, splitting a saturated pipeline
-//! makes it slower while every core still looks saturated. So a reconfiguration made while the
-//! pipeline could not keep up is a **trial**: if, over the next `patience` windows, the
-//! pipeline still cannot keep up and gets less work done than before
-//! ([`ControllerConfig::revert_loss`]), the controller undoes it and does not try that layout
-//! again for a while ([`ControllerConfig::retry_after`] windows, doubling each time).
+//! makes it slower while every core still looks saturated; a core slowed or consolidated
+//! because time spent waiting on a neighbour looked idle may no longer keep up. So every
+//! reconfiguration is a **trial**: if, over the next `patience` windows, the pipeline cannot
+//! keep up and gets less work done than before ([`ControllerConfig::revert_loss`]), the
+//! controller undoes it and does not try that layout again for a while
+//! ([`ControllerConfig::retry_after`] windows, doubling each time). A pipeline that keeps up
+//! afterwards keeps the change: less work done is then the offered load's doing.
 //!
 //! Speeds are fractions of a CPU's hardware speed (what `Cpu::emulated_speed` holds). SMT
 //! siblings share one clock (the paper's Xeon throttles both threads of a core together), so
@@ -253,8 +255,8 @@ pub struct ControllerConfig {
     /// Windows a new plan must repeat before it is acted on (default 2): no flapping on one
     /// noisy sample. Also the windows a trial reconfiguration is judged over.
     pub patience: u32,
-    /// A reconfiguration made while the pipeline could not keep up is undone if the pipeline
-    /// still cannot keep up afterwards and gets this fraction less work done (default 0.05).
+    /// A reconfiguration is undone if the pipeline cannot keep up afterwards and gets this
+    /// fraction less work done than before it (default 0.05).
     pub revert_loss: f64,
     /// Windows an undone layout is not tried again (default 32; doubles each time it is
     /// undone again).
@@ -512,6 +514,12 @@ impl Controller {
         &self.cfg
     }
 
+    /// Whether a change is still proving itself: a plan waiting out its patience, or a
+    /// reconfiguration being judged (the layout may yet change back).
+    pub fn unsettled(&self) -> bool {
+        self.pending.is_some() || self.trial.is_some()
+    }
+
     /// Feeds one window of observations (one per component, in component order) taken under
     /// `layout`; returns the actions to take now (empty while a new plan is still proving
     /// itself, while a trial is being judged, or when nothing should change).
@@ -544,16 +552,16 @@ impl Controller {
             return Ok(Vec::new());
         }
         self.pending = None;
-        if starved {
-            self.trial = Some(Trial {
-                before: layout.clone(),
-                after: next.clone(),
-                rate_before: rate_sum / f64::from(seen),
-                windows: 0,
-                rate_sum: 0.0,
-                still_starved: true,
-            });
-        }
+        // Every change is judged, not only splits made under overload: a core slowed or
+        // consolidated because it looked under-used can leave the pipeline unable to keep up.
+        self.trial = Some(Trial {
+            before: layout.clone(),
+            after: next.clone(),
+            rate_before: rate_sum / f64::from(seen),
+            windows: 0,
+            rate_sum: 0.0,
+            still_starved: true,
+        });
         Ok(diff(layout, &next))
     }
 
@@ -683,6 +691,28 @@ mod tests {
                 let actions = ctl.observe(&m, &split, &after).unwrap();
                 assert_ne!(split.apply(&actions), one, "undone: {actions:?}");
             }
+        }
+    }
+
+    #[test]
+    fn a_slow_down_that_leaves_the_pipeline_behind_is_undone() {
+        let m = machine(4, false);
+        let spread = Layout { cpu_of: vec![CpuId(0), CpuId(1), CpuId(2)], speed: vec![1.0; 4] };
+        let mut ctl = Controller::new(ControllerConfig::default(), &m, all(4)).unwrap();
+        // Keeping up at low utilisation: consolidated onto one slow core.
+        let light = [obs(0.05), obs(0.08), obs(0.1)].map(|o| Observation { done: 1000, ..o });
+        let slow = act(&mut ctl, &m, &spread, &light).expect("consolidates");
+        assert_ne!(slow, spread);
+        assert!(ctl.unsettled(), "the change is on trial");
+        // There it falls behind and does a third less: undone.
+        assert_eq!(act(&mut ctl, &m, &slow, &saturated(660)), Some(spread.clone()));
+        // Keeping up there, with less work done (the load fell), it would have stayed.
+        let mut ctl = Controller::new(ControllerConfig::default(), &m, all(4)).unwrap();
+        let slow = act(&mut ctl, &m, &spread, &light).unwrap();
+        let lighter = [obs(0.2), obs(0.3), obs(0.3)].map(|o| Observation { done: 500, ..o });
+        for _ in 0..6 {
+            let actions = ctl.observe(&m, &slow, &lighter).unwrap();
+            assert_ne!(slow.apply(&actions), spread, "undone: {actions:?}");
         }
     }
 

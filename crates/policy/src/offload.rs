@@ -87,6 +87,10 @@ pub enum OffloadError {
     Payoff(#[from] PayoffError),
 }
 
+/// The progress units a normal epoch covers at least (a trial, its share of them): see
+/// [`OffloadPolicy::epoch_over`].
+pub const MIN_EPOCH_UNITS: u64 = 64;
+
 /// The arms of `adaptive` when none are named: besides never, the measured policy (where it
 /// starts), move everything, the 4 KB rule, and the calls predicted to run longer than 20 µs
 /// (about what a futex wake-up costs on a small VM). The tables allocate only when built.
@@ -412,6 +416,18 @@ impl OffloadPolicy {
         }
     }
 
+    /// Whether an epoch that began `elapsed` ago, in which the application made `units` of
+    /// progress, is over, given a normal epoch's length: it must last its length (see
+    /// [`OffloadPolicy::epoch_length`]) and cover [`MIN_EPOCH_UNITS`] scaled the same way. A
+    /// trial that covers a handful of transactions scores their noise (durable commits vary
+    /// by tens of percent), not the arm.
+    pub fn epoch_over(&self, elapsed: u64, units: u64, normal: u64) -> bool {
+        let length = self.epoch_length(normal);
+        let normal = normal.max(1);
+        let needed = (u128::from(MIN_EPOCH_UNITS) * u128::from(length)).div_ceil(u128::from(normal)).max(1);
+        elapsed >= length && u128::from(units) >= needed
+    }
+
     /// An epoch ended in which the application got `work` done (transactions, requests,
     /// calls: any unit, always the same) in `duration`. A tuned `Predicted` moves N; an
     /// `Adaptive` policy weighs its arms.
@@ -695,6 +711,25 @@ mod tests {
             let err = spec.parse::<OffloadPolicy>().unwrap_err();
             assert!(err.to_string().contains(needle), "{spec}: {err}");
         }
+    }
+
+    #[test]
+    fn an_epoch_covers_its_share_of_progress_units_as_well_as_its_length() {
+        let fixed = OffloadPolicy::Never;
+        assert!(!fixed.epoch_over(1000, MIN_EPOCH_UNITS - 1, 1000), "long enough, too few units");
+        assert!(!fixed.epoch_over(999, MIN_EPOCH_UNITS, 1000), "enough units, too short");
+        assert!(fixed.epoch_over(1000, MIN_EPOCH_UNITS, 1000));
+        // An adaptive policy's first epochs run its incumbent; a trial's share is smaller.
+        let mut adaptive: OffloadPolicy = "adaptive".parse().unwrap();
+        assert!(!adaptive.epoch_over(1000, MIN_EPOCH_UNITS - 1, 1000));
+        while adaptive.epoch_length(1000) == 1000 {
+            adaptive.epoch_end(1000.0, 1000);
+        }
+        let trial = adaptive.epoch_length(1000);
+        let share = (MIN_EPOCH_UNITS * trial).div_ceil(1000);
+        assert!(share < MIN_EPOCH_UNITS);
+        assert!(!adaptive.epoch_over(trial, share - 1, 1000));
+        assert!(adaptive.epoch_over(trial, share, 1000));
     }
 
     /// Drives `policy` over epochs of 100 calls; a call costs `cost(decision)` time units.

@@ -147,8 +147,9 @@ impl Policy {
             (self.epoch_start_ns, self.epoch_calls) = (now_ns, done);
         }
         let elapsed = now_ns.saturating_sub(self.epoch_start_ns);
-        if elapsed >= self.inner.epoch_length(EPOCH_NS) {
-            self.inner.epoch_end(done.saturating_sub(self.epoch_calls) as f64, elapsed);
+        let calls = done.saturating_sub(self.epoch_calls);
+        if self.inner.epoch_over(elapsed, calls, EPOCH_NS) {
+            self.inner.epoch_end(calls as f64, elapsed);
             (self.epoch_start_ns, self.epoch_calls) = (now_ns, done);
         }
     }

@@ -319,7 +319,7 @@ pub(crate) fn dispatch(
         let waiting =
             Waiting { spin_ns: SPIN_NS.load(SeqCst), stall_timeout_ns: STALL_TIMEOUT_NS.load(SeqCst) };
         let start = sys::now_ns();
-        let (outcome, slept_after) = LANES[ticket % lanes].call_spun(request, ticket / lanes, waiting);
+        let (outcome, slept_after) = LANES[ticket % lanes].call_spun(request, start, ticket / lanes, waiting);
         // Read first: the counters' locked adds below wait for the slot's line to come back.
         let waited = sys::now_ns().saturating_sub(start);
         // The caller's polling cost: the whole wait if it never slept.

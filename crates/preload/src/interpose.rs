@@ -285,7 +285,7 @@ fn do_fstatat(
     local: impl FnOnce() -> i64,
 ) -> i64 {
     let args = [dirfd as u64, path as u64, buf as u64, flags as u64, 0, 0];
-    let req = request(libc::SYS_newfstatat, args, Check::Path { path: path as u64 });
+    let req = request(libc::SYS_newfstatat, args, Check::Nothing);
     dispatch(kind, if kind == CallKind::Newfstatat { dirfd } else { -1 }, || 0, Some(req), local)
 }
 
@@ -371,7 +371,7 @@ entry_points! {
         as unsafe extern "C" fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int
         => |real| {
             let args = [dirfd as u64, path as u64, flags as u64, mask as u64, buf as u64, 0];
-            let req = request(libc::SYS_statx, args, Check::Path { path: path as u64 });
+            let req = request(libc::SYS_statx, args, Check::Nothing);
             dispatch(CallKind::Statx, dirfd, || 0, Some(req), real)
         }
 }

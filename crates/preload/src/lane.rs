@@ -42,7 +42,8 @@ pub const MAX_LANES: usize = 8;
 /// the call itself, so EINTR and blocking behave exactly as without offload).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Check {
-    /// The call cannot block (stat family, poll/select with a zero timeout).
+    /// The call cannot block (stat family, poll/select with a zero timeout). A stat that
+    /// reached /proc is refused after it ran (`service`).
     Nothing,
     /// The call blocks if this descriptor can (pipes, sockets, terminals without O_NONBLOCK).
     Fd(i32),
@@ -50,9 +51,6 @@ pub enum Check {
     Fds(i32, i32),
     /// A socket call: cannot block with MSG_DONTWAIT in `flags`, else as `Fd`.
     Socket(i32, i32),
-    /// A path-based call that cannot block: runs anywhere unless the path names the calling
-    /// thread (`/proc/thread-self`).
-    Path { path: u64 },
     /// `openat(dirfd, path, flags)`: opening a FIFO or a device may wait for the other side.
     Open { dirfd: i32, path: u64, flags: i32 },
 }
@@ -64,7 +62,7 @@ impl Check {
             Check::Socket(_, flags) if flags & libc::MSG_DONTWAIT != 0 => [None, None],
             Check::Fd(fd) | Check::Socket(fd, _) => [Some(fd), None],
             Check::Fds(a, b) => [Some(a), Some(b)],
-            Check::Nothing | Check::Path { .. } | Check::Open { .. } => [None, None],
+            Check::Nothing | Check::Open { .. } => [None, None],
         }
     }
 }
@@ -162,13 +160,20 @@ impl Lane {
     /// The request's pointers must stay valid until this returns; they do, because the caller
     /// is blocked here meanwhile.
     pub fn call(&self, request: Request, hint: usize, waiting: Waiting) -> Outcome {
-        self.call_spun(request, hint, waiting).0
+        self.call_spun(request, now_ns(), hint, waiting).0
     }
 
-    /// [`Lane::call`], also saying how the caller waited: `None` if it spun all the while,
-    /// else how long it spun (ns) before it slept.
-    pub fn call_spun(&self, request: Request, hint: usize, waiting: Waiting) -> (Outcome, Option<u64>) {
-        self.0.call_spun((request, now_ns()), hint, waiting)
+    /// [`Lane::call`] of a request sent at `sent_ns` (`now_ns`: the caller's own start, so
+    /// the hand-off reads the clock once), also saying how the caller waited: `None` if it
+    /// spun all the while, else how long it spun (ns) before it slept.
+    pub fn call_spun(
+        &self,
+        request: Request,
+        sent_ns: u64,
+        hint: usize,
+        waiting: Waiting,
+    ) -> (Outcome, Option<u64>) {
+        self.0.call_spun((request, sent_ns), hint, waiting)
     }
 
     /// The service thread's loop body: waits for submitted slots, then claims and handles each

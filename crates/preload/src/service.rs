@@ -55,8 +55,9 @@ static SERVICE_PID: AtomicI32 = AtomicI32::new(0);
 static ENDING: AtomicBool = AtomicBool::new(false);
 /// Per lane: the time its service thread spent polling for work, in ns.
 pub static POLLED_NS: [AtomicU64; MAX_LANES] = [const { AtomicU64::new(0) }; MAX_LANES];
-/// Per lane: the time its service thread spent on the safety checks around the calls it ran
-/// (what a caller waits for beyond its call's own run, besides the hand-off itself), in ns.
+/// Per lane: the time its service thread spent in the system calls of the safety checks around
+/// the calls it ran (what a caller waits for beyond its call's own run, besides the hand-off
+/// itself), in ns. Look-ups in memory (a device's file system seen before) are not timed.
 pub static CHECKED_NS: [AtomicU64; MAX_LANES] = [const { AtomicU64::new(0) }; MAX_LANES];
 
 /// Starts `config.lanes` service threads. Returns false if a thread could not be created (the
@@ -214,10 +215,10 @@ fn end_process(status: i32) -> ! {
 
 /// Runs one request on the calling (service) thread, or refuses it (module docs). The time
 /// its safety checks took is added to `checked_ns` (this thread is its only writer); the clock
-/// is read for them only around checks that are made.
+/// is read for them only around checks that make a system call.
 pub fn execute(request: &Request, checked_ns: &AtomicU64) -> Reply {
     let checked = |ns: u64| checked_ns.store(checked_ns.load(Relaxed).wrapping_add(ns), Relaxed);
-    let checks_first = request.check != Check::Nothing;
+    let checks_first = checks_before(request.check);
     let before = if checks_first { sys::now_ns() } else { 0 };
     if checks_first && must_stay_with_caller(request.check) {
         checked(sys::now_ns().saturating_sub(before));
@@ -231,16 +232,11 @@ pub fn execute(request: &Request, checked_ns: &AtomicU64) -> Reply {
     // to libc expecting this very system call; the caller keeps its memory alive while the
     // request is CLAIMED (lane protocol). Bad pointers give EFAULT, as they would locally.
     let ret = unsafe { sys::raw(request.nr, request.args) };
-    let end = sys::now_ns();
-    let run_ns = end.saturating_sub(start);
-    if ret == 0 && is_stat(request.nr) {
-        let names_proc = stat_names_proc(request);
-        checked(sys::now_ns().saturating_sub(end));
-        if names_proc {
-            // A stat that reached /proc by another name (a symlink, a /proc descriptor) may
-            // have described this thread; the caller asks again itself. A stat changes nothing.
-            return Reply { refused: true, ..Reply::default() };
-        }
+    let run_ns = sys::now_ns().saturating_sub(start);
+    if ret == 0 && is_stat(request.nr) && stat_names_proc(request, checked) {
+        // A stat that reached /proc by another name (a symlink, a /proc descriptor) may have
+        // described this thread; the caller asks again itself. A stat changes nothing.
+        return Reply { refused: true, ..Reply::default() };
     }
     let signal = if request.may_signal && (ret == -(libc::EPIPE as i64) || ret == -(libc::EFBIG as i64)) {
         sys::take_write_signal()
@@ -248,6 +244,19 @@ pub fn execute(request: &Request, checked_ns: &AtomicU64) -> Reply {
         0
     };
     Reply { ret, refused: false, signal, run_ns }
+}
+
+/// Whether [`must_stay_with_caller`] has anything to ask the kernel. An O_CREAT|O_EXCL open
+/// never opens an existing file (no FIFO or device to wait for): it creates a regular file or
+/// fails (EEXIST, ENOENT, EACCES on /proc alike for every thread), and a stat first would walk
+/// the same path. Not with O_PATH, which drops both flags and opens what exists.
+fn checks_before(check: Check) -> bool {
+    const CREATES: i32 = libc::O_CREAT | libc::O_EXCL;
+    match check {
+        Check::Nothing => false,
+        Check::Open { flags, .. } => flags & (CREATES | libc::O_PATH) != CREATES,
+        _ => true,
+    }
 }
 
 /// Whether the call must run on the calling thread: it could block until a signal to the
@@ -258,8 +267,7 @@ fn must_stay_with_caller(check: Check) -> bool {
         Check::Fd(fd) => fd_may_block(fd),
         Check::Fds(a, b) => fd_may_block(a) || fd_may_block(b),
         Check::Socket(fd, flags) => flags & libc::MSG_DONTWAIT == 0 && fd_may_block(fd),
-        Check::Path { path } => names_thread_self(path),
-        Check::Open { dirfd, path, flags } => names_thread_self(path) || open_stays(dirfd, path, flags),
+        Check::Open { dirfd, path, flags } => open_stays(dirfd, path, flags),
     }
 }
 
@@ -290,8 +298,13 @@ fn fd_may_block(fd: i32) -> bool {
 }
 
 /// Whether an open must stay with the caller: opening a FIFO or a character device (a
-/// terminal, say) may wait in the kernel until a signal; a file on /proc (reached by any name)
-/// may name the calling thread; a file on tracefs, debugfs or FUSE may block its reader.
+/// terminal, say) may wait in the kernel until a signal; a file on /proc (reached by any name,
+/// `/proc/thread-self` among them) may name the calling thread; a file on tracefs, debugfs or
+/// FUSE may block its reader.
+///
+/// The path's text is not looked at: a `thread-self` path that leaves /proc (`root/`, `cwd/`,
+/// `fd/N`, `exe`, `ns/*`) names state the program's threads share (an `unshare` or `setns`
+/// ends offload, see `intercept::thread_state_changes`), so it resolves alike on both threads.
 fn open_stays(dirfd: i32, path: u64, flags: i32) -> bool {
     let follow = if flags & libc::O_NOFOLLOW != 0 { libc::AT_SYMLINK_NOFOLLOW } else { 0 };
     let mut st = core::mem::MaybeUninit::<libc::stat>::uninit();
@@ -317,8 +330,9 @@ fn is_stat(nr: i64) -> bool {
 }
 
 /// Whether a successful stat-family request described a file on /proc (or another file
-/// system whose files stay with the caller).
-fn stat_names_proc(request: &Request) -> bool {
+/// system whose files stay with the caller). A device seen before is looked up in memory; the
+/// `statfs` for a new one is timed into `checked`.
+fn stat_names_proc(request: &Request, checked: impl Fn(u64)) -> bool {
     // The kernel has just written the result there, so it is mapped and writable; the caller
     // waits for the reply and keeps it alive (lane protocol).
     let dev = match request.nr {
@@ -337,20 +351,13 @@ fn stat_names_proc(request: &Request) -> bool {
         libc::SYS_newfstatat => (request.args[0] as i32, request.args[1], request.args[3] as i32),
         _ => (request.args[0] as i32, request.args[1], request.args[2] as i32),
     };
-    fs::of_dev(dev, || fs::path_type(dirfd, path, follow & libc::AT_SYMLINK_NOFOLLOW)) != fs::Kind::Plain
-}
-
-/// Whether the path names `/proc/thread-self` however spelled (`//proc/thread-self`,
-/// `/proc/./thread-self`, `thread-self` relative to a /proc descriptor): it contains a
-/// `thread-self` component. Read through the kernel, so a bad pointer is not a crash here but
-/// the call's own EFAULT. Symlinks to it are caught by the file system check after.
-fn names_thread_self(path: u64) -> bool {
-    let mut buf = [0u8; 512];
-    let pid = SERVICE_PID.load(Relaxed);
-    match sys::read_c_string_of(pid, path, &mut buf) {
-        Some(len) => buf[..len].split(|&b| b == b'/').any(|part| part == b"thread-self"),
-        None => sys::read_user_of(pid, path, &mut buf[..1]), // longer than the buffer: keep it local
-    }
+    let f_type = || {
+        let start = sys::now_ns();
+        let f_type = fs::path_type(dirfd, path, follow & libc::AT_SYMLINK_NOFOLLOW);
+        checked(sys::now_ns().saturating_sub(start));
+        f_type
+    };
+    fs::of_dev(dev, f_type) != fs::Kind::Plain
 }
 
 /// File systems, told apart by `statfs` once per device and remembered.

@@ -209,27 +209,6 @@ pub fn read_user_of(pid: i32, addr: u64, out: &mut [u8]) -> bool {
     got == out.len() as i64
 }
 
-/// Reads the NUL-terminated string at `addr` in the memory of this process (`pid`, as for
-/// [`read_user_of`]) into `out`, page by page (so a string ending just before unmapped
-/// memory is read whole); returns its length without the NUL, or `None` if it is unreadable
-/// or longer than `out`.
-pub fn read_c_string_of(pid: i32, addr: u64, out: &mut [u8]) -> Option<usize> {
-    const PAGE: u64 = 4096;
-    let mut done = 0;
-    while done < out.len() {
-        let at = addr.checked_add(done as u64)?;
-        let chunk = ((PAGE - at % PAGE) as usize).min(out.len() - done);
-        if !read_user_of(pid, at, &mut out[done..done + chunk]) {
-            return None;
-        }
-        if let Some(nul) = out[done..done + chunk].iter().position(|&b| b == 0) {
-            return Some(done + nul);
-        }
-        done += chunk;
-    }
-    None
-}
-
 /// Total bytes of an iovec array in the program's memory (0 if it cannot be read).
 pub fn iov_total(iov: u64, count: i32) -> u64 {
     let mut total = 0u64;

@@ -22,9 +22,9 @@
 //!  list (anyone): node.next = head;         │ (Acquire), taken = n, prefetch, and free
 //!    CAS head -> node (Release)             │ the slot at the next pop (Release); or swap
 //!  then, if the reader ever parks:          │ head -> null (Acquire), reverse to FIFO
-//!  swap state -> NOTIFIED (AcqRel)          │
-//!  if it was PARKED: futex wake    ─────────┴► park: NOTIFIED -> EMPTY returns at once;
-//!                                              EMPTY -> PARKED, futex-sleep while PARKED
+//!  unpark: swap a token into the word;      │
+//!  if the sleeper flag was set: futex wake ─┴► park: consume the token and return, or
+//!                                              set the flag (CAS) and futex-sleep
 //! ```
 //!
 //! The reader frees a slot only at its next pop (or park), so that the payload can be used
@@ -39,12 +39,10 @@
 //! and locked instructions as possible (here: one line, no lock, no allocation, the node *is*
 //! the task), and the whole protocol must be small enough to model-check with loom.
 //!
-//! No lost wake-ups: every access to `state` is a read-modify-write, so all of them are totally
-//! ordered. If a producer's `swap(NOTIFIED)` comes first, the consumer's next park sees
-//! `NOTIFIED` (and, by acquiring it, the node published before it) and does not sleep. If the
-//! consumer's `EMPTY -> PARKED` comes first, the producer's swap returns `PARKED` and it wakes
-//! the futex, whose kernel-side check (`state == PARKED`) fails once the swap has landed.
-//! A stale `NOTIFIED` (the node was already taken) only costs one extra empty check.
+//! No lost wake-ups: the reader sleeps on a `corehop_sys::park::Parker`, the one park/wake
+//! protocol of corehop (argued and loom-checked there): each producer publishes its node,
+//! then swaps a token into the park word, and wakes the futex if the reader's flag was there.
+//! The models below check the mailbox's use of it.
 
 use std::cell::Cell;
 use std::marker::PhantomData;
@@ -57,11 +55,7 @@ use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{AtomicPtr, AtomicUsize, Futex, Ordering};
-
-const EMPTY: u32 = 0;
-const PARKED: u32 = 1;
-const NOTIFIED: u32 = 2;
+use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
 
 /// A node type with an intrusive link, so that pushing it needs no allocation. Nodes sent on
 /// lanes must be aligned to [`NODE_ALIGN`]: a slot's word keeps the send number in the low
@@ -164,9 +158,9 @@ const LANE_SLOTS: usize = 8;
 #[cfg(loom)]
 const LANE_SLOTS: usize = 2;
 
-/// The reader's sleep word, and when a producer last woke it.
+/// The reader's park word, and when a producer last woke it.
 struct Parker {
-    futex: Futex,
+    word: corehop_sys::park::Parker,
     /// When the last sleeping reader was woken (`sys::now_ns`), for the wake-cost estimate.
     woken_at_ns: AtomicU64,
 }
@@ -296,7 +290,10 @@ impl<T: Linked> Mailbox<T> {
         const { assert!(align_of::<T>() >= NODE_ALIGN, "lane nodes must be NODE_ALIGN-aligned") };
         let mailbox = Arc::new(Mailbox {
             head: CachePadded::new(AtomicPtr::new(ptr::null_mut())),
-            parker: CachePadded::new(Parker { futex: Futex::new(EMPTY), woken_at_ns: AtomicU64::new(0) }),
+            parker: CachePadded::new(Parker {
+                word: corehop_sys::park::Parker::new(),
+                woken_at_ns: AtomicU64::new(0),
+            }),
             reader_parks,
             lanes: (0..lanes).map(|_| Lane::new()).collect(),
             _owns: PhantomData,
@@ -391,10 +388,8 @@ impl<T: Linked> Mailbox<T> {
 
     /// Makes the reader's next (or current) park return.
     pub(crate) fn unpark(&self) {
-        if self.parker.futex.word.swap(NOTIFIED, Ordering::AcqRel) == PARKED {
-            self.parker.woken_at_ns.store(crate::sys::now_ns(), StdOrdering::Relaxed);
-            self.parker.futex.wake_one();
-        }
+        let woken_at_ns = &self.parker.woken_at_ns;
+        self.parker.word.unpark_with(|| woken_at_ns.store(crate::sys::now_ns(), StdOrdering::Relaxed));
     }
 
     /// When a producer last woke the sleeping reader (`sys::now_ns`).
@@ -640,21 +635,7 @@ impl<T: Linked> Reader<T> {
     /// already happened. May return spuriously: callers re-check what they wait for.
     pub(crate) fn park(&mut self) {
         self.free_held();
-        let state = &self.mailbox.parker.futex.word;
-        if state.compare_exchange(NOTIFIED, EMPTY, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-            return;
-        }
-        if state.compare_exchange(EMPTY, PARKED, Ordering::AcqRel, Ordering::Acquire).is_err() {
-            // A notification arrived in between: consume it (acquiring the push) and return.
-            state.swap(EMPTY, Ordering::AcqRel);
-            return;
-        }
-        loop {
-            self.mailbox.parker.futex.wait(PARKED);
-            if state.compare_exchange(NOTIFIED, EMPTY, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                return;
-            }
-        }
+        self.mailbox.parker.word.park();
     }
 }
 

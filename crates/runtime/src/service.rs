@@ -750,7 +750,7 @@ impl<'s> Offloader<'s> {
         let Some(epoch) = &mut self.epoch else { return };
         let now = sys::now_ns();
         let elapsed = now.saturating_sub(epoch.start_ns);
-        if elapsed >= self.policy.epoch_length(epoch.length_ns) {
+        if self.policy.epoch_over(elapsed, epoch.units, epoch.length_ns) {
             let units = epoch.units as f64;
             epoch.start_ns = now;
             epoch.units = 0;

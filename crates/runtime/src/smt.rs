@@ -20,11 +20,13 @@
 //! worker's hands, and a mode switch moves no task: it only changes which contexts may take
 //! from which queue. That is why a switch can neither lose nor duplicate a task.
 //!
-//! **Sleeping.** A context with nothing it may run sleeps in `futex_wait` on its own bell, so a
+//! **Sleeping.** A context with nothing it may run sleeps on a futex, its own bell, so a
 //! reserved context without service work really gives the core to its sibling (the paper's
-//! idle-task `halt`). The bell is the runtime's doorbell (`sync::Doorbell`, loom-checked): the
-//! sleeper announces itself, re-checks the queues, then sleeps; a producer pushes, fences and
-//! rings, so either the sleeper's re-check sees the work or the producer sees the sleeper.
+//! idle-task `halt`). The bell is a `corehop_sys::park::Parker`, corehop's one park/wake
+//! protocol (loom-checked there): a producer pushes, then leaves a token in the bell; the
+//! context, having found nothing, parks: it consumes a token and looks again, or sleeps until
+//! one comes. A producer that skips a context because of the mode it read is covered by
+//! `set_mode`, which publishes the mode, then rings every bell.
 //!
 //! **With the hop runtime.** Tasks of a [`crate::Runtime`] built on the same machine reach the
 //! AMP rules through [`service_call`]: it delegates a call (`crate::on`) to the reserved sibling
@@ -39,14 +41,14 @@
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use corehop_policy::smt::{Mode, ModeError, SmtLayout, Work};
+use corehop_sys::park::Parker;
 use corehop_topology::{CpuId, Machine, OsCpu};
 
-use crate::sync::Doorbell;
 use crate::sys;
 use crate::worker::StartError;
 
@@ -135,7 +137,7 @@ pub struct ContextStats {
     pub app_steps: u64,
     /// Service items run.
     pub service_runs: u64,
-    /// Times the worker went to sleep on its futex.
+    /// Times the worker slept on its futex (counted as it wakes).
     pub sleeps: u64,
     /// Application steps that panicked (the task is dropped, the worker goes on).
     pub panics: u64,
@@ -194,7 +196,7 @@ struct Context {
     os_id: OsCpu,
     group: usize,
     reserved: bool,
-    bell: Doorbell,
+    bell: Parker,
     state: AtomicU8,
     tid: AtomicU32,
     app_steps: AtomicU64,
@@ -205,8 +207,7 @@ struct Context {
 
 impl Context {
     fn ring(&self) {
-        fence(SeqCst);
-        self.bell.ring(|| ());
+        self.bell.unpark();
     }
 
     fn set_state(&self, state: ContextState) {
@@ -319,7 +320,7 @@ impl SmtBuilder {
                     os_id: machine.cpu(cpu).map_or(OsCpu(cpu.0), |c| c.os_id),
                     group,
                     reserved: layout.is_reserved(cpu),
-                    bell: Doorbell::new(),
+                    bell: Parker::new(),
                     state: AtomicU8::new(ContextState::Looking as u8),
                     tid: AtomicU32::new(0),
                     app_steps: AtomicU64::new(0),
@@ -534,25 +535,14 @@ fn worker(shared: &Shared, index: usize) {
         if run_service(shared, me, core) || run_app_step(shared, me, core) {
             continue;
         }
-        // Nothing allowed: announce, look again, then sleep until rung.
-        me.bell.prepare_park();
-        if shared.shutdown.load(SeqCst) || has_work(shared, me, core) {
-            me.bell.cancel_park();
-        } else {
-            me.set_state(ContextState::Sleeping);
+        // Nothing allowed: sleep until rung (at once if rung since the last park).
+        me.set_state(ContextState::Sleeping);
+        if me.bell.park() {
             me.sleeps.fetch_add(1, SeqCst);
-            me.bell.park();
         }
         me.set_state(ContextState::Looking);
     }
     me.set_state(ContextState::Stopped);
-}
-
-fn has_work(shared: &Shared, me: &Context, core: &CoreQueues) -> bool {
-    let mode = shared.mode();
-    (shared.layout.allowed(me.cpu, Work::Service, mode) && !lock(&core.service).is_empty())
-        || (shared.layout.allowed(me.cpu, Work::App, mode)
-            && [queue_index(Some(mode)), queue_index(None)].iter().any(|&q| !lock(&core.app[q]).is_empty()))
 }
 
 fn run_service(shared: &Shared, me: &Context, core: &CoreQueues) -> bool {

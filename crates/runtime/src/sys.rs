@@ -26,11 +26,8 @@
 //! ```
 
 use std::io;
-use std::sync::atomic::AtomicU32;
 use std::sync::OnceLock;
-use std::time::Duration;
 
-pub use corehop_sys::futex::FutexWait;
 pub use corehop_sys::raw::Errno;
 pub use corehop_topology::OsCpu;
 
@@ -125,18 +122,6 @@ pub fn affinity_of(tid: i32) -> io::Result<Vec<OsCpu>> {
         .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
         .map(OsCpu)
         .collect())
-}
-
-/// Sleeps while `word` holds `expected`, until [`futex_wake`] on the same word, a signal, or
-/// `timeout`. The check and the sleep are atomic in the kernel, so a wake that follows a
-/// change of `word` is never lost. Process-private futex.
-pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> FutexWait {
-    corehop_sys::futex::wait(word, expected, timeout.map(|t| t.as_nanos().min(u128::from(u64::MAX)) as u64))
-}
-
-/// Wakes up to `n` threads sleeping in [`futex_wait`] on `word`; returns how many woke.
-pub fn futex_wake(word: &AtomicU32, n: u32) -> usize {
-    corehop_sys::futex::wake(word, n)
 }
 
 /// One iteration of a busy-wait loop (`pause` on x86): lets an SMT sibling run and saves power.
@@ -364,8 +349,7 @@ pub fn now_ns() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::Ordering;
-    use std::sync::Arc;
+    use std::time::Duration;
 
     #[test]
     fn syscall_returns_errno_explicitly() {
@@ -411,28 +395,6 @@ mod tests {
         if !affinity().unwrap().contains(&missing) {
             assert!(std::thread::spawn(move || pin_current_thread(missing)).join().unwrap().is_err());
         }
-    }
-
-    #[test]
-    fn futex_mismatch_timeout_and_wake() {
-        let word = AtomicU32::new(1);
-        assert_eq!(futex_wait(&word, 0, None), FutexWait::Mismatch);
-        assert_eq!(futex_wait(&word, 1, Some(Duration::from_millis(1))), FutexWait::TimedOut);
-        assert_eq!(futex_wake(&word, 1), 0);
-
-        let word = Arc::new(AtomicU32::new(0));
-        let sleeper = {
-            let word = word.clone();
-            std::thread::spawn(move || {
-                while word.load(Ordering::Acquire) == 0 {
-                    futex_wait(&word, 0, None);
-                }
-            })
-        };
-        std::thread::sleep(Duration::from_millis(5));
-        word.store(1, Ordering::Release);
-        futex_wake(&word, 1);
-        sleeper.join().unwrap();
     }
 
     #[test]

@@ -36,87 +36,14 @@
 //! `swap(done, seq)` and wakes if the old value had PARKED. The service thread sleeps by CAS
 //! `pending: 0 → ASLEEP`; a caller rings with `fetch_or(bit)` and wakes it if the old value had
 //! ASLEEP. Both are futex words, so a change between the flag and the sleep makes the sleep
-//! return at once. Neither wake-up can be lost (checked under loom, see `loom_tests`).
+//! return at once. Neither wake-up can be lost: this is the protocol of
+//! [`park`](crate::park), whose argument and models cover it (and `loom_tests` below).
 
 use core::mem::MaybeUninit;
 use core::sync::atomic::Ordering::{Release, SeqCst};
 
-use model::{futex_wait, futex_wake, now_ns, AtomicU32, UnsafeCell};
-
-/// The real primitives, or (under `--cfg loom`) loom's, with the futex modelled by a condition
-/// variable so that a lost wake-up shows as a deadlock.
-#[cfg(not(loom))]
-mod model {
-    pub use core::sync::atomic::AtomicU32;
-
-    /// `core::cell::UnsafeCell` with loom's closure API.
-    pub struct UnsafeCell<T>(core::cell::UnsafeCell<T>);
-
-    impl<T> UnsafeCell<T> {
-        pub const fn new(value: T) -> UnsafeCell<T> {
-            UnsafeCell(core::cell::UnsafeCell::new(value))
-        }
-
-        pub fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
-            f(self.0.get())
-        }
-
-        pub fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
-            f(self.0.get())
-        }
-    }
-
-    /// Sleeps while `word` holds `expected`; false if the timeout ended it.
-    pub fn futex_wait(word: &AtomicU32, expected: u32, timeout_ns: Option<u64>) -> bool {
-        crate::futex::wait(word, expected, timeout_ns) != crate::futex::FutexWait::TimedOut
-    }
-
-    pub fn futex_wake(word: &AtomicU32) {
-        crate::futex::wake(word, i32::MAX as u32);
-    }
-
-    /// `CLOCK_MONOTONIC` in ns (vDSO: no system call, and no function an `LD_PRELOAD`
-    /// library interposes).
-    pub fn now_ns() -> u64 {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: `ts` is a valid, writable timespec on this frame.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-    }
-}
-
-#[cfg(loom)]
-mod model {
-    pub use loom::cell::UnsafeCell;
-    pub use loom::sync::atomic::AtomicU32;
-    use loom::sync::{Condvar, Mutex};
-
-    loom::lazy_static! {
-        static ref FUTEX: (Mutex<()>, Condvar) = (Mutex::new(()), Condvar::new());
-    }
-
-    /// A futex wait: check and sleep atomically (under the mutex) until a wake. Timeouts are
-    /// not modelled: a timed wait sleeps until woken like an untimed one.
-    pub fn futex_wait(word: &AtomicU32, expected: u32, _timeout_ns: Option<u64>) -> bool {
-        let (lock, wakes) = &*FUTEX;
-        let guard = lock.lock().unwrap();
-        if word.load(core::sync::atomic::Ordering::SeqCst) == expected {
-            drop(wakes.wait(guard).unwrap());
-        }
-        true
-    }
-
-    pub fn futex_wake(_word: &AtomicU32) {
-        let (lock, wakes) = &*FUTEX;
-        let _guard = lock.lock().unwrap();
-        wakes.notify_all();
-    }
-
-    /// Time stands still: a zero stall timeout withdraws at once, any other never does.
-    pub fn now_ns() -> u64 {
-        0
-    }
-}
+use crate::model::{now_ns, AtomicU32, UnsafeCell};
+use crate::park::{sleep, wake, Slept};
 
 /// Request slots per lane: one bit each in the 32-bit futex word `pending`, whose top bit is
 /// the `ASLEEP` flag.
@@ -125,9 +52,9 @@ pub const SLOTS: usize = 31;
 /// polls and looking at the clock: about a microsecond, the length of a round trip or two.
 const TIGHT_POLLS: u32 = 1024;
 /// In `pending`: the service thread is asleep (or about to sleep) on it.
-const ASLEEP: u32 = 1 << 31;
+const ASLEEP: u32 = crate::park::SLEEPER;
 /// In `done`: the caller is asleep (or about to sleep) on it.
-const PARKED: u32 = 1 << 31;
+const PARKED: u32 = crate::park::SLEEPER;
 /// Sequence numbers live below the PARKED flag.
 const SEQ_MASK: u32 = PARKED - 1;
 
@@ -283,9 +210,7 @@ impl<Req: Copy, Rep: Copy> Lane<Req, Rep> {
 
     /// Wakes the service thread without a request (its next batch finds nothing to claim).
     pub fn kick(&self) {
-        if self.pending.fetch_or(1 << (SLOTS - 1), SeqCst) & ASLEEP != 0 {
-            futex_wake(&self.pending);
-        }
+        wake(&self.pending, self.pending.fetch_or(1 << (SLOTS - 1), SeqCst));
     }
 
     /// Forgets every request: in a child after `fork`, where no service thread and no other
@@ -325,9 +250,7 @@ impl<Req: Copy, Rep: Copy> Lane<Req, Rep> {
         // SAFETY: as above.
         lines.request.request.with_mut(|cell| unsafe { *cell = MaybeUninit::new(request) });
         lines.request.state.store(SUBMITTED, SeqCst);
-        if self.pending.fetch_or(1 << slot, SeqCst) & ASLEEP != 0 {
-            futex_wake(&self.pending);
-        }
+        wake(&self.pending, self.pending.fetch_or(1 << slot, SeqCst));
         self.wait(lines, seq, waiting)
     }
 
@@ -388,9 +311,9 @@ impl<Req: Copy, Rep: Copy> Lane<Req, Rep> {
                     }
                     continue; // claimed meanwhile: from now on it must be waited for
                 }
-                park(done, word, Some(waiting.stall_timeout_ns - waited));
+                sleep(done, word, Some(waiting.stall_timeout_ns - waited));
             } else {
-                park(done, word, None);
+                sleep(done, word, None);
             }
         }
     }
@@ -404,10 +327,7 @@ impl<Req: Copy, Rep: Copy> Lane<Req, Rep> {
     /// Sleeps until a caller rings (or `timeout_ns` passes); returns false if the timeout
     /// ended it. Returns at once if a request already waits.
     pub fn sleep(&self, timeout_ns: Option<u64>) -> bool {
-        let mut woken = true;
-        if self.pending.compare_exchange(0, ASLEEP, SeqCst, SeqCst).is_ok() {
-            woken = futex_wait(&self.pending, ASLEEP, timeout_ns);
-        }
+        let woken = sleep(&self.pending, 0, timeout_ns) != Slept::TimedOut;
         self.pending.fetch_and(!ASLEEP, SeqCst);
         woken
     }
@@ -461,18 +381,8 @@ impl<Req: Copy, Rep: Copy> Lane<Req, Rep> {
         let reply = handle(index, &request);
         // SAFETY: as above; the caller reads the reply only once `done` holds `seq`.
         slot.completion.reply.with_mut(|cell| unsafe { *cell = MaybeUninit::new(reply) });
-        if slot.completion.done.swap(seq, SeqCst) & PARKED != 0 {
-            futex_wake(&slot.completion.done);
-        }
+        wake(&slot.completion.done, slot.completion.done.swap(seq, SeqCst));
         true
-    }
-}
-
-/// Sleeps on `done` until it changes from `seen` (or `timeout_ns` passes).
-fn park(done: &AtomicU32, seen: u32, timeout_ns: Option<u64>) {
-    let parked = seen | PARKED;
-    if seen == parked || done.compare_exchange(seen, parked, SeqCst, SeqCst).is_ok() {
-        futex_wait(done, parked, timeout_ns);
     }
 }
 

@@ -6,6 +6,8 @@
 //!   so no caller ever reads a thread-local `errno` (a task that hops may be on another
 //!   thread by then, and inside an `LD_PRELOAD` library libc's own wrappers are ours);
 //! - [`futex`]: process-private futex wait and wake on top of it;
+//! - [`park`]: the one park/wake protocol every sleeping thread of corehop uses, on a futex
+//!   word (loom-checked; [`model`] holds the primitives it and `handoff` are checked with);
 //! - [`handoff`]: request slots between calling threads and a service thread, a request line
 //!   and a completion line each (the preload library's service threads and the runtime's
 //!   service cores both hand off through it);
@@ -13,12 +15,14 @@
 //!   summary it appends at exit, written by the library and parsed by `corehop run`;
 //! - `testing` (feature `testing`): the checks every lane built on `handoff` must pass.
 //!
-//! Only `raw`, `futex` and `handoff` contain `unsafe`; each block carries its argument.
+//! Only `raw`, `futex`, `model` and `handoff` contain `unsafe`; each block carries its argument.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
 pub mod futex;
 pub mod handoff;
+pub mod model;
+pub mod park;
 pub mod raw;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -136,7 +136,8 @@ impl Calls {
         offload.epoch_units += 1;
         let now = sys::now_ns();
         let elapsed = now.saturating_sub(offload.epoch_start_ns);
-        if offload.policy.wants_epochs() && elapsed >= offload.policy.epoch_length(EPOCH_NS) {
+        if offload.policy.wants_epochs() && offload.policy.epoch_over(elapsed, offload.epoch_units, EPOCH_NS)
+        {
             let units = offload.epoch_units as f64;
             offload.policy.epoch_end(units, elapsed);
             offload.stats.epochs += 1;

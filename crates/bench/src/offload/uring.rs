@@ -133,10 +133,15 @@ enum Target<'a> {
     Here,
 }
 
+/// The buffer a pread fills: lines of its own, none shared with what the caller touches while
+/// the service thread writes it.
+#[repr(C, align(4096))]
+struct Page([u8; READ_BYTES]);
+
 /// The file and buffers the calls use.
 struct Io {
     fd: i32,
-    buf: Vec<u8>,
+    buf: Box<Page>,
     stat: libc::stat,
     statx: libc::statx,
 }
@@ -177,14 +182,14 @@ impl Probe<'_> {
                     cores.run(move || Io::fstat_here(fd, stat))
                 }
                 Call::Pread => {
-                    let buf = &mut io.buf[..];
+                    let buf = &mut io.buf.0[..];
                     cores.run(move || Io::pread_here(fd, buf))
                 }
             },
             Target::Here => match self.call {
                 Call::Empty => 0,
                 Call::Fstat => Io::fstat_here(fd, &mut io.stat),
-                Call::Pread => Io::pread_here(fd, &mut io.buf),
+                Call::Pread => Io::pread_here(fd, &mut io.buf.0),
             },
             Target::Ring(ring) => {
                 let entry = match self.call {
@@ -197,7 +202,7 @@ impl Probe<'_> {
                     .flags(libc::AT_EMPTY_PATH)
                     .mask(libc::STATX_BASIC_STATS)
                     .build(),
-                    Call::Pread => opcode::Read::new(types::Fd(fd), io.buf.as_mut_ptr(), io.buf.len() as u32)
+                    Call::Pread => opcode::Read::new(types::Fd(fd), io.buf.0.as_mut_ptr(), READ_BYTES as u32)
                         .offset(0)
                         .build(),
                 };
@@ -267,7 +272,7 @@ pub fn measure(
     let file = std::fs::File::open(&path)?;
     let mut io = Io {
         fd: file.as_raw_fd(),
-        buf: vec![0; READ_BYTES],
+        buf: Box::new(Page([0; READ_BYTES])),
         // SAFETY: struct stat and struct statx are plain old data; all zeroes is valid.
         stat: unsafe { std::mem::zeroed() },
         // SAFETY: as above.

@@ -836,7 +836,8 @@ impl SummaryTable for Summary {
         };
         table.note(format!(
             "service threads spent {} on safety checks around the calls ({} per offloaded call): part of the \
-             hand-off (descriptor type, path and file-system checks before a call, the /proc check after a stat)",
+             hand-off (the system calls that check a descriptor's type or an opened path before a call, and \
+             a new device's file system after a stat)",
             fmt_ns(self.checked_ns as f64),
             per(self.checked_ns, total.offloaded)
         ));

@@ -9,47 +9,56 @@
 //!
 //! # Wake-up protocol (no lost wake-ups)
 //!
-//! Each host (one pinned thread per CPU, see the module above) has a futex word, `AWAKE` or
-//! `PARKED`. A channel knows, as a bit mask of host indexes, which host consumes it (`rx`) and
-//! which hosts have a producer blocked on it being full (`tx_waiters`).
+//! Each host (one pinned thread per CPU, see the module above) sleeps on its own
+//! `corehop_sys::park::Parker`, corehop's one park/wake protocol (argued and loom-checked
+//! there): whoever gives a host something to do publishes it, then leaves a token in the
+//! host's park word; a host that found nothing parks, which consumes a token (and it looks
+//! again) or sleeps until one comes.
+//!
+//! A channel's `rx` word names the host that consumes it and carries a `RUNG` bit: set, it
+//! says the consumer has been rung for this channel and will look at it before it parks.
+//! Senders set it by an RMW, and only the one that finds it clear rings; so while the
+//! consumer is busy a send costs one RMW of a line the sender usually holds, and the
+//! consumer's park word is left alone. The consumer clears `RUNG` by an RMW in its last look
+//! before it parks, then looks at the queue.
 //!
 //! ```text
-//!   sender                               host about to sleep
-//!   push(msg)                            word = PARKED
-//!   fence(SeqCst)                        fence(SeqCst)
-//!   for h in rx: if word[h] == PARKED    if any input non-empty (or control): word = AWAKE
-//!       word[h] = AWAKE; futex_wake      else futex_wait(word, PARKED)
+//!   sender                                 host with nothing to do (its last look)
+//!   push(msg)                              per input: rx &= !RUNG (RMW), then is it empty?
+//!   old = rx |= RUNG (RMW)                 per blocked output: tx_waiters |= me (RMW), then
+//!   RUNG was clear: unpark(host in old)      is there room?
+//!                                          park (a token: return and look again)
+//!   consumer: pop; w = swap(tx_waiters, 0); for h in w: unpark(h)
 //! ```
 //!
-//! Either the sender's load sees `PARKED` (and wakes the host; a host not yet in `futex_wait`
-//! returns at once because the word is no longer `PARKED`), or the host's check sees the
-//! message: the two `SeqCst` fences order one before the other. A host that adopts a moved
-//! component sets its bit in `rx` before it next checks for work, so a sender that still read
-//! the old mask has its message seen by that check.
+//! No fence orders two different atomics: each decision rests on an RMW of the one word both
+//! sides change, so of two RMWs of it the later reads the earlier (and what was published
+//! before it). A send's RMW either finds `RUNG` clear and rings the host it reads, or comes
+//! before the consumer's next clearing RMW, whose look then sees the message. A move changes
+//! `rx` by a swap that sets `RUNG` (the new host looks at the channel first anyway): a sender
+//! before it is seen by the new host's look, one after it reads the new host. Room works the
+//! same way on `tx_waiters`. A ring that finds the host busy leaves a token: one extra look.
 //!
-//! Room works the other way round. A consumer, after popping, takes (swaps to zero) the
-//! `tx_waiters` mask and wakes those hosts. A host registers there only inside its final
-//! check, after its word says `PARKED`: register, fence, look at the queue again. Registering
-//! any earlier is a lost wake-up waiting to happen: a consumer may spend the registration on
-//! room it made *before* the registration, which the host has since filled again, and the
-//! host would then sleep on a full queue with nobody left to wake it.
-//!
-//! Both directions are model-checked with loom (`loom_doorbells_lose_no_wakeup`): the
-//! atomics, fences and futex here come from `crate::sync`, loom's under `--cfg loom`.
+//! Both directions and a move are model-checked with loom (`loom_tests`): the atomics here
+//! come from `crate::sync` and the park word from `corehop_sys`, loom's under `--cfg loom`.
 use std::marker::PhantomData;
 // Statistics, outside the protocol.
 use std::sync::atomic::AtomicU64 as StatU64;
 use std::sync::Arc;
 
+use corehop_sys::park::Parker;
 use crossbeam_queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{fence, AtomicU64, Doorbell, Ordering};
+use crate::sync::{AtomicU64, Ordering};
 use crate::sys;
 
-/// The doorbell of one host plus what its wake-ups cost.
+/// In a channel's `rx`: its consumer has been rung for it since the consumer last looked.
+const RUNG: u64 = 1 << 63;
+
+/// The park word of one host plus what its wake-ups cost.
 pub(crate) struct HostSignal {
-    bell: CachePadded<Doorbell>,
+    bell: CachePadded<Parker>,
     /// `now_ns` when the last futex wake was issued, to measure wake-up latency.
     notified_at: StatU64,
     /// Futex wakes issued to this host.
@@ -59,37 +68,29 @@ pub(crate) struct HostSignal {
 impl HostSignal {
     fn new() -> HostSignal {
         HostSignal {
-            bell: CachePadded::new(Doorbell::new()),
+            bell: CachePadded::new(Parker::new()),
             notified_at: StatU64::new(0),
             wakes: StatU64::new(0),
         }
     }
 
-    /// Wakes the host if it is parked (or about to park). Callers issue `fence(SeqCst)` after
-    /// publishing what the host should see and before calling this.
+    /// Makes the host's current or next park return; call after publishing what it should see.
     pub(crate) fn notify(&self) {
-        self.bell.ring(|| {
+        self.bell.unpark_with(|| {
             self.notified_at.store(sys::now_ns(), std::sync::atomic::Ordering::Relaxed);
             self.wakes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         });
     }
 
-    /// First half of parking: announce it. The caller must then re-check for work and call
-    /// [`HostSignal::cancel_park`] or [`HostSignal::park`].
-    pub(crate) fn prepare_park(&self) {
-        self.bell.prepare_park();
-    }
-
-    pub(crate) fn cancel_park(&self) {
-        self.bell.cancel_park();
-    }
-
-    /// Sleeps until notified (returns at once if already notified). Returns the `now_ns` at
+    /// Sleeps until notified (returns at once if notified since the last park); the host looks
+    /// for work again either way. Returns `None` if it did not sleep, else the `now_ns` at
     /// which the notifier issued its wake, if it did.
-    pub(crate) fn park(&self) -> Option<u64> {
-        self.bell.park();
+    pub(crate) fn park(&self) -> Option<Option<u64>> {
+        if !self.bell.park() {
+            return None;
+        }
         let at = self.notified_at.swap(0, std::sync::atomic::Ordering::Relaxed);
-        (at != 0).then_some(at)
+        Some((at != 0).then_some(at))
     }
 
     pub(crate) fn wakes(&self) -> u64 {
@@ -130,6 +131,7 @@ pub struct Mpsc;
 pub(crate) struct Chan<M> {
     queue: ArrayQueue<M>,
     signals: Arc<Signals>,
+    /// The consumer's host index plus one (0: none), and `RUNG`.
     rx: CachePadded<AtomicU64>,
     tx_waiters: CachePadded<AtomicU64>,
 }
@@ -164,18 +166,38 @@ impl<M> Chan<M> {
         self.queue.is_full()
     }
 
-    /// The consumer's host is now `host` (or none). Followed, on the host, by its next check
-    /// for work, which is preceded by the fence of `prepare_park` or finds the work directly.
+    /// The consumer's host is now `host` (or none). A swap that sets `RUNG`, so that a
+    /// sender's RMW of `rx` either reads it or is seen by it, and the new host looks at the
+    /// channel before it parks (module docs).
     pub(crate) fn set_consumer(&self, host: Option<usize>) {
-        let mask = host.map_or(0, |h| 1u64 << h);
-        self.rx.store(mask, Ordering::SeqCst);
+        self.rx.swap(host.map_or(0, |h| h as u64 + 1) | RUNG, Ordering::AcqRel);
     }
 
-    /// Registers host `host` (already marked as about to park) to be woken when room appears,
+    /// After a push: rings the consumer's host unless it has been rung for this channel since
+    /// its last look (module docs).
+    fn notify_consumer(&self) {
+        // Release: the message; Acquire: the host index the consumer's side wrote.
+        let old = self.rx.fetch_or(RUNG, Ordering::AcqRel);
+        if old & RUNG == 0 {
+            if let Some(signal) = (old as usize).checked_sub(1).and_then(|h| self.signals.0.get(h)) {
+                signal.notify();
+            }
+        }
+    }
+
+    /// The consumer's last look before it parks: lets the next send ring it again, then says
+    /// whether a message waits (module docs).
+    pub(crate) fn rearm_and_has_messages(&self) -> bool {
+        // Acquire: every message whose send set RUNG before this.
+        self.rx.fetch_and(!RUNG, Ordering::AcqRel);
+        !self.queue.is_empty()
+    }
+
+    /// Registers host `host`, which found nothing else to do, to be woken when room appears,
     /// then looks again: true if there is room after all.
     pub(crate) fn wait_for_room(&self, host: usize) -> bool {
-        self.tx_waiters.fetch_or(1u64 << host, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
+        // AcqRel: reads the consumer's last swap, so the room it made is seen below.
+        self.tx_waiters.fetch_or(1u64 << host, Ordering::AcqRel);
         !self.queue.is_full()
     }
 
@@ -183,11 +205,12 @@ impl<M> Chan<M> {
         self.queue.pop()
     }
 
-    /// Tells blocked producers there is room again; call after popping (once per batch).
+    /// Tells blocked producers there is room again; call after popping (once per batch). A
+    /// swap even when nobody waits: a load could miss a registration made meanwhile (module
+    /// docs), and the line is usually the consumer's own.
     pub(crate) fn after_pop(&self) {
-        fence(Ordering::SeqCst);
-        if self.tx_waiters.load(Ordering::Relaxed) != 0 {
-            let waiters = self.tx_waiters.swap(0, Ordering::AcqRel);
+        let waiters = self.tx_waiters.swap(0, Ordering::AcqRel);
+        if waiters != 0 {
             self.signals.ring(waiters);
         }
     }
@@ -206,8 +229,7 @@ impl<M> Chan<M> {
             }
         }
         if pushed {
-            fence(Ordering::SeqCst);
-            self.signals.ring(self.rx.load(Ordering::Relaxed));
+            self.notify_consumer();
         }
         staged.is_empty()
     }
@@ -247,8 +269,7 @@ impl<M, K> Sender<M, K> {
     /// Sends `msg` unless the channel is full, in which case it is handed back.
     pub fn try_send(&self, msg: M) -> Result<(), M> {
         self.chan.queue.push(msg)?;
-        fence(Ordering::SeqCst);
-        self.chan.signals.ring(self.chan.rx.load(Ordering::Relaxed));
+        self.chan.notify_consumer();
         Ok(())
     }
 
@@ -282,50 +303,79 @@ impl<M> Receiver<M> {
 mod loom_tests {
     use super::*;
 
+    /// `n` messages received on `host`, which idles whenever the channel is empty.
+    fn receive(chan: &Arc<Chan<u32>>, host: usize, n: usize) -> Vec<u32> {
+        let rx = Receiver { chan: chan.clone() };
+        let mut got = Vec::new();
+        while got.len() < n {
+            match rx.try_recv() {
+                Some(m) => got.push(m),
+                None => idle(chan, host, false),
+            }
+        }
+        got
+    }
+
+    /// A thread on host 1 that sends `msgs`, parking while the channel is full.
+    fn send_from_host_1(chan: &Arc<Chan<u32>>, msgs: &[u32]) -> loom::thread::JoinHandle<()> {
+        let (tx, msgs) = (Sender::<u32, Spsc>::new(chan.clone()), msgs.to_vec());
+        loom::thread::spawn(move || {
+            for mut msg in msgs {
+                while let Err(back) = tx.try_send(msg) {
+                    msg = back;
+                    idle(&tx.chan, 1, true);
+                }
+            }
+        })
+    }
+
+    /// Two hosts and a channel of capacity 1 that host 0 consumes.
+    fn channel() -> Arc<Chan<u32>> {
+        let chan = Chan::<u32>::new(1, Signals::new(2));
+        chan.set_consumer(Some(0));
+        chan
+    }
+
+    /// A host's turn with nothing to do, as `host::run` takes it: the last look (registering
+    /// for room if `blocked`), then a park.
+    fn idle(chan: &Chan<u32>, host: usize, blocked: bool) {
+        let ready = if blocked { chan.wait_for_room(host) } else { chan.rearm_and_has_messages() };
+        if !ready {
+            chan.signals().host(host).park();
+        }
+    }
+
     /// Host 0 consumes a channel of capacity 1 and parks whenever it finds nothing; host 1
-    /// sends two messages and parks while the channel is full, each side following the
-    /// host's park sequence (announce, look again, sleep). Every interleaving delivers both
-    /// messages in order and leaves nobody asleep: loom reports a lost wake-up as a deadlock.
-    /// (The queue is crossbeam's, not loom-aware: loom checks the doorbells around it.)
+    /// sends two messages and parks while the channel is full. Every interleaving delivers
+    /// both messages in order and leaves nobody asleep: loom reports a lost wake-up as a
+    /// deadlock. (The queue is crossbeam's, not loom-aware: loom checks the wake-ups around
+    /// it.)
     #[test]
     fn loom_doorbells_lose_no_wakeup() {
         crate::sync::model_bounded(2, || {
-            let signals = Signals::new(2);
-            let chan = Chan::<u32>::new(1, signals.clone());
-            chan.set_consumer(Some(0));
-            let producer = {
-                let tx = Sender::<u32, Spsc>::new(chan.clone());
+            let chan = channel();
+            let producer = send_from_host_1(&chan, &[1, 2]);
+            assert_eq!(receive(&chan, 0, 2), [1, 2]);
+            producer.join().unwrap();
+        });
+    }
+
+    /// The channel's consumer moves from host 0 to host 1 (as an eviction and an adoption do)
+    /// while a message is sent: host 1, which parks whenever it finds nothing, gets it.
+    #[test]
+    fn loom_a_message_sent_during_a_move_reaches_the_new_host() {
+        crate::sync::model_bounded(3, || {
+            let chan = channel();
+            let producer = send_from_host_1(&chan, &[7]);
+            chan.set_consumer(None);
+            let new_host = {
+                let chan = chan.clone();
                 loom::thread::spawn(move || {
-                    for mut msg in 1..=2 {
-                        while let Err(back) = tx.try_send(msg) {
-                            msg = back;
-                            let me = tx.chan.signals().host(1);
-                            me.prepare_park();
-                            if tx.chan.wait_for_room(1) {
-                                me.cancel_park();
-                            } else {
-                                me.park();
-                            }
-                        }
-                    }
+                    chan.set_consumer(Some(1));
+                    receive(&chan, 1, 1)
                 })
             };
-            let rx = Receiver { chan: chan.clone() };
-            let me = signals.host(0);
-            let mut got = Vec::new();
-            while got.len() < 2 {
-                if let Some(m) = rx.try_recv() {
-                    got.push(m);
-                    continue;
-                }
-                me.prepare_park();
-                if chan.is_empty() {
-                    me.park();
-                } else {
-                    me.cancel_park();
-                }
-            }
-            assert_eq!(got, [1, 2]);
+            assert_eq!(new_host.join().unwrap(), [7]);
             producer.join().unwrap();
         });
     }

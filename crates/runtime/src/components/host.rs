@@ -1,6 +1,6 @@
 //! The host: one thread pinned to one CPU that runs the service loops of every component placed
 //! there, throttles them to the CPU's emulated speed, and idles by polling, parking or both.
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
 use corehop_policy::components::{ComponentId, Idle};
@@ -73,7 +73,6 @@ impl Shared {
         let h = &self.hosts[host];
         h.control.lock().unwrap_or_else(|e| e.into_inner()).push(control);
         h.pending.store(true, Ordering::Relaxed);
-        fence(Ordering::SeqCst);
         self.signals.host(host).notify();
     }
 }
@@ -159,15 +158,13 @@ pub(crate) fn run(cfg: HostConfig, shared: Arc<Shared>, mut slots: Vec<Box<dyn R
             }
         }
         me.stats.spin_ns.fetch_add(now.saturating_sub(idle_start), Ordering::Relaxed);
-        if !found {
-            signal.prepare_park();
-            if ready_now(&slots, Some(cfg.index)) {
-                signal.cancel_park();
-            } else {
-                me.stats.parks.fetch_add(1, Ordering::Relaxed);
-                let slept = sys::now_ns();
-                let notified_at = signal.park();
+        // The last look registers blocked outputs for room; a notification since the last park
+        // makes this one return at once.
+        if !found && !ready_now(&slots, Some(cfg.index)) {
+            let slept = sys::now_ns();
+            if let Some(notified_at) = signal.park() {
                 let woke = sys::now_ns();
+                me.stats.parks.fetch_add(1, Ordering::Relaxed);
                 me.stats.parked_ns.fetch_add(woke.saturating_sub(slept), Ordering::Relaxed);
                 if let Some(at) = notified_at.filter(|&at| at >= slept) {
                     budget.observe_wake_cost(woke.saturating_sub(at));

@@ -501,7 +501,7 @@ pub struct HostSample {
     pub spin_ns: u64,
     /// Time asleep in the kernel, ns.
     pub parked_ns: u64,
-    /// Times it went to sleep on its futex.
+    /// Times it slept on its futex (counted as it wakes).
     pub parks: u64,
     /// Futex wakes other threads issued to it.
     pub wakes: u64,

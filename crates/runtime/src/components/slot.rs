@@ -29,8 +29,9 @@ pub(crate) trait Runnable: Send {
     /// handled or produced.
     fn run(&mut self, budget: usize) -> usize;
     /// Whether [`Runnable::run`] would find something to do now. With `sleeping_host`, the
-    /// host is about to sleep (its futex word already says so): a component blocked on a full
-    /// output registers that host to be woken when room appears, then looks again.
+    /// host is about to park: a component blocked on a full output registers that host to be
+    /// woken when room appears, then looks again; one with an input lets the next message
+    /// ring the host again, then looks at it.
     fn has_work(&self, sleeping_host: Option<usize>) -> bool;
     /// The component now runs on host `host` (or on none while it is handed over).
     fn attach(&self, host: Option<usize>);
@@ -159,9 +160,9 @@ impl<C: Component> Runnable for Slot<C> {
         if self.comp.is_none() {
             return false;
         }
-        // Nothing moves while the output is full. Registering only here, right before the
-        // host sleeps, matters: a consumer clears every registration it sees, so one made
-        // earlier may already have been spent on room that this host has since filled again.
+        // Nothing moves while the output is full. Registered only here, right before the host
+        // parks: a registration made earlier may be spent on room this host has since filled
+        // again (its token then only costs the host one more look).
         if let Some(out) = &self.output {
             if out.is_full() {
                 match sleeping_host {
@@ -173,9 +174,10 @@ impl<C: Component> Runnable for Slot<C> {
         if !self.outbox.staged.is_empty() || self.redeliver.is_some() {
             return true;
         }
-        match &self.input {
-            Some(i) => !i.is_empty(),
-            None => !self.exhausted,
+        match (&self.input, sleeping_host) {
+            (Some(i), Some(_)) => i.rearm_and_has_messages(),
+            (Some(i), None) => !i.is_empty(),
+            (None, _) => !self.exhausted,
         }
     }
 

@@ -10,7 +10,7 @@
 //!  fills the items, pushes the block ──────▶ runs every item in order (or drops them all,
 //!                                            if cancelled), writes each result in place
 //!  waits: state has DONE? (Acquire)  ◀────── state |= DONE (AcqRel); then, as the old state
-//!    spin, or PARKED + futex sleep,          says: futex wake (PARKED), waker.wake_by_ref()
+//!    spin, or sleep (park::sleep),           says: park::wake, waker.wake_by_ref()
 //!    or store a waker + WAKER                (WAKER)
 //!  takes the results
 //! ```
@@ -22,9 +22,10 @@
 //! leave it), writes, and sets `WAKER` again (seeing `DONE` there means the server did not
 //! read it: the result is ready). Every access to `state` by the two sides is a
 //! read-modify-write or an acquire load, so the server's `DONE` and the client's `WAKER` and
-//! `PARKED` are totally ordered: a waiter that registers before the `DONE` is woken, one that
-//! registers after sees it. The futex sleep compares the whole word, so a `DONE` between the
-//! check and the sleep makes the sleep return.
+//! the `SLEEPER` flag are totally ordered: a waiter that registers before the `DONE` is woken, one that
+//! registers after sees it. The futex sleep is `corehop_sys::park`'s (the flag `SLEEPER` in this
+//! word), which compares the whole word, so a `DONE` between the check and the sleep makes the
+//! sleep return.
 //!
 //! Dropping either side's `Arc` is always sound: the last one frees the block with whatever
 //! it holds (closures that never ran, results nobody took), so a dropped `Pending` leaks
@@ -35,12 +36,12 @@ use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::task::Waker;
 
-use crate::sync::{Futex, Ordering, UnsafeCell};
+use corehop_sys::park;
+
+use crate::sync::{AtomicU32, Ordering, UnsafeCell};
 
 /// The results are in (or the block was cancelled).
 const DONE: u32 = 1;
-/// A thread sleeps on the word until `DONE`.
-const PARKED: u32 = 2;
 /// The waker slot holds the waker to wake at `DONE`.
 const WAKER: u32 = 4;
 /// Set with `DONE` when the operations were dropped without running (shutdown).
@@ -57,13 +58,13 @@ pub(crate) enum Outcome {
 
 /// A block's completion word and waker: the hand-back half of the protocol.
 pub(crate) struct Completion {
-    state: Futex,
+    state: AtomicU32,
     waker: UnsafeCell<Option<Waker>>,
 }
 
 impl Completion {
     pub(crate) fn new() -> Self {
-        Completion { state: Futex::new(0), waker: UnsafeCell::new(None) }
+        Completion { state: AtomicU32::new(0), waker: UnsafeCell::new(None) }
     }
 
     /// Server: publishes the end of the block (after writing the results) and wakes whoever
@@ -74,10 +75,8 @@ impl Completion {
             Outcome::Cancelled => DONE | CANCELLED,
         };
         // Release: the results; Acquire: the waker the client wrote before setting WAKER.
-        let before = self.state.word.fetch_or(bits, Ordering::AcqRel);
-        if before & PARKED != 0 {
-            self.state.wake_one();
-        }
+        let before = self.state.fetch_or(bits, Ordering::AcqRel);
+        park::wake(&self.state, before);
         if before & WAKER != 0 {
             // SAFETY: WAKER was set, so the client wrote the slot before setting it and will
             // not write it again now that DONE is set (it only writes after clearing WAKER
@@ -88,26 +87,25 @@ impl Completion {
 
     /// How the block ended, if it has (an acquire load: the results are then visible).
     pub(crate) fn outcome(&self) -> Option<Outcome> {
-        outcome_of(self.state.word.load(Ordering::Acquire))
+        outcome_of(self.state.load(Ordering::Acquire))
     }
 
     /// Sleeps until the block has ended (one waiting thread at a time: the `Pending`'s owner).
     pub(crate) fn park_until_done(&self) -> Outcome {
-        // Acquire: if DONE is already there, the results are visible.
-        let mut state = self.state.word.fetch_or(PARKED, Ordering::AcqRel) | PARKED;
         loop {
+            // Acquire: if DONE is there, the results are visible.
+            let state = self.state.load(Ordering::Acquire);
             if let Some(outcome) = outcome_of(state) {
                 return outcome;
             }
             // Returns at once if the word changed since the load (DONE landed).
-            self.state.wait(state);
-            state = self.state.word.load(Ordering::Acquire);
+            park::sleep(&self.state, state, None);
         }
     }
 
     /// Makes `waker` the one to wake at the end, unless the block has ended: then its outcome.
     pub(crate) fn register(&self, waker: &Waker) -> Option<Outcome> {
-        let state = self.state.word.load(Ordering::Acquire);
+        let state = self.state.load(Ordering::Acquire);
         if let Some(outcome) = outcome_of(state) {
             return Some(outcome);
         }
@@ -119,7 +117,7 @@ impl Completion {
                 return None;
             }
             // Take the slot back; DONE there means the server may be reading it.
-            let before = self.state.word.fetch_and(!WAKER, Ordering::AcqRel);
+            let before = self.state.fetch_and(!WAKER, Ordering::AcqRel);
             if let Some(outcome) = outcome_of(before) {
                 return Some(outcome);
             }
@@ -128,7 +126,7 @@ impl Completion {
         // server reads the slot only if its DONE finds WAKER set, which needs the store below.
         self.waker.with_mut(|slot| unsafe { *slot = Some(waker.clone()) });
         // Release: the waker; Acquire: the results, if DONE came first.
-        let before = self.state.word.fetch_or(WAKER, Ordering::AcqRel);
+        let before = self.state.fetch_or(WAKER, Ordering::AcqRel);
         outcome_of(before)
     }
 }
