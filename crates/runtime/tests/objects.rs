@@ -337,8 +337,9 @@ fn an_object_routed_for_batches_is_left_alone_by_single_operations() {
     let Some(machine) = host_with_two_cpus() else { return };
     let (rt, home, owner) = runtime_with_home_and_owner(&machine);
     let objects = Arc::new(registry::<Vec<(usize, CpuId)>>(&machine));
-    let object = objects.register(1, Vec::new(), 4096).unwrap();
+    objects.register(1, Vec::new(), 4096).unwrap();
     objects.pin_via(&1, Some(owner), Via::Batches).unwrap();
+    let object = objects.handle(&1).unwrap();
     let record =
         |i: usize| move |seen: &mut Vec<(usize, CpuId)>| seen.push((i, corehop_runtime::current_cpu()));
     {
