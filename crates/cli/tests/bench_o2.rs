@@ -33,6 +33,7 @@ fn quick_json_has_every_scheduler_per_size() {
         if scheduler == "threads" {
             assert_eq!(r["ratio_to_threads"], 1.0);
         }
+        assert_eq!(v["settings"]["lookup"], "scan");
         let dirs = r["directories"].as_u64().unwrap();
         assert_eq!(dirs, r["size_bytes"].as_u64().unwrap() / 32_000);
         match scheduler {
@@ -47,6 +48,30 @@ fn quick_json_has_every_scheduler_per_size() {
             _ => assert!(r["placement"].is_null()),
         }
     }
+}
+
+/// `--lookup hashed` is reported in the settings and sizes directories with their index.
+#[test]
+fn hashed_lookups_are_reported_with_their_index_bytes() {
+    let out = corehop(&[
+        "bench",
+        "o2",
+        "--quick",
+        "--json",
+        "--sizes",
+        "1M",
+        "--popularity",
+        "uniform",
+        "--lookup",
+        "hashed",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(v["settings"]["lookup"], "hashed");
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 4);
+    // 32 000 bytes of entries and 2 048 two-byte index slots each.
+    assert!(results.iter().all(|r| r["directories"] == (1u64 << 20) / 36_096), "{results:?}");
 }
 
 #[test]

@@ -291,6 +291,10 @@ pub struct PlacerConfig {
     pub watch_periods: u64,
     /// Periods a demoted (cheap) object waits before it is tried again.
     pub retry_periods: u64,
+    /// Objects tried while no trial has shown what a move saves, and again every
+    /// `retry_periods` while none is predicted to pay: the others are tried only once the
+    /// saving predicted from the trials judged so far exceeds the measured cost of a move.
+    pub probe_objects: usize,
     /// Weight of the newest period in the moving averages (heat, costs).
     pub alpha: f64,
     /// Busy fraction above which a core counts as saturated.
@@ -328,6 +332,7 @@ impl Default for PlacerConfig {
             min_samples: 8,
             watch_periods: 4,
             retry_periods: 50,
+            probe_objects: 2,
             alpha: 0.3,
             saturated_busy: 0.9,
             idle_busy: 0.6,
@@ -407,9 +412,14 @@ pub struct ObjectSample {
     pub owner_ops: u64,
     /// Their summed run time on the owner, in ns (the hop excluded).
     pub owner_ns: u64,
-    /// CPU time spent moving operations to the owner and back (summed over `owner_ops`); time
-    /// spent waiting in the owner's queue is not counted (the CPUs run other work meanwhile).
+    /// CPU time spent moving operations to the owner and back one at a time (summed over the
+    /// `owner_ops` that did not come in a batch); time spent waiting in the owner's queue is
+    /// not counted (the CPUs run other work meanwhile).
     pub hop_ns: u64,
+    /// Of `owner_ops`, those that travelled in a batch with others for the same owner.
+    pub batch_ops: u64,
+    /// Their share of their batches' CPU time beyond the operations themselves, summed.
+    pub batch_hop_ns: u64,
     /// Operations that wrote the object.
     pub writes: u64,
 }
@@ -450,6 +460,18 @@ pub enum MoveReason {
     Unreplicate,
 }
 
+/// Which operations on a scheduled object follow its route to the owner.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Via {
+    /// Every operation: the saving pays for a move of its own.
+    #[default]
+    Any,
+    /// Only operations that travel in a batch: the saving pays for a batch's share of a move
+    /// and not for a move of its own, so an operation issued alone runs where it is called.
+    Batches,
+}
+
 /// A placement change the driver must apply.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Move {
@@ -459,8 +481,15 @@ pub struct Move {
     pub from: Placement,
     /// Where it goes.
     pub to: Placement,
+    /// Which operations go there.
+    pub via: Via,
     /// Why.
     pub reason: MoveReason,
+}
+
+fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let (sum, n) = values.fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    (n > 0).then(|| sum / n as f64)
 }
 
 /// An exponentially weighted moving average that starts at its first sample.
@@ -500,16 +529,24 @@ struct ObjectState {
     /// Its cost per operation on the owner when its trial succeeded: what the owner's cache
     /// gave then, to notice when it starts missing.
     accepted_owner_ns: Option<f64>,
+    /// Per operation moved on its own, and per operation moved in a batch.
     hop_ns: Ewma,
+    batch_hop_ns: Ewma,
+    via: Via,
     write_share: Ewma,
     /// Periods with operations in the current phase (watching or on trial).
     phase_periods: u64,
     /// The last period's sample.
     recent: ObjectSample,
     /// Cost (ns, ops) summed over the phase, first period excepted: local operations while
-    /// watching, operations on the owner plus their hops while on trial.
+    /// watching, operations on the owner (moves excluded) while on trial.
     watched_local: (f64, u64),
     trial_owner: (f64, u64),
+    /// The cost per byte of the operations on unscheduled objects in the same periods,
+    /// weighted by this object's operations, while it was watched and while on trial: the
+    /// host's drift between the two (another tenant, a frequency change) is not a saving.
+    watch_control: (f64, u64),
+    trial_control: (f64, u64),
     idle_periods: u64,
     moved_at: Option<u64>,
     /// Placed by the driver ([`Placer::pin`]): never moved by the placer.
@@ -521,8 +558,8 @@ impl ObjectState {
         self.phase = phase;
         self.phase_periods = 0;
         match phase {
-            Phase::Watching => self.watched_local = (0.0, 0),
-            Phase::OnTrial => self.trial_owner = (0.0, 0),
+            Phase::Watching => (self.watched_local, self.watch_control) = ((0.0, 0), (0.0, 0)),
+            Phase::OnTrial => (self.trial_owner, self.trial_control) = ((0.0, 0), (0.0, 0)),
             Phase::Scheduled | Phase::Cheap { .. } => {}
         }
     }
@@ -541,6 +578,18 @@ impl ObjectState {
 
     fn watched_local_ns(&self) -> Option<f64> {
         (self.watched_local.1 > 0).then(|| self.watched_local.0 / self.watched_local.1 as f64)
+    }
+
+    /// What its operations would cost where they are called now, on trial: the cost watched,
+    /// scaled by how the unscheduled objects' cost changed since (when both were measured).
+    fn local_now_ns(&self, min_ops: u64) -> Option<f64> {
+        let watched = self.watched_local_ns()?;
+        let ((w, wn), (t, tn)) = (self.watch_control, self.trial_control);
+        if wn >= min_ops && tn >= min_ops && w > 0.0 {
+            Some(watched * (t / tn as f64) / (w / wn as f64))
+        } else {
+            Some(watched)
+        }
     }
 }
 
@@ -699,6 +748,11 @@ pub struct Placer {
     period: u64,
     /// Consecutive periods each core has been overloaded (saturated or missing).
     overloaded_for: Vec<u32>,
+    /// Cost per byte of an operation on an owner, from the trials judged so far: predicts
+    /// what scheduling an object not yet tried would save.
+    owner_ns_per_byte: Ewma,
+    /// The period from which probe trials may start again.
+    next_probe_at: u64,
 }
 
 impl Placer {
@@ -707,7 +761,15 @@ impl Placer {
         config.validate()?;
         budgets.validate()?;
         let n = budgets.cores.len();
-        Ok(Placer { config, budgets, objects: Vec::new(), period: 0, overloaded_for: vec![0; n] })
+        Ok(Placer {
+            config,
+            budgets,
+            objects: Vec::new(),
+            period: 0,
+            overloaded_for: vec![0; n],
+            owner_ns_per_byte: Ewma::default(),
+            next_probe_at: 0,
+        })
     }
 
     /// A placer for `cpus` of `machine`, budgets sized from its caches.
@@ -741,11 +803,15 @@ impl Placer {
             owner_ns: Ewma::default(),
             accepted_owner_ns: None,
             hop_ns: Ewma::default(),
+            batch_hop_ns: Ewma::default(),
+            via: Via::Any,
             write_share: Ewma::default(),
             phase_periods: 0,
             recent: ObjectSample::default(),
             watched_local: (0.0, 0),
             trial_owner: (0.0, 0),
+            watch_control: (0.0, 0),
+            trial_control: (0.0, 0),
             idle_periods: 0,
             moved_at: None,
             pinned: false,
@@ -780,7 +846,7 @@ impl Placer {
             return Err(PlacementError::NoRoom { object: id, bytes, cpu });
         }
         let o = &mut self.objects[id.0];
-        (o.pinned, o.placement) = (true, Placement::Core { owner: cpu });
+        (o.pinned, o.placement, o.via) = (true, Placement::Core { owner: cpu }, Via::Any);
         o.enter(Phase::Scheduled);
         Ok(from)
     }
@@ -845,6 +911,20 @@ impl Placer {
 
     fn observe(&mut self, samples: &[ObjectSample]) {
         let (alpha, watch) = (self.config.alpha, self.config.watch_periods);
+        // This period's cost per byte of operations on unscheduled objects.
+        let (mut ns, mut byte_ops) = (0.0, 0.0);
+        for (o, s) in self.objects.iter().zip(samples) {
+            if o.placement == Placement::Local && s.local_ops > 0 {
+                ns += s.local_ns as f64;
+                byte_ops += (s.local_ops * o.hints.bytes.max(1)) as f64;
+            }
+        }
+        let control = (byte_ops > 0.0).then(|| ns / byte_ops);
+        let add = |acc: &mut (f64, u64), ops: u64| {
+            if let Some(c) = control {
+                *acc = (acc.0 + c * ops as f64, acc.1 + ops);
+            }
+        };
         for (i, o) in self.objects.iter_mut().enumerate() {
             let s = samples.get(i).copied().unwrap_or_default();
             o.heat.add(s.ops() as f64, alpha);
@@ -864,62 +944,112 @@ impl Placer {
                 if o.phase == Phase::Watching {
                     o.watched_local =
                         (o.watched_local.0 + s.local_ns as f64, o.watched_local.1 + s.local_ops);
+                    add(&mut o.watch_control, s.local_ops);
                 }
             }
             if s.owner_ops > 0 && !cold {
-                let (per_op, hop) =
-                    (s.owner_ns as f64 / s.owner_ops as f64, s.hop_ns as f64 / s.owner_ops as f64);
-                o.owner_ns.add(per_op, alpha);
-                o.hop_ns.add(hop, alpha);
+                o.owner_ns.add(s.owner_ns as f64 / s.owner_ops as f64, alpha);
+                let single = s.owner_ops.saturating_sub(s.batch_ops);
+                if single > 0 {
+                    o.hop_ns.add(s.hop_ns as f64 / single as f64, alpha);
+                }
+                if s.batch_ops > 0 {
+                    o.batch_hop_ns.add(s.batch_hop_ns as f64 / s.batch_ops as f64, alpha);
+                }
                 if o.phase == Phase::OnTrial {
                     let (ns, ops) = o.trial_owner;
-                    o.trial_owner = (ns + (s.owner_ns + s.hop_ns) as f64, ops + s.owner_ops);
+                    o.trial_owner = (ns + s.owner_ns as f64, ops + s.owner_ops);
+                    add(&mut o.trial_control, s.owner_ops);
                 }
             }
         }
     }
 
-    /// Mean hop cost seen by scheduled objects ([`PlacerConfig::hop_ns_hint`] before any).
+    /// Mean cost (ns) of moving one operation on its own, as scheduled objects measured it
+    /// ([`PlacerConfig::hop_ns_hint`] before any did).
     fn hop_estimate(&self) -> f64 {
-        let seen: Vec<f64> = self.objects.iter().filter_map(|o| o.hop_ns.0).collect();
-        if seen.is_empty() {
-            self.config.hop_ns_hint
+        mean(self.objects.iter().filter_map(|o| o.hop_ns.0)).unwrap_or(self.config.hop_ns_hint)
+    }
+
+    /// Mean cost (ns) of moving one operation in a batch, once any was measured.
+    fn batch_hop_estimate(&self) -> Option<f64> {
+        mean(self.objects.iter().filter_map(|o| o.batch_hop_ns.0))
+    }
+
+    /// The cheapest way to move an operation measured so far (ns).
+    fn cheapest_hop(&self) -> f64 {
+        let single = self.hop_estimate();
+        self.batch_hop_estimate().map_or(single, |b| b.min(single))
+    }
+
+    /// Which operations a move that saves `saving_ns` of an operation costing `local_ns` pays
+    /// for, given the measured hop costs (object `i`'s own where it has them); `None`: none.
+    /// A move pays when the saving beats its cost by the margin [`PlacerConfig::keep_ratio`]
+    /// asks for.
+    fn paying_via(&self, i: usize, local_ns: f64, saving_ns: f64) -> Option<Via> {
+        let margin = (1.0 - self.config.keep_ratio) * local_ns;
+        let o = &self.objects[i];
+        let single = o.hop_ns.0.unwrap_or_else(|| self.hop_estimate());
+        let batched = o.batch_hop_ns.0.or_else(|| self.batch_hop_estimate());
+        if saving_ns - single >= margin {
+            Some(Via::Any)
+        } else if batched.is_some_and(|b| saving_ns - b >= margin) {
+            Some(Via::Batches)
         } else {
-            seen.iter().sum::<f64>() / seen.len() as f64
+            None
         }
+    }
+
+    /// Which operations on `id` follow its route ([`Via::Any`] for an unscheduled object).
+    pub fn via(&self, id: ObjectId) -> Via {
+        self.objects.get(id.0).map_or(Via::Any, |o| o.via)
     }
 
     fn set(&mut self, i: usize, to: Placement, reason: MoveReason, moves: &mut Vec<Move>) {
-        let from = self.objects[i].placement;
-        if from == to {
+        let via = if to.is_scheduled() { self.objects[i].via } else { Via::Any };
+        self.set_via(i, to, via, reason, moves);
+    }
+
+    fn set_via(&mut self, i: usize, to: Placement, via: Via, reason: MoveReason, moves: &mut Vec<Move>) {
+        let (from, was) = (self.objects[i].placement, self.objects[i].via);
+        if from == to && was == via {
             return;
         }
-        self.objects[i].placement = to;
-        self.objects[i].moved_at = Some(self.period);
-        moves.push(Move { object: ObjectId(i), from, to, reason });
+        if from != to {
+            self.objects[i].moved_at = Some(self.period);
+        }
+        (self.objects[i].placement, self.objects[i].via) = (to, via);
+        moves.push(Move { object: ObjectId(i), from, to, via, reason });
     }
 
     fn judge_trials(&mut self, moves: &mut Vec<Move>) {
-        let (min, keep, retry) = (self.config.min_samples, self.config.keep_ratio, self.config.retry_periods);
+        let (min, retry) = (self.config.min_samples, self.config.retry_periods);
         let watch = self.config.watch_periods;
         for i in 0..self.objects.len() {
             let o = &self.objects[i];
             if o.pinned || o.phase != Phase::OnTrial || o.phase_periods < watch {
                 continue;
             }
-            let Some(local) = o.watched_local_ns() else { continue };
+            let Some(local) = o.local_now_ns(min) else { continue };
             let (ns, ops) = o.trial_owner;
             if ops < min {
                 continue;
             }
-            let scheduled = ns / ops as f64;
-            if scheduled <= keep * local {
-                let owner = o.owner_ns.0.unwrap_or(scheduled);
-                self.objects[i].enter(Phase::Scheduled);
-                self.objects[i].accepted_owner_ns = Some(owner);
-            } else {
-                self.objects[i].enter(Phase::Cheap { retry_at: self.period + retry });
-                self.set(i, Placement::Local, MoveReason::Cheap, moves);
+            // The saving it measured on its owner, against the moves it measured.
+            let owner = ns / ops as f64;
+            let bytes = o.hints.bytes.max(1) as f64;
+            self.owner_ns_per_byte.add(owner / bytes, self.config.alpha);
+            let placement = o.placement;
+            match self.paying_via(i, local, local - owner) {
+                Some(via) => {
+                    self.objects[i].enter(Phase::Scheduled);
+                    self.objects[i].accepted_owner_ns = Some(owner);
+                    self.set_via(i, placement, via, MoveReason::Trial, moves);
+                }
+                None => {
+                    self.objects[i].enter(Phase::Cheap { retry_at: self.period + retry });
+                    self.set(i, Placement::Local, MoveReason::Cheap, moves);
+                }
             }
         }
     }
@@ -997,10 +1127,13 @@ impl Placer {
         room
     }
 
-    /// Packs objects that look expensive (watching ones whose local cost exceeds a hop, and
-    /// cheap ones due for a retry) into the free room, hottest first, groups as units.
+    /// Packs objects that look expensive to fetch (watching ones, and cheap ones due for a
+    /// retry, whose local cost exceeds the cheapest move) into the free room, hottest first,
+    /// groups as units. Once trials have measured what an owner's cache gives, only objects
+    /// whose predicted saving pays for a move are tried, plus a few probes every
+    /// [`PlacerConfig::retry_periods`] (costs change); before, only the probes.
     fn place_candidates(&mut self, moves: &mut Vec<Move>) {
-        let hop = self.hop_estimate();
+        let hop = self.cheapest_hop();
         let period = self.period;
         for o in &mut self.objects {
             if let Phase::Cheap { retry_at } = o.phase {
@@ -1040,7 +1173,28 @@ impl Placer {
         if units.is_empty() {
             return;
         }
+        let on_trial = self.objects.iter().filter(|o| o.phase == Phase::OnTrial).count();
+        let probes =
+            if on_trial == 0 && period >= self.next_probe_at { self.config.probe_objects } else { 0 };
+        let per_byte = self.owner_ns_per_byte.0;
+        let pays = |i: usize| {
+            let o = &self.objects[i];
+            let local = o.watched_local_ns().unwrap_or(0.0);
+            per_byte.is_some_and(|b| self.paying_via(i, local, local - b * o.hints.bytes as f64).is_some())
+        };
+        let (mut paying, mut rest): (Vec<Vec<usize>>, Vec<Vec<usize>>) =
+            units.into_iter().partition(|u| u.iter().all(|&i| pays(i)));
+        if paying.is_empty() && probes > 0 {
+            self.next_probe_at = period + self.config.retry_periods;
+        }
         let objects = &self.objects;
+        let heat = |u: &Vec<usize>| u.iter().map(|&i| objects[i].load()).sum::<f64>();
+        rest.sort_by(|a, b| heat(b).total_cmp(&heat(a)).then(a[0].cmp(&b[0])));
+        paying.extend(rest.into_iter().take(probes));
+        let units = paying;
+        if units.is_empty() {
+            return;
+        }
         let mut units: Vec<(Vec<usize>, u64, f64)> = units
             .into_iter()
             .map(|u| {
@@ -1070,7 +1224,8 @@ impl Placer {
             for (i, slot) in slots {
                 self.objects[i].enter(Phase::OnTrial);
                 let to = slot.placement(&self.budgets);
-                self.set(i, to, MoveReason::Trial, moves);
+                // On trial, every operation goes: both kinds of move get measured.
+                self.set_via(i, to, Via::Any, MoveReason::Trial, moves);
             }
         }
     }
@@ -1416,25 +1571,17 @@ mod tests {
     /// Drives `p` for `periods` with every object costing `local_ns` per operation where it is
     /// called, `owner_ns` on an owner, and `hop_ns` per operation to get there.
     fn drive_costs(p: &mut Placer, periods: usize, local_ns: u64, owner_ns: u64, hop_ns: u64) {
-        for _ in 0..periods {
-            let samples: Vec<ObjectSample> = (0..p.len())
-                .map(|i| {
-                    let n = 20;
-                    if p.placement(ObjectId(i)).is_scheduled() {
-                        ObjectSample {
-                            owner_ops: n,
-                            owner_ns: n * owner_ns,
-                            hop_ns: n * hop_ns,
-                            ..Default::default()
-                        }
-                    } else {
-                        ObjectSample { local_ops: n, local_ns: n * local_ns, ..Default::default() }
-                    }
-                })
-                .collect();
-            let cores = flat_busy(p);
-            p.end_period(&samples, &cores);
+        drive_mixed(p, periods, (local_ns, owner_ns), (hop_ns, 0), 0);
+    }
+
+    /// A placer on two cores of 1 MiB L2 with `n` objects of `bytes`.
+    fn two_cores_with(n: usize, bytes: u64) -> Placer {
+        let m = machine(1, 2, 1 << 20, 0, &[]);
+        let mut p = Placer::for_machine(&m, &all(&m), PlacerConfig::default()).unwrap();
+        for _ in 0..n {
+            p.register(ObjectHints { bytes, ..Default::default() });
         }
+        p
     }
 
     /// The same cache saving (1 µs locally, 0.8 µs on an owner) pays with a batched move's
@@ -1442,16 +1589,107 @@ mod tests {
     /// then every trial fails, and nothing stays placed.
     #[test]
     fn a_saving_smaller_than_the_measured_hop_places_nothing() {
-        let m = machine(1, 2, 1 << 20, 0, &[]);
         for (hop_ns, pays) in [(300, false), (20, true)] {
-            let mut p = Placer::for_machine(&m, &all(&m), PlacerConfig::default()).unwrap();
-            for _ in 0..8 {
-                p.register(ObjectHints { bytes: 32_000, ..Default::default() });
-            }
+            let mut p = two_cores_with(8, 32_000);
             drive_costs(&mut p, 40, 1000, 800, hop_ns);
             let placed = p.placements().iter().filter(|pl| pl.is_scheduled()).count();
             assert_eq!(placed, if pays { 8 } else { 0 }, "hop {hop_ns} ns: {:?}", p.placements());
         }
+    }
+
+    /// Drives `p` for `periods`: every object costs `local_ns` an operation where it is
+    /// called and `owner_ns` on an owner; of a scheduled object's 20 operations a period,
+    /// `batched` travel in batches at `batch_hop_ns` each and the rest alone at `hop_ns`.
+    fn drive_mixed(
+        p: &mut Placer,
+        periods: usize,
+        costs: (u64, u64),
+        hops: (u64, u64),
+        batched: u64,
+    ) -> Vec<Move> {
+        let ((local_ns, owner_ns), (hop_ns, batch_hop_ns)) = (costs, hops);
+        let mut moves = Vec::new();
+        for _ in 0..periods {
+            let samples: Vec<ObjectSample> = (0..p.len())
+                .map(|i| {
+                    let n = 20;
+                    let id = ObjectId(i);
+                    match (p.placement(id).is_scheduled(), p.via(id)) {
+                        (true, Via::Any) => ObjectSample {
+                            owner_ops: n,
+                            owner_ns: n * owner_ns,
+                            hop_ns: (n - batched) * hop_ns,
+                            batch_ops: batched,
+                            batch_hop_ns: batched * batch_hop_ns,
+                            ..Default::default()
+                        },
+                        // Operations issued alone run where they are called.
+                        (true, Via::Batches) => ObjectSample {
+                            local_ops: n - batched,
+                            local_ns: (n - batched) * local_ns,
+                            owner_ops: batched,
+                            owner_ns: batched * owner_ns,
+                            batch_ops: batched,
+                            batch_hop_ns: batched * batch_hop_ns,
+                            ..Default::default()
+                        },
+                        (false, _) => {
+                            ObjectSample { local_ops: n, local_ns: n * local_ns, ..Default::default() }
+                        }
+                    }
+                })
+                .collect();
+            let cores = flat_busy(p);
+            moves.extend(p.end_period(&samples, &cores));
+        }
+        moves
+    }
+
+    /// A saving (1 µs locally, 0.8 µs on an owner) that pays for a batch's share of a move
+    /// (20 ns) and not for a move of its own (300 ns): the objects are scheduled for batches
+    /// only, and an operation issued alone stays where it is called.
+    #[test]
+    fn a_saving_that_pays_only_in_batches_schedules_for_batches() {
+        let mut p = two_cores_with(8, 32_000);
+        let moves = drive_mixed(&mut p, 40, (1000, 800), (300, 20), 10);
+        for i in 0..8 {
+            assert!(p.placement(ObjectId(i)).is_scheduled(), "{:?}", p.placements());
+            assert_eq!(p.via(ObjectId(i)), Via::Batches);
+        }
+        assert!(moves.iter().any(|m| m.via == Via::Batches && m.to.is_scheduled()));
+        // A larger saving pays for single moves too.
+        let mut p = two_cores_with(8, 32_000);
+        drive_mixed(&mut p, 40, (1000, 500), (300, 20), 10);
+        assert!((0..8).all(|i| p.placement(ObjectId(i)).is_scheduled() && p.via(ObjectId(i)) == Via::Any));
+    }
+
+    /// The host gets twice as fast while the probes are on trial (another tenant stops): the
+    /// probes' owner cost falls, and so does every unscheduled object's. That is no saving,
+    /// and nothing is scheduled.
+    #[test]
+    fn a_drift_of_the_host_is_not_a_saving() {
+        let mut p = two_cores_with(10, 32_000);
+        let mut moves = drive_mixed(&mut p, 5, (1000, 1000), (100, 0), 0);
+        moves.extend(drive_mixed(&mut p, 15, (500, 480), (100, 0), 0));
+        assert!(moves.iter().any(|m| m.reason == MoveReason::Trial), "the probes were tried");
+        assert!(p.placements().iter().all(|pl| !pl.is_scheduled()), "{moves:?}");
+    }
+
+    /// When no move pays (the saving measured is below every hop measured), only the probes
+    /// are ever tried, once per retry interval; everything else stays where it is called.
+    #[test]
+    fn when_no_move_pays_only_probes_are_tried() {
+        let mut p = two_cores_with(20, 32_000);
+        let (probes, retry) = (p.config().probe_objects, p.config().retry_periods);
+        let periods = 200;
+        let moves = drive_mixed(&mut p, periods, (1000, 950), (300, 100), 10);
+        let trials = moves.iter().filter(|m| m.reason == MoveReason::Trial && m.to.is_scheduled()).count();
+        assert!(trials > 0, "probes are tried: costs change");
+        assert!(trials <= probes * (1 + periods / retry as usize), "{trials} trials: {moves:?}");
+        assert!(moves.iter().all(|m| m.via == Via::Any));
+        // In between the probes, nothing is placed.
+        let placed = p.placements().iter().filter(|pl| pl.is_scheduled()).count();
+        assert!(placed <= probes, "{:?}", p.placements());
     }
 
     #[test]
@@ -1477,8 +1715,8 @@ mod tests {
             p.register(ObjectHints { bytes: 10_000, ..Default::default() });
         }
         let cost = |_: usize, owner: bool| if owner { 1000 } else { 5000 };
-        // Uniform popularity first: objects spread over both cores.
-        drive(&mut p, 4, &|_| 20, &cost, &flat_busy);
+        // Uniform popularity first: probes, then the rest, spread over both cores.
+        drive(&mut p, 10, &|_| 20, &cost, &flat_busy);
         let on_core = |p: &Placer, cpu: usize| {
             (0..p.len())
                 .filter(|&i| p.placement(ObjectId(i)) == Placement::Core { owner: CpuId(cpu) })
@@ -1538,7 +1776,7 @@ mod tests {
             p.register(ObjectHints { bytes: 4_000, replicable: true, ..Default::default() });
         }
         let ops = |i: usize| if i < 2 { 2000 } else { 20 };
-        drive(&mut p, 6, &ops, &|_, owner| if owner { 1000 } else { 5000 }, &flat_busy);
+        drive(&mut p, 12, &ops, &|_, owner| if owner { 1000 } else { 5000 }, &flat_busy);
         assert_eq!(p.placement(hot), Placement::Replicated);
         assert!(p.placement(writable_hot).is_scheduled());
         assert!((2..6).all(|i| p.placement(ObjectId(i)).is_scheduled()));

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use corehop_runtime::objects::{ObjectError, ObjectHints, Objects, ObjectsConfig, Placement};
+use corehop_runtime::objects::{ObjectError, ObjectHints, Objects, ObjectsConfig, Placement, Via};
 use corehop_runtime::sys;
 use corehop_topology::{Cache, CacheKind, CpuId, Machine, OsCpu};
 
@@ -330,6 +330,46 @@ fn batched_operations_run_once_each_on_their_objects_home() {
     assert!(local_seen.iter().all(|&(_, cpu)| cpu == home), "{local_seen:?}");
 }
 
+/// An object routed for batches only: a batch's operations on it run on its owner, an
+/// operation issued alone runs where its caller is; either way once, in order.
+#[test]
+fn an_object_routed_for_batches_is_left_alone_by_single_operations() {
+    let Some(machine) = host_with_two_cpus() else { return };
+    let (rt, home, owner) = runtime_with_home_and_owner(&machine);
+    let objects = Arc::new(registry::<Vec<(usize, CpuId)>>(&machine));
+    objects.register(1, Vec::new(), 4096).unwrap();
+    objects.pin_via(&1, Some(owner), Via::Batches).unwrap();
+    let object = objects.handle(&1).unwrap();
+    let record =
+        |i: usize| move |seen: &mut Vec<(usize, CpuId)>| seen.push((i, corehop_runtime::current_cpu()));
+    {
+        let objects = Arc::clone(&objects);
+        rt.block_on(home, move || {
+            objects.run(&1, record(0)).unwrap();
+            objects.run_batch((1..40).map(|i| (&object, record(i)))).unwrap();
+            objects.run(&1, record(40)).unwrap();
+        })
+        .unwrap();
+    }
+    let seen = objects.read(&1, |v| v.clone()).unwrap();
+    assert_eq!(seen.iter().map(|&(i, _)| i).collect::<Vec<_>>(), (0..=40).collect::<Vec<_>>());
+    for &(i, cpu) in &seen {
+        let expected = if i == 0 || i == 40 { home } else { owner };
+        assert_eq!(cpu, expected, "operation {i}: {seen:?}");
+    }
+    // Given back to the policy: every operation runs where it is called again.
+    objects.pin(&1, None).unwrap();
+    let object = objects.handle(&1).unwrap();
+    let objects2 = Arc::clone(&objects);
+    let cpus = rt
+        .block_on(home, move || {
+            objects2.run_batch((0..8).map(|_| (&object, |_: &mut Vec<_>| corehop_runtime::current_cpu())))
+        })
+        .unwrap()
+        .unwrap();
+    assert!(cpus.iter().all(|&c| c == home), "{cpus:?}");
+}
+
 /// Outside a task a batch runs each operation as `run` does: on the owner, once, in order.
 #[test]
 fn a_batch_from_a_plain_thread_runs_each_operation_on_the_owner() {
@@ -512,4 +552,31 @@ fn a_request_its_cpu_does_not_start_is_taken_back_and_run_once() {
     rt.block_on(owner, || ()).unwrap();
     let seen = objects.read(&1, Vec::clone).unwrap();
     assert_eq!(seen, vec![home; 10]);
+}
+
+/// An operation cannot hop while it holds its object's lock, alone or in a batch, and hops
+/// are allowed again once it is over.
+#[test]
+fn an_operation_cannot_hop_while_it_holds_its_object() {
+    let Some(machine) = host_with_two_cpus() else { return };
+    let (rt, home, owner) = runtime_with_home_and_owner(&machine);
+    let objects = Arc::new(registry::<u32>(&machine));
+    let object = objects.register(1, 0, 64).unwrap();
+    let refused = move |_: &u32| {
+        // SAFETY: the hop is refused (the zone), so nothing here ever runs on another thread.
+        matches!(unsafe { corehop_runtime::hop(owner) }, Err(corehop_runtime::Error::HopForbidden { .. }))
+    };
+    let (single, batched, after) = rt
+        .block_on(home, move || {
+            // Several: the first of a thread is sampled (timed), the next ones are not.
+            let single = (0..3).all(|_| objects.read(&1, refused).unwrap());
+            let batched = objects.read_batch([(&object, refused), (&object, refused)]).unwrap();
+            // SAFETY: nothing thread-bound is live here; the task comes straight back.
+            let after = unsafe { corehop_runtime::hop(owner) }.is_ok()
+                && unsafe { corehop_runtime::hop(home) }.is_ok();
+            (single, batched, after)
+        })
+        .unwrap();
+    assert!(single && batched.iter().all(|&r| r), "{single} {batched:?}");
+    assert!(after, "hops are allowed after the operations");
 }

@@ -177,6 +177,34 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
         R: Send + 'static,
     {
         let ops = ops.into_iter();
+        if self.all_stay() {
+            // Every operation runs here, in order, with no request to build: as cheap as a
+            // plain loop, sampled as single operations are.
+            let mut countdown = Countdown::take(self.sample_every());
+            let _zone = super::OpZone::enter();
+            let results = ops
+                .map(|(object, op)| {
+                    let replicated = route::is_replicated(object.route.load(Ordering::Relaxed));
+                    if !countdown.next() {
+                        return apply(&object.cell, op, !write && replicated);
+                    }
+                    let t0 = sys::now_ns();
+                    let value = apply(&object.cell, op, !write && replicated);
+                    let t1 = sys::now_ns();
+                    let ran = Ran {
+                        index: self.here(),
+                        routed: false,
+                        batched: false,
+                        hop_ns: 0,
+                        back: Back::Stay,
+                    };
+                    self.account(object, &ran, t0, t1, write, countdown.weight());
+                    value
+                })
+                .collect();
+            countdown.put_back();
+            return Ok(results);
+        }
         if !crate::in_task() {
             // No worker of ours to hand a request to without waiting on it in place.
             return ops
@@ -197,7 +225,7 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
         let mut objects: Vec<&Handle<T>> = Vec::with_capacity(ops.size_hint().0);
         for (position, (object, op)) in ops.enumerate() {
             objects.push(object);
-            let code = route::followed(object.route.load(Ordering::Acquire), moving);
+            let code = route::followed(object.route.load(Ordering::Acquire), moving, true);
             match route::target(code, domain) {
                 Some(cpu) if Some(cpu) != here => {
                     let at = match filling[cpu] {
@@ -232,7 +260,7 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
         let sent_ns = sys::now_ns();
         let send_ns = sys::now_ns().saturating_sub(start);
         let mut results: Vec<Option<R>> = objects.iter().map(|_| None).collect();
-        let mut countdown = Countdown::take(Self::sample_every(self.moving.load(Ordering::Relaxed)));
+        let mut countdown = Countdown::take(self.sample_every());
         {
             let _zone = crate::no_hop_zone();
             for (position, object, op, routed, replicated) in local {
@@ -240,7 +268,7 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
                 let t0 = if sampled { sys::now_ns() } else { 0 };
                 let value = apply(&object.cell, op, !write && replicated);
                 if sampled {
-                    let ran = Ran { index: here, routed, hop_ns: 0, back: Back::Stay };
+                    let ran = Ran { index: here, routed, batched: false, hop_ns: 0, back: Back::Stay };
                     self.account(object, &ran, t0, sys::now_ns(), write, countdown.weight());
                 }
                 results[position] = Some(value);
@@ -263,7 +291,13 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
                         let t0 = if sampled { sys::now_ns() } else { 0 };
                         results[position] = Some(apply(&object.cell, op, false));
                         if sampled {
-                            let ran = Ran { index: here, routed: false, hop_ns: 0, back: Back::Stay };
+                            let ran = Ran {
+                                index: here,
+                                routed: false,
+                                batched: false,
+                                hop_ns: 0,
+                                back: Back::Stay,
+                            };
                             self.account(object, &ran, t0, sys::now_ns(), write, countdown.weight());
                         }
                     }
@@ -298,7 +332,7 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
             let spent = send_ns + end.saturating_sub(collect_start) + owner_overhead_ns;
             let hop_ns = spent / remote as u64;
             for (cpu, position, ns) in timed {
-                let ran = Ran { index: Some(cpu), routed: true, hop_ns, back: Back::Stay };
+                let ran = Ran { index: Some(cpu), routed: true, batched: true, hop_ns, back: Back::Stay };
                 self.account(objects[position], &ran, end.saturating_sub(ns), end, write, countdown.weight());
             }
         }

@@ -22,6 +22,7 @@ pub struct OpLock {
 }
 
 impl OpLock {
+    #[cold]
     fn wait(spins: &mut u32) {
         *spins += 1;
         if *spins < SPINS_BEFORE_YIELD {
@@ -32,6 +33,7 @@ impl OpLock {
     }
 
     /// Takes the lock exclusively, waiting for every other holder to leave.
+    #[inline]
     pub fn lock_exclusive(&self) {
         let mut spins = 0;
         while self.state.compare_exchange_weak(0, WRITER, Ordering::Acquire, Ordering::Relaxed).is_err() {
@@ -42,11 +44,13 @@ impl OpLock {
     /// Releases an exclusive hold. Calling it without holding the lock breaks exclusion of the
     /// guarded cell, so only [`LockedCell`] and the C API's `ct_end` (which checks that its
     /// thread started an operation) call it.
+    #[inline]
     pub fn unlock_exclusive(&self) {
         self.state.store(0, Ordering::Release);
     }
 
     /// Takes the lock shared with other shared holders.
+    #[inline]
     pub fn lock_shared(&self) {
         let mut spins = 0;
         loop {
@@ -61,6 +65,7 @@ impl OpLock {
     }
 
     /// Releases a shared hold.
+    #[inline]
     pub fn unlock_shared(&self) {
         self.state.fetch_sub(1, Ordering::Release);
     }
@@ -83,6 +88,7 @@ unsafe impl<T: Send + Sync> Sync for LockedCell<T> {}
 struct Release<'a>(&'a OpLock, bool);
 
 impl Drop for Release<'_> {
+    #[inline]
     fn drop(&mut self) {
         if self.1 {
             self.0.unlock_exclusive();

@@ -50,7 +50,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use corehop_policy::objects::{CoreSample, Move, ObjectSample, Placer, PlacerConfig};
-pub use corehop_policy::objects::{ObjectHints, ObjectId, Placement, PlacementError};
+pub use corehop_policy::objects::{ObjectHints, ObjectId, Placement, PlacementError, Via};
 use corehop_policy::payoff::{ArmSampler, PayoffConfig, STAY};
 use corehop_topology::{CpuId, Machine, OsCpu};
 use crossbeam_utils::CachePadded;
@@ -140,6 +140,8 @@ struct Counters {
     owner_ops: AtomicU64,
     owner_ns: AtomicU64,
     hop_ns: AtomicU64,
+    batch_ops: AtomicU64,
+    batch_hop_ns: AtomicU64,
     writes: AtomicU64,
 }
 
@@ -152,6 +154,8 @@ impl Counters {
             owner_ops: t(&self.owner_ops),
             owner_ns: t(&self.owner_ns),
             hop_ns: t(&self.hop_ns),
+            batch_ops: t(&self.batch_ops),
+            batch_hop_ns: t(&self.batch_hop_ns),
             writes: t(&self.writes),
         }
     }
@@ -200,11 +204,21 @@ mod route {
     const DOMAIN: u64 = 3;
     /// Set on the route of an object pinned by the caller: followed whatever the sampler says.
     pub const PINNED: u64 = 1 << 63;
+    /// Set on the route of an object whose saving pays only for batched moves
+    /// ([`Via::Batches`](super::Via::Batches)): an operation issued alone runs where it is.
+    pub const BATCHES: u64 = 1 << 62;
+    const FLAGS: u64 = PINNED | BATCHES;
 
     /// `index` maps a CPU to its index in the registry's CPU list; `at_home` routes every
     /// operation on a domain-placed object to its home.
-    pub fn encode(p: Placement, at_home: bool, index: impl Fn(corehop_topology::CpuId) -> usize) -> u64 {
-        match p {
+    pub fn encode(
+        p: Placement,
+        via: super::Via,
+        at_home: bool,
+        index: impl Fn(corehop_topology::CpuId) -> usize,
+    ) -> u64 {
+        let flag = if via == super::Via::Batches && p.is_scheduled() { BATCHES } else { 0 };
+        flag | match p {
             Placement::Local => LOCAL,
             Placement::Replicated => REPLICATED,
             Placement::Core { owner } => CORE | (index(owner) as u64) << 2,
@@ -218,7 +232,7 @@ mod route {
         let at = ((code >> 2) & 0x3FFF_FFFF) as usize;
         match code & 3 {
             CORE => Some(at),
-            DOMAIN if caller_domain != Some(((code & !PINNED) >> 32) as usize) => Some(at),
+            DOMAIN if caller_domain != Some(((code & !FLAGS) >> 32) as usize) => Some(at),
             _ => None,
         }
     }
@@ -232,10 +246,14 @@ mod route {
         code == LOCAL || code == REPLICATED
     }
 
-    /// The route an operation follows: the object's own, or (while the sampler finds that
-    /// following routes does not pay) local, unless the caller pinned the object.
-    pub fn followed(code: u64, moving: bool) -> u64 {
-        if moving || code & PINNED != 0 || code == REPLICATED {
+    /// The route an operation follows (`batched`: one of a batch): the object's own, or
+    /// local while the sampler finds that following routes does not pay (unless the caller
+    /// pinned the object), and for an operation issued alone on an object routed for
+    /// batches only.
+    pub fn followed(code: u64, moving: bool, batched: bool) -> u64 {
+        if code & BATCHES != 0 && !batched {
+            LOCAL
+        } else if moving || code & PINNED != 0 || code == REPLICATED {
             code
         } else {
             LOCAL
@@ -248,9 +266,9 @@ mod route {
 /// operations on the object share: more than an operation that stays where it is can afford
 /// (docs/performance.md, "O² monitoring").
 const SAMPLE_EVERY: u32 = 16;
-/// While no route is followed (the gate keeps every object where its caller is), one
-/// operation in this many: the samples only watch for a saving worth moving for, and timing
-/// one in 16 cost lookups of 0.3–0.6 µs several percent against plain threads.
+/// While no route is followed (nothing is placed, or the gate keeps every object where its
+/// caller is), one operation in this many: the samples only watch for a saving worth moving
+/// for, and timing one in 16 cost lookups of 0.3–0.6 µs several percent against plain threads.
 const SAMPLE_EVERY_STAYING: u32 = 128;
 
 thread_local! {
@@ -338,6 +356,8 @@ pub struct Objects<K, T> {
     /// Objects routed to an owner now: while there are none, no task can be waiting to run an
     /// operation here, and operations skip their scheduling point.
     scheduled: AtomicU64,
+    /// Objects pinned with [`Objects::pin`]: their routes are followed whatever the gate says.
+    pinned: AtomicU64,
     /// The period the payoff sampler asks for (an epoch; its trials are shorter).
     period_ns: AtomicU64,
     /// The configured period.
@@ -368,6 +388,8 @@ const PASS_SHARE: u64 = 10;
 struct Ran {
     index: Option<usize>,
     routed: bool,
+    /// Moved in a batch: `hop_ns` is its share of the batch's cost.
+    batched: bool,
     hop_ns: u64,
     back: Back,
 }
@@ -420,6 +442,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
             cheapest_move_ns: AtomicU64::new(u64::MAX),
             domain_ops_at_home,
             scheduled: AtomicU64::new(0),
+            pinned: AtomicU64::new(0),
             period_ns: AtomicU64::new(config.period.as_nanos() as u64),
             base_period_ns: config.period.as_nanos() as u64,
             period_now_ns: AtomicU64::new(config.period.as_nanos() as u64),
@@ -519,11 +542,13 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         op: impl FnOnce(&LockedCell<T>) -> R + Send,
     ) -> Result<R, ObjectError> {
         let moving = self.moving.load(Ordering::Relaxed);
-        let every = Self::sample_every(moving);
+        let every = self.sample_every();
         let sampled = sample_now(every);
-        if !sampled && route::runs_anywhere(route::followed(object.route.load(Ordering::Acquire), moving)) {
+        if !sampled
+            && route::runs_anywhere(route::followed(object.route.load(Ordering::Acquire), moving, false))
+        {
             // Stays where it is and is not sampled: nothing to measure, nothing to undo.
-            let _zone = crate::no_hop_zone();
+            let _zone = OpZone::enter();
             let out = op(&object.cell);
             self.let_others_run(false);
             return Ok(out);
@@ -568,7 +593,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         let end = sys::now_ns();
         op.object.lock().unlock_exclusive();
         let hop_ns = op.hop_ns + self.come_back(op.back);
-        let ran = Ran { index: op.index, routed: op.routed, hop_ns, back: Back::Stay };
+        let ran = Ran { index: op.index, routed: op.routed, batched: false, hop_ns, back: Back::Stay };
         self.account(&op.object, &ran, op.started_ns, end, true, 1);
     }
 
@@ -588,14 +613,31 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        self.pin_via(key, cpu, Via::Any)
+    }
+
+    /// [`Objects::pin`], for the operations `via` says: with [`Via::Batches`], only those of
+    /// [`Objects::read_batch`] and [`Objects::run_batch`] go to `cpu`, and an operation
+    /// issued alone runs where it is called.
+    pub fn pin_via<Q>(&self, key: &Q, cpu: Option<CpuId>, via: Via) -> Result<(), ObjectError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let object = self.handle(key).ok_or(ObjectError::UnknownKey)?;
         let mut placer = self.placer.lock().unwrap_or_else(|e| e.into_inner());
         placer.pin(object.id, cpu)?;
         self.count_scheduled(&placer);
         let placement = placer.placement(object.id);
         let pinned = if cpu.is_some() { route::PINNED } else { 0 };
+        let was = object.route.load(Ordering::Relaxed) & route::PINNED;
+        match (was, pinned) {
+            (0, route::PINNED) => self.pinned.fetch_add(1, Ordering::Relaxed),
+            (route::PINNED, 0) => self.pinned.fetch_sub(1, Ordering::Relaxed),
+            _ => 0,
+        };
         object.route.store(
-            route::encode(placement, self.domain_ops_at_home, |c| self.index_of(c)) | pinned,
+            route::encode(placement, via, self.domain_ops_at_home, |c| self.index_of(c)) | pinned,
             Ordering::Release,
         );
         Ok(())
@@ -655,18 +697,19 @@ impl<K: Hash + Eq, T> Objects<K, T> {
     /// then its caller must come back before its own frames run again.
     fn go(&self, object: &Object<T>, may_hop: bool) -> Result<Ran, ObjectError> {
         let here = self.here();
-        let code = route::followed(object.route.load(Ordering::Acquire), self.moving.load(Ordering::Relaxed));
+        let code =
+            route::followed(object.route.load(Ordering::Acquire), self.moving.load(Ordering::Relaxed), false);
         let Some(target) = route::target(code, here.map(|i| self.cpus[i].domain)) else {
-            return Ok(Ran { index: here, routed: false, hop_ns: 0, back: Back::Stay });
+            return Ok(Ran { index: here, routed: false, batched: false, hop_ns: 0, back: Back::Stay });
         };
         if here == Some(target) {
-            return Ok(Ran { index: here, routed: true, hop_ns: 0, back: Back::Stay });
+            return Ok(Ran { index: here, routed: true, batched: false, hop_ns: 0, back: Back::Stay });
         }
         let t0 = sys::now_ns();
         let slot = &self.cpus[target];
         let back = match crate::try_current_cpu().filter(|_| crate::in_task()) {
             Some(_) if !may_hop => {
-                return Ok(Ran { index: here, routed: false, hop_ns: 0, back: Back::Stay })
+                return Ok(Ran { index: here, routed: false, batched: false, hop_ns: 0, back: Back::Stay })
             }
             Some(_) => {
                 let back =
@@ -681,24 +724,34 @@ impl<K: Hash + Eq, T> Objects<K, T> {
             }
         };
         let hop_ns = self.move_cost(sys::now_ns() - t0);
-        Ok(Ran { index: Some(target), routed: true, hop_ns, back })
+        Ok(Ran { index: Some(target), routed: true, batched: false, hop_ns, back })
+    }
+
+    /// One operation in how many is sampled: fewer while every operation stays where it is
+    /// called (no object routed, or the gate keeps them all here), when samples only watch
+    /// for a saving worth moving for.
+    fn sample_every(&self) -> u32 {
+        if self.all_stay() {
+            SAMPLE_EVERY_STAYING
+        } else {
+            SAMPLE_EVERY
+        }
+    }
+
+    /// Whether every operation runs where it is called now: no object is routed anywhere, or
+    /// the gate keeps them all where they are called and none is pinned.
+    fn all_stay(&self) -> bool {
+        self.scheduled.load(Ordering::Relaxed) == 0
+            || (!self.moving.load(Ordering::Relaxed) && self.pinned.load(Ordering::Relaxed) == 0)
     }
 
     /// An operation's end is a scheduling point while objects are placed: tasks that hopped
     /// here to operate on this CPU's objects run before the caller's next operation (a plain
     /// thread: nothing to do). While the gate keeps every operation where it is called, only
-    /// sampled operations yield (one in [`SAMPLE_EVERY`]): no task hops here for an
-    /// operation then, and a task switch per operation would cost more than most operations;
-    /// a task coming back from an earlier move still gets its turn.
-    /// One operation in how many is sampled: fewer while no route is followed.
-    fn sample_every(moving: bool) -> u32 {
-        if moving {
-            SAMPLE_EVERY
-        } else {
-            SAMPLE_EVERY_STAYING
-        }
-    }
-
+    /// sampled operations yield: no task hops here for an operation then, and a task switch
+    /// per operation would cost more than most operations; a task coming back from an
+    /// earlier move still gets its turn.
+    #[inline]
     fn let_others_run(&self, sampled: bool) {
         let routes_followed = sampled || self.moving.load(Ordering::Relaxed);
         if routes_followed && self.scheduled.load(Ordering::Relaxed) > 0 && crate::in_task() {
@@ -738,7 +791,12 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         } else if ran.routed {
             c.owner_ops.fetch_add(weight, Ordering::Relaxed);
             c.owner_ns.fetch_add(ns * weight, Ordering::Relaxed);
-            c.hop_ns.fetch_add(ran.hop_ns * weight, Ordering::Relaxed);
+            if ran.batched {
+                c.batch_ops.fetch_add(weight, Ordering::Relaxed);
+                c.batch_hop_ns.fetch_add(ran.hop_ns * weight, Ordering::Relaxed);
+            } else {
+                c.hop_ns.fetch_add(ran.hop_ns * weight, Ordering::Relaxed);
+            }
         } else {
             c.local_ops.fetch_add(weight, Ordering::Relaxed);
             c.local_ns.fetch_add(ns * weight, Ordering::Relaxed);
@@ -789,9 +847,10 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         let moves = placer.end_period(&samples, &cores);
         self.count_scheduled(placer);
         for m in &moves {
-            all[m.object.0]
-                .route
-                .store(route::encode(m.to, self.domain_ops_at_home, |c| self.index_of(c)), Ordering::Release);
+            all[m.object.0].route.store(
+                route::encode(m.to, m.via, self.domain_ops_at_home, |c| self.index_of(c)),
+                Ordering::Release,
+            );
         }
         drop(all);
         // The next period starts after this pass and lasts long enough to pay for it.
@@ -833,6 +892,31 @@ fn preempted_after(bytes: u64) -> u64 {
     (bytes * 2).max(50_000)
 }
 
+/// [`crate::no_hop_zone`] for the operation of one frame, with one look at the running task
+/// instead of two (on entering and on leaving): a tenth of what a short operation costs. The
+/// guard never leaves the frame that made it, so the task it saw is the one it leaves.
+struct OpZone<'a>(Option<&'a crate::context::TaskCtx>);
+
+impl OpZone<'_> {
+    #[inline]
+    fn enter() -> Self {
+        let ctx = crate::context::task();
+        if let Some(ctx) = ctx {
+            ctx.no_hop.set(ctx.no_hop.get() + 1);
+        }
+        OpZone(ctx)
+    }
+}
+
+impl Drop for OpZone<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(ctx) = self.0 {
+            ctx.no_hop.set(ctx.no_hop.get().saturating_sub(1));
+        }
+    }
+}
+
 /// How many objects are placed each way.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Census {
@@ -853,18 +937,34 @@ mod tests {
     #[test]
     fn routes_round_trip() {
         let index = |c: CpuId| c.0;
-        let core = route::encode(Placement::Core { owner: CpuId(3) }, false, index);
+        let core = route::encode(Placement::Core { owner: CpuId(3) }, Via::Any, false, index);
         assert_eq!(route::target(core, Some(0)), Some(3));
         assert_eq!(route::target(core, None), Some(3));
-        let dom = route::encode(Placement::Domain { domain: 2, home: CpuId(5) }, false, index);
+        let dom = route::encode(Placement::Domain { domain: 2, home: CpuId(5) }, Via::Any, false, index);
         assert_eq!(route::target(dom, Some(2)), None);
         assert_eq!(route::target(dom, Some(1)), Some(5));
         assert_eq!(route::target(dom, None), Some(5));
-        let home = route::encode(Placement::Domain { domain: 2, home: CpuId(5) }, true, index);
+        let home = route::encode(Placement::Domain { domain: 2, home: CpuId(5) }, Via::Any, true, index);
         assert_eq!(route::target(home, Some(2)), Some(5));
-        assert_eq!(route::target(route::encode(Placement::Local, false, index), Some(0)), None);
-        let rep = route::encode(Placement::Replicated, false, index);
+        assert_eq!(route::target(route::encode(Placement::Local, Via::Batches, false, index), Some(0)), None);
+        let rep = route::encode(Placement::Replicated, Via::Any, false, index);
         assert!(route::is_replicated(rep));
         assert_eq!(route::target(rep, Some(0)), None);
+    }
+
+    #[test]
+    fn routes_for_batches_only_are_followed_by_batches_only() {
+        let index = |c: CpuId| c.0;
+        for placement in
+            [Placement::Core { owner: CpuId(3) }, Placement::Domain { domain: 2, home: CpuId(3) }]
+        {
+            let code = route::encode(placement, Via::Batches, false, index);
+            assert_eq!(route::target(route::followed(code, true, true), Some(1)), Some(3), "{placement:?}");
+            assert_eq!(route::target(route::followed(code, true, false), Some(1)), None);
+            // The gate's "stay" holds for batches too.
+            assert_eq!(route::target(route::followed(code, false, true), Some(1)), None);
+            let pinned = route::encode(placement, Via::Any, false, index) | route::PINNED;
+            assert_eq!(route::target(route::followed(pinned, false, false), Some(1)), Some(3));
+        }
     }
 }

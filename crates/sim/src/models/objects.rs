@@ -21,6 +21,7 @@
 //! oscillate_divisor = 16         #   all directories and 1/16 of them, as in Figure 4(b)
 //! threads_per_cpu = 2
 //! mechanism = "spin"             # how lookups hop (CoreTime's migration polls a flag: spin)
+//! batch = 1                      # o2: lookups per batch bound for another CPU (1: a hop each)
 //! entry_ns = 1.0                 # compare work per entry at full speed
 //! mlp = 1.0                      # cache lines in flight during a scan (1: latency-bound, as
 //!                                #   the paper's 2009 Opteron scans were; raise for prefetch)
@@ -37,6 +38,11 @@
 //! `entries scanned × entry_ns` of work (scaled by the CPU's speed) plus `lines × latency /
 //! mlp` of stall. Lookups on one directory are serialised by its lock (the paper's
 //! per-directory spin locks): a lookup waits, busy, until the directory is free.
+//!
+//! **Batches.** With `batch` > 1 the lookups a thread sends to another CPU travel `batch` at a
+//! time, as `Objects::read_batch` sends them: a lookup still runs on the target CPU (its
+//! cache, its lock, its queue), but pays `1/batch` of the hop's CPU time on each side, as its
+//! share of one request; the placer is told that share as a batched move's cost.
 use std::collections::{BTreeMap, HashMap};
 
 use rand::Rng;
@@ -48,7 +54,7 @@ use corehop_policy::objects::{
 use corehop_topology::{CacheKind, CpuId, Machine};
 
 use crate::engine::{ns_to_ps, ps_to_ns, Model, Ps, Sim};
-use crate::machine::Mechanism;
+use crate::machine::{HopTiming, Mechanism};
 use crate::models::{FromScenario, ModelEntry};
 use crate::scenario::{Problem, Scenario, ScenarioError};
 use crate::stats::{Metric, ModelReport, RunQueues};
@@ -111,6 +117,9 @@ pub struct ObjectsConfig {
     /// How a lookup hops to another CPU (default spin, as CoreTime's migration polls a flag).
     #[serde(default = "d_mechanism")]
     pub mechanism: Mechanism,
+    /// Lookups per batch bound for another CPU (default 1: each hops on its own).
+    #[serde(default = "d_batch")]
+    pub batch: u32,
     /// Compare work per entry scanned, ns at full speed (default 1.0).
     #[serde(default = "d_entry_ns")]
     pub entry_ns: f64,
@@ -149,6 +158,9 @@ fn d_threads() -> u32 {
 }
 fn d_mechanism() -> Mechanism {
     Mechanism::Spin
+}
+fn d_batch() -> u32 {
+    1
 }
 fn d_entry_ns() -> f64 {
     1.0
@@ -407,6 +419,7 @@ impl FromScenario for Objects {
         positive("workload.oscillate_us", cfg.oscillate_us)?;
         positive("workload.oscillate_divisor", f64::from(cfg.oscillate_divisor))?;
         positive("workload.threads_per_cpu", f64::from(cfg.threads_per_cpu))?;
+        positive("workload.batch", f64::from(cfg.batch))?;
         positive("workload.mlp", cfg.mlp)?;
         positive("workload.period_us", cfg.period_us)?;
         if !(cfg.entry_ns.is_finite() && cfg.entry_ns >= 0.0) {
@@ -502,6 +515,22 @@ impl Objects {
         }
     }
 
+    /// Whether O² lookups travel in batches.
+    fn batched(&self) -> bool {
+        self.cfg.scheduler == Scheduler::O2 && self.cfg.batch > 1
+    }
+
+    /// A lookup's move from `from` to `to`: a hop of its own, or its share of a batch's (the
+    /// CPU time on both sides divided among the batch; the transit is the batch's).
+    fn hop(&self, sim: &Sim<Event>, from: usize, to: usize, target_idle: bool) -> HopTiming {
+        let mut timing = sim.machine.hop(self.cfg.mechanism, from, to, target_idle);
+        if self.batched() {
+            let share = u64::from(self.cfg.batch);
+            (timing.src, timing.dst) = (timing.src / share, timing.dst / share);
+        }
+        timing
+    }
+
     fn next(&mut self, t: u32, sim: &mut Sim<Event>) {
         let now = sim.now();
         let active = self.active(now);
@@ -528,7 +557,7 @@ impl Objects {
             self.lookup(t, sim);
         } else {
             let idle = !sim.stats.cores.is_busy(target);
-            let timing = sim.machine.hop(self.cfg.mechanism, cpu, target, idle);
+            let timing = self.hop(sim, cpu, target, idle);
             self.threads[t as usize].hop = Some((cpu, target, timing));
             sim.schedule_in(timing.src, Event::Left { thread: t });
         }
@@ -567,11 +596,17 @@ impl Objects {
         let th = self.threads[t as usize].clone();
         // As the runtime times it: from taking the lock to the end (lock waits excluded).
         let ran = now - th.started;
+        let batched = self.batched();
         let s = &mut self.samples[th.object as usize];
         if th.routed {
             s.owner_ops += 1;
             s.owner_ns += ps_to_ns(ran) as u64;
-            s.hop_ns += ps_to_ns(th.hop_ps) as u64;
+            if batched {
+                s.batch_ops += 1;
+                s.batch_hop_ns += ps_to_ns(th.hop_ps) as u64;
+            } else {
+                s.hop_ns += ps_to_ns(th.hop_ps) as u64;
+            }
         } else {
             s.local_ops += 1;
             s.local_ns += ps_to_ns(ran) as u64;
@@ -587,7 +622,7 @@ impl Objects {
         }
         if th.cpu != th.home {
             let idle = !sim.stats.cores.is_busy(th.home);
-            let timing = sim.machine.hop(self.cfg.mechanism, th.cpu, th.home, idle);
+            let timing = self.hop(sim, th.cpu, th.home, idle);
             let me = &mut self.threads[t as usize];
             (me.hop, me.returning) = (Some((th.cpu, th.home, timing)), true);
             sim.schedule_in(timing.src, Event::Left { thread: t });
