@@ -89,7 +89,7 @@ pub enum OffloadError {
 
 /// The progress units a normal epoch covers at least (a trial, its share of them): see
 /// [`OffloadPolicy::epoch_over`].
-pub const MIN_EPOCH_UNITS: u64 = 64;
+pub const MIN_EPOCH_UNITS: u64 = 16;
 
 /// The arms of `adaptive` when none are named: besides never, the measured policy (where it
 /// starts), move everything, the 4 KB rule, and the calls predicted to run longer than 20 µs
