@@ -73,13 +73,19 @@ pub fn format_cpu_list(cpus: &[usize]) -> String {
 }
 
 /// Parses a size in bytes: a plain number or a number with a binary unit `K`, `M` or `G`
-/// (optionally followed by `B` or `iB`), as sysfs writes cache sizes (`"32K"`).
+/// (optionally followed by `B` or `iB`), as sysfs writes cache sizes (`"32K"`). A unit may
+/// follow a decimal fraction (`"1.5M"`), rounded down to whole bytes.
 pub fn parse_size(input: &str) -> Result<u64, TopologyError> {
     let bad = || TopologyError::Size { input: input.to_string() };
     let text = input.trim();
-    let digits_end = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (digits, unit) = text.split_at(digits_end);
-    let value: u64 = digits.parse().map_err(|_| bad())?;
+    let number_end = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());
+    let (number, unit) = text.split_at(number_end);
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    // Nine fraction digits keep the arithmetic below in u128 range.
+    if whole.is_empty() || fraction.len() > 9 || fraction.contains('.') {
+        return Err(bad());
+    }
+    let value: u64 = whole.parse().map_err(|_| bad())?;
     let shift = match unit.trim().to_ascii_uppercase().as_str() {
         "" | "B" => 0,
         "K" | "KB" | "KIB" => 10,
@@ -87,7 +93,18 @@ pub fn parse_size(input: &str) -> Result<u64, TopologyError> {
         "G" | "GB" | "GIB" => 30,
         _ => return Err(bad()),
     };
-    value.checked_mul(1 << shift).filter(|&bytes| bytes > 0).ok_or_else(bad)
+    let part = match fraction {
+        "" => 0,
+        digits => {
+            let numerator: u128 = digits.parse().map_err(|_| bad())?;
+            ((numerator << shift) / 10u128.pow(digits.len() as u32)) as u64
+        }
+    };
+    value
+        .checked_mul(1 << shift)
+        .and_then(|bytes| bytes.checked_add(part))
+        .filter(|&bytes| bytes > 0)
+        .ok_or_else(bad)
 }
 
 /// Writes a size with the largest binary unit that divides it exactly: `3670016` → `"3584K"`.
@@ -156,7 +173,11 @@ mod tests {
         assert_eq!(parse_size("1G").unwrap(), 1 << 30);
         assert_eq!(parse_size("4096").unwrap(), 4096);
         assert_eq!(parse_size("64KB\n").unwrap(), 64 * 1024);
-        for bad in ["", "K", "12Q", "0", "-1K", "99999999999999G"] {
+        assert_eq!(parse_size("1.5M").unwrap(), 3 << 19);
+        assert_eq!(parse_size("0.5K").unwrap(), 512);
+        assert_eq!(parse_size("1.3").unwrap(), 1, "rounded down to whole bytes");
+        for bad in ["", "K", "12Q", "0", "-1K", "99999999999999G", ".5M", "1.2.3M", "0.0001", "1.0000000001K"]
+        {
             assert!(matches!(parse_size(bad), Err(TopologyError::Size { .. })), "{bad:?}");
         }
         assert_eq!(format_size(3584 * 1024), "3584K");
