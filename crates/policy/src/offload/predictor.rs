@@ -122,7 +122,7 @@ struct Entry {
 const HISTORY: usize = 9;
 
 /// The last [`HISTORY`] runs of something, each saturated to 32 bits (4.3 s in ns) to keep
-/// the table small: at 48 bytes an entry, 1500 entries fault in 18 pages.
+/// the table small.
 #[derive(Clone, Copy, Debug, Default)]
 struct Recent {
     /// The runs in arrival order (a ring), and the same runs sorted: a push takes the oldest
@@ -176,12 +176,17 @@ impl Recent {
 /// The state of the timed form: per key (tagged, direct mapped) and per call kind.
 #[derive(Clone, Debug)]
 struct Timed {
-    /// Allocated at the first observation: a process that makes a handful of calls (most of a
-    /// shell pipeline's) never pays for the table.
+    /// Direct mapped by `key % keys.len()`, and grown (doubling, up to `entries`) instead of
+    /// evicting a key: a process pays in page faults for the keys it has, not for the table
+    /// it may need (1500 entries of 96 bytes fault in 36 pages, about 70 µs here, which a
+    /// shell pipeline's short processes paid each). Empty until the first observation.
     keys: Vec<Option<(u64, Recent)>>,
     entries: usize,
     kinds: Vec<Recent>,
 }
+
+/// The timed table's first size.
+const TIMED_FIRST_SLOTS: usize = 16;
 
 impl Timed {
     fn new(entries: usize) -> Timed {
@@ -196,12 +201,17 @@ impl Timed {
         kind.index().unwrap_or(NAMED_KINDS.len())
     }
 
+    fn slot(&self, key: u64) -> usize {
+        (key % self.keys.len() as u64) as usize
+    }
+
     fn predict(&self, key: u64, kind: Option<CallKind>) -> Prediction {
-        let slot = (key % self.entries as u64) as usize;
-        if let Some(Some((tag, recent))) = self.keys.get(slot) {
-            if *tag == key {
-                if let Some(run) = recent.typical() {
-                    return Prediction { run, source: Source::Local };
+        if !self.keys.is_empty() {
+            if let Some((tag, recent)) = &self.keys[self.slot(key)] {
+                if *tag == key {
+                    if let Some(run) = recent.typical() {
+                        return Prediction { run, source: Source::Local };
+                    }
                 }
             }
         }
@@ -211,11 +221,36 @@ impl Timed {
         }
     }
 
+    /// Doubles the table (at most to `entries`) until its keys no longer collide, or it is
+    /// full size: then a later key takes an earlier one's slot, as in a direct-mapped table.
+    fn grow(&mut self) {
+        let old = std::mem::take(&mut self.keys);
+        let mut len = old.len();
+        loop {
+            len = (len * 2).clamp(TIMED_FIRST_SLOTS.min(self.entries), self.entries);
+            self.keys = vec![None; len];
+            let mut collided = false;
+            for (key, recent) in old.iter().flatten() {
+                let slot = self.slot(*key);
+                collided |= self.keys[slot].is_some();
+                self.keys[slot] = Some((*key, *recent));
+            }
+            if !collided || len == self.entries {
+                return;
+            }
+        }
+    }
+
     fn observe(&mut self, key: u64, kind: Option<CallKind>, run: u64) {
         if self.keys.is_empty() {
-            self.keys = vec![None; self.entries];
+            self.grow();
         }
-        let slot = (key % self.entries as u64) as usize;
+        while self.keys.len() < self.entries
+            && matches!(&self.keys[self.slot(key)], Some((tag, _)) if *tag != key)
+        {
+            self.grow();
+        }
+        let slot = self.slot(key);
         match &mut self.keys[slot] {
             Some((tag, recent)) if *tag == key => recent.push(run),
             entry => {
@@ -261,7 +296,7 @@ impl RunLengthPredictor {
             form,
             // The timed form keeps its own table.
             entries: vec![None; if matches!(form, TableForm::Timed { .. }) { 0 } else { entries }],
-            slots: HashMap::with_capacity(entries),
+            slots: HashMap::with_capacity(if matches!(form, TableForm::FullyAssociative { .. }) { entries } else { 0 }),
             clock: 0,
             recent: [0; GLOBAL_HISTORY],
             recent_len: 0,
@@ -545,6 +580,34 @@ mod tests {
         assert_ne!(read(3, 4096).timed_key(), read(3, 9000).timed_key());
         assert_eq!(p.predict_call(&read(8, 5000)).run, 50);
         assert_eq!(TableForm::TIMED.label(), "time1500");
+    }
+
+    #[test]
+    fn the_timed_table_grows_with_its_keys_and_evicts_only_at_full_size() {
+        let mut p = RunLengthPredictor::new(TableForm::Timed { entries: 100 }).unwrap();
+        let timed = |p: &RunLengthPredictor| p.timed.as_ref().unwrap().keys.len();
+        assert_eq!(timed(&p), 0, "no table before the first observation");
+        p.observe(7, 70);
+        assert_eq!(timed(&p), TIMED_FIRST_SLOTS);
+        // 7 + 16 collides at 16 slots: the table grows rather than forget key 7.
+        p.observe(7 + 16, 230);
+        assert_eq!(timed(&p), 32);
+        assert_eq!((p.predict(7).run, p.predict(23).run), (70, 230));
+        // Forty keys fit without loss (the table stops at its 100 entries).
+        for key in 100..140 {
+            p.observe(key, key);
+        }
+        assert!(timed(&p) <= 100);
+        for key in 100..140 {
+            assert_eq!(p.predict(key), Prediction { run: key, source: Source::Local }, "key {key}");
+        }
+        // At full size a colliding key takes the slot, as in a direct-mapped table.
+        let mut full = RunLengthPredictor::new(TableForm::Timed { entries: 16 }).unwrap();
+        full.observe(1, 10);
+        full.observe(17, 170);
+        assert_eq!(full.timed.as_ref().unwrap().keys.len(), 16);
+        assert_eq!(full.predict(17).source, Source::Local);
+        assert_ne!(full.predict(1).source, Source::Local);
     }
 
     #[test]
