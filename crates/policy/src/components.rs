@@ -23,9 +23,13 @@
 //! a machine where that costs more than the added core gives, splitting a saturated pipeline
 //! makes it slower while every core still looks saturated; a core slowed or consolidated
 //! because time spent waiting on a neighbour looked idle may no longer keep up. So every
-//! reconfiguration is a **trial**: if, over the next `patience` windows, the pipeline cannot
-//! keep up and gets less work done than before ([`ControllerConfig::revert_loss`]), the
-//! controller undoes it and does not try that layout again for a while
+//! reconfiguration is a **trial**, judged over the next `patience` windows while the pipeline
+//! still cannot keep up. A change that adds capacity (more cores, or faster ones) must pay:
+//! it is undone unless the pipeline then gets at least [`ControllerConfig::min_gain`] more
+//! work done, since a tie leaves it paying for cross-core traffic and a core for nothing. A
+//! change that takes capacity away is undone if the pipeline gets more than
+//! [`ControllerConfig::revert_loss`] less done than before the first of a run of such changes,
+//! so that small losses do not add up. An undone layout is not tried again for a while
 //! ([`ControllerConfig::retry_after`] windows, doubling each time). A pipeline that keeps up
 //! afterwards keeps the change: less work done is then the offered load's doing.
 //!
@@ -255,9 +259,13 @@ pub struct ControllerConfig {
     /// Windows a new plan must repeat before it is acted on (default 2): no flapping on one
     /// noisy sample. Also the windows a trial reconfiguration is judged over.
     pub patience: u32,
-    /// A reconfiguration is undone if the pipeline cannot keep up afterwards and gets this
-    /// fraction less work done than before it (default 0.05).
+    /// A reconfiguration that takes capacity away is undone if the pipeline cannot keep up
+    /// afterwards and gets this fraction less work done than before (default 0.05).
     pub revert_loss: f64,
+    /// A reconfiguration that adds capacity is undone if the pipeline cannot keep up
+    /// afterwards and gets less than this fraction more work done (default 0.05): a split that
+    /// truly relieves a saturated core gains far more, and a tie only adds cross-core traffic.
+    pub min_gain: f64,
     /// Windows an undone layout is not tried again (default 32; doubles each time it is
     /// undone again).
     pub retry_after: u32,
@@ -273,6 +281,7 @@ impl Default for ControllerConfig {
             speed_steps: (1..=8).map(|i| f64::from(i) / 8.0).collect(),
             patience: 2,
             revert_loss: 0.05,
+            min_gain: 0.05,
             retry_after: 32,
         }
     }
@@ -303,6 +312,8 @@ impl ControllerConfig {
         check("speed_steps", first, steps_ok, "non-empty, ascending, each in (0, 1]")?;
         let r = self.revert_loss;
         check("revert_loss", r, (0.0..1.0).contains(&r), "0 <= r < 1")?;
+        let g = self.min_gain;
+        check("min_gain", g, (0.0..1.0).contains(&g), "0 <= g < 1")?;
         Ok(())
     }
 }
@@ -467,6 +478,9 @@ pub struct Controller {
     rejected: Vec<Rejected>,
     /// Windows observed so far.
     windows: u64,
+    /// The work rate before the first of the capacity-reducing changes kept since the pipeline
+    /// last kept up or gained capacity: what the next such change is judged against.
+    rate_before_reductions: Option<f64>,
 }
 
 /// A reconfiguration under judgement.
@@ -476,6 +490,8 @@ struct Trial {
     after: Layout,
     /// Work rate (messages per ms, all components) before the change.
     rate_before: f64,
+    /// Whether the change gives the pipeline more CPU capacity than it had.
+    adds_capacity: bool,
     windows: u32,
     rate_sum: f64,
     /// Whether the pipeline still could not keep up in every window since.
@@ -506,7 +522,15 @@ impl Controller {
         if let Some(&cpu) = allowed.iter().find(|c| c.0 >= machine.cpus().len()) {
             return Err(ControllerError::UnknownCpu { cpu, cpus: machine.cpus().len() });
         }
-        Ok(Controller { cfg, allowed, pending: None, trial: None, rejected: Vec::new(), windows: 0 })
+        Ok(Controller {
+            cfg,
+            allowed,
+            pending: None,
+            trial: None,
+            rejected: Vec::new(),
+            windows: 0,
+            rate_before_reductions: None,
+        })
     }
 
     /// The settings in force.
@@ -533,6 +557,9 @@ impl Controller {
         self.windows += 1;
         let rate = work_rate(obs);
         let starved = demands(&self.cfg, machine, layout, obs).iter().any(|&(_, starved)| starved);
+        if !starved {
+            self.rate_before_reductions = None;
+        }
         if let Some(undo) = self.judge_trial(layout, rate, starved) {
             return Ok(undo);
         }
@@ -555,6 +582,7 @@ impl Controller {
         // Every change is judged, not only splits made under overload: a core slowed or
         // consolidated because it looked under-used can leave the pipeline unable to keep up.
         self.trial = Some(Trial {
+            adds_capacity: capacity(&next) > capacity(layout) + 1e-9,
             before: layout.clone(),
             after: next.clone(),
             rate_before: rate_sum / f64::from(seen),
@@ -582,7 +610,19 @@ impl Controller {
         }
         let trial = self.trial.take()?;
         let rate_after = trial.rate_sum / f64::from(trial.windows);
-        if !(trial.still_starved && rate_after < trial.rate_before * (1.0 - self.cfg.revert_loss)) {
+        let keep = if !trial.still_starved {
+            true
+        } else if trial.adds_capacity {
+            rate_after >= trial.rate_before * (1.0 + self.cfg.min_gain)
+        } else {
+            let reference = self.rate_before_reductions.unwrap_or(0.0).max(trial.rate_before);
+            rate_after >= reference * (1.0 - self.cfg.revert_loss)
+        };
+        if keep {
+            self.rate_before_reductions = match (trial.still_starved, trial.adds_capacity) {
+                (true, false) => Some(self.rate_before_reductions.unwrap_or(trial.rate_before)),
+                _ => None,
+            };
             return None;
         }
         let backoff = match self.rejected.iter().position(|r| r.layout == trial.after) {
@@ -603,6 +643,12 @@ impl Controller {
     fn is_rejected(&self, layout: &Layout) -> bool {
         self.rejected.iter().any(|r| r.layout == *layout && r.until_window > self.windows)
     }
+}
+
+/// The CPU capacity a layout gives its components: the speeds of the CPUs it uses, in full-speed
+/// CPUs.
+fn capacity(layout: &Layout) -> f64 {
+    layout.cpus_in_use().iter().map(|c| layout.speed.get(c.0).copied().unwrap_or(1.0)).sum()
 }
 
 /// Messages finished per ms over all components: the pipeline's work rate in a window.
@@ -714,6 +760,45 @@ mod tests {
             let actions = ctl.observe(&m, &slow, &lighter).unwrap();
             assert_ne!(slow.apply(&actions), spread, "undone: {actions:?}");
         }
+    }
+
+    #[test]
+    fn a_split_that_gains_nothing_is_undone() {
+        let m = machine(4, false);
+        let one = Layout::all_on(&m, 3, CpuId(0));
+        let mut ctl = Controller::new(ControllerConfig::default(), &m, all(4)).unwrap();
+        let split = act(&mut ctl, &m, &one, &saturated(1000)).expect("splits the saturated core");
+        // Still saturated and 1 % more work: a core and cross-core traffic for nothing.
+        assert_eq!(act(&mut ctl, &m, &split, &saturated(1010)), Some(one));
+    }
+
+    /// Judges a trial of `adds_capacity` from `rate_before` to `rate_after`, still saturated;
+    /// whether it was kept.
+    fn judged(ctl: &mut Controller, m: &Machine, adds_capacity: bool, rate_before: f64, rate_after: f64) -> bool {
+        let before = Layout::all_on(m, 3, CpuId(0));
+        let after = Layout { speed: vec![0.5; 4], ..before.clone() };
+        ctl.trial = Some(Trial {
+            before,
+            after: after.clone(),
+            rate_before,
+            adds_capacity,
+            windows: 0,
+            rate_sum: 0.0,
+            still_starved: true,
+        });
+        (0..ctl.cfg.patience).all(|_| ctl.judge_trial(&after, rate_after, true).is_none())
+    }
+
+    #[test]
+    fn small_losses_from_taking_capacity_away_do_not_add_up() {
+        let m = machine(4, false);
+        let mut ctl = Controller::new(ControllerConfig::default(), &m, all(4)).unwrap();
+        assert!(judged(&mut ctl, &m, false, 1000.0, 970.0), "3 % less: kept");
+        assert!(judged(&mut ctl, &m, false, 970.0, 960.0), "4 % below where the reductions began");
+        assert!(!judged(&mut ctl, &m, false, 960.0, 930.0), "7 % below it: undone");
+        // Once the pipeline gained capacity, reductions are judged from there again.
+        assert!(judged(&mut ctl, &m, true, 930.0, 1000.0));
+        assert!(judged(&mut ctl, &m, false, 1000.0, 960.0));
     }
 
     fn all(n: usize) -> Vec<CpuId> {
