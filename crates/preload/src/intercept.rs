@@ -202,6 +202,9 @@ fn start_up() -> bool {
     };
     let tracing = config.trace_file.is_some() && trace::start();
     TIMING.store(policy.learns() || config.stats_file.is_some() || tracing, SeqCst);
+    if config.stats_file.is_some() {
+        stats::enable();
+    }
     SPIN_NS.store(config.spin_ns, SeqCst);
     STALL_TIMEOUT_NS.store(config.stall_timeout_ns, SeqCst);
     LANE_COUNT.store(config.service_cpus.len(), SeqCst);
@@ -354,7 +357,8 @@ pub(crate) fn dispatch(
         let start = sys::now_ns();
         let (outcome, slept_after) = LANES[ticket % lanes].call_spun(request, start, ticket / lanes, waiting);
         // Read first: the counters' locked adds below wait for the slot's line to come back.
-        let waited = sys::now_ns().saturating_sub(start);
+        let end = sys::now_ns();
+        let waited = end.saturating_sub(start);
         // The caller's polling cost: the whole wait if it never slept.
         stats::add(&stats::SPUN_NS, slept_after.unwrap_or(waited));
         match outcome {
@@ -368,12 +372,7 @@ pub(crate) fn dispatch(
                 stats::add(&counters.service_ns, reply.run_ns);
                 stats::add(&counters.wait_ns, waited);
                 stats::record_handoff(kind, waited.saturating_sub(reply.run_ns));
-                POLICY.observe(
-                    &call,
-                    CallCost::moved(reply.run_ns, waited),
-                    sys::now_ns(),
-                    count_done(thread),
-                );
+                POLICY.observe(&call, CallCost::moved(reply.run_ns, waited), end, || count_done(thread));
                 if trace::on() {
                     trace::record(kind, fd, call.size, call.site, reply.run_ns);
                 }
@@ -423,7 +422,7 @@ fn run_local(thread: &Thread, counters: &stats::Counters, call: &Desc, local: im
     let run_ns = end.saturating_sub(start);
     stats::add(&counters.local_ns, run_ns);
     stats::bump(&counters.local_timed);
-    POLICY.observe(call, CallCost::local(run_ns), end, count_done(thread));
+    POLICY.observe(call, CallCost::local(run_ns), end, || count_done(thread));
     if trace::on() {
         trace::record(call.kind, call.fd, call.size, call.site, run_ns);
     }
