@@ -76,7 +76,18 @@ fn finish(mut command: Command, what: &str) -> Output {
 
 /// Runs `argv` plainly and with offload of every call, each in its own fresh directory.
 fn pair(argv: &[&str], env: &[(&str, &str)]) -> (Output, Output) {
+    let (plain, offload, _) = run_pair(argv, env, false);
+    (plain, offload)
+}
+
+/// [`pair`], and the offload run's `--stats-json` summary.
+fn pair_with_summary(argv: &[&str]) -> (Output, Output, serde_json::Value) {
+    run_pair(argv, &[], true)
+}
+
+fn run_pair(argv: &[&str], env: &[(&str, &str)], stats: bool) -> (Output, Output, serde_json::Value) {
     let root = tempfile::tempdir().expect("tempdir");
+    let json = root.path().join("summary.json");
     let mut outputs = Vec::new();
     for offload in [false, true] {
         let dir = root.path().join(if offload { "offload" } else { "plain" });
@@ -85,12 +96,17 @@ fn pair(argv: &[&str], env: &[(&str, &str)]) -> (Output, Output) {
         command.arg("run");
         if offload {
             command.args(["--offload", "--policy", "always"]);
+            if stats {
+                command.arg("--stats-json").arg(&json);
+            }
         }
         command.arg("--").args(argv).envs(env.iter().copied()).current_dir(&dir);
         outputs.push(finish(command, &format!("{argv:?} (offload: {offload})")));
     }
+    let summary = std::fs::read_to_string(&json)
+        .map_or(serde_json::Value::Null, |s| serde_json::from_str(&s).expect("summary JSON"));
     let offload = outputs.pop().unwrap();
-    (outputs.pop().unwrap(), offload)
+    (outputs.pop().unwrap(), offload, summary)
 }
 
 fn assert_same(argv: &[&str], plain: &Output, offload: &Output) {
@@ -166,6 +182,50 @@ fn thread_bound_calls_answer_for_the_calling_thread() {
     assert!(!out.contains("another file") && out.contains("thread-self fd: warm.txt"), "{out}");
     assert!(out.contains("O_PATH|O_CREAT|O_EXCL /proc/thread-self: this thread"), "{out}");
     assert!(out.contains("signalfd: signal 10"), "{out}");
+}
+
+/// A child sharing its parent's memory (vfork, clone with CLONE_VM, a raw clone through
+/// `syscall`) runs its intercepted calls itself, on its own descriptors and directory: none
+/// reaches the parent's service thread, and the parent's calls still go across after it,
+/// also when the child came before the library had started (`cold`).
+#[test]
+fn a_child_sharing_the_parents_memory_runs_its_calls_itself() {
+    if !have_cc() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("shared_vm", dir.path());
+    for how in ["vfork", "clone", "syscall"] {
+        for start in ["warm", "cold"] {
+            let argv = [exe.to_str().unwrap(), how, start];
+            let (plain, offload, summary) = pair_with_summary(&argv);
+            assert_same(&argv, &plain, &offload);
+            let out = text(&offload.stdout);
+            if out.contains("not on this architecture") {
+                continue;
+            }
+            for line in [
+                "child ok",
+                "parent cwd: its own",
+                "parent fd 100: not open",
+                "parent descriptors: +0",
+                "parent kept descriptor: outer",
+                "parent open: outer",
+            ] {
+                assert!(out.contains(line), "{how} {start}: missing {line:?}:\n{out}");
+            }
+            let total = |field: &str| {
+                summary["calls"]
+                    .as_object()
+                    .map_or(0, |c| c.values().map(|v| v[field].as_u64().unwrap_or(0)).sum())
+            };
+            // The child's eight intercepted calls ran where it made them; the parent's (two
+            // before the child unless cold, three after) went across.
+            assert_eq!(total("busy"), 8, "{how} {start}: the child's calls: {summary}");
+            let parents = if start == "cold" { 3 } else { 5 };
+            assert_eq!(total("offloaded") + total("withdrawn"), parents, "{how} {start}: {summary}");
+        }
+    }
 }
 
 #[test]

@@ -164,6 +164,12 @@ impl Policy {
     pub fn learns(&self) -> bool {
         self.inner.learns()
     }
+
+    /// Whether `observe` changes anything: a policy that neither learns nor counts epochs
+    /// (`never`, `always`, `size`, a static profile) ignores what it is shown.
+    fn observes(&self) -> bool {
+        self.inner.learns() || self.inner.wants_epochs()
+    }
 }
 
 /// The process-wide policy behind a lock, with the stateless ones readable without it.
@@ -173,6 +179,8 @@ pub struct Shared {
     stateless: AtomicU64,
     /// An adaptive policy's arm keeps every call local now: decide without the lock.
     adaptive_stays: AtomicBool,
+    /// `Policy::observes` of the installed policy: otherwise an observation takes no lock.
+    observes: AtomicBool,
     policy: UnsafeCell<Option<Policy>>,
 }
 
@@ -187,6 +195,7 @@ impl Shared {
             locked: AtomicBool::new(false),
             stateless: AtomicU64::new(0),
             adaptive_stays: AtomicBool::new(false),
+            observes: AtomicBool::new(false),
             policy: UnsafeCell::new(None),
         }
     }
@@ -220,11 +229,15 @@ impl Shared {
         }
     }
 
-    /// Shows the policy a call that cost `cost` and ended at `now_ns`, `done` calls into the
-    /// process, if its lock is free (a missed observation changes no result).
-    pub fn observe(&self, call: &Desc, cost: CallCost, now_ns: u64, done: u64) {
+    /// Shows the policy a call that cost `cost` and ended at `now_ns`, `done()` calls into the
+    /// process, if its lock is free (a missed observation changes no result). Nothing, not even
+    /// `done`, is evaluated for a policy that ignores observations.
+    pub fn observe(&self, call: &Desc, cost: CallCost, now_ns: u64, done: impl FnOnce() -> u64) {
+        if !self.observes.load(Ordering::Relaxed) {
+            return;
+        }
         self.try_with(|p| {
-            p.observe(call, cost, now_ns, done);
+            p.observe(call, cost, now_ns, done());
             self.adaptive_stays.store(p.stays(), Ordering::Relaxed);
         });
     }
@@ -258,6 +271,7 @@ impl Shared {
         }
         self.stateless.store(Stateless::of(&policy.inner).encode(), Ordering::Release);
         self.adaptive_stays.store(policy.stays(), Ordering::Release);
+        self.observes.store(policy.observes(), Ordering::Release);
         // SAFETY: we hold the lock.
         unsafe { *self.policy.get() = Some(policy) };
         self.locked.store(false, Ordering::Release);
@@ -288,6 +302,7 @@ impl Shared {
             unsafe { core::mem::forget((*self.policy.get()).take()) };
             self.stateless.store(Stateless::Never.encode(), Ordering::Release);
             self.adaptive_stays.store(false, Ordering::Release);
+            self.observes.store(false, Ordering::Release);
             self.locked.store(false, Ordering::Release);
         }
     }

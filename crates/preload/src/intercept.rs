@@ -26,6 +26,27 @@ static CONFIG: OnceLock<Config> = OnceLock::new();
 static POLICY: Shared = Shared::new();
 /// The process whose service threads the lanes belong to (a vfork child differs).
 static PID: AtomicI32 = AtomicI32::new(0);
+/// Whether this build interposes every libc way to start a process behind the fork handlers'
+/// back (`children`: naked trampolines, x86-64 only). Elsewhere every offloaded call checks
+/// its pid.
+const WATCHES_CHILDREN: bool = cfg!(target_arch = "x86_64");
+/// Whether an offloaded call must first check that it is made by process [`PID`].
+///
+/// A process may run this library's code on memory the lanes' [`PID`] also uses only if it
+/// was started by `vfork`, by `clone` or `clone3` with CLONE_VM and without CLONE_THREAD
+/// (sharing our memory: its calls would reach *our* service threads and act on our
+/// descriptors and working directory), or by a fork that ran no fork handlers (`_Fork`, raw
+/// `fork`/`clone`: a copy of our memory with our pid recorded and no service thread behind its
+/// lanes, where each call would wait out the stall timeout). Every libc entry point that
+/// starts one sets this flag first ([`before_unseen_child`]), so while it is false no such
+/// process exists and the pid check, a system call, is skipped. Once set it stays set (but in
+/// a fork child, whose memory is its own); the child is created by the system call after the
+/// store, so it sees the flag (the kernel's clone orders the two). Not seen:
+/// processes started with inline-assembly system calls, or through libc's functions reached
+/// without the dynamic linker (`dlsym` on libc's own handle). glibc's `posix_spawn`, `system`
+/// and `popen` start their children with an internal clone, and the child calls only
+/// libc-internal functions until it execs, so it never reaches this library.
+static CHECK_PID: AtomicBool = AtomicBool::new(!WATCHES_CHILDREN);
 /// Whether calls run locally are timed (the policy learns, or a summary is wanted).
 static TIMING: AtomicBool = AtomicBool::new(false);
 static SPIN_NS: AtomicU64 = AtomicU64::new(config::DEFAULT_SPIN_NS);
@@ -54,6 +75,15 @@ pub(crate) fn thread_state_changes() {
     {
         service::stop();
     }
+}
+
+/// Called before a process starts that the fork handlers will not see (see [`CHECK_PID`]):
+/// `vfork`, `clone` and `_Fork`, and raw `syscall(SYS_vfork, ...)` and friends.
+pub(crate) fn before_unseen_child() {
+    // Start up here, in the parent, if not yet: a child sharing our memory that started the
+    // library would record its own pid as ours and start service threads on our thread list.
+    ready();
+    CHECK_PID.store(true, SeqCst);
 }
 
 /// A call run locally is timed, and shown to the policy, one time in this many: two clock
@@ -172,6 +202,9 @@ fn start_up() -> bool {
     };
     let tracing = config.trace_file.is_some() && trace::start();
     TIMING.store(policy.learns() || config.stats_file.is_some() || tracing, SeqCst);
+    if config.stats_file.is_some() {
+        stats::enable();
+    }
     SPIN_NS.store(config.spin_ns, SeqCst);
     STALL_TIMEOUT_NS.store(config.stall_timeout_ns, SeqCst);
     LANE_COUNT.store(config.service_cpus.len(), SeqCst);
@@ -216,6 +249,8 @@ extern "C" fn after_fork_parent() {
 extern "C" fn after_fork_child() {
     POLICY.after_fork(FORK_HAD_LOCK.load(SeqCst), true);
     PID.store(sys::getpid(), SeqCst);
+    // This copy of our memory is ours alone: no child of the parent shares it.
+    CHECK_PID.store(!WATCHES_CHILDREN, SeqCst);
     stats::reset();
     trace::after_fork_child();
     service::POLLED_NS.iter().for_each(|p| p.store(0, SeqCst));
@@ -304,7 +339,8 @@ pub(crate) fn dispatch(
                 return run_local(thread, counters, &call, local);
             }
         }
-        if sys::getpid() != PID.load(SeqCst) || !service_running() {
+        // A child sharing our memory must not reach our service threads (see CHECK_PID).
+        if (CHECK_PID.load(Relaxed) && sys::getpid() != PID.load(Relaxed)) || !service_running() {
             stats::bump(&counters.busy);
             return run_local(thread, counters, &call, local);
         }
@@ -321,7 +357,8 @@ pub(crate) fn dispatch(
         let start = sys::now_ns();
         let (outcome, slept_after) = LANES[ticket % lanes].call_spun(request, start, ticket / lanes, waiting);
         // Read first: the counters' locked adds below wait for the slot's line to come back.
-        let waited = sys::now_ns().saturating_sub(start);
+        let end = sys::now_ns();
+        let waited = end.saturating_sub(start);
         // The caller's polling cost: the whole wait if it never slept.
         stats::add(&stats::SPUN_NS, slept_after.unwrap_or(waited));
         match outcome {
@@ -335,12 +372,7 @@ pub(crate) fn dispatch(
                 stats::add(&counters.service_ns, reply.run_ns);
                 stats::add(&counters.wait_ns, waited);
                 stats::record_handoff(kind, waited.saturating_sub(reply.run_ns));
-                POLICY.observe(
-                    &call,
-                    CallCost::moved(reply.run_ns, waited),
-                    sys::now_ns(),
-                    count_done(thread),
-                );
+                POLICY.observe(&call, CallCost::moved(reply.run_ns, waited), end, || count_done(thread));
                 if trace::on() {
                     trace::record(kind, fd, call.size, call.site, reply.run_ns);
                 }
@@ -390,7 +422,7 @@ fn run_local(thread: &Thread, counters: &stats::Counters, call: &Desc, local: im
     let run_ns = end.saturating_sub(start);
     stats::add(&counters.local_ns, run_ns);
     stats::bump(&counters.local_timed);
-    POLICY.observe(call, CallCost::local(run_ns), end, count_done(thread));
+    POLICY.observe(call, CallCost::local(run_ns), end, || count_done(thread));
     if trace::on() {
         trace::record(call.kind, call.fd, call.size, call.site, run_ns);
     }

@@ -13,7 +13,7 @@ use core::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
 
 use libc::{iovec, mode_t, nfds_t, off_t, pollfd, size_t, sockaddr, socklen_t, ssize_t, timeval};
 
-use crate::intercept::{dispatch, thread_state_changes};
+use crate::intercept::{before_unseen_child, dispatch, thread_state_changes};
 use crate::lane::{Check, Request};
 use crate::memo;
 use crate::sys;
@@ -518,6 +518,19 @@ fn changes_thread_state(nr: c_long) -> bool {
     )
 }
 
+/// Whether a raw system call `nr` with first argument `a` starts a process the fork handlers
+/// do not see: one sharing our memory, or a copy of it (`intercept::CHECK_PID`). clone3's flags
+/// are in memory the kernel reads; any clone3 counts.
+fn starts_unseen_child(nr: c_long, a: c_long) -> bool {
+    match nr {
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_fork | libc::SYS_vfork => true,
+        libc::SYS_clone3 => true,
+        libc::SYS_clone => a & libc::CLONE_THREAD as c_long == 0,
+        _ => false,
+    }
+}
+
 entry_points! {
     fn [syscall](nr: c_long, a: c_long, b: c_long, c: c_long, d: c_long, e: c_long, f: c_long) -> c_long
         as unsafe extern "C" fn(c_long, ...) -> c_long
@@ -525,8 +538,19 @@ entry_points! {
             if changes_thread_state(nr) {
                 thread_state_changes();
             }
+            if starts_unseen_child(nr, a) {
+                before_unseen_child();
+            }
             real()
         }
+}
+
+// A fork that runs no fork handlers: the child's copy of our memory names our pid.
+entry_points! {
+    fn [_Fork]() -> libc::pid_t as unsafe extern "C" fn() -> libc::pid_t => |real| {
+        before_unseen_child();
+        real()
+    }
 }
 
 entry_points! {

@@ -50,7 +50,10 @@
 //!   (`intercept::thread_state_changes`).
 //! - **fork**: a `pthread_atfork` child handler forgets the parent's service threads, slots and
 //!   counters; the child starts its own service threads at its first offloaded call. A `vfork`
-//!   child (sharing our memory) is recognised by its pid and runs everything locally.
+//!   child, or any other child sharing our memory, is recognised by its pid and runs
+//!   everything locally. The pid check is a system call, so it is made only once the process
+//!   may have such a child: the library interposes `vfork`, `clone`, `_Fork` and the raw
+//!   `syscall` forms, and notes each before the child exists (`intercept::CHECK_PID`).
 //! - **Stalls**: a request not claimed within `COREHOP_STALL_TIMEOUT_NS` is withdrawn and run
 //!   by the caller; a claimed request is always waited for, so no call runs twice.
 //!
@@ -59,7 +62,9 @@
 //! Calls glibc makes internally (stdio's `fread`/`fwrite`, `fopen`) use libc-private entry
 //! points and are not seen. A thread that changes its own credentials, filters or namespaces
 //! with inline-assembly system calls (not through libc's `syscall`, `prctl` or wrappers) is not
-//! seen either: its offloaded calls would run with the service thread's state. The program
+//! seen either: its offloaded calls would run with the service thread's state. Nor is a child
+//! sharing our memory that a program starts with an inline-assembly `clone` or `vfork` and
+//! that then calls libc: its offloaded calls would run in the parent. The program
 //! has one more thread per service CPU; it does not keep the process alive (an idle service
 //! thread ends a process whose program threads have all left, with the main thread's status,
 //! running `atexit` handlers as glibc does after a last `pthread_exit`, also when the last
@@ -76,6 +81,8 @@
 #[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
 compile_error!("corehop-preload supports Linux on x86-64 and aarch64 only");
 
+#[cfg(all(target_arch = "x86_64", not(any(test, loom))))]
+mod children;
 pub mod config;
 pub mod decide;
 #[cfg(not(loom))]

@@ -6,8 +6,8 @@
 //! to stderr when that is `-` (for use without `corehop run`). Its format, shared with
 //! `corehop run`, is `corehop_sys::wire`.
 
-use core::sync::atomic::AtomicU64;
 use core::sync::atomic::Ordering::Relaxed;
+use core::sync::atomic::{AtomicBool, AtomicU64};
 
 use corehop_policy::offload::{CallKind, NAMED_KINDS};
 use corehop_sys::wire;
@@ -68,6 +68,10 @@ static COUNTERS: [Counters; NAMED_KINDS.len() + 1] = [const { Counters::new() };
 static HANDOFF: [[AtomicU64; wire::HIST_BUCKETS]; NAMED_KINDS.len() + 1] =
     [const { [const { AtomicU64::new(0) }; wire::HIST_BUCKETS] }; NAMED_KINDS.len() + 1];
 
+/// Whether anyone reads the counters (a summary was asked for): each count is a locked add on
+/// a line all the program's threads share, which nobody needs otherwise.
+static COUNTING: AtomicBool = AtomicBool::new(false);
+
 /// Time callers spent spinning for their answers (the caller side's polling cost), in ns.
 pub static SPUN_NS: AtomicU64 = AtomicU64::new(0);
 
@@ -80,19 +84,28 @@ pub fn of(kind: CallKind) -> &'static Counters {
     &COUNTERS[slot(kind)]
 }
 
+/// Counts from now on (at start-up, when a summary will be written).
+pub fn enable() {
+    COUNTING.store(true, Relaxed);
+}
+
 /// An offloaded call of `kind` kept its caller waiting `ns` beyond its own run.
 pub fn record_handoff(kind: CallKind, ns: u64) {
-    HANDOFF[slot(kind)][wire::bucket_of(ns)].fetch_add(1, Relaxed);
+    if COUNTING.load(Relaxed) {
+        HANDOFF[slot(kind)][wire::bucket_of(ns)].fetch_add(1, Relaxed);
+    }
 }
 
 /// Adds one to a counter.
 pub fn bump(counter: &AtomicU64) {
-    counter.fetch_add(1, Relaxed);
+    add(counter, 1);
 }
 
 /// Adds `n` to a counter.
 pub fn add(counter: &AtomicU64, n: u64) {
-    counter.fetch_add(n, Relaxed);
+    if COUNTING.load(Relaxed) {
+        counter.fetch_add(n, Relaxed);
+    }
 }
 
 /// Zeroes everything (in a child after fork: its summary covers only its own calls).
@@ -193,6 +206,7 @@ mod tests {
 
     #[test]
     fn the_summary_line_is_what_corehop_run_parses() {
+        enable();
         bump(&of(CallKind::Statx).seen);
         add(&of(CallKind::Statx).wait_ns, 9);
         record_handoff(CallKind::Statx, 700);
