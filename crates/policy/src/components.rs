@@ -774,7 +774,13 @@ mod tests {
 
     /// Judges a trial of `adds_capacity` from `rate_before` to `rate_after`, still saturated;
     /// whether it was kept.
-    fn judged(ctl: &mut Controller, m: &Machine, adds_capacity: bool, rate_before: f64, rate_after: f64) -> bool {
+    fn judged(
+        ctl: &mut Controller,
+        m: &Machine,
+        adds_capacity: bool,
+        rate_before: f64,
+        rate_after: f64,
+    ) -> bool {
         let before = Layout::all_on(m, 3, CpuId(0));
         let after = Layout { speed: vec![0.5; 4], ..before.clone() };
         ctl.trial = Some(Trial {

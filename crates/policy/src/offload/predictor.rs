@@ -296,7 +296,11 @@ impl RunLengthPredictor {
             form,
             // The timed form keeps its own table.
             entries: vec![None; if matches!(form, TableForm::Timed { .. }) { 0 } else { entries }],
-            slots: HashMap::with_capacity(if matches!(form, TableForm::FullyAssociative { .. }) { entries } else { 0 }),
+            slots: HashMap::with_capacity(if matches!(form, TableForm::FullyAssociative { .. }) {
+                entries
+            } else {
+                0
+            }),
             clock: 0,
             recent: [0; GLOBAL_HISTORY],
             recent_len: 0,
