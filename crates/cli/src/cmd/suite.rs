@@ -34,8 +34,10 @@ use corehop_bench::report::{fmt_ns, OutputArgs, Stats, Table};
 /// --quick runs 2 repetitions. --plot draws the ratio per program as bars.
 ///
 /// --json prints `{policy, reps, results: [{program, plain: {min, median, max}, offload: {min,
-/// median, max}, ratio, same_output, settled}], skipped: [{program, reason}]}` (times in ns;
-/// `settled` maps each arm an adaptive policy settled on to its number of processes).
+/// median, max}, ratio, same_output, settled}], skipped: [{program, reason}], load: {median_ns,
+/// min_ns} | null}` (times in ns; `settled` maps each arm an adaptive policy settled on to its
+/// number of processes; `load` is what loading the library adds to one process, from
+/// `/bin/true` spawned plain and under the library, alternating).
 #[derive(clap::Args, Clone)]
 pub struct Args {
     /// Programs to run (comma-separated): sqlite3, tar-czf, tar-xzf, cp-r, find-grep, git,
@@ -149,6 +151,44 @@ struct Report {
     reps: u32,
     results: Vec<Result>,
     skipped: Vec<Skipped>,
+    /// What loading the library adds to one process's start and exit, measured in this run.
+    load: Option<Load>,
+}
+
+/// The library's per-process floor: `/bin/true` started plain and under the library,
+/// alternating, [`LOAD_SPAWNS`] times each.
+#[derive(Serialize)]
+struct Load {
+    /// Median of the library's spawns minus median of the plain ones, ns.
+    median_ns: f64,
+    /// Fastest minus fastest, ns.
+    min_ns: f64,
+}
+
+/// Spawns per side of the load floor.
+const LOAD_SPAWNS: usize = 60;
+
+/// Times `/bin/true` plain and under `offload`, alternating: the cost of loading the library
+/// that every process a program starts pays, whatever the policy decides.
+fn load_floor(offload: &Offload) -> anyhow::Result<Option<Load>> {
+    let program = Path::new("/bin/true");
+    if !program.is_file() {
+        return Ok(None);
+    }
+    let mut times: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for rep in 0..2 * LOAD_SPAWNS {
+        let with_library = rep % 2 == 1;
+        let launch = Launch {
+            command: vec![program.into()],
+            cpus: None,
+            offload: with_library.then(|| offload.clone()),
+            capture: true,
+        };
+        times[usize::from(with_library)].push(launch.run().context("timing /bin/true")?.wall_ns as f64);
+    }
+    let plain = Stats::of(&times[0]).context("no plain spawn")?;
+    let loaded = Stats::of(&times[1]).context("no spawn under the library")?;
+    Ok(Some(Load { median_ns: loaded.median - plain.median, min_ns: loaded.min - plain.min }))
 }
 
 fn installed(program: &str) -> bool {
@@ -206,7 +246,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let tmp = tempfile::Builder::new().prefix("corehop-suite-").tempdir()?;
     let dir = tmp.path();
     prepare(dir)?;
-    let mut report = Report { policy: policy.clone(), reps, results: Vec::new(), skipped: Vec::new() };
+    let mut report =
+        Report { policy: policy.clone(), reps, results: Vec::new(), skipped: Vec::new(), load: None };
     let runnable: Vec<&Program> = chosen
         .into_iter()
         .filter(|p| match p.needs.iter().find(|n| !installed(n)) {
@@ -219,21 +260,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             None => true,
         })
         .collect();
+    // What `corehop run --offload` does by default for this policy.
+    let offload = Offload {
+        library,
+        service_cpus: vec![service],
+        policy: policy.clone(),
+        stall_timeout_ns: super::run::DEFAULT_STALL_TIMEOUT_US * 1_000,
+        spin_ns: super::run::DEFAULT_SPIN_US * 1_000,
+        stats_file: None,
+        trace_file: None,
+    };
     let bar = corehop_bench::report::progress(runnable.len() as u64 * u64::from(reps) * 2, "runs");
     for program in runnable {
         let script = format!("cd '{}' && {}", dir.display(), program.script);
         let command: Vec<OsString> = vec!["sh".into(), "-c".into(), script.into()];
-        // The offloaded side is what `corehop run --offload` does by default for this policy.
         let cpus = args.policy.program_cpus(&allowed, &[service]);
-        let offload = Offload {
-            library: library.clone(),
-            service_cpus: vec![service],
-            policy: policy.clone(),
-            stall_timeout_ns: super::run::DEFAULT_STALL_TIMEOUT_US * 1_000,
-            spin_ns: super::run::DEFAULT_SPIN_US * 1_000,
-            stats_file: None,
-            trace_file: None,
-        };
         let mut times: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
         let mut first = None;
         let mut same = true;
@@ -295,6 +336,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             settled,
         });
     }
+    report.load = load_floor(&offload)?;
     bar.finish_and_clear();
     print(&report, &args.output, service)?;
     if report.results.iter().any(|r| !r.same_output) {
@@ -337,6 +379,14 @@ fn print(report: &Report, output: &OutputArgs, service: usize) -> anyhow::Result
              run's (each program prints a checksum of the files it wrote); settled on = the arms the adaptive \
              policy's processes ended in"
         ));
+        if let Some(load) = &report.load {
+            table.note(format!(
+                "loading the library adds {} to each process a program starts (median; {} fastest against \
+                 fastest; /bin/true, {LOAD_SPAWNS} alternating spawns a side, this run), whatever the policy decides",
+                fmt_ns(load.median_ns),
+                fmt_ns(load.min_ns)
+            ));
+        }
         for s in &report.skipped {
             table.note(format!("skipped {}: {}", s.program, s.reason));
         }

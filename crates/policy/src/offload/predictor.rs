@@ -121,46 +121,50 @@ struct Entry {
 /// How many recent runs of a key (or a call kind) the timed form keeps.
 const HISTORY: usize = 9;
 
+/// Words of a [`Recent`]: the runs in arrival order (a ring), the same runs sorted, how many
+/// there are, and the ring's next slot.
+const RECENT_WORDS: usize = 2 * HISTORY + 2;
+const SORTED: usize = HISTORY;
+const LEN: usize = 2 * HISTORY;
+const NEXT: usize = 2 * HISTORY + 1;
+
 /// The last [`HISTORY`] runs of something, each saturated to 32 bits (4.3 s in ns) to keep
-/// the table small.
+/// the table small. A push takes the oldest run out of the sorted copy and puts the new one in
+/// by shifting, so a prediction (asked several times a call) is a load and a push costs no
+/// sort. Plain words, all zero when empty, so that a table of them can come from zeroed
+/// memory (see [`Timed`]).
 #[derive(Clone, Copy, Debug, Default)]
-struct Recent {
-    /// The runs in arrival order (a ring), and the same runs sorted: a push takes the oldest
-    /// out of `sorted` and puts the new one in by shifting, so a prediction (asked several
-    /// times a call) is a load and a push costs no sort.
-    runs: [u32; HISTORY],
-    sorted: [u32; HISTORY],
-    len: u8,
-    next: u8,
-}
+struct Recent([u32; RECENT_WORDS]);
 
 impl Recent {
     fn push(&mut self, run: u64) {
+        let w = &mut self.0;
         let run = u32::try_from(run).unwrap_or(u32::MAX);
-        let len = usize::from(self.len);
-        let next = usize::from(self.next);
+        let len = w[LEN] as usize;
+        let next = w[NEXT] as usize;
+        let sorted = SORTED..SORTED + HISTORY;
         let mut end = len;
         if len == HISTORY {
             // Take the oldest run out of the sorted copy (plain loops: nine words do not
             // pay for a call to memmove).
-            let oldest = self.runs[next];
-            let mut at = self.sorted.iter().position(|&r| r == oldest).unwrap_or(HISTORY - 1);
+            let oldest = w[next];
+            let mut at = w[sorted.clone()].iter().position(|&r| r == oldest).unwrap_or(HISTORY - 1);
             while at + 1 < HISTORY {
-                self.sorted[at] = self.sorted[at + 1];
+                w[SORTED + at] = w[SORTED + at + 1];
                 at += 1;
             }
             end = HISTORY - 1;
         }
         // Insertion: shift the larger runs up one.
         let mut at = end;
-        while at > 0 && self.sorted[at - 1] > run {
-            self.sorted[at] = self.sorted[at - 1];
+        while at > 0 && w[SORTED + at - 1] > run {
+            w[SORTED + at] = w[SORTED + at - 1];
             at -= 1;
         }
-        self.sorted[at] = run;
-        self.runs[next] = run;
-        self.next = ((next + 1) % HISTORY) as u8;
-        self.len = (end + 1) as u8;
+        w[SORTED + at] = run;
+        w[next] = run;
+        w[NEXT] = ((next + 1) % HISTORY) as u32;
+        w[LEN] = (end + 1) as u32;
     }
 
     /// The lower tercile: the run a call of this key typically needs. Run lengths in time are
@@ -168,33 +172,43 @@ impl Recent {
     /// shortens one) and those spikes do not repeat with the key, so a low quantile predicts
     /// better than the median or the mean (docs/performance.md, "run-length predictor").
     fn typical(&self) -> Option<u64> {
-        let len = usize::from(self.len);
-        (len > 0).then(|| u64::from(self.sorted[(len - 1) / 3]))
+        Self::typical_of(&self.0)
+    }
+
+    fn typical_of(words: &[u32; RECENT_WORDS]) -> Option<u64> {
+        let len = words[LEN] as usize;
+        (len > 0).then(|| u64::from(words[SORTED + (len - 1) / 3]))
     }
 }
 
 /// The state of the timed form: per key (tagged, direct mapped) and per call kind.
 #[derive(Clone, Debug)]
 struct Timed {
-    /// Direct mapped by `key % keys.len()`, and grown (doubling, up to `entries`) instead of
-    /// evicting a key: a process pays in page faults for the keys it has, not for the table
-    /// it may need (1500 entries of 96 bytes fault in 36 pages, about 70 µs here, which a
-    /// shell pipeline's short processes paid each). Empty until the first observation.
-    keys: Vec<Option<(u64, Recent)>>,
-    entries: usize,
+    /// Slot `key % entries`: the key's tag (0: empty) and its [`Recent`] words. All zeros
+    /// when empty, so `vec!` takes the table from zeroed memory that the OS maps on first
+    /// touch: a process pays in page faults for the slots its keys use, not for the table
+    /// (1500 slots of 88 bytes written at start-up faulted in 33 pages, about 70 µs here, which
+    /// each of a shell pipeline's short processes paid), and nothing is allocated after
+    /// start-up (the preload library runs this inside interposed calls).
+    keys: Vec<(u64, [u32; RECENT_WORDS])>,
     kinds: Vec<Recent>,
 }
 
-/// The timed table's first size.
-const TIMED_FIRST_SLOTS: usize = 16;
-
 impl Timed {
     fn new(entries: usize) -> Timed {
-        Timed { keys: Vec::new(), entries, kinds: vec![Recent::default(); NAMED_KINDS.len() + 1] }
+        Timed {
+            keys: vec![(0, [0; RECENT_WORDS]); entries],
+            kinds: vec![Recent::default(); NAMED_KINDS.len() + 1],
+        }
     }
 
     fn key_of(call: &CallDesc) -> u64 {
         call.timed_key()
+    }
+
+    /// A key's tag: never 0, which marks an empty slot.
+    fn tag(key: u64) -> u64 {
+        key.wrapping_add(1).max(1)
     }
 
     fn kind_slot(kind: CallKind) -> usize {
@@ -206,13 +220,10 @@ impl Timed {
     }
 
     fn predict(&self, key: u64, kind: Option<CallKind>) -> Prediction {
-        if !self.keys.is_empty() {
-            if let Some((tag, recent)) = &self.keys[self.slot(key)] {
-                if *tag == key {
-                    if let Some(run) = recent.typical() {
-                        return Prediction { run, source: Source::Local };
-                    }
-                }
+        let (tag, words) = &self.keys[self.slot(key)];
+        if *tag == Self::tag(key) {
+            if let Some(run) = Recent::typical_of(words) {
+                return Prediction { run, source: Source::Local };
             }
         }
         match kind.and_then(|k| self.kinds[Self::kind_slot(k)].typical()) {
@@ -221,44 +232,17 @@ impl Timed {
         }
     }
 
-    /// Doubles the table (at most to `entries`) until its keys no longer collide, or it is
-    /// full size: then a later key takes an earlier one's slot, as in a direct-mapped table.
-    fn grow(&mut self) {
-        let old = std::mem::take(&mut self.keys);
-        let mut len = old.len();
-        loop {
-            len = (len * 2).clamp(TIMED_FIRST_SLOTS.min(self.entries), self.entries);
-            self.keys = vec![None; len];
-            let mut collided = false;
-            for (key, recent) in old.iter().flatten() {
-                let slot = self.slot(*key);
-                collided |= self.keys[slot].is_some();
-                self.keys[slot] = Some((*key, *recent));
-            }
-            if !collided || len == self.entries {
-                return;
-            }
-        }
-    }
-
     fn observe(&mut self, key: u64, kind: Option<CallKind>, run: u64) {
-        if self.keys.is_empty() {
-            self.grow();
-        }
-        while self.keys.len() < self.entries
-            && matches!(&self.keys[self.slot(key)], Some((tag, _)) if *tag != key)
-        {
-            self.grow();
-        }
+        let tag = Self::tag(key);
         let slot = self.slot(key);
-        match &mut self.keys[slot] {
-            Some((tag, recent)) if *tag == key => recent.push(run),
-            entry => {
-                let mut recent = Recent::default();
-                recent.push(run);
-                *entry = Some((key, recent));
-            }
+        let entry = &mut self.keys[slot];
+        if entry.0 != tag {
+            // A new key, or one that takes the slot of another (direct mapped).
+            *entry = (tag, [0; RECENT_WORDS]);
         }
+        let mut recent = Recent(entry.1);
+        recent.push(run);
+        entry.1 = recent.0;
         if let Some(kind) = kind {
             self.kinds[Self::kind_slot(kind)].push(run);
         }
@@ -394,7 +378,7 @@ impl RunLengthPredictor {
     /// Number of live entries.
     pub fn len(&self) -> usize {
         match &self.timed {
-            Some(timed) => timed.keys.iter().filter(|e| e.is_some()).count(),
+            Some(timed) => timed.keys.iter().filter(|(tag, _)| *tag != 0).count(),
             None => self.entries.iter().filter(|e| e.is_some()).count(),
         }
     }
@@ -587,31 +571,18 @@ mod tests {
     }
 
     #[test]
-    fn the_timed_table_grows_with_its_keys_and_evicts_only_at_full_size() {
-        let mut p = RunLengthPredictor::new(TableForm::Timed { entries: 100 }).unwrap();
-        let timed = |p: &RunLengthPredictor| p.timed.as_ref().unwrap().keys.len();
-        assert_eq!(timed(&p), 0, "no table before the first observation");
-        p.observe(7, 70);
-        assert_eq!(timed(&p), TIMED_FIRST_SLOTS);
-        // 7 + 16 collides at 16 slots: the table grows rather than forget key 7.
-        p.observe(7 + 16, 230);
-        assert_eq!(timed(&p), 32);
-        assert_eq!((p.predict(7).run, p.predict(23).run), (70, 230));
-        // Forty keys fit without loss (the table stops at its 100 entries).
-        for key in 100..140 {
-            p.observe(key, key);
-        }
-        assert!(timed(&p) <= 100);
-        for key in 100..140 {
-            assert_eq!(p.predict(key), Prediction { run: key, source: Source::Local }, "key {key}");
-        }
-        // At full size a colliding key takes the slot, as in a direct-mapped table.
-        let mut full = RunLengthPredictor::new(TableForm::Timed { entries: 16 }).unwrap();
-        full.observe(1, 10);
-        full.observe(17, 170);
-        assert_eq!(full.timed.as_ref().unwrap().keys.len(), 16);
-        assert_eq!(full.predict(17).source, Source::Local);
-        assert_ne!(full.predict(1).source, Source::Local);
+    fn the_timed_table_is_direct_mapped_with_tags() {
+        let mut p = RunLengthPredictor::new(TableForm::Timed { entries: 16 }).unwrap();
+        // Keys 0 and u64::MAX are keys like any other (a tag of 0 would mean "empty").
+        p.observe(0, 10);
+        p.observe(u64::MAX, 20);
+        assert_eq!(p.predict(0), Prediction { run: 10, source: Source::Local });
+        assert_eq!(p.predict(u64::MAX), Prediction { run: 20, source: Source::Local });
+        // 17 takes key 1's slot: key 1 is forgotten, not answered with 17's runs.
+        p.observe(1, 100);
+        p.observe(17, 1700);
+        assert_eq!(p.predict(17), Prediction { run: 1700, source: Source::Local });
+        assert_ne!(p.predict(1).source, Source::Local);
     }
 
     #[test]
