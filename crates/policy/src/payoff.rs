@@ -14,7 +14,10 @@
 //!   scores it against their mean, so slow drifts in the workload cancel out;
 //! - moves to a candidate only when it beats the incumbent by more than a margin twice in a
 //!   row (the winner of a round is tried once more before it takes over: one lucky epoch does
-//!   not move anything), and always keeps [`STAY`] among the candidates of a moving
+//!   not move anything); to a moving arm, the margin is at least the noise a trial's score
+//!   shows, estimated from how much the incumbent's own epochs differ from one another, so
+//!   that on a machine whose epochs vary by 10 % a 3 % "gain" does not move anything either
+//!   (falling back to [`STAY`] needs only the configured margin); and always keeps [`STAY`] among the candidates of a moving
 //!   incumbent (it never sits out), so it falls back when moving stops paying (phase
 //!   changes);
 //! - spends at most a fixed share of the elapsed time on the losses of its trials (the
@@ -56,7 +59,8 @@ pub const MAX_ARMS: usize = 16;
 /// How the sampler trades learning for loss.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PayoffConfig {
-    /// A candidate must beat the incumbent's rate by more than this fraction to take over.
+    /// A candidate must beat the incumbent's rate by more than this fraction to take over (or
+    /// by more than a trial's measured noise, if that is larger).
     pub margin: f64,
     /// Epochs at the incumbent before the first round (the workload's start is noisy).
     pub warmup_epochs: u32,
@@ -207,7 +211,14 @@ pub struct ArmSampler {
     rounds: u32,
     switches: u32,
     last_round: Option<RoundReport>,
+    /// The incumbent's last epoch rate (none right after a switch), and the running mean of
+    /// the relative difference between its consecutive epochs: the noise of an epoch's rate.
+    last_rate: Option<f64>,
+    epoch_noise: f64,
 }
+
+/// Weight of a new sample in the running mean of [`ArmSampler::epoch_noise`].
+const NOISE_WEIGHT: f64 = 1.0 / 8.0;
 
 impl ArmSampler {
     /// A sampler over `arms` arms (arm 0 is [`STAY`]), starting in [`STAY`].
@@ -236,6 +247,8 @@ impl ArmSampler {
             rounds: 0,
             switches: 0,
             last_round: None,
+            last_rate: None,
+            epoch_noise: 0.0,
         })
     }
 
@@ -310,10 +323,11 @@ impl ArmSampler {
             return;
         }
         self.elapsed = self.elapsed.saturating_add(duration);
+        let rate = if work.is_finite() && work >= 0.0 { work / duration as f64 } else { 0.0 };
         if !self.next_epoch().trial {
             self.last_epoch = duration;
+            self.note_noise(rate);
         }
-        let rate = if work.is_finite() && work >= 0.0 { work / duration as f64 } else { 0.0 };
         let phase = std::mem::replace(&mut self.phase, Phase::Run { left: 0 });
         self.phase = match phase {
             Phase::Run { left } if left > 1 => Phase::Run { left: left - 1 },
@@ -343,6 +357,27 @@ impl ArmSampler {
                 }
             }
         };
+    }
+
+    /// Learns from an incumbent epoch's `rate` how much such rates differ between epochs.
+    fn note_noise(&mut self, rate: f64) {
+        if let Some(last) = self.last_rate.replace(rate) {
+            let mean = (last + rate) / 2.0;
+            if mean > 0.0 {
+                self.epoch_noise += NOISE_WEIGHT * ((rate - last).abs() / mean - self.epoch_noise);
+            }
+        }
+    }
+
+    /// The margin a moving candidate's score must clear to count as a win: the configured one,
+    /// or the standard deviation of a trial's score if the incumbent's epochs show it larger. Two
+    /// epochs' rates differ on average by 1.13 σ (σ: one epoch's relative noise); a trial
+    /// lasts a `trial_divisor`-th of an epoch, so its noise is about σ √divisor, and its score
+    /// (over the mean of the two incumbent epochs around it) has σ √(divisor + ½).
+    pub fn margin(&self) -> f64 {
+        let sigma = self.epoch_noise / 1.128;
+        let trial = sigma * (f64::from(self.config.trial_divisor) + 0.5).sqrt();
+        self.config.margin.max(trial)
     }
 
     /// Begins a round after an incumbent epoch that ran at `rate`, if any candidate may be
@@ -403,8 +438,10 @@ impl ArmSampler {
     /// Ends a round whose last incumbent epoch ran at `rate`. A round's winner is tried once
     /// more (a confirmation round) before it takes over.
     fn conclude(&mut self, ratios: Vec<(usize, f64)>, confirming: Option<(usize, f64)>, rate: f64) -> Phase {
-        let margin = 1.0 + self.config.margin;
-        let best = ratios.iter().copied().filter(|&(_, r)| r > margin).max_by(|a, b| a.1.total_cmp(&b.1));
+        // Not moving needs only the configured margin: falling back must stay easy.
+        let needed = |arm: usize| 1.0 + if arm == STAY { self.config.margin } else { self.margin() };
+        let best =
+            ratios.iter().copied().filter(|&(arm, r)| r > needed(arm)).max_by(|a, b| a.1.total_cmp(&b.1));
         if let (Some((arm, ratio)), None) = (best, confirming) {
             if self.trial_fits(arm) {
                 return Phase::Round {
@@ -422,7 +459,7 @@ impl ArmSampler {
                 .iter()
                 .rev()
                 .find(|&&(a, _)| a == arm)
-                .filter(|&&(_, second)| second > margin)
+                .filter(|&&(_, second)| second > needed(arm))
                 .map(|&(_, second)| (arm, first.min(second))),
             None => best,
         };
@@ -430,7 +467,7 @@ impl ArmSampler {
             if arm == STAY || Some(arm) == best.map(|b| b.0) {
                 continue;
             }
-            if ratio < 1.0 / margin {
+            if ratio < 1.0 / (1.0 + self.config.margin) {
                 // Lost: sit out twice as long as last time.
                 self.sit_out[arm] = self.backoff[arm];
                 self.backoff[arm] = (self.backoff[arm] * 2).min(self.config.max_backoff_rounds);
@@ -443,6 +480,8 @@ impl ArmSampler {
             self.incumbent = arm;
             self.run_epochs = self.config.run_epochs;
             self.switches += 1;
+            // The new incumbent's rates are another level: its noise starts from its own.
+            self.last_rate = None;
         } else {
             self.run_epochs = (self.run_epochs * 2).min(self.config.max_run_epochs);
         }
@@ -485,6 +524,33 @@ mod tests {
         // Within the regret budget of never having tried (1 %, plus a little rounding).
         assert!(work / time as f64 >= 0.985, "rate {}", work / time as f64);
         assert!(s.regret_share() <= 0.0105, "regret {}", s.regret_share());
+    }
+
+    /// Multiplicative noise of up to ±`amplitude`, fixed by the epoch's index.
+    fn noise(epoch: usize, amplitude: f64) -> f64 {
+        let mut x = (epoch as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        x ^= x >> 29;
+        x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x ^= x >> 32;
+        1.0 + amplitude * ((x % 2001) as f64 / 1000.0 - 1.0)
+    }
+
+    #[test]
+    fn a_tie_hidden_in_noisy_epochs_moves_nothing() {
+        let mut s = sampler(2);
+        // Moving changes nothing, and epochs vary by up to ±12 %: a few trials look 2 % better
+        // by chance, but not by more than the noise the incumbent's epochs show, twice.
+        drive(&mut s, 3000, |_, i| noise(i, 0.12));
+        assert_eq!(s.incumbent(), STAY);
+        assert_eq!(s.rounds().1, 0, "switched on noise: {:?}", s.last_round());
+        assert!(s.margin() > 0.05, "margin {}", s.margin());
+    }
+
+    #[test]
+    fn a_gain_above_the_noise_still_moves() {
+        let mut s = sampler(2);
+        drive(&mut s, 1000, |arm, i| [1.0, 1.4][arm] * noise(i, 0.12));
+        assert_eq!(s.incumbent(), 1);
     }
 
     #[test]
