@@ -836,8 +836,10 @@ impl<K: Hash + Eq, T> Objects<K, T> {
     fn end_period_locked(&self, placer: &mut Placer, now: u64) -> Vec<Move> {
         let start = self.period_start.swap(now, Ordering::Relaxed);
         let elapsed_ns = now.saturating_sub(start);
-        let all = self.all.read().unwrap_or_else(|e| e.into_inner()).clone();
-        let samples: Vec<ObjectSample> = all.iter().map(|o| o.counters.take()).collect();
+        // Read under the lock, not from a clone of the list: cloning bumps every object's
+        // reference count, a locked write to a line the other CPUs' operations read.
+        let samples: Vec<ObjectSample> =
+            self.all.read().unwrap_or_else(|e| e.into_inner()).iter().map(|o| o.counters.take()).collect();
         let cores: Vec<CoreSample> = self
             .busy_ns
             .iter()
@@ -846,13 +848,15 @@ impl<K: Hash + Eq, T> Objects<K, T> {
         self.weigh_routes(&samples, elapsed_ns);
         let moves = placer.end_period(&samples, &cores);
         self.count_scheduled(placer);
-        for m in &moves {
-            all[m.object.0].route.store(
-                route::encode(m.to, m.via, self.domain_ops_at_home, |c| self.index_of(c)),
-                Ordering::Release,
-            );
+        if !moves.is_empty() {
+            let all = self.all.read().unwrap_or_else(|e| e.into_inner());
+            for m in &moves {
+                all[m.object.0].route.store(
+                    route::encode(m.to, m.via, self.domain_ops_at_home, |c| self.index_of(c)),
+                    Ordering::Release,
+                );
+            }
         }
-        drop(all);
         // The next period starts after this pass and lasts long enough to pay for it.
         let done = sys::now_ns();
         let pass_ns = done.saturating_sub(now);
