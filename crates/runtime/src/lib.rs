@@ -54,7 +54,8 @@ pub use error::{Error, JoinError};
 pub use runtime::{Builder, JoinHandle, Mechanism, Runtime, Wake, DEFAULT_STACK_SIZE, MIN_STACK_SIZE};
 pub use submit::{submit, submit_batch, Pending, PendingBatch, MAX_BLOCK_OPS};
 pub use task::{
-    current_cpu, hop, hop_any, in_task, no_hop_zone, on, spawn_on, try_current_cpu, yield_now, NoHopZone,
+    current_cpu, hop, hop_any, in_task, no_hop_zone, on, others_waiting, spawn_on, try_current_cpu,
+    yield_now, NoHopZone,
 };
 
 // Subsystems built on hops: system-call offload, O² objects, components, SMT modes.

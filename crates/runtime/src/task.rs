@@ -85,6 +85,18 @@ pub fn try_current_cpu() -> Option<CpuId> {
     context::here()
 }
 
+/// Whether other work waits to run on the calling task's CPU: a task or a delegated request
+/// queued for its worker. A task that moves a call to another CPU can weigh the move by it:
+/// while others wait, its CPU keeps working while it is away, and the move costs that CPU the
+/// hop, not the wait. False outside a task.
+pub fn others_waiting() -> bool {
+    let (Some(ctx), Some(cpu)) = (context::task(), context::here()) else { return false };
+    ctx.shared.worker_index(cpu).is_some_and(|w| {
+        let slot = &ctx.shared.workers[w];
+        slot.mailbox.has_mail() || slot.inbox.has_requests()
+    })
+}
+
 /// Moves the calling task to `cpu` and returns there, with its stack intact.
 ///
 /// Errors: [`Error::NotInTask`] outside a task, [`Error::UnknownCpu`] for a CPU without a

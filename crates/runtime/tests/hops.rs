@@ -299,3 +299,23 @@ fn on_brings_the_caller_back_to_its_own_os_thread() {
         .unwrap();
     assert!(same);
 }
+
+#[test]
+fn others_waiting_sees_work_queued_for_the_calling_tasks_cpu() {
+    assert!(!corehop_runtime::others_waiting(), "outside a task");
+    let rt = runtime(Mechanism::Handoff, Wake::Spin);
+    let cpu = rt.cpus()[0];
+    assert!(!rt.block_on(cpu, corehop_runtime::others_waiting).unwrap(), "nothing else on this CPU");
+    let seen = rt
+        .block_on(cpu, move || {
+            // A task spawned here waits while this one runs.
+            let other = corehop_runtime::spawn_on(cpu, || ()).unwrap();
+            let seen = corehop_runtime::others_waiting();
+            while !other.is_finished() {
+                yield_now().unwrap();
+            }
+            seen
+        })
+        .unwrap();
+    assert!(seen, "the spawned task was queued");
+}

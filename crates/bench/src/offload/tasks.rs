@@ -96,19 +96,25 @@ impl Calls {
                 (result, CallCost::local(run))
             }
             Decision::Offload => {
-                // Other tasks run on the application CPU while this one is away.
+                // What the move costs the application CPU, the one the policy keeps busy: while
+                // other tasks wait to run there, or once this task is already away, only the
+                // hop (until the call starts, queueing at the service CPU included), not the
+                // wait; with nothing else to run, that CPU idles for the whole wait.
+                let idles_meanwhile =
+                    corehop_runtime::current_cpu() == self.app && !corehop_runtime::others_waiting();
                 self.go(self.service)?;
                 let start = sys::now_ns();
                 let result = f();
                 let end = sys::now_ns();
                 let run = end.saturating_sub(start);
                 let waited = end.saturating_sub(t0);
+                let caller = if idles_meanwhile { waited } else { start.saturating_sub(t0) };
                 let mut offload = self.lock();
                 offload.stats.offloaded += 1;
                 offload.stats.remote_run_ns += run;
                 offload.stats.remote_wait_ns += start.saturating_sub(t0);
                 offload.stats.remote_total_ns += waited;
-                (result, CallCost::moved(run, waited))
+                (result, CallCost::moved(run, caller))
             }
         };
         let mut offload = self.lock();
