@@ -172,34 +172,32 @@ impl Recent {
     /// shortens one) and those spikes do not repeat with the key, so a low quantile predicts
     /// better than the median or the mean (docs/performance.md, "run-length predictor").
     fn typical(&self) -> Option<u64> {
-        Self::typical_of(&self.0)
-    }
-
-    fn typical_of(words: &[u32; RECENT_WORDS]) -> Option<u64> {
-        let len = words[LEN] as usize;
-        (len > 0).then(|| u64::from(words[SORTED + (len - 1) / 3]))
+        let len = self.0[LEN] as usize;
+        (len > 0).then(|| u64::from(self.0[SORTED + (len - 1) / 3]))
     }
 }
+
+/// Words of a slot of the timed table: the key's tag (two words, 0: empty), then its
+/// [`Recent`] words.
+const SLOT_WORDS: usize = 2 + RECENT_WORDS;
 
 /// The state of the timed form: per key (tagged, direct mapped) and per call kind.
 #[derive(Clone, Debug)]
 struct Timed {
-    /// Slot `key % entries`: the key's tag (0: empty) and its [`Recent`] words. All zeros
-    /// when empty, so `vec!` takes the table from zeroed memory that the OS maps on first
-    /// touch: a process pays in page faults for the slots its keys use, not for the table
-    /// (1500 slots of 88 bytes written at start-up faulted in 33 pages, about 70 µs here, which
-    /// each of a shell pipeline's short processes paid), and nothing is allocated after
-    /// start-up (the preload library runs this inside interposed calls).
-    keys: Vec<(u64, [u32; RECENT_WORDS])>,
+    /// Slot `key % slots`, [`SLOT_WORDS`] words each. Plain `u32`s, all zero when empty, so
+    /// `vec!` takes the table from zeroed memory (`calloc`) that the OS maps on first touch:
+    /// a process pays in page faults for the slots its keys use, not for the table, and
+    /// nothing is allocated after start-up (the preload library runs this inside interposed
+    /// calls). `vec!` of tuples or of arrays longer than 16 words writes every element
+    /// instead: 33 pages, about 70 µs a process here, which each of a shell pipeline's short
+    /// processes paid.
+    words: Vec<u32>,
     kinds: Vec<Recent>,
 }
 
 impl Timed {
     fn new(entries: usize) -> Timed {
-        Timed {
-            keys: vec![(0, [0; RECENT_WORDS]); entries],
-            kinds: vec![Recent::default(); NAMED_KINDS.len() + 1],
-        }
+        Timed { words: vec![0; entries * SLOT_WORDS], kinds: vec![Recent::default(); NAMED_KINDS.len() + 1] }
     }
 
     fn key_of(call: &CallDesc) -> u64 {
@@ -215,14 +213,28 @@ impl Timed {
         kind.index().unwrap_or(NAMED_KINDS.len())
     }
 
-    fn slot(&self, key: u64) -> usize {
-        (key % self.keys.len() as u64) as usize
+    fn slots(&self) -> impl Iterator<Item = &[u32]> {
+        self.words.chunks_exact(SLOT_WORDS)
+    }
+
+    /// The words of `key`'s slot.
+    fn slot(&self, key: u64) -> std::ops::Range<usize> {
+        let at = (key % (self.words.len() / SLOT_WORDS) as u64) as usize * SLOT_WORDS;
+        at..at + SLOT_WORDS
+    }
+
+    fn tag_of(slot: &[u32]) -> u64 {
+        u64::from(slot[0]) | u64::from(slot[1]) << 32
+    }
+
+    fn recent_of(slot: &[u32]) -> Recent {
+        Recent(slot[2..].try_into().expect("a slot holds a Recent"))
     }
 
     fn predict(&self, key: u64, kind: Option<CallKind>) -> Prediction {
-        let (tag, words) = &self.keys[self.slot(key)];
-        if *tag == Self::tag(key) {
-            if let Some(run) = Recent::typical_of(words) {
+        let slot = &self.words[self.slot(key)];
+        if Self::tag_of(slot) == Self::tag(key) {
+            if let Some(run) = Self::recent_of(slot).typical() {
                 return Prediction { run, source: Source::Local };
             }
         }
@@ -234,15 +246,17 @@ impl Timed {
 
     fn observe(&mut self, key: u64, kind: Option<CallKind>, run: u64) {
         let tag = Self::tag(key);
-        let slot = self.slot(key);
-        let entry = &mut self.keys[slot];
-        if entry.0 != tag {
+        let range = self.slot(key);
+        let slot = &mut self.words[range];
+        if Self::tag_of(slot) != tag {
             // A new key, or one that takes the slot of another (direct mapped).
-            *entry = (tag, [0; RECENT_WORDS]);
+            slot.fill(0);
+            slot[0] = tag as u32;
+            slot[1] = (tag >> 32) as u32;
         }
-        let mut recent = Recent(entry.1);
+        let mut recent = Self::recent_of(slot);
         recent.push(run);
-        entry.1 = recent.0;
+        slot[2..].copy_from_slice(&recent.0);
         if let Some(kind) = kind {
             self.kinds[Self::kind_slot(kind)].push(run);
         }
@@ -378,7 +392,7 @@ impl RunLengthPredictor {
     /// Number of live entries.
     pub fn len(&self) -> usize {
         match &self.timed {
-            Some(timed) => timed.keys.iter().filter(|(tag, _)| *tag != 0).count(),
+            Some(timed) => timed.slots().filter(|slot| Timed::tag_of(slot) != 0).count(),
             None => self.entries.iter().filter(|e| e.is_some()).count(),
         }
     }
