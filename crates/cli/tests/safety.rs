@@ -415,3 +415,40 @@ fn credential_tools_give_the_same_identity() {
         assert!(text(&offload.stdout).contains("uid=65534"), "{argv:?}: {}", text(&offload.stdout));
     }
 }
+
+#[test]
+fn a_descriptor_is_checked_once_per_file_for_positioned_calls() {
+    if !have_cc() || !common::have("strace") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let exe = compile("positioned", tmp.path());
+    let argv = [exe.to_str().unwrap()];
+    let (plain, offload) = pair(&argv, &[]);
+    assert_same(&argv, &plain, &offload);
+    assert!(
+        text(&plain.stdout).contains("total 3000 fifo pread -1 (Illegal seek)"),
+        "{}",
+        text(&plain.stdout)
+    );
+    // The service thread asks the kernel what the descriptor is (fstat) before a positioned
+    // call only while nothing is known of the file it names: once for the file, once after
+    // it was closed and the number reused, once after dup2 put a FIFO there. Not 300 times.
+    let dir = tmp.path().join("traced");
+    std::fs::create_dir(&dir).unwrap();
+    let log = tmp.path().join("strace.log");
+    let mut command = Command::new("strace");
+    command
+        .args(["-f", "-e", "trace=fstat", "-o"])
+        .arg(&log)
+        .arg(&exe)
+        .env("LD_PRELOAD", common::library())
+        .env("COREHOP_POLICY", "always")
+        .current_dir(&dir);
+    let traced = finish(command, "positioned under strace");
+    assert!(traced.status.success(), "{}", text(&traced.stderr));
+    let out = text(&traced.stdout);
+    let fd: i32 = out.split_whitespace().nth(1).and_then(|n| n.parse().ok()).expect("fd in the output");
+    let checks = std::fs::read_to_string(&log).unwrap().matches(&format!("fstat({fd},")).count();
+    assert!((2..=6).contains(&checks), "{checks} fstat calls on fd {fd}; output: {out}");
+}

@@ -168,7 +168,7 @@ fn do_pread(fd: c_int, buf: *mut c_void, count: size_t, offset: off_t, local: im
         CallKind::Pread,
         fd,
         || count as u64,
-        Some(request(libc::SYS_pread64, args, Check::Fd(fd))),
+        Some(request(libc::SYS_pread64, args, Check::Positioned(fd))),
         local,
     )
 }
@@ -196,7 +196,7 @@ entry_points! {
         as unsafe extern "C" fn(c_int, *const c_void, size_t, off_t) -> ssize_t
         => |real| {
             let args = [fd as u64, buf as u64, count as u64, offset as u64, 0, 0];
-            let req = signalling(libc::SYS_pwrite64, args, Check::Fd(fd));
+            let req = signalling(libc::SYS_pwrite64, args, Check::Positioned(fd));
             dispatch(CallKind::Pwrite, fd, || count as u64, Some(req), real)
         }
 }
@@ -236,6 +236,7 @@ fn do_openat(
     let check = Check::Open { dirfd, path: path as u64, flags };
     let fd = dispatch(kind, -1, || 0, Some(request(libc::SYS_openat, args, check)), local);
     memo::clear(fd as c_int);
+    memo::reassigned(fd as c_int);
     fd
 }
 
@@ -494,6 +495,61 @@ entry_points! {
         }
 }
 
+// ---- calls that close or reassign a descriptor (not offloaded: watched, see `memo`) -----
+
+/// Runs `call`, which closes or reassigns descriptors `first..=last`, telling `memo` before and
+/// after.
+fn reassigning(first: u32, last: u32, call: impl FnOnce() -> i64) -> i64 {
+    memo::reassigned_range(first, last);
+    let ret = call();
+    memo::reassigned_range(first, last);
+    ret
+}
+
+/// [`reassigning`] descriptor `fd` (a negative one names none: the call fails with EBADF).
+fn reassigning_fd(fd: c_int, call: impl FnOnce() -> i64) -> i64 {
+    match u32::try_from(fd) {
+        Ok(fd) => reassigning(fd, fd, call),
+        Err(_) => call(),
+    }
+}
+
+entry_points! {
+    fn [close](fd: c_int) -> c_int as unsafe extern "C" fn(c_int) -> c_int => |real| reassigning_fd(fd, real)
+}
+
+entry_points! {
+    fn [dup2](old: c_int, new: c_int) -> c_int
+        as unsafe extern "C" fn(c_int, c_int) -> c_int
+        => |real| reassigning_fd(new, real)
+}
+
+entry_points! {
+    fn [dup3](old: c_int, new: c_int, flags: c_int) -> c_int
+        as unsafe extern "C" fn(c_int, c_int, c_int) -> c_int
+        => |real| reassigning_fd(new, real)
+}
+
+entry_points! {
+    fn [close_range](first: c_uint, last: c_uint, flags: c_int) -> c_int
+        as unsafe extern "C" fn(c_uint, c_uint, c_int) -> c_int
+        => |real| reassigning(first, last, real)
+}
+
+/// The descriptors a raw system call `nr` with arguments `a`, `b` closes or reassigns.
+fn reassigned_by(nr: c_long, a: c_long, b: c_long) -> Option<(u32, u32)> {
+    // The kernel reads descriptors as 32-bit unsigned numbers.
+    let fd = |n: c_long| n as u32;
+    match nr {
+        libc::SYS_close => Some((fd(a), fd(a))),
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_dup2 => Some((fd(b), fd(b))),
+        libc::SYS_dup3 => Some((fd(b), fd(b))),
+        libc::SYS_close_range => Some((fd(a), fd(b))),
+        _ => None,
+    }
+}
+
 // ---- calls that change one thread's security state (not offloaded: watched) -------------
 
 /// Whether a raw system call `nr` changes what the kernel checks for the calling thread only.
@@ -541,7 +597,10 @@ entry_points! {
             if starts_unseen_child(nr, a) {
                 before_unseen_child();
             }
-            real()
+            match reassigned_by(nr, a, b) {
+                Some((first, last)) => reassigning(first, last, real),
+                None => real(),
+            }
         }
 }
 

@@ -47,6 +47,10 @@ pub enum Check {
     Nothing,
     /// The call blocks if this descriptor can (pipes, sockets, terminals without O_NONBLOCK).
     Fd(i32),
+    /// A positioned call (`pread`, `pwrite`) on this descriptor: as `Fd`, but what is found
+    /// safe is remembered until the descriptor is closed (`memo`), since on a pipe, socket
+    /// or terminal such a call fails at once (ESPIPE) whatever the descriptor became.
+    Positioned(i32),
     /// Either descriptor (sendfile).
     Fds(i32, i32),
     /// A socket call: cannot block with MSG_DONTWAIT in `flags`, else as `Fd`.
@@ -60,7 +64,7 @@ impl Check {
     pub fn fds(self) -> [Option<i32>; 2] {
         match self {
             Check::Socket(_, flags) if flags & libc::MSG_DONTWAIT != 0 => [None, None],
-            Check::Fd(fd) | Check::Socket(fd, _) => [Some(fd), None],
+            Check::Fd(fd) | Check::Positioned(fd) | Check::Socket(fd, _) => [Some(fd), None],
             Check::Fds(a, b) => [Some(a), Some(b)],
             Check::Nothing | Check::Open { .. } => [None, None],
         }

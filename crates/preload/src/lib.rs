@@ -71,7 +71,11 @@
 //! thread left with a raw `exit`, where a plain run would skip them). A signal handler that `longjmp`s out of a call waiting for its reply, and
 //! asynchronous thread cancellation during that wait, are not supported (the service thread
 //! may still write into the abandoned buffer). A process that ends with `_exit` or a signal
-//! writes no summary.
+//! writes no summary. A descriptor on which positioned calls (`pread`, `pwrite`) were found
+//! safe is checked again only once the library sees its number closed or reassigned
+//! ([`memo`]): a number closed behind its back (inline assembly, io_uring, glibc's own
+//! `fclose`) and reused for a file on FUSE or tracefs would have its positioned calls go across
+//! unchecked.
 //!
 //! Configuration: environment variables, see [`config`]. Summary format: see [`stats`].
 #![deny(unsafe_op_in_unsafe_fn)]

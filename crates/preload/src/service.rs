@@ -18,7 +18,7 @@ use core::sync::atomic::Ordering::{Relaxed, SeqCst};
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize};
 
 use crate::lane::{Check, Idle, Lane, Reply, Request};
-use crate::sys;
+use crate::{memo, sys};
 
 pub use crate::lane::MAX_LANES;
 
@@ -255,6 +255,7 @@ fn checks_before(check: Check) -> bool {
     match check {
         Check::Nothing => false,
         Check::Open { flags, .. } => flags & (CREATES | libc::O_PATH) != CREATES,
+        Check::Positioned(fd) => memo::positioned(fd) != memo::Positioned::Safe,
         _ => true,
     }
 }
@@ -265,6 +266,7 @@ fn must_stay_with_caller(check: Check) -> bool {
     match check {
         Check::Nothing => false,
         Check::Fd(fd) => fd_may_block(fd),
+        Check::Positioned(fd) => positioned_may_block(fd),
         Check::Fds(a, b) => fd_may_block(a) || fd_may_block(b),
         Check::Socket(fd, flags) => flags & libc::MSG_DONTWAIT == 0 && fd_may_block(fd),
         Check::Open { dirfd, path, flags } => open_stays(dirfd, path, flags),
@@ -278,23 +280,57 @@ fn must_stay_with_caller(check: Check) -> bool {
 /// signals of the thread that reads it). A bad descriptor fails at once with EBADF, so it
 /// may go across.
 fn fd_may_block(fd: i32) -> bool {
+    fd_kind(fd) == FdKind::MayBlock
+}
+
+/// What [`fd_may_block`] found.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum FdKind {
+    MayBlock,
+    /// Cannot block now, by its flags (O_NONBLOCK), which the program may change.
+    NonBlockingNow,
+    /// Cannot block while the descriptor names this file.
+    NeverBlocks,
+}
+
+fn fd_kind(fd: i32) -> FdKind {
     let mut st = core::mem::MaybeUninit::<libc::stat>::uninit();
     // SAFETY: fstat writes one struct stat into `st`.
     let ret = unsafe { sys::raw(libc::SYS_fstat, [fd as u64, st.as_mut_ptr() as u64, 0, 0, 0, 0]) };
     if ret < 0 {
-        return false;
+        return FdKind::NonBlockingNow;
     }
     // SAFETY: fstat succeeded, so the kernel filled `st`.
     let st = unsafe { st.assume_init() };
     match st.st_mode & libc::S_IFMT {
-        libc::S_IFREG => return fs::of_dev(st.st_dev, || fs::fd_type(fd)) != fs::Kind::Plain,
-        libc::S_IFBLK | libc::S_IFDIR => return false,
-        0 => return true,
+        libc::S_IFREG if fs::of_dev(st.st_dev, || fs::fd_type(fd)) != fs::Kind::Plain => {
+            return FdKind::MayBlock
+        }
+        libc::S_IFREG | libc::S_IFBLK | libc::S_IFDIR => return FdKind::NeverBlocks,
+        0 => return FdKind::MayBlock,
         _ => {}
     }
     // SAFETY: F_GETFL takes no pointer.
     let flags = unsafe { sys::raw(libc::SYS_fcntl, [fd as u64, libc::F_GETFL as u64, 0, 0, 0, 0]) };
-    flags < 0 || flags & libc::O_NONBLOCK as i64 == 0
+    if flags < 0 || flags & libc::O_NONBLOCK as i64 == 0 {
+        FdKind::MayBlock
+    } else {
+        FdKind::NonBlockingNow
+    }
+}
+
+/// [`fd_may_block`] for a positioned call, asking the kernel only once per opened file.
+fn positioned_may_block(fd: i32) -> bool {
+    let generation = match memo::positioned(fd) {
+        memo::Positioned::Safe => return false,
+        memo::Positioned::Unknown(generation) => Some(generation),
+        memo::Positioned::Untracked => None,
+    };
+    let kind = fd_kind(fd);
+    if let (FdKind::NeverBlocks, Some(generation)) = (kind, generation) {
+        memo::remember_positioned_safe(fd, generation);
+    }
+    kind == FdKind::MayBlock
 }
 
 /// Whether an open must stay with the caller: opening a FIFO or a character device (a
