@@ -9,9 +9,9 @@
 //!   a file system that answers from memory or disk, or a block device. A service thread checks
 //!   such a descriptor once ([`Positioned`]) instead of before every call. Each number has a
 //!   generation, advanced whenever the library sees the number closed or reassigned (`close`,
-//!   `dup2`, `dup3`, `close_range`, `closefrom`, the same through `syscall`, and an `open`
-//!   that returns it), and a check counts only for the generation it started in. A number the
-//!   kernel reuses behind the library's back (a close by inline assembly or io_uring) keeps its
+//!   `dup2`, `dup3`, `close_range`, the same through `syscall`, and an `open` that returns
+//!   it), and a check counts only for the generation it started in. A number closed behind the
+//!   library's back (glibc's own `fclose` and `closefrom`, inline assembly, io_uring) keeps its
 //!   entry; a positioned call on a pipe, socket or terminal fails at once with ESPIPE, so that
 //!   is harmless unless the number now names a file on FUSE or tracefs.
 //!
