@@ -143,13 +143,9 @@ fn coreutils_give_identical_results_and_files() {
     }
 }
 
-#[test]
-fn the_call_exerciser_sees_identical_results_and_errno() {
-    if !have("cc") {
-        return;
-    }
-    let (root, plain, offload) = dirs();
-    let exe = root.path().join("calls");
+/// Builds `fixtures/run/calls.c` into `dir`.
+fn call_exerciser(dir: &Path) -> PathBuf {
+    let exe = dir.join("calls");
     let built = Command::new("cc")
         .args(["-O1", "-pthread", "-o"])
         .arg(&exe)
@@ -157,6 +153,16 @@ fn the_call_exerciser_sees_identical_results_and_errno() {
         .output()
         .expect("cc");
     assert!(built.status.success(), "cc failed: {}", text(&built.stderr));
+    exe
+}
+
+#[test]
+fn the_call_exerciser_sees_identical_results_and_errno() {
+    if !have("cc") {
+        return;
+    }
+    let (root, plain, offload) = dirs();
+    let exe = call_exerciser(root.path());
     let exe = exe.to_str().unwrap();
     let pair = run_pair(&[exe, "."], &plain, &offload);
     pair.assert_same();
@@ -285,6 +291,35 @@ fn a_stalled_service_thread_falls_back_to_local_calls_with_identical_results() {
     let accounted =
         ["offloaded", "local", "kept", "withdrawn", "busy"].iter().map(|f| pair.total(f)).sum::<u64>();
     assert_eq!(seen, accounted, "every call ran exactly once: {}", pair.summary);
+}
+
+#[test]
+fn calls_that_pass_the_library_by_give_identical_results() {
+    // Without a summary to write, a call goes straight to libc while the policy keeps
+    // everything local (all of them under `never`; all but the few `adaptive` times).
+    if !have("cc") {
+        return;
+    }
+    for policy in ["never", "adaptive"] {
+        let (root, plain, offload) = dirs();
+        let exe = call_exerciser(root.path());
+        let run = |dir: &Path, offload: bool| {
+            let mut command = corehop();
+            command.arg("run");
+            if offload {
+                command.args(["--offload", "--policy", policy]);
+            }
+            command.arg("--").arg(&exe).arg(".").current_dir(dir).output().expect("corehop run")
+        };
+        let (a, b) = (run(&plain, false), run(&offload, true));
+        assert_eq!(text(&a.stdout), text(&b.stdout), "{policy}: stdout differs");
+        assert_eq!(text(&a.stderr), text(&b.stderr), "{policy}: stderr differs");
+        assert_eq!(a.status.code(), b.status.code(), "{policy}: exit status differs");
+        assert!(text(&b.stdout).contains("done"), "{policy}: {}", text(&b.stdout));
+        for name in ["data", "copy", "new", "child", "thread-0", "thread-3"] {
+            assert_same_file(&plain, &offload, name);
+        }
+    }
 }
 
 #[test]

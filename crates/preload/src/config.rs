@@ -3,7 +3,7 @@
 //! | variable | meaning | default |
 //! | --- | --- | --- |
 //! | `COREHOP_SERVICE_CPUS` | kernel CPU numbers for the service threads, e.g. `1` or `2,3` or `2-3` (one thread each, at most 8) | the last CPU the process may use |
-//! | `COREHOP_POLICY` | which calls go across: `never`, `always`, `size[:BYTES]`, … (see [`crate::decide`]) | `size:4096` |
+//! | `COREHOP_POLICY` | which calls go across: `adaptive`, `never`, `always`, `size[:BYTES]`, … (see [`crate::decide`]) | `adaptive` (as `corehop run`) |
 //! | `COREHOP_SPIN_NS` | the longest a caller spins for its reply before sleeping (a quarter of it after a reply that needed a sleep), and an idle service thread's first polling budget | 20000 |
 //! | `COREHOP_STALL_TIMEOUT_NS` | how long a caller waits for its request to be claimed before running it itself | 10000000 |
 //! | `COREHOP_STATS_FILE` | file to append the exit summary to (see [`crate::stats`]); `-` is stderr | none |
@@ -109,7 +109,7 @@ pub fn parse(
     let trace_file = path(env::TRACE_FILE)?;
     Ok(Config {
         service_cpus,
-        policy: text(env::POLICY)?.unwrap_or_else(|| "size:4096".into()),
+        policy: text(env::POLICY)?.unwrap_or_else(|| "adaptive".into()),
         spin_ns: number(env::SPIN_NS, DEFAULT_SPIN_NS)?,
         stall_timeout_ns: number(env::STALL_TIMEOUT_NS, DEFAULT_STALL_TIMEOUT_NS)?,
         stats_file,
@@ -159,7 +159,7 @@ mod tests {
     fn defaults_when_nothing_is_set() {
         let c = parse(env(&[]), 3).unwrap();
         assert_eq!(c.service_cpus, vec![3]);
-        assert_eq!(c.policy, "size:4096");
+        assert_eq!(c.policy, "adaptive");
         assert_eq!(c.spin_ns, DEFAULT_SPIN_NS);
         assert_eq!(c.stall_timeout_ns, DEFAULT_STALL_TIMEOUT_NS);
         assert_eq!(c.stats_file, None);

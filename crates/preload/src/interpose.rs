@@ -46,6 +46,7 @@ macro_rules! real {
 /// address and jumps to the body, so the program's frames need no frame pointers.
 macro_rules! entry_points {
     (fn [] $($rest:tt)*) => {};
+    (watch fn [] $($rest:tt)*) => {};
     (
         fn [$name:ident $(, $more:ident)*] ($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty
             as $real_ty:ty => |$real:ident| $body:expr
@@ -56,13 +57,35 @@ macro_rules! entry_points {
 
             /// The entry point's work; `site` is the program's return address (0: unknown).
             pub(super) unsafe extern "C" fn body($($arg: $ty,)* site: usize) -> $ret {
-                crate::intercept::enter_site(site);
                 let $real = || real!($name as $real_ty, $($arg),*);
+                if crate::intercept::passes_by() {
+                    return $real() as $ret;
+                }
+                crate::intercept::enter_site(site);
                 ($body) as $ret
             }
         }
         exported!($name ($($arg: $ty),*) -> $ret);
         entry_points!(fn [$($more),*] ($($arg: $ty),*) -> $ret as $real_ty => |$real| $body);
+    };
+    // A call the library never moves but must see (it changes what may move): no call site,
+    // and no passing by.
+    (
+        watch fn [$name:ident $(, $more:ident)*] ($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty
+            as $real_ty:ty => |$real:ident| $body:expr
+    ) => {
+        #[allow(non_snake_case)]
+        mod $name {
+            use super::*;
+
+            /// The entry point's work (the call site is not needed).
+            pub(super) unsafe extern "C" fn body($($arg: $ty,)* _site: usize) -> $ret {
+                let $real = || real!($name as $real_ty, $($arg),*);
+                ($body) as $ret
+            }
+        }
+        exported!($name ($($arg: $ty),*) -> $ret);
+        entry_points!(watch fn [$($more),*] ($($arg: $ty),*) -> $ret as $real_ty => |$real| $body);
     };
 }
 
@@ -515,23 +538,23 @@ fn reassigning_fd(fd: c_int, call: impl FnOnce() -> i64) -> i64 {
 }
 
 entry_points! {
-    fn [close](fd: c_int) -> c_int as unsafe extern "C" fn(c_int) -> c_int => |real| reassigning_fd(fd, real)
+    watch fn [close](fd: c_int) -> c_int as unsafe extern "C" fn(c_int) -> c_int => |real| reassigning_fd(fd, real)
 }
 
 entry_points! {
-    fn [dup2](old: c_int, new: c_int) -> c_int
+    watch fn [dup2](old: c_int, new: c_int) -> c_int
         as unsafe extern "C" fn(c_int, c_int) -> c_int
         => |real| reassigning_fd(new, real)
 }
 
 entry_points! {
-    fn [dup3](old: c_int, new: c_int, flags: c_int) -> c_int
+    watch fn [dup3](old: c_int, new: c_int, flags: c_int) -> c_int
         as unsafe extern "C" fn(c_int, c_int, c_int) -> c_int
         => |real| reassigning_fd(new, real)
 }
 
 entry_points! {
-    fn [close_range](first: c_uint, last: c_uint, flags: c_int) -> c_int
+    watch fn [close_range](first: c_uint, last: c_uint, flags: c_int) -> c_int
         as unsafe extern "C" fn(c_uint, c_uint, c_int) -> c_int
         => |real| reassigning(first, last, real)
 }
@@ -588,7 +611,7 @@ fn starts_unseen_child(nr: c_long, a: c_long) -> bool {
 }
 
 entry_points! {
-    fn [syscall](nr: c_long, a: c_long, b: c_long, c: c_long, d: c_long, e: c_long, f: c_long) -> c_long
+    watch fn [syscall](nr: c_long, a: c_long, b: c_long, c: c_long, d: c_long, e: c_long, f: c_long) -> c_long
         as unsafe extern "C" fn(c_long, ...) -> c_long
         => |real| {
             if changes_thread_state(nr) {
@@ -606,14 +629,14 @@ entry_points! {
 
 // A fork that runs no fork handlers: the child's copy of our memory names our pid.
 entry_points! {
-    fn [_Fork]() -> libc::pid_t as unsafe extern "C" fn() -> libc::pid_t => |real| {
+    watch fn [_Fork]() -> libc::pid_t as unsafe extern "C" fn() -> libc::pid_t => |real| {
         before_unseen_child();
         real()
     }
 }
 
 entry_points! {
-    fn [prctl](option: c_int, a: c_ulong, b: c_ulong, c: c_ulong, d: c_ulong) -> c_int
+    watch fn [prctl](option: c_int, a: c_ulong, b: c_ulong, c: c_ulong, d: c_ulong) -> c_int
         as unsafe extern "C" fn(c_int, ...) -> c_int
         => |real| {
             if matches!(
@@ -632,28 +655,28 @@ entry_points! {
 }
 
 entry_points! {
-    fn [setfsuid, setfsgid](id: c_uint) -> c_int as unsafe extern "C" fn(c_uint) -> c_int => |real| {
+    watch fn [setfsuid, setfsgid](id: c_uint) -> c_int as unsafe extern "C" fn(c_uint) -> c_int => |real| {
         thread_state_changes();
         real()
     }
 }
 
 entry_points! {
-    fn [unshare](flags: c_int) -> c_int as unsafe extern "C" fn(c_int) -> c_int => |real| {
+    watch fn [unshare](flags: c_int) -> c_int as unsafe extern "C" fn(c_int) -> c_int => |real| {
         thread_state_changes();
         real()
     }
 }
 
 entry_points! {
-    fn [setns](fd: c_int, nstype: c_int) -> c_int as unsafe extern "C" fn(c_int, c_int) -> c_int => |real| {
+    watch fn [setns](fd: c_int, nstype: c_int) -> c_int as unsafe extern "C" fn(c_int, c_int) -> c_int => |real| {
         thread_state_changes();
         real()
     }
 }
 
 entry_points! {
-    fn [capset](header: *mut c_void, data: *const c_void) -> c_int
+    watch fn [capset](header: *mut c_void, data: *const c_void) -> c_int
         as unsafe extern "C" fn(*mut c_void, *const c_void) -> c_int
         => |real| {
             thread_state_changes();

@@ -14,6 +14,8 @@
 //! ```text
 //!  program thread (app CPU)                       service thread (service CPU)
 //!  read(fd, buf, n) ─▶ interpose::read
+//!     ├─ policy keeps all local, no summary or trace, not one of the 1/16 timed
+//!     │    (intercept::passes_by: a few loads, no thread-local) ─▶ real libc read
 //!     ├─ not started / nested / signal handler ─▶ real libc read
 //!     ├─ decide::Shared::try_with(decide) says local ─▶ real libc read
 //!     └─ Lane::call: slot FREE→FILLING→SUBMITTED ─────▶ claim SUBMITTED→CLAIMED

@@ -3,8 +3,9 @@
 //!
 //! - Descriptors a service thread refused because they could block (pipes, sockets,
 //!   terminals): their later calls stay with the caller at once, without a round trip to be
-//!   refused again. A stale entry only keeps calls local, which is always correct, so entries
-//!   are cleared when an intercepted `open` returns that number and otherwise kept.
+//!   refused again. A stale entry only keeps calls local, which is always correct; entries
+//!   are cleared when the library sees the number closed or reassigned (below) or returned by
+//!   an `open`.
 //! - Descriptors on which positioned calls (`pread`, `pwrite`) cannot block: a regular file on
 //!   a file system that answers from memory or disk, or a block device. A service thread checks
 //!   such a descriptor once ([`Positioned`]) instead of before every call. Each number has a
@@ -17,7 +18,7 @@
 //!
 //! Descriptors past [`TRACKED`] are not remembered.
 
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 
 /// Descriptors 0..TRACKED are remembered.
 pub const TRACKED: usize = 1024;
@@ -48,6 +49,16 @@ pub fn clear(fd: i32) {
 /// Whether `fd` was seen to block.
 pub fn may_block(fd: i32) -> bool {
     slot(fd).is_some_and(|(word, bit)| word.load(Relaxed) & bit != 0)
+}
+
+/// Set before the first service thread of this address space starts (and kept by a fork
+/// child, which inherits what the parent's threads recorded): only service threads record
+/// anything here, so until then a close has nothing to invalidate and touches none of it.
+static ARMED: AtomicBool = AtomicBool::new(false);
+
+/// Service threads are about to start: closes must invalidate from now on.
+pub fn arm() {
+    ARMED.store(true, SeqCst);
 }
 
 /// Per descriptor: its generation, advanced at each close or reassignment seen.
@@ -95,13 +106,20 @@ pub fn remember_positioned_safe(fd: i32, generation: u32) {
 /// before the call that does it and again after, so that a check that ran in between (on the
 /// old file) does not count for the new one.
 pub fn reassigned(fd: i32) {
-    if let Some(fd) = index(fd) {
-        GENERATION[fd].fetch_add(1, SeqCst);
+    if !ARMED.load(SeqCst) {
+        return;
+    }
+    if let Some(index) = index(fd) {
+        GENERATION[index].fetch_add(1, SeqCst);
+        clear(fd);
     }
 }
 
 /// [`reassigned`] for every descriptor from `first` to `last` (inclusive).
 pub fn reassigned_range(first: u32, last: u32) {
+    if !ARMED.load(SeqCst) {
+        return;
+    }
     let end = last.min(TRACKED as u32 - 1);
     for fd in first..=end {
         reassigned(fd as i32);
@@ -114,6 +132,7 @@ mod tests {
 
     #[test]
     fn a_positioned_check_counts_only_for_the_file_it_checked() {
+        arm();
         let Positioned::Unknown(generation) = positioned(9) else { panic!("fresh") };
         remember_positioned_safe(9, generation);
         assert_eq!(positioned(9), Positioned::Safe);

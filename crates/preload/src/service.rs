@@ -66,6 +66,7 @@ pub fn start(config: &ServiceConfig) -> bool {
     SPIN_NS.store(config.spin_ns, SeqCst);
     TEST_STALL_NS.store(config.test_stall_ns, SeqCst);
     SERVICE_PID.store(sys::getpid(), SeqCst);
+    memo::arm();
     RUNNING.store(0, SeqCst);
     STOP.store(false, SeqCst);
     for lane in 0..config.lanes.min(MAX_LANES) {
