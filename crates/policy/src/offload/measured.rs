@@ -188,6 +188,28 @@ pub struct Measured {
     active: u32,
     /// Whether any call has moved yet.
     moved_any: bool,
+    /// What a move added to a call's cost, over every key whose cost in place was known when
+    /// it moved (negative where the caller gets on with other work meanwhile): what a first
+    /// probe of another key is expected to lose, in place of [`MeasuredConfig::move_prior`].
+    extra: RunningMean,
+}
+
+/// A running mean of signed samples: the first eight averaged, later ones weighing 1/8.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct RunningMean {
+    mean: f64,
+    samples: u32,
+}
+
+impl RunningMean {
+    fn add(&mut self, sample: f64) {
+        self.samples = self.samples.saturating_add(1);
+        self.mean += (sample - self.mean) / f64::from(self.samples.min(8));
+    }
+
+    fn mean(&self) -> Option<f64> {
+        (self.samples > 0).then_some(self.mean)
+    }
 }
 
 impl Measured {
@@ -203,6 +225,7 @@ impl Measured {
             probes: 0,
             active: 0,
             moved_any: false,
+            extra: RunningMean::default(),
         })
     }
 
@@ -251,6 +274,9 @@ impl Measured {
         self.elapsed += cost.caller as f64;
         self.moved_any |= cost.moved;
         let slot = &mut self.slots[index];
+        if let (true, Some(local)) = (cost.moved, slot.local.mean()) {
+            self.extra.add(cost.caller as f64 - local);
+        }
         let preferred_moving = slot.prefers_moving();
         let preferred = if preferred_moving { slot.moved.mean() } else { slot.local.mean() };
         if cost.moved {
@@ -278,8 +304,11 @@ impl Measured {
         if slot.countdown > 0 || slot.local.samples() < config.min_samples {
             return;
         }
-        let risk =
-            if self.moved_any { Self::probe_risk(slot, &config) } else { config.first_move_prior as f64 };
+        let risk = if self.moved_any {
+            Self::probe_risk(slot, &config, self.extra.mean())
+        } else {
+            config.first_move_prior as f64
+        };
         if self.regret + risk <= config.budget * self.elapsed {
             slot.probe = true;
         } else {
@@ -288,15 +317,16 @@ impl Measured {
         }
     }
 
-    /// What a probe of the side `slot` does not prefer may lose.
-    fn probe_risk(slot: &Slot, config: &MeasuredConfig) -> f64 {
+    /// What a probe of the side `slot` does not prefer may lose: for a key never moved, what
+    /// moves of other keys added (`extra`), or the prior before any was measured.
+    fn probe_risk(slot: &Slot, config: &MeasuredConfig, extra: Option<f64>) -> f64 {
         let local = slot.local.mean().unwrap_or(0.0);
         if slot.prefers_moving() {
             (local - slot.moved.mean().unwrap_or(local)).max(0.0)
         } else {
             match slot.moved.mean() {
                 Some(moved) => (moved - local).max(0.0),
-                None => config.move_prior as f64,
+                None => extra.map_or(config.move_prior as f64, |extra| extra.max(0.0)),
             }
         }
     }
@@ -436,6 +466,35 @@ mod tests {
         let mut m = Measured::new(config).unwrap();
         drive(&mut m, 5_000, &[fstat()], |_, _| 2000, |_, _| 2500);
         assert!(m.probes().0 > 0);
+    }
+
+    #[test]
+    fn a_new_key_is_probed_at_what_moves_measured_to_cost_here() {
+        // A prior of 1 ms a move: priced at it, a probe of a 2 µs call needs 100 ms of calls.
+        let config = MeasuredConfig {
+            move_prior: 1_000_000,
+            first_move_prior: 1_000_000,
+            ..MeasuredConfig::default()
+        };
+        let open = CallDesc::new(CallKind::Openat, 3, 0, 11);
+        let calls_until_moving = |m: &mut Measured| {
+            (0..20_000).find(|_| {
+                drive(m, 1, &[open], |_, _| 2000, |_, _| 500);
+                m.decide(&open) == Decision::Offload && m.slots[Measured::index(open.timed_key())].moving
+            })
+        };
+        // fsync's moves measured 100 µs cheaper than its runs in place...
+        let mut m = Measured::new(config).unwrap();
+        drive(&mut m, 20_000, &[fsync()], |_, _| 900_000, |_, _| 800_000);
+        assert_eq!(m.decide(&fsync()), Decision::Offload);
+        // ... so a first probe of openat risks nothing measured, and openat moves at once.
+        let learned = calls_until_moving(&mut m).expect("openat never moved");
+        // Without a measured move, the same openat waits for the prior to be paid for.
+        let mut fresh = Measured::new(config).unwrap();
+        fresh.moved_any = true;
+        let unlearned = calls_until_moving(&mut fresh);
+        assert!(learned < 100, "{learned} calls");
+        assert!(unlearned.is_none_or(|n| n > 10 * learned), "{unlearned:?} against {learned}");
     }
 
     #[test]
