@@ -559,6 +559,9 @@ fn the_run_suite_compares_real_programs_and_their_outputs() {
         assert_eq!(r["same_output"], true, "{r}");
         assert!(r["plain"]["median"].as_f64().unwrap() > 0.0);
         assert!(r["ratio"].as_f64().unwrap() > 0.0);
+        // One repetition: its own ratio is the ratio of the medians.
+        let (ratio, paired) = (r["ratio"].as_f64().unwrap(), r["paired_ratio"].as_f64().unwrap());
+        assert!((ratio - paired).abs() < 1e-9, "{r}");
         for arm in r["settled"].as_object().unwrap().keys() {
             assert!(["never", "measured", "always", "size", "predicted"].contains(&arm.as_str()), "{arm}");
         }
