@@ -323,6 +323,44 @@ fn calls_that_pass_the_library_by_give_identical_results() {
 }
 
 #[test]
+fn a_program_that_waits_on_a_pipe_starts_no_service_thread() {
+    // Waiting for a writer is no kernel work a move could take off the reader's CPU: the
+    // waits must not fund the measured policy's probes (the first of which starts a service
+    // thread), and the pipe's reads are never moved.
+    if !have("python3") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let writer = dir.path().join("writer.py");
+    // One byte at a time, so that every read of the reader waits.
+    let lines = "import sys, time\nfor i in range(400):\n    time.sleep(0.003)\n    sys.stdout.write('x')\n    sys.stdout.flush()\n";
+    std::fs::write(&writer, lines).unwrap();
+    let reader = dir.path().join("reader.py");
+    std::fs::write(&reader, "import os\nn = 0\nwhile os.read(0, 1):\n    n += 1\nprint(n)\n").unwrap();
+    // The interpreter itself, not a version manager's shell shim in front of it.
+    let python = Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output().unwrap();
+    let python = text(&python.stdout).trim().to_string();
+    let stats = dir.path().join("stats.txt");
+    let script = format!("{python} {} | {python} {}", writer.display(), reader.display());
+    // The library by hand: `corehop run` offers the adaptive policy, whose trials of other
+    // arms are another matter; this is the measured policy's probe budget alone.
+    let out = Command::new("sh")
+        .args(["-c", &script])
+        .env("LD_PRELOAD", common::library())
+        .env("COREHOP_POLICY", "measured")
+        .env("COREHOP_STATS_FILE", &stats)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "400");
+    let lines = std::fs::read_to_string(&stats).unwrap();
+    assert!(lines.lines().count() >= 2, "{lines}");
+    for line in lines.lines() {
+        assert!(line.contains(" polled_ns=0 "), "a service thread ran: {line}");
+    }
+}
+
+#[test]
 fn every_policy_gives_identical_results() {
     let (_root, plain, offload) = dirs();
     input(&plain, &offload, "in.txt", &lines(30_000));

@@ -90,6 +90,10 @@ pub(crate) fn before_unseen_child() {
     CHECK_PID.store(true, SeqCst);
 }
 
+/// A local call that ran at least this long is asked whether it waited for another party
+/// (one `fstat`, small beside such a call) before the policy is shown it.
+const WAITED_NS: u64 = 1_000_000;
+
 /// A call run locally is timed, and shown to the policy, one time in this many: two clock
 /// reads and the policy's lock on every call would cost more than most calls' own kernel time
 /// (docs/performance.md, "preload per-call cost").
@@ -273,7 +277,6 @@ extern "C" fn after_fork_child() {
     CHECK_PID.store(!WATCHES_CHILDREN, SeqCst);
     stats::reset();
     trace::after_fork_child();
-    service::POLLED_NS.iter().for_each(|p| p.store(0, SeqCst));
     service::forget();
     // The parent's service threads do not exist here; start our own when first needed.
     if SERVICE.load(SeqCst) != OFF {
@@ -454,7 +457,17 @@ fn run_timed(thread: &Thread, counters: &stats::Counters, call: &Desc, local: im
     let run_ns = end.saturating_sub(start);
     stats::add(&counters.local_ns, run_ns);
     stats::bump(&counters.local_timed);
-    POLICY.observe(call, CallCost::local(run_ns), end, || count_done(thread));
+    if run_ns >= WAITED_NS && call.fd >= 0 && service::fd_may_block(call.fd) {
+        // It waited for another party (a pipe, socket or terminal): no kernel work a move
+        // could take off this CPU, and a call that never moves. Its descriptor's calls now
+        // stay without a round trip, and the wait stays out of what the policy weighs (a
+        // shell that waits 50 ms for a child would otherwise fund probes, and a service
+        // thread's start, from it).
+        memo::mark(call.fd);
+        thread.uncounted.set(thread.uncounted.get() + 1);
+    } else {
+        POLICY.observe(call, CallCost::local(run_ns), end, || count_done(thread));
+    }
     if trace::on() {
         trace::record(call.kind, call.fd, call.size, call.site, run_ns);
     }

@@ -114,13 +114,15 @@ pub fn stop() {
 
 /// In a child after `fork`: the parent's service threads do not exist here.
 pub fn forget() {
-    for thread in &THREADS {
-        thread.store(0, SeqCst);
+    // Only what is set is written: see `stats::reset`.
+    for word in THREADS.iter().chain(&CHECKED_NS).chain(&POLLED_NS) {
+        if word.load(SeqCst) != 0 {
+            word.store(0, SeqCst);
+        }
     }
-    for checked in &CHECKED_NS {
-        checked.store(0, SeqCst);
+    if RUNNING.load(SeqCst) != 0 {
+        RUNNING.store(0, SeqCst);
     }
-    RUNNING.store(0, SeqCst);
 }
 
 extern "C" fn service_main(arg: *mut c_void) -> *mut c_void {
@@ -280,7 +282,7 @@ fn must_stay_with_caller(check: Check) -> bool {
 /// `trace_pipe`, `/proc/kmsg`, FUSE); an anonymous inode (a signalfd reads the pending
 /// signals of the thread that reads it). A bad descriptor fails at once with EBADF, so it
 /// may go across.
-fn fd_may_block(fd: i32) -> bool {
+pub(crate) fn fd_may_block(fd: i32) -> bool {
     fd_kind(fd) == FdKind::MayBlock
 }
 

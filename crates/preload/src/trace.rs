@@ -77,6 +77,10 @@ pub fn record(kind: CallKind, fd: i32, size: u64, site: u64, run_ns: u64) {
 
 /// A forked child records its own calls only (the buffer was copied with the parent's).
 pub fn after_fork_child() {
+    // Nothing written where nothing was recorded: see `stats::reset`.
+    if NEXT.load(Relaxed) == 0 && DROPPED.load(Relaxed) == 0 {
+        return;
+    }
     let filled = NEXT.swap(0, Relaxed).min(MAX_RECORDS);
     records()[..filled].iter().for_each(|r| r[0].store(0, Relaxed));
     DROPPED.store(0, Relaxed);
