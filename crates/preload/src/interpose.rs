@@ -47,8 +47,18 @@ macro_rules! real {
 macro_rules! entry_points {
     (fn [] $($rest:tt)*) => {};
     (watch fn [] $($rest:tt)*) => {};
+    (fn [$name:ident $(, $more:ident)*] $args:tt -> $ret:ty as $real_ty:ty => |$real:ident| $body:expr) => {
+        entry_points!(@one moves $name $args -> $ret as $real_ty => |$real| $body);
+        entry_points!(fn [$($more),*] $args -> $ret as $real_ty => |$real| $body);
+    };
+    // A call the library never moves but must see (it changes what may move): no call site,
+    // and no passing by.
+    (watch fn [$name:ident $(, $more:ident)*] $args:tt -> $ret:ty as $real_ty:ty => |$real:ident| $body:expr) => {
+        entry_points!(@one watch $name $args -> $ret as $real_ty => |$real| $body);
+        entry_points!(watch fn [$($more),*] $args -> $ret as $real_ty => |$real| $body);
+    };
     (
-        fn [$name:ident $(, $more:ident)*] ($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty
+        @one $mode:ident $name:ident ($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty
             as $real_ty:ty => |$real:ident| $body:expr
     ) => {
         #[allow(non_snake_case)]
@@ -58,34 +68,20 @@ macro_rules! entry_points {
             /// The entry point's work; `site` is the program's return address (0: unknown).
             pub(super) unsafe extern "C" fn body($($arg: $ty,)* site: usize) -> $ret {
                 let $real = || real!($name as $real_ty, $($arg),*);
-                if crate::intercept::passes_by() {
-                    return $real() as $ret;
-                }
-                crate::intercept::enter_site(site);
+                entry_points!(@enter $mode site $real $ret);
                 ($body) as $ret
             }
         }
         exported!($name ($($arg: $ty),*) -> $ret);
-        entry_points!(fn [$($more),*] ($($arg: $ty),*) -> $ret as $real_ty => |$real| $body);
     };
-    // A call the library never moves but must see (it changes what may move): no call site,
-    // and no passing by.
-    (
-        watch fn [$name:ident $(, $more:ident)*] ($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty
-            as $real_ty:ty => |$real:ident| $body:expr
-    ) => {
-        #[allow(non_snake_case)]
-        mod $name {
-            use super::*;
-
-            /// The entry point's work (the call site is not needed).
-            pub(super) unsafe extern "C" fn body($($arg: $ty,)* _site: usize) -> $ret {
-                let $real = || real!($name as $real_ty, $($arg),*);
-                ($body) as $ret
-            }
+    (@enter moves $site:ident $real:ident $ret:ty) => {
+        if crate::intercept::passes_by() {
+            return $real() as $ret;
         }
-        exported!($name ($($arg: $ty),*) -> $ret);
-        entry_points!(watch fn [$($more),*] ($($arg: $ty),*) -> $ret as $real_ty => |$real| $body);
+        crate::intercept::enter_site($site);
+    };
+    (@enter watch $site:ident $real:ident $ret:ty) => {
+        let _ = $site;
     };
 }
 
