@@ -551,6 +551,8 @@ fn page_faults_of_a_short_process(policy: &str) -> i64 {
     let library = common::library();
     (0..5)
         .map(|_| {
+            // Reaped by wait4 below, which also gives its resource usage.
+            #[allow(clippy::zombie_processes)]
             let child = Command::new("cat")
                 .arg("/etc/hostname")
                 .env("LD_PRELOAD", library)
