@@ -33,6 +33,7 @@ fn slot(fd: i32) -> Option<(&'static AtomicU64, u64)> {
 /// Remembers that `fd` may block.
 pub fn mark(fd: i32) {
     if let Some((word, bit)) = slot(fd) {
+        arm();
         word.fetch_or(bit, Relaxed);
     }
 }
@@ -51,14 +52,16 @@ pub fn may_block(fd: i32) -> bool {
     slot(fd).is_some_and(|(word, bit)| word.load(Relaxed) & bit != 0)
 }
 
-/// Set before the first service thread of this address space starts (and kept by a fork
-/// child, which inherits what the parent's threads recorded): only service threads record
-/// anything here, so until then a close has nothing to invalidate and touches none of it.
+/// Set once anything is recorded here: a descriptor marked, or a service thread about to start
+/// (which records checks). Kept by a fork child, which inherits the records. Until then a
+/// close has nothing to forget and touches none of it.
 static ARMED: AtomicBool = AtomicBool::new(false);
 
-/// Service threads are about to start: closes must invalidate from now on.
+/// Something is about to be recorded: closes must forget from now on.
 pub fn arm() {
-    ARMED.store(true, SeqCst);
+    if !ARMED.load(SeqCst) {
+        ARMED.store(true, SeqCst);
+    }
 }
 
 /// Per descriptor: its generation, advanced at each close or reassignment seen.
@@ -160,6 +163,8 @@ mod tests {
         assert!(!may_block(6) && !may_block(-1) && !may_block(TRACKED as i32));
         clear(5);
         assert!(!may_block(5) && may_block(70));
-        clear(70);
+        // A close forgets the mark: the number may name a regular file next.
+        reassigned(70);
+        assert!(!may_block(70));
     }
 }
