@@ -290,7 +290,8 @@ pub(crate) fn fd_may_block(fd: i32) -> bool {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum FdKind {
     MayBlock,
-    /// Cannot block now, by its flags (O_NONBLOCK), which the program may change.
+    /// Cannot block now: a bad descriptor (EBADF at once), or O_NONBLOCK, which the program
+    /// may clear.
     NonBlockingNow,
     /// Cannot block while the descriptor names this file.
     NeverBlocks,
