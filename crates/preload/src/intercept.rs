@@ -104,9 +104,6 @@ const TIME_EVERY: u32 = 16;
 struct Thread {
     /// Set while this thread is inside the library (re-entry runs locally).
     inside: Cell<bool>,
-    /// Local calls until this thread times one again (the first after a full period: a
-    /// thread that makes a handful of calls costs the policy nothing).
-    until_timed: Cell<u32>,
     /// Calls this thread completed that `DONE` does not count yet.
     uncounted: Cell<u64>,
     /// This thread's ticket (0: none yet).
@@ -119,7 +116,6 @@ thread_local! {
     static THREAD: Thread = const {
         Thread {
             inside: Cell::new(false),
-            until_timed: Cell::new(TIME_EVERY - 1),
             uncounted: Cell::new(0),
             ticket: Cell::new(0),
             site: Cell::new(0),
@@ -244,7 +240,7 @@ fn start_up() -> bool {
 pub(crate) fn passes_by() -> bool {
     QUIET.load(Relaxed)
         && POLICY.keeps_all_local()
-        && !(TIMING.load(Relaxed) && sys::one_in(TIME_EVERY as u64))
+        && !(TIMING.load(Relaxed) && sys::one_in(u64::from(TIME_EVERY)))
 }
 
 /// Starts the service threads on first need; false if they are not (yet) running.
@@ -424,23 +420,15 @@ pub(crate) fn dispatch(
 }
 
 /// Runs the real libc function on the calling thread, timing one call in [`TIME_EVERY`] when
-/// someone wants to know. Nothing after `local` touches errno.
+/// someone wants to know, picked by the cycle counter: a countdown would pick the same phase
+/// of a periodic pattern every time (a reader of "x\n" lines, one byte a read, timed only the
+/// reads that did not wait). Nothing after `local` touches errno.
 #[inline]
 fn run_local(thread: &Thread, counters: &stats::Counters, call: &Desc, local: impl FnOnce() -> i64) -> i64 {
     if !TIMING.load(Relaxed) {
         return local();
     }
-    let timed = trace::on()
-        || match thread.until_timed.get() {
-            0 => {
-                thread.until_timed.set(TIME_EVERY - 1);
-                true
-            }
-            n => {
-                thread.until_timed.set(n - 1);
-                false
-            }
-        };
+    let timed = trace::on() || sys::one_in(u64::from(TIME_EVERY));
     if !timed {
         let result = local();
         thread.uncounted.set(thread.uncounted.get() + 1);
