@@ -114,12 +114,8 @@ pub fn stop() {
 
 /// In a child after `fork`: the parent's service threads do not exist here.
 pub fn forget() {
-    // Only what is set is written: see `stats::reset`.
-    for word in THREADS.iter().chain(&CHECKED_NS).chain(&POLLED_NS) {
-        if word.load(SeqCst) != 0 {
-            word.store(0, SeqCst);
-        }
-    }
+    // Only what is set is written: see `stats::reset`. The child has one thread.
+    THREADS.iter().chain(&CHECKED_NS).chain(&POLLED_NS).for_each(crate::stats::zero);
     if RUNNING.load(SeqCst) != 0 {
         RUNNING.store(0, SeqCst);
     }
