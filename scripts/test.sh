@@ -16,6 +16,16 @@ if [ ${#need[@]} -gt 0 ]; then
   else sudo apt-get update -qq && sudo apt-get install -y -qq "${need[@]}" >/dev/null; fi
 fi
 
+# A full build of every target directory takes about 7 GB; a disk that fills mid-link fails
+# with a linker crash (SIGBUS) that names no cause. Say so up front instead.
+mkdir -p target
+free_kb=$(df -Pk target | awk 'NR == 2 { print $4 }')
+if [ "${free_kb:-0}" -lt $((8 * 1024 * 1024)) ]; then
+  echo "error: $((free_kb / 1024)) MB free under $(pwd)/target; the tests need about 8 GB" >&2
+  echo "       (build products of the test targets); free some space and run again" >&2
+  exit 1
+fi
+
 # Tests that cannot run on this machine record why in skipped-tests.txt (see
 # crates/runtime/tests/common): listed and counted at the end, so a skip never reads as a pass.
 skip_files=(target/tmp/skipped-tests.txt target/*/tmp/skipped-tests.txt)
