@@ -901,6 +901,11 @@ impl Placer {
         self.period += 1;
         self.observe(objects);
         let mut moves = Vec::new();
+        if self.budgets.cores.len() < 2 {
+            // One core: every operation already runs where any placement would send it, so a
+            // placement would only cost the routed path's sampling and scheduling points.
+            return moves;
+        }
         self.judge_trials(&mut moves);
         self.free_cold(&mut moves);
         self.replicate(&mut moves);
@@ -1545,6 +1550,21 @@ mod tests {
             let placement = p.placement(ObjectId(i));
             assert_eq!(placement.is_scheduled(), i.is_multiple_of(2), "object {i}: {placement:?}");
         }
+    }
+
+    /// The saving that places half of two cores' objects places nothing on one core: every
+    /// operation already runs there.
+    #[test]
+    fn one_core_places_nothing() {
+        let m = machine(1, 1, 1 << 20, 0, &[]);
+        let mut p = Placer::for_machine(&m, &all(&m), PlacerConfig::default()).unwrap();
+        for _ in 0..20 {
+            p.register(ObjectHints { bytes: 32_000, ..Default::default() });
+        }
+        let cost = |i: usize, owner: bool| if i.is_multiple_of(2) && !owner { 5000 } else { 1000 };
+        let moves = drive(&mut p, 10, &|_| 20, &cost, &flat_busy);
+        assert!(moves.is_empty(), "{moves:?}");
+        assert!(p.placements().iter().all(|pl| *pl == Placement::Local));
     }
 
     #[test]
