@@ -1538,11 +1538,7 @@ mod tests {
 
     #[test]
     fn expensive_objects_are_scheduled_cheap_ones_stay_local() {
-        let m = machine(1, 2, 1 << 20, 0, &[]);
-        let mut p = Placer::for_machine(&m, &all(&m), PlacerConfig::default()).unwrap();
-        for _ in 0..20 {
-            p.register(ObjectHints { bytes: 32_000, ..Default::default() });
-        }
+        let mut p = cores_with(2, 20, 32_000);
         // Even objects: 5 µs cold, 1 µs on an owner (worth it). Odd: same cost either way.
         let cost = |i: usize, owner: bool| if i.is_multiple_of(2) && !owner { 5000 } else { 1000 };
         drive(&mut p, 10, &|_| 20, &cost, &flat_busy);
@@ -1556,11 +1552,7 @@ mod tests {
     /// operation already runs there.
     #[test]
     fn one_core_places_nothing() {
-        let m = machine(1, 1, 1 << 20, 0, &[]);
-        let mut p = Placer::for_machine(&m, &all(&m), PlacerConfig::default()).unwrap();
-        for _ in 0..20 {
-            p.register(ObjectHints { bytes: 32_000, ..Default::default() });
-        }
+        let mut p = cores_with(1, 20, 32_000);
         let cost = |i: usize, owner: bool| if i.is_multiple_of(2) && !owner { 5000 } else { 1000 };
         let moves = drive(&mut p, 10, &|_| 20, &cost, &flat_busy);
         assert!(moves.is_empty(), "{moves:?}");
@@ -1596,7 +1588,12 @@ mod tests {
 
     /// A placer on two cores of 1 MiB L2 with `n` objects of `bytes`.
     fn two_cores_with(n: usize, bytes: u64) -> Placer {
-        let m = machine(1, 2, 1 << 20, 0, &[]);
+        cores_with(2, n, bytes)
+    }
+
+    /// A placer on `cores` cores of 1 MiB L2 with `n` objects of `bytes`.
+    fn cores_with(cores: usize, n: usize, bytes: u64) -> Placer {
+        let m = machine(1, cores, 1 << 20, 0, &[]);
         let mut p = Placer::for_machine(&m, &all(&m), PlacerConfig::default()).unwrap();
         for _ in 0..n {
             p.register(ObjectHints { bytes, ..Default::default() });
