@@ -21,6 +21,7 @@
 //! cycles); the predictor only compares and averages them.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, DefaultHasher};
 
 use serde::{Deserialize, Serialize};
 
@@ -268,8 +269,9 @@ impl Timed {
 pub struct RunLengthPredictor {
     form: TableForm,
     entries: Vec<Option<Entry>>,
-    /// Fully associative only: key → slot (the CAM lookup).
-    slots: HashMap<u64, usize>,
+    /// Fully associative only: key → slot (the CAM lookup). A fixed hasher: the keys are the
+    /// program's own calls, and a random one costs every process a `getrandom` at start-up.
+    slots: HashMap<u64, usize, BuildHasherDefault<DefaultHasher>>,
     clock: u64,
     recent: [u64; GLOBAL_HISTORY],
     recent_len: usize,
@@ -294,11 +296,10 @@ impl RunLengthPredictor {
             form,
             // The timed form keeps its own table.
             entries: vec![None; if matches!(form, TableForm::Timed { .. }) { 0 } else { entries }],
-            slots: HashMap::with_capacity(if matches!(form, TableForm::FullyAssociative { .. }) {
-                entries
-            } else {
-                0
-            }),
+            slots: HashMap::with_capacity_and_hasher(
+                if matches!(form, TableForm::FullyAssociative { .. }) { entries } else { 0 },
+                BuildHasherDefault::default(),
+            ),
             clock: 0,
             recent: [0; GLOBAL_HISTORY],
             recent_len: 0,
