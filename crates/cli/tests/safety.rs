@@ -109,6 +109,17 @@ fn run_pair(argv: &[&str], env: &[(&str, &str)], stats: bool) -> (Output, Output
     (outputs.pop().unwrap(), offload, summary)
 }
 
+/// Compiles fixture `name`, runs it without arguments plainly and offloaded, and checks that
+/// both runs agree; returns them.
+fn same_both_ways(name: &str) -> (Output, Output) {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(name, dir.path());
+    let argv = [exe.to_str().unwrap()];
+    let (plain, offload) = pair(&argv, &[]);
+    assert_same(&argv, &plain, &offload);
+    (plain, offload)
+}
+
 fn assert_same(argv: &[&str], plain: &Output, offload: &Output) {
     assert_eq!(text(&plain.stdout), text(&offload.stdout), "{argv:?}: stdout differs");
     assert_eq!(text(&plain.stderr), text(&offload.stderr), "{argv:?}: stderr differs");
@@ -120,11 +131,7 @@ fn glibc_credential_changes_complete_after_calls_went_across() {
     if !have_cc() || !is_root() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let exe = compile("setid", dir.path());
-    let argv = [exe.to_str().unwrap()];
-    let (plain, offload) = pair(&argv, &[]);
-    assert_same(&argv, &plain, &offload);
+    let (_, offload) = same_both_ways("setid");
     assert!(text(&offload.stdout).contains("uid 65534 65534 65534 gid 65534"), "{}", text(&offload.stdout));
     assert!(text(&offload.stdout).contains("shadow refused"));
 }
@@ -171,11 +178,7 @@ fn thread_bound_calls_answer_for_the_calling_thread() {
     if !have_cc() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let exe = compile("thread_bound", dir.path());
-    let argv = [exe.to_str().unwrap()];
-    let (plain, offload) = pair(&argv, &[]);
-    assert_same(&argv, &plain, &offload);
+    let (_, offload) = same_both_ways("thread_bound");
     let out = text(&offload.stdout);
     assert!(!out.contains("corehop-svc"), "a call read the service thread:\n{out}");
     assert!(out.contains("stat through symlink: same file"), "{out}");
