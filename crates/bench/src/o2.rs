@@ -78,6 +78,7 @@ struct Dir {
 ///     "results": [ { "popularity": "uniform"|"oscillating", "size_bytes", "directories",
 ///                    "scheduler": "threads"|"sharded"|"o2"|"o2_batched", "min_lookups_per_s",
 ///                    "median_lookups_per_s", "max_lookups_per_s", "ratio_to_threads",
+///                    "paired_ratio_to_threads",
 ///                    "placement": null | { "local", "core", "domain", "replicated",
 ///                                        "following_routes" } } ] }
 #[derive(clap::Args, Debug)]
@@ -202,6 +203,9 @@ struct Row {
     median_lookups_per_s: f64,
     max_lookups_per_s: f64,
     ratio_to_threads: f64,
+    /// The median, over the repetitions, of each run over the threads' run of the same
+    /// repetition (run beside it): what a drift of the host between repetitions does not move.
+    paired_ratio_to_threads: f64,
     placement: Option<PlacementCounts>,
 }
 
@@ -627,6 +631,7 @@ impl Bench {
         }
         let mut rows = Vec::new();
         let threads_median = Stats::of(&samples[0]).context("no measurements")?.median;
+        let samples_of_threads = samples[0].clone();
         for (scheduler, samples) in SCHEDULERS.into_iter().zip(&samples) {
             let stats = Stats::of(samples).context("no measurements")?;
             rows.push(Row {
@@ -638,6 +643,7 @@ impl Bench {
                 median_lookups_per_s: stats.median,
                 max_lookups_per_s: stats.max,
                 ratio_to_threads: if threads_median > 0.0 { stats.median / threads_median } else { 0.0 },
+                paired_ratio_to_threads: paired_ratio(samples, &samples_of_threads),
                 placement: match scheduler {
                     Scheduler::O2 => Some(single.placement(gate_start[0])),
                     Scheduler::O2Batched => Some(batched.placement(gate_start[1])),
@@ -647,6 +653,12 @@ impl Bench {
         }
         Ok(rows)
     }
+}
+
+/// The median of `runs[i] / threads[i]` over the repetitions (0 if there are none).
+fn paired_ratio(runs: &[f64], threads: &[f64]) -> f64 {
+    let ratios: Vec<f64> = runs.iter().zip(threads).filter(|(_, &t)| t > 0.0).map(|(&r, &t)| r / t).collect();
+    Stats::of(&ratios).map_or(0.0, |s| s.median)
 }
 
 /// Cache sizes of the CPUs of a run, in bytes.
@@ -755,11 +767,11 @@ fn table(rows: &[Row], popularity: Popularity, title: String) -> Table {
         "dirs",
         "threads k/s",
         "sharded k/s",
-        "×thr",
+        "×thr paired",
         "o2 k/s",
-        "×thr",
+        "×thr paired",
         "batched k/s",
-        "×thr",
+        "×thr paired",
         "placed",
     ];
     let mut t = Table::new(header).title(title);
@@ -795,11 +807,11 @@ fn table(rows: &[Row], popularity: Popularity, title: String) -> Table {
             th.directories.to_string(),
             cell(th),
             cell(sh),
-            format!("{:.2}", sh.ratio_to_threads),
+            format!("{:.2} {:.2}", sh.ratio_to_threads, sh.paired_ratio_to_threads),
             cell(o2),
-            format!("{:.2}", o2.ratio_to_threads),
+            format!("{:.2} {:.2}", o2.ratio_to_threads, o2.paired_ratio_to_threads),
             cell(ob),
-            format!("{:.2}", ob.ratio_to_threads),
+            format!("{:.2} {:.2}", ob.ratio_to_threads, ob.paired_ratio_to_threads),
             placed,
         ]);
     }
@@ -877,7 +889,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .replace("Oscillating", "oscillating"),
         );
         t.note(format!(
-            "caches: {} private per CPU, {} private in all, {} on chip; ×thr = median / threads' median in this run",
+            "caches: {} private per CPU, {} private in all, {} on chip; ×thr = median / threads' median in this run; paired = median over the repetitions of each run / the threads' run of the same repetition",
             format_size(one),
             format_size(all),
             format_size(on_chip)

@@ -18,7 +18,13 @@ fn quick_json_has_every_scheduler_per_size() {
     let results = v["results"].as_array().unwrap();
     assert_eq!(results.len(), 2 * 2 * 4, "2 popularities × 2 sizes × 4 schedulers");
     for r in results {
-        for key in ["min_lookups_per_s", "median_lookups_per_s", "max_lookups_per_s", "ratio_to_threads"] {
+        for key in [
+            "min_lookups_per_s",
+            "median_lookups_per_s",
+            "max_lookups_per_s",
+            "ratio_to_threads",
+            "paired_ratio_to_threads",
+        ] {
             assert!(r[key].as_f64().unwrap() > 0.0, "{key} in {r}");
         }
         let (min, med, max) = (
@@ -32,6 +38,7 @@ fn quick_json_has_every_scheduler_per_size() {
         assert!(["uniform", "oscillating"].contains(&r["popularity"].as_str().unwrap()));
         if scheduler == "threads" {
             assert_eq!(r["ratio_to_threads"], 1.0);
+            assert_eq!(r["paired_ratio_to_threads"], 1.0);
         }
         assert_eq!(v["settings"]["lookup"], "scan");
         let dirs = r["directories"].as_u64().unwrap();
