@@ -631,7 +631,7 @@ impl Bench {
         }
         let mut rows = Vec::new();
         let threads_median = Stats::of(&samples[0]).context("no measurements")?.median;
-        let samples_of_threads = samples[0].clone();
+        let threads = &samples[0];
         for (scheduler, samples) in SCHEDULERS.into_iter().zip(&samples) {
             let stats = Stats::of(samples).context("no measurements")?;
             rows.push(Row {
@@ -643,7 +643,7 @@ impl Bench {
                 median_lookups_per_s: stats.median,
                 max_lookups_per_s: stats.max,
                 ratio_to_threads: if threads_median > 0.0 { stats.median / threads_median } else { 0.0 },
-                paired_ratio_to_threads: paired_ratio(samples, &samples_of_threads),
+                paired_ratio_to_threads: paired_ratio(samples, threads),
                 placement: match scheduler {
                     Scheduler::O2 => Some(single.placement(gate_start[0])),
                     Scheduler::O2Batched => Some(batched.placement(gate_start[1])),
