@@ -254,7 +254,8 @@ fn do_openat(
     let args = [dirfd as u64, path as u64, flags as u64, mode as u64, 0, 0];
     let check = Check::Open { dirfd, path: path as u64, flags };
     let fd = dispatch(kind, -1, || 0, Some(request(libc::SYS_openat, args, check)), local);
-    memo::clear(fd as c_int);
+    // It names a new file now (`reassigned` also forgets a mark: a number can be marked only
+    // once the memo is armed, which is when `reassigned` acts).
     memo::reassigned(fd as c_int);
     fd
 }

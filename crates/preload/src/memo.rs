@@ -38,8 +38,8 @@ pub fn mark(fd: i32) {
     }
 }
 
-/// Forgets `fd` (it now names a newly opened file).
-pub fn clear(fd: i32) {
+/// Forgets that `fd` may block.
+fn clear(fd: i32) {
     if let Some((word, bit)) = slot(fd) {
         if word.load(Relaxed) & bit != 0 {
             word.fetch_and(!bit, Relaxed);
