@@ -1,4 +1,6 @@
 //! The `corehop` command.
+use std::process::ExitCode;
+
 use clap::{Parser, Subcommand};
 
 mod cmd;
@@ -28,9 +30,22 @@ enum Command {
     Predict(cmd::predict::Args),
 }
 
-fn main() -> anyhow::Result<()> {
+/// Runs the command; an error is printed as its chain of causes on one line (no backtrace,
+/// whatever `RUST_BACKTRACE` says), and a program that could not be started ends corehop as
+/// it would end a shell (127: not found, 126: not runnable).
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("corehop: {e:#}");
+            ExitCode::from(e.downcast_ref::<cmd::run::NotStarted>().map_or(1, |n| n.exit_code()))
+        }
+    }
+}
+
+fn run(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Tour(args) => cmd::tour::run(args),
         Command::Topo(args) => cmd::topo::run(args),
         Command::Bench(bench) => cmd::bench::run(bench),

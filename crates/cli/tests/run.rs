@@ -455,6 +455,35 @@ fn bad_arguments_are_clear_errors() {
     assert!(text(&out.stderr).contains("COREHOP_PRELOAD"), "{}", text(&out.stderr));
 }
 
+/// A program that cannot start ends corehop as it ends a shell or `env`: 127 if it is not
+/// there, 126 if it cannot be run; an option corehop does not know, before the program's name,
+/// is a usage error, not a program. Errors are one line, also where backtraces are asked for.
+#[test]
+fn a_program_that_cannot_start_gives_the_shells_exit_status() {
+    let not_runnable = std::env::temp_dir().join(format!("corehop-not-runnable-{}", std::process::id()));
+    std::fs::write(&not_runnable, "not a program\n").unwrap();
+    let not_runnable = not_runnable.to_str().unwrap().to_string();
+    let cases: [(&[&str], i32, &str); 5] = [
+        (&["run", "--", "/no/such/program"], 127, "corehop: starting /no/such/program: No such file"),
+        (&["run", "--offload", "--", "/no/such/program"], 127, "starting /no/such/program"),
+        (&["run", "--offload", "--stats", "--", "/no/such/program"], 127, "starting /no/such/program"),
+        (&["run", "--", &not_runnable], 126, "Permission denied"),
+        (
+            &["run", "--offload", "--no-such-option", "--", "true"],
+            2,
+            "unexpected argument '--no-such-option'",
+        ),
+    ];
+    for (args, code, expected) in cases {
+        let out = corehop().args(args).env("RUST_BACKTRACE", "1").output().unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: expected {expected:?} in {stderr}");
+        assert!(!stderr.contains("backtrace"), "{args:?}: {stderr}");
+    }
+    let _ = std::fs::remove_file(&not_runnable);
+}
+
 #[test]
 fn a_bad_environment_turns_offload_off_and_the_program_still_runs() {
     let out = Command::new("cat")

@@ -130,8 +130,9 @@ pub struct Args {
     #[arg(long, value_name = "FILE.svg", requires = "compare")]
     pub plot: Option<PathBuf>,
 
-    /// The program to run and its arguments (after `--`).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, value_name = "CMD")]
+    /// The program to run and its arguments (after `--`, or after corehop's own options: an
+    /// unknown option before the program's name is an error, not a program).
+    #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
 }
 
@@ -188,6 +189,26 @@ impl PolicyArg {
             (PolicyArg::Predicted, None) => "predicted:time:tuned".into(),
             (PolicyArg::Predicted, Some(ns)) => format!("predicted:time:{ns}"),
         })
+    }
+}
+
+/// The program could not be started (not found, not executable, ...).
+#[derive(Debug, thiserror::Error)]
+#[error("starting {program}")]
+pub struct NotStarted {
+    program: String,
+    source: std::io::Error,
+}
+
+impl NotStarted {
+    /// The exit status a shell or `env` gives a command it cannot start: 127 if it was not
+    /// found, 126 if it was found but could not be run.
+    pub fn exit_code(&self) -> u8 {
+        if self.source.kind() == std::io::ErrorKind::NotFound {
+            127
+        } else {
+            126
+        }
     }
 }
 
@@ -517,8 +538,7 @@ impl Launch {
                 return anyhow::Error::from(e).context(format!("running on CPUs {}", format_cpu_list(cpus)));
             }
         }
-        let program = self.command[0].to_string_lossy().into_owned();
-        anyhow::Error::from(command.exec()).context(format!("starting {program}"))
+        NotStarted { program: self.command[0].to_string_lossy().into_owned(), source: command.exec() }.into()
     }
 
     /// The program's command line and environment (the preload library and its settings).
@@ -585,7 +605,7 @@ impl Launch {
                 if let Some(path) = self.offload.as_ref().and_then(|o| o.stats_file.as_ref()) {
                     let _ = std::fs::remove_file(path);
                 }
-                return Err(e).with_context(|| format!("starting {}", program.to_string_lossy()));
+                return Err(NotStarted { program: program.to_string_lossy().into_owned(), source: e }.into());
             }
         };
         forward::started(child.id());
