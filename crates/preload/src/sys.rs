@@ -29,7 +29,6 @@ pub fn now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Sleeps `ns` nanoseconds (restarting after signals).
 /// True about once in `n` calls (`n` a power of two), decided by the cycle counter: a
 /// thread-local countdown would cost the `__tls_get_addr` call this exists to avoid, and a
 /// shared counter would bounce its line between the program's threads.
@@ -53,6 +52,7 @@ pub fn one_in(n: u64) -> bool {
     (ticks.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) & (n - 1) == 0
 }
 
+/// Sleeps `ns` nanoseconds (restarting after signals).
 pub fn sleep_ns(ns: u64) {
     let mut req =
         libc::timespec { tv_sec: (ns / 1_000_000_000) as i64, tv_nsec: (ns % 1_000_000_000) as i64 };
