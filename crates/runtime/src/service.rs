@@ -721,7 +721,9 @@ impl<'s> Offloader<'s> {
     }
 
     /// Feed the policy's threshold tuner every `length` of wall time, with the progress
-    /// rate reported through [`Offloader::progress`] as the feedback.
+    /// rate reported through [`Offloader::progress`] as the feedback. An epoch ends at a
+    /// progress report, never inside a call: it spans whole units, so a trial of a few
+    /// transactions is not scored with part of one more in its time but not in its count.
     pub fn with_epochs(mut self, length: Duration) -> Offloader<'s> {
         self.epoch =
             Some(Epoch { length_ns: length.as_nanos().max(1) as u64, start_ns: sys::now_ns(), units: 0 });
@@ -807,7 +809,6 @@ impl<'s> Offloader<'s> {
                 r
             }
         };
-        self.maybe_end_epoch();
         result
     }
 

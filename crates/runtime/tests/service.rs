@@ -272,6 +272,26 @@ fn progress_feeds_the_threshold_tuner() {
     assert!(p.tuner().unwrap().rounds() >= 1, "three epochs make a sampling round");
 }
 
+/// An epoch spans whole units of progress: it ends where the application reports one, never
+/// inside a call. An epoch that ended mid-transaction scored a trial of a few transactions with
+/// a part of one more in its time but not in its count (a quarter of a 4-unit trial).
+#[test]
+fn an_epoch_ends_only_where_progress_is_reported() {
+    let cores = ServiceConfig::on_cpus([service_cpu()]).build().unwrap();
+    let mut off = Offloader::new(&cores, "adaptive".parse().unwrap()).with_epochs(Duration::from_millis(2));
+    for _ in 0..10 {
+        // Enough units for an epoch, quickly; then a unit whose call outlasts the epoch.
+        for _ in 0..2 * corehop_policy::offload::MIN_EPOCH_UNITS {
+            off.progress(1);
+        }
+        let before = off.stats().epochs;
+        off.offload(|| std::thread::sleep(Duration::from_millis(3)));
+        assert_eq!(off.stats().epochs, before, "an epoch ended inside a unit of progress");
+        off.progress(1);
+    }
+    assert!(off.stats().epochs > 0, "epochs end at progress reports");
+}
+
 #[test]
 fn several_service_cores_share_the_work() {
     let cpus = sys::affinity().unwrap();
