@@ -558,12 +558,20 @@ fn several_service_cpus_serve_a_multi_threaded_program() {
 
 #[test]
 fn the_default_adaptive_offload_leaves_the_program_on_every_cpu() {
-    // `adaptive` moves nothing until moving pays, so it must not take a CPU from the program.
+    // `adaptive` moves nothing until moving pays, and `never` nothing at all: neither may take
+    // a CPU from the program (a `never` run is the baseline, as plain as it gets).
     let mask = "grep Cpus_allowed_list /proc/self/status";
     let plain = Command::new("sh").args(["-c", mask]).output().unwrap();
-    let offloaded = corehop().args(["run", "--offload", "--", "sh", "-c", mask]).output().unwrap();
-    assert!(offloaded.status.success(), "{}", text(&offloaded.stderr));
-    assert_eq!(text(&offloaded.stdout), text(&plain.stdout));
+    for policy in [&[][..], &["--policy", "never"][..]] {
+        let offloaded = corehop()
+            .args(["run", "--offload"])
+            .args(policy)
+            .args(["--", "sh", "-c", mask])
+            .output()
+            .unwrap();
+        assert!(offloaded.status.success(), "{policy:?}: {}", text(&offloaded.stderr));
+        assert_eq!(text(&offloaded.stdout), text(&plain.stdout), "{policy:?}");
+    }
     // A policy that moves calls from the start keeps the program off the service CPU.
     let always =
         corehop().args(["run", "--offload", "--policy", "always", "--", "sh", "-c", mask]).output().unwrap();

@@ -50,8 +50,8 @@ pub struct Args {
 
     /// CPUs CMD itself runs on (kernel numbers). Default with --offload: unchanged for
     /// `--policy adaptive` (it moves nothing until moving pays, so it takes no CPU from the
-    /// program), else every CPU this process may use except the service CPUs (all of them if
-    /// that leaves none); without --offload: unchanged.
+    /// program) and `never` (it moves nothing), else every CPU this process may use except the
+    /// service CPUs (all of them if that leaves none); without --offload: unchanged.
     #[arg(long, value_name = "LIST")]
     pub cpus: Option<String>,
 
@@ -162,10 +162,11 @@ pub enum PolicyArg {
 impl PolicyArg {
     /// The CPUs the program runs on when `--cpus` is not given: every allowed CPU but the
     /// service CPUs for a policy that moves calls from the start (all of them if that leaves
-    /// none); `None` (as inherited) for `adaptive`, which moves nothing until moving pays and
-    /// so must not take a CPU from the program for it.
+    /// none); `None` (as inherited) for `adaptive`, which moves nothing until moving pays, and
+    /// for `never`, which moves nothing at all: neither may take a CPU from the program (a
+    /// `never` run is the baseline the others are held against).
     pub fn program_cpus(self, allowed: &[usize], service_cpus: &[usize]) -> Option<Vec<usize>> {
-        if self == PolicyArg::Adaptive {
+        if matches!(self, PolicyArg::Adaptive | PolicyArg::Never) {
             return None;
         }
         let rest: Vec<usize> = allowed.iter().copied().filter(|c| !service_cpus.contains(c)).collect();
