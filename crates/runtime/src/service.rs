@@ -782,7 +782,7 @@ impl<'s> Offloader<'s> {
                     .then_some(index)
             }
         };
-        let result = match target {
+        match target {
             None => {
                 let t0 = sys::now_ns();
                 let r = f();
@@ -808,8 +808,7 @@ impl<'s> Offloader<'s> {
                 self.learn(&desc, CallCost::moved(run, caller));
                 r
             }
-        };
-        result
+        }
     }
 
     fn learn(&mut self, desc: &CallDesc, cost: CallCost) {
