@@ -4,6 +4,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod cmd;
+mod deferred;
+
+use deferred::{Deferred, DeferredSub};
 
 /// corehop puts each piece of work on the CPU core that suits it.
 ///
@@ -19,14 +22,14 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// A two-minute tour: this machine, hop costs measured here, each subsystem in brief.
-    Tour(cmd::tour::Args),
+    Tour(Deferred<cmd::tour::Args>),
     Topo(cmd::topo::Args),
     /// Measure corehop's mechanisms on this machine, each next to a same-run baseline.
     #[command(subcommand)]
-    Bench(cmd::bench::Bench),
+    Bench(DeferredSub<cmd::bench::Bench>),
     Sim(cmd::sim::Args),
     /// Run an unmodified program with system-call offload to service CPUs (LD_PRELOAD).
-    Run(cmd::run::Args),
+    Run(Deferred<cmd::run::Args>),
     Predict(cmd::predict::Args),
 }
 
@@ -46,11 +49,46 @@ fn main() -> ExitCode {
 
 fn run(command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Tour(args) => cmd::tour::run(args),
+        Command::Tour(Deferred(args)) => cmd::tour::run(args),
         Command::Topo(args) => cmd::topo::run(args),
-        Command::Bench(bench) => cmd::bench::run(bench),
+        Command::Bench(DeferredSub(bench)) => cmd::bench::run(bench),
         Command::Sim(args) => cmd::sim::run(args),
-        Command::Run(args) => cmd::run::run(args),
+        Command::Run(Deferred(args)) => cmd::run::run(args),
         Command::Predict(args) => cmd::predict::run(args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent_with_every_subcommand_built() {
+        // `build` runs the deferred parts too, so clap's checks cover them.
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn a_deferred_subcommand_is_listed_with_its_help_and_parses_its_arguments() {
+        let mut cli = Cli::command();
+        for name in ["tour", "bench", "run"] {
+            let sub = cli.find_subcommand(name).unwrap();
+            assert!(sub.get_about().is_some(), "{name} has no one-line help in the list");
+        }
+        cli.build();
+        let run = cli.find_subcommand("run").unwrap();
+        assert!(run.get_arguments().any(|a| a.get_id() == "offload"), "run's arguments were not built");
+        assert_eq!(
+            run.get_about().map(ToString::to_string).as_deref(),
+            Some("Run an unmodified program with system-call offload to service CPUs (LD_PRELOAD)"),
+            "the variant's help must win over the arguments' own"
+        );
+        let parsed = Cli::try_parse_from(["corehop", "run", "--offload", "--policy", "never", "--", "true"]).unwrap();
+        let Command::Run(Deferred(args)) = parsed.command else { panic!("not run") };
+        assert!(args.offload);
+        let help = Cli::try_parse_from(["corehop", "bench", "switch", "--help"]).err().expect("--help is not a parse");
+        assert_eq!(help.kind(), clap::error::ErrorKind::DisplayHelp);
+        assert!(Cli::try_parse_from(["corehop", "bench", "nosuch"]).is_err());
     }
 }
