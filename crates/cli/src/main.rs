@@ -64,6 +64,13 @@ mod tests {
     use clap::CommandFactory;
 
     #[test]
+    fn a_panic_unwinds_with_the_static_unwinder() {
+        // build.rs links libgcc_eh in place of libgcc_s: catching a panic must still work.
+        let caught = std::panic::catch_unwind(|| panic!("unwinds"));
+        assert!(caught.is_err());
+    }
+
+    #[test]
     fn the_command_line_is_consistent_with_every_subcommand_built() {
         // `build` runs the deferred parts too, so clap's checks cover them.
         Cli::command().debug_assert();
