@@ -643,8 +643,10 @@ fn the_run_suite_compares_real_programs_and_their_outputs() {
             assert!(["never", "measured", "always", "size", "predicted"].contains(&arm.as_str()), "{arm}");
         }
     }
-    // The library's load floor is measured in the same run (timings are not judged).
+    // The library's load floor and corehop's own start are measured in the same run (timings
+    // are not judged).
     assert!(report["load"]["median_ns"].is_number(), "{report}");
+    assert!(report["launcher"]["median_ns"].is_number(), "{report}");
     let bad = corehop().args(["bench", "run-suite", "--programs", "doom"]).output().unwrap();
     assert!(!bad.status.success());
     assert!(text(&bad.stderr).contains("unknown program \"doom\""), "{}", text(&bad.stderr));

@@ -29,8 +29,10 @@ use corehop_bench::report::{fmt_ns, OutputArgs, Stats, Table};
 /// of what it wrote, so "same output" covers the files too. A program that is not installed is
 /// skipped with a note.
 ///
-/// The plain run is the program as a user would start it; the offloaded one is
-/// `corehop run --offload --policy POLICY -- PROGRAM` with its defaults. ×plain is the ratio of
+/// The plain run is the program as a user would start it; the offloaded one is the program as
+/// `corehop run --offload --policy POLICY -- PROGRAM` starts it, with its defaults: the same
+/// environment, library and CPUs, started from this process. corehop's own start, which typing
+/// `corehop run` adds, is measured apart and printed below the table. ×plain is the ratio of
 /// the median wall times; the target for the default policy is at most 1.02. paired is the
 /// median over the repetitions of each offloaded run's time over its own plain run's (the two
 /// run back to back, so a slow spell of the disk or the host weighs on both): the steadier
@@ -40,9 +42,10 @@ use corehop_bench::report::{fmt_ns, OutputArgs, Stats, Table};
 ///
 /// --json prints `{policy, reps, results: [{program, plain: {min, median, max}, offload: {min,
 /// median, max}, ratio, paired_ratio, same_output, settled}], skipped: [{program, reason}], load: {median_ns,
-/// min_ns} | null}` (times in ns; `settled` maps each arm an adaptive policy settled on to its
-/// number of processes; `load` is what loading the library adds to one process, from
-/// `/bin/true` spawned plain and under the library, alternating).
+/// min_ns} | null, launcher: {median_ns, min_ns} | null}` (times in ns; `settled` maps each arm
+/// an adaptive policy settled on to its number of processes; `load` is what loading the library
+/// adds to one process, from `/bin/true` spawned plain and under the library, alternating;
+/// `launcher` is what starting it through `corehop run --` adds, measured the same way).
 #[derive(clap::Args, Clone)]
 pub struct Args {
     /// Programs to run (comma-separated): sqlite3, tar-czf, tar-xzf, cp-r, find-grep, git,
@@ -160,6 +163,8 @@ struct Report {
     skipped: Vec<Skipped>,
     /// What loading the library adds to one process's start and exit, measured in this run.
     load: Option<Load>,
+    /// What starting a program through the `corehop` command adds to a run (not in the table).
+    launcher: Option<Load>,
 }
 
 /// The library's per-process floor: `/bin/true` started plain and under the library,
@@ -178,24 +183,43 @@ const LOAD_SPAWNS: usize = 60;
 /// Times `/bin/true` plain and under `offload`, alternating: the cost of loading the library
 /// that every process a program starts pays, whatever the policy decides.
 fn load_floor(offload: &Offload) -> anyhow::Result<Option<Load>> {
+    let with_library = |command| Launch { command, cpus: None, offload: Some(offload.clone()), capture: true };
+    added_cost(|command| Launch { offload: None, ..with_library(command) }, with_library)
+}
+
+/// Times `/bin/true` started directly and through `corehop run --`, alternating: corehop's own
+/// start (its process image, its parsing, the `exec`), which the table leaves out.
+fn launcher_cost() -> anyhow::Result<Option<Load>> {
+    let corehop = std::env::current_exe().context("finding the corehop binary")?;
+    let direct = |command| Launch { command, cpus: None, offload: None, capture: true };
+    let via_corehop = |command: Vec<OsString>| {
+        direct([vec![corehop.clone().into_os_string(), "run".into(), "--".into()], command].concat())
+    };
+    added_cost(direct, via_corehop)
+}
+
+/// What starting `/bin/true` as `with` adds to starting it as `base`, over [`LOAD_SPAWNS`]
+/// alternating spawns each (`None` without `/bin/true`).
+fn added_cost(
+    base: impl Fn(Vec<OsString>) -> Launch,
+    with: impl Fn(Vec<OsString>) -> Launch,
+) -> anyhow::Result<Option<Load>> {
     let program = Path::new("/bin/true");
     if !program.is_file() {
         return Ok(None);
     }
+    let command = vec![OsString::from(program)];
     let mut times: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     for rep in 0..2 * LOAD_SPAWNS {
-        let with_library = rep % 2 == 1;
-        let launch = Launch {
-            command: vec![program.into()],
-            cpus: None,
-            offload: with_library.then(|| offload.clone()),
-            capture: true,
-        };
-        times[usize::from(with_library)].push(launch.run().context("timing /bin/true")?.wall_ns as f64);
+        let side = rep % 2;
+        let launch = if side == 0 { base(command.clone()) } else { with(command.clone()) };
+        let finished = launch.run().context("timing /bin/true")?;
+        anyhow::ensure!(finished.status.success(), "/bin/true failed: {}", finished.status);
+        times[side].push(finished.wall_ns as f64);
     }
-    let plain = Stats::of(&times[0]).context("no plain spawn")?;
-    let loaded = Stats::of(&times[1]).context("no spawn under the library")?;
-    Ok(Some(Load { median_ns: loaded.median - plain.median, min_ns: loaded.min - plain.min }))
+    let base = Stats::of(&times[0]).context("no spawn")?;
+    let with = Stats::of(&times[1]).context("no spawn")?;
+    Ok(Some(Load { median_ns: with.median - base.median, min_ns: with.min - base.min }))
 }
 
 fn installed(program: &str) -> bool {
@@ -254,7 +278,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let dir = tmp.path();
     prepare(dir)?;
     let mut report =
-        Report { policy: policy.clone(), reps, results: Vec::new(), skipped: Vec::new(), load: None };
+        Report { policy: policy.clone(), reps, results: Vec::new(), skipped: Vec::new(), load: None, launcher: None };
     let runnable: Vec<&Program> = chosen
         .into_iter()
         .filter(|p| match p.needs.iter().find(|n| !installed(n)) {
@@ -347,6 +371,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         });
     }
     report.load = load_floor(&offload)?;
+    report.launcher = launcher_cost()?;
     bar.finish_and_clear();
     print(&report, &args.output, service)?;
     if report.results.iter().any(|r| !r.same_output) {
@@ -398,6 +423,15 @@ fn print(report: &Report, output: &OutputArgs, service: usize) -> anyhow::Result
                  fastest; /bin/true, {LOAD_SPAWNS} alternating spawns a side, this run), whatever the policy decides",
                 fmt_ns(load.median_ns),
                 fmt_ns(load.min_ns)
+            ));
+        }
+        if let Some(launcher) = &report.launcher {
+            table.note(format!(
+                "each program here starts as `corehop run` starts it, from this process; typing `corehop run` \
+                 adds corehop's own start to that, {} a run (median; {} fastest against fastest; /bin/true \
+                 direct and through `corehop run --`, {LOAD_SPAWNS} alternating spawns a side, this run)",
+                fmt_ns(launcher.median_ns),
+                fmt_ns(launcher.min_ns)
             ));
         }
         for s in &report.skipped {
