@@ -379,7 +379,7 @@ impl OffloadPolicy {
                 run >= (STATIC_PROFILE_HOPS.saturating_mul(profile.hop_cost)).saturating_add(queue_delay)
             }),
             OffloadPolicy::Predicted(p) => {
-                p.predict(call).run > p.effective_threshold().saturating_add(queue_delay)
+                p.predictor.above_call(call, p.effective_threshold().saturating_add(queue_delay))
             }
             OffloadPolicy::Measured(m) => m.decide(call) == Decision::Offload,
             OffloadPolicy::Adaptive(a) => return a.active().decide(call, queue_delay),
@@ -408,7 +408,8 @@ impl OffloadPolicy {
     pub fn observe(&mut self, call: &CallDesc, cost: CallCost) {
         match self {
             OffloadPolicy::Predicted(p) => {
-                p.predictor.observe_call(call, cost.run);
+                let n = p.effective_threshold();
+                p.predictor.observe_call(call, cost.run, n);
                 if cost.moved {
                     p.move_cost.add(cost.caller.saturating_sub(cost.run));
                 }

@@ -88,14 +88,18 @@ pub struct TraceReport {
     pub forms: Vec<FormReport>,
 }
 
-/// Replays `calls` through a fresh predictor of `form`, asking before telling.
+/// Replays `calls` through a fresh predictor of `form`, asking before telling: one predictor
+/// per threshold, each deciding and learning at its own (the timed form's vote is per
+/// threshold), the first also scored on its predicted run lengths.
 pub fn evaluate(calls: &[TraceCall], form: TableForm, thresholds: &[u64]) -> anyhow::Result<FormReport> {
-    let mut predictor = RunLengthPredictor::new(form)?;
+    let mut predictors = (0..thresholds.len().max(1))
+        .map(|_| RunLengthPredictor::new(form))
+        .collect::<Result<Vec<_>, _>>()?;
     let (mut exact, mut close, mut local, mut global, mut cold) = (0usize, 0usize, 0usize, 0usize, 0usize);
     let mut right = vec![0usize; thresholds.len()];
     let mut above = vec![0usize; thresholds.len()];
     for c in calls {
-        let p = predictor.predict_call(&c.call);
+        let p = predictors[0].predict_call(&c.call);
         exact += usize::from(p.run == c.run_ns);
         close += usize::from(within_tolerance(p.run, c.run_ns));
         match p.source {
@@ -103,11 +107,14 @@ pub fn evaluate(calls: &[TraceCall], form: TableForm, thresholds: &[u64]) -> any
             Source::Global => global += 1,
             Source::Cold => cold += 1,
         }
-        for (i, &n) in thresholds.iter().enumerate() {
-            right[i] += usize::from((p.run > n) == (c.run_ns > n));
-            above[i] += usize::from(c.run_ns > n);
+        for (i, predictor) in predictors.iter_mut().enumerate() {
+            let n = thresholds.get(i).copied().unwrap_or(0);
+            if i < thresholds.len() {
+                right[i] += usize::from(predictor.above_call(&c.call, n) == (c.run_ns > n));
+                above[i] += usize::from(c.run_ns > n);
+            }
+            predictor.observe_call(&c.call, c.run_ns, n);
         }
-        predictor.observe_call(&c.call, c.run_ns);
     }
     let share = |count: usize| if calls.is_empty() { 0.0 } else { count as f64 / calls.len() as f64 };
     let decisions = thresholds

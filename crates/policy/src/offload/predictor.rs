@@ -11,11 +11,20 @@
 //! Beside the paper's two forms, a third for run lengths measured in *time*
 //! ([`TableForm::Timed`]): times never repeat exactly, so "within ±5 %" rarely holds and the
 //! paper's form falls back to the global mean most of the time, which a few long calls (an
-//! fsync) drag up. The timed form keys a call by its kind, call site and size bucket (log2),
-//! predicts the lower tercile of that key's last nine runs, and falls back to the same of the
-//! last nine runs of the same kind of call: a low quantile ignores the spikes that interrupts
-//! and preemption add, and a kind says more about a call's length than whatever call came
-//! before it.
+//! fsync) drag up. The timed form keys a call by its kind, call site and size bucket (log2)
+//! and keeps each key's last nine runs. It predicts their lower tercile, which ignores the
+//! spikes that interrupts and preemption add, or their median where that has lately been the
+//! closer guess (a key whose runs take two lengths at random). A new key falls back to its
+//! kind's runs, then to any call's: a kind says more about a call's length than whatever call
+//! came before it.
+//!
+//! Its decisions at a threshold N ([`RunLengthPredictor::above_call`]) are chosen twice, as a
+//! branch predictor's tournament chooses: per key, between the prediction and the plain
+//! majority of the key's runs at N, whichever has lately been right where they differ; and
+//! over all calls, between the keys' decisions and the plain majority of all calls at N. On a
+//! key or a program where runs land on either side of N at random, the decisions then stay
+//! within a learning cost of the better of always and never moving, where the prediction
+//! alone fell up to 19 points below it (docs/performance.md, "run-length predictor").
 //!
 //! Units are whatever the caller observes in (the runtime uses nanoseconds, the simulator
 //! cycles); the predictor only compares and averages them.
@@ -55,8 +64,9 @@ pub enum TableForm {
         entries: usize,
     },
     /// For times: tagged entries at `key % entries` (a colliding key replaces the entry),
-    /// each the key's last nine runs; predictions are their lower tercile, with the call
-    /// kind's as the fallback (module docs). Allocates only when built.
+    /// each the key's last nine runs; predictions are their lower tercile or median, with the
+    /// call kind's and then any call's as the fallbacks, and decisions at a threshold chosen
+    /// against the majority's (module docs). Allocates only when built.
     Timed {
         /// Table size.
         entries: usize,
@@ -123,11 +133,34 @@ struct Entry {
 const HISTORY: usize = 9;
 
 /// Words of a [`Recent`]: the runs in arrival order (a ring), the same runs sorted, how many
-/// there are, and the ring's next slot.
-const RECENT_WORDS: usize = 2 * HISTORY + 2;
+/// there are, the ring's next slot, how far off each of its two candidate predictions has
+/// recently been, and its vote at the threshold decisions are made at.
+const RECENT_WORDS: usize = 2 * HISTORY + 5;
 const SORTED: usize = HISTORY;
 const LEN: usize = 2 * HISTORY;
 const NEXT: usize = 2 * HISTORY + 1;
+const MISS_TERCILE: usize = 2 * HISTORY + 2;
+const MISS_MEDIAN: usize = 2 * HISTORY + 3;
+/// Bits 0–15: how often runs ended above the threshold, in 1/65536 (decayed); bits 16–17: a
+/// two-bit counter that trusts the prediction (2, 3) or that majority (0, 1); bit 18: set.
+const VOTE: usize = 2 * HISTORY + 4;
+const VOTE_SET: u32 = 1 << 18;
+/// The share above keeps `1 - 1/2^ABOVE_DECAY_SHIFT` of itself per run: it follows the last 30
+/// or so, longer than the nine runs of the prediction, so a key whose runs fall on both sides
+/// at random gets its majority right.
+const ABOVE_DECAY_SHIFT: u32 = 4;
+
+/// A miss score keeps `1 - 1/2^MISS_DECAY_SHIFT` of itself per run: it follows the last 16 or so.
+const MISS_DECAY_SHIFT: u32 = 4;
+
+/// log2 of `x` in 1/256ths (`x` ≥ 1; the fraction is the mantissa's linear interpolation, so
+/// off by at most 0.086): a prediction's miss in the units that decide an offload, ratios.
+fn log2_256(x: u32) -> u32 {
+    let x = x.max(1);
+    let whole = 31 - x.leading_zeros();
+    let fraction = if whole >= 8 { (x >> (whole - 8)) & 0xff } else { (x << (8 - whole)) & 0xff };
+    whole * 256 + fraction
+}
 
 /// The last [`HISTORY`] runs of something, each saturated to 32 bits (4.3 s in ns) to keep
 /// the table small. A push takes the oldest run out of the sorted copy and puts the new one in
@@ -139,8 +172,9 @@ struct Recent([u32; RECENT_WORDS]);
 
 impl Recent {
     fn push(&mut self, run: u64) {
-        let w = &mut self.0;
         let run = u32::try_from(run).unwrap_or(u32::MAX);
+        self.score(run);
+        let w = &mut self.0;
         let len = w[LEN] as usize;
         let next = w[NEXT] as usize;
         let sorted = SORTED..SORTED + HISTORY;
@@ -168,13 +202,79 @@ impl Recent {
         w[LEN] = (end + 1) as u32;
     }
 
-    /// The lower tercile: the run a call of this key typically needs. Run lengths in time are
-    /// skewed to the right (an interrupt, a preemption, a cold cache lengthens a run; nothing
-    /// shortens one) and those spikes do not repeat with the key, so a low quantile predicts
-    /// better than the median or the mean (docs/performance.md, "run-length predictor").
+    /// Whether the next run will end above `n`: by the typical run (below), or, where that has
+    /// been wrong more often than the plain majority of this key's runs at `n`, by the
+    /// majority (a tournament, as branch predictors choose between two of their own).
+    fn above(&self, n: u64) -> Option<bool> {
+        let typical = self.typical()? > n;
+        let vote = self.0[VOTE];
+        if vote & VOTE_SET == 0 || (vote >> 16) & 3 >= 2 {
+            Some(typical)
+        } else {
+            Some(vote & 0xffff >= 0x8000)
+        }
+    }
+
+    /// Learns `run`, counting for the vote at `n` which of the two guesses was right.
+    fn push_at(&mut self, run: u64, n: u64) {
+        let ended_above = run > n;
+        let vote = self.0[VOTE];
+        let share = vote & 0xffff;
+        let vote = if vote & VOTE_SET == 0 {
+            // The first run at this key: the majority is that run's side; trust the prediction.
+            (if ended_above { 0xffff } else { 0 }) | 2 << 16
+        } else {
+            let mut trust = (vote >> 16) & 3;
+            let by_prediction = self.typical().is_some_and(|t| t > n);
+            let by_majority = share >= 0x8000;
+            if by_prediction == ended_above && by_majority != ended_above {
+                trust = (trust + 1).min(3);
+            } else if by_majority == ended_above && by_prediction != ended_above {
+                trust = trust.saturating_sub(1);
+            }
+            let target = if ended_above { 0xffff } else { 0 };
+            let share = if target > share {
+                share + ((target - share) >> ABOVE_DECAY_SHIFT)
+            } else {
+                share - ((share - target) >> ABOVE_DECAY_SHIFT)
+            };
+            share | trust << 16
+        };
+        self.0[VOTE] = vote | VOTE_SET;
+        self.push(run);
+    }
+
+    /// Scores the two candidate predictions against the run that came: how far each was off,
+    /// as a ratio (log2), decayed.
+    fn score(&mut self, run: u32) {
+        let w = &mut self.0;
+        let len = w[LEN] as usize;
+        if len == 0 {
+            return;
+        }
+        let actual = log2_256(run);
+        for (miss, at) in [(MISS_TERCILE, (len - 1) / 3), (MISS_MEDIAN, (len - 1) / 2)] {
+            let off = log2_256(w[SORTED + at]).abs_diff(actual);
+            w[miss] = w[miss] - (w[miss] >> MISS_DECAY_SHIFT) + off;
+        }
+    }
+
+    /// The run a call of this key typically needs: the lower tercile of the last runs, or their
+    /// median while the median has recently been the closer of the two. Run lengths in time
+    /// are skewed to the right (an interrupt, a preemption, a cold cache lengthens a run;
+    /// nothing shortens one) and those spikes do not repeat with the key, so a low quantile
+    /// predicts the next run better than the median or the mean (docs/performance.md,
+    /// "run-length predictor"). A key whose runs really take two lengths at random is the
+    /// exception: there the tercile says "short" while most runs are long, and the median,
+    /// the majority of its last runs, is right more often.
     fn typical(&self) -> Option<u64> {
-        let len = self.0[LEN] as usize;
-        (len > 0).then(|| u64::from(self.0[SORTED + (len - 1) / 3]))
+        let w = &self.0;
+        let len = w[LEN] as usize;
+        if len == 0 {
+            return None;
+        }
+        let at = if w[MISS_MEDIAN] < w[MISS_TERCILE] { (len - 1) / 2 } else { (len - 1) / 3 };
+        Some(u64::from(w[SORTED + at]))
     }
 }
 
@@ -194,11 +294,30 @@ struct Timed {
     /// processes paid.
     words: Vec<u32>,
     kinds: Vec<Recent>,
+    /// Every call's runs: the last fallback, for a call of a new key and kind.
+    any: Recent,
+    /// How often any call ran above the threshold, in 1/65536, decayed by 1/256 a call.
+    above_share: u32,
+    /// Whether the keys' decisions or the plain majority of all calls have been right more
+    /// often lately: a counter in `-TRUST_KEYS..=TRUST_KEYS`, the keys' while it is >= 0.
+    trust_keys: i32,
 }
+
+/// The bound of [`Timed::trust_keys`]: a constant rule takes over after this many more
+/// right decisions than the keys', and hands back after as many more wrong.
+const TRUST_KEYS: i32 = 32;
+/// [`Timed::above_share`] keeps `1 - 1/2^ANY_DECAY_SHIFT` of itself per call.
+const ANY_DECAY_SHIFT: u32 = 8;
 
 impl Timed {
     fn new(entries: usize) -> Timed {
-        Timed { words: vec![0; entries * SLOT_WORDS], kinds: vec![Recent::default(); NAMED_KINDS.len() + 1] }
+        Timed {
+            words: vec![0; entries * SLOT_WORDS],
+            kinds: vec![Recent::default(); NAMED_KINDS.len() + 1],
+            any: Recent::default(),
+            above_share: 0,
+            trust_keys: 0,
+        }
     }
 
     fn key_of(call: &CallDesc) -> u64 {
@@ -239,13 +358,60 @@ impl Timed {
                 return Prediction { run, source: Source::Local };
             }
         }
-        match kind.and_then(|k| self.kinds[Self::kind_slot(k)].typical()) {
+        match kind.and_then(|k| self.kinds[Self::kind_slot(k)].typical()).or_else(|| self.any.typical()) {
             Some(run) => Prediction { run, source: Source::Global },
             None => Prediction { run: 0, source: Source::Cold },
         }
     }
 
-    fn observe(&mut self, key: u64, kind: Option<CallKind>, run: u64) {
+    /// Whether the next call of `key` will run longer than `n`: by the key's own runs, else
+    /// its kind's, else those of any call; or, while that has lately been wrong more often
+    /// than the plain majority of all calls at `n`, by that majority (so the decisions do not
+    /// fall below the better of always and never moving for long).
+    fn above(&self, key: u64, kind: Option<CallKind>, n: u64) -> bool {
+        if self.trust_keys >= 0 {
+            self.above_by_keys(key, kind, n)
+        } else {
+            self.above_share >= 0x8000
+        }
+    }
+
+    fn above_by_keys(&self, key: u64, kind: Option<CallKind>, n: u64) -> bool {
+        let slot = &self.words[self.slot(key)];
+        if Self::tag_of(slot) == Self::tag(key) {
+            if let Some(above) = Self::recent_of(slot).above(n) {
+                return above;
+            }
+        }
+        kind.and_then(|k| self.kinds[Self::kind_slot(k)].above(n))
+            .or_else(|| self.any.above(n))
+            .unwrap_or(false)
+    }
+
+    /// Scores the keys' decision and the majority's at `n` against a run of `key` that ended
+    /// above `n` or not.
+    fn score(&mut self, key: u64, kind: Option<CallKind>, n: u64, ended_above: bool) {
+        let by_keys = self.above_by_keys(key, kind, n) == ended_above;
+        let by_majority = (self.above_share >= 0x8000) == ended_above;
+        if by_keys && !by_majority {
+            self.trust_keys = (self.trust_keys + 1).min(TRUST_KEYS);
+        } else if by_majority && !by_keys {
+            self.trust_keys = (self.trust_keys - 1).max(-TRUST_KEYS);
+        }
+        let target = if ended_above { 0xffff } else { 0 };
+        self.above_share = if target > self.above_share {
+            self.above_share + ((target - self.above_share) >> ANY_DECAY_SHIFT)
+        } else {
+            self.above_share - ((self.above_share - target) >> ANY_DECAY_SHIFT)
+        };
+    }
+
+    /// Learns that `key` ran for `run`; with `n`, also whether that was above the threshold
+    /// decisions are made at.
+    fn observe(&mut self, key: u64, kind: Option<CallKind>, run: u64, n: Option<u64>) {
+        if let Some(n) = n {
+            self.score(key, kind, n, run > n);
+        }
         let tag = Self::tag(key);
         let range = self.slot(key);
         let slot = &mut self.words[range];
@@ -255,12 +421,17 @@ impl Timed {
             slot[0] = tag as u32;
             slot[1] = (tag >> 32) as u32;
         }
+        let learn = |recent: &mut Recent| match n {
+            Some(n) => recent.push_at(run, n),
+            None => recent.push(run),
+        };
         let mut recent = Self::recent_of(slot);
-        recent.push(run);
+        learn(&mut recent);
         slot[2..].copy_from_slice(&recent.0);
         if let Some(kind) = kind {
-            self.kinds[Self::kind_slot(kind)].push(run);
+            learn(&mut self.kinds[Self::kind_slot(kind)]);
         }
+        learn(&mut self.any);
     }
 }
 
@@ -319,11 +490,25 @@ impl RunLengthPredictor {
         }
     }
 
-    /// Learn that `call` ran for `run`.
-    pub fn observe_call(&mut self, call: &CallDesc, run: u64) {
+    /// Whether `call` will run longer than `n`, the threshold the caller decides at. The
+    /// paper's forms compare the predicted run with `n`. The timed form does too, unless
+    /// the call's key (or, for a new key, its kind, or any call) has been on one side of `n`
+    /// more reliably than its predicted run said: then it follows that majority. So on a key
+    /// whose runs land on either side at random it does no worse than always or never
+    /// moving it. Learn with [`RunLengthPredictor::observe_call`] at the same `n`.
+    pub fn above_call(&self, call: &CallDesc, n: u64) -> bool {
+        match &self.timed {
+            Some(timed) => timed.above(Timed::key_of(call), Some(call.kind), n),
+            None => self.predict(call.key()).run > n,
+        }
+    }
+
+    /// Learn that `call` ran for `run`, where decisions are made at threshold `n` (see
+    /// [`RunLengthPredictor::above_call`]; the paper's forms ignore `n`).
+    pub fn observe_call(&mut self, call: &CallDesc, run: u64, n: u64) {
         match &mut self.timed {
             Some(timed) => {
-                timed.observe(Timed::key_of(call), Some(call.kind), run);
+                timed.observe(Timed::key_of(call), Some(call.kind), run, Some(n));
                 self.remember_global(run);
             }
             None => self.observe(call.key(), run),
@@ -366,7 +551,7 @@ impl RunLengthPredictor {
     /// Learn that the call with this key ran for `run`.
     pub fn observe(&mut self, key: u64, run: u64) {
         if let Some(timed) = &mut self.timed {
-            timed.observe(key, None, run);
+            timed.observe(key, None, run, None);
             self.remember_global(run);
             return;
         }
@@ -460,18 +645,37 @@ mod recent_tests {
     use proptest::prelude::*;
 
     proptest! {
-        /// The kept sorted copy always equals the last runs, sorted.
+        /// The kept sorted copy always equals the last runs, sorted: the typical run is their
+        /// lower tercile or their median.
         #[test]
-        fn typical_is_the_lower_tercile_of_the_last_runs(runs in proptest::collection::vec(0u64..1000, 1..40)) {
+        fn typical_is_a_low_quantile_of_the_last_runs(runs in proptest::collection::vec(0u64..1000, 1..40)) {
             let mut recent = Recent::default();
             for (i, &run) in runs.iter().enumerate() {
                 recent.push(run);
                 let start = (i + 1).saturating_sub(HISTORY);
                 let mut last: Vec<u64> = runs[start..=i].to_vec();
                 last.sort_unstable();
-                prop_assert_eq!(recent.typical(), Some(last[(last.len() - 1) / 3]));
+                let (tercile, median) = (last[(last.len() - 1) / 3], last[(last.len() - 1) / 2]);
+                let typical = recent.typical().unwrap();
+                prop_assert!(typical == tercile || typical == median, "{typical} of {last:?}");
             }
         }
+    }
+
+    #[test]
+    fn the_quantile_that_has_been_closer_is_the_typical_run() {
+        // Short runs with rare spikes: the tercile, which ignores them.
+        let mut spiky = Recent::default();
+        for i in 0..60u64 {
+            spiky.push(if i % 7 == 3 { 40_000 } else { 1_000 + i });
+        }
+        assert!(spiky.typical().unwrap() < 2_000);
+        // Two lengths at random, long two times in three: the median, which says long.
+        let mut two = Recent::default();
+        for i in 0..60u64 {
+            two.push(if i % 3 == 1 { 500 } else { 3_000 });
+        }
+        assert_eq!(two.typical(), Some(3_000));
     }
 }
 
@@ -566,15 +770,15 @@ mod tests {
         let fsync = |site| CallDesc::new(CallKind::Fsync, 3, 0, site);
         assert_eq!(p.predict_call(&fsync(1)).source, Source::Cold);
         for run in [1_000, 900_000, 1_100, 1_050] {
-            p.observe_call(&fsync(1), run); // one outlier among four
+            p.observe_call(&fsync(1), run, 10_000); // one outlier among four
         }
         assert_eq!(p.predict_call(&fsync(1)), Prediction { run: 1_050, source: Source::Local });
         // Another site of the same kind: the kind's typical run, not the last call of any kind.
-        p.observe_call(&CallDesc::new(CallKind::Read, 3, 4096, 9), 50);
+        p.observe_call(&CallDesc::new(CallKind::Read, 3, 4096, 9), 50, 10_000);
         assert_eq!(p.predict_call(&fsync(2)), Prediction { run: 1_050, source: Source::Global });
         // Only the last nine runs count: a phase of long calls takes over.
         for _ in 0..9 {
-            p.observe_call(&fsync(1), 50_000);
+            p.observe_call(&fsync(1), 50_000, 10_000);
         }
         assert_eq!(p.predict_call(&fsync(1)).run, 50_000);
         // Sizes in one power of two share a key; the descriptor does not matter.
@@ -647,6 +851,67 @@ mod tests {
                 prop_assert!(g >= *tail.iter().min().unwrap() && g <= *tail.iter().max().unwrap());
                 prop_assert!(run <= 1_000_000);
             }
+        }
+    }
+
+    /// A run of `n` calls of several keys: each key's runs are one of two lengths, drawn at
+    /// random with its own odds (a xorshift generator: the same trace every time).
+    fn two_length_keys(seed: u64, keys: &[(u64, u64, u32)], n: usize) -> Vec<(CallDesc, u64)> {
+        let mut x = seed | 1;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        (0..n)
+            .map(|_| {
+                let (short, long, percent_long) = keys[(next() % keys.len() as u64) as usize];
+                let site = short; // one call site per key
+                let run = if next() % 100 < u64::from(percent_long) { long } else { short };
+                (CallDesc::new(CallKind::Fstat, 3, 0, site), run + next() % (run / 10 + 1))
+            })
+            .collect()
+    }
+
+    /// Decisions at `n` over `trace`, asking before telling: (right, best constant rule).
+    fn decide_all(trace: &[(CallDesc, u64)], n: u64) -> (f64, f64) {
+        let mut p = RunLengthPredictor::new(TableForm::TIMED).unwrap();
+        let mut right = 0;
+        for (call, run) in trace {
+            right += usize::from(p.above_call(call, n) == (*run > n));
+            p.observe_call(call, *run, n);
+        }
+        let above = trace.iter().filter(|(_, run)| *run > n).count();
+        let len = trace.len() as f64;
+        (right as f64 / len, above.max(trace.len() - above) as f64 / len)
+    }
+
+    #[test]
+    fn a_key_of_two_random_lengths_is_decided_by_its_majority() {
+        // Long seven times in ten: the lower tercile of nine runs says "short" about half the
+        // time (right about 48 %); always moving is right 70 %.
+        let trace = two_length_keys(7, &[(500, 3_000, 70)], 6_000);
+        let (right, constant) = decide_all(&trace, 2_000);
+        assert!(right >= constant - 0.01, "right {right}, best constant {constant}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// However a few keys' runs fall around the threshold, the decisions stay within a
+        /// learning cost of the better of always and never moving. (3 points: a key long half
+        /// the time cannot be learned, and the constant chosen afterwards wins by the luck of
+        /// the draw; 4500 cases passed.)
+        #[test]
+        fn decisions_stay_near_the_best_constant_rule(
+            seed in any::<u64>(),
+            keys in proptest::collection::vec((100u64..5_000, 1u64..20, 0u32..=100), 1..6),
+            n in 200u64..20_000,
+        ) {
+            let keys: Vec<(u64, u64, u32)> = keys.iter().map(|&(short, times, p)| (short, short * times, p)).collect();
+            let trace = two_length_keys(seed, &keys, 4_000);
+            let (right, constant) = decide_all(&trace, n);
+            prop_assert!(right >= constant - 0.03, "right {right}, best constant {constant}, keys {keys:?}, n {n}");
         }
     }
 }
