@@ -91,10 +91,13 @@ mod tests {
             Some("Run an unmodified program with system-call offload to service CPUs (LD_PRELOAD)"),
             "the variant's help must win over the arguments' own"
         );
-        let parsed = Cli::try_parse_from(["corehop", "run", "--offload", "--policy", "never", "--", "true"]).unwrap();
+        let parsed =
+            Cli::try_parse_from(["corehop", "run", "--offload", "--policy", "never", "--", "true"]).unwrap();
         let Command::Run(Deferred(args)) = parsed.command else { panic!("not run") };
         assert!(args.offload);
-        let help = Cli::try_parse_from(["corehop", "bench", "switch", "--help"]).err().expect("--help is not a parse");
+        let help = Cli::try_parse_from(["corehop", "bench", "switch", "--help"])
+            .err()
+            .expect("--help is not a parse");
         assert_eq!(help.kind(), clap::error::ErrorKind::DisplayHelp);
         assert!(Cli::try_parse_from(["corehop", "bench", "nosuch"]).is_err());
     }

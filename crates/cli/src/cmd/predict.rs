@@ -92,9 +92,8 @@ pub struct TraceReport {
 /// per threshold, each deciding and learning at its own (the timed form's vote is per
 /// threshold), the first also scored on its predicted run lengths.
 pub fn evaluate(calls: &[TraceCall], form: TableForm, thresholds: &[u64]) -> anyhow::Result<FormReport> {
-    let mut predictors = (0..thresholds.len().max(1))
-        .map(|_| RunLengthPredictor::new(form))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut predictors =
+        (0..thresholds.len().max(1)).map(|_| RunLengthPredictor::new(form)).collect::<Result<Vec<_>, _>>()?;
     let (mut exact, mut close, mut local, mut global, mut cold) = (0usize, 0usize, 0usize, 0usize, 0usize);
     let mut right = vec![0usize; thresholds.len()];
     let mut above = vec![0usize; thresholds.len()];

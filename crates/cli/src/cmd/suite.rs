@@ -183,7 +183,8 @@ const LOAD_SPAWNS: usize = 60;
 /// Times `/bin/true` plain and under `offload`, alternating: the cost of loading the library
 /// that every process a program starts pays, whatever the policy decides.
 fn load_floor(offload: &Offload) -> anyhow::Result<Option<Load>> {
-    let with_library = |command| Launch { command, cpus: None, offload: Some(offload.clone()), capture: true };
+    let with_library =
+        |command| Launch { command, cpus: None, offload: Some(offload.clone()), capture: true };
     added_cost(|command| Launch { offload: None, ..with_library(command) }, with_library)
 }
 
@@ -277,8 +278,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let tmp = tempfile::Builder::new().prefix("corehop-suite-").tempdir()?;
     let dir = tmp.path();
     prepare(dir)?;
-    let mut report =
-        Report { policy: policy.clone(), reps, results: Vec::new(), skipped: Vec::new(), load: None, launcher: None };
+    let mut report = Report {
+        policy: policy.clone(),
+        reps,
+        results: Vec::new(),
+        skipped: Vec::new(),
+        load: None,
+        launcher: None,
+    };
     let runnable: Vec<&Program> = chosen
         .into_iter()
         .filter(|p| match p.needs.iter().find(|n| !installed(n)) {
