@@ -127,9 +127,10 @@ impl CostEstimate {
     }
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 struct Slot {
-    key: u64,
+    /// The key's tag ([`tag`]); 0: empty.
+    tag: u64,
     local: CostEstimate,
     moved: CostEstimate,
     /// Whether the next call of this key is a probe of the side not preferred.
@@ -142,7 +143,63 @@ struct Slot {
     moving: bool,
 }
 
+/// A key's tag: never 0, which marks an empty slot.
+fn tag(key: u64) -> u64 {
+    key.wrapping_add(1).max(1)
+}
+
+/// Words a [`Slot`] takes in a [`Slots`] table.
+const SLOT_WORDS: usize = 6;
+
+/// The slots as plain words, all zero when empty, so the table comes from zeroed memory
+/// (`calloc`) that the OS maps on first touch: a process pays in page faults for the slots
+/// its keys use, not for the table. `vec!` of a struct writes every element: 12 KB, three or
+/// four page faults in every process of a shell pipeline that makes a call, most of which use
+/// a handful of slots.
+#[derive(Clone, Debug)]
+struct Slots(Box<[u64]>);
+
+impl Slots {
+    fn new() -> Slots {
+        Slots(vec![0; MEASURED_SLOTS * SLOT_WORDS].into_boxed_slice())
+    }
+
+    fn get(&self, index: usize) -> Slot {
+        let w = &self.0[index * SLOT_WORDS..][..SLOT_WORDS];
+        let estimate =
+            |mean: u64, samples: u64| CostEstimate { mean: f64::from_bits(mean), samples: samples as u32 };
+        Slot {
+            tag: w[0],
+            local: estimate(w[1], w[3] & 0xffff_ffff),
+            moved: estimate(w[2], w[3] >> 32),
+            countdown: w[4] as u32,
+            backoff: (w[4] >> 32) as u32,
+            probe: w[5] & 1 != 0,
+            moving: w[5] & 2 != 0,
+        }
+    }
+
+    fn set(&mut self, index: usize, slot: Slot) {
+        let w = &mut self.0[index * SLOT_WORDS..][..SLOT_WORDS];
+        w[0] = slot.tag;
+        w[1] = slot.local.mean.to_bits();
+        w[2] = slot.moved.mean.to_bits();
+        w[3] = u64::from(slot.local.samples) | u64::from(slot.moved.samples) << 32;
+        w[4] = u64::from(slot.countdown) | u64::from(slot.backoff) << 32;
+        w[5] = u64::from(slot.probe) | u64::from(slot.moving) << 1;
+    }
+
+    fn iter(&self) -> impl Iterator<Item = Slot> + '_ {
+        (0..MEASURED_SLOTS).map(|i| self.get(i))
+    }
+}
+
 impl Slot {
+    /// A key's slot as it starts: local, its first probe after `min_samples` calls.
+    fn new(tag: u64, config: &MeasuredConfig) -> Slot {
+        Slot { tag, countdown: config.min_samples, backoff: 1, ..Slot::default() }
+    }
+
     /// Whether this key moves (when no probe is due).
     fn prefers_moving(&self) -> bool {
         self.moving
@@ -179,7 +236,7 @@ impl Slot {
 #[derive(Clone, Debug)]
 pub struct Measured {
     config: MeasuredConfig,
-    slots: Box<[Slot]>,
+    slots: Slots,
     /// Time the observed calls took, and the time probes are estimated to have lost.
     elapsed: f64,
     regret: f64,
@@ -216,10 +273,9 @@ impl Measured {
     /// A measured policy; every key starts local.
     pub fn new(config: MeasuredConfig) -> Result<Measured, OffloadError> {
         config.validate()?;
-        let slot = Slot { countdown: config.min_samples, backoff: 1, ..Slot::default() };
         Ok(Measured {
             config,
-            slots: vec![slot; MEASURED_SLOTS].into_boxed_slice(),
+            slots: Slots::new(),
             elapsed: 0.0,
             regret: 0.0,
             probes: 0,
@@ -241,8 +297,8 @@ impl Measured {
     /// Where `call` runs. Deterministic: the same state gives the same answer.
     pub fn decide(&self, call: &CallDesc) -> Decision {
         let key = call.timed_key();
-        let slot = &self.slots[Self::index(key)];
-        if slot.key == key && slot.moves() {
+        let slot = self.slots.get(Self::index(key));
+        if slot.tag == tag(key) && slot.moves() {
             Decision::Offload
         } else {
             Decision::Local
@@ -259,21 +315,27 @@ impl Measured {
     pub fn observe(&mut self, call: &CallDesc, cost: CallCost) {
         let key = call.timed_key();
         let index = Self::index(key);
-        let before = self.slots[index].active();
+        let before = self.slots.get(index).active();
         self.learn(key, cost);
-        let after = self.slots[index].active();
+        let after = self.slots.get(index).active();
         self.active = self.active + u32::from(after) - u32::from(before);
     }
 
     fn learn(&mut self, key: u64, cost: CallCost) {
-        let config = self.config;
         let index = Self::index(key);
-        if self.slots[index].key != key {
-            self.slots[index] = Slot { key, countdown: config.min_samples, backoff: 1, ..Slot::default() };
+        let mut slot = self.slots.get(index);
+        if slot.tag != tag(key) {
+            // A new key, or one that takes the slot of another.
+            slot = Slot::new(tag(key), &self.config);
         }
+        self.learn_into(&mut slot, cost);
+        self.slots.set(index, slot);
+    }
+
+    fn learn_into(&mut self, slot: &mut Slot, cost: CallCost) {
+        let config = self.config;
         self.elapsed += cost.caller as f64;
         self.moved_any |= cost.moved;
-        let slot = &mut self.slots[index];
         if let (true, Some(local)) = (cost.moved, slot.local.mean()) {
             self.extra.add(cost.caller as f64 - local);
         }
@@ -336,8 +398,8 @@ impl Measured {
     /// the prior cost of a move for the moved side.
     pub fn expected_costs(&self, call: &CallDesc, cost: CallCost) -> (f64, f64) {
         let key = call.timed_key();
-        let slot = &self.slots[Self::index(key)];
-        let known = slot.key == key;
+        let slot = self.slots.get(Self::index(key));
+        let known = slot.tag == tag(key);
         let here_now = if cost.moved { cost.run } else { cost.caller } as f64;
         let local = slot.local.mean().filter(|_| known).unwrap_or(here_now);
         let moved = match slot.moved.mean().filter(|_| known) {
@@ -398,6 +460,34 @@ mod tests {
 
     fn fstat() -> CallDesc {
         CallDesc::new(CallKind::Fstat, 3, 0, 9)
+    }
+
+    proptest::proptest! {
+        /// A slot reads back as it was written, whatever its fields.
+        #[test]
+        fn a_slot_reads_back_as_written(
+            tag in proptest::prelude::any::<u64>(),
+            means in proptest::prelude::any::<(u32, u32)>(),
+            samples in proptest::prelude::any::<(u32, u32)>(),
+            counts in proptest::prelude::any::<(u32, u32)>(),
+            flags in proptest::prelude::any::<(bool, bool)>(),
+            index in 0..MEASURED_SLOTS,
+        ) {
+            let slot = Slot {
+                tag,
+                local: CostEstimate { mean: f64::from(means.0) / 3.0, samples: samples.0 },
+                moved: CostEstimate { mean: -f64::from(means.1), samples: samples.1 },
+                countdown: counts.0,
+                backoff: counts.1,
+                probe: flags.0,
+                moving: flags.1,
+            };
+            let mut slots = Slots::new();
+            proptest::prop_assert_eq!(slots.get(index), Slot::default(), "a new table is empty");
+            slots.set(index, slot);
+            proptest::prop_assert_eq!(slots.get(index), slot);
+            proptest::prop_assert_eq!(slots.iter().filter(|s| *s != Slot::default()).count(), usize::from(slot != Slot::default()));
+        }
     }
 
     #[test]
@@ -480,7 +570,7 @@ mod tests {
         let calls_until_moving = |m: &mut Measured| {
             (0..20_000).find(|_| {
                 drive(m, 1, &[open], |_, _| 2000, |_, _| 500);
-                m.decide(&open) == Decision::Offload && m.slots[Measured::index(open.timed_key())].moving
+                m.decide(&open) == Decision::Offload && m.slots.get(Measured::index(open.timed_key())).moving
             })
         };
         // fsync's moves measured 100 µs cheaper than its runs in place...
