@@ -35,6 +35,10 @@ pub struct MeasuredConfig {
     pub first_move_prior: u64,
     /// Moving must be cheaper than staying by more than this fraction.
     pub margin: f64,
+    /// A key that moves goes back once moving costs more than staying by this fraction: the
+    /// most a move may lose against not moving. Below `margin`, so that a key whose two costs
+    /// are close does not flap between the sides.
+    pub revert_loss: f64,
     /// Share of the time spent in calls that probes may lose, at most.
     pub budget: f64,
     /// Samples of a side before it is compared.
@@ -49,6 +53,7 @@ impl Default for MeasuredConfig {
             move_prior: 20_000,
             first_move_prior: 200_000,
             margin: 0.05,
+            revert_loss: 0.02,
             budget: 0.01,
             min_samples: 3,
             max_backoff: 1024,
@@ -61,6 +66,9 @@ impl MeasuredConfig {
         let bad = |field: &'static str, reason: String| Err(OffloadError::BadTuner { field, reason });
         if !(self.margin.is_finite() && self.margin >= 0.0) {
             return bad("margin", format!("need a finite margin >= 0, got {}", self.margin));
+        }
+        if !(self.revert_loss.is_finite() && self.revert_loss >= 0.0) {
+            return bad("revert_loss", format!("need a finite revert_loss >= 0, got {}", self.revert_loss));
         }
         if !(self.budget.is_finite() && self.budget > 0.0 && self.budget < 1.0) {
             return bad("budget", format!("need 0 < budget < 1, got {}", self.budget));
@@ -206,16 +214,16 @@ impl Slot {
     }
 
     /// Weighs the estimates after a sample, with hysteresis: a key starts moving once moving
-    /// is cheaper by the margin, and goes back only once staying is cheaper by the margin
-    /// (fsync-like calls vary by tens of percent from one call to the next).
+    /// is cheaper by the margin, and goes back once moving costs more than staying by the
+    /// revert loss (fsync-like calls vary by tens of percent from one call to the next; a
+    /// move may lose at most that much against not moving).
     fn update_preference(&mut self, config: &MeasuredConfig) {
-        let better = |a: f64, b: f64| a * (1.0 + config.margin) < b;
         self.moving = match (self.local.mean(), self.moved.mean()) {
             (Some(local), Some(moved)) if self.moved.samples() >= config.min_samples => {
                 if self.moving {
-                    !better(local, moved)
+                    moved <= local * (1.0 + config.revert_loss)
                 } else {
-                    better(moved, local)
+                    moved * (1.0 + config.margin) < local
                 }
             }
             _ => false,
@@ -488,6 +496,28 @@ mod tests {
             proptest::prop_assert_eq!(slots.get(index), slot);
             proptest::prop_assert_eq!(slots.iter().filter(|s| *s != Slot::default()).count(), usize::from(slot != Slot::default()));
         }
+    }
+
+    #[test]
+    fn a_moving_key_goes_back_once_moving_loses_more_than_two_percent() {
+        let config = MeasuredConfig::default();
+        let estimate = |mean: u64| {
+            let mut e = CostEstimate::default();
+            (0..config.min_samples).for_each(|_| e.add(mean));
+            e
+        };
+        let slot = |local, moved, moving| {
+            let mut s = Slot { local: estimate(local), moved: estimate(moved), moving, ..Slot::default() };
+            s.update_preference(&config);
+            s.moving
+        };
+        // Starts moving only once moving is cheaper by the 5 % margin...
+        assert!(!slot(10_000, 9_600, false));
+        assert!(slot(10_000, 9_400, false));
+        // ...keeps moving while it loses at most 2 %, and goes back beyond.
+        assert!(slot(10_000, 10_150, true));
+        assert!(!slot(10_000, 10_300, true));
+        assert!(Measured::new(MeasuredConfig { revert_loss: f64::NAN, ..config }).is_err());
     }
 
     #[test]
