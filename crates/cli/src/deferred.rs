@@ -56,24 +56,6 @@ impl<T: Args> Args for Deferred<T> {
     }
 }
 
-impl<T: FromArgMatches> FromArgMatches for Deferred<T> {
-    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
-        T::from_arg_matches(matches).map(Deferred)
-    }
-
-    fn from_arg_matches_mut(matches: &mut ArgMatches) -> Result<Self, clap::Error> {
-        T::from_arg_matches_mut(matches).map(Deferred)
-    }
-
-    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
-        self.0.update_from_arg_matches(matches)
-    }
-
-    fn update_from_arg_matches_mut(&mut self, matches: &mut ArgMatches) -> Result<(), clap::Error> {
-        self.0.update_from_arg_matches_mut(matches)
-    }
-}
-
 impl<T: Subcommand> Subcommand for DeferredSub<T> {
     fn augment_subcommands(cmd: Command) -> Command {
         cmd.defer(build_subcommands::<T>)
@@ -88,20 +70,27 @@ impl<T: Subcommand> Subcommand for DeferredSub<T> {
     }
 }
 
-impl<T: FromArgMatches> FromArgMatches for DeferredSub<T> {
-    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
-        T::from_arg_matches(matches).map(DeferredSub)
-    }
+/// Both wrappers are parsed as what they wrap.
+macro_rules! from_arg_matches_as_wrapped {
+    ($($wrapper:ident),*) => {$(
+        impl<T: FromArgMatches> FromArgMatches for $wrapper<T> {
+            fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
+                T::from_arg_matches(matches).map($wrapper)
+            }
 
-    fn from_arg_matches_mut(matches: &mut ArgMatches) -> Result<Self, clap::Error> {
-        T::from_arg_matches_mut(matches).map(DeferredSub)
-    }
+            fn from_arg_matches_mut(matches: &mut ArgMatches) -> Result<Self, clap::Error> {
+                T::from_arg_matches_mut(matches).map($wrapper)
+            }
 
-    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
-        self.0.update_from_arg_matches(matches)
-    }
+            fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
+                self.0.update_from_arg_matches(matches)
+            }
 
-    fn update_from_arg_matches_mut(&mut self, matches: &mut ArgMatches) -> Result<(), clap::Error> {
-        self.0.update_from_arg_matches_mut(matches)
-    }
+            fn update_from_arg_matches_mut(&mut self, matches: &mut ArgMatches) -> Result<(), clap::Error> {
+                self.0.update_from_arg_matches_mut(matches)
+            }
+        }
+    )*};
 }
+
+from_arg_matches_as_wrapped!(Deferred, DeferredSub);
