@@ -39,6 +39,15 @@ fn predictor_tables_are_bounded() {
     for entries in ["1000000000", "18446744073709551615"] {
         assert_refused(&["predict", "--dm-entries", entries, "--trace", "no-such-trace.csv"], "at most");
     }
+    // The timed form keeps a predictor per threshold.
+    let thresholds: Vec<String> = (1..=65).map(|n| n.to_string()).collect();
+    let thresholds = thresholds.join(",");
+    assert_refused(&["predict", "--thresholds", &thresholds, "--trace", "no-such-trace.csv"], "at most 64");
+    // A trace larger than 4 GiB is refused before it is read (a sparse file: nothing written).
+    let dir = tempfile::tempdir().unwrap();
+    let huge = dir.path().join("huge.csv");
+    std::fs::File::create(&huge).unwrap().set_len((1 << 32) + 1).unwrap();
+    assert_refused(&["predict", "--trace", huge.to_str().unwrap()], "(split it)");
 }
 
 #[test]

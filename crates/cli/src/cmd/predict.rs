@@ -88,12 +88,14 @@ pub struct TraceReport {
     pub forms: Vec<FormReport>,
 }
 
-/// Replays `calls` through a fresh predictor of `form`, asking before telling: one predictor
-/// per threshold, each deciding and learning at its own (the timed form's vote is per
-/// threshold), the first also scored on its predicted run lengths.
+/// Replays `calls` through a fresh predictor of `form`, asking before telling. The timed form
+/// decides by a vote kept at the threshold it decides at, so it gets one predictor per
+/// threshold, each deciding and learning at its own; the paper's forms compare one prediction
+/// with every threshold. The first predictor is also scored on its predicted run lengths.
 pub fn evaluate(calls: &[TraceCall], form: TableForm, thresholds: &[u64]) -> anyhow::Result<FormReport> {
-    let mut predictors =
-        (0..thresholds.len().max(1)).map(|_| RunLengthPredictor::new(form)).collect::<Result<Vec<_>, _>>()?;
+    let per_threshold = matches!(form, TableForm::Timed { .. });
+    let count = if per_threshold { thresholds.len().max(1) } else { 1 };
+    let mut predictors = (0..count).map(|_| RunLengthPredictor::new(form)).collect::<Result<Vec<_>, _>>()?;
     let (mut exact, mut close, mut local, mut global, mut cold) = (0usize, 0usize, 0usize, 0usize, 0usize);
     let mut right = vec![0usize; thresholds.len()];
     let mut above = vec![0usize; thresholds.len()];
@@ -106,13 +108,13 @@ pub fn evaluate(calls: &[TraceCall], form: TableForm, thresholds: &[u64]) -> any
             Source::Global => global += 1,
             Source::Cold => cold += 1,
         }
+        for (i, &n) in thresholds.iter().enumerate() {
+            let predictor = &predictors[if per_threshold { i } else { 0 }];
+            right[i] += usize::from(predictor.above_call(&c.call, n) == (c.run_ns > n));
+            above[i] += usize::from(c.run_ns > n);
+        }
         for (i, predictor) in predictors.iter_mut().enumerate() {
-            let n = thresholds.get(i).copied().unwrap_or(0);
-            if i < thresholds.len() {
-                right[i] += usize::from(predictor.above_call(&c.call, n) == (c.run_ns > n));
-                above[i] += usize::from(c.run_ns > n);
-            }
-            predictor.observe_call(&c.call, c.run_ns, n);
+            predictor.observe_call(&c.call, c.run_ns, thresholds.get(i).copied().unwrap_or(0));
         }
     }
     let share = |count: usize| if calls.is_empty() { 0.0 } else { count as f64 / calls.len() as f64 };
@@ -139,6 +141,12 @@ pub fn evaluate(calls: &[TraceCall], form: TableForm, thresholds: &[u64]) -> any
 
 /// Parses and scores one trace file.
 pub fn replay(path: &std::path::Path, args: &Args) -> anyhow::Result<TraceReport> {
+    let bytes = std::fs::metadata(path).with_context(|| format!("reading trace {}", path.display()))?.len();
+    anyhow::ensure!(
+        bytes <= MAX_TRACE_BYTES,
+        "trace {} has {bytes} bytes; at most {MAX_TRACE_BYTES} are replayed (split it)",
+        path.display()
+    );
     let text = std::fs::read_to_string(path).with_context(|| format!("reading trace {}", path.display()))?;
     let mut parsed = trace::parse(path, &text, args.format)?;
     if args.named_only {
@@ -166,8 +174,20 @@ pub fn replay(path: &std::path::Path, args: &Args) -> anyhow::Result<TraceReport
 /// tens of MB, where an unchecked size would allocate until the process aborts.
 const MAX_TABLE_ENTRIES: usize = 1 << 21;
 
+/// The most thresholds scored at once: the timed form keeps a predictor per threshold.
+const MAX_THRESHOLDS: usize = 64;
+
+/// The largest trace read (4 GiB, some hundred million calls), where an unchecked size would
+/// read a file of any size into memory.
+const MAX_TRACE_BYTES: u64 = 1 << 32;
+
 pub fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(!args.thresholds.is_empty(), "--thresholds needs at least one value");
+    anyhow::ensure!(
+        args.thresholds.len() <= MAX_THRESHOLDS,
+        "--thresholds takes at most {MAX_THRESHOLDS} values, got {}",
+        args.thresholds.len()
+    );
     anyhow::ensure!(args.fa_entries > 0 && args.dm_entries > 0, "predictor tables need at least one entry");
     anyhow::ensure!(
         args.fa_entries <= MAX_TABLE_ENTRIES && args.dm_entries <= MAX_TABLE_ENTRIES,
