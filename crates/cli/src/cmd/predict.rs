@@ -30,8 +30,11 @@ pub struct Args {
     /// Trace syntax; `auto` tells CSV from strace by the first line.
     #[arg(long, value_enum, default_value_t = Format::Auto)]
     pub format: Format,
-    /// Offload thresholds N to score decisions at, in ns (comma-separated). A decision is right
-    /// when "predicted > N" equals "actual > N".
+    /// Offload thresholds N to score decisions at, in ns (comma-separated, at most 64). A
+    /// decision is right when "it will run longer than N" matches what the call then did.
+    /// The paper's forms decide "predicted > N"; the timed form decides by its prediction or,
+    /// where that has lately guessed worse, by the majority of the key's (or of all calls')
+    /// runs at N.
     #[arg(long, value_delimiter = ',', default_values_t = [1_000u64, 5_000, 20_000, 100_000])]
     pub thresholds: Vec<u64>,
     /// Entries of the fully-associative (LRU) table (the paper: 200).
@@ -71,7 +74,8 @@ pub struct FormReport {
 #[derive(Debug, Serialize, PartialEq)]
 pub struct DecisionScore {
     pub n_ns: u64,
-    /// Share of calls where "predicted > N" matched "actual > N".
+    /// Share of calls where the decision ("move it": the call will run longer than N)
+    /// matched "actual > N".
     pub right: f64,
     /// The better of "always offload" and "never offload" on the same calls.
     pub best_constant: f64,
@@ -235,7 +239,7 @@ fn table(r: &TraceReport) -> Table {
     let mut baseline = vec!["best constant".to_string(), "-".into(), "-".into(), "-".into()];
     baseline.extend(r.forms[0].decisions.iter().map(|d| pct(d.best_constant)));
     t.row(baseline);
-    t.note("right@N: share of calls where \"predicted > N\" matched \"actual > N\"; best constant: always or never offload, whichever is right more often on this trace");
+    t.note("right@N: share of calls where the decision \"it will run longer than N\" was right (fa, dm: predicted > N; time: its prediction, or the majority of the key's runs at N where that guessed better); best constant: always or never offload, whichever is right more often on this trace");
     if r.format == Format::Strace {
         t.note("strace -T times have µs resolution and include tracing overhead");
     }
