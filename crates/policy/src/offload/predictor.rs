@@ -145,9 +145,9 @@ const MISS_MEDIAN: usize = 2 * HISTORY + 3;
 /// two-bit counter that trusts the prediction (2, 3) or that majority (0, 1); bit 18: set.
 const VOTE: usize = 2 * HISTORY + 4;
 const VOTE_SET: u32 = 1 << 18;
-/// The share above keeps `1 - 1/2^ABOVE_DECAY_SHIFT` of itself per run: it follows the last 30
-/// or so, longer than the nine runs of the prediction, so a key whose runs fall on both sides
-/// at random gets its majority right.
+/// The share above keeps `1 - 1/2^ABOVE_DECAY_SHIFT` of itself per run: it follows the last 16
+/// runs or so, more than the nine of the prediction, so a key whose runs fall on both sides at
+/// random gets its majority right more often.
 const ABOVE_DECAY_SHIFT: u32 = 4;
 
 /// A miss score keeps `1 - 1/2^MISS_DECAY_SHIFT` of itself per run: it follows the last 16 or so.
