@@ -162,27 +162,27 @@ struct Report {
     results: Vec<Result>,
     skipped: Vec<Skipped>,
     /// What loading the library adds to one process's start and exit, measured in this run.
-    load: Option<Load>,
+    load: Option<Added>,
     /// What starting a program through the `corehop` command adds to a run (not in the table).
-    launcher: Option<Load>,
+    launcher: Option<Added>,
 }
 
-/// The library's per-process floor: `/bin/true` started plain and under the library,
-/// alternating, [`LOAD_SPAWNS`] times each.
+/// What one way of starting `/bin/true` adds to another (the library, the `corehop` command),
+/// from [`LOAD_SPAWNS`] alternating spawns of each.
 #[derive(Serialize)]
-struct Load {
-    /// Median of the library's spawns minus median of the plain ones, ns.
+struct Added {
+    /// Median of the spawns with it minus median of those without, ns.
     median_ns: f64,
     /// Fastest minus fastest, ns.
     min_ns: f64,
 }
 
-/// Spawns per side of the load floor.
+/// Spawns per side of each added cost.
 const LOAD_SPAWNS: usize = 60;
 
 /// Times `/bin/true` plain and under `offload`, alternating: the cost of loading the library
 /// that every process a program starts pays, whatever the policy decides.
-fn load_floor(offload: &Offload) -> anyhow::Result<Option<Load>> {
+fn load_floor(offload: &Offload) -> anyhow::Result<Option<Added>> {
     let with_library =
         |command| Launch { command, cpus: None, offload: Some(offload.clone()), capture: true };
     added_cost(|command| Launch { offload: None, ..with_library(command) }, with_library)
@@ -190,7 +190,7 @@ fn load_floor(offload: &Offload) -> anyhow::Result<Option<Load>> {
 
 /// Times `/bin/true` started directly and through `corehop run --`, alternating: corehop's own
 /// start (its process image, its parsing, the `exec`), which the table leaves out.
-fn launcher_cost() -> anyhow::Result<Option<Load>> {
+fn launcher_cost() -> anyhow::Result<Option<Added>> {
     let corehop = std::env::current_exe().context("finding the corehop binary")?;
     let direct = |command| Launch { command, cpus: None, offload: None, capture: true };
     let via_corehop = |command: Vec<OsString>| {
@@ -204,7 +204,7 @@ fn launcher_cost() -> anyhow::Result<Option<Load>> {
 fn added_cost(
     base: impl Fn(Vec<OsString>) -> Launch,
     with: impl Fn(Vec<OsString>) -> Launch,
-) -> anyhow::Result<Option<Load>> {
+) -> anyhow::Result<Option<Added>> {
     let program = Path::new("/bin/true");
     if !program.is_file() {
         return Ok(None);
@@ -220,7 +220,7 @@ fn added_cost(
     }
     let base = Stats::of(&times[0]).context("no spawn")?;
     let with = Stats::of(&times[1]).context("no spawn")?;
-    Ok(Some(Load { median_ns: with.median - base.median, min_ns: with.min - base.min }))
+    Ok(Some(Added { median_ns: with.median - base.median, min_ns: with.min - base.min }))
 }
 
 fn installed(program: &str) -> bool {
