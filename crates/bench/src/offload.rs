@@ -49,9 +49,10 @@ pub mod uring;
 ///
 /// --json prints `{hop_round_trip_ns, app_cpu, service_cpu, shared_cpu, results: [{workload,
 /// policy, ops, throughput: {min, median, max, samples}, vs_never, p50_ns, p99_ns, offloaded,
-/// app_busy, service_busy, service_thread_busy}], handoff: {batch, rows: [{mechanism, call,
-/// runs_on, round_trip_ns: {min, median, max, samples}, vs_sqpoll}], skipped: [reason]}}`
-/// (busy values are fractions of wall time).
+/// app_busy, service_busy, service_thread_busy, ended_on}], handoff: {batch, rows: [{mechanism,
+/// call, runs_on, round_trip_ns: {min, median, max, samples}, vs_sqpoll}], skipped: [reason]}}`
+/// (busy values are fractions of wall time; `ended_on`: for `tuned`, the arm each repetition
+/// ended in, as printed under the table, else empty).
 #[derive(clap::Args, Clone)]
 pub struct Args {
     /// Policies to compare (comma-separated): never, always, size (the 4 KB rule), static
@@ -250,6 +251,16 @@ pub struct Served {
     pub cpu_ns: u64,
     /// Every call of a profiling run with its run length.
     pub profile: Vec<(corehop_policy::offload::CallDesc, u64)>,
+    /// The arm an adaptive policy ended the run in (`None`: not adaptive).
+    pub ended_on: Option<String>,
+}
+
+/// The arm an adaptive policy is in now (`None`: not adaptive).
+pub fn ended_on(policy: &OffloadPolicy) -> Option<String> {
+    match policy {
+        OffloadPolicy::Adaptive(a) => Some(a.arms()[a.sampler().incumbent()].label()),
+        _ => None,
+    }
 }
 
 #[derive(Serialize)]
@@ -275,6 +286,8 @@ struct Row {
     app_busy: f64,
     service_busy: f64,
     service_thread_busy: Option<f64>,
+    /// An adaptive policy: the arm each repetition ended in.
+    ended_on: Vec<String>,
 }
 
 #[derive(Default)]
@@ -288,6 +301,7 @@ struct Samples {
     app_cpu_ns: u64,
     service_busy_ns: u64,
     service_thread_ns: Option<u64>,
+    ended_on: Vec<String>,
 }
 
 struct Bench<'a> {
@@ -316,7 +330,8 @@ impl Bench<'_> {
                 }
                 let run = sqlite::run(data, &mut off, self.counts.txns, self.seed)?;
                 let cpu_ns = thread_cpu_ns(sys::gettid()).unwrap_or(0).saturating_sub(cpu0);
-                Ok((run, Served { stats: off.stats(), cpu_ns, profile: off.take_profile() }))
+                let ended_on = ended_on(off.policy());
+                Ok((run, Served { stats: off.stats(), cpu_ns, profile: off.take_profile(), ended_on }))
             }
             Workload::Files => files::run(
                 self.dir,
@@ -504,6 +519,7 @@ fn measure(
                 s.calls += served.stats.calls;
                 s.offloaded += served.stats.offloaded;
                 s.app_cpu_ns += served.cpu_ns;
+                s.ended_on.extend(served.ended_on);
                 // The task server's moved calls run on its own runtime's worker, not here.
                 s.service_busy_ns += match workload {
                     Workload::FilesTasks => served.stats.remote_run_ns,
@@ -532,6 +548,7 @@ fn measure(
                 app_busy: s.app_cpu_ns as f64 / wall,
                 service_busy: s.service_busy_ns as f64 / wall,
                 service_thread_busy: s.service_thread_ns.map(|ns| ns as f64 / wall),
+                ended_on: s.ended_on,
             });
         }
     }
@@ -603,6 +620,17 @@ fn table(out: &Output) -> Table {
         "×never: median throughput over the same run's `never` median (the baseline measured in this run)",
     );
     t.note("app CPU: CPU time of the app threads / wall; svc work: time offloaded calls ran (blocking included) / wall; svc CPU: service thread CPU time (idle polling included) / wall");
+    for r in out.results.iter().filter(|r| !r.ended_on.is_empty()) {
+        let mut arms: Vec<(&String, usize)> = Vec::new();
+        for arm in &r.ended_on {
+            match arms.iter_mut().find(|(a, _)| *a == arm) {
+                Some((_, n)) => *n += 1,
+                None => arms.push((arm, 1)),
+            }
+        }
+        let arms: Vec<String> = arms.iter().map(|(arm, n)| format!("{arm} ×{n}")).collect();
+        t.note(format!("{} {} ended its repetitions in: {}", r.workload, r.policy, arms.join(", ")));
+    }
     if out.shared_cpu {
         t.note(
             "only one CPU available: the service core shares the application CPU, so offload can only cost",
@@ -674,6 +702,7 @@ mod tests {
             app_busy: 0.5,
             service_busy: 0.0,
             service_thread_busy: None,
+            ended_on: Vec::new(),
         }
     }
 

@@ -194,3 +194,37 @@ fn handoff_rows_put_the_service_core_next_to_io_uring_or_say_why_not() {
         "{text}"
     );
 }
+
+#[test]
+fn tuned_says_which_arm_each_repetition_ended_in() {
+    let out = corehop(&[
+        "bench",
+        "offload",
+        "--reps",
+        "2",
+        "--txns",
+        "8",
+        "--requests",
+        "40",
+        "--workloads",
+        "sqlite,files",
+        "--policies",
+        "tuned",
+        "--handoff-reps",
+        "0",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for r in v["results"].as_array().unwrap() {
+        let ended: Vec<&str> =
+            r["ended_on"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+        match r["policy"].as_str().unwrap() {
+            "tuned" => {
+                assert_eq!(ended.len(), 2, "{r}");
+                assert!(ended.iter().all(|arm| !arm.is_empty()), "{r}");
+            }
+            _ => assert!(ended.is_empty(), "{r}"),
+        }
+    }
+}

@@ -90,7 +90,8 @@ pub fn run(
                 off.progress(1);
             }
             let cpu_ns = thread_cpu_ns(sys::gettid()).unwrap_or(0).saturating_sub(cpu0);
-            Ok(Served { stats: off.stats(), cpu_ns, profile: off.take_profile() })
+            let ended_on = super::ended_on(off.policy());
+            Ok(Served { stats: off.stats(), cpu_ns, profile: off.take_profile(), ended_on })
         });
         let client = scope.spawn(move || -> anyhow::Result<(Run, u64)> {
             sys::pin_current_thread(OsCpu(app_cpu))?;

@@ -286,7 +286,12 @@ pub fn run(
     let cpu_ns = thread_cpu_ns(worker_tid).unwrap_or(0).saturating_sub(cpu0);
     drop(rt);
     let mut offload = calls.lock();
-    let served = Served { stats: offload.stats, cpu_ns, profile: offload.profile.take().unwrap_or_default() };
+    let served = Served {
+        stats: offload.stats,
+        cpu_ns,
+        profile: offload.profile.take().unwrap_or_default(),
+        ended_on: super::ended_on(&offload.policy),
+    };
     Ok((Run { ops: requests as u64, wall_ns, latencies_ns: latencies }, served))
 }
 
