@@ -5,25 +5,20 @@ mod common;
 
 use common::corehop;
 
+/// `corehop bench offload` on a tiny run (2 repetitions of 8 transactions and 40 requests),
+/// with `extra` arguments.
+fn tiny_offload(extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["bench", "offload", "--reps", "2", "--txns", "8", "--requests", "40"];
+    args.extend_from_slice(extra);
+    corehop(&args)
+}
+
 #[test]
 fn tiny_run_reports_every_policy_against_never() {
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join("offload.svg");
-    let out = corehop(&[
-        "bench",
-        "offload",
-        "--reps",
-        "2",
-        "--txns",
-        "8",
-        "--requests",
-        "40",
-        "--policies",
-        "always,size,predicted",
-        "--json",
-        "--plot",
-        svg.to_str().unwrap(),
-    ]);
+    let out =
+        tiny_offload(&["--policies", "always,size,predicted", "--json", "--plot", svg.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["hop_round_trip_ns"].as_u64().unwrap() > 0);
@@ -197,15 +192,7 @@ fn handoff_rows_put_the_service_core_next_to_io_uring_or_say_why_not() {
 
 #[test]
 fn tuned_says_which_arm_each_repetition_ended_in() {
-    let out = corehop(&[
-        "bench",
-        "offload",
-        "--reps",
-        "2",
-        "--txns",
-        "8",
-        "--requests",
-        "40",
+    let out = tiny_offload(&[
         "--workloads",
         "sqlite,files",
         "--policies",
