@@ -234,6 +234,10 @@ pub struct Adaptive {
     expected: Vec<f64>,
     /// Calls until the next one is tallied in `expected` (one in [`EXPECTED_EVERY`]).
     until_tally: u32,
+    /// Whether an epoch has ended. Before that only the arm in force learns: no round starts
+    /// before the warm-up's epochs have passed, and a process that ends within its first
+    /// epoch (most of a shell pipeline's) would pay for the others' learning and gain nothing.
+    past_first_epoch: bool,
 }
 
 /// Adaptive tallies the expected cost of one call in this many: a sample serves the ratio of
@@ -251,12 +255,18 @@ impl Adaptive {
         if matches!(arms.get(1), Some(OffloadPolicy::Measured(_))) {
             sampler = sampler.starting_in(1);
         }
-        Ok(Adaptive { expected: vec![0.0; arms.len()], until_tally: 0, arms, sampler })
+        Ok(Adaptive {
+            expected: vec![0.0; arms.len()],
+            until_tally: 0,
+            past_first_epoch: false,
+            arms,
+            sampler,
+        })
     }
 
     /// The arms learn from `call`: a measured arm only from the calls it placed itself (its
-    /// epochs), the others from every call; with a measured arm, each arm's expected cost of
-    /// it adds to the epoch's tally.
+    /// epochs), the others from every call after the first epoch; with a measured arm, each
+    /// arm's expected cost of it adds to the epoch's tally.
     ///
     /// A measured arm that also learned from other arms' trials took their moves as its own
     /// probes, outside its probe budget: one trial of `always` gave every key a few moved
@@ -265,6 +275,10 @@ impl Adaptive {
     /// once the measured arm learned from its own calls only).
     fn observe(&mut self, call: &CallDesc, cost: CallCost) {
         let active = self.sampler.next_epoch().arm;
+        if !self.past_first_epoch {
+            self.arms[active].observe(call, cost);
+            return;
+        }
         for (i, arm) in self.arms.iter_mut().enumerate() {
             if i == active || !matches!(arm, OffloadPolicy::Measured(_)) {
                 arm.observe(call, cost);
@@ -292,6 +306,7 @@ impl Adaptive {
             }
         }
         self.expected.iter_mut().for_each(|e| *e = 0.0);
+        self.past_first_epoch = true;
         self.sampler.epoch_end(work, duration);
     }
 
@@ -865,6 +880,27 @@ mod tests {
         for site in 0..4 {
             assert_eq!(p.decide(&CallDesc::new(CallKind::Fstat, 3, 0, site), 0), Decision::Offload);
         }
+    }
+
+    #[test]
+    fn arms_not_in_force_learn_only_after_the_first_epoch() {
+        let OffloadPolicy::Adaptive(mut a) = "adaptive:measured+predicted:time:20000".parse().unwrap() else {
+            panic!("adaptive")
+        };
+        let source = |a: &Adaptive, call: &CallDesc| match &a.arms[2] {
+            OffloadPolicy::Predicted(p) => p.predict(call).source,
+            _ => panic!("arm 2 is predicted"),
+        };
+        let call = CallDesc::new(CallKind::Read, 3, 4096, 7);
+        for _ in 0..100 {
+            a.observe(&call, CallCost::local(5_000));
+        }
+        assert_eq!(source(&a, &call), Source::Cold, "a process inside its first epoch pays for one arm");
+        a.epoch_end(100.0, 100_000);
+        for _ in 0..10 {
+            a.observe(&call, CallCost::local(5_000));
+        }
+        assert_eq!(source(&a, &call), Source::Local);
     }
 
     #[test]
