@@ -147,8 +147,11 @@ struct Slot {
     countdown: u32,
     /// What `countdown` restarts from after a probe.
     backoff: u32,
-    /// Whether the key moves (see [`Slot::update_preference`]).
+    /// Whether the key moves (see [`Slot::wants_moving`]).
     moving: bool,
+    /// Whether the last probe, on its own, found the side not preferred cheaper (see
+    /// [`Measured::learn_into`]).
+    probe_won: bool,
 }
 
 /// A key's tag: never 0, which marks an empty slot.
@@ -184,6 +187,7 @@ impl Slots {
             backoff: (w[4] >> 32) as u32,
             probe: w[5] & 1 != 0,
             moving: w[5] & 2 != 0,
+            probe_won: w[5] & 4 != 0,
         }
     }
 
@@ -194,7 +198,7 @@ impl Slots {
         w[2] = slot.moved.mean.to_bits();
         w[3] = u64::from(slot.local.samples) | u64::from(slot.moved.samples) << 32;
         w[4] = u64::from(slot.countdown) | u64::from(slot.backoff) << 32;
-        w[5] = u64::from(slot.probe) | u64::from(slot.moving) << 1;
+        w[5] = u64::from(slot.probe) | u64::from(slot.moving) << 1 | u64::from(slot.probe_won) << 2;
     }
 
     fn iter(&self) -> impl Iterator<Item = Slot> + '_ {
@@ -213,12 +217,12 @@ impl Slot {
         self.moving
     }
 
-    /// Weighs the estimates after a sample, with hysteresis: a key starts moving once moving
-    /// is cheaper by the margin, and goes back once moving costs more than staying by the
-    /// revert loss (fsync-like calls vary by tens of percent from one call to the next; a
-    /// move may lose at most that much against not moving).
-    fn update_preference(&mut self, config: &MeasuredConfig) {
-        self.moving = match (self.local.mean(), self.moved.mean()) {
+    /// Whether the estimates say the key should move, with hysteresis: a key starts moving
+    /// once moving is cheaper by the margin, and goes back once moving costs more than staying
+    /// by the revert loss (fsync-like calls vary by tens of percent from one call to the next;
+    /// a move may lose at most that much against not moving).
+    fn wants_moving(&self, config: &MeasuredConfig) -> bool {
+        match (self.local.mean(), self.moved.mean()) {
             (Some(local), Some(moved)) if self.moved.samples() >= config.min_samples => {
                 if self.moving {
                     moved <= local * (1.0 + config.revert_loss)
@@ -227,7 +231,17 @@ impl Slot {
                 }
             }
             _ => false,
-        };
+        }
+    }
+
+    /// What a probe's cost must beat the preferred side's estimate by to count as a win: the
+    /// margin to start moving, the revert loss to go back.
+    fn probe_edge(&self, config: &MeasuredConfig) -> f64 {
+        if self.moving {
+            config.revert_loss
+        } else {
+            config.margin
+        }
     }
 
     fn moves(&self) -> bool {
@@ -349,26 +363,36 @@ impl Measured {
         }
         let preferred_moving = slot.prefers_moving();
         let preferred = if preferred_moving { slot.moved.mean() } else { slot.local.mean() };
+        let edge = slot.probe_edge(&config);
         if cost.moved {
             slot.moved.add(cost.caller);
         } else {
             slot.local.add(cost.caller);
         }
-        slot.update_preference(&config);
+        let flip = slot.wants_moving(&config) != preferred_moving;
         if std::mem::take(&mut slot.probe) {
             self.probes += 1;
             let caller = cost.caller as f64;
             self.regret += preferred.map_or(0.0, |p| (caller - p).max(0.0));
-            // A probe that beat the preferred side by the margin is repeated soon, so the new
-            // side is confirmed on several samples; one that did not backs off.
-            let won = preferred.is_some_and(|p| caller * (1.0 + config.margin) < p);
-            slot.backoff = if won || slot.prefers_moving() != preferred_moving {
-                1
-            } else {
-                slot.backoff.saturating_mul(2).min(config.max_backoff)
-            };
+            // The key changes sides only when the estimates say so and two probes in a row each
+            // beat the preferred side on their own: a probe is one sample of a side sampled
+            // rarely, and one fast fsync among slow ones pulled a moving commit key back for a
+            // tenth of a SQLite run. A probe that won is repeated soon, to confirm it; one that
+            // did not backs off.
+            let won = preferred.is_some_and(|p| caller * (1.0 + edge) < p);
+            let flipped = flip && won && slot.probe_won;
+            slot.moving ^= flipped;
+            // A win counts toward the next change of sides, not toward the way back.
+            slot.probe_won = won && !flipped;
+            slot.backoff = if won { 1 } else { slot.backoff.saturating_mul(2).min(config.max_backoff) };
             slot.countdown = slot.backoff;
             return;
+        }
+        if flip && slot.backoff > 1 {
+            // The preferred side's own calls say the other is cheaper now (a phase change):
+            // probe the other side soon, and change sides once two probes confirm it.
+            slot.backoff = 1;
+            slot.countdown = slot.countdown.min(1);
         }
         slot.countdown = slot.countdown.saturating_sub(1);
         if slot.countdown > 0 || slot.local.samples() < config.min_samples {
@@ -478,7 +502,7 @@ mod tests {
             means in proptest::prelude::any::<(u32, u32)>(),
             samples in proptest::prelude::any::<(u32, u32)>(),
             counts in proptest::prelude::any::<(u32, u32)>(),
-            flags in proptest::prelude::any::<(bool, bool)>(),
+            flags in proptest::prelude::any::<(bool, bool, bool)>(),
             index in 0..MEASURED_SLOTS,
         ) {
             let slot = Slot {
@@ -489,6 +513,7 @@ mod tests {
                 backoff: counts.1,
                 probe: flags.0,
                 moving: flags.1,
+                probe_won: flags.2,
             };
             let mut slots = Slots::new();
             proptest::prop_assert_eq!(slots.get(index), Slot::default(), "a new table is empty");
@@ -507,9 +532,8 @@ mod tests {
             e
         };
         let slot = |local, moved, moving| {
-            let mut s = Slot { local: estimate(local), moved: estimate(moved), moving, ..Slot::default() };
-            s.update_preference(&config);
-            s.moving
+            let s = Slot { local: estimate(local), moved: estimate(moved), moving, ..Slot::default() };
+            s.wants_moving(&config)
         };
         // Starts moving only once moving is cheaper by the 5 % margin...
         assert!(!slot(10_000, 9_600, false));
@@ -573,6 +597,38 @@ mod tests {
         assert_eq!(m.decide(&fsync()), Decision::Local);
         step(&mut m, 20_000);
         assert_eq!(m.decide(&fsync()), Decision::Offload);
+    }
+
+    #[test]
+    fn one_fast_probe_does_not_pull_a_moving_key_back() {
+        let config = MeasuredConfig { first_move_prior: 20_000, ..MeasuredConfig::default() };
+        let mut m = Measured::new(config).unwrap();
+        drive(&mut m, 2_000, &[fsync()], |_, _| 1_000_000, |_, _| 940_000);
+        assert_eq!(m.moving_keys().0, 1, "moving saves 6 %");
+        // The next probe in place is one fast fsync among slow ones: alone it would pull the
+        // key's estimate in place below the moved one.
+        let probes = std::cell::Cell::new(0);
+        let run = |m: &mut Measured, calls: usize, local: &dyn Fn(usize) -> u64| {
+            let mut stayed = 0;
+            for _ in 0..calls {
+                let cost = match m.decide(&fsync()) {
+                    Decision::Local => {
+                        probes.set(probes.get() + 1);
+                        CallCost::local(local(probes.get()))
+                    }
+                    Decision::Offload => CallCost::moved(1_000_000, 940_000),
+                };
+                m.observe(&fsync(), cost);
+                stayed += usize::from(m.moving_keys().0 == 0);
+            }
+            stayed
+        };
+        let calls_back = run(&mut m, 5_000, &|probe| if probe == 1 { 300_000 } else { 1_000_000 });
+        assert_eq!(calls_back, 0, "the key never went back");
+        assert!(probes.get() >= 2, "the outlier was probed again");
+        // Staying becomes cheaper for good: the key goes back.
+        run(&mut m, 20_000, &|_| 500_000);
+        assert_eq!(m.moving_keys().0, 0);
     }
 
     #[test]
