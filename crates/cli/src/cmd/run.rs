@@ -59,7 +59,7 @@ pub struct Args {
     /// process starts with `measured`, which keeps every kind of call (call, call site, size
     /// class) local until moving it has been measured to cost the caller less — it moves a
     /// few calls of each kind as probes, within 1 % of the time its calls take. Once the
-    /// process has run long enough to afford a trial (trials may cost at most 1 % of its
+    /// process has run long enough to afford a trial (trials may cost at most 0.5 % of its
     /// time), it also tries `never`, `always`, `size` and `predicted` for short epochs, scored
     /// by the program's rate of completed calls; it switches only to an arm that wins by more
     /// than 2 %, twice, and goes on checking `never`.
