@@ -378,9 +378,9 @@ impl Measured {
             self.regret += preferred.map_or(0.0, |p| (caller - p).max(0.0));
             // The key changes sides only when the estimates say so and two probes in a row each
             // beat the preferred side on their own: a probe is one sample of a side sampled
-            // rarely, and one fast fsync among slow ones pulled a moving commit key back for a
-            // tenth of a SQLite run. A probe that won is repeated soon, to confirm it; one that
-            // did not backs off.
+            // rarely, and one fast fsync among slow ones pulled a moving commit key back
+            // (docs/performance.md, sixteenth session). A probe that won is repeated soon, to
+            // confirm it; one that did not backs off.
             let won = preferred.is_some_and(|p| caller * (1.0 + edge) < p);
             let flipped = flip && won && slot.probe_won;
             slot.moving ^= flipped;
