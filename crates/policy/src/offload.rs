@@ -406,13 +406,15 @@ impl OffloadPolicy {
         }
     }
 
-    /// Whether every call stays local now, whatever it is: `Never`, a [`Measured`] policy
-    /// with no key moving and no probe due, or an adaptive policy running such an arm (not a
-    /// trial of another). A driver may skip [`OffloadPolicy::decide`] then: it is a few loads,
+    /// Whether every call stays local now, whatever it is: `Never`, a timed [`Predicted`]
+    /// policy whose keys, kinds and calls as a whole all run below its N, a [`Measured`]
+    /// policy with no key moving and no probe due, or an adaptive policy running such an arm
+    /// (not a trial of another). A driver may skip [`OffloadPolicy::decide`] then: it is a few loads,
     /// where deciding hashes the call.
     pub fn keeps_all_local(&self) -> bool {
         match self {
             OffloadPolicy::Never => true,
+            OffloadPolicy::Predicted(p) => p.predictor.all_below(p.effective_threshold()),
             OffloadPolicy::Measured(m) => m.moves_nothing(),
             OffloadPolicy::Adaptive(a) => a.active().keeps_all_local(),
             _ => false,
@@ -860,6 +862,26 @@ mod tests {
             assert!(d == Decision::Local || !p.keeps_all_local());
             let cost = if d == Decision::Offload {
                 CallCost::moved(900_000, 700_000)
+            } else {
+                CallCost::local(900_000)
+            };
+            p.observe(&call, cost);
+        }
+        assert_eq!(p.decide(&call, 0), Decision::Offload);
+        assert!(!p.keeps_all_local());
+
+        let mut p: OffloadPolicy = "predicted:time:2000".parse().unwrap();
+        let stat = CallDesc::new(CallKind::Fstat, 3, 0, 2);
+        for _ in 0..50 {
+            assert_eq!(p.decide(&stat, 0), Decision::Local);
+            p.observe(&stat, CallCost::local(400));
+        }
+        assert!(p.keeps_all_local(), "every call seen is short");
+        for _ in 0..50 {
+            let d = p.decide(&call, 0);
+            assert!(d == Decision::Local || !p.keeps_all_local());
+            let cost = if d == Decision::Offload {
+                CallCost::moved(900_000, 905_000)
             } else {
                 CallCost::local(900_000)
             };

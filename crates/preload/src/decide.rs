@@ -154,10 +154,11 @@ impl Policy {
         }
     }
 
-    /// Whether this is an adaptive policy whose arm now (not a trial) keeps every call local:
-    /// `never`, or `measured` while no call key moves and no probe is due.
+    /// Whether a policy with state keeps every call local now: a timed predictor none of whose
+    /// keys runs above its N, or an adaptive policy whose arm now (not a trial) is `never`,
+    /// such a predictor, or `measured` while no call key moves and no probe is due.
     fn stays(&self) -> bool {
-        matches!(self.inner, OffloadPolicy::Adaptive(_)) && self.inner.keeps_all_local()
+        self.inner.keeps_all_local()
     }
 
     /// Whether `observe` is worth the clock reads.
@@ -177,8 +178,8 @@ pub struct Shared {
     locked: AtomicBool,
     /// `Stateless::encode` of the installed policy.
     stateless: AtomicU64,
-    /// An adaptive policy's arm keeps every call local now: decide without the lock.
-    adaptive_stays: AtomicBool,
+    /// The policy keeps every call local now (`Policy::stays`): decide without the lock.
+    stays: AtomicBool,
     /// `Policy::observes` of the installed policy: otherwise an observation takes no lock.
     observes: AtomicBool,
     policy: UnsafeCell<Option<Policy>>,
@@ -194,7 +195,7 @@ impl Shared {
         Shared {
             locked: AtomicBool::new(false),
             stateless: AtomicU64::new(0),
-            adaptive_stays: AtomicBool::new(false),
+            stays: AtomicBool::new(false),
             observes: AtomicBool::new(false),
             policy: UnsafeCell::new(None),
         }
@@ -205,7 +206,7 @@ impl Shared {
     pub fn keeps_all_local(&self) -> bool {
         match Stateless::decode(self.stateless.load(Ordering::Acquire)) {
             Stateless::Never => true,
-            Stateless::No => self.adaptive_stays.load(Ordering::Relaxed),
+            Stateless::No => self.stays.load(Ordering::Relaxed),
             Stateless::Always | Stateless::Size(_) => false,
         }
     }
@@ -224,7 +225,7 @@ impl Shared {
                 };
                 Some(moving)
             }
-            Stateless::No if self.adaptive_stays.load(Ordering::Relaxed) => Some(false),
+            Stateless::No if self.stays.load(Ordering::Relaxed) => Some(false),
             Stateless::No => self.with_spinning(|p| p.decide(call)),
         }
     }
@@ -238,7 +239,7 @@ impl Shared {
         }
         self.try_with(|p| {
             p.observe(call, cost, now_ns, done());
-            self.adaptive_stays.store(p.stays(), Ordering::Relaxed);
+            self.stays.store(p.stays(), Ordering::Relaxed);
         });
     }
 
@@ -270,7 +271,7 @@ impl Shared {
             core::hint::spin_loop();
         }
         self.stateless.store(Stateless::of(&policy.inner).encode(), Ordering::Release);
-        self.adaptive_stays.store(policy.stays(), Ordering::Release);
+        self.stays.store(policy.stays(), Ordering::Release);
         self.observes.store(policy.observes(), Ordering::Release);
         // SAFETY: we hold the lock.
         unsafe { *self.policy.get() = Some(policy) };
@@ -301,7 +302,7 @@ impl Shared {
             // value is leaked, not dropped, as it may be inconsistent.
             unsafe { core::mem::forget((*self.policy.get()).take()) };
             self.stateless.store(Stateless::Never.encode(), Ordering::Release);
-            self.adaptive_stays.store(false, Ordering::Release);
+            self.stays.store(false, Ordering::Release);
             self.observes.store(false, Ordering::Release);
             self.locked.store(false, Ordering::Release);
         }

@@ -301,6 +301,15 @@ struct Timed {
     /// Whether the keys' decisions or the plain majority of all calls have been right more
     /// often lately: a counter in `-TRUST_KEYS..=TRUST_KEYS`, the keys' while it is >= 0.
     trust_keys: i32,
+    /// A bit per slot of `words` that ever held a key: a count of the slots that say "above"
+    /// reads only those, so the table's untouched pages stay unmapped.
+    used: Vec<u64>,
+    /// How many used slots, kinds and `any` say "above" at `counted_at` (kept exact as they
+    /// learn), so that a caller can tell in one load that no call would move.
+    above_slots: u32,
+    counted_at: Option<u64>,
+    /// Observations since `above_slots` was last counted anew.
+    since_count: u32,
 }
 
 /// The bound of [`Timed::trust_keys`]: a constant rule takes over after this many more
@@ -308,6 +317,9 @@ struct Timed {
 const TRUST_KEYS: i32 = 32;
 /// [`Timed::above_share`] keeps `1 - 1/2^ANY_DECAY_SHIFT` of itself per call.
 const ANY_DECAY_SHIFT: u32 = 8;
+/// Observations between two counts of the slots above a threshold that has moved (a count
+/// reads every used slot; between counts the one at the older threshold stays exact).
+const RECOUNT_EVERY: u32 = 64;
 
 impl Timed {
     fn new(entries: usize) -> Timed {
@@ -317,7 +329,46 @@ impl Timed {
             any: Recent::default(),
             above_share: 0,
             trust_keys: 0,
+            used: vec![0; entries.div_ceil(64)],
+            above_slots: 0,
+            counted_at: None,
+            since_count: 0,
         }
+    }
+
+    /// Whether no call would be found above `n` now, by [`Timed::above`]: the plain majority
+    /// of all calls is below while it decides, and otherwise no key, kind or `any` says
+    /// above. Exact without reading the table: every slot that learns updates the count.
+    fn all_below(&self, n: u64) -> bool {
+        if self.trust_keys < 0 {
+            self.above_share < 0x8000
+        } else {
+            // "Above" only gets rarer as the threshold rises.
+            self.above_slots == 0 && self.counted_at.is_some_and(|at| at <= n)
+        }
+    }
+
+    /// How many of `slot` (the words of a key's slot), `kind`'s runs and `any` say above `n`.
+    fn above_among(&self, slot: std::ops::Range<usize>, kind: Option<CallKind>, n: u64) -> u32 {
+        let says = |r: &Recent| u32::from(r.above(n) == Some(true));
+        says(&Self::recent_of(&self.words[slot]))
+            + kind.map_or(0, |k| says(&self.kinds[Self::kind_slot(k)]))
+            + says(&self.any)
+    }
+
+    /// Counts anew, at `n`, the slots that say above it.
+    fn count_above(&mut self, n: u64) {
+        let says = |r: &Recent| u32::from(r.above(n) == Some(true));
+        let mut count = self.kinds.iter().map(says).sum::<u32>() + says(&self.any);
+        for (w, &bits) in self.used.iter().enumerate() {
+            let mut bits = bits;
+            while bits != 0 {
+                let at = (w * 64 + bits.trailing_zeros() as usize) * SLOT_WORDS;
+                count += says(&Self::recent_of(&self.words[at..at + SLOT_WORDS]));
+                bits &= bits - 1;
+            }
+        }
+        (self.above_slots, self.counted_at, self.since_count) = (count, Some(n), 0);
     }
 
     fn key_of(call: &CallDesc) -> u64 {
@@ -414,7 +465,10 @@ impl Timed {
         }
         let tag = Self::tag(key);
         let range = self.slot(key);
-        let slot = &mut self.words[range];
+        let before = self.counted_at.map(|at| self.above_among(range.clone(), kind, at));
+        let index = range.start / SLOT_WORDS;
+        self.used[index / 64] |= 1 << (index % 64);
+        let slot = &mut self.words[range.clone()];
         if Self::tag_of(slot) != tag {
             // A new key, or one that takes the slot of another (direct mapped).
             slot.fill(0);
@@ -432,6 +486,14 @@ impl Timed {
             learn(&mut self.kinds[Self::kind_slot(kind)]);
         }
         learn(&mut self.any);
+        if let (Some(at), Some(before)) = (self.counted_at, before) {
+            self.above_slots = self.above_slots + self.above_among(range, kind, at) - before;
+        }
+        self.since_count = self.since_count.saturating_add(1);
+        let n = n.or(self.counted_at).unwrap_or(0);
+        if self.counted_at.is_none() || (self.counted_at != Some(n) && self.since_count >= RECOUNT_EVERY) {
+            self.count_above(n);
+        }
     }
 }
 
@@ -501,6 +563,13 @@ impl RunLengthPredictor {
             Some(timed) => timed.above(Timed::key_of(call), Some(call.kind), n),
             None => self.predict(call.key()).run > n,
         }
+    }
+
+    /// Whether [`RunLengthPredictor::above_call`] would say no for every call at any
+    /// threshold from `n` up: a driver may then skip asking. Always false for the paper's
+    /// forms, which keep no such count.
+    pub fn all_below(&self, n: u64) -> bool {
+        self.timed.as_ref().is_some_and(|timed| timed.all_below(n))
     }
 
     /// Learn that `call` ran for `run`, where decisions are made at threshold `n` (see
@@ -852,6 +921,56 @@ mod tests {
                 prop_assert!(run <= 1_000_000);
             }
         }
+    }
+
+    proptest! {
+        /// The count of slots above a threshold stays what a fresh count gives, and while it
+        /// says no call would move, no call of a seen key, a new key or any kind would.
+        #[test]
+        fn all_below_means_no_call_would_move(
+            trace in proptest::collection::vec((0u64..48, 0usize..4, 0u64..4000, 0usize..3), 1..400),
+            entries in 1usize..70,
+        ) {
+            let kinds = [CallKind::Read, CallKind::Fstat, CallKind::Fsync, CallKind::Other(7)];
+            let thresholds = [1000, 2000, 3000];
+            let mut p = RunLengthPredictor::new(TableForm::Timed { entries }).unwrap();
+            for &(site, kind, run, n) in &trace {
+                let n = thresholds[n];
+                let call = CallDesc::new(kinds[kind], 3, 0, site);
+                p.observe_call(&call, run, n);
+                let timed = p.timed.as_ref().unwrap();
+                let mut fresh = timed.clone();
+                fresh.count_above(timed.counted_at.unwrap());
+                prop_assert_eq!(timed.above_slots, fresh.above_slots);
+                for n in thresholds {
+                    if p.all_below(n) {
+                        for site in 0..64 {
+                            for kind in kinds {
+                                prop_assert!(!p.above_call(&CallDesc::new(kind, 3, 0, site), n));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn all_below_follows_the_runs() {
+        let mut p = RunLengthPredictor::new(TableForm::TIMED).unwrap();
+        let short = CallDesc::new(CallKind::Fstat, 3, 0, 1);
+        let long = CallDesc::new(CallKind::Fsync, 3, 0, 2);
+        assert!(!p.all_below(1000), "nothing counted yet");
+        for _ in 0..20 {
+            p.observe_call(&short, 300, 1000);
+        }
+        assert!(p.all_below(1000));
+        assert!(p.all_below(5000), "a higher threshold moves no more");
+        for _ in 0..20 {
+            p.observe_call(&long, 900_000, 1000);
+        }
+        assert!(!p.all_below(1000));
+        assert!(p.above_call(&long, 1000));
     }
 
     /// A run of `n` calls of several keys: each key's runs are one of two lengths, drawn at
