@@ -51,11 +51,12 @@ impl fmt::Display for ConfigError {
     }
 }
 
-/// Parses the variables that `get` returns (raw bytes; `None` when unset). `default_cpu` is
-/// the service CPU when none is given.
+/// Parses the variables that `get` returns (raw bytes; `None` when unset). `default_cpu` gives
+/// the service CPU when none is given (asked only then: it costs a system call, and `corehop
+/// run` always names the CPUs).
 pub fn parse(
     get: impl Fn(&'static str) -> Option<Vec<u8>>,
-    default_cpu: usize,
+    default_cpu: impl FnOnce() -> usize,
 ) -> Result<Config, ConfigError> {
     let text = |var: &'static str| -> Result<Option<String>, ConfigError> {
         match get(var) {
@@ -91,7 +92,7 @@ pub fn parse(
         }
     };
     let service_cpus = match text(env::SERVICE_CPUS)? {
-        None => vec![default_cpu],
+        None => vec![default_cpu()],
         Some(v) => parse_cpu_list(&v).map_err(|reason| ConfigError {
             var: env::SERVICE_CPUS,
             value: v.clone(),
@@ -157,7 +158,7 @@ mod tests {
 
     #[test]
     fn defaults_when_nothing_is_set() {
-        let c = parse(env(&[]), 3).unwrap();
+        let c = parse(env(&[]), || 3).unwrap();
         assert_eq!(c.service_cpus, vec![3]);
         assert_eq!(c.policy, "adaptive");
         assert_eq!(c.spin_ns, DEFAULT_SPIN_NS);
@@ -177,7 +178,7 @@ mod tests {
                 ("COREHOP_STATS_FILE", "/tmp/s"),
                 ("COREHOP_TEST_SERVICE_STALL_NS", "9"),
             ]),
-            0,
+            || unreachable!("the CPUs are named"),
         )
         .unwrap();
         assert_eq!(c.service_cpus, vec![1, 4, 5]);
@@ -197,7 +198,7 @@ mod tests {
             ("COREHOP_SPIN_NS", "-1"),
             ("COREHOP_STALL_TIMEOUT_NS", "soon"),
         ] {
-            let err = parse(env(&[(var, value)]), 0).unwrap_err();
+            let err = parse(env(&[(var, value)]), || 0).unwrap_err();
             assert_eq!(err.var, var, "{value}");
             assert!(err.to_string().contains(var));
         }

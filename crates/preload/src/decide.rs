@@ -37,6 +37,19 @@ impl Desc {
 /// reports; an adaptive policy's trials are shorter).
 pub const EPOCH_NS: u64 = 20_000_000;
 
+/// The policy `corehop run --offload` asks for by default: `adaptive` with its default arms.
+pub const DEFAULT_SPEC: &str = "adaptive";
+
+/// Where the default policy stands before it is built ([`Shared::defer`]): in its first arm,
+/// `measured`, with no round sampled and nothing moved, as it stands when built.
+pub const UNBUILT: Standing<'static> =
+    Standing { settled: "measured", rounds: 0, switches: 0, regret_ppm: 0 };
+
+/// Whether `spec` names the default policy.
+pub fn is_default(spec: &str) -> bool {
+    spec.trim().eq_ignore_ascii_case(DEFAULT_SPEC)
+}
+
 /// How many times a caller tries the lock of a stateful policy before running its call
 /// itself (about 10 µs: far more than the lock is ever held).
 const LOCK_SPINS: u32 = 4_000;
@@ -265,7 +278,12 @@ impl Shared {
         result
     }
 
-    /// Installs the policy (start-up).
+    /// Keeps every call local, without the lock, until a policy is installed.
+    pub fn defer(&self) {
+        self.stays.store(true, Ordering::Release);
+    }
+
+    /// Installs the policy (at start-up, or later after [`Shared::defer`]).
     pub fn install(&self, policy: Policy) {
         while self.locked.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
             core::hint::spin_loop();
@@ -380,6 +398,8 @@ mod tests {
             assert_eq!(m.moving_keys().0, 0, "a probe may be due, but no key moves");
         }
         assert!(Policy::parse("never").unwrap().standing().is_none());
+        assert_eq!(Policy::parse(DEFAULT_SPEC).unwrap().standing(), Some(UNBUILT), "as built");
+        assert!(is_default(" Adaptive ") && !is_default("adaptive:always"));
     }
 
     #[test]

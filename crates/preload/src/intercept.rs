@@ -7,7 +7,7 @@ use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsiz
 use std::sync::OnceLock;
 
 use crate::config::{self, Config};
-use crate::decide::{Desc, Policy, Shared};
+use crate::decide::{self, Desc, Policy, Shared};
 use crate::lane::{Outcome, Request, Waiting};
 use crate::service::{self, ServiceConfig, LANES, MAX_LANES};
 use crate::{memo, stats, sys, trace};
@@ -49,6 +49,10 @@ const WATCHES_CHILDREN: bool = cfg!(target_arch = "x86_64");
 static CHECK_PID: AtomicBool = AtomicBool::new(!WATCHES_CHILDREN);
 /// Whether calls run locally are timed (the policy learns, or a summary is wanted).
 static TIMING: AtomicBool = AtomicBool::new(false);
+/// Set while the default policy waits to be built ([`build_deferred_policy`]).
+static DEFERRED: AtomicBool = AtomicBool::new(false);
+/// When start-up ended (the library's clock, ns).
+static STARTED_NS: AtomicU64 = AtomicU64::new(0);
 /// Set once started up with nothing that counts or records every call (no summary, no
 /// trace): while the policy keeps every call local, a call may then pass the library by
 /// ([`passes_by`]).
@@ -190,40 +194,60 @@ fn complain(what: &str) {
 }
 
 fn start_up() -> bool {
-    let config = match config::parse(env_bytes, sys::last_allowed_cpu()) {
+    let config = match config::parse(env_bytes, sys::last_allowed_cpu) {
         Ok(config) => config,
         Err(e) => {
             complain(&e.to_string());
             return false;
         }
     };
-    let policy = match Policy::parse(&config.policy) {
-        Ok(policy) => policy,
-        Err(e) => {
-            complain(&format!("COREHOP_POLICY: {e}"));
-            return false;
-        }
+    // The default policy moves nothing in its first epoch (its measured arm's first probe
+    // waits for 1 % of the calls' time to cover a service thread's start), and most processes
+    // of a shell pipeline end inside it: it is built at a call after that epoch, so they do
+    // not pay for its tables (docs/performance.md, "Seventeenth session").
+    let policy = match config.policy.as_str() {
+        spec if decide::is_default(spec) => None,
+        spec => match Policy::parse(spec) {
+            Ok(policy) => Some(policy),
+            Err(e) => {
+                complain(&format!("COREHOP_POLICY: {e}"));
+                return false;
+            }
+        },
     };
     let tracing = config.trace_file.is_some() && trace::start();
-    TIMING.store(policy.learns() || config.stats_file.is_some() || tracing, SeqCst);
+    let learns = policy.as_ref().is_none_or(Policy::learns);
+    TIMING.store(learns || config.stats_file.is_some() || tracing, SeqCst);
     if config.stats_file.is_some() {
         stats::enable();
     }
     SPIN_NS.store(config.spin_ns, SeqCst);
     STALL_TIMEOUT_NS.store(config.stall_timeout_ns, SeqCst);
     LANE_COUNT.store(config.service_cpus.len(), SeqCst);
-    if policy.offloads_nothing() {
-        SERVICE.store(OFF, SeqCst);
+    match policy {
+        Some(policy) => {
+            if policy.offloads_nothing() {
+                SERVICE.store(OFF, SeqCst);
+            }
+            POLICY.install(policy);
+        }
+        None => {
+            STARTED_NS.store(sys::now_ns(), SeqCst);
+            POLICY.defer();
+            DEFERRED.store(true, SeqCst);
+        }
     }
-    POLICY.install(policy);
     PID.store(sys::getpid(), SeqCst);
     // SAFETY: the three handlers are plain functions that only touch atomics and static state.
     unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork_parent), Some(after_fork_child)) };
-    // Registered now, after the program's own early `atexit` handlers, so it runs before them
-    // (they run in reverse): GNU tools close stderr in theirs.
-    // SAFETY: `at_exit` is a plain function that touches static state and makes raw syscalls.
-    unsafe { libc::atexit(at_exit) };
     let quiet = config.stats_file.is_none() && config.trace_file.is_none();
+    if !quiet {
+        // Registered now, after the program's own early `atexit` handlers, so it runs before
+        // them (they run in reverse): GNU tools close stderr in theirs.
+        // SAFETY: `at_exit` is a plain function that touches static state and makes raw
+        // syscalls.
+        unsafe { libc::atexit(at_exit) };
+    }
     let _ = CONFIG.set(config);
     QUIET.store(quiet, SeqCst);
     true
@@ -280,7 +304,24 @@ extern "C" fn after_fork_child() {
     }
 }
 
-/// At exit: append this process's summary to the stats file, if one was asked for.
+/// Builds the default policy once its first epoch has passed (see `start_up`); the calls
+/// until then ran locally, as its first arm would have run them.
+#[cold]
+fn build_deferred_policy() {
+    if sys::now_ns().saturating_sub(STARTED_NS.load(Relaxed)) < decide::EPOCH_NS
+        || DEFERRED.compare_exchange(true, false, SeqCst, Relaxed).is_err()
+    {
+        return;
+    }
+    match Policy::parse(decide::DEFAULT_SPEC) {
+        Ok(policy) => POLICY.install(policy),
+        // Unreachable (a unit test parses it); every call would simply stay local.
+        Err(e) => complain(&format!("the default policy: {e}")),
+    }
+}
+
+/// At exit (registered only when a stats or trace file is asked for): append the trace and
+/// this process's summary.
 extern "C" fn at_exit() {
     if STATE.load(Acquire) != READY {
         return;
@@ -297,7 +338,11 @@ extern "C" fn at_exit() {
             polled_ns: service::POLLED_NS.iter().map(|p| p.load(SeqCst)).sum(),
             spun_ns: stats::SPUN_NS.load(SeqCst),
             checked_ns: service::CHECKED_NS.iter().map(|c| c.load(SeqCst)).sum(),
-            standing: POLICY.with_spinning(|p| p.standing()).flatten(),
+            standing: if DEFERRED.load(SeqCst) {
+                Some(decide::UNBUILT)
+            } else {
+                POLICY.with_spinning(|p| p.standing()).flatten()
+            },
         };
         stats::write_summary(path, &process);
     }
@@ -330,6 +375,9 @@ pub(crate) fn dispatch(
         let sampled = STATE.load(Acquire) == READY;
         if !ready() {
             return local();
+        }
+        if DEFERRED.load(Relaxed) {
+            build_deferred_policy();
         }
         let counters = stats::of(kind);
         stats::bump(&counters.seen);
