@@ -850,18 +850,15 @@ mod tests {
         assert_eq!(p.settled().label(), "always");
     }
 
-    #[test]
-    fn keeps_all_local_only_when_no_call_can_move() {
-        assert!(OffloadPolicy::Never.keeps_all_local());
-        assert!(!OffloadPolicy::Always.keeps_all_local());
-        let mut p: OffloadPolicy = "adaptive".parse().unwrap();
-        assert!(p.keeps_all_local(), "measured starts with nothing moving");
+    /// Feeds `p` fsyncs of 900 µs that cost their caller `moved_caller` when moved, checking
+    /// that it never keeps all local while moving one; then it must move them.
+    fn moves_long_calls(p: &mut OffloadPolicy, calls: usize, moved_caller: u64) {
         let call = CallDesc::new(CallKind::Fsync, 3, 0, 1);
-        for _ in 0..100 {
+        for _ in 0..calls {
             let d = p.decide(&call, 0);
             assert!(d == Decision::Local || !p.keeps_all_local());
             let cost = if d == Decision::Offload {
-                CallCost::moved(900_000, 700_000)
+                CallCost::moved(900_000, moved_caller)
             } else {
                 CallCost::local(900_000)
             };
@@ -869,6 +866,15 @@ mod tests {
         }
         assert_eq!(p.decide(&call, 0), Decision::Offload);
         assert!(!p.keeps_all_local());
+    }
+
+    #[test]
+    fn keeps_all_local_only_when_no_call_can_move() {
+        assert!(OffloadPolicy::Never.keeps_all_local());
+        assert!(!OffloadPolicy::Always.keeps_all_local());
+        let mut p: OffloadPolicy = "adaptive".parse().unwrap();
+        assert!(p.keeps_all_local(), "measured starts with nothing moving");
+        moves_long_calls(&mut p, 100, 700_000);
 
         let mut p: OffloadPolicy = "predicted:time:2000".parse().unwrap();
         let stat = CallDesc::new(CallKind::Fstat, 3, 0, 2);
@@ -877,18 +883,7 @@ mod tests {
             p.observe(&stat, CallCost::local(400));
         }
         assert!(p.keeps_all_local(), "every call seen is short");
-        for _ in 0..50 {
-            let d = p.decide(&call, 0);
-            assert!(d == Decision::Local || !p.keeps_all_local());
-            let cost = if d == Decision::Offload {
-                CallCost::moved(900_000, 905_000)
-            } else {
-                CallCost::local(900_000)
-            };
-            p.observe(&call, cost);
-        }
-        assert_eq!(p.decide(&call, 0), Decision::Offload);
-        assert!(!p.keeps_all_local());
+        moves_long_calls(&mut p, 50, 905_000);
     }
 
     #[test]
