@@ -38,7 +38,8 @@
 //! - **Its own I/O is raw** ([`sys`]): inside the process our wrappers *are* `read`, `write`,
 //!   `open`, so calling them would recurse. The summary at exit is written with raw syscalls.
 //! - **No allocation on the interposed path** after start-up: slots live in static memory,
-//!   counters are static atomics, the policy is allocated once.
+//!   counters are static atomics, the policy is allocated once (the default one at the first
+//!   sampled call after its first epoch, which a short process never reaches).
 //! - **Re-entry runs locally**: a per-thread flag marks "inside the library"; a nested call (a
 //!   signal handler calling `write` while its thread waits for a reply) runs on the caller.
 //! - **Thread-bound calls stay**: nothing that depends on the calling thread is offloaded
@@ -70,7 +71,10 @@
 //! has one more thread per service CPU; it does not keep the process alive (an idle service
 //! thread ends a process whose program threads have all left, with the main thread's status,
 //! running `atexit` handlers as glibc does after a last `pthread_exit`, also when the last
-//! thread left with a raw `exit`, where a plain run would skip them). A signal handler that `longjmp`s out of a call waiting for its reply, and
+//! thread left with a raw `exit`, where a plain run would skip them). Start-up (at the first
+//! intercepted call) and the default policy's build (at a sampled call after 20 ms) allocate:
+//! a signal handler that interrupted `malloc` and makes that very call would wait for the
+//! allocator's lock. A signal handler that `longjmp`s out of a call waiting for its reply, and
 //! asynchronous thread cancellation during that wait, are not supported (the service thread
 //! may still write into the abandoned buffer). A process that ends with `_exit` or a signal
 //! writes no summary. A descriptor on which positioned calls (`pread`, `pwrite`) were found
