@@ -40,9 +40,11 @@ const COMPONENTS: [&str; 4] = ["driver", "ip", "tcp", "app"];
 ///
 /// --json prints `{machine, cpus, payload_bytes, duration_ms, reps, rate, rows: [{placement,
 /// idle, speeds, layout, throughput_fps: {min, median, max, samples}, gbps, vs_baseline,
-/// utilisation: {driver, ip, tcp, app}, sleeps_per_s, wakes_per_s, bad_frames}], skipped:
-/// [{placement, reason}]}`. `speeds` are per used CPU, `layout` is the CPU of each
-/// component, utilisations are fractions of wall time (medians over repetitions).
+/// utilisation: {driver, ip, tcp, app}, sleeps_per_s, wakes_per_s, bad_frames}],
+/// controller_vs_best_fixed, skipped: [{placement, reason}]}`. `speeds` are per used CPU,
+/// `layout` is the CPU of each component, utilisations are fractions of wall time (medians
+/// over repetitions); `controller_vs_best_fixed` is the controller's median throughput over
+/// the best fixed row's (null without a controller row).
 #[derive(clap::Args, Clone)]
 pub struct Args {
     /// Placements to compare (comma-separated): one-core (all four components on one CPU),
@@ -302,7 +304,16 @@ struct Report {
     reps: usize,
     rate: Option<f64>,
     rows: Vec<Row>,
+    /// The controller's median over the best fixed placement's, same run.
+    controller_vs_best_fixed: Option<f64>,
     skipped: Vec<Skipped>,
+}
+
+/// The fixed placement (any idle mode and speed) with the highest median throughput.
+fn best_fixed(rows: &[Row]) -> Option<&Row> {
+    rows.iter()
+        .filter(|r| r.placement != "controller")
+        .max_by(|a, b| a.throughput_fps.median.total_cmp(&b.throughput_fps.median))
 }
 
 fn median(v: impl Iterator<Item = f64>) -> f64 {
@@ -414,6 +425,13 @@ fn bench(args: &Args) -> anyhow::Result<Report> {
     for row in &mut rows {
         row.vs_baseline = row.throughput_fps.median / base;
     }
+    let controller_vs_best_fixed =
+        match (rows.iter().find(|r| r.placement == "controller"), best_fixed(&rows)) {
+            (Some(ctl), Some(best)) if best.throughput_fps.median > 0.0 => {
+                Some(ctl.throughput_fps.median / best.throughput_fps.median)
+            }
+            _ => None,
+        };
     Ok(Report {
         machine: machine.name.clone(),
         cpus: machine.cpus().len(),
@@ -422,6 +440,7 @@ fn bench(args: &Args) -> anyhow::Result<Report> {
         reps: args.reps,
         rate: args.rate,
         rows,
+        controller_vs_best_fixed,
         skipped,
     })
 }
@@ -479,6 +498,14 @@ fn table(report: &Report) -> Table {
     );
     t.note("component's work (duty-cycle stalls of a slowed CPU included; time the OS took the CPU away");
     t.note("mid-batch counts too, so a loaded machine can show over 100%). sleeps/s: host parks, all CPUs.");
+    if let (Some(ratio), Some(best)) = (report.controller_vs_best_fixed, best_fixed(&report.rows)) {
+        t.note(format!(
+            "The controller ran at {ratio:.2}× the best fixed placement of this run ({} / {} at speed {}).",
+            best.placement,
+            best.idle,
+            best.speeds.first().copied().unwrap_or(1.0)
+        ));
+    }
     let bad: u64 = report.rows.iter().map(|r| r.bad_frames).sum();
     t.note(format!("Frames refused by a checksum or order check: {bad}."));
     for s in &report.skipped {
@@ -533,12 +560,7 @@ pub fn tour() -> anyhow::Result<()> {
     };
     let report = bench(&args)?;
     print!("{}", table(&report));
-    let best = report
-        .rows
-        .iter()
-        .filter(|r| r.placement != "controller")
-        .max_by(|a, b| a.throughput_fps.median.total_cmp(&b.throughput_fps.median))
-        .context("no rows")?;
+    let best = best_fixed(&report.rows).context("no rows")?;
     let ctl = report.rows.iter().find(|r| r.placement == "controller");
     println!(
         "Takeaway: best here is {} at speed {} ({:.2}× all-on-one-core){}.",

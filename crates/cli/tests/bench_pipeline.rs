@@ -48,6 +48,11 @@ fn tiny_run_reports_every_configuration_against_the_first() {
     assert_eq!(rows[1]["speeds"][0].as_f64().unwrap(), 1.0);
     assert_eq!(rows[2]["speeds"][0].as_f64().unwrap(), 0.5);
     assert_eq!(rows.last().unwrap()["placement"], "controller");
+    let best =
+        rows[..fixed].iter().map(|r| r["throughput_fps"]["median"].as_f64().unwrap()).fold(0.0, f64::max);
+    let controller = rows[fixed]["throughput_fps"]["median"].as_f64().unwrap();
+    let ratio = v["controller_vs_best_fixed"].as_f64().unwrap();
+    assert!((ratio - controller / best).abs() < 1e-9, "{ratio} vs {controller} / {best}");
     let skipped = v["skipped"].as_array().unwrap();
     assert!(skipped.iter().any(|s| s["placement"] == "smt") || cpus >= 2, "{skipped:?}");
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
@@ -74,7 +79,7 @@ fn the_table_names_the_baseline_and_skipped_placements() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("×base"), "{text}");
     assert!(text.contains("refused by a checksum or order check: 0"), "{text}");
-    assert!(!text.contains("controller"));
+    assert!(!text.contains("controller"), "no controller row, no comparison: {text}");
 }
 
 #[test]
