@@ -55,8 +55,9 @@ pub struct Args {
     #[arg(long, value_name = "LIST")]
     pub cpus: Option<String>,
 
-    /// Which calls go across. `adaptive` (the default) moves nothing until moving pays: each
-    /// process starts with `measured`, which keeps every kind of call (call, call site, size
+    /// Which calls go across. `adaptive` (the default) moves nothing until moving pays: a
+    /// process that outlives its first 20 ms (shorter ones run every call in place and pay for
+    /// no policy) starts with `measured`, which keeps every kind of call (call, call site, size
     /// class) local until moving it has been measured to cost the caller less — it moves a
     /// few calls of each kind as probes, within 1 % of the time its calls take. Once the
     /// process has run long enough to afford a trial (trials may cost at most 0.5 % of its
