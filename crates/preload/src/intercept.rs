@@ -378,6 +378,11 @@ pub(crate) fn dispatch(
         }
         if DEFERRED.load(Relaxed) {
             build_deferred_policy();
+            if DEFERRED.load(Relaxed) && QUIET.load(Relaxed) {
+                // Still waiting, and nothing counts calls: this call came only to look at the
+                // clock, and there is no policy to time it for.
+                return local();
+            }
         }
         let counters = stats::of(kind);
         stats::bump(&counters.seen);
