@@ -48,11 +48,14 @@ pub mod uring;
 /// plain local call. Where io_uring is unavailable (ENOSYS, EPERM) its rows say so.
 ///
 /// --json prints `{hop_round_trip_ns, app_cpu, service_cpu, shared_cpu, results: [{workload,
-/// policy, ops, throughput: {min, median, max, samples}, vs_never, p50_ns, p99_ns, offloaded,
-/// app_busy, service_busy, service_thread_busy, ended_on}], handoff: {batch, rows: [{mechanism,
-/// call, runs_on, round_trip_ns: {min, median, max, samples}, vs_sqpoll}], skipped: [reason]}}`
-/// (busy values are fractions of wall time; `ended_on`: for `tuned`, the arm each repetition
-/// ended in, as printed under the table, else empty).
+/// policy, ops, throughput: {min, median, max, samples}, vs_never, paired_vs_never,
+/// best_fixed: null | {policy, ratio, paired_ratio}, p50_ns, p99_ns, offloaded, app_busy,
+/// service_busy, service_thread_busy, ended_on}], handoff: {batch, rows: [{mechanism, call,
+/// runs_on, round_trip_ns: {min, median, max, samples}, vs_sqpoll}], skipped: [reason]}}`
+/// (busy values are fractions of wall time; paired ratios are medians over the repetitions of
+/// the ratio within one repetition; `best_fixed`: for predicted, measured and tuned, the
+/// fixed rule (never, always, size, static) with the best median in the run; `ended_on`: for
+/// `tuned`, the arm each repetition ended in, as printed under the table, else empty).
 #[derive(clap::Args, Clone)]
 pub struct Args {
     /// Policies to compare (comma-separated): never, always, size (the 4 KB rule), static
@@ -146,6 +149,12 @@ impl PolicyChoice {
             PolicyChoice::Measured => "measured",
             PolicyChoice::Tuned => "tuned",
         }
+    }
+
+    /// A rule fixed before the run (it learns nothing while it runs): what an adaptive
+    /// policy is held against.
+    fn is_fixed(self) -> bool {
+        matches!(self, PolicyChoice::Never | PolicyChoice::Always | PolicyChoice::Size | PolicyChoice::Static)
     }
 
     fn parse(name: &str) -> anyhow::Result<PolicyChoice> {
@@ -280,6 +289,12 @@ struct Row {
     ops: u64,
     throughput: Stats,
     vs_never: f64,
+    /// Median over the repetitions of this policy's throughput over `never`'s in the same
+    /// repetition.
+    paired_vs_never: f64,
+    /// For an adaptive policy: the fixed rule with the best median in this run, and this
+    /// policy's median over it, plainly and paired by repetition.
+    best_fixed: Option<BestFixed>,
     p50_ns: f64,
     p99_ns: f64,
     offloaded: f64,
@@ -288,6 +303,19 @@ struct Row {
     service_thread_busy: Option<f64>,
     /// An adaptive policy: the arm each repetition ended in.
     ended_on: Vec<String>,
+}
+
+#[derive(Serialize, Clone, Copy)]
+struct BestFixed {
+    policy: &'static str,
+    ratio: f64,
+    paired_ratio: f64,
+}
+
+/// Median over the repetitions of `a`'s throughput over `b`'s in the same repetition.
+fn paired(a: &[f64], b: &[f64]) -> f64 {
+    let ratios: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+    Stats::of(&ratios).map_or(f64::NAN, |s| s.median)
 }
 
 #[derive(Default)]
@@ -532,9 +560,22 @@ fn measure(
                 bar.inc(1);
             }
         }
-        let never_median = Stats::of(&samples[0].throughput).map_or(f64::NAN, |s| s.median);
+        let median = |s: &Samples| Stats::of(&s.throughput).map_or(f64::NAN, |s| s.median);
+        let never = samples[0].throughput.clone();
+        let best = choices
+            .iter()
+            .zip(&samples)
+            .filter(|(c, _)| c.is_fixed())
+            .max_by(|a, b| median(a.1).total_cmp(&median(b.1)))
+            .map(|(c, s)| (c.name(), median(s), s.throughput.clone()));
+        let never_median = median(&samples[0]);
         for (choice, s) in choices.iter().zip(samples) {
             let throughput = Stats::of(&s.throughput).ok_or_else(|| anyhow::anyhow!("no samples"))?;
+            let best_fixed = best.as_ref().filter(|_| !choice.is_fixed()).map(|(name, m, reps)| BestFixed {
+                policy: name,
+                ratio: throughput.median / m,
+                paired_ratio: paired(&s.throughput, reps),
+            });
             let wall = s.wall_ns.max(1) as f64;
             results.push(Row {
                 workload: workload.name(),
@@ -542,6 +583,8 @@ fn measure(
                 ops: s.ops,
                 throughput,
                 vs_never: throughput.median / never_median,
+                paired_vs_never: paired(&s.throughput, &never),
+                best_fixed,
                 p50_ns: report::percentile(&s.latencies, 50.0).unwrap_or(f64::NAN),
                 p99_ns: report::percentile(&s.latencies, 99.0).unwrap_or(f64::NAN),
                 offloaded: if s.calls == 0 { 0.0 } else { s.offloaded as f64 / s.calls as f64 },
@@ -581,6 +624,7 @@ fn table(out: &Output) -> Table {
         "ops/s median",
         "min–max",
         "×never",
+        "paired",
         "p50",
         "p99",
         "offloaded",
@@ -608,6 +652,7 @@ fn table(out: &Output) -> Table {
             format!("{:.0} {unit}/s", r.throughput.median),
             format!("{:.0}–{:.0}", r.throughput.min, r.throughput.max),
             format!("{:.2}", r.vs_never),
+            format!("{:.2}", r.paired_vs_never),
             report::fmt_ns(r.p50_ns),
             report::fmt_ns(r.p99_ns),
             pct(r.offloaded),
@@ -617,8 +662,16 @@ fn table(out: &Output) -> Table {
         ]);
     }
     t.note(
-        "×never: median throughput over the same run's `never` median (the baseline measured in this run)",
+        "×never: median throughput over the same run's `never` median (the baseline measured in this run); paired: median over the repetitions of each one's throughput over `never`'s in the same repetition",
     );
+    for r in &out.results {
+        if let Some(b) = r.best_fixed {
+            t.note(format!(
+                "{} {}: {:.3}× the best fixed rule here ({}), paired {:.3}",
+                r.workload, r.policy, b.ratio, b.policy, b.paired_ratio
+            ));
+        }
+    }
     t.note("app CPU: CPU time of the app threads / wall; svc work: time offloaded calls ran (blocking included) / wall; svc CPU: service thread CPU time (idle polling included) / wall");
     for r in out.results.iter().filter(|r| !r.ended_on.is_empty()) {
         let mut arms: Vec<(&String, usize)> = Vec::new();
@@ -696,6 +749,8 @@ mod tests {
             ops: 1,
             throughput,
             vs_never,
+            paired_vs_never: vs_never,
+            best_fixed: None,
             p50_ns: 1.0,
             p99_ns: 2.0,
             offloaded: 0.0,
@@ -728,6 +783,13 @@ mod tests {
         assert!(line.contains("2.00 µs"), "{line}");
         let text = table(&out).render();
         assert!(text.contains("size") && text.contains("1.20"), "{text}");
+    }
+
+    #[test]
+    fn a_paired_ratio_compares_repetitions_with_their_own() {
+        // The medians are 2 and 1, yet in two of three repetitions the two ran alike.
+        assert_eq!(paired(&[2.0, 1.0, 3.0], &[1.0, 1.0, 3.0]), 1.0);
+        assert_eq!(paired(&[2.0, 4.0, 6.0], &[1.0, 2.0, 3.0]), 2.0);
     }
 
     #[test]

@@ -51,6 +51,7 @@ fn tiny_run_reports_every_policy_against_never() {
             "never" => {
                 assert_eq!(offloaded, 0.0);
                 assert_eq!(r["vs_never"].as_f64().unwrap(), 1.0);
+                assert_eq!(r["paired_vs_never"].as_f64().unwrap(), 1.0);
                 assert_eq!(r["service_busy"].as_f64().unwrap(), 0.0);
             }
             "always" => assert_eq!(offloaded, 1.0),
@@ -60,6 +61,22 @@ fn tiny_run_reports_every_policy_against_never() {
                 assert!((offloaded - 1.0 / 6.0).abs() < 1e-9, "{offloaded}")
             }
             _ => assert!((0.0..=1.0).contains(&offloaded)),
+        }
+        // An adaptive policy is held against the best fixed rule of its workload.
+        let best = &r["best_fixed"];
+        if policy == "predicted" {
+            let fixed: Vec<&serde_json::Value> = rows
+                .iter()
+                .filter(|f| f["workload"] == r["workload"] && f["policy"] != "predicted")
+                .collect();
+            let top = fixed.iter().map(|f| f["throughput"]["median"].as_f64().unwrap()).fold(0.0, f64::max);
+            let named = fixed.iter().find(|f| f["policy"] == best["policy"]).expect("a fixed rule that ran");
+            assert_eq!(named["throughput"]["median"].as_f64().unwrap(), top, "{best}");
+            let ratio = r["throughput"]["median"].as_f64().unwrap() / top;
+            assert!((best["ratio"].as_f64().unwrap() - ratio).abs() < 1e-9, "{best}");
+            assert!(best["paired_ratio"].as_f64().unwrap() > 0.0);
+        } else {
+            assert!(best.is_null(), "a fixed rule is not held against itself: {best}");
         }
         let t = &r["throughput"];
         assert_eq!(t["samples"], 2);
