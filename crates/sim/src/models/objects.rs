@@ -25,7 +25,8 @@
 //! entry_ns = 1.0                 # compare work per entry at full speed
 //! mlp = 1.0                      # cache lines in flight during a scan (1: latency-bound, as
 //!                                #   the paper's 2009 Opteron scans were; raise for prefetch)
-//! period_us = 1000               # placement period (o2)
+//! period_us = 10000              # placement period (o2; the runtime's default)
+//! gate = true                    # o2: weigh following the placer at all against staying
 //! warmup_us = 10000              # lookups before this are not counted
 //! ```
 //!
@@ -39,6 +40,15 @@
 //! mlp` of stall. Lookups on one directory are serialised by its lock (the paper's
 //! per-directory spin locks): a lookup waits, busy, until the directory is free.
 //!
+//! **The gate.** As in the live registry, following the placer's routes is itself a move that
+//! must pay: a [`corehop_policy::payoff::ArmSampler`] over "every lookup where its thread is"
+//! (arm 0) and "the placer's routes" (arm 1), scored by the lookups each period completes,
+//! sets whether the next period follows the routes and how long it lasts (a trial period is
+//! shorter). While it stays, the placer still watches and places; its routes wait. It starts
+//! staying, as the runtime's does, and its first trial waits until its regret budget covers
+//! it: on the paper's machine with 10 ms periods the routes take over after about 0.4 s of
+//! virtual time, so O² scenarios warm up for longer than that.
+//!
 //! **Batches.** With `batch` > 1 the lookups a thread sends to another CPU travel `batch` at a
 //! time, as `Objects::read_batch` sends them: a lookup still runs on the target CPU (its
 //! cache, its lock, its queue), but pays `1/batch` of the hop's CPU time on each side, as its
@@ -51,6 +61,7 @@ use serde::Deserialize;
 use corehop_policy::objects::{
     CoreSample, ObjectHints, ObjectId, ObjectSample, Placement, Placer, PlacerConfig,
 };
+use corehop_policy::payoff::{ArmSampler, PayoffConfig, STAY};
 use corehop_topology::{CacheKind, CpuId, Machine};
 
 use crate::engine::{ns_to_ps, ps_to_ns, Model, Ps, Sim};
@@ -127,7 +138,9 @@ pub struct ObjectsConfig {
     /// latency-bound).
     #[serde(default = "d_mlp")]
     pub mlp: f64,
-    /// Placement period of the O² placer, µs of virtual time (default 1000).
+    /// Placement period of the O² placer, µs of virtual time (default 10 000, the runtime's
+    /// default: the gate's trials are fractions of it, and shorter ones end before the
+    /// owners' caches have warmed).
     #[serde(default = "d_period_us")]
     pub period_us: f64,
     /// Lookups completing before this time are not counted, µs of virtual time (default 10 000).
@@ -136,6 +149,15 @@ pub struct ObjectsConfig {
     /// The placer's knobs (o2), as in `policy::objects::PlacerConfig`.
     #[serde(default)]
     pub placer: PlacerConfig,
+    /// Whether following the placer's routes is weighed against running every lookup where its
+    /// thread is, period by period, as the live registry's payoff gate does (o2; default
+    /// true). `false`: the routes are always followed.
+    #[serde(default = "d_gate")]
+    pub gate: bool,
+}
+
+fn d_gate() -> bool {
+    true
 }
 
 fn d_object_bytes() -> u64 {
@@ -169,7 +191,7 @@ fn d_mlp() -> f64 {
     1.0
 }
 fn d_period_us() -> f64 {
-    1000.0
+    10_000.0
 }
 fn d_warmup_us() -> f64 {
     10_000.0
@@ -385,6 +407,12 @@ pub struct Objects {
     objects: u32,
     caches: Caches,
     placer: Option<Placer>,
+    /// Weighs following the placer's routes against staying (o2 with `gate`).
+    gate: Option<ArmSampler>,
+    /// Whether lookups follow the placer's routes this period.
+    moving: bool,
+    /// Lookups completed this period (the gate's score).
+    period_ops: u64,
     /// Per CPU: its domain in the placer's budgets.
     domain: Vec<usize>,
     threads: Vec<Thread>,
@@ -399,6 +427,9 @@ pub struct Objects {
     levels: [u64; 4],
     counted_hops: u64,
     moves: u64,
+    /// Periods ended under the gate, and those after which the routes were followed.
+    periods: u64,
+    periods_following: u64,
 }
 
 impl FromScenario for Objects {
@@ -450,6 +481,12 @@ impl FromScenario for Objects {
             placer.register(ObjectHints { bytes: cfg.object_bytes, ..ObjectHints::default() });
         }
         let domain = placer.budgets().cores.iter().map(|c| c.domain).collect();
+        let o2 = cfg.scheduler == Scheduler::O2;
+        let gate = (o2 && cfg.gate)
+            .then(|| ArmSampler::new(2, PayoffConfig::default()))
+            .transpose()
+            .map_err(|e| s.error("workload.gate", Problem::Invalid(e.to_string())))?;
+        let moving = gate.as_ref().is_none_or(|g| g.next_epoch().arm != STAY);
         let threads = (0..n * cfg.threads_per_cpu as usize)
             .map(|i| Thread {
                 home: i % n,
@@ -467,7 +504,10 @@ impl FromScenario for Objects {
             .collect();
         Ok(Objects {
             caches: Caches::new(machine, cfg.object_bytes, objects as usize),
-            placer: (cfg.scheduler == Scheduler::O2).then_some(placer),
+            placer: o2.then_some(placer),
+            gate,
+            moving,
+            period_ops: 0,
             domain,
             threads,
             queues: RunQueues::new(n),
@@ -480,6 +520,8 @@ impl FromScenario for Objects {
             levels: [0; 4],
             counted_hops: 0,
             moves: 0,
+            periods: 0,
+            periods_following: 0,
             objects,
             cfg,
         })
@@ -507,6 +549,7 @@ impl Objects {
         match (&self.placer, self.cfg.scheduler) {
             (_, Scheduler::Threads) => cpu,
             (_, Scheduler::Sharded) => o as usize % self.busy.len(),
+            (Some(_), Scheduler::O2) if !self.moving => cpu,
             (Some(p), Scheduler::O2) => {
                 let at_home = p.config().domain_ops_at_home;
                 p.placement(ObjectId(o as usize)).target_in(CpuId(cpu), self.domain[cpu], at_home).0
@@ -544,6 +587,7 @@ impl Objects {
         (th.object, th.scan, th.issued, th.hop_ps) = (o, scan, now, 0);
         th.routed = match (&self.placer, self.cfg.scheduler) {
             (_, Scheduler::Sharded) => true,
+            (Some(_), Scheduler::O2) if !self.moving => false,
             (Some(p), Scheduler::O2) => match p.placement(ObjectId(o as usize)) {
                 Placement::Core { .. } => true,
                 Placement::Domain { domain, .. } => {
@@ -612,6 +656,7 @@ impl Objects {
             s.local_ns += ps_to_ns(ran) as u64;
         }
         self.busy[th.cpu] += ran;
+        self.period_ops += 1;
         if now >= ns_to_ps(self.cfg.warmup_us * 1e3) {
             if self.counted == 0 {
                 self.counted_ps = now;
@@ -658,7 +703,18 @@ impl Objects {
         if let Some(placer) = &mut self.placer {
             self.moves += placer.end_period(&samples, &cores).len() as u64;
         }
-        sim.schedule_in(ns_to_ps(self.cfg.period_us * 1e3), Event::Period);
+        let mut period_ns = self.cfg.period_us * 1e3;
+        if let Some(gate) = &mut self.gate {
+            gate.epoch_end(std::mem::take(&mut self.period_ops) as f64, elapsed);
+            let next = gate.next_epoch();
+            self.moving = next.arm != STAY;
+            period_ns = next.length(period_ns as u64) as f64;
+            if self.moving {
+                self.periods_following += 1;
+            }
+            self.periods += 1;
+        }
+        sim.schedule_in(ns_to_ps(period_ns), Event::Period);
     }
 }
 
@@ -742,6 +798,15 @@ impl Model for Objects {
                 Metric::new("hops_per_lookup", self.counted_hops as f64 / self.counted.max(1) as f64, "hops"),
                 Metric::new("scheduled_directories", placed as f64, "directories"),
                 Metric::new("placement_moves", self.moves as f64, "moves"),
+                Metric::new(
+                    "periods_following_routes",
+                    if self.periods == 0 {
+                        f64::from(u8::from(self.placer.is_some()))
+                    } else {
+                        self.periods_following as f64 / self.periods as f64
+                    },
+                    "fraction",
+                ),
             ],
         }
     }
@@ -807,7 +872,11 @@ mod tests {
     #[test]
     fn o2_beats_threads_when_data_outgrows_one_cache_on_the_paper_machine() {
         // 8 MB of directories on the 16-core Opteron: 4× one chip's L3, half of all caches.
-        let w = |s: &str| format!("scheduler = \"{s}\"\ntotal_kib = 8192\nwarmup_us = 10000");
+        let w = |s: &str| {
+            format!(
+                "scheduler = \"{s}\"\ntotal_kib = 8192\nwarmup_us = 10000\nperiod_us = 1000\ngate = false"
+            )
+        };
         let threads = run("o2-16core", 30_000.0, &w("threads"));
         let o2 = run("o2-16core", 30_000.0, &w("o2"));
         let (t, o) = (metric(&threads, "lookups_per_s"), metric(&o2, "lookups_per_s"));
@@ -816,10 +885,43 @@ mod tests {
         assert!(metric(&o2, "memory_loads") < metric(&threads, "memory_loads"));
     }
 
+    /// Lookups per second of `scheduler` over `kib` of directories on the paper's machine,
+    /// measured after the gate has had time to choose (0.6 s of 10 ms periods), and the share
+    /// of periods that followed the placer's routes.
+    fn after_the_gate(scheduler: &str, kib: u32, gate: bool) -> (f64, f64) {
+        let w = format!("scheduler = \"{scheduler}\"\ntotal_kib = {kib}\nwarmup_us = 600000\ngate = {gate}");
+        let r = run("o2-16core", 800_000.0, &w);
+        (metric(&r, "lookups_per_s"), metric(&r, "periods_following_routes"))
+    }
+
+    #[test]
+    fn the_gate_finds_the_routes_that_pay() {
+        // 8 MB: half of all caches, where O²'s placement pays about 3× on this machine.
+        let (threads, _) = after_the_gate("threads", 8192, true);
+        let (o2, following) = after_the_gate("o2", 8192, true);
+        assert!(o2 > 2.0 * threads, "o2 {o2:.0}/s vs threads {threads:.0}/s");
+        assert!(following > 0.3, "{following}");
+    }
+
+    #[test]
+    fn the_gate_falls_back_to_staying_where_the_routes_lose() {
+        // 32 MB: twice all caches. Packing half the directories into the caches and hopping to
+        // them loses to plain threads; the gate keeps every lookup where its thread is.
+        let (threads, _) = after_the_gate("threads", 32768, true);
+        let (ungated, always) = after_the_gate("o2", 32768, false);
+        let (gated, following) = after_the_gate("o2", 32768, true);
+        assert_eq!(always, 1.0);
+        assert!(ungated < 0.97 * threads, "without the gate o2 {ungated:.0}/s vs threads {threads:.0}/s");
+        assert!(gated > 0.98 * threads, "o2 {gated:.0}/s vs threads {threads:.0}/s");
+        assert!(following < 0.25, "{following}");
+    }
+
     #[test]
     fn small_data_stays_local_under_o2() {
         // 384 KB fits in every private cache: nothing is worth a hop.
-        let w = |s: &str| format!("scheduler = \"{s}\"\ntotal_kib = 384\nwarmup_us = 10000");
+        let w = |s: &str| {
+            format!("scheduler = \"{s}\"\ntotal_kib = 384\nwarmup_us = 10000\nperiod_us = 1000\ngate = false")
+        };
         let threads = run("o2-16core", 30_000.0, &w("threads"));
         let o2 = run("o2-16core", 30_000.0, &w("o2"));
         assert!(metric(&o2, "hops_per_lookup") < 0.05, "{}", metric(&o2, "hops_per_lookup"));
