@@ -427,7 +427,7 @@ pub struct Objects {
     levels: [u64; 4],
     counted_hops: u64,
     moves: u64,
-    /// Periods ended under the gate, and those after which the routes were followed.
+    /// Periods ended (o2), and those after which the routes were followed.
     periods: u64,
     periods_following: u64,
 }
@@ -709,11 +709,9 @@ impl Objects {
             let next = gate.next_epoch();
             self.moving = next.arm != STAY;
             period_ns = next.length(period_ns as u64) as f64;
-            if self.moving {
-                self.periods_following += 1;
-            }
-            self.periods += 1;
         }
+        self.periods += 1;
+        self.periods_following += u64::from(self.moving);
         sim.schedule_in(ns_to_ps(period_ns), Event::Period);
     }
 }
@@ -800,11 +798,7 @@ impl Model for Objects {
                 Metric::new("placement_moves", self.moves as f64, "moves"),
                 Metric::new(
                     "periods_following_routes",
-                    if self.periods == 0 {
-                        f64::from(u8::from(self.placer.is_some()))
-                    } else {
-                        self.periods_following as f64 / self.periods as f64
-                    },
+                    self.periods_following as f64 / self.periods.max(1) as f64,
                     "fraction",
                 ),
             ],
