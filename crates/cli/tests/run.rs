@@ -637,6 +637,95 @@ fn a_process_that_outlives_the_first_epoch_gets_the_adaptive_policy() {
     assert!(rounds >= 1, "the policy sampled no round: {settled:?}");
 }
 
+/// The names a shared library exports (`nm -D --defined-only`).
+fn exported(library: &Path) -> std::collections::BTreeSet<String> {
+    let out = Command::new("nm").args(["-D", "--defined-only"]).arg(library).output().expect("running nm");
+    assert!(out.status.success(), "nm {}: {}", library.display(), text(&out.stderr));
+    text(&out.stdout).lines().filter_map(|line| line.split_whitespace().nth(2)).map(String::from).collect()
+}
+
+#[test]
+fn the_stub_routes_every_name_the_library_interposes() {
+    let mut library = exported(common::library());
+    assert!(library.remove("corehop_preload_handover"), "the library lacks its hand-over");
+    assert_eq!(exported(common::stub()), library);
+}
+
+#[test]
+fn a_short_process_under_the_default_policy_loads_only_the_stub() {
+    let out = corehop().args(["run", "--offload", "--", "cat", "/proc/self/maps"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let maps = text(&out.stdout);
+    assert!(maps.contains("libcorehop_preload_stub.so"), "{maps}");
+    assert!(!maps.contains("libcorehop_preload.so"), "{maps}");
+    // Anything that counts or records every call gets the library from the start.
+    let out =
+        corehop().args(["run", "--offload", "--stats", "--", "cat", "/proc/self/maps"]).output().unwrap();
+    let maps = text(&out.stdout);
+    assert!(maps.contains("libcorehop_preload.so") && !maps.contains("stub"), "{maps}");
+}
+
+#[test]
+fn a_process_that_outlives_its_first_epoch_on_the_stub_loads_the_library() {
+    // The shell's own `read` calls, then its own map, read by a child it starts (dash starts
+    // it with vfork: a child sharing its memory, which alone does not load the library).
+    let maps_after = |reads: u32| {
+        let script = format!(
+            "i=0; while [ $i -lt {reads} ]; do read x < /etc/hostname; i=$((i+1)); done; cat /proc/$$/maps"
+        );
+        let out = corehop().args(["run", "--offload", "--", "sh", "-c", &script]).output().unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let short = maps_after(1);
+    assert!(
+        short.contains("libcorehop_preload_stub.so") && !short.contains("libcorehop_preload.so"),
+        "{short}"
+    );
+    // Some thousands of calls, well past the 20 ms epoch.
+    let long = maps_after(4000);
+    assert!(long.contains("libcorehop_preload_stub.so") && long.contains("libcorehop_preload.so"), "{long}");
+}
+
+#[test]
+fn the_library_the_stub_loads_moves_calls_and_results_stay_the_same() {
+    // The stub's route with a policy that moves every call, and a summary to count them: the
+    // calls of the first epoch ran on libc, the later ones on the library the stub loaded.
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in");
+    std::fs::write(&input, lines(5_000)).unwrap();
+    let run = |preload: bool| {
+        let mut command = Command::new("dd");
+        command.arg(format!("if={}", input.display())).args(["bs=1", "status=none"]);
+        if preload {
+            command
+                .env("LD_PRELOAD", common::stub())
+                .env("COREHOP_LIBRARY", common::library())
+                .env("COREHOP_POLICY", "always")
+                .env("COREHOP_SERVICE_CPUS", "0")
+                .env("COREHOP_STATS_FILE", "-");
+        }
+        command.output().unwrap()
+    };
+    let (plain, offload) = (run(false), run(true));
+    assert!(plain.status.success() && offload.status.success(), "{}", text(&offload.stderr));
+    assert_eq!(plain.stdout, offload.stdout);
+    let stderr = text(&offload.stderr);
+    let summary =
+        stderr.lines().find(|l| l.starts_with("corehop-preload-v2")).unwrap_or_else(|| panic!("{stderr}"));
+    let read: Vec<u64> = summary
+        .split_whitespace()
+        .find_map(|field| field.strip_prefix("read="))
+        .unwrap()
+        .split(':')
+        .map(|n| n.parse().unwrap())
+        .collect();
+    // SEEN:OFFLOADED:…, and dd makes one read a byte (and one at the end).
+    let bytes = lines(5_000).len() as u64;
+    assert!(read[0] > 0 && read[0] < bytes, "reads seen by the library: {summary}");
+    assert!(read[1] > 0, "no read moved: {summary}");
+}
+
 #[test]
 fn the_run_suite_compares_real_programs_and_their_outputs() {
     let out = corehop()

@@ -35,10 +35,10 @@ impl Desc {
 
 /// Length of an epoch for `predicted:…:tuned` and `adaptive` (wall time between feedback
 /// reports; an adaptive policy's trials are shorter).
-pub const EPOCH_NS: u64 = 20_000_000;
+pub const EPOCH_NS: u64 = corehop_sys::watch::FIRST_EPOCH_NS;
 
 /// The policy `corehop run --offload` asks for by default: `adaptive` with its default arms.
-pub const DEFAULT_SPEC: &str = "adaptive";
+pub const DEFAULT_SPEC: &str = corehop_sys::wire::DEFAULT_POLICY;
 
 /// Where the default policy stands before it is built ([`Shared::defer`]): in its first arm,
 /// `measured`, with no round sampled and nothing moved, as it stands when built.

@@ -53,6 +53,9 @@ static TIMING: AtomicBool = AtomicBool::new(false);
 static DEFERRED: AtomicBool = AtomicBool::new(false);
 /// When start-up ended (the library's clock, ns).
 static STARTED_NS: AtomicU64 = AtomicU64::new(0);
+/// When the process made its first intercepted call, if the start-up stub saw it (0: no stub;
+/// see [`handover`]).
+static FIRST_CALL_NS: AtomicU64 = AtomicU64::new(0);
 /// Set once started up with nothing that counts or records every call (no summary, no
 /// trace): while the policy keeps every call local, a call may then pass the library by
 /// ([`passes_by`]).
@@ -232,7 +235,8 @@ fn start_up() -> bool {
             POLICY.install(policy);
         }
         None => {
-            STARTED_NS.store(sys::now_ns(), SeqCst);
+            let first_call = FIRST_CALL_NS.load(SeqCst);
+            STARTED_NS.store(if first_call == 0 { sys::now_ns() } else { first_call }, SeqCst);
             POLICY.defer();
             DEFERRED.store(true, SeqCst);
         }
@@ -251,6 +255,21 @@ fn start_up() -> bool {
     let _ = CONFIG.set(config);
     QUIET.store(quiet, SeqCst);
     true
+}
+
+/// Starts the library up on behalf of the start-up stub (`crates/preload-stub`), which loaded it
+/// with `dlopen` once the process outlived its first epoch, or before a child the fork handlers
+/// do not see. `first_call_ns` (the library's clock) is when the stub saw the process's first
+/// intercepted call: the default policy's first epoch counts from then, as it would have with
+/// this library loaded from the start. `child_seen`: the stub saw a call start a process the
+/// fork handlers do not see (as [`before_unseen_child`] would have noted). Returns whether
+/// offload may happen.
+pub(crate) fn handover(first_call_ns: u64, child_seen: bool) -> bool {
+    FIRST_CALL_NS.store(first_call_ns, SeqCst);
+    if child_seen {
+        CHECK_PID.store(true, SeqCst);
+    }
+    ready()
 }
 
 /// Whether this call can go straight to libc, before the library looks at it at all: the

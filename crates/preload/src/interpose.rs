@@ -18,6 +18,7 @@ use crate::lane::{Check, Request};
 use crate::memo;
 use crate::sys;
 use corehop_policy::offload::CallKind;
+use corehop_sys::watch;
 
 /// Calls the real libc function `$name` (typed `$ty`) with `$args`, returning i64; ENOSYS if
 /// libc has no such function.
@@ -570,51 +571,28 @@ fn reassigned_by(nr: c_long, a: c_long, b: c_long) -> Option<(u32, u32)> {
     }
 }
 
+// ---- the start-up stub's hand-over ------------------------------------------------------
+
+/// Called once by the start-up stub (`crates/preload-stub`) right after it loaded this library
+/// with `dlopen`, before it routes any call here: starts the library up in the process that
+/// loaded it, with the default policy's first epoch counted from `first_call_ns` (the
+/// monotonic clock, ns). `flags` bit 0: the stub saw a call start a process the fork handlers
+/// do not see. Returns whether offload may happen.
+#[no_mangle]
+pub extern "C" fn corehop_preload_handover(first_call_ns: u64, flags: u32) -> bool {
+    crate::intercept::handover(first_call_ns, flags & 1 != 0)
+}
+
 // ---- calls that change one thread's security state (not offloaded: watched) -------------
-
-/// Whether a raw system call `nr` changes what the kernel checks for the calling thread only.
-fn changes_thread_state(nr: c_long) -> bool {
-    matches!(
-        nr,
-        libc::SYS_setuid
-            | libc::SYS_setgid
-            | libc::SYS_setreuid
-            | libc::SYS_setregid
-            | libc::SYS_setresuid
-            | libc::SYS_setresgid
-            | libc::SYS_setfsuid
-            | libc::SYS_setfsgid
-            | libc::SYS_setgroups
-            | libc::SYS_capset
-            | libc::SYS_prctl
-            | libc::SYS_seccomp
-            | libc::SYS_unshare
-            | libc::SYS_setns
-            | libc::SYS_landlock_restrict_self
-    )
-}
-
-/// Whether a raw system call `nr` with first argument `a` starts a process the fork handlers
-/// do not see: one sharing our memory, or a copy of it (`intercept::CHECK_PID`). clone3's flags
-/// are in memory the kernel reads; any clone3 counts.
-fn starts_unseen_child(nr: c_long, a: c_long) -> bool {
-    match nr {
-        #[cfg(target_arch = "x86_64")]
-        libc::SYS_fork | libc::SYS_vfork => true,
-        libc::SYS_clone3 => true,
-        libc::SYS_clone => a & libc::CLONE_THREAD as c_long == 0,
-        _ => false,
-    }
-}
 
 entry_points! {
     watch fn [syscall](nr: c_long, a: c_long, b: c_long, c: c_long, d: c_long, e: c_long, f: c_long) -> c_long
         as unsafe extern "C" fn(c_long, ...) -> c_long
         => |real| {
-            if changes_thread_state(nr) {
+            if watch::changes_thread_state(nr) {
                 thread_state_changes();
             }
-            if starts_unseen_child(nr, a) {
+            if watch::starts_unseen_child(nr, a) {
                 before_unseen_child();
             }
             match reassigned_by(nr, a, b) {
@@ -636,15 +614,7 @@ entry_points! {
     watch fn [prctl](option: c_int, a: c_ulong, b: c_ulong, c: c_ulong, d: c_ulong) -> c_int
         as unsafe extern "C" fn(c_int, ...) -> c_int
         => |real| {
-            if matches!(
-                option,
-                libc::PR_SET_SECCOMP
-                    | libc::PR_SET_NO_NEW_PRIVS
-                    | libc::PR_CAPBSET_DROP
-                    | libc::PR_CAP_AMBIENT
-                    | libc::PR_SET_SECUREBITS
-                    | libc::PR_SET_KEEPCAPS
-            ) {
+            if watch::prctl_changes_thread_state(i64::from(option)) {
                 thread_state_changes();
             }
             real()

@@ -26,4 +26,5 @@ pub mod park;
 pub mod raw;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod watch;
 pub mod wire;

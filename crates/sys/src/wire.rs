@@ -51,7 +51,17 @@ pub mod env {
     pub const TEST_SERVICE_STALL_NS: &str = "COREHOP_TEST_SERVICE_STALL_NS";
     /// Where `corehop run` finds the preload library, if not next to its own binary.
     pub const PRELOAD: &str = "COREHOP_PRELOAD";
+    /// Read by the start-up stub (`crates/preload-stub`): the library it loads after the
+    /// first epoch (the stub spells the name out; it links nothing).
+    pub const LIBRARY: &str = "COREHOP_LIBRARY";
+    /// Where `corehop run` finds the start-up stub, if not next to the library or where the
+    /// build put it; `none` preloads the library itself.
+    pub const STUB: &str = "COREHOP_STUB";
 }
+
+/// The policy `corehop run --offload` asks for by default (`COREHOP_POLICY`): the one under
+/// which it preloads the start-up stub, and which the library builds only after its first epoch.
+pub const DEFAULT_POLICY: &str = "adaptive";
 
 /// The first word of every summary line; a new format gets a new tag.
 pub const SUMMARY_TAG: &str = "corehop-preload-v2";

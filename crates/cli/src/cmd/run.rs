@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use corehop_runtime::sys;
-use corehop_sys::wire::env;
+use corehop_sys::wire::{self, env};
 use corehop_topology::{format_cpu_list, parse_cpu_list, OsCpu};
 use serde::Serialize;
 
@@ -177,7 +177,7 @@ impl PolicyArg {
     /// The policy spec the preload library parses (`corehop_policy::offload::OffloadPolicy`).
     pub fn spec(self, threshold: Option<u64>) -> anyhow::Result<String> {
         Ok(match (self, threshold) {
-            (PolicyArg::Adaptive, None) => "adaptive".into(),
+            (PolicyArg::Adaptive, None) => wire::DEFAULT_POLICY.into(),
             (PolicyArg::Never, None) => "never".into(),
             (PolicyArg::Always, None) => "always".into(),
             (PolicyArg::Adaptive | PolicyArg::Never | PolicyArg::Always, Some(_)) => {
@@ -236,6 +236,16 @@ pub struct Offload {
     pub stats_file: Option<PathBuf>,
     /// Where the processes append their recorded calls (`--record-trace`).
     pub trace_file: Option<PathBuf>,
+}
+
+impl Offload {
+    /// The start-up stub to preload in the library's place, if this run may: under the default
+    /// policy, which moves nothing in a process's first epoch, with nothing that counts or
+    /// records every call from the first (no summary, no trace).
+    pub fn stub(&self) -> Option<PathBuf> {
+        let quiet = self.stats_file.is_none() && self.trace_file.is_none();
+        (quiet && self.policy == wire::DEFAULT_POLICY).then(|| find_stub(&self.library)).flatten()
+    }
 }
 
 /// What a run produced.
@@ -553,7 +563,16 @@ impl Launch {
             if !preload.is_empty() {
                 preload.push(":");
             }
-            preload.push(&offload.library);
+            match offload.stub() {
+                Some(stub) => {
+                    preload.push(stub);
+                    command.env(env::LIBRARY, &offload.library);
+                }
+                None => {
+                    preload.push(&offload.library);
+                    command.env_remove(env::LIBRARY);
+                }
+            }
             command
                 .env("LD_PRELOAD", preload)
                 .env(env::SERVICE_CPUS, format_cpu_list(&offload.service_cpus))
@@ -706,6 +725,23 @@ pub fn find_library() -> anyhow::Result<PathBuf> {
          COREHOP_PRELOAD=/path/to/{LIBRARY}",
         dir.display()
     )
+}
+
+/// The preload library's start-up stub, named in its directory.
+pub const STUB: &str = "libcorehop_preload_stub.so";
+
+/// Finds the start-up stub (`crates/preload-stub`): `$COREHOP_STUB` (`none`: preload the
+/// library itself), else next to `library`, else where this binary's build put it.
+pub fn find_stub(library: &Path) -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os(env::STUB) {
+        return (path != "none").then(|| PathBuf::from(path));
+    }
+    let beside = library.with_file_name(STUB);
+    if beside.is_file() {
+        return Some(beside);
+    }
+    let built = Path::new(env!("COREHOP_STUB_BUILT"));
+    built.is_file().then(|| built.to_path_buf())
 }
 
 /// The offload summary of a run, as the preload library writes it (`corehop_sys::wire`).

@@ -87,6 +87,13 @@ pub fn library() -> &'static Path {
     })
 }
 
+/// The preload library's start-up stub the build made (`crates/cli/build.rs`).
+pub fn stub() -> &'static Path {
+    let stub = Path::new(env!("COREHOP_STUB_BUILT"));
+    assert!(stub.is_file(), "the build made no start-up stub (COREHOP_STUB_BUILT={stub:?})");
+    stub
+}
+
 /// Records that the calling test could not run here, and why: the line goes to stdout and to
 /// `skipped-tests.txt` in cargo's scratch directory for tests, which `scripts/test.sh` prints
 /// and counts at the end, so a skip is never mistaken for a pass.

@@ -1,0 +1,396 @@
+//! The start-up stub of corehop's `LD_PRELOAD` library: what `corehop run --offload` preloads
+//! under its default policy. It exports every name the library (`crates/preload`) interposes
+//! and passes each call straight to libc until the process has lived through the default
+//! policy's first epoch, in which that policy moves nothing anyway. At the first call after it,
+//! it loads the library with `dlopen` and from then on every call of those names jumps to the
+//! library's own entry point, with the program's registers, stack and return address.
+//!
+//! Why: most processes of a shell pipeline end inside that first epoch, and they paid for
+//! loading a 600 KB library with the Rust standard library in it (relocations, page faults and
+//! constructors: about 75 µs a process here) for nothing. This stub is a few pages with no
+//! constructor and no `std` (docs/performance.md, "Nineteenth session").
+//!
+//! Two kinds of call are the library's business even before it is loaded
+//! (`corehop_sys::watch`, which this file includes by path and shares with the library):
+//!
+//! - One that starts a process the library's fork handlers would miss (`vfork`, `clone` of a
+//!   process, `_Fork`, the raw `syscall` forms). Such a child may run on this very memory, so
+//!   from then on only the process that made it may load the library, and it tells the
+//!   library, which then checks its pid before moving a call (its `CHECK_PID`). A fork child
+//!   of such a process stays on libc (its pid is not the owner's).
+//! - One that changes a thread's credentials, filters or namespaces alone: the library would
+//!   stop moving calls for good, so the stub stays on libc for good.
+//!
+//! The library is found at `$COREHOP_LIBRARY` (read with `secure_getenv`). If it cannot be
+//! loaded the process runs on without offload, as plainly as it started.
+//!
+//! Built by `crates/cli/build.rs` with `panic = abort` (a `no_std` library cannot unwind), and
+//! linked with two load segments and no RELRO: each segment and protection change is a system
+//! call of the dynamic loader in every process.
+#![no_std]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+#[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+compile_error!(
+    "the start-up stub supports Linux on x86-64 only (elsewhere corehop preloads the library itself)"
+);
+
+use core::ffi::{c_char, c_int, c_void};
+use core::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+use core::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize};
+
+#[path = "../../sys/src/watch.rs"]
+mod watch;
+
+#[link(name = "c")]
+extern "C" {
+    fn dlopen(path: *const c_char, flags: c_int) -> *mut c_void;
+    fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void;
+    fn secure_getenv(name: *const c_char) -> *const c_char;
+    fn clock_gettime(clock: c_int, ts: *mut [i64; 2]) -> c_int;
+    fn __errno_location() -> *mut c_int;
+}
+
+const RTLD_NEXT: *mut c_void = -1isize as *mut c_void;
+const RTLD_NOW: c_int = 2;
+const CLOCK_MONOTONIC: c_int = 1;
+const ENOSYS: c_int = 38;
+
+/// Every call runs on libc; the library is not loaded.
+const PLAIN: u32 = 0;
+/// As [`PLAIN`], and a process the library's fork handlers would not see may exist (a
+/// `vfork` or `clone` child sharing this memory, or a copy made without fork handlers): only
+/// the process [`OWNER_PID`] may load the library, and it tells the library so.
+const PLAIN_WITH_CHILD: u32 = 1;
+/// One thread is loading the library.
+const LOADING: u32 = 2;
+/// The library is loaded and started; its entry points are in [`SLOTS`].
+const LOADED: u32 = 3;
+/// The library will not be loaded in this process (it failed to, or a thread changed its
+/// credentials); every call runs on libc.
+const STAYS: u32 = 4;
+
+static STATE: AtomicU32 = AtomicU32::new(PLAIN);
+/// When this process (or the one it was forked from) made its first intercepted call (ns).
+static FIRST_CALL_NS: AtomicU64 = AtomicU64::new(0);
+/// The thread and process loading the library (a call of that thread made while it loads, or
+/// a fork child copied while another thread loaded, must not wait for the load).
+static LOADER_TID: AtomicI64 = AtomicI64::new(0);
+static LOADER_PID: AtomicI64 = AtomicI64::new(0);
+/// The process that first started a child the fork handlers do not see (0: none yet).
+static OWNER_PID: AtomicI64 = AtomicI64::new(0);
+
+macro_rules! stub {
+    ($($name:ident)*) => {
+        /// The names, in the order of [`SLOTS`] and [`NEXT`].
+        #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
+        #[repr(usize)]
+        #[derive(Clone, Copy, PartialEq, Eq)]
+        enum Name { $($name),* }
+
+        const COUNT: usize = [$(stringify!($name)),*].len();
+        const NAMES: [&[u8]; COUNT] = [$(concat!(stringify!($name), "\0").as_bytes()),*];
+
+        $(
+            /// Jumps to the library's entry point of this name once it is loaded, else to the
+            /// address [`resolve`] gives.
+            ///
+            /// # Safety
+            ///
+            /// The contract of libc's function of this name.
+            #[no_mangle]
+            #[unsafe(naked)]
+            pub unsafe extern "C" fn $name() {
+                // SAFETY: the slot is read with a plain load (an aligned 8-byte load is
+                // atomic on x86-64; a stale 0 only takes the slow path). The slow path saves
+                // the six argument registers and al (a variadic call's count of vector
+                // registers) around `resolve` and restores them before the jump: seven pushes
+                // after the return address leave rsp 16-byte aligned for the call, and a
+                // seventh argument on the stack above the return address is not touched. r11
+                // carries no argument. The jump so enters the target with every register and
+                // the stack as the program left them, which a `vfork` needs (its child returns
+                // through the program's frame, and the stack below rsp is free memory then).
+                core::arch::naked_asm!(
+                    "mov r11, qword ptr [rip + {slots} + {offset}]",
+                    "test r11, r11",
+                    "jz 2f",
+                    "jmp r11",
+                    "2:",
+                    "push rdi",
+                    "push rsi",
+                    "push rdx",
+                    "push rcx",
+                    "push r8",
+                    "push r9",
+                    "push rax",
+                    "mov rcx, rdx",
+                    "mov rdx, rsi",
+                    "mov rsi, rdi",
+                    "mov edi, {index}",
+                    "call {resolve}",
+                    "mov r11, rax",
+                    "pop rax",
+                    "pop r9",
+                    "pop r8",
+                    "pop rcx",
+                    "pop rdx",
+                    "pop rsi",
+                    "pop rdi",
+                    "jmp r11",
+                    slots = sym SLOTS,
+                    offset = const Name::$name as usize * 8,
+                    index = const Name::$name as usize,
+                    resolve = sym resolve,
+                );
+            }
+        )*
+    };
+}
+
+// The names `crates/preload` exports (a test in crates/cli/tests/run.rs checks the two lists).
+stub! {
+    read write pread pread64 pwrite pwrite64 readv writev
+    open open64 openat openat64 __open_2 __open64_2 __openat_2 __openat64_2
+    stat stat64 lstat lstat64 fstat fstat64 fstatat fstatat64 statx
+    __xstat __xstat64 __lxstat __lxstat64 __fxstat __fxstat64 __fxstatat __fxstatat64
+    fsync fdatasync sendfile sendfile64 sendto recvfrom poll select
+    __read_chk __pread_chk __pread64_chk __poll_chk
+    close dup2 dup3 close_range
+    vfork __vfork clone __clone _Fork syscall
+    prctl setfsuid setfsgid unshare setns capset
+}
+
+/// The library's entry points, set once it is loaded (0 until then).
+static SLOTS: [AtomicUsize; COUNT] = [const { AtomicUsize::new(0) }; COUNT];
+/// libc's functions (`dlsym(RTLD_NEXT)`), resolved at first use (0: not yet).
+static NEXT: [AtomicUsize; COUNT] = [const { AtomicUsize::new(0) }; COUNT];
+
+/// What a call is to the library.
+enum Kind {
+    /// Moves or stays as the policy says: counts toward the first epoch.
+    Plain,
+    /// Starts a process the library's fork handlers will not see: the library must start up
+    /// in this process before the child exists.
+    Child,
+    /// Changes the calling thread's credentials, filters or namespaces alone.
+    ThreadState,
+}
+
+/// The kind of call `name` with its first three integer arguments (as the registers hold them).
+fn kind(name: Name, a0: i64, a1: i64, a2: i64) -> Kind {
+    match name {
+        Name::vfork | Name::__vfork | Name::_Fork => Kind::Child,
+        // clone's flags are its third argument, an int.
+        Name::clone | Name::__clone if i64::from(a2 as i32) & watch::CLONE_THREAD == 0 => Kind::Child,
+        Name::syscall if watch::starts_unseen_child(a0, a1) => Kind::Child,
+        Name::syscall if watch::changes_thread_state(a0) => Kind::ThreadState,
+        Name::prctl if watch::prctl_changes_thread_state(i64::from(a0 as i32)) => Kind::ThreadState,
+        Name::setfsuid | Name::setfsgid | Name::unshare | Name::setns | Name::capset => Kind::ThreadState,
+        _ => Kind::Plain,
+    }
+}
+
+/// Where call `index` continues: the library's entry point once it is loaded, else libc's
+/// function. Called by the entry points' slow path with their first three arguments.
+extern "C" fn resolve(index: usize, a0: i64, a1: i64, a2: i64) -> usize {
+    // SAFETY: the entry points pass their own index, below COUNT; `Name` is repr(usize) with
+    // variants 0..COUNT.
+    let name = unsafe { core::mem::transmute::<usize, Name>(index) };
+    match kind(name, a0, a1, a2) {
+        Kind::Plain => tick(),
+        Kind::Child => settle(PLAIN_WITH_CHILD),
+        Kind::ThreadState => settle(STAYS),
+    }
+    if STATE.load(Acquire) == LOADED {
+        return SLOTS[index].load(Relaxed);
+    }
+    next(index)
+}
+
+/// A call that counts toward the first epoch: about one in 16 reads the clock, and one after
+/// the epoch loads the library.
+fn tick() {
+    let state = STATE.load(Relaxed);
+    if state != PLAIN && state != PLAIN_WITH_CHILD {
+        return;
+    }
+    let first = FIRST_CALL_NS.load(Relaxed);
+    if first != 0 && !one_in_16() {
+        return;
+    }
+    let now = now_ns();
+    if first == 0 {
+        let _ = FIRST_CALL_NS.compare_exchange(0, now, Relaxed, Relaxed);
+    } else if now.saturating_sub(first) >= watch::FIRST_EPOCH_NS
+        && (state == PLAIN || raw_syscall(SYS_GETPID) == OWNER_PID.load(Relaxed))
+    {
+        load_once(state);
+    }
+}
+
+/// Before a watched call, moves a process that has not loaded the library to `to`
+/// ([`PLAIN_WITH_CHILD`] or [`STAYS`]); a load in progress is waited out first, so that the
+/// library either is loaded before the call (and the call goes to it) or learns of it.
+fn settle(to: u32) {
+    loop {
+        match STATE.load(Acquire) {
+            state @ (PLAIN | PLAIN_WITH_CHILD) if state != to => {
+                if to == PLAIN_WITH_CHILD {
+                    // Before the child exists: it would read its own pid here.
+                    let _ = OWNER_PID.compare_exchange(0, raw_syscall(SYS_GETPID), Relaxed, Relaxed);
+                }
+                if STATE.compare_exchange(state, to, SeqCst, Relaxed).is_ok() {
+                    return;
+                }
+            }
+            LOADING => {
+                // This very thread is loading (a call from inside `dlopen`), or this is a fork
+                // child of a process that was loading: nobody will finish, run on libc.
+                if LOADER_TID.load(Relaxed) == raw_syscall(SYS_GETTID)
+                    || LOADER_PID.load(Relaxed) != raw_syscall(SYS_GETPID)
+                {
+                    return;
+                }
+                raw_syscall(SYS_SCHED_YIELD);
+            }
+            _ => return,
+        }
+    }
+}
+
+/// Loads the library if no thread has begun to (`from`: the state the caller saw).
+#[cold]
+fn load_once(from: u32) {
+    if STATE.compare_exchange(from, LOADING, SeqCst, Relaxed).is_err() {
+        return;
+    }
+    LOADER_TID.store(raw_syscall(SYS_GETTID), Relaxed);
+    LOADER_PID.store(raw_syscall(SYS_GETPID), Relaxed);
+    let loaded = load(from == PLAIN_WITH_CHILD);
+    STATE.store(if loaded { LOADED } else { STAYS }, Release);
+}
+
+/// Loads the library, hands it the first call's time and whether an unseen child may exist,
+/// and fills [`SLOTS`]; false if any step fails (nothing is routed to the library then).
+fn load(child_seen: bool) -> bool {
+    // SAFETY: the name is NUL-terminated; secure_getenv returns null (unset, or a set-user-ID
+    // process) or a NUL-terminated string of the environment.
+    let path = unsafe { secure_getenv(c"COREHOP_LIBRARY".as_ptr()) };
+    if path.is_null() {
+        return false;
+    }
+    // SAFETY: `path` is a NUL-terminated string. RTLD_LOCAL (0): the library's symbols do not
+    // join the global scope, so the program's calls keep reaching this stub, which routes them.
+    let handle = unsafe { dlopen(path, RTLD_NOW) };
+    if handle.is_null() {
+        complain(b"cannot load $COREHOP_LIBRARY");
+        return false;
+    }
+    let mut targets = [0usize; COUNT];
+    for (target, name) in targets.iter_mut().zip(NAMES) {
+        // SAFETY: `handle` is the library's; the name is NUL-terminated.
+        *target = unsafe { dlsym(handle, name.as_ptr() as *const c_char) } as usize;
+        if *target == 0 {
+            complain(b"$COREHOP_LIBRARY lacks an entry point this stub routes");
+            return false;
+        }
+    }
+    // SAFETY: as above.
+    let handover = unsafe { dlsym(handle, c"corehop_preload_handover".as_ptr()) };
+    if handover.is_null() {
+        complain(b"$COREHOP_LIBRARY is not corehop's preload library");
+        return false;
+    }
+    // SAFETY: the library defines `corehop_preload_handover` with this type.
+    let handover = unsafe { core::mem::transmute::<*mut c_void, extern "C" fn(u64, u32) -> bool>(handover) };
+    let first = FIRST_CALL_NS.load(Relaxed);
+    if !handover(if first == 0 { now_ns() } else { first }, u32::from(child_seen)) {
+        return false;
+    }
+    for (slot, target) in SLOTS.iter().zip(targets) {
+        slot.store(target, Relaxed);
+    }
+    true
+}
+
+/// libc's function for call `index` (`dlsym(RTLD_NEXT)`, cached), or [`unsupported`].
+fn next(index: usize) -> usize {
+    let cached = NEXT[index].load(Relaxed);
+    if cached != 0 {
+        return cached;
+    }
+    // SAFETY: the name is NUL-terminated; dlsym calls no function this stub exports.
+    let found = unsafe { dlsym(RTLD_NEXT, NAMES[index].as_ptr() as *const c_char) } as usize;
+    let found = if found == 0 { unsupported as *const () as usize } else { found };
+    NEXT[index].store(found, Relaxed);
+    found
+}
+
+/// Stands in for a function libc lacks: fails with ENOSYS, as the library does.
+extern "C" fn unsupported() -> c_int {
+    // SAFETY: __errno_location returns this thread's errno.
+    unsafe { *__errno_location() = ENOSYS };
+    -1
+}
+
+fn now_ns() -> u64 {
+    let mut ts = [0i64; 2];
+    // SAFETY: `ts` has the layout of a timespec on x86-64 Linux.
+    unsafe { clock_gettime(CLOCK_MONOTONIC, &mut ts) };
+    ts[0] as u64 * 1_000_000_000 + ts[1] as u64
+}
+
+/// True about once in 16 calls, by the cycle counter (no shared counter to bounce between
+/// the program's threads; the library samples the same way).
+fn one_in_16() -> bool {
+    // SAFETY: reads the time-stamp counter; touches no memory.
+    let ticks = unsafe { core::arch::x86_64::_rdtsc() };
+    (ticks.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) & 15 == 0
+}
+
+const SYS_WRITE: i64 = 1;
+const SYS_SCHED_YIELD: i64 = 24;
+const SYS_GETPID: i64 = 39;
+const SYS_GETTID: i64 = 186;
+
+/// A system call without arguments (libc's wrappers are this stub's own names, or touch errno).
+fn raw_syscall(nr: i64) -> i64 {
+    let ret: i64;
+    // SAFETY: getpid, gettid and sched_yield take no arguments and touch no memory of ours;
+    // the syscall instruction clobbers rcx and r11.
+    unsafe {
+        core::arch::asm!("syscall", inlateout("rax") nr => ret, out("rcx") _, out("r11") _, options(nostack));
+    }
+    ret
+}
+
+/// Says on stderr why offload is off (raw `write`: `write` is one of this stub's names).
+fn complain(what: &[u8]) {
+    for part in [b"corehop-preload-stub: ".as_slice(), what, b"; system-call offload is off\n"] {
+        let ret: i64;
+        // SAFETY: writes `part`, which lives for the call, to descriptor 2.
+        unsafe {
+            core::arch::asm!(
+                "syscall",
+                inlateout("rax") SYS_WRITE => ret,
+                in("rdi") 2,
+                in("rsi") part.as_ptr(),
+                in("rdx") part.len(),
+                out("rcx") _,
+                out("r11") _,
+                options(nostack),
+            );
+        }
+        if ret < 0 {
+            return;
+        }
+    }
+}
+
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    // Nothing here can panic (no indexing past COUNT, no arithmetic that overflows); were it
+    // to, ending the process is all a library without unwinding may do.
+    // SAFETY: ud2 raises SIGILL; it never returns.
+    unsafe { core::arch::asm!("ud2", options(noreturn, nomem, nostack)) }
+}

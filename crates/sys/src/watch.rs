@@ -1,0 +1,162 @@
+//! The calls the preload library watches without ever moving them: those that start a process
+//! its fork handlers do not see, and those that change what the kernel checks for the calling
+//! thread alone. The library (`crates/preload`) and its start-up stub (`crates/preload-stub`,
+//! which includes this file by path and links nothing) decide with the same functions.
+//!
+//! It also holds the default policy's first epoch, which the stub waits out.
+//!
+//! Only `core`: the stub is `no_std`. The system-call numbers are the kernel's (a test checks
+//! them against `libc`).
+
+/// The default offload policy's first epoch, in which it moves nothing: a process under the
+/// start-up stub gets the library no sooner (`dlopen` at a call after it).
+pub const FIRST_EPOCH_NS: u64 = 20_000_000;
+
+/// `CLONE_THREAD`: a clone with it makes a thread of ours, not a process.
+pub const CLONE_THREAD: i64 = 0x0001_0000;
+
+/// Kernel system-call numbers of this architecture.
+#[allow(missing_docs)]
+pub mod nr {
+    #[cfg(target_arch = "x86_64")]
+    mod arch {
+        pub const CLONE: i64 = 56;
+        pub const FORK: i64 = 57;
+        pub const VFORK: i64 = 58;
+        pub const SETUID: i64 = 105;
+        pub const SETGID: i64 = 106;
+        pub const SETREUID: i64 = 113;
+        pub const SETREGID: i64 = 114;
+        pub const SETGROUPS: i64 = 116;
+        pub const SETRESUID: i64 = 117;
+        pub const SETRESGID: i64 = 119;
+        pub const SETFSUID: i64 = 122;
+        pub const SETFSGID: i64 = 123;
+        pub const CAPSET: i64 = 126;
+        pub const PRCTL: i64 = 157;
+        pub const UNSHARE: i64 = 272;
+        pub const SETNS: i64 = 308;
+        pub const SECCOMP: i64 = 317;
+        pub const CLONE3: i64 = 435;
+        pub const LANDLOCK_RESTRICT_SELF: i64 = 446;
+    }
+    #[cfg(target_arch = "aarch64")]
+    mod arch {
+        pub const CAPSET: i64 = 91;
+        pub const UNSHARE: i64 = 97;
+        pub const SETREGID: i64 = 143;
+        pub const SETGID: i64 = 144;
+        pub const SETREUID: i64 = 145;
+        pub const SETUID: i64 = 146;
+        pub const SETRESUID: i64 = 147;
+        pub const SETRESGID: i64 = 149;
+        pub const SETFSUID: i64 = 151;
+        pub const SETFSGID: i64 = 152;
+        pub const SETGROUPS: i64 = 159;
+        pub const PRCTL: i64 = 167;
+        pub const CLONE: i64 = 220;
+        pub const SETNS: i64 = 268;
+        pub const SECCOMP: i64 = 277;
+        pub const CLONE3: i64 = 435;
+        pub const LANDLOCK_RESTRICT_SELF: i64 = 446;
+    }
+    pub use arch::*;
+}
+
+/// Whether a raw system call `nr` changes what the kernel checks for the calling thread only
+/// (glibc's own set*id wrappers change every thread; the raw calls do not).
+pub fn changes_thread_state(nr: i64) -> bool {
+    use nr::*;
+    matches!(
+        nr,
+        SETUID
+            | SETGID
+            | SETREUID
+            | SETREGID
+            | SETRESUID
+            | SETRESGID
+            | SETFSUID
+            | SETFSGID
+            | SETGROUPS
+            | CAPSET
+            | PRCTL
+            | SECCOMP
+            | UNSHARE
+            | SETNS
+            | LANDLOCK_RESTRICT_SELF
+    )
+}
+
+/// Whether a `prctl` with this option changes the calling thread's security state:
+/// PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_SET_SECUREBITS,
+/// PR_SET_KEEPCAPS.
+pub fn prctl_changes_thread_state(option: i64) -> bool {
+    matches!(option, 22 | 38 | 24 | 47 | 28 | 8)
+}
+
+/// Whether a raw system call `nr` with first argument `a` starts a process the fork handlers
+/// do not see: one sharing our memory, or a copy of it. clone3's flags are in memory the
+/// kernel reads, so any clone3 counts.
+pub fn starts_unseen_child(nr: i64, a: i64) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if nr == nr::FORK || nr == nr::VFORK {
+        return true;
+    }
+    nr == nr::CLONE3 || (nr == nr::CLONE && a & CLONE_THREAD == 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_numbers_are_the_kernels() {
+        let pairs = [
+            (nr::CLONE, libc::SYS_clone),
+            (nr::SETUID, libc::SYS_setuid),
+            (nr::SETGID, libc::SYS_setgid),
+            (nr::SETREUID, libc::SYS_setreuid),
+            (nr::SETREGID, libc::SYS_setregid),
+            (nr::SETGROUPS, libc::SYS_setgroups),
+            (nr::SETRESUID, libc::SYS_setresuid),
+            (nr::SETRESGID, libc::SYS_setresgid),
+            (nr::SETFSUID, libc::SYS_setfsuid),
+            (nr::SETFSGID, libc::SYS_setfsgid),
+            (nr::CAPSET, libc::SYS_capset),
+            (nr::PRCTL, libc::SYS_prctl),
+            (nr::UNSHARE, libc::SYS_unshare),
+            (nr::SETNS, libc::SYS_setns),
+            (nr::SECCOMP, libc::SYS_seccomp),
+            (nr::CLONE3, libc::SYS_clone3),
+            (nr::LANDLOCK_RESTRICT_SELF, libc::SYS_landlock_restrict_self),
+        ];
+        for (ours, kernel) in pairs {
+            assert_eq!(ours, kernel);
+        }
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!((nr::FORK, nr::VFORK), (libc::SYS_fork, libc::SYS_vfork));
+        assert_eq!(CLONE_THREAD, i64::from(libc::CLONE_THREAD));
+        let options = [
+            libc::PR_SET_SECCOMP,
+            libc::PR_SET_NO_NEW_PRIVS,
+            libc::PR_CAPBSET_DROP,
+            libc::PR_CAP_AMBIENT,
+            libc::PR_SET_SECUREBITS,
+            libc::PR_SET_KEEPCAPS,
+        ];
+        for option in options {
+            assert!(prctl_changes_thread_state(i64::from(option)), "{option}");
+        }
+        assert!(!prctl_changes_thread_state(i64::from(libc::PR_SET_NAME)));
+    }
+
+    #[test]
+    fn only_processes_count_as_children() {
+        assert!(starts_unseen_child(nr::CLONE, 0));
+        assert!(!starts_unseen_child(nr::CLONE, CLONE_THREAD | 0x100));
+        assert!(starts_unseen_child(nr::CLONE3, 0));
+        assert!(!starts_unseen_child(nr::SETUID, 0));
+        assert!(changes_thread_state(nr::SETRESUID));
+        assert!(!changes_thread_state(nr::CLONE));
+    }
+}
