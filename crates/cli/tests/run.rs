@@ -753,6 +753,8 @@ fn the_run_suite_compares_real_programs_and_their_outputs() {
     // are not judged).
     assert!(report["load"]["median_ns"].is_number(), "{report}");
     assert!(report["launcher"]["median_ns"].is_number(), "{report}");
+    // The default policy's processes start on the start-up stub.
+    assert_eq!(report["preloads"], "stub", "{report}");
     let bad = corehop().args(["bench", "run-suite", "--programs", "doom"]).output().unwrap();
     assert!(!bad.status.success());
     assert!(text(&bad.stderr).contains("unknown program \"doom\""), "{}", text(&bad.stderr));

@@ -22,7 +22,10 @@
 //!   stop moving calls for good, so the stub stays on libc for good.
 //!
 //! The library is found at `$COREHOP_LIBRARY` (read with `secure_getenv`). If it cannot be
-//! loaded the process runs on without offload, as plainly as it started.
+//! loaded the process runs on without offload, as plainly as it started. The call that loads
+//! it runs `dlopen`, which allocates and takes the dynamic loader's lock: a signal handler that
+//! interrupted `malloc` or the loader and makes that very call would wait for their locks (the
+//! library's own start-up has the same limit).
 //!
 //! Built by `crates/cli/build.rs` with `panic = abort` (a `no_std` library cannot unwind), and
 //! linked with two load segments and no RELRO: each segment and protection change is a system
@@ -266,7 +269,7 @@ fn load_once(from: u32) {
     }
     LOADER_TID.store(raw_syscall(SYS_GETTID), Relaxed);
     LOADER_PID.store(raw_syscall(SYS_GETPID), Relaxed);
-    let loaded = load(from == PLAIN_WITH_CHILD);
+    let loaded = keeping_errno(|| load(from == PLAIN_WITH_CHILD));
     STATE.store(if loaded { LOADED } else { STAYS }, Release);
 }
 
@@ -283,7 +286,9 @@ fn load(child_seen: bool) -> bool {
     // join the global scope, so the program's calls keep reaching this stub, which routes them.
     let handle = unsafe { dlopen(path, RTLD_NOW) };
     if handle.is_null() {
-        complain(b"cannot load $COREHOP_LIBRARY");
+        // Silently: `corehop run` found the library, so what fails here is this process's own
+        // doing (a chroot, its descriptors all in use, a mount namespace), and a plain run
+        // would print nothing.
         return false;
     }
     let mut targets = [0usize; COUNT];
@@ -320,7 +325,8 @@ fn next(index: usize) -> usize {
         return cached;
     }
     // SAFETY: the name is NUL-terminated; dlsym calls no function this stub exports.
-    let found = unsafe { dlsym(RTLD_NEXT, NAMES[index].as_ptr() as *const c_char) } as usize;
+    let found =
+        keeping_errno(|| unsafe { dlsym(RTLD_NEXT, NAMES[index].as_ptr() as *const c_char) }) as usize;
     let found = if found == 0 { unsupported as *const () as usize } else { found };
     NEXT[index].store(found, Relaxed);
     found
@@ -331,6 +337,19 @@ extern "C" fn unsupported() -> c_int {
     // SAFETY: __errno_location returns this thread's errno.
     unsafe { *__errno_location() = ENOSYS };
     -1
+}
+
+/// Runs `f` and puts errno back as it was: the program's call, not ours, sets it (a program
+/// may read it after a call that succeeded).
+fn keeping_errno<T>(f: impl FnOnce() -> T) -> T {
+    // SAFETY: __errno_location returns this thread's errno, valid for the thread's life.
+    let errno = unsafe { __errno_location() };
+    // SAFETY: as above.
+    let saved = unsafe { *errno };
+    let result = f();
+    // SAFETY: as above.
+    unsafe { *errno = saved };
+    result
 }
 
 fn now_ns() -> u64 {

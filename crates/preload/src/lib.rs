@@ -74,7 +74,9 @@
 //! thread left with a raw `exit`, where a plain run would skip them). Start-up (at the first
 //! intercepted call) and the default policy's build (at a sampled call after 20 ms) allocate:
 //! a signal handler that interrupted `malloc` and makes that very call would wait for the
-//! allocator's lock. A signal handler that `longjmp`s out of a call waiting for its reply, and
+//! allocator's lock. Under the start-up stub (`crates/preload-stub`, what `corehop run`
+//! preloads for the default policy) the same holds for the call that loads this library with
+//! `dlopen`, and for the dynamic loader's lock. A signal handler that `longjmp`s out of a call waiting for its reply, and
 //! asynchronous thread cancellation during that wait, are not supported (the service thread
 //! may still write into the abandoned buffer). A process that ends with `_exit` or a signal
 //! writes no summary. A descriptor on which positioned calls (`pread`, `pwrite`) were found

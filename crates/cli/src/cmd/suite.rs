@@ -42,9 +42,10 @@ use corehop_bench::report::{fmt_ns, OutputArgs, Stats, Table};
 ///
 /// --json prints `{policy, reps, results: [{program, plain: {min, median, max}, offload: {min,
 /// median, max}, ratio, paired_ratio, same_output, settled}], skipped: [{program, reason}], load: {median_ns,
-/// min_ns} | null, launcher: {median_ns, min_ns} | null}` (times in ns; `settled` maps each arm
-/// an adaptive policy settled on to its number of processes; `load` is what loading the library
-/// adds to one process, from `/bin/true` spawned plain and under the library, alternating;
+/// min_ns} | null, preloads, launcher: {median_ns, min_ns} | null}` (times in ns; `settled` maps
+/// each arm an adaptive policy settled on to its number of processes; `load` is what preloading
+/// adds to one process, from `/bin/true` spawned plain and with offload, alternating; `preloads`
+/// says what was preloaded, `stub` (the start-up stub, under the default policy) or `library`;
 /// `launcher` is what starting it through `corehop run --` adds, measured the same way).
 #[derive(clap::Args, Clone)]
 pub struct Args {
@@ -163,6 +164,9 @@ struct Report {
     skipped: Vec<Skipped>,
     /// What loading the library adds to one process's start and exit, measured in this run.
     load: Option<Added>,
+    /// What `corehop run --offload` preloads for this policy: `stub` (the start-up stub, which
+    /// loads the library in a process that outlives its first epoch) or `library`.
+    preloads: &'static str,
     /// What starting a program through the `corehop` command adds to a run (not in the table).
     launcher: Option<Added>,
 }
@@ -284,6 +288,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         results: Vec::new(),
         skipped: Vec::new(),
         load: None,
+        preloads: "library",
         launcher: None,
     };
     let runnable: Vec<&Program> = chosen
@@ -378,6 +383,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         });
     }
     report.load = load_floor(&offload)?;
+    report.preloads = if offload.stub().is_some() { "stub" } else { "library" };
     report.launcher = launcher_cost()?;
     bar.finish_and_clear();
     print(&report, &args.output, service)?;
@@ -425,8 +431,12 @@ fn print(report: &Report, output: &OutputArgs, service: usize) -> anyhow::Result
              policy's processes ended in"
         ));
         if let Some(load) = &report.load {
+            let what = match report.preloads {
+                "stub" => "the start-up stub (which loads the library in a process that outlives 20 ms)",
+                _ => "the library",
+            };
             table.note(format!(
-                "loading the library adds {} to each process a program starts (median; {} fastest against \
+                "preloading {what} adds {} to each process a program starts (median; {} fastest against \
                  fastest; /bin/true, {LOAD_SPAWNS} alternating spawns a side, this run), whatever the policy decides",
                 fmt_ns(load.median_ns),
                 fmt_ns(load.min_ns)
