@@ -698,32 +698,19 @@ fn the_library_the_stub_loads_moves_calls_and_results_stay_the_same() {
         let mut command = Command::new("dd");
         command.arg(format!("if={}", input.display())).args(["bs=1", "status=none"]);
         if preload {
-            command
-                .env("LD_PRELOAD", common::stub())
-                .env("COREHOP_LIBRARY", common::library())
-                .env("COREHOP_POLICY", "always")
-                .env("COREHOP_SERVICE_CPUS", "0")
-                .env("COREHOP_STATS_FILE", "-");
+            common::through_the_stub(&mut command, "always");
         }
         command.output().unwrap()
     };
     let (plain, offload) = (run(false), run(true));
     assert!(plain.status.success() && offload.status.success(), "{}", text(&offload.stderr));
     assert_eq!(plain.stdout, offload.stdout);
-    let stderr = text(&offload.stderr);
-    let summary =
-        stderr.lines().find(|l| l.starts_with("corehop-preload-v2")).unwrap_or_else(|| panic!("{stderr}"));
-    let read: Vec<u64> = summary
-        .split_whitespace()
-        .find_map(|field| field.strip_prefix("read="))
-        .unwrap()
-        .split(':')
-        .map(|n| n.parse().unwrap())
-        .collect();
-    // SEEN:OFFLOADED:…, and dd makes one read a byte (and one at the end).
+    // dd makes one read a byte (and one at the end).
+    let summary = common::summary_on(&offload.stderr);
+    let read = &summary.calls["read"];
     let bytes = lines(5_000).len() as u64;
-    assert!(read[0] > 0 && read[0] < bytes, "reads seen by the library: {summary}");
-    assert!(read[1] > 0, "no read moved: {summary}");
+    assert!(read.seen > 0 && read.seen < bytes, "reads seen by the library: {read:?}");
+    assert!(read.offloaded > 0, "no read moved: {read:?}");
 }
 
 #[test]

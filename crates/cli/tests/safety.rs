@@ -247,32 +247,18 @@ fn a_child_sharing_memory_while_the_stub_loads_the_library_runs_its_calls_itself
         let mut command = Command::new(&exe);
         command.arg("overlap").current_dir(&cwd);
         if stub {
-            command
-                .env("LD_PRELOAD", common::stub())
-                .env("COREHOP_LIBRARY", common::library())
-                .env("COREHOP_POLICY", "always")
-                .env("COREHOP_SERVICE_CPUS", "0")
-                .env("COREHOP_STATS_FILE", "-");
+            common::through_the_stub(&mut command, "always");
         }
         finish(command, &format!("shared_vm overlap (stub: {stub})"))
     };
     let (plain, stub) = (run(false), run(true));
     assert_eq!(text(&plain.stdout), text(&stub.stdout));
     assert!(text(&stub.stdout).contains("overlap: child ok"), "{}", text(&stub.stdout));
-    let stderr = text(&stub.stderr);
-    let summary =
-        stderr.lines().find(|l| l.starts_with("corehop-preload-v2")).unwrap_or_else(|| panic!("{stderr}"));
-    // Per call kind SEEN:OFFLOADED:LOCAL:KEPT:WITHDRAWN:BUSY:…; the child's calls after the
-    // load are BUSY (run where they were made), the parent's went across.
-    let sum = |index: usize| -> u64 {
-        summary
-            .split_whitespace()
-            .filter(|f| !f.starts_with("hist.") && f.contains(':') && f.contains('='))
-            .filter_map(|f| f.split_once('=').and_then(|(_, v)| v.split(':').nth(index)?.parse::<u64>().ok()))
-            .sum()
-    };
-    assert!(sum(1) > 0, "none of the parent's calls went across: {summary}");
-    assert!(sum(5) > 0, "none of the child's calls reached the library: {summary}");
+    // The child's calls after the load are `busy` (run where they were made), the parent's
+    // went across.
+    let total = common::summary_on(&stub.stderr).total();
+    assert!(total.offloaded > 0, "none of the parent's calls went across: {total:?}");
+    assert!(total.busy > 0, "none of the child's calls reached the library: {total:?}");
 }
 
 #[test]

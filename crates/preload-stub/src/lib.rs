@@ -45,6 +45,10 @@ use core::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize};
 #[path = "../../sys/src/watch.rs"]
 mod watch;
 
+#[path = "../../sys/src/trampoline.rs"]
+#[macro_use]
+mod trampoline;
+
 #[link(name = "c")]
 extern "C" {
     fn dlopen(path: *const c_char, flags: c_int) -> *mut c_void;
@@ -105,45 +109,23 @@ macro_rules! stub {
             #[unsafe(naked)]
             pub unsafe extern "C" fn $name() {
                 // SAFETY: the slot is read with a plain load (an aligned 8-byte load is
-                // atomic on x86-64; a stale 0 only takes the slow path). The slow path saves
-                // the six argument registers and al (a variadic call's count of vector
-                // registers) around `resolve` and restores them before the jump: seven pushes
-                // after the return address leave rsp 16-byte aligned for the call, and a
-                // seventh argument on the stack above the return address is not touched. r11
-                // carries no argument. The jump so enters the target with every register and
-                // the stack as the program left them, which a `vfork` needs (its child returns
-                // through the program's frame, and the stack below rsp is free memory then).
-                core::arch::naked_asm!(
-                    "mov r11, qword ptr [rip + {slots} + {offset}]",
-                    "test r11, r11",
-                    "jz 2f",
-                    "jmp r11",
-                    "2:",
-                    "push rdi",
-                    "push rsi",
-                    "push rdx",
-                    "push rcx",
-                    "push r8",
-                    "push r9",
-                    "push rax",
-                    "mov rcx, rdx",
-                    "mov rdx, rsi",
-                    "mov rsi, rdi",
-                    "mov edi, {index}",
-                    "call {resolve}",
-                    "mov r11, rax",
-                    "pop rax",
-                    "pop r9",
-                    "pop r8",
-                    "pop rcx",
-                    "pop rdx",
-                    "pop rsi",
-                    "pop rdi",
-                    "jmp r11",
+                // atomic on x86-64; a stale 0 only takes the slow path), and r11 carries no
+                // argument. The slow path keeps every register and the stack as the program
+                // left them (`call_then_jump`), passing the index and the first three arguments
+                // to `resolve`.
+                call_then_jump!(
+                    [
+                        "mov r11, qword ptr [rip + {slots} + {offset}]",
+                        "test r11, r11",
+                        "jz 2f",
+                        "jmp r11",
+                        "2:"
+                    ]
+                    ["mov rcx, rdx", "mov rdx, rsi", "mov rsi, rdi", "mov edi, {index}"]
                     slots = sym SLOTS,
                     offset = const Name::$name as usize * 8,
                     index = const Name::$name as usize,
-                    resolve = sym resolve,
+                    helper = sym resolve,
                 );
             }
         )*

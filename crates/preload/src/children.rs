@@ -95,31 +95,11 @@ trampolines!(
     ) -> c_int,
     "notes a child that is not a thread, then libc's `clone` (variadic: the optional \
      arguments pass through untouched).",
-    // SAFETY: the six argument registers and al (a variadic call's count of vector registers)
-    // are saved around the helper and restored before the jump; a seventh argument, on the
-    // stack above the return address, is not touched. Seven pushes after the return address
-    // leave rsp 16-byte aligned for the call. The helper takes the flags (third argument,
-    // edx) and returns the target in rax, moved to r11, which carries no argument. The jump
-    // enters libc's `clone` with every register and the stack as the program left them.
-    core::arch::naked_asm!(
-        "push rdi",
-        "push rsi",
-        "push rdx",
-        "push rcx",
-        "push r8",
-        "push r9",
-        "push rax",
-        "mov edi, edx",
-        "call {before}",
-        "mov r11, rax",
-        "pop rax",
-        "pop r9",
-        "pop r8",
-        "pop rcx",
-        "pop rdx",
-        "pop rsi",
-        "pop rdi",
-        "jmp r11",
-        before = sym before_clone,
+    // SAFETY: every register and the stack reach libc's `clone` as the program left them
+    // (`call_then_jump`); the helper gets the flags (third argument, edx).
+    corehop_sys::call_then_jump!(
+        []
+        ["mov edi, edx"]
+        helper = sym before_clone,
     )
 );

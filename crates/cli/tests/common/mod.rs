@@ -94,6 +94,29 @@ pub fn stub() -> &'static Path {
     stub
 }
 
+/// Preloads the start-up stub into `command` as `corehop run --offload` does, but under
+/// `policy` (service CPU 0) and with each process's summary line on stderr.
+pub fn through_the_stub<'c>(command: &'c mut Command, policy: &str) -> &'c mut Command {
+    command
+        .env("LD_PRELOAD", stub())
+        .env("COREHOP_LIBRARY", library())
+        .env("COREHOP_POLICY", policy)
+        .env("COREHOP_SERVICE_CPUS", "0")
+        .env("COREHOP_STATS_FILE", "-")
+}
+
+/// The summary lines on `stderr`, added up (the other lines are the program's).
+pub fn summary_on(stderr: &[u8]) -> corehop_sys::wire::Summary {
+    let stderr = text(stderr);
+    let lines: String = stderr
+        .lines()
+        .filter(|l| l.starts_with(corehop_sys::wire::SUMMARY_TAG))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(!lines.is_empty(), "no summary line: {stderr}");
+    corehop_sys::wire::Summary::parse(&lines).expect("a summary line")
+}
+
 /// Records that the calling test could not run here, and why: the line goes to stdout and to
 /// `skipped-tests.txt` in cargo's scratch directory for tests, which `scripts/test.sh` prints
 /// and counts at the end, so a skip is never mistaken for a pass.
