@@ -37,6 +37,17 @@ fn is_root() -> bool {
     root
 }
 
+/// Compiles `fixtures/safety/NAME.c` into a fresh directory; `None` (a recorded skip) without
+/// a C compiler.
+fn fixture(name: &str) -> Option<(tempfile::TempDir, PathBuf)> {
+    if !have_cc() {
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(name, dir.path());
+    Some((dir, exe))
+}
+
 /// Compiles `fixtures/safety/NAME.c` into `dir`.
 fn compile(name: &str, dir: &Path) -> PathBuf {
     let exe = dir.join(name);
@@ -138,11 +149,7 @@ fn glibc_credential_changes_complete_after_calls_went_across() {
 
 #[test]
 fn a_process_whose_program_threads_all_left_ends() {
-    if !have_cc() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let exe = compile("main_exit", dir.path());
+    let Some((_dir, exe)) = fixture("main_exit") else { return };
     for how in ["pthread", "strict"] {
         let argv = [exe.to_str().unwrap(), how];
         let (plain, offload) = pair(&argv, &[]);
@@ -153,11 +160,7 @@ fn a_process_whose_program_threads_all_left_ends() {
 
 #[test]
 fn a_thread_that_changed_its_own_credentials_or_filter_is_not_bypassed() {
-    if !have_cc() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let exe = compile("thread_state", dir.path());
+    let Some((dir, exe)) = fixture("thread_state") else { return };
     let secret = dir.path().join("secret");
     std::fs::write(&secret, "root only\n").unwrap();
     std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
@@ -193,11 +196,7 @@ fn thread_bound_calls_answer_for_the_calling_thread() {
 /// also when the child came before the library had started (`cold`).
 #[test]
 fn a_child_sharing_the_parents_memory_runs_its_calls_itself() {
-    if !have_cc() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let exe = compile("shared_vm", dir.path());
+    let Some((_dir, exe)) = fixture("shared_vm") else { return };
     for how in ["vfork", "clone", "syscall"] {
         for start in ["warm", "cold"] {
             let argv = [exe.to_str().unwrap(), how, start];
@@ -236,11 +235,7 @@ fn a_child_sharing_memory_while_the_stub_loads_the_library_runs_its_calls_itself
     // `corehop run --offload` preloads the start-up stub, which loads the library only after
     // 20 ms: here, while a clone child sharing the parent's memory makes calls. Its calls
     // must keep running in the child (on its own directory), the parent's may go across.
-    if !have_cc() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let exe = compile("shared_vm", dir.path());
+    let Some((dir, exe)) = fixture("shared_vm") else { return };
     let run = |stub: bool| {
         let cwd = dir.path().join(if stub { "stub" } else { "plain" });
         std::fs::create_dir(&cwd).unwrap();

@@ -39,7 +39,7 @@ compile_error!(
 );
 
 use core::ffi::{c_char, c_int, c_void};
-use core::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+use core::sync::atomic::Ordering::{self, Acquire, Relaxed, Release, SeqCst};
 use core::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize};
 
 #[path = "../../sys/src/watch.rs"]
@@ -63,21 +63,50 @@ const RTLD_NOW: c_int = 2;
 const CLOCK_MONOTONIC: c_int = 1;
 const ENOSYS: c_int = 38;
 
-/// Every call runs on libc; the library is not loaded.
-const PLAIN: u32 = 0;
-/// As [`PLAIN`], and a process the library's fork handlers would not see may exist (a
-/// `vfork` or `clone` child sharing this memory, or a copy made without fork handlers): only
-/// the process [`OWNER_PID`] may load the library, and it tells the library so.
-const PLAIN_WITH_CHILD: u32 = 1;
-/// One thread is loading the library.
-const LOADING: u32 = 2;
-/// The library is loaded and started; its entry points are in [`SLOTS`].
-const LOADED: u32 = 3;
-/// The library will not be loaded in this process (it failed to, or a thread changed its
-/// credentials); every call runs on libc.
-const STAYS: u32 = 4;
+/// Where the process stands (the value of [`STATE`]).
+#[repr(u32)]
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Every call runs on libc; the library is not loaded.
+    Plain,
+    /// As `Plain`, and a process the library's fork handlers would not see may exist (a
+    /// `vfork` or `clone` child sharing this memory, or a copy made without fork handlers):
+    /// only the process [`OWNER_PID`] may load the library, and it tells the library so.
+    PlainWithChild,
+    /// One thread is loading the library.
+    Loading,
+    /// The library is loaded and started; its entry points are in [`SLOTS`].
+    Loaded,
+    /// The library will not be loaded in this process (it failed to, or a thread changed its
+    /// credentials); every call runs on libc.
+    Stays,
+}
 
-static STATE: AtomicU32 = AtomicU32::new(PLAIN);
+/// A [`State`] in an atomic word.
+struct StateWord(AtomicU32);
+
+impl StateWord {
+    fn load(&self, order: Ordering) -> State {
+        match self.0.load(order) {
+            0 => State::Plain,
+            1 => State::PlainWithChild,
+            2 => State::Loading,
+            3 => State::Loaded,
+            _ => State::Stays,
+        }
+    }
+
+    fn store(&self, state: State, order: Ordering) {
+        self.0.store(state as u32, order);
+    }
+
+    /// Moves from `from` to `to` if the word still holds `from`.
+    fn shift(&self, from: State, to: State) -> bool {
+        self.0.compare_exchange(from as u32, to as u32, SeqCst, Relaxed).is_ok()
+    }
+}
+
+static STATE: StateWord = StateWord(AtomicU32::new(State::Plain as u32));
 /// When this process (or the one it was forked from) made its first intercepted call (ns).
 static FIRST_CALL_NS: AtomicU64 = AtomicU64::new(0);
 /// The thread and process loading the library (a call of that thread made while it loads, or
@@ -183,10 +212,10 @@ extern "C" fn resolve(index: usize, a0: i64, a1: i64, a2: i64) -> usize {
     let name = unsafe { core::mem::transmute::<usize, Name>(index) };
     match kind(name, a0, a1, a2) {
         Kind::Plain => tick(),
-        Kind::Child => settle(PLAIN_WITH_CHILD),
-        Kind::ThreadState => settle(STAYS),
+        Kind::Child => settle(State::PlainWithChild),
+        Kind::ThreadState => settle(State::Stays),
     }
-    if STATE.load(Acquire) == LOADED {
+    if STATE.load(Acquire) == State::Loaded {
         return SLOTS[index].load(Relaxed);
     }
     next(index)
@@ -196,7 +225,7 @@ extern "C" fn resolve(index: usize, a0: i64, a1: i64, a2: i64) -> usize {
 /// the epoch loads the library.
 fn tick() {
     let state = STATE.load(Relaxed);
-    if state != PLAIN && state != PLAIN_WITH_CHILD {
+    if state != State::Plain && state != State::PlainWithChild {
         return;
     }
     let first = FIRST_CALL_NS.load(Relaxed);
@@ -207,28 +236,28 @@ fn tick() {
     if first == 0 {
         let _ = FIRST_CALL_NS.compare_exchange(0, now, Relaxed, Relaxed);
     } else if now.saturating_sub(first) >= watch::FIRST_EPOCH_NS
-        && (state == PLAIN || raw_syscall(SYS_GETPID) == OWNER_PID.load(Relaxed))
+        && (state == State::Plain || raw_syscall(SYS_GETPID) == OWNER_PID.load(Relaxed))
     {
         load_once(state);
     }
 }
 
 /// Before a watched call, moves a process that has not loaded the library to `to`
-/// ([`PLAIN_WITH_CHILD`] or [`STAYS`]); a load in progress is waited out first, so that the
-/// library either is loaded before the call (and the call goes to it) or learns of it.
-fn settle(to: u32) {
+/// ([`State::PlainWithChild`] or [`State::Stays`]); a load in progress is waited out first, so
+/// that the library either is loaded before the call (and the call goes to it) or learns of it.
+fn settle(to: State) {
     loop {
         match STATE.load(Acquire) {
-            state @ (PLAIN | PLAIN_WITH_CHILD) if state != to => {
-                if to == PLAIN_WITH_CHILD {
+            state @ (State::Plain | State::PlainWithChild) if state != to => {
+                if to == State::PlainWithChild {
                     // Before the child exists: it would read its own pid here.
                     let _ = OWNER_PID.compare_exchange(0, raw_syscall(SYS_GETPID), Relaxed, Relaxed);
                 }
-                if STATE.compare_exchange(state, to, SeqCst, Relaxed).is_ok() {
+                if STATE.shift(state, to) {
                     return;
                 }
             }
-            LOADING => {
+            State::Loading => {
                 // This very thread is loading (a call from inside `dlopen`), or this is a fork
                 // child of a process that was loading: nobody will finish, run on libc.
                 if LOADER_TID.load(Relaxed) == raw_syscall(SYS_GETTID)
@@ -245,14 +274,14 @@ fn settle(to: u32) {
 
 /// Loads the library if no thread has begun to (`from`: the state the caller saw).
 #[cold]
-fn load_once(from: u32) {
-    if STATE.compare_exchange(from, LOADING, SeqCst, Relaxed).is_err() {
+fn load_once(from: State) {
+    if !STATE.shift(from, State::Loading) {
         return;
     }
     LOADER_TID.store(raw_syscall(SYS_GETTID), Relaxed);
     LOADER_PID.store(raw_syscall(SYS_GETPID), Relaxed);
-    let loaded = keeping_errno(|| load(from == PLAIN_WITH_CHILD));
-    STATE.store(if loaded { LOADED } else { STAYS }, Release);
+    let loaded = keeping_errno(|| load(from == State::PlainWithChild));
+    STATE.store(if loaded { State::Loaded } else { State::Stays }, Release);
 }
 
 /// Loads the library, hands it the first call's time and whether an unseen child may exist,

@@ -15,52 +15,38 @@ pub const FIRST_EPOCH_NS: u64 = 20_000_000;
 /// `CLONE_THREAD`: a clone with it makes a thread of ours, not a process.
 pub const CLONE_THREAD: i64 = 0x0001_0000;
 
-/// Kernel system-call numbers of this architecture.
-#[allow(missing_docs)]
+/// Kernel system-call numbers of this architecture (x86-64 or aarch64).
 pub mod nr {
-    #[cfg(target_arch = "x86_64")]
-    mod arch {
-        pub const CLONE: i64 = 56;
-        pub const FORK: i64 = 57;
-        pub const VFORK: i64 = 58;
-        pub const SETUID: i64 = 105;
-        pub const SETGID: i64 = 106;
-        pub const SETREUID: i64 = 113;
-        pub const SETREGID: i64 = 114;
-        pub const SETGROUPS: i64 = 116;
-        pub const SETRESUID: i64 = 117;
-        pub const SETRESGID: i64 = 119;
-        pub const SETFSUID: i64 = 122;
-        pub const SETFSGID: i64 = 123;
-        pub const CAPSET: i64 = 126;
-        pub const PRCTL: i64 = 157;
-        pub const UNSHARE: i64 = 272;
-        pub const SETNS: i64 = 308;
-        pub const SECCOMP: i64 = 317;
-        pub const CLONE3: i64 = 435;
-        pub const LANDLOCK_RESTRICT_SELF: i64 = 446;
+    macro_rules! numbers {
+        ($($name:ident: $x86_64:literal, $aarch64:literal;)*) => {
+            $(
+                #[allow(missing_docs)]
+                pub const $name: i64 = if cfg!(target_arch = "x86_64") { $x86_64 } else { $aarch64 };
+            )*
+        };
     }
-    #[cfg(target_arch = "aarch64")]
-    mod arch {
-        pub const CAPSET: i64 = 91;
-        pub const UNSHARE: i64 = 97;
-        pub const SETREGID: i64 = 143;
-        pub const SETGID: i64 = 144;
-        pub const SETREUID: i64 = 145;
-        pub const SETUID: i64 = 146;
-        pub const SETRESUID: i64 = 147;
-        pub const SETRESGID: i64 = 149;
-        pub const SETFSUID: i64 = 151;
-        pub const SETFSGID: i64 = 152;
-        pub const SETGROUPS: i64 = 159;
-        pub const PRCTL: i64 = 167;
-        pub const CLONE: i64 = 220;
-        pub const SETNS: i64 = 268;
-        pub const SECCOMP: i64 = 277;
-        pub const CLONE3: i64 = 435;
-        pub const LANDLOCK_RESTRICT_SELF: i64 = 446;
+    // name: x86-64, aarch64 (-1: no such call there).
+    numbers! {
+        CLONE: 56, 220;
+        FORK: 57, -1;
+        VFORK: 58, -1;
+        SETUID: 105, 146;
+        SETGID: 106, 144;
+        SETREUID: 113, 145;
+        SETREGID: 114, 143;
+        SETGROUPS: 116, 159;
+        SETRESUID: 117, 147;
+        SETRESGID: 119, 149;
+        SETFSUID: 122, 151;
+        SETFSGID: 123, 152;
+        CAPSET: 126, 91;
+        PRCTL: 157, 167;
+        UNSHARE: 272, 97;
+        SETNS: 308, 268;
+        SECCOMP: 317, 277;
+        CLONE3: 435, 435;
+        LANDLOCK_RESTRICT_SELF: 446, 446;
     }
-    pub use arch::*;
 }
 
 /// Whether a raw system call `nr` changes what the kernel checks for the calling thread only
@@ -98,11 +84,9 @@ pub fn prctl_changes_thread_state(option: i64) -> bool {
 /// do not see: one sharing our memory, or a copy of it. clone3's flags are in memory the
 /// kernel reads, so any clone3 counts.
 pub fn starts_unseen_child(nr: i64, a: i64) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    if nr == nr::FORK || nr == nr::VFORK {
-        return true;
-    }
-    nr == nr::CLONE3 || (nr == nr::CLONE && a & CLONE_THREAD == 0)
+    (nr >= 0 && (nr == nr::FORK || nr == nr::VFORK))
+        || nr == nr::CLONE3
+        || (nr == nr::CLONE && a & CLONE_THREAD == 0)
 }
 
 #[cfg(test)]

@@ -54,9 +54,6 @@ pub mod env {
     /// Read by the start-up stub (`crates/preload-stub`): the library it loads after the
     /// first epoch (the stub spells the name out; it links nothing).
     pub const LIBRARY: &str = "COREHOP_LIBRARY";
-    /// Where `corehop run` finds the start-up stub, if not next to the library or where the
-    /// build put it; `none` preloads the library itself.
-    pub const STUB: &str = "COREHOP_STUB";
 }
 
 /// The policy `corehop run --offload` asks for by default (`COREHOP_POLICY`): the one under

@@ -729,11 +729,14 @@ pub fn find_library() -> anyhow::Result<PathBuf> {
 
 /// The preload library's start-up stub, named in its directory.
 pub const STUB: &str = "libcorehop_preload_stub.so";
+/// Where `corehop run` finds the start-up stub, if not next to the library or where the build
+/// put it; `none` preloads the library itself.
+const STUB_VAR: &str = "COREHOP_STUB";
 
 /// Finds the start-up stub (`crates/preload-stub`): `$COREHOP_STUB` (`none`: preload the
 /// library itself), else next to `library`, else where this binary's build put it.
 pub fn find_stub(library: &Path) -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os(env::STUB) {
+    if let Some(path) = std::env::var_os(STUB_VAR) {
         return (path != "none").then(|| PathBuf::from(path));
     }
     let beside = library.with_file_name(STUB);
