@@ -31,10 +31,12 @@ fn build_stub(target: &str) -> Option<PathBuf> {
     println!("cargo:rerun-if-changed=build.rs");
     let out = PathBuf::from(std::env::var_os("OUT_DIR")?).join("libcorehop_preload_stub.so");
     // Two load segments (code and data) and no RELRO: each segment is an mmap, and RELRO an
-    // mprotect, of the dynamic loader in every process. `--no-rosegment` is lld's (rustc's
-    // default linker here); with GNU ld, `-z noseparate-code` does the same.
+    // mprotect, of the dynamic loader in every process; the data segment starts a page, so
+    // that its 2 KB are one page fault, not two. `--no-rosegment` and
+    // `-z separate-loadable-segments` are lld's (rustc's default linker here); with GNU ld,
+    // `-z noseparate-code` gives the two segments.
     let layouts: [&[&str]; 2] = [
-        &["-Wl,--no-rosegment", "-Wl,-z,norelro", "-nostartfiles"],
+        &["-Wl,--no-rosegment", "-Wl,-z,separate-loadable-segments", "-Wl,-z,norelro", "-nostartfiles"],
         &["-Wl,-z,noseparate-code", "-Wl,-z,norelro", "-nostartfiles"],
     ];
     for layout in layouts {
