@@ -31,7 +31,11 @@ pub const LIBRARY: &str = "libcorehop_preload.so";
     corehop run --offload --service-cpus 1 --policy size --threshold 16384 -- cp big.iso /tmp/\n  \
     corehop run --cpus 0 -- make -j1\n\n\
     The preload library is built with `cargo build --workspace` (or `cargo build -p corehop-preload`)\n\
-    and looked for next to the corehop binary, or at $COREHOP_PRELOAD.\n\n\
+    and looked for next to the corehop binary, or at $COREHOP_PRELOAD. Under the default policy, and\n\
+    without --stats, --stats-json or --record-trace, CMD gets the library's start-up stub instead (a\n\
+    few pages, built with corehop): it passes calls straight to libc and loads the library into a\n\
+    process that outlives its first 20 ms, so short processes pay no more than for an empty library.\n\
+    COREHOP_STUB=none preloads the library itself.\n\n\
     Without --stats, --stats-json, --record-trace or --compare, corehop becomes CMD (exec, as env and\n\
     taskset do): same process id, CMD's own signals and exit status, no second process.")]
 pub struct Args {
