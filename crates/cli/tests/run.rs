@@ -658,10 +658,15 @@ fn a_short_process_under_the_default_policy_loads_only_the_stub() {
     let maps = text(&out.stdout);
     assert!(maps.contains("libcorehop_preload_stub.so"), "{maps}");
     assert!(!maps.contains("libcorehop_preload.so"), "{maps}");
-    // Anything that counts or records every call gets the library from the start.
+    // Anything that counts or records every call gets the library from the start, as does
+    // a user who asks for it.
     let out =
         corehop().args(["run", "--offload", "--stats", "--", "cat", "/proc/self/maps"]).output().unwrap();
     let maps = text(&out.stdout);
+    assert!(maps.contains("libcorehop_preload.so") && !maps.contains("stub"), "{maps}");
+    let mut none = corehop();
+    none.env("COREHOP_STUB", "none").args(["run", "--offload", "--", "cat", "/proc/self/maps"]);
+    let maps = text(&none.output().unwrap().stdout);
     assert!(maps.contains("libcorehop_preload.so") && !maps.contains("stub"), "{maps}");
 }
 
