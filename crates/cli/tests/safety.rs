@@ -231,6 +231,7 @@ fn a_child_sharing_the_parents_memory_runs_its_calls_itself() {
 }
 
 #[test]
+#[cfg_attr(not(target_arch = "x86_64"), ignore = "the start-up stub is built for x86-64 only")]
 fn a_child_sharing_memory_while_the_stub_loads_the_library_runs_its_calls_itself() {
     // `corehop run --offload` preloads the start-up stub, which loads the library only after
     // 20 ms: here, while a clone child sharing the parent's memory makes calls. Its calls
