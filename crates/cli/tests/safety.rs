@@ -258,6 +258,19 @@ fn a_child_sharing_memory_while_the_stub_loads_the_library_runs_its_calls_itself
 }
 
 #[test]
+#[cfg_attr(not(target_arch = "x86_64"), ignore = "the start-up stub is built for x86-64 only")]
+fn a_fork_child_of_a_process_that_vforked_on_the_stub_still_loads_the_library() {
+    // After a vfork child only its parent may load the library (the child shared its memory);
+    // a child of fork has memory of its own again, and one that outlives 20 ms loads it.
+    let Some((dir, exe)) = fixture("shared_vm") else { return };
+    let mut command = Command::new(&exe);
+    command.arg("fork_after_vfork").current_dir(dir.path());
+    common::through_the_stub(&mut command, "adaptive");
+    let out = finish(command, "shared_vm fork_after_vfork");
+    assert_eq!(text(&out.stdout), "fork child: library loaded\n", "{}", text(&out.stderr));
+}
+
+#[test]
 fn a_blocking_regular_file_read_is_interrupted_by_the_callers_signal() {
     if !have_cc() || !is_root() {
         return;

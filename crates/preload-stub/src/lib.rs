@@ -16,8 +16,8 @@
 //! - One that starts a process the library's fork handlers would miss (`vfork`, `clone` of a
 //!   process, `_Fork`, the raw `syscall` forms). Such a child may run on this very memory, so
 //!   from then on only the process that made it may load the library, and it tells the
-//!   library, which then checks its pid before moving a call (its `CHECK_PID`). A fork child
-//!   of such a process stays on libc (its pid is not the owner's).
+//!   library, which then checks its pid before moving a call (its `CHECK_PID`). A child of
+//!   glibc's `fork` has memory of its own again, and a fork handler says so.
 //! - One that changes a thread's credentials, filters or namespaces alone: the library would
 //!   stop moving calls for good, so the stub stays on libc for good.
 //!
@@ -40,7 +40,7 @@ compile_error!(
 
 use core::ffi::{c_char, c_int, c_void};
 use core::sync::atomic::Ordering::{self, Acquire, Relaxed, Release, SeqCst};
-use core::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize};
+use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize};
 
 #[path = "../../sys/src/watch.rs"]
 mod watch;
@@ -55,6 +55,12 @@ extern "C" {
     fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void;
     fn secure_getenv(name: *const c_char) -> *const c_char;
     fn __errno_location() -> *mut c_int;
+    fn __register_atfork(
+        prepare: Option<extern "C" fn()>,
+        parent: Option<extern "C" fn()>,
+        child: Option<extern "C" fn()>,
+        dso_handle: *mut c_void,
+    ) -> c_int;
 }
 
 const RTLD_NEXT: *mut c_void = -1isize as *mut c_void;
@@ -114,6 +120,9 @@ static LOADER_TID: AtomicI64 = AtomicI64::new(0);
 static LOADER_PID: AtomicI64 = AtomicI64::new(0);
 /// The process that first started a child the fork handlers do not see (0: none yet).
 static OWNER_PID: AtomicI64 = AtomicI64::new(0);
+/// Whether [`after_fork_child`] is registered (at the first such child: a process that
+/// never starts one pays nothing for it).
+static FORK_HANDLER: AtomicBool = AtomicBool::new(false);
 
 macro_rules! stub {
     ($($name:ident)*) => {
@@ -249,6 +258,13 @@ fn settle(to: State) {
         match STATE.load(Acquire) {
             state @ (State::Plain | State::PlainWithChild) if state != to => {
                 if to == State::PlainWithChild {
+                    if !FORK_HANDLER.swap(true, Relaxed) {
+                        // SAFETY: `after_fork_child` touches only this stub's atomics. No
+                        // DSO handle: the stub is preloaded, so never unloaded.
+                        unsafe {
+                            __register_atfork(None, None, Some(after_fork_child), core::ptr::null_mut())
+                        };
+                    }
                     // Before the child exists: it would read its own pid here.
                     let _ = OWNER_PID.compare_exchange(0, raw_syscall(SYS_GETPID), Relaxed, Relaxed);
                 }
@@ -269,6 +285,14 @@ fn settle(to: State) {
             _ => return,
         }
     }
+}
+
+/// In the child of a `fork` (glibc's, which runs fork handlers): this copy of the memory is
+/// its own, shared with no child of the parent, so it may load the library as a process that
+/// never started such a child.
+extern "C" fn after_fork_child() {
+    OWNER_PID.store(0, Relaxed);
+    STATE.shift(State::PlainWithChild, State::Plain);
 }
 
 /// Loads the library if no thread has begun to (`from`: the state the caller saw).
