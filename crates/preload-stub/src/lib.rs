@@ -146,8 +146,10 @@ macro_rules! stub {
             #[unsafe(naked)]
             pub unsafe extern "C" fn $name() {
                 // SAFETY: the slot is read with a plain load (an aligned 8-byte load is
-                // atomic on x86-64; a stale 0 only takes the slow path), and r11 carries no
-                // argument. The slow path keeps every register and the stack as the program
+                // atomic on x86-64; a stale 0 only takes the slow path). A slot that is set
+                // was stored after the library started up (`load`), and x86-64 keeps one
+                // thread's stores, and another's loads, in order: whoever sees the slot sees
+                // the library ready. r11 carries no argument. The slow path keeps every register and the stack as the program
                 // left them (`call_then_jump`), passing the index and the first three arguments
                 // to `resolve`.
                 call_then_jump!(
@@ -191,8 +193,8 @@ static NEXT: [AtomicUsize; COUNT] = [const { AtomicUsize::new(0) }; COUNT];
 enum Kind {
     /// Moves or stays as the policy says: counts toward the first epoch.
     Plain,
-    /// Starts a process the library's fork handlers will not see: the library must start up
-    /// in this process before the child exists.
+    /// Starts a process the library's fork handlers will not see: marks the process
+    /// ([`State::PlainWithChild`]) before the child exists.
     Child,
     /// Changes the calling thread's credentials, filters or namespaces alone.
     ThreadState,
@@ -347,7 +349,7 @@ fn load(child_seen: bool) -> bool {
         return false;
     }
     for (slot, target) in SLOTS.iter().zip(targets) {
-        slot.store(target, Relaxed);
+        slot.store(target, Release);
     }
     true
 }

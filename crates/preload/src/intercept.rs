@@ -258,8 +258,7 @@ fn start_up() -> bool {
 }
 
 /// Starts the library up on behalf of the start-up stub (`crates/preload-stub`), which loaded it
-/// with `dlopen` once the process outlived its first epoch, or before a child the fork handlers
-/// do not see. `first_call_ns` (the library's clock) is when the stub saw the process's first
+/// with `dlopen` once the process outlived its first epoch. `first_call_ns` (the library's clock) is when the stub saw the process's first
 /// intercepted call: the default policy's first epoch counts from then, as it would have with
 /// this library loaded from the start. `child_seen`: the stub saw a call start a process the
 /// fork handlers do not see (as [`before_unseen_child`] would have noted). Returns whether
