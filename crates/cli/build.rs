@@ -24,9 +24,10 @@ fn main() {
 fn build_stub(target: &str) -> Option<PathBuf> {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR")?);
     let source = manifest.join("../preload-stub/src/lib.rs");
-    // The stub's source and the two files of corehop-sys it includes by path.
-    for file in [&source, &manifest.join("../sys/src/watch.rs"), &manifest.join("../sys/src/trampoline.rs")] {
-        println!("cargo:rerun-if-changed={}", file.display());
+    // The stub's source and the files of corehop-sys it includes by path.
+    println!("cargo:rerun-if-changed={}", source.display());
+    for shared in ["watch.rs", "trampoline.rs", "stub_state.rs"] {
+        println!("cargo:rerun-if-changed={}", manifest.join("../sys/src").join(shared).display());
     }
     println!("cargo:rerun-if-changed=build.rs");
     let out = PathBuf::from(std::env::var_os("OUT_DIR")?).join("libcorehop_preload_stub.so");

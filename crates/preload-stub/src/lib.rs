@@ -39,11 +39,15 @@ compile_error!(
 );
 
 use core::ffi::{c_char, c_int, c_void};
-use core::sync::atomic::Ordering::{self, Acquire, Relaxed, Release, SeqCst};
-use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize};
+use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize};
 
 #[path = "../../sys/src/watch.rs"]
 mod watch;
+
+#[path = "../../sys/src/stub_state.rs"]
+mod stub_state;
+use stub_state::{State, StateWord};
 
 #[path = "../../sys/src/trampoline.rs"]
 #[macro_use]
@@ -68,56 +72,9 @@ const RTLD_NOW: c_int = 2;
 const CLOCK_MONOTONIC: i64 = 1;
 const ENOSYS: c_int = 38;
 
-/// Where the process stands (the value of [`STATE`]).
-#[repr(u32)]
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum State {
-    /// Every call runs on libc; the library is not loaded.
-    Plain,
-    /// As `Plain`, and a process the library's fork handlers would not see may exist (a
-    /// `vfork` or `clone` child sharing this memory, or a copy made without fork handlers):
-    /// only the process [`OWNER_PID`] may load the library, and it tells the library so.
-    PlainWithChild,
-    /// One thread is loading the library.
-    Loading,
-    /// The library is loaded and started; its entry points are in [`SLOTS`].
-    Loaded,
-    /// The library will not be loaded in this process (it failed to, or a thread changed its
-    /// credentials); every call runs on libc.
-    Stays,
-}
-
-/// A [`State`] in an atomic word.
-struct StateWord(AtomicU32);
-
-impl StateWord {
-    fn load(&self, order: Ordering) -> State {
-        match self.0.load(order) {
-            0 => State::Plain,
-            1 => State::PlainWithChild,
-            2 => State::Loading,
-            3 => State::Loaded,
-            _ => State::Stays,
-        }
-    }
-
-    fn store(&self, state: State, order: Ordering) {
-        self.0.store(state as u32, order);
-    }
-
-    /// Moves from `from` to `to` if the word still holds `from`.
-    fn shift(&self, from: State, to: State) -> bool {
-        self.0.compare_exchange(from as u32, to as u32, SeqCst, Relaxed).is_ok()
-    }
-}
-
-static STATE: StateWord = StateWord(AtomicU32::new(State::Plain as u32));
+static STATE: StateWord = StateWord(AtomicU64::new(0));
 /// When this process (or the one it was forked from) made its first intercepted call (ns).
 static FIRST_CALL_NS: AtomicU64 = AtomicU64::new(0);
-/// The thread and process loading the library (a call of that thread made while it loads, or
-/// a fork child copied while another thread loaded, must not wait for the load).
-static LOADER_TID: AtomicI64 = AtomicI64::new(0);
-static LOADER_PID: AtomicI64 = AtomicI64::new(0);
 /// The process that first started a child the fork handlers do not see (0: none yet).
 static OWNER_PID: AtomicI64 = AtomicI64::new(0);
 /// Whether [`after_fork_child`] is registered (at the first such child: a process that
@@ -252,41 +209,26 @@ fn tick() {
     }
 }
 
-/// Before a watched call, moves a process that has not loaded the library to `to`
-/// ([`State::PlainWithChild`] or [`State::Stays`]); a load in progress is waited out first, so
-/// that the library either is loaded before the call (and the call goes to it) or learns of it.
+/// Before a watched call (see [`StateWord::settle`]): marks the process before a child that
+/// shares its memory, or gives the library up for good.
 fn settle(to: State) {
-    loop {
-        match STATE.load(Acquire) {
-            state @ (State::Plain | State::PlainWithChild) if state != to => {
-                if to == State::PlainWithChild {
-                    if !FORK_HANDLER.swap(true, Relaxed) {
-                        // SAFETY: `after_fork_child` touches only this stub's atomics. No
-                        // DSO handle: the stub is preloaded, so never unloaded.
-                        unsafe {
-                            __register_atfork(None, None, Some(after_fork_child), core::ptr::null_mut())
-                        };
-                    }
-                    // Before the child exists: it would read its own pid here.
-                    let _ = OWNER_PID.compare_exchange(0, raw_syscall(SYS_GETPID), Relaxed, Relaxed);
-                }
-                if STATE.shift(state, to) {
-                    return;
-                }
-            }
-            State::Loading => {
-                // This very thread is loading (a call from inside `dlopen`), or this is a fork
-                // child of a process that was loading: nobody will finish, run on libc.
-                if LOADER_TID.load(Relaxed) == raw_syscall(SYS_GETTID)
-                    || LOADER_PID.load(Relaxed) != raw_syscall(SYS_GETPID)
-                {
-                    return;
-                }
-                raw_syscall(SYS_SCHED_YIELD);
-            }
-            _ => return,
+    let mark = || {
+        if !FORK_HANDLER.swap(true, Relaxed) {
+            // SAFETY: `after_fork_child` touches only this stub's atomics. No DSO handle: the
+            // stub is preloaded, so never unloaded.
+            unsafe { __register_atfork(None, None, Some(after_fork_child), core::ptr::null_mut()) };
         }
-    }
+        // Before the child exists: it would read its own pid here.
+        let _ = OWNER_PID.compare_exchange(0, raw_syscall(SYS_GETPID), Relaxed, Relaxed);
+    };
+    STATE.settle(to, me, mark, || {
+        raw_syscall(SYS_SCHED_YIELD);
+    });
+}
+
+/// This process's pid and this thread's tid.
+fn me() -> (u32, u32) {
+    (raw_syscall(SYS_GETPID) as u32, raw_syscall(SYS_GETTID) as u32)
 }
 
 /// In the child of a `fork` (glibc's, which runs fork handlers): this copy of the memory is
@@ -294,19 +236,13 @@ fn settle(to: State) {
 /// never started such a child.
 extern "C" fn after_fork_child() {
     OWNER_PID.store(0, Relaxed);
-    STATE.shift(State::PlainWithChild, State::Plain);
+    STATE.after_fork_child();
 }
 
 /// Loads the library if no thread has begun to (`from`: the state the caller saw).
 #[cold]
 fn load_once(from: State) {
-    if !STATE.shift(from, State::Loading) {
-        return;
-    }
-    LOADER_TID.store(raw_syscall(SYS_GETTID), Relaxed);
-    LOADER_PID.store(raw_syscall(SYS_GETPID), Relaxed);
-    let loaded = keeping_errno(|| load(from == State::PlainWithChild));
-    STATE.store(if loaded { State::Loaded } else { State::Stays }, Release);
+    STATE.load_once(from, me(), |child_seen| keeping_errno(|| load(child_seen)));
 }
 
 /// Loads the library, hands it the first call's time and whether an unseen child may exist,

@@ -13,9 +13,10 @@
 //!   service cores both hand off through it);
 //! - [`wire`]: the preload library's settings (environment variables) and the one-line
 //!   summary it appends at exit, written by the library and parsed by `corehop run`;
-//! - [`watch`]: the calls the preload library watches without moving them, and `trampoline`
-//!   (x86-64): the register-preserving way into a libc function (both shared by path with the
-//!   library's `no_std` start-up stub);
+//! - [`watch`]: the calls the preload library watches without moving them, `trampoline`
+//!   (x86-64): the register-preserving way into a libc function, and [`stub_state`]: the
+//!   loom-checked state word of the library's `no_std` start-up stub (all three shared by
+//!   path with the stub);
 //! - `testing` (feature `testing`): the checks every lane built on `handoff` must pass.
 //!
 //! Only `raw`, `futex`, `model` and `handoff` contain `unsafe`; each block carries its argument.
@@ -27,6 +28,7 @@ pub mod handoff;
 pub mod model;
 pub mod park;
 pub mod raw;
+pub mod stub_state;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 #[cfg(target_arch = "x86_64")]
