@@ -752,6 +752,8 @@ fn the_run_suite_compares_real_programs_and_their_outputs() {
     // The default policy's processes start on the start-up stub (built for x86-64).
     let expected = if cfg!(target_arch = "x86_64") { "stub" } else { "library" };
     assert_eq!(report["preloads"], expected, "{report}");
+    // With the stub, what the library itself would cost is measured beside it.
+    assert_eq!(report["library_load"]["median_ns"].is_number(), expected == "stub", "{report}");
     let bad = corehop().args(["bench", "run-suite", "--programs", "doom"]).output().unwrap();
     assert!(!bad.status.success());
     assert!(text(&bad.stderr).contains("unknown program \"doom\""), "{}", text(&bad.stderr));

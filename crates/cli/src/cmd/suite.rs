@@ -42,10 +42,12 @@ use corehop_bench::report::{fmt_ns, OutputArgs, Stats, Table};
 ///
 /// --json prints `{policy, reps, results: [{program, plain: {min, median, max}, offload: {min,
 /// median, max}, ratio, paired_ratio, same_output, settled}], skipped: [{program, reason}], load: {median_ns,
-/// min_ns} | null, preloads, launcher: {median_ns, min_ns} | null}` (times in ns; `settled` maps
-/// each arm an adaptive policy settled on to its number of processes; `load` is what preloading
-/// adds to one process, from `/bin/true` spawned plain and with offload, alternating; `preloads`
-/// says what was preloaded, `stub` (the start-up stub, under the default policy) or `library`;
+/// min_ns} | null, preloads, library_load: {median_ns, min_ns} | null, launcher: {median_ns,
+/// min_ns} | null}` (times in ns; `settled` maps each arm an adaptive policy settled on to its
+/// number of processes; `load` is what preloading adds to one process, from `/bin/true` spawned
+/// plain and with offload, alternating; `preloads` says what was preloaded, `stub` (the
+/// start-up stub, under the default policy) or `library`; with the stub, `library_load` is what
+/// the library itself would add, measured the same way;
 /// `launcher` is what starting it through `corehop run --` adds, measured the same way).
 #[derive(clap::Args, Clone)]
 pub struct Args {
@@ -167,6 +169,9 @@ struct Report {
     /// What `corehop run --offload` preloads for this policy: `stub` (the start-up stub, which
     /// loads the library in a process that outlives its first epoch) or `library`.
     preloads: &'static str,
+    /// With the stub: what preloading the library itself adds, measured the same way in this
+    /// run (what the stub saves short processes).
+    library_load: Option<Added>,
     /// What starting a program through the `corehop` command adds to a run (not in the table).
     launcher: Option<Added>,
 }
@@ -289,6 +294,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         skipped: Vec::new(),
         load: None,
         preloads: "library",
+        library_load: None,
         launcher: None,
     };
     let runnable: Vec<&Program> = chosen
@@ -383,7 +389,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         });
     }
     report.load = load_floor(&offload)?;
-    report.preloads = if offload.stub().is_some() { "stub" } else { "library" };
+    if offload.stub().is_some() {
+        report.preloads = "stub";
+        // `never` preloads the library itself and moves nothing: its load alone.
+        report.library_load = load_floor(&Offload { policy: "never".into(), ..offload.clone() })?;
+    }
     report.launcher = launcher_cost()?;
     bar.finish_and_clear();
     print(&report, &args.output, service)?;
@@ -435,9 +445,17 @@ fn print(report: &Report, output: &OutputArgs, service: usize) -> anyhow::Result
                 "stub" => "the start-up stub (which loads the library in a process that outlives 20 ms)",
                 _ => "the library",
             };
+            let library = report.library_load.as_ref().map_or(String::new(), |l| {
+                format!(
+                    "; the library itself, preloaded the same way, {} ({})",
+                    fmt_ns(l.median_ns),
+                    fmt_ns(l.min_ns)
+                )
+            });
             table.note(format!(
                 "preloading {what} adds {} to each process a program starts (median; {} fastest against \
-                 fastest; /bin/true, {LOAD_SPAWNS} alternating spawns a side, this run), whatever the policy decides",
+                 fastest; /bin/true, {LOAD_SPAWNS} alternating spawns a side, this run), whatever the policy \
+                 decides{library}",
                 fmt_ns(load.median_ns),
                 fmt_ns(load.min_ns)
             ));
