@@ -44,7 +44,12 @@ fn main() -> ExitCode {
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("corehop: {e:#}");
+            // Each part quotes at most a few hundred characters of input already; this bounds
+            // what a chain of causes adds up to.
+            eprintln!(
+                "corehop: {}",
+                corehop_topology::excerpt(&format!("{e:#}"), 4 * corehop_topology::MESSAGE_CHARS)
+            );
             ExitCode::from(e.downcast_ref::<cmd::run::NotStarted>().map_or(1, |n| n.exit_code()))
         }
     }

@@ -106,6 +106,22 @@ fn bad_input_is_a_clear_error() {
     let out = corehop(&["predict", "--trace", known.to_str().unwrap(), "--thresholds", "1k"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--thresholds"));
+
+    // A binary file, and a text file of one 8 MB line: each a short error, not the file echoed.
+    let dir = tempfile::tempdir().unwrap();
+    let binary = dir.path().join("binary");
+    std::fs::write(&binary, [0x7f, b'E', b'L', b'F', 0xff, 0xfe, 0, 1]).unwrap();
+    let out = corehop(&["predict", "--trace", binary.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is not text (a trace is `strace -f -T` output or CSV)"), "{err}");
+    let long = dir.path().join("long.txt");
+    std::fs::write(&long, "a".repeat(8 << 20)).unwrap();
+    let out = corehop(&["predict", "--trace", long.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("long.txt:1: not a system call: \"aaa"), "{err}");
+    assert!(err.len() < 400, "{} bytes of error message", err.len());
 }
 
 #[test]

@@ -36,14 +36,17 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use corehop_topology::{presets, Machine};
+use corehop_topology::{excerpt, presets, Machine, MESSAGE_CHARS, VALUE_CHARS};
 
 use crate::engine::{ns_to_ps, Limits};
 use crate::machine::{CostModel, SimMachine};
 
 /// A scenario that cannot be used: which file, which key, what is wrong.
+///
+/// Its message quotes at most a few hundred characters of the key and of the problem
+/// ([`corehop_topology::excerpt`]): both may come from a file of one long line.
 #[derive(Debug, Error, PartialEq)]
-#[error("{file}: {key}: {problem}")]
+#[error("{file}: {}: {}", excerpt(key, VALUE_CHARS), excerpt(&problem.to_string(), MESSAGE_CHARS))]
 pub struct ScenarioError {
     /// The scenario file (or `<text>` when parsed from a string).
     pub file: String,
@@ -112,10 +115,12 @@ pub struct Sweep {
 impl Sweep {
     /// Parses `key=a,b,c` (each value as TOML, else as a string).
     pub fn parse(arg: &str) -> Result<Sweep, String> {
-        let (key, values) = arg.split_once('=').ok_or_else(|| format!("{arg:?}: expected key=a,b,c"))?;
+        let (key, values) = arg
+            .split_once('=')
+            .ok_or_else(|| format!("{:?}: expected key=a,b,c", excerpt(arg, VALUE_CHARS)))?;
         let values: Vec<toml::Value> = values.split(',').map(|v| parse_value(v.trim())).collect();
         if key.trim().is_empty() || values.is_empty() {
-            return Err(format!("{arg:?}: expected key=a,b,c"));
+            return Err(format!("{:?}: expected key=a,b,c", excerpt(arg, VALUE_CHARS)));
         }
         Ok(Sweep { key: key.trim().to_string(), values })
     }
@@ -621,7 +626,7 @@ fn parse_value(v: &str) -> toml::Value {
 fn set_path(table: &mut toml::Table, key: &str, value: toml::Value) -> Result<(), String> {
     let parts: Vec<&str> = key.split('.').map(str::trim).collect();
     if parts.iter().any(|p| p.is_empty()) {
-        return Err(format!("{key:?}: empty part in the dotted key"));
+        return Err(format!("{:?}: empty part in the dotted key", excerpt(key, VALUE_CHARS)));
     }
     let (last, parents) = parts.split_last().expect("split gives at least one part");
     let mut t = table;
@@ -787,6 +792,18 @@ mod tests {
         assert!(matches!(d.set("noequals").unwrap_err().problem, Problem::Override(_)));
         assert!(matches!(d.set("seed.x=1").unwrap_err().problem, Problem::Override(_)));
         assert!(Sweep::parse("novalues").is_err());
+    }
+
+    #[test]
+    fn a_long_key_or_value_is_quoted_only_in_part() {
+        let long = "k".repeat(1 << 20);
+        let e = ScenarioDoc::parse("t.toml", &format!("{long} = 1\n")).unwrap().validate().unwrap_err();
+        assert!(matches!(e.problem, Problem::UnknownKey(_)), "{e:.300}");
+        assert!(e.to_string().len() < 2 * MESSAGE_CHARS, "{} bytes: {e:.300}", e.to_string().len());
+        let mut d = doc("");
+        d.set(&format!("machine.preset={long}")).unwrap();
+        let e = d.validate().unwrap_err().to_string();
+        assert!(e.contains("unknown preset") && e.len() < 2 * MESSAGE_CHARS, "{} bytes: {e:.300}", e.len());
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! CPU lists in the kernel's format (`0-3,6`) and cache sizes in sysfs format (`32K`).
 
-use crate::TopologyError;
+use crate::{excerpt, TopologyError, VALUE_CHARS};
 
 /// Parses a CPU list as sysfs writes it (`cpu/online`, `shared_cpu_list`, `cpuset.cpus`):
 /// comma-separated numbers and inclusive ranges, e.g. `"0-3,6"`. Returns the numbers sorted
@@ -26,11 +26,13 @@ pub fn parse_cpu_list(input: &str) -> Result<Vec<usize>, TopologyError> {
             return Err(bad("empty element between commas".into()));
         }
         let number = |text: &str| {
-            let cpu =
-                text.trim().parse::<u128>().map_err(|_| bad(format!("{text:?} is not a CPU number")))?;
+            let cpu = text
+                .trim()
+                .parse::<u128>()
+                .map_err(|_| bad(format!("{:?} is not a CPU number", excerpt(text, VALUE_CHARS))))?;
             if cpu >= crate::MAX_CPUS as u128 {
                 return Err(TopologyError::TooManyCpus {
-                    what: format!("CPU number in {input:?}"),
+                    what: format!("CPU number in {:?}", excerpt(input, VALUE_CHARS)),
                     value: cpu,
                 });
             }

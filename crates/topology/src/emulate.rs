@@ -3,7 +3,7 @@
 //! The override is part of the machine description; the runtime realises it by duty cycling
 //! and the simulator by a slower clock, so both read it from [`Cpu::emulated_speed`].
 
-use crate::{Cpu, CpuId, Machine, TopologyError};
+use crate::{excerpt, Cpu, CpuId, Machine, TopologyError, VALUE_CHARS};
 
 impl Machine {
     /// Applies overrides written as `"1=0.25,3=0.5"`: comma-separated `cpu=fraction` pairs,
@@ -40,10 +40,13 @@ pub fn parse_emulation(input: &str, cpus: usize) -> Result<Vec<(CpuId, f64)>, To
         return Err(bad("no overrides given".into()));
     }
     for part in input.split(',') {
-        let (target, fraction) =
-            part.split_once('=').ok_or_else(|| bad(format!("{:?} has no `=`", part.trim())))?;
+        let (target, fraction) = part
+            .split_once('=')
+            .ok_or_else(|| bad(format!("{:?} has no `=`", excerpt(part.trim(), VALUE_CHARS))))?;
         let number = |text: &str| {
-            text.trim().parse::<usize>().map_err(|_| bad(format!("{:?} is not a CPU number", text.trim())))
+            text.trim()
+                .parse::<usize>()
+                .map_err(|_| bad(format!("{:?} is not a CPU number", excerpt(text.trim(), VALUE_CHARS))))
         };
         let (first, last) = match target.split_once('-') {
             Some((first, last)) => (number(first)?, number(last)?),
@@ -52,8 +55,10 @@ pub fn parse_emulation(input: &str, cpus: usize) -> Result<Vec<(CpuId, f64)>, To
         if first > last {
             return Err(bad(format!("range {} runs backwards", target.trim())));
         }
-        let fraction: f64 =
-            fraction.trim().parse().map_err(|_| bad(format!("{:?} is not a number", fraction.trim())))?;
+        let fraction: f64 = fraction
+            .trim()
+            .parse()
+            .map_err(|_| bad(format!("{:?} is not a number", excerpt(fraction.trim(), VALUE_CHARS))))?;
         if !(fraction > 0.0 && fraction <= 1.0) {
             return Err(bad(format!("speed {fraction} is outside (0, 1]")));
         }

@@ -1,5 +1,6 @@
 //! Everything that can be wrong with a machine description, a CPU list or a sysfs tree.
 
+use std::borrow::Cow;
 use std::path::PathBuf;
 
 use thiserror::Error;
@@ -81,7 +82,7 @@ pub enum TopologyError {
     #[error("{0}")]
     Inconsistent(String),
     /// A CPU list (`0-3,6`) that does not parse.
-    #[error("bad CPU list {input:?}: {reason}")]
+    #[error("bad CPU list {:?}: {reason}", excerpt(input, VALUE_CHARS))]
     CpuList {
         /// The text.
         input: String,
@@ -89,13 +90,19 @@ pub enum TopologyError {
         reason: String,
     },
     /// A size (`32K`, `8M`) that does not parse.
-    #[error("bad size {input:?}: expected bytes or a number with K, M or G (e.g. 32K, 8M)")]
+    #[error(
+        "bad size {:?}: expected bytes or a number with K, M or G (e.g. 32K, 8M)",
+        excerpt(input, VALUE_CHARS)
+    )]
     Size {
         /// The text.
         input: String,
     },
     /// An emulation override (`1=0.25`) that does not parse.
-    #[error("bad emulation {input:?}: {reason} (expected e.g. \"1=0.25,3=0.5\" or \"2-3=0.5\")")]
+    #[error(
+        "bad emulation {:?}: {reason} (expected e.g. \"1=0.25,3=0.5\" or \"2-3=0.5\")",
+        excerpt(input, VALUE_CHARS)
+    )]
     Emulation {
         /// The text.
         input: String,
@@ -111,7 +118,7 @@ pub enum TopologyError {
         cpus: usize,
     },
     /// A preset name that is not built in.
-    #[error("unknown preset {name:?}; known presets: {}", known.join(", "))]
+    #[error("unknown preset {:?}; known presets: {}", excerpt(name, VALUE_CHARS), known.join(", "))]
     UnknownPreset {
         /// The name asked for.
         name: String,
@@ -140,5 +147,41 @@ impl TopologyError {
     /// Wraps `self` so that its message names the file it came from.
     pub fn in_file(self, path: impl Into<PathBuf>) -> TopologyError {
         TopologyError::InFile { path: path.into(), problem: Box::new(self) }
+    }
+}
+
+/// Characters of a user's value (a key, a name, a CPU list) that an error message quotes.
+pub const VALUE_CHARS: usize = 160;
+/// Characters of a parser's message (which may quote the input) that an error shows.
+pub const MESSAGE_CHARS: usize = 1000;
+
+/// `text` as an error message quotes it: whole when it has at most `max_chars` characters,
+/// else its first three quarters and last quarter of them around a count of the bytes left
+/// out. A file of one long line (a binary, a minified blob) or a long argument must not come
+/// back as a message the size of the file.
+pub fn excerpt(text: &str, max_chars: usize) -> Cow<'_, str> {
+    let chars = text.chars().count();
+    if chars <= max_chars {
+        return Cow::Borrowed(text);
+    }
+    let (head, tail) = (max_chars - max_chars / 4, max_chars / 4);
+    let at = |n: usize| text.char_indices().nth(n).map_or(text.len(), |(i, _)| i);
+    let (head_end, tail_start) = (at(head), at(chars - tail));
+    let left_out = tail_start - head_end;
+    Cow::Owned(format!("{}…({left_out} bytes)…{}", &text[..head_end], &text[tail_start..]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn excerpt_keeps_short_text_and_both_ends_of_long_text() {
+        assert_eq!(excerpt("cpu3", VALUE_CHARS), "cpu3");
+        let long = format!("{}{}{}", "a".repeat(120), "é".repeat(1000), "z".repeat(40));
+        let shown = excerpt(&long, VALUE_CHARS);
+        assert_eq!(shown, format!("{}…(2000 bytes)…{}", "a".repeat(120), "z".repeat(40)));
+        let exact = "x".repeat(MESSAGE_CHARS);
+        assert_eq!(excerpt(&exact, MESSAGE_CHARS), exact.as_str());
     }
 }

@@ -161,11 +161,26 @@ impl CacheEntry {
     }
 }
 
+/// A TOML error as one line that names where it is: the `toml` crate's own message quotes
+/// the offending line whole, which for a file of one long line (a binary, a minified blob)
+/// would be the whole file.
+fn syntax_error(text: &str, e: &toml::de::Error) -> TopologyError {
+    TopologyError::Syntax(match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            format!("line {line}, column {column}: {}", crate::excerpt(e.message(), crate::MESSAGE_CHARS))
+        }
+        None => crate::excerpt(e.message(), crate::MESSAGE_CHARS).into_owned(),
+    })
+}
+
 impl Machine {
     /// Reads a machine description (either form, see the module docs), applies its `emulate`
     /// overrides and validates it. `source` becomes `"toml"`.
     pub fn from_toml_str(text: &str) -> Result<Machine, TopologyError> {
-        let file: MachineFile = toml::from_str(text).map_err(|e| TopologyError::Syntax(e.to_string()))?;
+        let file: MachineFile = toml::from_str(text).map_err(|e| syntax_error(text, &e))?;
         let name = file.name.clone().unwrap_or_else(|| "unnamed machine".to_string());
         let mut machine = match (file.cpus, file.cores) {
             (Some(_), Some(_)) => {
@@ -381,6 +396,16 @@ caches = [{ level = 3, size = "8M", per = "package" }]
         assert!(error_of("[[cores]]\ncount = 1\nemulate = \"5=0.5\"\n").contains("unknown field `emulate`"));
         assert!(error_of("emulate = \"5=0.5\"\n[[cores]]\ncount = 1\n").contains("cpu5 does not exist"));
         assert!(error_of("[[cores]]\ncount = \"two\"\n").contains("invalid type"));
+        assert!(
+            error_of("name = \"x\"\nspeeed = 1\n").starts_with("line 2, column 1: unknown field `speeed`")
+        );
+    }
+
+    #[test]
+    fn a_syntax_error_on_a_long_line_is_one_short_line() {
+        let message = error_of(&format!("name = \"x\"\n{}", "a".repeat(1 << 20)));
+        assert!(message.starts_with("line 2, column "), "{message}");
+        assert!(message.len() < 200 && !message.contains('\n'), "{} bytes: {message:.200}", message.len());
     }
 
     #[test]

@@ -57,7 +57,7 @@ pub use discover::{
     DiscoverOptions, Discovery, SpeedSource,
 };
 pub use emulate::parse_emulation;
-pub use error::TopologyError;
+pub use error::{excerpt, TopologyError, MESSAGE_CHARS, VALUE_CHARS};
 
 /// The most CPUs a machine may have, and one past the largest CPU number: Linux's own
 /// largest `NR_CPUS`. Every count and CPU number read from outside is checked against it.

@@ -151,7 +151,12 @@ pub fn replay(path: &std::path::Path, args: &Args) -> anyhow::Result<TraceReport
         "trace {} has {bytes} bytes; at most {MAX_TRACE_BYTES} are replayed (split it)",
         path.display()
     );
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading trace {}", path.display()))?;
+    let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::InvalidData => {
+            anyhow::anyhow!("trace {} is not text (a trace is `strace -f -T` output or CSV)", path.display())
+        }
+        _ => anyhow::Error::new(e).context(format!("reading trace {}", path.display())),
+    })?;
     let mut parsed = trace::parse(path, &text, args.format)?;
     if args.named_only {
         parsed.calls.retain(|c| c.call.kind.name().is_some());

@@ -17,7 +17,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use corehop_runtime::sys;
 use corehop_sys::wire::{self, env};
-use corehop_topology::{format_cpu_list, parse_cpu_list, OsCpu};
+use corehop_topology::{excerpt, format_cpu_list, parse_cpu_list, OsCpu, VALUE_CHARS};
 use serde::Serialize;
 
 use corehop_bench::report::{fmt_ns, Stats, Table};
@@ -684,9 +684,9 @@ fn checked_cpus(
     allowed: &[usize],
     online: Option<&[usize]>,
 ) -> anyhow::Result<Vec<usize>> {
-    let cpus = parse_cpu_list(list).with_context(|| format!("{flag} {list:?}"))?;
+    let cpus = parse_cpu_list(list).with_context(|| format!("{flag} {:?}", excerpt(list, VALUE_CHARS)))?;
     if cpus.is_empty() {
-        bail!("{flag} {list:?} names no CPU");
+        bail!("{flag} {:?} names no CPU", excerpt(list, VALUE_CHARS));
     }
     for &cpu in &cpus {
         if online.is_some_and(|online| !online.contains(&cpu)) {

@@ -269,7 +269,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         match PROGRAMS.iter().find(|p| p.name == name.trim()) {
             Some(p) => chosen.push(p),
             None => bail!(
-                "unknown program {name:?} in --programs (expected some of: {})",
+                "unknown program {:?} in --programs (expected some of: {})",
+                corehop_topology::excerpt(name, corehop_topology::VALUE_CHARS),
                 PROGRAMS.map(|p| p.name).join(", ")
             ),
         }

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use corehop_policy::offload::{CallDesc, CallKind};
+use corehop_topology::{excerpt, VALUE_CHARS};
 
 /// One completed call from a trace.
 #[derive(Clone, Debug, PartialEq)]
@@ -82,6 +83,12 @@ struct Parser {
     skipped: usize,
 }
 
+/// `text` quoted for an error message, at most [`VALUE_CHARS`] characters of it: a trace line
+/// can be megabytes long (a binary file given as a trace).
+fn quote(text: &str) -> String {
+    format!("{:?}", excerpt(text, VALUE_CHARS))
+}
+
 impl Parser {
     fn csv_line(&mut self, line: &str) -> Result<(), String> {
         let line = line.trim();
@@ -96,9 +103,9 @@ impl Parser {
             return Err("empty call name".into());
         }
         let number = |text: &str, what: &str| {
-            text.parse::<u64>().map_err(|_| format!("{what} {text:?} is not a whole number"))
+            text.parse::<u64>().map_err(|_| format!("{what} {} is not a whole number", quote(text)))
         };
-        let fd: i32 = fd.parse().map_err(|_| format!("fd {fd:?} is not an integer"))?;
+        let fd: i32 = fd.parse().map_err(|_| format!("fd {} is not an integer", quote(fd)))?;
         let desc = CallDesc::new(CallKind::from_name(call), fd, number(size, "size")?, number(site, "site")?);
         self.calls.push(TraceCall { call: desc, run_ns: number(run, "run_ns")? });
         Ok(())
@@ -141,7 +148,11 @@ impl Parser {
                 return Ok(());
             };
             if !start.starts_with(name.trim()) {
-                return Err(format!("pid {pid:?} resumed {name:?} but its unfinished call was {start:?}"));
+                return Err(format!(
+                    "pid {pid:?} resumed {} but its unfinished call was {}",
+                    quote(name),
+                    quote(&start)
+                ));
             }
             return self.complete(&format!("{start}{tail}"));
         }
@@ -154,10 +165,10 @@ impl Parser {
 
     /// `name(args) = ret <secs>`.
     fn complete(&mut self, text: &str) -> Result<(), String> {
-        let open = text.find('(').ok_or_else(|| format!("not a system call: {text:?}"))?;
+        let open = text.find('(').ok_or_else(|| format!("not a system call: {}", quote(text)))?;
         let name = &text[..open];
         if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-            return Err(format!("not a system call name: {name:?}"));
+            return Err(format!("not a system call name: {}", quote(name)));
         }
         let text = text.trim_end();
         if text.ends_with("= ?") {
@@ -165,11 +176,16 @@ impl Parser {
             return Ok(());
         }
         let Some(dur_start) = text.rfind('<').filter(|_| text.ends_with('>')) else {
-            return Err(format!("{name}: no <duration> at the end (record with strace -T)"));
+            return Err(format!(
+                "{}: no <duration> at the end (record with strace -T)",
+                excerpt(name, VALUE_CHARS)
+            ));
         };
-        let run_ns = seconds_to_ns(&text[dur_start + 1..text.len() - 1])
-            .ok_or_else(|| format!("{name}: bad duration {:?}", &text[dur_start..]))?;
-        let close = args_end(&text[..dur_start]).ok_or_else(|| format!("{name}: no ') = result'"))?;
+        let run_ns = seconds_to_ns(&text[dur_start + 1..text.len() - 1]).ok_or_else(|| {
+            format!("{}: bad duration {}", excerpt(name, VALUE_CHARS), quote(&text[dur_start..]))
+        })?;
+        let close = args_end(&text[..dur_start])
+            .ok_or_else(|| format!("{}: no ') = result'", excerpt(name, VALUE_CHARS)))?;
         let args = split_args(&text[open + 1..close]);
         let kind = CallKind::from_name(name);
         let fd = args.first().and_then(|a| a.parse::<i32>().ok()).unwrap_or(-1);
@@ -316,6 +332,20 @@ mod tests {
         assert!(err.to_string().starts_with("t.strace:1: read: no <duration>"), "{err}");
         let err = parse(Path::new("t.strace"), "hello world\n", Format::Strace).unwrap_err();
         assert!(err.to_string().contains("t.strace:1: not a system call"), "{err}");
+    }
+
+    #[test]
+    fn errors_quote_a_long_line_only_in_part() {
+        let line = "é".repeat(1 << 20);
+        let err = parse(Path::new("t.strace"), &line, Format::Strace).unwrap_err().to_string();
+        assert!(err.starts_with("t.strace:1: not a system call: \""), "{err}");
+        assert!(err.contains(&format!("…({} bytes)…", line.len() - "é".len() * VALUE_CHARS)), "{err}");
+        assert!(err.chars().count() < 250, "{} characters of message", err.chars().count());
+        let name = "x".repeat(1 << 20);
+        let err = parse(Path::new("t.strace"), &format!("{name}(3) = 0"), Format::Strace).unwrap_err();
+        assert!(err.to_string().len() < 250, "{} bytes of message", err.to_string().len());
+        let err = parse(Path::new("t.csv"), &format!("read,3,{name},0,1"), Format::Csv).unwrap_err();
+        assert!(err.to_string().len() < 250, "{} bytes of message", err.to_string().len());
     }
 
     #[test]
