@@ -191,18 +191,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 fn plan(args: &Args) -> anyhow::Result<Plan> {
     let pair = args.pair.check("delegation")?;
     let (ops, reps) = if args.output.quick { (2_048, 2) } else { (args.ops, args.reps) };
-    if ops == 0 || reps == 0 {
-        bail!("--ops and --reps must be at least 1");
-    }
-    // Every repetition's figures are kept, one per row; a row of MAX_OPS takes minutes.
-    if ops > MAX_OPS || reps > MAX_REPS {
-        bail!("--ops {ops} --reps {reps}: at most {MAX_OPS} operations per row and {MAX_REPS} repetitions");
-    }
+    // A row of MAX_OPS takes minutes.
+    report::check_range("--ops", ops, 1..=MAX_OPS)?;
+    report::check_range("--reps", reps, 1..=report::MAX_REPS)?;
     Ok(Plan { pair, ops, reps })
 }
 
 const MAX_OPS: u64 = 1 << 32;
-const MAX_REPS: usize = 10_000;
 
 fn measure(args: &Args) -> anyhow::Result<Report> {
     let plan = plan(args)?;

@@ -121,10 +121,11 @@ struct Measured {
 
 /// `corehop bench modes`: measures, prints the tables (or JSON, or a plot).
 pub fn run(args: Args) -> anyhow::Result<()> {
-    anyhow::ensure!(args.reps > 0, "--reps must be at least 1");
+    report::check_range("--reps", args.reps, 1..=report::MAX_REPS)?;
     anyhow::ensure!(
-        args.work_ms > 0.0 && args.work_ms.is_finite(),
-        "--work-ms must be > 0, got {}",
+        args.work_ms > 0.0 && args.work_ms <= report::MAX_RUN_MS as f64,
+        "--work-ms must be > 0 and at most {}, got {}",
+        report::MAX_RUN_MS,
         args.work_ms
     );
     anyhow::ensure!(

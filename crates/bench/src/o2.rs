@@ -709,10 +709,11 @@ fn setup(args: &Args) -> anyhow::Result<(Bench, Vec<u64>, CacheSizes)> {
             .collect::<anyhow::Result<_>>()?,
     };
     anyhow::ensure!(!cpus.is_empty(), "--cpus: no CPUs given");
-    anyhow::ensure!(args.reps > 0, "--reps must be at least 1");
-    anyhow::ensure!(args.ms > 0, "--ms must be at least 1");
-    anyhow::ensure!(args.tasks_per_cpu > 0, "--tasks-per-cpu must be at least 1");
-    anyhow::ensure!((1..=4096).contains(&args.batch), "--batch must be between 1 and 4096");
+    report::check_range("--reps", args.reps, 1..=report::MAX_REPS)?;
+    report::check_range("--ms", args.ms, 1..=report::MAX_RUN_MS)?;
+    // Each task has a stack of its own (256 KiB).
+    report::check_range("--tasks-per-cpu", args.tasks_per_cpu, 1..=256)?;
+    report::check_range("--batch", args.batch, 1..=4096)?;
     let caches = cache_sizes(&machine, &cpus)?;
     let sizes = if args.sizes.is_empty() {
         default_sizes(caches.one, caches.all, caches.on_chip, args.output.quick)

@@ -422,6 +422,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Transactions or requests per repetition at most.
+const MAX_OPS: usize = 10_000_000;
+
 /// Validates the arguments, starts the service core and measures every policy.
 fn collect(args: &Args) -> anyhow::Result<Output> {
     let (reps, txns, requests, handoff_reps, handoff_batch) =
@@ -433,10 +436,10 @@ fn collect(args: &Args) -> anyhow::Result<Output> {
         handoff_reps: args.handoff_reps.unwrap_or(handoff_reps),
         handoff_batch: args.handoff_batch.unwrap_or(handoff_batch),
     };
-    anyhow::ensure!(
-        counts.reps > 0 && counts.txns > 0 && counts.requests > 0,
-        "--reps, --txns and --requests must be at least 1"
-    );
+    // Every transaction's and request's latency is kept: 8 bytes each.
+    report::check_range("--reps", counts.reps, 1..=report::MAX_REPS)?;
+    report::check_range("--txns", counts.txns, 1..=MAX_OPS)?;
+    report::check_range("--requests", counts.requests, 1..=MAX_OPS)?;
     anyhow::ensure!(
         counts.handoff_reps <= 1000 && (1..=1_000_000).contains(&counts.handoff_batch),
         "--handoff-reps must be at most 1000 and --handoff-batch 1 to 1000000"

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use corehop_policy::components::{Controller, ControllerConfig, Idle};
-use corehop_runtime::components::{Pipeline, Sample};
+use corehop_runtime::components::{Pipeline, Sample, MAX_CHANNEL_CAPACITY};
 use corehop_runtime::sys;
 use corehop_topology::{CpuId, Machine};
 use serde::Serialize;
@@ -345,9 +345,9 @@ fn bench(args: &Args) -> anyhow::Result<Report> {
         args.reps = 1;
         args.duration_ms = args.duration_ms.min(100);
     }
-    anyhow::ensure!(args.reps >= 1, "--reps must be at least 1");
-    anyhow::ensure!(args.duration_ms >= 1, "--duration-ms must be at least 1");
-    anyhow::ensure!(args.capacity >= 1, "--capacity must be at least 1");
+    report::check_range("--reps", args.reps, 1..=report::MAX_REPS)?;
+    report::check_range("--duration-ms", args.duration_ms, 1..=report::MAX_RUN_MS)?;
+    report::check_range("--capacity", args.capacity, 1..=MAX_CHANNEL_CAPACITY)?;
     anyhow::ensure!(!args.speeds.is_empty(), "--speeds needs at least one speed");
     if let Some(&bad) = args.speeds.iter().find(|s| !(**s > 0.0 && **s <= 1.0)) {
         anyhow::bail!("speed {bad} in --speeds is outside (0, 1]");

@@ -308,6 +308,26 @@ pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
     bar
 }
 
+/// Repetitions a benchmark takes at most: each one's figures are kept until the end.
+pub const MAX_REPS: usize = 10_000;
+/// Milliseconds one measured run may last at most (ten minutes).
+pub const MAX_RUN_MS: u64 = 600_000;
+
+/// Checks that `value`, given as `flag`, lies in `range`: every count that sizes a
+/// buffer or a run is bounded, with an error that names the flag and the bounds.
+pub fn check_range<T>(flag: &str, value: T, range: std::ops::RangeInclusive<T>) -> anyhow::Result<()>
+where
+    T: PartialOrd + std::fmt::Display,
+{
+    anyhow::ensure!(
+        range.contains(&value),
+        "{flag} must be between {} and {}, got {value}",
+        range.start(),
+        range.end()
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -183,12 +183,15 @@ pub fn tour() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Round trips per repetition at most.
+const MAX_ITERS: u64 = 10_000_000;
+
 fn plan(args: &Args) -> anyhow::Result<Plan> {
     let pair = args.pair.check("a hop")?;
     let (iters, reps) = if args.output.quick { (300, 2) } else { (args.iters, args.reps) };
-    if iters == 0 || reps == 0 {
-        bail!("--iters and --reps must be at least 1");
-    }
+    // Every round trip's time is kept while a repetition runs: 8 bytes each.
+    report::check_range("--iters", iters, 1..=MAX_ITERS)?;
+    report::check_range("--reps", reps, 1..=report::MAX_REPS)?;
     Ok(Plan {
         pair,
         iters,

@@ -329,8 +329,11 @@ fn bad_input_is_a_typed_error() {
     let m = machine();
     let n = m.cpus().len();
     let mut b = Pipeline::builder(&m).unwrap();
-    assert!(matches!(b.spsc::<u64>(0), Err(ComponentError::ZeroCapacity)));
-    assert!(matches!(b.mpsc::<u64>(0), Err(ComponentError::ZeroCapacity)));
+    assert!(matches!(b.spsc::<u64>(0), Err(ComponentError::Capacity(0))));
+    assert!(matches!(b.mpsc::<u64>(0), Err(ComponentError::Capacity(0))));
+    let too_many = corehop_runtime::components::MAX_CHANNEL_CAPACITY + 1;
+    assert!(matches!(b.spsc::<u64>(too_many), Err(ComponentError::Capacity(n)) if n == too_many));
+    assert!(matches!(b.mpsc::<u64>(usize::MAX), Err(ComponentError::Capacity(usize::MAX))));
     assert!(matches!(b.batch(0), Err(ComponentError::ZeroBatch)));
     assert!(matches!(b.speed(CpuId(0), 0.0), Err(ComponentError::BadSpeed { .. })));
     assert!(matches!(b.speed(CpuId(0), 1.5), Err(ComponentError::BadSpeed { .. })));

@@ -160,9 +160,9 @@ pub enum ComponentError {
         /// The speed given, as a fraction of full speed.
         speed: f64,
     },
-    /// A channel of capacity 0 was asked for.
-    #[error("a channel needs a capacity of at least 1")]
-    ZeroCapacity,
+    /// A channel capacity outside 1..=[`MAX_CHANNEL_CAPACITY`] was asked for.
+    #[error("a channel's capacity must be between 1 and {MAX_CHANNEL_CAPACITY} messages, got {0}")]
+    Capacity(usize),
     /// A batch size of 0 was asked for.
     #[error("the batch size must be at least 1")]
     ZeroBatch,
@@ -201,6 +201,9 @@ pub enum ComponentError {
     #[error(transparent)]
     Layout(#[from] ControllerError),
 }
+
+/// The most messages a channel holds: its queue is allocated whole when it is made.
+pub const MAX_CHANNEL_CAPACITY: usize = 1 << 20;
 
 const MAX_CPUS: usize = 64;
 /// Messages a component handles per turn before the host moves to the next one.
@@ -333,8 +336,8 @@ impl PipelineBuilder {
     }
 
     fn chan<M: Send>(&self, capacity: usize) -> Result<Arc<Chan<M>>, ComponentError> {
-        if capacity == 0 {
-            return Err(ComponentError::ZeroCapacity);
+        if !(1..=MAX_CHANNEL_CAPACITY).contains(&capacity) {
+            return Err(ComponentError::Capacity(capacity));
         }
         Ok(Chan::new(capacity, self.signals.clone()))
     }
