@@ -79,6 +79,14 @@ pub enum Error {
         /// The smallest stack the runtime accepts, in bytes ([`MIN_STACK_SIZE`](crate::MIN_STACK_SIZE)).
         min: usize,
     },
+    /// The task stack size asked for is more than a task's stack may reserve.
+    #[error("a task stack of {size} bytes is too large: at most {max} bytes (Builder::stack_size)")]
+    StackTooLarge {
+        /// The stack size asked for, in bytes.
+        size: usize,
+        /// The largest stack the runtime accepts, in bytes ([`MAX_STACK_SIZE`](crate::MAX_STACK_SIZE)).
+        max: usize,
+    },
     /// Allocating a task stack failed.
     #[error("could not allocate a {size}-byte task stack: {source}")]
     Stack {

@@ -51,7 +51,9 @@ mod worker;
 pub use corehop_policy::pick::{Candidate, Pick, PickState};
 pub use corehop_topology::{CpuId, OsCpu};
 pub use error::{Error, JoinError};
-pub use runtime::{Builder, JoinHandle, Mechanism, Runtime, Wake, DEFAULT_STACK_SIZE, MIN_STACK_SIZE};
+pub use runtime::{
+    Builder, JoinHandle, Mechanism, Runtime, Wake, DEFAULT_STACK_SIZE, MAX_STACK_SIZE, MIN_STACK_SIZE,
+};
 pub use submit::{submit, submit_batch, Pending, PendingBatch, MAX_BLOCK_OPS};
 pub use task::{
     current_cpu, hop, hop_any, in_task, no_hop_zone, on, others_waiting, spawn_on, try_current_cpu,

@@ -84,6 +84,10 @@ pub enum Wake {
 /// of KiB.
 pub const MIN_STACK_SIZE: usize = 16 * 1024;
 
+/// The largest task stack [`Builder::stack_size`] accepts (1 GiB of address space a task,
+/// committed only as it is used).
+pub const MAX_STACK_SIZE: usize = 1 << 30;
+
 /// Task stack size unless [`Builder::stack_size`] says otherwise (lazily committed memory).
 pub const DEFAULT_STACK_SIZE: usize = 256 * 1024;
 /// Finished tasks' stacks kept for reuse, so spawning does not mmap every time.
@@ -126,7 +130,8 @@ impl Builder {
     }
 
     /// Bytes of stack per task (plus a guard page). Default: [`DEFAULT_STACK_SIZE`]; at least
-    /// [`MIN_STACK_SIZE`], or `build` fails with [`Error::StackTooSmall`].
+    /// [`MIN_STACK_SIZE`] and at most [`MAX_STACK_SIZE`], or `build` fails with
+    /// [`Error::StackTooSmall`] or [`Error::StackTooLarge`].
     pub fn stack_size(mut self, bytes: usize) -> Self {
         self.stack_size = bytes;
         self
@@ -142,6 +147,9 @@ impl Builder {
     pub fn build(self) -> Result<Runtime, Error> {
         if self.stack_size < MIN_STACK_SIZE {
             return Err(Error::StackTooSmall { size: self.stack_size, min: MIN_STACK_SIZE });
+        }
+        if self.stack_size > MAX_STACK_SIZE {
+            return Err(Error::StackTooLarge { size: self.stack_size, max: MAX_STACK_SIZE });
         }
         overflow::install();
         let machine = match self.machine {

@@ -36,6 +36,10 @@ fn bad_cpus_are_typed_errors_naming_the_problem() {
     let err = Runtime::builder().stack_size(100).build().unwrap_err();
     assert!(matches!(err, Error::StackTooSmall { size: 100, .. }), "{err}");
     assert!(err.to_string().contains("100 bytes is too small"), "{err}");
+    for size in [corehop_runtime::MAX_STACK_SIZE + 1, usize::MAX] {
+        let err = Runtime::builder().stack_size(size).build().unwrap_err();
+        assert!(matches!(err, Error::StackTooLarge { size: s, .. } if s == size), "{err}");
+    }
     // The smallest accepted stack runs a task that hops.
     let rt = Runtime::builder().wake(Wake::Park).stack_size(corehop_runtime::MIN_STACK_SIZE).build().unwrap();
     let (a, b) = (rt.cpus()[0], *rt.cpus().last().unwrap());
