@@ -921,7 +921,7 @@ impl Placer {
         for (o, s) in self.objects.iter().zip(samples) {
             if o.placement == Placement::Local && s.local_ops > 0 {
                 ns += s.local_ns as f64;
-                byte_ops += (s.local_ops * o.hints.bytes.max(1)) as f64;
+                byte_ops += s.local_ops as f64 * o.hints.bytes.max(1) as f64;
             }
         }
         let control = (byte_ops > 0.0).then(|| ns / byte_ops);

@@ -580,3 +580,23 @@ fn an_operation_cannot_hop_while_it_holds_its_object() {
     assert!(single && batched.iter().all(|&r| r), "{single} {batched:?}");
     assert!(after, "hops are allowed after the operations");
 }
+
+#[test]
+fn objects_of_any_declared_size_are_counted_without_overflow() {
+    // A size no cache holds stays where it is called; its byte counts must not overflow.
+    let machine = host();
+    let objects = registry::<u64>(&machine);
+    for key in 0..4 {
+        objects.register(key, 0, u64::MAX).unwrap();
+    }
+    for _ in 0..5 {
+        for _ in 0..500 {
+            for key in 0..4 {
+                objects.run(&key, |n| *n += 1).unwrap();
+            }
+        }
+        objects.end_period();
+    }
+    assert_eq!(objects.census().local, 4);
+    assert_eq!(objects.read(&3, |n| *n).unwrap(), 2500);
+}

@@ -903,7 +903,7 @@ impl<K: Hash + Eq, T> Objects<K, T> {
 /// The duration beyond which an operation on `bytes` was surely preempted or blocked: reading
 /// them from memory at a pessimistic 0.5 byte/ns, and never less than 50 µs.
 fn preempted_after(bytes: u64) -> u64 {
-    (bytes * 2).max(50_000)
+    bytes.saturating_mul(2).max(50_000)
 }
 
 /// [`crate::no_hop_zone`] for the operation of one frame, with one look at the running task
