@@ -463,5 +463,6 @@ fn _corehop(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(machine_preset, m)?)?;
     m.add_function(wrap_pyfunction!(cost_model, m)?)?;
     m.add_function(wrap_pyfunction!(available_threads, m)?)?;
+    m.add("MAX_POINTS", corehop_sim::MAX_POINTS)?;
     Ok(())
 }

@@ -40,6 +40,16 @@ def test_random_samples_are_distinct_and_reproducible(threshold):
         corehop.points(threshold, {"workload.pollution": corehop.Range(0, 1)})
 
 
+def test_sweeps_are_bounded_before_any_point_is_built(threshold):
+    big = {"workload.pollution": list(range(1000)), "workload.latency_cycles": list(range(1000))}
+    with pytest.raises(ValueError, match=f"000000 points: at most {corehop.MAX_POINTS} run"):
+        corehop.points(threshold, big)
+    with pytest.raises(ValueError, match=f"at most {corehop.MAX_POINTS} points"):
+        corehop.points(threshold, seeds=10**12)
+    with pytest.raises(ValueError, match=f"at most {corehop.MAX_POINTS} points"):
+        corehop.points(threshold, {"workload.pollution": corehop.Range(0, 1)}, sample=10**9)
+
+
 def test_parallel_results_equal_serial_ones(threshold):
     serial = corehop.sweep(threshold, seeds=2, jobs=1, progress=False)
     parallel = corehop.sweep(threshold, seeds=2, jobs=4, progress=False)

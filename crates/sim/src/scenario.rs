@@ -41,6 +41,9 @@ use corehop_topology::{excerpt, presets, Machine, MESSAGE_CHARS, VALUE_CHARS};
 use crate::engine::{ns_to_ps, Limits};
 use crate::machine::{CostModel, SimMachine};
 
+/// The most points one sweep runs ([`ScenarioDoc::expand`] builds them all first).
+pub const MAX_POINTS: usize = 100_000;
+
 /// A scenario that cannot be used: which file, which key, what is wrong.
 ///
 /// Its message quotes at most a few hundred characters of the key and of the problem
@@ -278,6 +281,8 @@ impl ScenarioDoc {
     /// assert_eq!((key.as_str(), value.as_integer()), ("workload.tasks", Some(2)));
     /// # Ok::<(), corehop_sim::ScenarioError>(())
     /// ```
+    ///
+    /// A sweep of more than [`MAX_POINTS`] points is an error.
     pub fn expand(&self, extra: &[Sweep]) -> Result<Vec<Point>, ScenarioError> {
         let mut sweeps = self.sweeps()?;
         for s in extra {
@@ -288,6 +293,19 @@ impl ScenarioDoc {
         }
         if let Some(empty) = sweeps.iter().find(|s| s.values.is_empty()) {
             return Err(self.error(&empty.key, Problem::Override("sweep has no values".into())));
+        }
+        // Every point is built (a scenario each) before the first one runs.
+        let count = sweeps.iter().try_fold(1usize, |n, s| n.checked_mul(s.values.len()));
+        if count.is_none_or(|n| n > MAX_POINTS) {
+            let keys: Vec<&str> = sweeps.iter().map(|s| s.key.as_str()).collect();
+            let sizes: Vec<String> = sweeps.iter().map(|s| s.values.len().to_string()).collect();
+            return Err(self.error(
+                &keys.join(", "),
+                Problem::Override(format!(
+                    "of {} points: at most {MAX_POINTS} run in one sweep",
+                    sizes.join(" × ")
+                )),
+            ));
         }
         let mut combos: Vec<Vec<(String, toml::Value)>> = vec![Vec::new()];
         for s in &sweeps {
@@ -792,6 +810,20 @@ mod tests {
         assert!(matches!(d.set("noequals").unwrap_err().problem, Problem::Override(_)));
         assert!(matches!(d.set("seed.x=1").unwrap_err().problem, Problem::Override(_)));
         assert!(Sweep::parse("novalues").is_err());
+    }
+
+    #[test]
+    fn a_sweep_of_too_many_points_is_refused_before_any_is_built() {
+        let values = |n: usize| (1..=n).map(|i| i.to_string()).collect::<Vec<_>>().join(",");
+        let sweeps: Vec<Sweep> = ["seed", "workload.iterations", "workload.tasks"]
+            .iter()
+            .map(|key| Sweep::parse(&format!("{key}={}", values(1000))).unwrap())
+            .collect();
+        let e = doc("").expand(&sweeps).unwrap_err();
+        assert_eq!(e.key, "seed, workload.iterations, workload.tasks");
+        assert!(e.to_string().contains("of 1000 × 1000 × 1000 points: at most 100000"), "{e}");
+        let few = [Sweep::parse(&format!("seed={}", values(3))).unwrap()];
+        assert_eq!(doc("").expand(&few).unwrap().len(), 3);
     }
 
     #[test]

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any, Union
 
 from ._corehop import (
+    MAX_POINTS,
     PointResults,
     Scenario,
     ScenarioError,
@@ -32,6 +33,7 @@ from ._corehop import (
 from .sweeps import Range, SweepError, flatten, points, sweep, to_frame
 
 __all__ = [
+    "MAX_POINTS",
     "PointResults",
     "Range",
     "Scenario",

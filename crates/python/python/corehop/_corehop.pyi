@@ -70,3 +70,6 @@ def cost_model(name: str) -> dict[str, Any]:
 
 def available_threads() -> int:
     """CPUs this process may run on."""
+
+#: The most points one sweep runs: every point is built before the first one runs.
+MAX_POINTS: int

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, Union
 import pandas as pd
 from tqdm.auto import tqdm
 
-from ._corehop import Scenario, ScenarioError
+from ._corehop import MAX_POINTS, Scenario, ScenarioError
 
 if TYPE_CHECKING:
     from . import ScenarioLike
@@ -114,16 +114,27 @@ def points(
         keys[key] = _value_list(key, values, sampling)
     seed_values: list[int] | None = None
     if seeds is not None:
+        if isinstance(seeds, int) and seeds > MAX_POINTS:
+            raise ValueError(f"seeds={seeds}: at most {MAX_POINTS} points run in one sweep")
         seed_values = list(range(1, seeds + 1)) if isinstance(seeds, int) else [int(_plain(s)) for s in seeds]
         if not seed_values:
             raise ValueError("seeds: no seeds to run")
         keys.pop("seed", None)
     names = list(keys)
+    # Every point is built before the first runs: bound them as `corehop sim` does.
+    per_combo = len(seed_values or [1])
     if not sampling:
+        total = math.prod(len(keys[k]) for k in names) * per_combo
+        if total > MAX_POINTS:
+            raise ValueError(
+                f"the grid has {total} points: at most {MAX_POINTS} run in one sweep (sample=N draws fewer)"
+            )
         combos = [list(c) for c in itertools.product(*(keys[k] for k in names))]
     else:
         if sample < 1:
             raise ValueError(f"sample={sample}: draw at least one point")
+        if sample * per_combo > MAX_POINTS:
+            raise ValueError(f"sample={sample} x {per_combo} seeds: at most {MAX_POINTS} points run in one sweep")
         combos = _draw(names, keys, sample, random.Random(sample_seed))
     if seed_values is None:
         return [list(zip(names, c)) for c in combos]
