@@ -82,7 +82,7 @@ fn bad_arguments_are_clear_errors() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("two different CPUs"));
     let out = corehop(&["bench", "delegate", "--ops", "0"]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 1"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("must be between 1 and"));
     let out = corehop(&["bench", "delegate", "--help"]);
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(help.contains("ring-64") && help.contains("--json"), "{help}");

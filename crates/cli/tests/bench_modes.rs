@@ -85,7 +85,7 @@ fn emulated_smt_layout_runs_every_mode() {
 #[test]
 fn bad_input_is_a_clear_error() {
     let cases: [(&[&str], &str); 4] = [
-        (&["bench", "modes", "--reps", "0"], "--reps must be at least 1"),
+        (&["bench", "modes", "--reps", "0"], "--reps must be between 1 and 10000"),
         (&["bench", "modes", "--irq-rate=-5"], "--irq-rate must be >= 0"),
         (&["bench", "modes", "--work-ms", "0"], "--work-ms must be > 0"),
         (&["bench", "modes", "--machine", "/nonexistent/smt.toml"], "/nonexistent/smt.toml"),

@@ -142,7 +142,7 @@ fn bad_flags_are_clear_errors() {
     for (args, needle) in [
         (vec!["--policies", "sometimes"], "unknown policy \"sometimes\""),
         (vec!["--workloads", "tpcc"], "unknown workload \"tpcc\""),
-        (vec!["--reps", "0"], "--reps, --txns and --requests must be at least 1"),
+        (vec!["--reps", "0"], "--reps must be between 1 and 10000"),
         (vec!["--app-cpu", "4000"], "--app-cpu 4000 is not one this process may use"),
         (vec!["--service-cpu", "4000"], "service CPU 4000 is not one this process may run on"),
     ] {

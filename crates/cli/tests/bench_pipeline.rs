@@ -89,8 +89,8 @@ fn bad_flags_are_clear_errors() {
         (&["--speeds", "1.5"][..], "outside (0, 1]"),
         (&["--placements", "everywhere"][..], "unknown placement \"everywhere\""),
         (&["--idle", "nap"][..], "unknown idle mode \"nap\""),
-        (&["--reps", "0"][..], "--reps must be at least 1"),
-        (&["--capacity", "0"][..], "--capacity must be at least 1"),
+        (&["--reps", "0"][..], "--reps must be between 1 and 10000"),
+        (&["--capacity", "0"][..], "--capacity must be between 1 and"),
         (&["--rate=-5"][..], "--rate must be a positive"),
     ] {
         let mut all = vec!["bench", "pipeline", "--duration-ms", "5"];
