@@ -189,8 +189,21 @@ pub struct OutputArgs {
     /// Also draw the results into this SVG file.
     ///
     /// The description above says what it draws.
-    #[arg(long, value_name = "FILE.svg")]
+    #[arg(long, value_name = "FILE.svg", value_parser = plot_path)]
     pub plot: Option<PathBuf>,
+}
+
+/// Checks a `--plot` path when the command line is read, not after a run of minutes: the file
+/// must be named `.svg` (what is drawn is SVG) in a folder that exists.
+pub fn plot_path(text: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(text);
+    if !path.extension().is_some_and(|e| e.eq_ignore_ascii_case("svg")) {
+        return Err("plots are drawn as SVG: name the file .svg".into());
+    }
+    match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(dir) if !dir.is_dir() => Err(format!("there is no folder {}", dir.display())),
+        _ => Ok(path),
+    }
 }
 
 /// Writes `value` as pretty JSON to stdout.
@@ -331,6 +344,15 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plot_paths_are_svg_files_in_folders_that_exist() {
+        assert_eq!(plot_path("o2.svg").unwrap(), PathBuf::from("o2.svg"));
+        assert!(plot_path("/tmp/A.SVG").is_ok());
+        assert!(plot_path("o2.png").unwrap_err().contains("name the file .svg"));
+        assert!(plot_path("o2").unwrap_err().contains("name the file .svg"));
+        assert!(plot_path("/no/such/folder/o2.svg").unwrap_err().contains("no folder /no/such/folder"));
+    }
 
     #[test]
     fn stats_of_odd_and_even_counts() {

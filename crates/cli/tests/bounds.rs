@@ -81,3 +81,17 @@ fn benchmark_counts_are_bounded() {
         assert_refused(args, expected);
     }
 }
+
+#[test]
+fn a_plot_that_cannot_be_written_is_refused_before_the_run() {
+    for (args, expected) in [
+        (&["bench", "switch", "--plot", "/no/such/folder/s.svg"][..], "there is no folder /no/such/folder"),
+        (&["bench", "o2", "--plot", "o2.png"][..], "name the file .svg"),
+    ] {
+        let out = corehop(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}"); // clap's usage error
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?} measured before refusing");
+    }
+}

@@ -559,7 +559,11 @@ fn from_canonical<T: DeserializeOwned>(file: &str, table: &toml::Table) -> Resul
     let text = toml::to_string(table).expect("a TOML table serialises");
     toml::from_str::<T>(&text).map_err(|e| {
         let message = e.message().to_string();
-        let key = e.span().map(|s| key_at(&text, s.start)).unwrap_or_else(|| "(top level)".into());
+        let key = e
+            .span()
+            .map(|s| key_at(&text, s.start))
+            .filter(|k| !k.is_empty())
+            .unwrap_or_else(|| "(top level)".into());
         let problem = if message.starts_with("unknown field") || message.starts_with("unknown variant") {
             if message.starts_with("unknown field") {
                 Problem::UnknownKey(message)
@@ -810,6 +814,12 @@ mod tests {
         assert!(matches!(d.set("noequals").unwrap_err().problem, Problem::Override(_)));
         assert!(matches!(d.set("seed.x=1").unwrap_err().problem, Problem::Override(_)));
         assert!(Sweep::parse("novalues").is_err());
+    }
+
+    #[test]
+    fn an_empty_scenario_names_the_top_level() {
+        let e = ScenarioDoc::parse("empty.toml", "").unwrap().validate().unwrap_err();
+        assert_eq!(e.to_string(), "empty.toml: (top level): missing field `machine`");
     }
 
     #[test]

@@ -53,7 +53,7 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
     /// Draw decision accuracy against N (every trace and form, plus the constant baseline).
-    #[arg(long, value_name = "FILE.svg")]
+    #[arg(long, value_name = "FILE.svg", value_parser = corehop_bench::report::plot_path)]
     pub plot: Option<PathBuf>,
 }
 

@@ -132,7 +132,7 @@ pub struct Args {
     pub json: bool,
 
     /// With --compare: draw the median wall times as bars in an SVG file.
-    #[arg(long, value_name = "FILE.svg", requires = "compare")]
+    #[arg(long, value_name = "FILE.svg", value_parser = corehop_bench::report::plot_path, requires = "compare")]
     pub plot: Option<PathBuf>,
 
     /// The program to run and its arguments (after `--`, or after corehop's own options: an

@@ -68,7 +68,7 @@ pub struct Args {
 
     /// Also draw the headline metric into an SVG file: a curve over the last swept key when
     /// its values are numbers, else one bar per run.
-    #[arg(long, value_name = "FILE.svg")]
+    #[arg(long, value_name = "FILE.svg", value_parser = corehop_bench::report::plot_path)]
     plot: Option<PathBuf>,
 
     /// Run up to N points of a sweep at once, one per thread (default: every CPU this process
