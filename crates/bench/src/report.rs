@@ -196,10 +196,16 @@ pub struct OutputArgs {
 /// Checks a `--plot` path when the command line is read, not after a run of minutes: the file
 /// must be named `.svg` (what is drawn is SVG) in a folder that exists.
 pub fn plot_path(text: &str) -> Result<PathBuf, String> {
-    let path = PathBuf::from(text);
-    if !path.extension().is_some_and(|e| e.eq_ignore_ascii_case("svg")) {
+    if !Path::new(text).extension().is_some_and(|e| e.eq_ignore_ascii_case("svg")) {
         return Err("plots are drawn as SVG: name the file .svg".into());
     }
+    output_path(text)
+}
+
+/// Checks a path that a command writes its results to, when the command line is read: its
+/// folder must exist, so that a run is not lost for want of it.
+pub fn output_path(text: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(text);
     match path.parent().filter(|p| !p.as_os_str().is_empty()) {
         Some(dir) if !dir.is_dir() => Err(format!("there is no folder {}", dir.display())),
         _ => Ok(path),

@@ -83,10 +83,15 @@ fn benchmark_counts_are_bounded() {
 }
 
 #[test]
-fn a_plot_that_cannot_be_written_is_refused_before_the_run() {
+fn an_output_that_cannot_be_written_is_refused_before_the_run() {
     for (args, expected) in [
         (&["bench", "switch", "--plot", "/no/such/folder/s.svg"][..], "there is no folder /no/such/folder"),
         (&["bench", "o2", "--plot", "o2.png"][..], "name the file .svg"),
+        (
+            &["run", "--offload", "--stats-json", "/no/such/folder/s.json", "--", "echo", "ran"][..],
+            "no folder",
+        ),
+        (&["sim", "no-such.toml", "--csv", "/no/such/folder/runs.csv"][..], "no folder"),
     ] {
         let out = corehop(args);
         let stderr = String::from_utf8_lossy(&out.stderr);

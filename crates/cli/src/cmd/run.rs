@@ -94,7 +94,7 @@ pub struct Args {
     /// `[low_ns, high_ns, count]` per non-empty histogram bucket; `on_round_trip`: `from_cpu`,
     /// `to_cpu`, `round_trip_ns` {min, median, max, samples} of the runtime's `on()` measured
     /// right after the program, or null).
-    #[arg(long, value_name = "FILE", requires = "offload")]
+    #[arg(long, value_name = "FILE", requires = "offload", value_parser = corehop_bench::report::output_path)]
     pub stats_json: Option<PathBuf>,
 
     /// How long a caller waits for a service thread to take its call before running the call
@@ -115,7 +115,7 @@ pub struct Args {
     /// are per process), one `# pid` block per process, appended at its exit. Use `--policy
     /// never` for local run lengths. A process that ends by `exec`, `_exit` or a signal adds
     /// nothing; at most 1 048 576 calls per process are kept.
-    #[arg(long, value_name = "FILE", requires = "offload", conflicts_with = "compare")]
+    #[arg(long, value_name = "FILE", requires = "offload", conflicts_with = "compare", value_parser = corehop_bench::report::output_path)]
     pub record_trace: Option<PathBuf>,
 
     /// Instead of running CMD once: run it REPS times without the library and REPS times with

@@ -63,7 +63,7 @@ pub struct Args {
     json: bool,
 
     /// Also write one CSV row per run to FILE.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = corehop_bench::report::output_path)]
     csv: Option<PathBuf>,
 
     /// Also draw the headline metric into an SVG file: a curve over the last swept key when
