@@ -159,8 +159,8 @@ fn the_timed_form_beats_the_papers_on_traces_timed_in_ns() {
 /// clock): the timed form's decisions must be right ≥ 90 % of the time over all programs and
 /// N, well above the best constant rule on average, and nowhere more than half a point below
 /// it. (An online rule cannot promise never to fall below the constant chosen afterwards: on
-/// a key long half the time at random, that constant wins by the luck of the draw. Here the
-/// shortfall is at most three calls, on 6 of 40 points.) The paper's form is reported beside it.
+/// a key long half the time at random, that constant wins by the luck of the draw. Here no
+/// point falls below it.) The paper's form is reported beside it.
 #[test]
 fn timed_form_beats_constant_rules_on_recorded_programs() {
     let dir = fixture("recorded");

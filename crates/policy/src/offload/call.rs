@@ -195,12 +195,15 @@ impl CallDesc {
 }
 
 impl CallDesc {
-    /// The timed predictor's key: the call's kind, its call site and the power of two its
-    /// size falls in (not the descriptor, nor the exact size: a loop reading one file after
-    /// another with one buffer is one key).
+    /// The timed predictor's key: the call's kind, its call site, the power of two its size
+    /// falls in, and whether it names a descriptor (not which one, nor the exact size: a loop
+    /// reading one file after another with one buffer is one key). `statx(AT_FDCWD, path)`
+    /// walks a path, `statx(fd, "", AT_EMPTY_PATH)` does not: under one name and one call
+    /// site, `ls -lR` makes both, 7 µs and 0.5 µs here.
     pub fn timed_key(&self) -> u64 {
         let bucket = 64 - u64::from(self.size.leading_zeros());
-        mix(mix(self.kind.code() ^ 0x7469_6d65) ^ self.site) ^ bucket
+        let no_descriptor = u64::from(self.fd < 0) << 7;
+        mix(mix(self.kind.code() ^ 0x7469_6d65) ^ self.site) ^ (bucket | no_descriptor)
     }
 }
 

@@ -1,10 +1,10 @@
 //! The measured policy: a kind of call moves only once moving it has been *measured* to cost
 //! its caller less than running it in place.
 //!
-//! For every call key (the call, its call site and the power of two its size falls in) it
-//! keeps two estimates of what the call costs its caller: run here (the run itself), and
-//! moved (from the decision to the result: the hand-off, any queue, the run over there and
-//! the caller's wake-up). Each key starts local. Now and then a call of the key takes the
+//! For every call key (the call, its call site, the power of two its size falls in, and
+//! whether it names a descriptor) it keeps two estimates of what the call costs its caller:
+//! run here (the run itself), and moved (from the decision to the result: the hand-off, any
+//! queue, the run over there and the caller's wake-up). Each key starts local. Now and then a call of the key takes the
 //! other side (a *probe*), so both estimates stay current and a phase change shows; probes of
 //! a side that keeps losing come twice as rarely each time (up to once in
 //! [`MeasuredConfig::max_backoff`] calls). A probe is taken only while the time probes lost,

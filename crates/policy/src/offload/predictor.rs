@@ -11,20 +11,21 @@
 //! Beside the paper's two forms, a third for run lengths measured in *time*
 //! ([`TableForm::Timed`]): times never repeat exactly, so "within ±5 %" rarely holds and the
 //! paper's form falls back to the global mean most of the time, which a few long calls (an
-//! fsync) drag up. The timed form keys a call by its kind, call site and size bucket (log2)
-//! and keeps each key's last nine runs. It predicts their lower tercile, which ignores the
-//! spikes that interrupts and preemption add, or their median where that has lately been the
-//! closer guess (a key whose runs take two lengths at random). A new key falls back to its
-//! kind's runs, then to any call's: a kind says more about a call's length than whatever call
-//! came before it.
+//! fsync) drag up. The timed form keys a call by its kind, call site, size bucket (log2) and
+//! whether it names a descriptor, and keeps each key's last nine runs. It predicts their
+//! lower tercile, which ignores the spikes that interrupts and preemption add, or their
+//! median where that has lately been the closer guess (a key whose runs take two lengths at
+//! random). A new key falls back to its kind's runs, then to any call's: a kind says more
+//! about a call's length than whatever call came before it.
 //!
 //! Its decisions at a threshold N ([`RunLengthPredictor::above_call`]) are chosen twice, as a
 //! branch predictor's tournament chooses: per key, between the prediction and the plain
 //! majority of the key's runs at N, whichever has lately been right where they differ; and
-//! over all calls, between the keys' decisions and the plain majority of all calls at N. On a
-//! key or a program where runs land on either side of N at random, the decisions then stay
-//! within a learning cost of the better of always and never moving, where the prediction
-//! alone fell up to 19 points below it (docs/performance.md, "run-length predictor").
+//! over all calls, between the keys' decisions and the plain majority of all calls at N (which
+//! decides first, until the keys have earned their place). On a key or a program where runs
+//! land on either side of N at random, the decisions then stay within a learning cost of the
+//! better of always and never moving, where the prediction alone fell up to 19 points below
+//! it (docs/performance.md, "run-length predictor").
 //!
 //! Units are whatever the caller observes in (the runtime uses nanoseconds, the simulator
 //! cycles); the predictor only compares and averages them.
@@ -315,6 +316,12 @@ struct Timed {
 /// The bound of [`Timed::trust_keys`]: a constant rule takes over after this many more
 /// right decisions than the keys', and hands back after as many more wrong.
 const TRUST_KEYS: i32 = 32;
+/// Where [`Timed::trust_keys`] starts: the plain majority decides until the keys have been
+/// right this many more times where the two differ. Keys that have seen one or two runs
+/// cost more than they gain on a program whose calls say little about their length; from
+/// 0, the decisions fell below the best constant rule at 4 of 40 points of the recorded
+/// traces, by 1 to 3 calls each (docs/performance.md, twenty-second session).
+const KEYS_START: i32 = -6;
 /// [`Timed::above_share`] keeps `1 - 1/2^ANY_DECAY_SHIFT` of itself per call.
 const ANY_DECAY_SHIFT: u32 = 8;
 /// Observations between two counts of the slots above a threshold that has moved (a count
@@ -328,7 +335,7 @@ impl Timed {
             kinds: vec![Recent::default(); NAMED_KINDS.len() + 1],
             any: Recent::default(),
             above_share: 0,
-            trust_keys: 0,
+            trust_keys: KEYS_START,
             used: vec![0; entries.div_ceil(64)],
             above_slots: 0,
             counted_at: None,
@@ -544,7 +551,7 @@ impl RunLengthPredictor {
     }
 
     /// The predicted run length of `call`: by its key ([`CallDesc::key`]) in the paper's
-    /// forms, by kind, call site and size bucket in the timed one.
+    /// forms, by kind, call site, size bucket and descriptor-or-path in the timed one.
     pub fn predict_call(&self, call: &CallDesc) -> Prediction {
         match &self.timed {
             Some(timed) => timed.predict(Timed::key_of(call), Some(call.kind)),
@@ -850,10 +857,14 @@ mod tests {
             p.observe_call(&fsync(1), 50_000, 10_000);
         }
         assert_eq!(p.predict_call(&fsync(1)).run, 50_000);
-        // Sizes in one power of two share a key; the descriptor does not matter.
+        // Sizes in one power of two share a key; which descriptor does not matter, whether
+        // there is one does (`statx(AT_FDCWD, path)` walks a path, `statx(fd, "")` does not).
         let read = |fd, size| CallDesc::new(CallKind::Read, fd, size, 9);
         assert_eq!(read(3, 4096).timed_key(), read(7, 8000).timed_key());
         assert_ne!(read(3, 4096).timed_key(), read(3, 9000).timed_key());
+        let statx = |fd| CallDesc::new(CallKind::Statx, fd, 0, 9);
+        assert_eq!(statx(3).timed_key(), statx(4).timed_key());
+        assert_ne!(statx(3).timed_key(), statx(-100).timed_key());
         assert_eq!(p.predict_call(&read(8, 5000)).run, 50);
         assert_eq!(TableForm::TIMED.label(), "time1500");
     }
@@ -960,7 +971,7 @@ mod tests {
         let mut p = RunLengthPredictor::new(TableForm::TIMED).unwrap();
         let short = CallDesc::new(CallKind::Fstat, 3, 0, 1);
         let long = CallDesc::new(CallKind::Fsync, 3, 0, 2);
-        assert!(!p.all_below(1000), "nothing counted yet");
+        assert!(p.all_below(1000), "before any run, the plain majority decides: nothing moves");
         for _ in 0..20 {
             p.observe_call(&short, 300, 1000);
         }
