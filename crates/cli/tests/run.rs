@@ -388,6 +388,66 @@ fn exit_status_and_signals_are_passed_on() {
 }
 
 #[test]
+fn the_program_finds_its_own_path_in_underscore_as_from_a_shell() {
+    // A shell puts the path of the program it starts in `_`: started from one, corehop holds
+    // its own there, and the program must see its own, as it would if the shell started it.
+    let path = std::env::var_os("PATH").unwrap();
+    let printenv = std::env::split_paths(&path).map(|d| d.join("printenv")).find(|p| p.is_file()).unwrap();
+    for offload in [false, true] {
+        let flags: &[&str] = if offload { &["--offload"] } else { &[] };
+        let run = |program: &str, underscore: Option<&str>| {
+            let mut command = corehop();
+            command.arg("run").args(flags).args(["--", program, "_"]);
+            match underscore {
+                Some(value) => command.env("_", value),
+                None => command.env_remove("_"),
+            };
+            command.output().unwrap()
+        };
+        let out = run("printenv", Some("/usr/local/bin/corehop"));
+        assert!(out.status.success());
+        assert_eq!(text(&out.stdout).trim_end(), printenv.to_str().unwrap());
+        let by_path = printenv.to_str().unwrap();
+        assert_eq!(text(&run(by_path, Some("/x/corehop")).stdout).trim_end(), by_path);
+        // Not started from a shell: no `_` to put right, and none is made up.
+        let out = run("printenv", None);
+        assert_eq!((out.status.code(), text(&out.stdout)), (Some(1), String::new()));
+    }
+}
+
+#[test]
+fn the_program_starts_with_the_signals_ignored_and_blocked_that_corehop_started_with() {
+    // A shell that ignores SIGPIPE and SIGHUP (`trap '' PIPE HUP`, `nohup`) and a parent that
+    // blocks SIGUSR1 pass that on to the program they start; so must corehop, although Rust's
+    // runtime ignores SIGPIPE itself and `Command` resets both. With SIGPIPE ignored, `yes |
+    // head -1` has `yes` report EPIPE and exit 1; under corehop it used to die by the signal.
+    if !have("python3") {
+        return;
+    }
+    let launcher = "import os, signal, sys; \
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN); signal.signal(signal.SIGHUP, signal.SIG_IGN); \
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1}); os.execvp(sys.argv[1], sys.argv[1:])";
+    let status_lines = |prefix: &[&str]| {
+        let mut command = Command::new("python3");
+        command.args(["-c", launcher]).args(prefix).args([
+            "grep",
+            "-E",
+            "^Sig(Blk|Ign)",
+            "/proc/self/status",
+        ]);
+        text(&command.output().unwrap().stdout)
+    };
+    common::library();
+    let plain = status_lines(&[]);
+    assert_eq!(plain.lines().count(), 2, "{plain}");
+    let exe = env!("CARGO_BIN_EXE_corehop");
+    for flags in [&[][..], &["--offload"], &["--offload", "--stats"]] {
+        let prefix: Vec<&str> = [&[exe, "run"][..], flags, &["--"]].concat();
+        assert_eq!(status_lines(&prefix), plain, "corehop run {flags:?}");
+    }
+}
+
+#[test]
 fn stats_print_a_summary_on_stderr_only() {
     let out = corehop()
         .args(["run", "--offload", "--policy", "always", "--stats", "--", "cat", "/etc/hostname"])

@@ -8,7 +8,7 @@
 //! and prints a table on stderr after CMD ends, so CMD's own output is untouched.
 
 use std::ffi::OsString;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
@@ -62,7 +62,7 @@ pub struct Args {
     /// Which calls go across. `adaptive` (the default) moves nothing until moving pays: a
     /// process that outlives its first 20 ms (shorter ones run every call in place and pay for
     /// no policy) starts with `measured`, which keeps every kind of call (call, call site, size
-    /// class) local until moving it has been measured to cost the caller less — it moves a
+    /// class, descriptor or path) local until moving it has been measured to cost the caller less — it moves a
     /// few calls of each kind as probes, within 1 % of the time its calls take. Once the
     /// process has run long enough to afford a trial (trials may cost at most 0.5 % of its
     /// time), it also tries `never`, `always`, `size` and `predicted` for short epochs, scored
@@ -380,9 +380,14 @@ mod forward {
         }
     }
 
-    /// Installs the handlers (before the program starts, so no signal is lost).
+    /// Installs the handlers (before the program starts, so no signal is lost). A signal
+    /// corehop was started ignoring stays ignored: the program inherits that, as from the
+    /// shell (`nohup`, or `&` in a script, which ignores SIGINT and SIGQUIT).
     pub fn install() {
         for signal in SIGNALS {
+            if ignored(signal) {
+                continue;
+            }
             // SAFETY: a zeroed sigaction with an SA_SIGINFO handler that only makes
             // async-signal-safe calls and touches atomics.
             unsafe {
@@ -392,6 +397,15 @@ mod forward {
                 libc::sigemptyset(&mut action.sa_mask);
                 libc::sigaction(signal, &action, std::ptr::null_mut());
             }
+        }
+    }
+
+    fn ignored(signal: i32) -> bool {
+        // SAFETY: a query (null new action) into a zeroed sigaction.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(signal, std::ptr::null(), &mut action) == 0
+                && action.sa_sigaction == libc::SIG_IGN
         }
     }
 
@@ -539,6 +553,19 @@ pub fn exit_code(status: ExitStatus) -> i32 {
     }
 }
 
+/// Where `program` is, as `execvp` finds it: itself if it names a path, else the first
+/// executable file of that name in `PATH`.
+fn program_path(program: &std::ffi::OsStr) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    if program.as_bytes().contains(&b'/') {
+        return Some(PathBuf::from(program));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|dir| dir.join(program)).find(|candidate| {
+        std::fs::metadata(candidate).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
+}
+
 impl Launch {
     /// Becomes the program (`execve`), as `env` and `taskset` do, when nothing is to be
     /// collected after it ends: it keeps corehop's process id, its signals and exit status are
@@ -562,6 +589,14 @@ impl Launch {
         let (program, rest) = self.command.split_first().context("no command given")?;
         let mut command = Command::new(program);
         command.args(rest);
+        crate::inherited::keep_for(&mut command);
+        if std::env::var_os("_").is_some() {
+            // A shell sets `_` to the path of the program it starts; started from one, corehop
+            // holds its own there. The program gets its own, as from the shell.
+            if let Some(path) = program_path(program) {
+                command.env("_", path);
+            }
+        }
         if let Some(offload) = &self.offload {
             let mut preload = std::env::var_os("LD_PRELOAD").unwrap_or_default();
             if !preload.is_empty() {

@@ -1,0 +1,86 @@
+//! The signal state corehop was started with, which the program it runs must start with too.
+//!
+//! A program started from a shell inherits the shell's ignored signals and its signal mask.
+//! Before `main`, Rust's runtime sets SIGPIPE to be ignored, and `Command` starts a child
+//! with SIGPIPE's default action and an empty mask. So with SIGPIPE ignored by the shell
+//! (`trap '' PIPE`), `yes | head -1` plain has `yes` report EPIPE and exit 1, while under
+//! `corehop run` it died by the signal. A constructor, which runs before Rust's runtime,
+//! records the state; [`restore`] puts it back in the child.
+//!
+//! Our own constructor rather than the `ctor` crate: one function pointer in `.init_array` is
+//! all it takes.
+
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+
+/// Whether SIGPIPE was ignored when corehop started.
+static PIPE_IGNORED: AtomicBool = AtomicBool::new(false);
+/// The signals blocked when corehop started: bit `s - 1` for signal `s` (1 to 64, all Linux has).
+static BLOCKED: AtomicU64 = AtomicU64::new(0);
+
+#[used]
+#[link_section = ".init_array"]
+static RECORD: extern "C" fn() = record;
+
+extern "C" fn record() {
+    // SAFETY: queries only (null new action, null new mask) into zeroed out-parameters of the
+    // right types; nothing else runs yet (the constructor runs before `main` and any thread).
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGPIPE, std::ptr::null(), &mut action) == 0 {
+            PIPE_IGNORED.store(action.sa_sigaction == libc::SIG_IGN, Relaxed);
+        }
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        if libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut set) == 0 {
+            let blocked = (1..=64).filter(|&s| libc::sigismember(&set, s) == 1);
+            BLOCKED.store(blocked.fold(0, |bits, s| bits | 1 << (s - 1)), Relaxed);
+        }
+    }
+}
+
+/// Whether corehop started with SIGPIPE ignored.
+pub fn pipe_ignored() -> bool {
+    PIPE_IGNORED.load(Relaxed)
+}
+
+/// Makes `command` start its program with the SIGPIPE action and the signal mask corehop
+/// started with. Only where they differ from what `Command` gives (a hook makes `Command`
+/// fork and exec instead of its faster `posix_spawn`).
+pub fn keep_for(command: &mut Command) {
+    if pipe_ignored() || BLOCKED.load(Relaxed) != 0 {
+        // SAFETY: `restore` makes only async-signal-safe calls and touches no lock or
+        // allocation, as a hook between fork and exec must.
+        unsafe {
+            command.pre_exec(restore);
+        }
+    }
+}
+
+/// Puts back, in a child between `fork` and `exec`, the SIGPIPE action and the signal mask
+/// corehop started with.
+fn restore() -> std::io::Result<()> {
+    let blocked = BLOCKED.load(Relaxed);
+    // SAFETY: a zeroed sigaction with SIG_IGN and an empty mask, and a mask built with
+    // sigemptyset/sigaddset: valid arguments to calls that are async-signal-safe.
+    unsafe {
+        if PIPE_IGNORED.load(Relaxed) {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = libc::SIG_IGN;
+            libc::sigemptyset(&mut action.sa_mask);
+            if libc::sigaction(libc::SIGPIPE, &action, std::ptr::null_mut()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for signal in (1..=64).filter(|s| blocked & (1 << (s - 1)) != 0) {
+            libc::sigaddset(&mut set, signal);
+        }
+        let rc = libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+        if rc != 0 {
+            return Err(std::io::Error::from_raw_os_error(rc));
+        }
+    }
+    Ok(())
+}
