@@ -4,29 +4,36 @@
 //! Before `main`, Rust's runtime sets SIGPIPE to be ignored, and `Command` starts a child
 //! with SIGPIPE's default action and an empty mask. So with SIGPIPE ignored by the shell
 //! (`trap '' PIPE`), `yes | head -1` plain has `yes` report EPIPE and exit 1, while under
-//! `corehop run` it died by the signal. A constructor, which runs before Rust's runtime,
-//! records the state; [`restore`] puts it back in the child.
+//! `corehop run` it died by the signal. The runtime also opens `/dev/null` on any of the
+//! descriptors 0, 1 and 2 that is closed, so `cat <&-` read nothing and succeeded where the
+//! plain run fails with EBADF. A constructor, which runs before Rust's runtime, records the
+//! state; [`keep_for`] puts it back in the child.
 //!
 //! Our own constructor rather than the `ctor` crate: one function pointer in `.init_array` is
 //! all it takes.
 
 use std::os::unix::process::CommandExt;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
 
 /// Whether SIGPIPE was ignored when corehop started.
 static PIPE_IGNORED: AtomicBool = AtomicBool::new(false);
 /// The signals blocked when corehop started: bit `s - 1` for signal `s` (1 to 64, all Linux has).
 static BLOCKED: AtomicU64 = AtomicU64::new(0);
+/// Which of the descriptors 0, 1 and 2 were closed when corehop started: bit `fd`.
+static CLOSED: AtomicU8 = AtomicU8::new(0);
 
 #[used]
 #[link_section = ".init_array"]
 static RECORD: extern "C" fn() = record;
 
 extern "C" fn record() {
-    // SAFETY: queries only (null new action, null new mask) into zeroed out-parameters of the
-    // right types; nothing else runs yet (the constructor runs before `main` and any thread).
+    // SAFETY: queries only (F_GETFD, a null new action, a null new mask) into zeroed
+    // out-parameters of the right types; nothing else runs yet (the constructor runs before
+    // `main` and any thread).
     unsafe {
+        let closed = (0..3).filter(|&fd| libc::fcntl(fd, libc::F_GETFD) == -1);
+        CLOSED.store(closed.fold(0, |bits, fd| bits | 1 << fd), Relaxed);
         let mut action: libc::sigaction = std::mem::zeroed();
         if libc::sigaction(libc::SIGPIPE, std::ptr::null(), &mut action) == 0 {
             PIPE_IGNORED.store(action.sa_sigaction == libc::SIG_IGN, Relaxed);
@@ -44,25 +51,29 @@ pub fn pipe_ignored() -> bool {
     PIPE_IGNORED.load(Relaxed)
 }
 
-/// Makes `command` start its program with the SIGPIPE action and the signal mask corehop
-/// started with. Only where they differ from what `Command` gives (a hook makes `Command`
-/// fork and exec instead of its faster `posix_spawn`).
-pub fn keep_for(command: &mut Command) {
-    if pipe_ignored() || BLOCKED.load(Relaxed) != 0 {
+/// Makes `command` start its program with the SIGPIPE action, the signal mask and the closed
+/// standard descriptors corehop started with; `captured`: its stdout and stderr are pipes of
+/// corehop's, to be left open. Only where the state differs from what `Command` gives (a
+/// hook makes `Command` fork and exec instead of its faster `posix_spawn`).
+pub fn keep_for(command: &mut Command, captured: bool) {
+    let closed = CLOSED.load(Relaxed) & if captured { 0b001 } else { 0b111 };
+    if pipe_ignored() || BLOCKED.load(Relaxed) != 0 || closed != 0 {
         // SAFETY: `restore` makes only async-signal-safe calls and touches no lock or
         // allocation, as a hook between fork and exec must.
         unsafe {
-            command.pre_exec(restore);
+            command.pre_exec(move || restore(closed));
         }
     }
 }
 
 /// Puts back, in a child between `fork` and `exec`, the SIGPIPE action and the signal mask
-/// corehop started with.
-fn restore() -> std::io::Result<()> {
+/// corehop started with, and closes the standard descriptors in `closed` (bit `fd`) that the
+/// runtime opened on `/dev/null`.
+fn restore(closed: u8) -> std::io::Result<()> {
     let blocked = BLOCKED.load(Relaxed);
-    // SAFETY: a zeroed sigaction with SIG_IGN and an empty mask, and a mask built with
-    // sigemptyset/sigaddset: valid arguments to calls that are async-signal-safe.
+    // SAFETY: a zeroed sigaction with SIG_IGN and an empty mask, a mask built with
+    // sigemptyset/sigaddset, and descriptors 0 to 2: valid arguments to async-signal-safe
+    // calls. The descriptors closed are the child's own copies.
     unsafe {
         if PIPE_IGNORED.load(Relaxed) {
             let mut action: libc::sigaction = std::mem::zeroed();
@@ -80,6 +91,9 @@ fn restore() -> std::io::Result<()> {
         let rc = libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
         if rc != 0 {
             return Err(std::io::Error::from_raw_os_error(rc));
+        }
+        for fd in (0..3).filter(|fd| closed & (1 << fd) != 0) {
+            libc::close(fd);
         }
     }
     Ok(())

@@ -448,6 +448,33 @@ fn the_program_starts_with_the_signals_ignored_and_blocked_that_corehop_started_
 }
 
 #[test]
+fn the_program_starts_with_the_standard_descriptors_closed_that_corehop_started_with() {
+    // Rust's runtime opens /dev/null on a closed descriptor 0, 1 or 2 before `main`: `cat <&-`
+    // then read nothing and succeeded where the plain run fails with EBADF.
+    let exe = env!("CARGO_BIN_EXE_corehop");
+    common::library();
+    let closed = |close: &str, prefix: &[&str], program: &[&str]| {
+        let script = format!("exec {close}; exec \"$@\"");
+        let out = Command::new("sh").args(["-c", &script, "sh"]).args(prefix).args(program).output().unwrap();
+        (out.status.code(), text(&out.stderr))
+    };
+    for (close, program) in
+        [("0<&-", &["cat"][..]), ("1>&-", &["ls", "/"]), ("0<&- 1>&-", &["ls", "/proc/self/fd"])]
+    {
+        let plain = closed(close, &[], program);
+        assert_ne!(plain.0, Some(0), "{close} {program:?}: the plain run fails");
+        for flags in [&[][..], &["--offload"], &["--offload", "--stats"]] {
+            let prefix: Vec<&str> = [&[exe, "run"][..], flags, &["--"]].concat();
+            let (code, stderr) = closed(close, &prefix, program);
+            assert_eq!(code, plain.0, "{close} corehop run {flags:?} {program:?}: {stderr}");
+            if flags.len() < 2 {
+                assert_eq!(stderr, plain.1, "{close} corehop run {flags:?} {program:?}");
+            }
+        }
+    }
+}
+
+#[test]
 fn stats_print_a_summary_on_stderr_only() {
     let out = corehop()
         .args(["run", "--offload", "--policy", "always", "--stats", "--", "cat", "/etc/hostname"])

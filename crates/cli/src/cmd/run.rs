@@ -589,7 +589,7 @@ impl Launch {
         let (program, rest) = self.command.split_first().context("no command given")?;
         let mut command = Command::new(program);
         command.args(rest);
-        crate::inherited::keep_for(&mut command);
+        crate::inherited::keep_for(&mut command, self.capture);
         if std::env::var_os("_").is_some() {
             // A shell sets `_` to the path of the program it starts; started from one, corehop
             // holds its own there. The program gets its own, as from the shell.
