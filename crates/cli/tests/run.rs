@@ -475,6 +475,23 @@ fn the_program_starts_with_the_standard_descriptors_closed_that_corehop_started_
 }
 
 #[test]
+fn a_script_without_an_interpreter_line_runs_as_from_a_shell() {
+    // The kernel cannot run a script without `#!` (ENOEXEC); a shell and `execvp` have
+    // `/bin/sh` run it. With a summary to collect, corehop spawns the program, and said
+    // "Exec format error" instead.
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("greet");
+    std::fs::write(&script, "echo \"hello $1\"\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let script = script.to_str().unwrap();
+    for flags in [&[][..], &["--offload"], &["--offload", "--stats"]] {
+        let out = corehop().arg("run").args(flags).args(["--", script, "you"]).output().unwrap();
+        assert!(out.status.success(), "{flags:?}: {}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), "hello you\n", "{flags:?}");
+    }
+}
+
+#[test]
 fn stats_print_a_summary_on_stderr_only() {
     let out = corehop()
         .args(["run", "--offload", "--policy", "always", "--stats", "--", "cat", "/etc/hostname"])

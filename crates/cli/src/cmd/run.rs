@@ -571,7 +571,7 @@ impl Launch {
     /// collected after it ends: it keeps corehop's process id, its signals and exit status are
     /// the program's own, and it pays no second process. Returns only if the exec failed.
     pub fn exec(&self) -> anyhow::Error {
-        let command = match self.command() {
+        let command = match self.command(false) {
             Ok(command) => command,
             Err(e) => return e,
         };
@@ -584,10 +584,17 @@ impl Launch {
         NotStarted { program: self.command[0].to_string_lossy().into_owned(), source: command.exec() }.into()
     }
 
-    /// The program's command line and environment (the preload library and its settings).
-    fn command(&self) -> anyhow::Result<Command> {
+    /// The program's command line and environment (the preload library and its settings);
+    /// `via_shell`: run by `/bin/sh`, for a file the kernel cannot run itself.
+    fn command(&self, via_shell: bool) -> anyhow::Result<Command> {
         let (program, rest) = self.command.split_first().context("no command given")?;
-        let mut command = Command::new(program);
+        let mut command = if via_shell {
+            let mut sh = Command::new("/bin/sh");
+            sh.arg(program_path(program).map_or_else(|| program.clone(), PathBuf::into_os_string));
+            sh
+        } else {
+            Command::new(program)
+        };
         command.args(rest);
         crate::inherited::keep_for(&mut command, self.capture);
         if std::env::var_os("_").is_some() {
@@ -633,10 +640,14 @@ impl Launch {
     /// Starts the program, waits for it, and collects the offload summary if one was asked for.
     pub fn run(&self) -> anyhow::Result<Finished> {
         let program = self.command.first().context("no command given")?;
-        let mut command = self.command()?;
-        if self.capture {
-            command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
-        }
+        let build = |via_shell| -> anyhow::Result<Command> {
+            let mut command = self.command(via_shell)?;
+            if self.capture {
+                command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+            }
+            Ok(command)
+        };
+        let mut command = build(false)?;
         // The child inherits the CPU mask of the thread that starts it: narrow ours for the
         // spawn, then put it back.
         let previous = sys::affinity().context("reading this thread's CPU affinity")?;
@@ -655,7 +666,12 @@ impl Launch {
         }
         forward::install();
         let start = Instant::now();
-        let spawned = command.spawn();
+        let mut spawned = command.spawn();
+        if spawned.as_ref().is_err_and(|e| e.raw_os_error() == Some(libc::ENOEXEC)) {
+            // A file the kernel cannot run (a script without `#!`): `/bin/sh` runs it, as the
+            // shell and `execvp` (so `corehop run` without a summary) do.
+            spawned = build(true)?.spawn();
+        }
         if self.cpus.is_some() {
             sys::set_affinity(&previous).context("restoring this thread's CPU affinity")?;
         }
