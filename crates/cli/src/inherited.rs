@@ -28,16 +28,12 @@ static CLOSED: AtomicU8 = AtomicU8::new(0);
 static RECORD: extern "C" fn() = record;
 
 extern "C" fn record() {
-    // SAFETY: queries only (F_GETFD, a null new action, a null new mask) into zeroed
-    // out-parameters of the right types; nothing else runs yet (the constructor runs before
-    // `main` and any thread).
+    PIPE_IGNORED.store(ignored(libc::SIGPIPE), Relaxed);
+    // SAFETY: queries only (F_GETFD, a null new mask) into a zeroed out-parameter of the
+    // right type; nothing else runs yet (the constructor runs before `main` and any thread).
     unsafe {
         let closed = (0..3).filter(|&fd| libc::fcntl(fd, libc::F_GETFD) == -1);
         CLOSED.store(closed.fold(0, |bits, fd| bits | 1 << fd), Relaxed);
-        let mut action: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(libc::SIGPIPE, std::ptr::null(), &mut action) == 0 {
-            PIPE_IGNORED.store(action.sa_sigaction == libc::SIG_IGN, Relaxed);
-        }
         let mut set: libc::sigset_t = std::mem::zeroed();
         if libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut set) == 0 {
             let blocked = (1..=64).filter(|&s| libc::sigismember(&set, s) == 1);
@@ -46,9 +42,13 @@ extern "C" fn record() {
     }
 }
 
-/// Whether corehop started with SIGPIPE ignored.
-pub fn pipe_ignored() -> bool {
-    PIPE_IGNORED.load(Relaxed)
+/// Whether `signal` is ignored in this process now.
+pub fn ignored(signal: i32) -> bool {
+    // SAFETY: a query (null new action) into a zeroed sigaction.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal, std::ptr::null(), &mut action) == 0 && action.sa_sigaction == libc::SIG_IGN
+    }
 }
 
 /// Makes `command` start its program with the SIGPIPE action, the signal mask and the closed
@@ -57,7 +57,7 @@ pub fn pipe_ignored() -> bool {
 /// hook makes `Command` fork and exec instead of its faster `posix_spawn`).
 pub fn keep_for(command: &mut Command, captured: bool) {
     let closed = CLOSED.load(Relaxed) & if captured { 0b001 } else { 0b111 };
-    if pipe_ignored() || BLOCKED.load(Relaxed) != 0 || closed != 0 {
+    if PIPE_IGNORED.load(Relaxed) || BLOCKED.load(Relaxed) != 0 || closed != 0 {
         // SAFETY: `restore` makes only async-signal-safe calls and touches no lock or
         // allocation, as a hook between fork and exec must.
         unsafe {

@@ -62,10 +62,10 @@ pub struct Args {
     /// Which calls go across. `adaptive` (the default) moves nothing until moving pays: a
     /// process that outlives its first 20 ms (shorter ones run every call in place and pay for
     /// no policy) starts with `measured`, which keeps every kind of call (call, call site, size
-    /// class, descriptor or path) local until moving it has been measured to cost the caller less — it moves a
-    /// few calls of each kind as probes, within 1 % of the time its calls take. Once the
-    /// process has run long enough to afford a trial (trials may cost at most 0.5 % of its
-    /// time), it also tries `never`, `always`, `size` and `predicted` for short epochs, scored
+    /// class, descriptor or path) local until moving it has been measured to cost the caller
+    /// less — it moves a few calls of each kind as probes, within 1 % of the time its calls
+    /// take. Once the process has run long enough to afford a trial (trials may cost at most
+    /// 0.5 % of its time), it also tries `never`, `always`, `size` and `predicted` for short epochs, scored
     /// by the program's rate of completed calls; it switches only to an arm that wins by more
     /// than 2 %, twice, and goes on checking `never`.
     /// `--stats` says where each process settled. The fixed policies: `never` (the same-run
@@ -385,7 +385,7 @@ mod forward {
     /// shell (`nohup`, or `&` in a script, which ignores SIGINT and SIGQUIT).
     pub fn install() {
         for signal in SIGNALS {
-            if ignored(signal) {
+            if crate::inherited::ignored(signal) {
                 continue;
             }
             // SAFETY: a zeroed sigaction with an SA_SIGINFO handler that only makes
@@ -397,15 +397,6 @@ mod forward {
                 libc::sigemptyset(&mut action.sa_mask);
                 libc::sigaction(signal, &action, std::ptr::null_mut());
             }
-        }
-    }
-
-    fn ignored(signal: i32) -> bool {
-        // SAFETY: a query (null new action) into a zeroed sigaction.
-        unsafe {
-            let mut action: libc::sigaction = std::mem::zeroed();
-            libc::sigaction(signal, std::ptr::null(), &mut action) == 0
-                && action.sa_sigaction == libc::SIG_IGN
         }
     }
 
@@ -588,21 +579,21 @@ impl Launch {
     /// `via_shell`: run by `/bin/sh`, for a file the kernel cannot run itself.
     fn command(&self, via_shell: bool) -> anyhow::Result<Command> {
         let (program, rest) = self.command.split_first().context("no command given")?;
+        // A shell sets `_` to the path of the program it starts; started from one, corehop
+        // holds its own there. The program gets its own, as from the shell.
+        let underscore = std::env::var_os("_").is_some();
+        let found = if via_shell || underscore { program_path(program) } else { None };
         let mut command = if via_shell {
             let mut sh = Command::new("/bin/sh");
-            sh.arg(program_path(program).map_or_else(|| program.clone(), PathBuf::into_os_string));
+            sh.arg(found.as_deref().map_or(program.as_os_str(), Path::as_os_str));
             sh
         } else {
             Command::new(program)
         };
         command.args(rest);
         crate::inherited::keep_for(&mut command, self.capture);
-        if std::env::var_os("_").is_some() {
-            // A shell sets `_` to the path of the program it starts; started from one, corehop
-            // holds its own there. The program gets its own, as from the shell.
-            if let Some(path) = program_path(program) {
-                command.env("_", path);
-            }
+        if let (true, Some(path)) = (underscore, &found) {
+            command.env("_", path);
         }
         if let Some(offload) = &self.offload {
             let mut preload = std::env::var_os("LD_PRELOAD").unwrap_or_default();

@@ -4,10 +4,10 @@
 //! For every call key (the call, its call site, the power of two its size falls in, and
 //! whether it names a descriptor) it keeps two estimates of what the call costs its caller:
 //! run here (the run itself), and moved (from the decision to the result: the hand-off, any
-//! queue, the run over there and the caller's wake-up). Each key starts local. Now and then a call of the key takes the
-//! other side (a *probe*), so both estimates stay current and a phase change shows; probes of
-//! a side that keeps losing come twice as rarely each time (up to once in
-//! [`MeasuredConfig::max_backoff`] calls). A probe is taken only while the time probes lost,
+//! queue, the run over there and the caller's wake-up). Each key starts local. Now and then a
+//! call of the key takes the other side (a *probe*), so both estimates stay current and a
+//! phase change shows; probes of a side that keeps losing come twice as rarely each time (up
+//! to once in [`MeasuredConfig::max_backoff`] calls). A probe is taken only while the time probes lost,
 //! plus what this one may lose, fits in [`MeasuredConfig::budget`] of the time the calls took.
 //! Before a key's moved cost is known, a probe is assumed to lose the prior cost of a move
 //! (a hand-off plus a wake-up on the machine at hand), since the call runs as long there.
