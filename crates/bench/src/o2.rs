@@ -446,9 +446,7 @@ impl Bench {
             let mut done = 0;
             while !run.stopped() {
                 let (d, f) = run.pick(&mut rng);
-                locks[d].lock_exclusive();
-                let hit = run.dirs.lookup(d, &name(d, f), run.lookup);
-                locks[d].unlock_exclusive();
+                let hit = locks[d].exclusive(|| run.dirs.lookup(d, &name(d, f), run.lookup));
                 debug_assert_eq!(hit, Some(f));
                 done += 1;
             }

@@ -312,12 +312,18 @@ impl Shared {
     /// After `fork`, in parent and child: releases what `lock_for_fork` took. In a child whose
     /// parent could not take the lock, the policy is dropped (every call then runs locally):
     /// its state may be half-updated.
-    pub fn after_fork(&self, had_lock: bool, in_child: bool) {
+    ///
+    /// # Safety
+    /// `had_lock` says what [`Shared::lock_for_fork`] returned to the thread that forked, and
+    /// that thread (or, in the child, its copy) calls this, once; with `in_child`, the process
+    /// has this one thread. Otherwise the lock could be released under its holder, or the
+    /// policy taken while another thread uses it.
+    pub unsafe fn after_fork(&self, had_lock: bool, in_child: bool) {
         if had_lock {
             self.locked.store(false, Ordering::Release);
         } else if in_child {
-            // SAFETY: the child has one thread; no one else can hold or take the lock. The old
-            // value is leaked, not dropped, as it may be inconsistent.
+            // SAFETY: the child has one thread (this function's contract); no one else can hold
+            // or take the lock. The old value is leaked, not dropped, as it may be inconsistent.
             unsafe { core::mem::forget((*self.policy.get()).take()) };
             self.stateless.store(Stateless::Never.encode(), Ordering::Release);
             self.stays.store(false, Ordering::Release);
@@ -369,7 +375,8 @@ mod tests {
         shared.install(Policy::parse("always").unwrap());
         assert!(shared.lock_for_fork(1), "someone holds the lock");
         assert_eq!(shared.decide(&call(CallKind::Read, 0)), Some(true), "always, lock or not");
-        shared.after_fork(true, false);
+        // SAFETY: this thread took the lock just above; `shared` is this test's alone.
+        unsafe { shared.after_fork(true, false) };
         shared.install(Policy::parse("size:100").unwrap());
         assert_eq!(shared.decide(&call(CallKind::Read, 99)), Some(false));
         assert_eq!(shared.decide(&call(CallKind::Read, 100)), Some(true));
@@ -378,7 +385,8 @@ mod tests {
         assert_eq!(shared.decide(&call(CallKind::Read, 0)), Some(false), "stateful, lock free");
         assert!(shared.lock_for_fork(1));
         assert_eq!(shared.decide(&call(CallKind::Read, 0)), None, "stateful, lock held");
-        shared.after_fork(true, false);
+        // SAFETY: this thread took the lock just above; `shared` is this test's alone.
+        unsafe { shared.after_fork(true, false) };
     }
 
     #[test]
@@ -418,10 +426,12 @@ mod tests {
         assert!(shared.lock_for_fork(1));
         assert_eq!(shared.try_with(|_| ()), None, "held across fork");
         assert!(!shared.lock_for_fork(3));
-        shared.after_fork(true, false);
+        // SAFETY: this thread took the lock just above; `shared` is this test's alone.
+        unsafe { shared.after_fork(true, false) };
         assert!(shared.try_with(|_| ()).is_some());
         // A child whose parent could not take the lock drops the policy.
-        shared.after_fork(false, true);
+        // SAFETY: `shared` is this test's alone, as a child's policy is its one thread's.
+        unsafe { shared.after_fork(false, true) };
         assert_eq!(shared.try_with(|_| ()), None);
     }
 }

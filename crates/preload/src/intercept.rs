@@ -291,12 +291,18 @@ fn service_running() -> bool {
         let Some(config) = CONFIG.get() else { return false };
         let mut cpus = [0; MAX_LANES];
         cpus[..config.service_cpus.len()].copy_from_slice(&config.service_cpus);
-        service::start(&ServiceConfig {
-            cpus,
-            lanes: config.service_cpus.len(),
-            spin_ns: config.spin_ns,
-            test_stall_ns: config.test_stall_ns,
-        })
+        // SAFETY: callers reach a lane only once `service_running` has returned true, which
+        // `start_once` says only after this closure returned, and runs it in one thread only.
+        // Its state goes back to UNINIT only in a child after `fork`, whose one thread is in
+        // `fork`, not in a lane.
+        unsafe {
+            service::start(&ServiceConfig {
+                cpus,
+                lanes: config.service_cpus.len(),
+                spin_ns: config.spin_ns,
+                test_stall_ns: config.test_stall_ns,
+            })
+        }
     })
 }
 
@@ -304,12 +310,17 @@ extern "C" fn before_fork() {
     FORK_HAD_LOCK.store(POLICY.lock_for_fork(100_000), SeqCst);
 }
 
+// The three run in the thread that forks (the child's one thread is its copy), `before_fork`
+// first, and glibc holds its atfork lock from the first to the last, so no other fork's run
+// between them: `FORK_HAD_LOCK` says whether this thread holds the policy's lock.
 extern "C" fn after_fork_parent() {
-    POLICY.after_fork(FORK_HAD_LOCK.load(SeqCst), false);
+    // SAFETY: see above; the parent's handler runs once per fork.
+    unsafe { POLICY.after_fork(FORK_HAD_LOCK.load(SeqCst), false) };
 }
 
 extern "C" fn after_fork_child() {
-    POLICY.after_fork(FORK_HAD_LOCK.load(SeqCst), true);
+    // SAFETY: see above; in the child, the process has this one thread.
+    unsafe { POLICY.after_fork(FORK_HAD_LOCK.load(SeqCst), true) };
     PID.store(sys::getpid(), SeqCst);
     // This copy of our memory is ours alone: no child of the parent shares it.
     CHECK_PID.store(!WATCHES_CHILDREN, SeqCst);

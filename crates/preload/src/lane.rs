@@ -155,8 +155,12 @@ impl Lane {
 
     /// Forgets every request: in a child after `fork`, where no service thread and no other
     /// caller thread exists, whatever state the parent's threads left behind is void.
-    pub fn reset(&self) {
-        self.0.reset();
+    ///
+    /// # Safety
+    /// As for `corehop_sys::handoff::Lane::reset`: no other thread uses the lane meanwhile.
+    pub unsafe fn reset(&self) {
+        // SAFETY: this function's own contract.
+        unsafe { self.0.reset() };
     }
 
     /// Submits `request` and waits for its outcome. `hint` spreads callers over the slots.

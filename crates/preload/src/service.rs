@@ -62,7 +62,11 @@ pub static CHECKED_NS: [AtomicU64; MAX_LANES] = [const { AtomicU64::new(0) }; MA
 
 /// Starts `config.lanes` service threads. Returns false if a thread could not be created (the
 /// caller then runs everything locally).
-pub fn start(config: &ServiceConfig) -> bool {
+///
+/// # Safety
+/// No thread uses the lanes while this runs: it is called once per process, and once more in a
+/// child after `fork`, before any caller can reach a lane.
+pub unsafe fn start(config: &ServiceConfig) -> bool {
     SPIN_NS.store(config.spin_ns, SeqCst);
     TEST_STALL_NS.store(config.test_stall_ns, SeqCst);
     SERVICE_PID.store(sys::getpid(), SeqCst);
@@ -71,7 +75,9 @@ pub fn start(config: &ServiceConfig) -> bool {
     STOP.store(false, SeqCst);
     for lane in 0..config.lanes.min(MAX_LANES) {
         CPU_OF_LANE[lane].store(config.cpus[lane] as u64, SeqCst);
-        LANES[lane].reset();
+        // SAFETY: this function's contract: no thread uses the lane, and its service thread
+        // starts below.
+        unsafe { LANES[lane].reset() };
         let Some(thread) = spawn(lane) else { return false };
         THREADS[lane].store(thread, SeqCst);
         RUNNING.fetch_add(1, SeqCst);

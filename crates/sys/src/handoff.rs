@@ -215,7 +215,13 @@ impl<Req: Copy, Rep: Copy> Lane<Req, Rep> {
 
     /// Forgets every request: in a child after `fork`, where no service thread and no other
     /// caller thread exists, whatever state the parent's threads left behind is void.
-    pub fn reset(&self) {
+    ///
+    /// # Safety
+    /// No other thread uses the lane while this runs or afterwards on the strength of a slot
+    /// it claimed before: no caller is inside [`Lane::call`] and no server inside
+    /// [`Lane::serve`]. Otherwise a slot freed under a caller could be filled by a second one
+    /// while the first still writes it.
+    pub unsafe fn reset(&self) {
         for slot in &self.slots {
             slot.request.state.store(FREE, SeqCst);
         }
@@ -457,7 +463,8 @@ mod tests {
         let lane = TestLane::new();
         lane.slots[3].request.state.store(CLAIMED, SeqCst);
         lane.pending.store(1 << 3, SeqCst);
-        lane.reset();
+        // SAFETY: this thread is the lane's only user.
+        unsafe { lane.reset() };
         assert!(lane.slots.iter().all(|s| s.request.state.load(SeqCst) == FREE));
         assert!(!lane.has_work());
     }

@@ -1,4 +1,6 @@
-//! The per-object lock and the cell it guards: the only `unsafe` of object scheduling.
+//! The per-object lock and the cell it guards: the `unsafe` of object scheduling (and the
+//! contract of the one `unsafe` block outside it, where `Objects::end` releases the hold its
+//! `Objects::start` took).
 //!
 //! An operation on an object takes the object's lock *after* it has moved to the core it runs
 //! on, and releases it before it returns, so the lock is never held across a hop. Exclusive
@@ -16,6 +18,29 @@ const SPINS_BEFORE_YIELD: u32 = 128;
 
 /// A reader-writer spin lock with explicit acquire/release (the C API holds it from
 /// `ct_start` to `ct_end`, across calls).
+///
+/// Taking it is safe; giving it back is `unsafe`, as in `lock_api::RawRwLock`: a release by
+/// someone who does not hold it would let a second holder in beside the first, and the lock
+/// of a registered object guards that object's value. Safe code holds it for the length of a
+/// closure with [`OpLock::exclusive`]:
+///
+/// ```
+/// use corehop_runtime::objects::OpLock;
+/// let lock = OpLock::default();
+/// assert_eq!(lock.exclusive(|| 42), 42);
+/// ```
+///
+/// and cannot release a hold it did not take:
+///
+/// ```compile_fail,E0133
+/// use corehop_runtime::objects::LockedCell;
+/// let cell = LockedCell::new(0u64);
+/// cell.exclusive(|first| {
+///     cell.lock().unlock_exclusive(); // would let the next line alias `first`
+///     cell.exclusive(|second| *second += 1);
+///     *first += 1;
+/// });
+/// ```
 #[derive(Debug, Default)]
 pub struct OpLock {
     state: AtomicU32,
@@ -41,12 +66,22 @@ impl OpLock {
         }
     }
 
-    /// Releases an exclusive hold. Calling it without holding the lock breaks exclusion of the
-    /// guarded cell, so only [`LockedCell`] and the C API's `ct_end` (which checks that its
-    /// thread started an operation) call it.
+    /// Releases an exclusive hold.
+    ///
+    /// # Safety
+    /// The caller holds the lock exclusively, taken by [`OpLock::lock_exclusive`] and not yet
+    /// released, and gives that hold up: nothing it reached under the hold is used after this.
     #[inline]
-    pub fn unlock_exclusive(&self) {
+    pub unsafe fn unlock_exclusive(&self) {
         self.state.store(0, Ordering::Release);
+    }
+
+    /// Runs `f` holding the lock exclusively, and releases it after, also when `f` panics.
+    #[inline]
+    pub fn exclusive<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.lock_exclusive();
+        let _release = Release(self, true);
+        f()
     }
 
     /// Takes the lock shared with other shared holders.
@@ -65,8 +100,12 @@ impl OpLock {
     }
 
     /// Releases a shared hold.
+    ///
+    /// # Safety
+    /// The caller holds the lock shared, taken by [`OpLock::lock_shared`] and not yet released,
+    /// and gives that hold up: nothing it reached under the hold is used after this.
     #[inline]
-    pub fn unlock_shared(&self) {
+    pub unsafe fn unlock_shared(&self) {
         self.state.fetch_sub(1, Ordering::Release);
     }
 }
@@ -84,16 +123,22 @@ pub struct LockedCell<T> {
 // holder's accesses.
 unsafe impl<T: Send + Sync> Sync for LockedCell<T> {}
 
-/// Releases the hold when dropped, also when the operation panics.
+/// Releases the hold when dropped, also when the operation panics. Made only right after its
+/// lock was taken (exclusively if the flag says so), and not handed out.
 struct Release<'a>(&'a OpLock, bool);
 
 impl Drop for Release<'_> {
     #[inline]
     fn drop(&mut self) {
-        if self.1 {
-            self.0.unlock_exclusive();
-        } else {
-            self.0.unlock_shared();
+        // SAFETY: the guard was made right after taking the hold it names, and is dropped once,
+        // after the last use of what the hold guarded (the closure it outlives has returned or
+        // unwound).
+        unsafe {
+            if self.1 {
+                self.0.unlock_exclusive();
+            } else {
+                self.0.unlock_shared();
+            }
         }
     }
 }
@@ -153,6 +198,18 @@ mod tests {
             .collect();
         threads.into_iter().for_each(|t| t.join().unwrap());
         assert_eq!(cell.shared(|v| v.0), 80_000);
+    }
+
+    #[test]
+    fn a_lock_held_for_a_closure_is_released_after_it_also_on_panic() {
+        let lock = OpLock::default();
+        assert_eq!(lock.exclusive(|| 7), 7);
+        let r = std::panic::catch_unwind(|| lock.exclusive(|| panic!("boom")));
+        assert!(r.is_err());
+        lock.lock_shared();
+        // SAFETY: taken shared on the line above; nothing is reached under it.
+        unsafe { lock.unlock_shared() };
+        assert_eq!(lock.exclusive(|| 8), 8);
     }
 
     #[test]
