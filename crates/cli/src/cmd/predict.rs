@@ -277,19 +277,22 @@ fn plot(path: &std::path::Path, reports: &[TraceReport]) -> anyhow::Result<()> {
 /// One line for the tour: the predictor on the bundled SQLite trace, against the best
 /// constant decision.
 pub fn tour_summary() -> anyhow::Result<String> {
-    let text = include_str!("../../tests/fixtures/traces/sqlite.strace");
-    let parsed = trace::parse(std::path::Path::new("sqlite.strace"), text, Format::Strace)?;
-    let n = 20_000;
-    let fa = evaluate(&parsed.calls, TableForm::PAPER_FA, &[n])?;
-    let d = &fa.decisions[0];
+    let text = include_str!("../../tests/fixtures/traces/recorded/sqlite3.csv");
+    let parsed = trace::parse(std::path::Path::new("sqlite3.csv"), text, Format::Csv)?;
+    let thresholds = [1_000, 2_000, 5_000, 20_000];
+    let timed = evaluate(&parsed.calls, TableForm::TIMED, &thresholds)?;
+    let paper = evaluate(&parsed.calls, TableForm::PAPER_FA, &thresholds)?;
+    let row = |form: &FormReport| form.decisions.iter().map(|d| pct(d.right)).collect::<Vec<_>>().join(" / ");
+    let ns = thresholds.iter().map(|&n| report::fmt_ns(n as f64)).collect::<Vec<_>>().join(" / ");
     Ok(format!(
-        "predictor on a recorded sqlite3 trace ({} calls): exact {}, within ±5 % {}, right offload side at N = {} on {} of calls (best constant rule: {})",
+        "run-length predictor on a sqlite3 trace recorded by `corehop run --record-trace` ({} calls, run lengths in ns)\n\
+         decisions right at N = {ns}:\n  timed (corehop run's)    {}\n  the paper's form (FA)    {}  (its exact / ±5 % hits: {} / {})\n  best constant rule       {}",
         parsed.calls.len(),
-        pct(fa.exact),
-        pct(fa.within_5pct),
-        report::fmt_ns(n as f64),
-        pct(d.right),
-        pct(d.best_constant)
+        row(&timed),
+        row(&paper),
+        pct(paper.exact),
+        pct(paper.within_5pct),
+        timed.decisions.iter().map(|d| pct(d.best_constant)).collect::<Vec<_>>().join(" / "),
     ))
 }
 
