@@ -949,7 +949,8 @@ impl<'s> Offloader<'s> {
     }
 
     /// `select(2)` over the sets given; returns how many descriptors are ready (the sets and
-    /// the timeout are updated in place, as the kernel does).
+    /// the timeout are updated in place, as the kernel does). An `nfds` above `FD_SETSIZE`,
+    /// the descriptors an `fd_set` holds, is `EINVAL`.
     #[track_caller]
     pub fn select(
         &mut self,

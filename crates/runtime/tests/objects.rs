@@ -40,7 +40,7 @@ fn runtime_with_home_and_owner(machine: &Machine) -> (corehop_runtime::Runtime, 
     (rt, home, owner)
 }
 
-fn registry<T>(machine: &Machine) -> Objects<u32, T> {
+fn registry<T: Send + Sync>(machine: &Machine) -> Objects<u32, T> {
     let cpus: Vec<CpuId> = machine.cpus().iter().map(|c| c.id).collect();
     // A long period: placement changes only when a test asks for it.
     // A request is never taken back: operations run where these tests expect them.

@@ -130,6 +130,10 @@ fn script(off: &mut Offloader<'_>, dir: &Path) -> (Vec<String>, Vec<(String, Vec
         "select bad fd",
         format!("{:?}", off.select(closed + 1, Some(&mut bad), None, None, Some(&mut timeout))),
     );
+    // More descriptors than a set holds: refused before the kernel reads or writes past it.
+    let past = off.select(libc::FD_SETSIZE as i32 + 64, Some(&mut bad), None, None, Some(&mut timeout));
+    assert_eq!(past.map_err(|e| e.0), Err(libc::EINVAL));
+    note("select past FD_SETSIZE", format!("{past:?}"));
     note("recv short", format!("{:?} {:?}", off.recv(pair[1], &mut small, 0), small));
     note("offload closure", format!("{}", off.offload(|| data.iter().map(|&b| b as u64).sum::<u64>())));
 

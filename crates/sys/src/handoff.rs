@@ -248,10 +248,19 @@ impl<Req: Copy, Rep: Copy> Lane<Req, Rep> {
             return (Outcome::Full, None);
         };
         let lines = &self.slots[slot];
+        // `done` still names the slot's last answer (no request of the slot is outstanding
+        // while it is FILLING). A withdrawn request takes a number but gets no answer, so
+        // after 2^31 of them in a row the next number would come round to it and read as
+        // answered at once: skip it.
+        let last_answered = lines.completion.done.load(SeqCst) & SEQ_MASK;
         // SAFETY: FILLING: this caller owns the request cells.
         let seq = lines.request.seq.with_mut(|seq| unsafe {
-            *seq = (*seq + 1) & SEQ_MASK;
-            *seq
+            let mut next = (*seq + 1) & SEQ_MASK;
+            if next == last_answered {
+                next = (next + 1) & SEQ_MASK;
+            }
+            *seq = next;
+            next
         });
         // SAFETY: as above.
         lines.request.request.with_mut(|cell| unsafe { *cell = MaybeUninit::new(request) });
@@ -410,6 +419,20 @@ mod tests {
     #[test]
     fn each_request_runs_once_or_never_and_replies_reach_their_caller() {
         crate::testing::each_request_runs_once_or_never::<Lane<u64, u64>>();
+    }
+
+    /// Withdrawn requests take numbers without answers; the number that comes round to the
+    /// last answer's is skipped, or the call would read an answer nobody wrote.
+    #[test]
+    fn a_request_number_never_repeats_the_last_answer() {
+        let lane = TestLane::new();
+        // As after 2^31 - 1 withdrawals since the answer numbered 0: the next number is 0.
+        // SAFETY: this thread is the lane's only user.
+        lane.slots[0].request.seq.with_mut(|seq| unsafe { *seq = SEQ_MASK });
+        let no_server = Waiting { spin_ns: 0, stall_timeout_ns: 1_000 };
+        assert!(matches!(lane.call(7, 0, no_server), Outcome::Withdrawn));
+        // SAFETY: as above.
+        assert_eq!(lane.slots[0].request.seq.with(|seq| unsafe { *seq }), 1);
     }
 
     #[test]

@@ -41,6 +41,16 @@
 //! objects.run(&"counter", |n| *n += 1).unwrap();
 //! assert_eq!(objects.read(&"counter", |n| *n).unwrap(), 1);
 //! ```
+//!
+//! An operation may run on another CPU's thread, and reads of a replicated object on several at
+//! once, so the values must be `Send + Sync`: a registry of `Rc`s does not build.
+//!
+//! ```compile_fail,E0599
+//! use corehop_runtime::objects::{Objects, ObjectsConfig};
+//! let machine = corehop_topology::presets::by_name("switch-cc").unwrap();
+//! let cpus: Vec<_> = machine.cpus().iter().map(|c| c.id).collect();
+//! let objects = Objects::<&str, std::rc::Rc<u64>>::new(&machine, &cpus, ObjectsConfig::default());
+//! ```
 use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -426,7 +436,9 @@ pub struct Operation<T> {
     started_ns: u64,
 }
 
-impl<K: Hash + Eq, T> Objects<K, T> {
+// `T: Send` because an operation may take `&mut T` on another CPU's thread, `T: Sync` because
+// the reads of a replicated object take `&T` on several at once.
+impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
     /// A registry placing objects on `cpus` of `machine` (budgets from its caches).
     pub fn new(
         machine: &Machine,

@@ -249,6 +249,10 @@ fn select_raw(
     except: usize,
     timeout: &mut Option<&mut libc::timeval>,
 ) -> (libc::c_long, [usize; 6]) {
+    // The kernel reads and writes `nfds` bits of each set, up to the size of the descriptor
+    // table, but an `fd_set` holds FD_SETSIZE: past it, a negative count, which the kernel
+    // refuses with EINVAL before it touches a set.
+    let nfds = if (0..=libc::FD_SETSIZE as i32).contains(&nfds) { nfds as isize } else { -1 };
     (libc::SYS_select, [nfds as usize, read, write, except, opt_mut(timeout), 0])
 }
 
