@@ -26,11 +26,14 @@ use serde::Serialize;
 use crate::pair::{MachineInfo, Pair, PairArgs};
 use crate::report::{self, OutputArgs, Stats, Table};
 
-/// `hop` for the measured tasks: they keep only numbers and timestamps across a hop, nothing
-/// tied to an OS thread. Inlined, as `hop` is, so the measurement adds no frame.
+/// `hop`, inlined as `hop` is, so the measurement adds no frame.
+///
+/// # Safety
+/// As for `corehop_runtime::hop`: the caller keeps nothing tied to its OS thread across it.
+/// The measured tasks keep only numbers and timestamps.
 #[inline(always)]
-fn hop(cpu: CpuId) -> Result<(), corehop_runtime::Error> {
-    // SAFETY: see above.
+unsafe fn hop(cpu: CpuId) -> Result<(), corehop_runtime::Error> {
+    // SAFETY: this function's contract.
     unsafe { corehop_runtime::hop(cpu) }
 }
 
@@ -293,24 +296,25 @@ fn round_trips(
 fn round_trips_on(rt: &Runtime, plan: &Plan, iters: u64, gap_ns: u64) -> anyhow::Result<f64> {
     let (from, to) = (plan.pair.from, plan.pair.to);
     let warmup = (iters / 10).max(1);
+    // SAFETY, for every hop below: the task keeps only numbers and timestamps across them.
     let ns = rt.block_on(from, move || -> Result<f64, corehop_runtime::Error> {
         for _ in 0..warmup {
             wait_ns(gap_ns);
-            hop(to)?;
-            hop(from)?;
+            unsafe { hop(to) }?;
+            unsafe { hop(from) }?;
         }
         if gap_ns == 0 {
             return per_op(iters, |_| {
-                hop(to)?;
-                hop(from)
+                unsafe { hop(to) }?;
+                unsafe { hop(from) }
             });
         }
         let mut ns = Vec::with_capacity(iters as usize);
         for _ in 0..iters {
             wait_ns(gap_ns);
             let t0 = sys::now_ns();
-            hop(to)?;
-            hop(from)?;
+            unsafe { hop(to) }?;
+            unsafe { hop(from) }?;
             ns.push(sys::now_ns() - t0);
         }
         Ok(median_of_chunk_means(&ns))
@@ -330,13 +334,14 @@ fn wait_ns(ns: u64) {
 /// Mean ns of one hop FROM -> TO, stamped with the TSC on both sides.
 fn one_way_hops(rt: &Runtime, plan: &Plan) -> anyhow::Result<f64> {
     let (from, to, iters) = (plan.pair.from, plan.pair.to, plan.iters);
+    // SAFETY, for both hops below: the task keeps only numbers and timestamps across them.
     let ns = rt.block_on(from, move || -> Result<f64, corehop_runtime::Error> {
         let mut ns = Vec::with_capacity(iters as usize);
         for _ in 0..iters {
             let t0 = sys::now_ns();
-            hop(to)?;
+            unsafe { hop(to) }?;
             ns.push(sys::now_ns().saturating_sub(t0));
-            hop(from)?;
+            unsafe { hop(from) }?;
         }
         Ok(median_of_chunk_means(&ns))
     })??;

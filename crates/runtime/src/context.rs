@@ -53,7 +53,8 @@ impl TaskCtx {
         #[cfg(corehop_own_switch)]
         if let Some(slot) = on.sender_to(worker).reserve() {
             let context = slot.payload().as_ptr().cast::<usize>().cast_mut();
-            let (word, value) = slot.publication(self.node as *mut crate::runtime::Task);
+            // SAFETY: the task's own node, sent nowhere else; `suspend_into` makes the store.
+            let (word, value) = unsafe { slot.publication(self.node as *mut crate::runtime::Task) };
             // SAFETY: as below; the payload and the word belong to the reserved slot, which no
             // one else writes, of a mailbox that `self.shared` keeps alive; the store of
             // `value` publishes the task, which is in the slot's word; the parent cell is that

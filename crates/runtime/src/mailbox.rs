@@ -127,8 +127,12 @@ pub(crate) struct LaneWriter {
 }
 
 impl LaneWriter {
-    /// The writers of lanes `0..lanes`, one each. Call once per set of mailboxes.
-    pub(crate) fn all(lanes: usize) -> Vec<LaneWriter> {
+    /// The writers of lanes `0..lanes`, one each.
+    ///
+    /// # Safety
+    /// Called once per set of mailboxes: a second writer of a lane would be a second producer
+    /// of a single-producer ring.
+    pub(crate) unsafe fn all(lanes: usize) -> Vec<LaneWriter> {
         (0..lanes).map(|index| LaneWriter { index, _not_sync: PhantomData }).collect()
     }
 }
@@ -245,16 +249,21 @@ impl<'a, T> Reservation<'a, T> {
 
     /// Publishes `node` with the payload as filled.
     pub(crate) fn publish(self, node: Box<T>) {
-        let (word, value) = self.publication(Box::into_raw(node));
+        // SAFETY: a node of our own, published by the store right below.
+        let (word, value) = unsafe { self.publication(Box::into_raw(node)) };
         // Release: the node, the payload and everything written to the node (for a task: its
         // whole suspended stack) happen-before the reader's Acquire load of the word.
         word.store(value, Ordering::Release);
     }
 
     /// For a producer that makes the publishing store itself: the word, and the value whose
-    /// Release store into it hands `node` (from `Box::into_raw`, [`NODE_ALIGN`]-aligned) to
-    /// the reader. Counts the send; the store must follow.
-    pub(crate) fn publication(self, node: *mut T) -> (&'a AtomicUsize, usize) {
+    /// Release store into it hands `node` to the reader. Counts the send.
+    ///
+    /// # Safety
+    /// `node` comes from `Box::into_raw`, is [`NODE_ALIGN`]-aligned and is sent nowhere else,
+    /// and the caller makes that Release store before it reserves on this lane again: the
+    /// count says the slot holds a node, which the reader (or the mailbox's drop) takes.
+    pub(crate) unsafe fn publication(self, node: *mut T) -> (&'a AtomicUsize, usize) {
         debug_assert_eq!(node as usize & SEQ_MASK, 0, "lane nodes must be {NODE_ALIGN}-aligned");
         self.lane.sent.0.store(self.n + 1, StdOrdering::Relaxed);
         (&self.slot.word, node as usize | ((self.n + 1) & SEQ_MASK))
@@ -727,7 +736,8 @@ mod tests {
     #[test]
     fn lane_keeps_order_and_spills_to_the_list_when_full() {
         let (mb, mut reader) = Mailbox::<Node>::new(false, 3, Some(0));
-        let writers = LaneWriter::all(3);
+        // SAFETY: the only writers of this test's mailboxes.
+        let writers = unsafe { LaneWriter::all(3) };
         for v in 0..20 {
             mb.send(&writers[2], Node::boxed(v), [0; PAYLOAD_WORDS]);
         }
@@ -747,7 +757,8 @@ mod tests {
     #[test]
     fn lanes_and_list_alternate_so_neither_starves() {
         let (mb, mut reader) = Mailbox::<Node>::new(false, 2, None);
-        let writers = LaneWriter::all(2);
+        // SAFETY: the only writers of this test's mailboxes.
+        let writers = unsafe { LaneWriter::all(2) };
         for v in 0..4 {
             mb.push(Node::boxed(100 + v));
             mb.send(&writers[v as usize % 2], Node::boxed(v), [0; PAYLOAD_WORDS]);
@@ -759,7 +770,8 @@ mod tests {
     #[test]
     fn take_takes_what_mail_found_and_nothing_else() {
         let (mb, mut reader) = Mailbox::<Node>::new(false, 3, Some(0));
-        let writers = LaneWriter::all(3);
+        // SAFETY: the only writers of this test's mailboxes.
+        let writers = unsafe { LaneWriter::all(3) };
         assert_eq!(reader.mail(), None);
         mb.send(&writers[2], Node::boxed(1), [7; PAYLOAD_WORDS]);
         assert_eq!(reader.mail(), Some(Mail::Lane(2)));
@@ -818,7 +830,8 @@ mod tests {
     #[test]
     fn the_node_that_comes_back_is_prefetched_once_and_a_stranger_as_it_is_taken() {
         let (mb, mut reader) = Mailbox::<Probe>::new(false, 2, Some(0));
-        let writers = LaneWriter::all(2);
+        // SAFETY: the only writers of this test's mailboxes.
+        let writers = unsafe { LaneWriter::all(2) };
         let hint = Hint([0x1000, 0x2000]);
         reader.prefetch_expected();
         assert!(prefetched().is_empty(), "nothing taken yet, so nothing expected");
@@ -861,7 +874,8 @@ mod tests {
     #[test]
     fn a_lane_carries_each_payload_with_its_node_and_the_list_none() {
         let (mb, mut reader) = Mailbox::<Node>::new(false, 2, None);
-        let writers = LaneWriter::all(2);
+        // SAFETY: the only writers of this test's mailboxes.
+        let writers = unsafe { LaneWriter::all(2) };
         let words = |payload: &Payload| payload.each_ref().map(|w| w.load(StdOrdering::Relaxed));
         for round in 0..3 * LANE_SLOTS as u32 {
             let payload: [usize; PAYLOAD_WORDS] = std::array::from_fn(|w| (round as usize) << 8 | w);
@@ -877,11 +891,13 @@ mod tests {
     #[test]
     fn a_reservation_is_published_by_the_producers_own_store() {
         let (mb, mut reader) = Mailbox::<Node>::new(false, 2, None);
-        let writers = LaneWriter::all(2);
+        // SAFETY: the only writers of this test's mailboxes.
+        let writers = unsafe { LaneWriter::all(2) };
         for v in 0..2 * LANE_SLOTS as u32 {
             let slot = mb.reserve(&writers[0]).expect("the reader keeps up, so a slot is free");
             slot.payload()[6].store(v as usize + 1, StdOrdering::Relaxed);
-            let (word, value) = slot.publication(Box::into_raw(Node::boxed(v)));
+            // SAFETY: a fresh node, published by the store right below.
+            let (word, value) = unsafe { slot.publication(Box::into_raw(Node::boxed(v))) };
             assert!(!reader.has_mail(), "nothing arrives before the store");
             // What the fiber switch does in assembly, once off the task's stack.
             word.store(value, Ordering::Release);
@@ -913,7 +929,8 @@ mod tests {
         mb.push(Node::boxed(2));
         drop(reader);
         // Sent after the reader is gone: the mailbox itself frees it.
-        mb.send(&LaneWriter::all(2)[1], Node::boxed(3), [0; PAYLOAD_WORDS]);
+        // SAFETY: the only writers of this test's mailbox.
+        mb.send(&unsafe { LaneWriter::all(2) }[1], Node::boxed(3), [0; PAYLOAD_WORDS]);
         drop(mb);
     }
 }
@@ -984,7 +1001,8 @@ mod loom_tests {
     fn loom_lane_and_list_no_lost_node_or_wakeup() {
         crate::sync::model_bounded(2, || {
             let (mb, mut reader) = Mailbox::<Node>::new(true, 2, None);
-            let writer = LaneWriter::all(2).pop().unwrap();
+            // SAFETY: the only writers of this model's mailbox.
+            let writer = unsafe { LaneWriter::all(2) }.pop().unwrap();
             let lane_producer = {
                 let mb = mb.clone();
                 loom::thread::spawn(move || {
@@ -1021,7 +1039,8 @@ mod loom_tests {
     fn loom_publication_by_the_producers_store_carries_the_payload() {
         loom::model(|| {
             let (mb, mut reader) = Mailbox::<Node>::new(true, 2, None);
-            let writer = LaneWriter::all(2).pop().unwrap();
+            // SAFETY: the only writers of this model's mailbox.
+            let writer = unsafe { LaneWriter::all(2) }.pop().unwrap();
             let producer = {
                 let mb = mb.clone();
                 loom::thread::spawn(move || {
@@ -1029,7 +1048,9 @@ mod loom_tests {
                         match mb.reserve(&writer) {
                             Some(slot) => {
                                 slot.payload()[0].store(v as usize * 10, StdOrdering::Relaxed);
-                                let (word, value) = slot.publication(Box::into_raw(Node::boxed(v)));
+                                // SAFETY: a fresh node, published by the store right below.
+                                let (word, value) =
+                                    unsafe { slot.publication(Box::into_raw(Node::boxed(v))) };
                                 word.store(value, Ordering::Release);
                             }
                             None => mb.push(Node::boxed(v)),

@@ -198,7 +198,8 @@ impl Builder {
             shutdown: AtomicBool::new(false),
         });
         let runtime = Runtime { shared: shared.clone(), threads: Mutex::new(Vec::new()) };
-        let lanes = LaneWriter::all(cpus_len);
+        // SAFETY: once for these mailboxes, made just above.
+        let lanes = unsafe { LaneWriter::all(cpus_len) };
         for (i, (reader, lane)) in readers.into_iter().zip(lanes).enumerate() {
             let shared = shared.clone();
             let (cpu, os_id) = (runtime.shared.workers[i].cpu, runtime.shared.workers[i].os_id);

@@ -75,7 +75,11 @@ impl Calls {
     }
 
     /// Runs `f`, described as `desc`, locally or on the service CPU as the policy decides.
-    fn call<R: Send + 'static>(
+    /// The task returns on whichever CPU the call ran on.
+    ///
+    /// # Safety
+    /// As for [`Calls::go`].
+    unsafe fn call<R: Send + 'static>(
         &self,
         desc: CallDesc,
         f: impl FnOnce() -> R + Send + 'static,
@@ -88,7 +92,8 @@ impl Calls {
         let t0 = sys::now_ns();
         let (result, cost) = match decision {
             Decision::Local => {
-                self.go(self.app)?;
+                // SAFETY: this function's contract.
+                unsafe { self.go(self.app) }?;
                 let start = sys::now_ns();
                 let result = f();
                 let run = sys::now_ns().saturating_sub(start);
@@ -102,7 +107,8 @@ impl Calls {
                 // wait; with nothing else to run, that CPU idles for the whole wait.
                 let idles_meanwhile =
                     corehop_runtime::current_cpu() == self.app && !corehop_runtime::others_waiting();
-                self.go(self.service)?;
+                // SAFETY: this function's contract.
+                unsafe { self.go(self.service) }?;
                 let start = sys::now_ns();
                 let result = f();
                 let end = sys::now_ns();
@@ -126,11 +132,12 @@ impl Calls {
     }
 
     /// Moves the calling task to `cpu` (nothing if it is there already).
-    fn go(&self, cpu: CpuId) -> anyhow::Result<()> {
+    ///
+    /// # Safety
+    /// As for `corehop_runtime::hop`: the calling task holds nothing tied to its OS thread.
+    unsafe fn go(&self, cpu: CpuId) -> anyhow::Result<()> {
         if corehop_runtime::current_cpu() != cpu {
-            // SAFETY: the server task holds nothing tied to the OS thread it leaves: no lock
-            // guard (the policy's is dropped before every call and hop), no reference into a
-            // thread-local; its sockets and files are plain descriptors of the process.
+            // SAFETY: this function's contract (the policy's guard is dropped before it).
             unsafe { corehop_runtime::hop(cpu) }?;
         }
         Ok(())
@@ -297,6 +304,9 @@ pub fn run(
 
 /// A connection's server task: `count` requests.
 fn serve(stream: &TcpStream, dirfd: RawFd, calls: &Calls, count: usize, sent: &Sent) -> anyhow::Result<()> {
+    // SAFETY, for every `call` and `go` below, which may leave the task on another OS thread:
+    // across them the task holds descriptors, numbers and references to shared state, no lock
+    // guard and no reference into a thread-local.
     let sock = stream.as_raw_fd();
     for served in 1..=count as u32 {
         sent.wait_past(|| sent.requests.load(Ordering::Acquire), served - 1)?;
@@ -306,12 +316,15 @@ fn serve(stream: &TcpStream, dirfd: RawFd, calls: &Calls, count: usize, sent: &S
         while got < request.len() {
             let want = request.len() - got;
             let desc = CallDesc { kind: CallKind::Recvfrom, fd: sock, size: want as u64, site: SITE_RECV };
-            let (result, bytes) = calls.call(desc, move || {
-                let mut bytes = [0u8; 8];
-                let result =
-                    SysCall::Recvfrom { fd: sock, buf: &mut bytes[..want], flags: 0, addr: None }.execute();
-                (result, bytes)
-            })?;
+            let (result, bytes) = unsafe {
+                calls.call(desc, move || {
+                    let mut bytes = [0u8; 8];
+                    let result =
+                        SysCall::Recvfrom { fd: sock, buf: &mut bytes[..want], flags: 0, addr: None }
+                            .execute();
+                    (result, bytes)
+                })
+            }?;
             anyhow::ensure!(result != Ok(0), "the client hung up early");
             let n = moved(result, "recv")?;
             request[got..got + n].copy_from_slice(&bytes[..n]);
@@ -322,23 +335,26 @@ fn serve(stream: &TcpStream, dirfd: RawFd, calls: &Calls, count: usize, sent: &S
         let name = CString::new(format!("f{index}"))?;
         let flags = libc::O_RDONLY | libc::O_CLOEXEC;
         let desc = SysCall::Openat { dirfd, path: &name, flags, mode: 0 }.desc(SITE_OPENAT);
-        let fd = calls
-            .call(desc, move || SysCall::Openat { dirfd, path: &name, flags, mode: 0 }.execute())?
-            .map_err(|e| errno("openat", e))? as RawFd;
+        let fd = unsafe {
+            calls.call(desc, move || SysCall::Openat { dirfd, path: &name, flags, mode: 0 }.execute())
+        }?
+        .map_err(|e| errno("openat", e))? as RawFd;
         // SAFETY: `fd` was just opened and is owned here; the File closes it once.
         let file = unsafe { std::fs::File::from_raw_fd(fd) };
         let desc = CallDesc { kind: CallKind::Fstat, fd, size: 0, site: SITE_FSTAT };
-        let size = calls.call(desc, move || fstat_size(fd))?.map_err(|e| errno("fstat", e))?;
+        let size = unsafe { calls.call(desc, move || fstat_size(fd)) }?.map_err(|e| errno("fstat", e))?;
         let header = (size as u64).to_le_bytes();
         let mut header_sent = 0;
         while header_sent < header.len() {
             let desc = SysCall::Sendto { fd: sock, buf: &header[header_sent..], flags: 0, addr: None }
                 .desc(SITE_SEND);
             let from = header_sent;
-            let result = calls.call(desc, move || {
-                SysCall::Sendto { fd: sock, buf: &header[from..], flags: libc::MSG_NOSIGNAL, addr: None }
-                    .execute()
-            })?;
+            let result = unsafe {
+                calls.call(desc, move || {
+                    SysCall::Sendto { fd: sock, buf: &header[from..], flags: libc::MSG_NOSIGNAL, addr: None }
+                        .execute()
+                })
+            }?;
             let n = moved(result, "send")?;
             header_sent += n;
             sent.bytes.fetch_add(n as u64, Ordering::Release);
@@ -347,9 +363,11 @@ fn serve(stream: &TcpStream, dirfd: RawFd, calls: &Calls, count: usize, sent: &S
         while left > 0 {
             let desc =
                 SysCall::Sendfile { out_fd: sock, in_fd: fd, offset: None, count: left }.desc(SITE_SENDFILE);
-            let result = calls.call(desc, move || {
-                SysCall::Sendfile { out_fd: sock, in_fd: fd, offset: None, count: left }.execute()
-            })?;
+            let result = unsafe {
+                calls.call(desc, move || {
+                    SysCall::Sendfile { out_fd: sock, in_fd: fd, offset: None, count: left }.execute()
+                })
+            }?;
             let n = moved(result, "sendfile")?;
             left -= n;
             // The client reads as the answer goes out: a socket buffer may hold less than a file.
@@ -359,7 +377,7 @@ fn serve(stream: &TcpStream, dirfd: RawFd, calls: &Calls, count: usize, sent: &S
         calls.progress();
         // Back to the application CPU between requests: the task runs its own code (and
         // waits for the next request) there, as a thread of FlexSC's runs on its core.
-        calls.go(calls.app)?;
+        unsafe { calls.go(calls.app) }?;
     }
     Ok(())
 }
