@@ -27,7 +27,8 @@ fn the_tour_runs_every_part_and_each_says_what_it_found() {
 fn the_tour_sets_the_timed_predictor_beside_the_papers_form_and_the_constant_rule() {
     let stdout = common::stdout_of(&["tour", "--only", "predict"]);
     let row = |name: &str| -> Vec<f64> {
-        let line = stdout.lines().find(|l| l.trim_start().starts_with(name)).unwrap_or_else(|| panic!("{stdout}"));
+        let line =
+            stdout.lines().find(|l| l.trim_start().starts_with(name)).unwrap_or_else(|| panic!("{stdout}"));
         line.split_whitespace().filter_map(|w| w.strip_suffix('%')?.parse().ok()).take(4).collect()
     };
     let (timed, constant) = (row("timed"), row("best constant"));

@@ -173,8 +173,11 @@ fn kind(name: Name, a0: i64, a1: i64, a2: i64) -> Kind {
 
 /// Where call `index` continues: the library's entry point once it is loaded, else libc's
 /// function. Called by the entry points' slow path with their first three arguments.
-extern "C" fn resolve(index: usize, a0: i64, a1: i64, a2: i64) -> usize {
-    // SAFETY: the entry points pass their own index, below COUNT; `Name` is repr(usize) with
+///
+/// # Safety
+/// `index` is below `COUNT`: the entry points pass their own.
+unsafe extern "C" fn resolve(index: usize, a0: i64, a1: i64, a2: i64) -> usize {
+    // SAFETY: `index` is below COUNT (this function's contract); `Name` is repr(usize) with
     // variants 0..COUNT.
     let name = unsafe { core::mem::transmute::<usize, Name>(index) };
     match kind(name, a0, a1, a2) {

@@ -17,8 +17,8 @@ use core::ffi::{c_int, c_void};
 use crate::intercept::before_unseen_child;
 use crate::sys;
 
-static REAL_VFORK: sys::Real = sys::Real::new(b"vfork\0");
-static REAL_CLONE: sys::Real = sys::Real::new(b"clone\0");
+static REAL_VFORK: sys::Real = sys::Real::new(c"vfork");
+static REAL_CLONE: sys::Real = sys::Real::new(c"clone");
 
 /// The address to jump to for `real`: libc's function, or [`unsupported`] without one.
 fn target(real: &sys::Real) -> usize {

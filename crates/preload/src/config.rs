@@ -13,6 +13,7 @@
 //! A bad value is reported once on stderr and turns offload off; the program still runs.
 
 use core::fmt;
+use std::ffi::CString;
 
 use corehop_sys::wire::env;
 
@@ -30,10 +31,8 @@ pub struct Config {
     pub policy: String,
     pub spin_ns: u64,
     pub stall_timeout_ns: u64,
-    /// NUL-terminated path.
-    pub stats_file: Option<Vec<u8>>,
-    /// NUL-terminated path.
-    pub trace_file: Option<Vec<u8>>,
+    pub stats_file: Option<CString>,
+    pub trace_file: Option<CString>,
     pub test_stall_ns: u64,
 }
 
@@ -79,17 +78,17 @@ pub fn parse(
         }
     };
     // A file path, NUL-terminated for the raw openat at exit.
-    let path = |var: &'static str| -> Result<Option<Vec<u8>>, ConfigError> {
-        match get(var).filter(|p| !p.is_empty()) {
-            Some(p) if p.contains(&0) => {
-                Err(ConfigError { var, value: String::new(), reason: "contains a NUL byte".into() })
-            }
-            Some(mut p) => {
-                p.push(0);
-                Ok(Some(p))
-            }
-            None => Ok(None),
-        }
+    let path = |var: &'static str| -> Result<Option<CString>, ConfigError> {
+        get(var)
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                CString::new(p).map_err(|_| ConfigError {
+                    var,
+                    value: String::new(),
+                    reason: "contains a NUL byte".into(),
+                })
+            })
+            .transpose()
     };
     let service_cpus = match text(env::SERVICE_CPUS)? {
         None => vec![default_cpu()],
@@ -184,7 +183,7 @@ mod tests {
         assert_eq!(c.service_cpus, vec![1, 4, 5]);
         assert_eq!(c.policy, "always");
         assert_eq!((c.spin_ns, c.stall_timeout_ns, c.test_stall_ns), (7, 8, 9));
-        assert_eq!(c.stats_file.as_deref(), Some(&b"/tmp/s\0"[..]));
+        assert_eq!(c.stats_file.as_deref(), Some(c"/tmp/s"));
     }
 
     #[test]

@@ -24,7 +24,12 @@ use corehop_sys::watch;
 /// libc has no such function.
 macro_rules! real {
     ($name:ident as $ty:ty, $($arg:expr),*) => {{
-        static REAL: sys::Real = sys::Real::new(concat!(stringify!($name), "\0").as_bytes());
+        static REAL: sys::Real = sys::Real::new(
+            match core::ffi::CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
+                Ok(name) => name,
+                Err(_) => panic!("a libc name has no NUL inside"),
+            },
+        );
         let ptr = REAL.get();
         if ptr.is_null() {
             sys::set_errno(libc::ENOSYS);
@@ -70,7 +75,11 @@ macro_rules! entry_points {
             pub(super) unsafe extern "C" fn body($($arg: $ty,)* site: usize) -> $ret {
                 let $real = || real!($name as $real_ty, $($arg),*);
                 entry_points!(@enter $mode site $real $ret);
-                ($body) as $ret
+                // SAFETY: the body passes on this entry point's own arguments, which the
+                // program passed to libc: every pointer valid as libc documents (this
+                // function's contract), while the program waits for the call.
+                #[allow(unused_unsafe)]
+                unsafe { ($body) as $ret }
             }
         }
         exported!($name ($($arg: $ty),*) -> $ret);
@@ -140,12 +149,18 @@ macro_rules! exported {
     };
 }
 
-fn request(nr: i64, args: [u64; 6], check: Check) -> Request {
-    Request { nr, args, check, may_signal: false }
+/// # Safety
+/// As for [`Request::new`].
+unsafe fn request(nr: i64, args: [u64; 6], check: Check) -> Request {
+    // SAFETY: this function's contract.
+    unsafe { Request::new(nr, args, check, false) }
 }
 
-fn signalling(nr: i64, args: [u64; 6], check: Check) -> Request {
-    Request { nr, args, check, may_signal: true }
+/// # Safety
+/// As for [`Request::new`].
+unsafe fn signalling(nr: i64, args: [u64; 6], check: Check) -> Request {
+    // SAFETY: this function's contract.
+    unsafe { Request::new(nr, args, check, true) }
 }
 
 fn needs_mode(flags: c_int) -> bool {
@@ -154,9 +169,13 @@ fn needs_mode(flags: c_int) -> bool {
 
 // ---- read / write ----------------------------------------------------------------------
 
-fn do_read(fd: c_int, buf: *mut c_void, count: size_t, local: impl FnOnce() -> i64) -> i64 {
+/// # Safety
+/// The pointers valid for the call as libc documents it, as for [`Request::new`].
+unsafe fn do_read(fd: c_int, buf: *mut c_void, count: size_t, local: impl FnOnce() -> i64) -> i64 {
     let args = [fd as u64, buf as u64, count as u64, 0, 0, 0];
-    dispatch(CallKind::Read, fd, || count as u64, Some(request(libc::SYS_read, args, Check::Fd(fd))), local)
+    // SAFETY: this function's contract.
+    let req = unsafe { request(libc::SYS_read, args, Check::Fd(fd)) };
+    dispatch(CallKind::Read, fd, || count as u64, Some(req), local)
 }
 
 entry_points! {
@@ -182,13 +201,22 @@ entry_points! {
         }
 }
 
-fn do_pread(fd: c_int, buf: *mut c_void, count: size_t, offset: off_t, local: impl FnOnce() -> i64) -> i64 {
+/// # Safety
+/// The pointers valid for the call as libc documents it, as for [`Request::new`].
+unsafe fn do_pread(
+    fd: c_int,
+    buf: *mut c_void,
+    count: size_t,
+    offset: off_t,
+    local: impl FnOnce() -> i64,
+) -> i64 {
     let args = [fd as u64, buf as u64, count as u64, offset as u64, 0, 0];
     dispatch(
         CallKind::Pread,
         fd,
         || count as u64,
-        Some(request(libc::SYS_pread64, args, Check::Positioned(fd))),
+        // SAFETY: this function's contract.
+        Some(unsafe { request(libc::SYS_pread64, args, Check::Positioned(fd)) }),
         local,
     )
 }
@@ -243,7 +271,9 @@ entry_points! {
 
 // ---- open ------------------------------------------------------------------------------
 
-fn do_openat(
+/// # Safety
+/// The pointers valid for the call as libc documents it, as for [`Request::new`].
+unsafe fn do_openat(
     kind: CallKind,
     dirfd: c_int,
     path: *const c_char,
@@ -254,7 +284,9 @@ fn do_openat(
     let mode = if needs_mode(flags) { mode } else { 0 };
     let args = [dirfd as u64, path as u64, flags as u64, mode as u64, 0, 0];
     let check = Check::Open { dirfd, path: path as u64, flags };
-    let fd = dispatch(kind, -1, || 0, Some(request(libc::SYS_openat, args, check)), local);
+    // SAFETY: this function's contract.
+    let req = unsafe { request(libc::SYS_openat, args, check) };
+    let fd = dispatch(kind, -1, || 0, Some(req), local);
     // It names a new file now (`reassigned` also forgets a mark: a number can be marked only
     // once the memo is armed, which is when `reassigned` acts).
     memo::reassigned(fd as c_int);
@@ -298,7 +330,9 @@ entry_points! {
 
 type Stat = libc::stat;
 
-fn do_fstatat(
+/// # Safety
+/// The pointers valid for the call as libc documents it, as for [`Request::new`].
+unsafe fn do_fstatat(
     kind: CallKind,
     dirfd: c_int,
     path: *const c_char,
@@ -307,13 +341,18 @@ fn do_fstatat(
     local: impl FnOnce() -> i64,
 ) -> i64 {
     let args = [dirfd as u64, path as u64, buf as u64, flags as u64, 0, 0];
-    let req = request(libc::SYS_newfstatat, args, Check::Nothing);
+    // SAFETY: this function's contract.
+    let req = unsafe { request(libc::SYS_newfstatat, args, Check::Nothing) };
     dispatch(kind, if kind == CallKind::Newfstatat { dirfd } else { -1 }, || 0, Some(req), local)
 }
 
-fn do_fstat(fd: c_int, buf: *mut Stat, local: impl FnOnce() -> i64) -> i64 {
+/// # Safety
+/// The pointers valid for the call as libc documents it, as for [`Request::new`].
+unsafe fn do_fstat(fd: c_int, buf: *mut Stat, local: impl FnOnce() -> i64) -> i64 {
     let args = [fd as u64, buf as u64, 0, 0, 0, 0];
-    dispatch(CallKind::Fstat, fd, || 0, Some(request(libc::SYS_fstat, args, Check::Nothing)), local)
+    // SAFETY: this function's contract.
+    let req = unsafe { request(libc::SYS_fstat, args, Check::Nothing) };
+    dispatch(CallKind::Fstat, fd, || 0, Some(req), local)
 }
 
 /// The `struct stat` versions the legacy `__xstat` entry points accept on this ABI
@@ -438,12 +477,7 @@ entry_points! {
         as unsafe extern "C" fn(c_int, *const c_void, size_t, c_int, *const sockaddr, socklen_t) -> ssize_t
         => |real| {
             let args = [fd as u64, buf as u64, len as u64, flags as u64, addr as u64, addrlen as u64];
-            let req = Request {
-                nr: libc::SYS_sendto,
-                args,
-                check: Check::Socket(fd, flags),
-                may_signal: flags & libc::MSG_NOSIGNAL == 0,
-            };
+            let req = Request::new(libc::SYS_sendto, args, Check::Socket(fd, flags), flags & libc::MSG_NOSIGNAL == 0);
             dispatch(CallKind::Sendto, fd, || len as u64, Some(req), real)
         }
 }
@@ -467,10 +501,14 @@ entry_points! {
 
 // ---- poll / select ---------------------------------------------------------------------
 
-fn do_poll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int, local: impl FnOnce() -> i64) -> i64 {
+/// # Safety
+/// The pointers valid for the call as libc documents it, as for [`Request::new`].
+unsafe fn do_poll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int, local: impl FnOnce() -> i64) -> i64 {
     // Only a poll that cannot wait goes across: a waiting one must stay interruptible by the
     // caller's signals.
-    let req = (timeout == 0).then(|| request(libc::SYS_poll, [fds as u64, nfds, 0, 0, 0, 0], Check::Nothing));
+    // SAFETY: this function's contract.
+    let req = (timeout == 0)
+        .then(|| unsafe { request(libc::SYS_poll, [fds as u64, nfds, 0, 0, 0, 0], Check::Nothing) });
     dispatch(CallKind::Poll, -1, || 0, req, local)
 }
 

@@ -71,14 +71,32 @@ impl Check {
     }
 }
 
-/// One system call to run: its number, its raw arguments, and what to check first.
+/// One system call to run: its number, its raw arguments, and what to check first. Made only
+/// by [`Request::new`], whose contract makes running it sound.
 #[derive(Clone, Copy, Debug)]
+// `#[non_exhaustive]` binds only other crates; the private field keeps this crate's other
+// modules from making one without `new`.
+#[allow(clippy::manual_non_exhaustive)]
 pub struct Request {
     pub nr: i64,
     pub args: [u64; 6],
     pub check: Check,
     /// The call may fail with EPIPE/EFBIG and raise SIGPIPE/SIGXFSZ at the thread that made it.
     pub may_signal: bool,
+    _valid: (),
+}
+
+impl Request {
+    /// System call `nr` with `args`.
+    ///
+    /// # Safety
+    /// `args` are arguments of `nr` as the program passed them to libc: every pointer among
+    /// them valid for what the call reads and writes (a bad one gives EFAULT where the kernel
+    /// checks it, as without this library), for as long as the request or a copy of it may
+    /// run. A lane keeps its caller waiting until then.
+    pub unsafe fn new(nr: i64, args: [u64; 6], check: Check, may_signal: bool) -> Request {
+        Request { nr, args, check, may_signal, _valid: () }
+    }
 }
 
 /// What came back.
@@ -254,8 +272,8 @@ mod tests {
         }
 
         fn call(&self, id: u64, hint: usize, waiting: Waiting) -> handoff::Outcome<u64> {
-            let request =
-                Request { nr: 0, args: [id, 0, 0, 0, 0, 0], check: Check::Nothing, may_signal: false };
+            // SAFETY: call 0 (`read`) is never run here: these lanes' server echoes the id.
+            let request = unsafe { Request::new(0, [id, 0, 0, 0, 0, 0], Check::Nothing, false) };
             match Lane::call(self, request, hint, waiting) {
                 Outcome::Done(reply) => handoff::Outcome::Done(reply.ret as u64),
                 Outcome::Withdrawn => handoff::Outcome::Withdrawn,

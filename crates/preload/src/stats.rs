@@ -6,6 +6,7 @@
 //! to stderr when that is `-` (for use without `corehop run`). Its format, shared with
 //! `corehop run`, is `corehop_sys::wire`.
 
+use core::ffi::CStr;
 use core::sync::atomic::Ordering::Relaxed;
 use core::sync::atomic::{AtomicBool, AtomicU64};
 
@@ -193,7 +194,7 @@ impl Drop for Mapped {
 
 /// Appends this process's summary line to `path` (a NUL-terminated C string; `-` is stderr),
 /// if it made any intercepted call. Nothing is written if the line could not be made whole.
-pub fn write_summary(path: &[u8], process: &wire::Process<'_>) {
+pub fn write_summary(path: &CStr, process: &wire::Process<'_>) {
     if COUNTERS.iter().all(|c| c.seen.load(Relaxed) == 0) {
         return;
     }
@@ -201,7 +202,7 @@ pub fn write_summary(path: &[u8], process: &wire::Process<'_>) {
     if format_summary(&mut line, process).is_err() {
         return;
     }
-    if path == b"-\0" {
+    if path.to_bytes() == b"-" {
         sys::write_all(2, line.bytes());
     } else {
         sys::append_to(path, |fd| sys::write_all(fd, line.bytes()));

@@ -10,7 +10,7 @@
 //! the raw `syscall` instruction instead. Results come back as the kernel's raw value
 //! (`-errno` on failure); errno is set only by the wrapper that returns to the program.
 
-use core::ffi::{c_char, c_void};
+use core::ffi::{c_void, CStr};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
 pub use corehop_sys::raw::{getpid, gettid, is_err, syscall as raw};
@@ -175,13 +175,13 @@ pub fn write_all(fd: i32, mut bytes: &[u8]) {
 /// A lazily resolved pointer to the next definition of a libc symbol (`dlsym(RTLD_NEXT)`),
 /// i.e. the function the program would have called without this library.
 pub struct Real {
-    name: &'static [u8],
+    name: &'static CStr,
     ptr: AtomicPtr<c_void>,
 }
 
 impl Real {
-    /// `name` must end in a NUL byte.
-    pub const fn new(name: &'static [u8]) -> Real {
+    /// The function `name`, looked up on first use.
+    pub const fn new(name: &'static CStr) -> Real {
         Real { name, ptr: AtomicPtr::new(core::ptr::null_mut()) }
     }
 
@@ -191,9 +191,9 @@ impl Real {
         if !p.is_null() {
             return p;
         }
-        // SAFETY: `name` is NUL-terminated (checked by the `real!` macro); dlsym is
-        // thread-safe and does not call any interposed function.
-        let p = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr() as *const c_char) };
+        // SAFETY: `name` is NUL-terminated; dlsym is thread-safe and does not call any
+        // interposed function.
+        let p = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) };
         self.ptr.store(p, Ordering::Release);
         p
     }
@@ -300,16 +300,16 @@ impl<const N: usize> core::fmt::Write for Text<N> {
     }
 }
 
-/// Opens `path` (NUL-terminated) for appending, creating it private, and hands the descriptor
-/// to `write`: never through a symlink, never waiting on a FIFO, and only into a regular file.
-pub fn append_to(path: &[u8], write: impl FnOnce(i32)) {
+/// Opens `path` for appending, creating it private, and hands the descriptor to `write`: never
+/// through a symlink, never waiting on a FIFO, and only into a regular file.
+pub fn append_to(path: &CStr, write: impl FnOnce(i32)) {
     let flags = libc::O_WRONLY
         | libc::O_APPEND
         | libc::O_CREAT
         | libc::O_CLOEXEC
         | libc::O_NOFOLLOW
         | libc::O_NONBLOCK;
-    // SAFETY: `path` is NUL-terminated (config::parse checks it); openat only reads it.
+    // SAFETY: `path` is NUL-terminated; openat only reads it.
     let fd = unsafe {
         raw(libc::SYS_openat, [libc::AT_FDCWD as u64, path.as_ptr() as u64, flags as u64, 0o600, 0, 0])
     };

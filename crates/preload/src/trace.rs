@@ -8,6 +8,7 @@
 //! trace of its own. Calls past the capacity are counted, not recorded; a process that ends
 //! with `_exit`, a signal or `exec` writes nothing.
 
+use core::ffi::CStr;
 use core::fmt::Write as _;
 use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize};
@@ -109,9 +110,9 @@ impl Chunk {
     }
 }
 
-/// Appends this process's records to `path` (NUL-terminated): a `# pid` comment, then one CSV
-/// line per call, then a comment counting calls past the capacity, if any.
-pub fn write(path: &[u8]) {
+/// Appends this process's records to `path`: a `# pid` comment, then one CSV line per call,
+/// then a comment counting calls past the capacity, if any.
+pub fn write(path: &CStr) {
     let filled = NEXT.load(Relaxed).min(MAX_RECORDS);
     if filled == 0 {
         return;
@@ -151,8 +152,7 @@ mod tests {
         record(CallKind::Fstat, 3, 0, 0x55d0_1234, 1_300);
         record(CallKind::Pread, 4, 4096, 7, 2_500);
         let dir = std::env::temp_dir().join(format!("corehop-trace-{}", std::process::id()));
-        let mut path = dir.as_os_str().as_encoded_bytes().to_vec();
-        path.push(0);
+        let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
         write(&path);
         let text = std::fs::read_to_string(&dir).unwrap();
         std::fs::remove_file(&dir).unwrap();
