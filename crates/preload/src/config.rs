@@ -31,7 +31,9 @@ pub struct Config {
     pub policy: String,
     pub spin_ns: u64,
     pub stall_timeout_ns: u64,
+    /// Where each process appends its summary line (`-`: standard error).
     pub stats_file: Option<CString>,
+    /// Where each process appends its calls' run lengths (`corehop run --record-trace`).
     pub trace_file: Option<CString>,
     pub test_stall_ns: u64,
 }
