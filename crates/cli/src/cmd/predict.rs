@@ -282,8 +282,9 @@ pub fn tour_summary() -> anyhow::Result<String> {
     let thresholds = [1_000, 2_000, 5_000, 20_000];
     let timed = evaluate(&parsed.calls, TableForm::TIMED, &thresholds)?;
     let paper = evaluate(&parsed.calls, TableForm::PAPER_FA, &thresholds)?;
-    let row = |form: &FormReport| form.decisions.iter().map(|d| pct(d.right)).collect::<Vec<_>>().join(" / ");
-    let ns = thresholds.iter().map(|&n| report::fmt_ns(n as f64)).collect::<Vec<_>>().join(" / ");
+    let joined = |parts: Vec<String>| parts.join(" / ");
+    let row = |form: &FormReport| joined(form.decisions.iter().map(|d| pct(d.right)).collect());
+    let ns = joined(thresholds.iter().map(|&n| report::fmt_ns(n as f64)).collect());
     Ok(format!(
         "run-length predictor on a sqlite3 trace recorded by `corehop run --record-trace` ({} calls, run lengths in ns)\n\
          decisions right at N = {ns}:\n  timed (corehop run's)    {}\n  the paper's form (FA)    {}  (its exact / ±5 % hits: {} / {})\n  best constant rule       {}",
@@ -292,7 +293,7 @@ pub fn tour_summary() -> anyhow::Result<String> {
         row(&paper),
         pct(paper.exact),
         pct(paper.within_5pct),
-        timed.decisions.iter().map(|d| pct(d.best_constant)).collect::<Vec<_>>().join(" / "),
+        joined(timed.decisions.iter().map(|d| pct(d.best_constant)).collect()),
     ))
 }
 

@@ -65,8 +65,8 @@ pub struct Args {
     /// class, descriptor or path) local until moving it has been measured to cost the caller
     /// less — it moves a few calls of each kind as probes, within 1 % of the time its calls
     /// take. Once the process has run long enough to afford a trial (trials may cost at most
-    /// 0.5 % of its time), it also tries `never`, `always`, `size` and `predicted` for short epochs, scored
-    /// by the program's rate of completed calls; it switches only to an arm that wins by more
+    /// 0.5 % of its time), it also tries `never`, `always`, `size` and `predicted` for short
+    /// epochs, scored by the program's rate of completed calls; it switches only to an arm that wins by more
     /// than 2 %, twice, and goes on checking `never`.
     /// `--stats` says where each process settled. The fixed policies: `never` (the same-run
     /// baseline: intercept and count, move nothing), `always`, `size` (calls moving at least
@@ -546,7 +546,7 @@ pub fn exit_code(status: ExitStatus) -> i32 {
 
 /// Where `program` is, as `execvp` finds it: itself if it names a path, else the first
 /// executable file of that name in `PATH`.
-fn program_path(program: &std::ffi::OsStr) -> Option<PathBuf> {
+pub fn program_path(program: &std::ffi::OsStr) -> Option<PathBuf> {
     use std::os::unix::ffi::OsStrExt;
     if program.as_bytes().contains(&b'/') {
         return Some(PathBuf::from(program));

@@ -17,7 +17,7 @@ use anyhow::{bail, Context};
 use corehop_runtime::sys;
 use serde::Serialize;
 
-use super::run::{find_library, Launch, Offload, PolicyArg};
+use super::run::{find_library, program_path, Launch, Offload, PolicyArg};
 use corehop_bench::report::{fmt_ns, OutputArgs, Stats, Table};
 
 /// Real programs plain and under `corehop run --offload`, alternating, outputs compared.
@@ -232,11 +232,6 @@ fn added_cost(
     Ok(Some(Added { median_ns: with.median - base.median, min_ns: with.min - base.min }))
 }
 
-fn installed(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
-}
-
 /// The inputs the programs read: the SQLite script, the tarball, the Python script.
 fn prepare(dir: &Path) -> anyhow::Result<()> {
     let mut sql = String::from("PRAGMA journal_mode=DELETE;\nPRAGMA synchronous=FULL;\n");
@@ -250,7 +245,7 @@ fn prepare(dir: &Path) -> anyhow::Result<()> {
     sql.push_str("SELECT count(*), sum(v) FROM t;\n");
     std::fs::write(dir.join("txns.sql"), sql)?;
     std::fs::write(dir.join("files.py"), PYTHON)?;
-    if installed("tar") && installed("gzip") {
+    if program_path("tar".as_ref()).is_some() && program_path("gzip".as_ref()).is_some() {
         let status = std::process::Command::new("sh")
             .arg("-c")
             .arg("tar cf - -C /usr/include linux | gzip -n > linux.tgz")
@@ -300,7 +295,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let runnable: Vec<&Program> = chosen
         .into_iter()
-        .filter(|p| match p.needs.iter().find(|n| !installed(n)) {
+        .filter(|p| match p.needs.iter().find(|n| program_path(n.as_ref()).is_none()) {
             Some(missing) => {
                 report
                     .skipped

@@ -7,8 +7,9 @@
 //! queue, the run over there and the caller's wake-up). Each key starts local. Now and then a
 //! call of the key takes the other side (a *probe*), so both estimates stay current and a
 //! phase change shows; probes of a side that keeps losing come twice as rarely each time (up
-//! to once in [`MeasuredConfig::max_backoff`] calls). A probe is taken only while the time probes lost,
-//! plus what this one may lose, fits in [`MeasuredConfig::budget`] of the time the calls took.
+//! to once in [`MeasuredConfig::max_backoff`] calls). A probe is taken only while the time
+//! probes lost, plus what this one may lose, fits in [`MeasuredConfig::budget`] of the time
+//! the calls took.
 //! Before a key's moved cost is known, a probe is assumed to lose the prior cost of a move
 //! (a hand-off plus a wake-up on the machine at hand), since the call runs as long there.
 //! A key changes sides only when its estimates say so and two probes in a row each beat the
