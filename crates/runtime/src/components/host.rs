@@ -184,7 +184,11 @@ fn handle_controls(cfg: &HostConfig, shared: &Shared, slots: &mut Vec<Box<dyn Ru
         match control {
             Control::Adopt { slot, done } => {
                 slot.attach(Some(cfg.index));
-                slots.push(slot);
+                // In the pipeline's order, however the components got here: a layout then runs
+                // the same whichever moves led to it (a stage after its consumer left frames
+                // waiting in every queue after a move there and back).
+                let at = slots.partition_point(|s| s.id() < slot.id());
+                slots.insert(at, slot);
                 let _ = done.send(());
             }
             Control::Evict { id, to, done } => {
@@ -204,6 +208,39 @@ fn handle_controls(cfg: &HostConfig, shared: &Shared, slots: &mut Vec<Box<dyn Ru
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::components::channel::Signals;
+
+    /// A component that only has an id.
+    struct Named(ComponentId);
+
+    impl Runnable for Named {
+        fn id(&self) -> ComponentId {
+            self.0
+        }
+        fn run(&mut self, _: usize) -> usize {
+            0
+        }
+        fn has_work(&self, _: Option<usize>) -> bool {
+            false
+        }
+        fn attach(&self, _: Option<usize>) {}
+        fn add_busy(&self, _: u64) {}
+    }
+
+    #[test]
+    fn a_host_runs_its_components_in_pipeline_order_whatever_moved_in_when() {
+        let shared = Shared::new(&[1.0, 1.0], Signals::new(2));
+        let cfg = |index| HostConfig { index, idle: Idle::Park, spin: SpinConfig::default(), batch: 1 };
+        let named = |i| Box::new(Named(ComponentId(i))) as Box<dyn Runnable>;
+        let mut slots = vec![named(0), named(3)];
+        for i in [2, 1] {
+            let (done, _) = mpsc::channel();
+            shared.send(0, Control::Adopt { slot: named(i), done });
+        }
+        assert!(handle_controls(&cfg(0), &shared, &mut slots));
+        let ids: Vec<usize> = slots.iter().map(|s| s.id().0).collect();
+        assert_eq!(ids, [0, 1, 2, 3]);
+    }
 
     #[test]
     fn a_slow_core_stalls_in_proportion() {
