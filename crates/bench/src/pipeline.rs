@@ -219,7 +219,7 @@ fn measure(machine: &Machine, args: &Args, cfg: &Config) -> anyhow::Result<Measu
         let epochs = (3 * duration.as_millis() / epoch.as_millis()).max(6) as usize;
         // A change still on trial when the settling time is up is judged before measuring (a
         // few windows more at most), so the row shows where the controller stays.
-        let extra = 2 * ctl.config().patience as usize + 1;
+        let extra = ctl.longest_change_windows() as usize + 1;
         let mut prev = pipeline.sample();
         for i in 0..epochs + extra {
             if i >= epochs && !ctl.unsettled() {

@@ -26,12 +26,16 @@
 //! reconfiguration is a **trial**, judged over the next `patience` windows while the pipeline
 //! still cannot keep up. A change that adds capacity (more cores, or faster ones) must pay:
 //! it is undone unless the pipeline then gets at least [`ControllerConfig::min_gain`] more
-//! work done, since a tie leaves it paying for cross-core traffic and a core for nothing. A
+//! work done, since a tie leaves it paying for cross-core traffic and a core for nothing; and
+//! since one round of windows on a shared host can gain that much by chance, a gain is
+//! rechecked (back to the old layout for a round, then the new one again) and must repeat. A
 //! change that takes capacity away is undone if the pipeline gets more than
 //! [`ControllerConfig::revert_loss`] less done than before the first of a run of such changes,
-//! so that small losses do not add up. An undone layout is not tried again for a while
+//! so that small losses do not add up. An undone layout, and any that places the components
+//! as it did on CPUs no faster, is not tried again for a while
 //! ([`ControllerConfig::retry_after`] windows, doubling each time). A pipeline that keeps up
-//! afterwards keeps the change: less work done is then the offered load's doing.
+//! in every window afterwards keeps the change: less work done is then the offered load's
+//! doing.
 //!
 //! Speeds are fractions of a CPU's hardware speed (what `Cpu::emulated_speed` holds). SMT
 //! siblings share one clock (the paper's Xeon throttles both threads of a core together), so
@@ -490,15 +494,49 @@ pub struct Controller {
 struct Trial {
     before: Layout,
     after: Layout,
-    /// Work rate (messages per ms, all components) before the change.
+    /// Work rate (messages per ms, all components) under `before`, last measured.
     rate_before: f64,
     /// Whether the change gives the pipeline more CPU capacity than it had.
     adds_capacity: bool,
+    /// Which layout is being measured: `after`, or `before` again on a recheck.
+    measuring: Measuring,
+    /// Rechecks still owed before a gain is believed.
+    rechecks: u32,
     windows: u32,
     rate_sum: f64,
-    /// Whether the pipeline still could not keep up in every window since.
-    still_starved: bool,
+    /// Whether the pipeline kept up in every window of this round.
+    kept_up: bool,
 }
+
+/// The layout a trial is measuring now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Measuring {
+    After,
+    Before,
+}
+
+impl Trial {
+    fn layout(&self) -> &Layout {
+        match self.measuring {
+            Measuring::After => &self.after,
+            Measuring::Before => &self.before,
+        }
+    }
+
+    /// Starts the next round of `windows` on `measuring`.
+    fn next_round(&mut self, measuring: Measuring) {
+        self.measuring = measuring;
+        self.windows = 0;
+        self.rate_sum = 0.0;
+        self.kept_up = true;
+    }
+}
+
+/// Rechecks of a change that added capacity and gained: it is undone for a round and made
+/// again, and must gain again. Two rounds of a few windows each is an A/B/A/B comparison, so
+/// a host that slowed the first round's `before` does not make the change look like a gain
+/// (one such round passed a split that cost a quarter of the work).
+const GAIN_RECHECKS: u32 = 1;
 
 #[derive(Debug, Clone)]
 struct Rejected {
@@ -538,6 +576,13 @@ impl Controller {
     /// The settings in force.
     pub fn config(&self) -> &ControllerConfig {
         &self.cfg
+    }
+
+    /// Windows from a plan's first sighting to its trial's end, at most: the plan's patience,
+    /// then a round of `patience` windows under the change and two more per recheck.
+    pub fn longest_change_windows(&self) -> u32 {
+        let patience = self.cfg.patience.max(1);
+        patience * (2 + 2 * GAIN_RECHECKS)
     }
 
     /// Whether a change is still proving itself: a plan waiting out its patience, or a
@@ -583,45 +628,62 @@ impl Controller {
         self.pending = None;
         // Every change is judged, not only splits made under overload: a core slowed or
         // consolidated because it looked under-used can leave the pipeline unable to keep up.
+        let adds_capacity = capacity(&next) > capacity(layout) + 1e-9;
         self.trial = Some(Trial {
-            adds_capacity: capacity(&next) > capacity(layout) + 1e-9,
+            adds_capacity,
             before: layout.clone(),
             after: next.clone(),
             rate_before: rate_sum / f64::from(seen),
+            measuring: Measuring::After,
+            rechecks: if adds_capacity { GAIN_RECHECKS } else { 0 },
             windows: 0,
             rate_sum: 0.0,
-            still_starved: true,
+            kept_up: true,
         });
         Ok(diff(layout, &next))
     }
 
-    /// Counts this window towards the trial under way, if any; once it has lasted `patience`
-    /// windows, ends it, and returns the actions that undo it if it cost work.
+    /// Counts this window towards the trial under way, if any; once a round has lasted
+    /// `patience` windows, ends it, and returns the actions that undo the change if it cost
+    /// work (or, on a recheck, that switch to the layout measured next).
     fn judge_trial(&mut self, layout: &Layout, rate: f64, starved: bool) -> Option<Vec<Action>> {
         let trial = self.trial.as_mut()?;
-        if *layout != trial.after {
+        if layout != trial.layout() {
             // Someone else changed the layout: nothing left to judge.
             self.trial = None;
             return None;
         }
         trial.windows += 1;
         trial.rate_sum += rate;
-        trial.still_starved &= starved;
+        trial.kept_up &= !starved;
         if trial.windows < self.cfg.patience.max(1) {
             return None;
         }
-        let trial = self.trial.take()?;
-        let rate_after = trial.rate_sum / f64::from(trial.windows);
-        let keep = if !trial.still_starved {
+        let rate_now = trial.rate_sum / f64::from(trial.windows);
+        if trial.measuring == Measuring::Before {
+            trial.rate_before = rate_now;
+            trial.next_round(Measuring::After);
+            return Some(diff(&trial.before, &trial.after));
+        }
+        // A pipeline that kept up throughout did what it was offered: less work done is then the
+        // offered load's doing. One window that looked like keeping up proves nothing.
+        let judged_by_rate = !trial.kept_up;
+        let keep = if !judged_by_rate {
             true
         } else if trial.adds_capacity {
-            rate_after >= trial.rate_before * (1.0 + self.cfg.min_gain)
+            rate_now >= trial.rate_before * (1.0 + self.cfg.min_gain)
         } else {
             let reference = self.rate_before_reductions.unwrap_or(0.0).max(trial.rate_before);
-            rate_after >= reference * (1.0 - self.cfg.revert_loss)
+            rate_now >= reference * (1.0 - self.cfg.revert_loss)
         };
+        if keep && judged_by_rate && trial.rechecks > 0 {
+            trial.rechecks -= 1;
+            trial.next_round(Measuring::Before);
+            return Some(diff(&trial.after, &trial.before));
+        }
+        let trial = self.trial.take()?;
         if keep {
-            self.rate_before_reductions = match (trial.still_starved, trial.adds_capacity) {
+            self.rate_before_reductions = match (judged_by_rate, trial.adds_capacity) {
                 (true, false) => Some(self.rate_before_reductions.unwrap_or(trial.rate_before)),
                 _ => None,
             };
@@ -642,8 +704,15 @@ impl Controller {
         Some(diff(layout, &trial.before))
     }
 
+    /// Whether `layout` was undone lately, or places the components as an undone layout did
+    /// on CPUs no faster (no more capacity, so it would lose as that one did: without this a
+    /// split undone at one speed was tried at the next until noise let one through).
     fn is_rejected(&self, layout: &Layout) -> bool {
-        self.rejected.iter().any(|r| r.layout == *layout && r.until_window > self.windows)
+        self.rejected.iter().any(|r| {
+            r.until_window > self.windows
+                && r.layout.cpu_of == layout.cpu_of
+                && layout.speed.iter().zip(&r.layout.speed).all(|(s, r)| s <= r)
+        })
     }
 }
 
@@ -727,19 +796,73 @@ mod tests {
     }
 
     #[test]
-    fn a_split_that_helps_or_ends_the_overload_stays() {
+    fn a_split_that_ends_the_overload_stays() {
         let m = machine(4, false);
         let one = Layout::all_on(&m, 3, CpuId(0));
-        for after in [saturated(1300), [obs(0.3), obs(0.3), obs(0.5)]] {
-            let mut ctl = Controller::new(ControllerConfig::default(), &m, all(4)).unwrap();
-            let split = act(&mut ctl, &m, &one, &saturated(1000)).unwrap();
-            // More work done, or no longer overloaded (less work is then the offered load's
-            // doing, not the layout's): no undo.
-            for _ in 0..6 {
-                let actions = ctl.observe(&m, &split, &after).unwrap();
-                assert_ne!(split.apply(&actions), one, "undone: {actions:?}");
-            }
+        let mut ctl = Controller::new(ControllerConfig::default(), &m, all(4)).unwrap();
+        let split = act(&mut ctl, &m, &one, &saturated(1000)).unwrap();
+        // No longer overloaded: less work is then the offered load's doing, not the layout's.
+        let light = [obs(0.3), obs(0.3), obs(0.5)];
+        for _ in 0..6 {
+            let actions = ctl.observe(&m, &split, &light).unwrap();
+            assert_ne!(split.apply(&actions), one, "undone: {actions:?}");
         }
+    }
+
+    #[test]
+    fn a_split_that_gains_stays_once_the_gain_repeats() {
+        let m = machine(4, false);
+        let one = Layout::all_on(&m, 3, CpuId(0));
+        let mut ctl = Controller::new(ControllerConfig::default(), &m, all(4)).unwrap();
+        let split = act(&mut ctl, &m, &one, &saturated(1000)).unwrap();
+        // 30 % more work: rechecked, back on one core for a round, then split again.
+        assert_eq!(act(&mut ctl, &m, &split, &saturated(1300)), Some(one.clone()));
+        assert!(ctl.unsettled(), "the recheck is part of the trial");
+        assert_eq!(act(&mut ctl, &m, &one, &saturated(1000)), Some(split.clone()));
+        // The gain repeats: kept.
+        for _ in 0..6 {
+            let actions = ctl.observe(&m, &split, &saturated(1300)).unwrap();
+            assert_ne!(split.apply(&actions), one, "undone: {actions:?}");
+        }
+    }
+
+    #[test]
+    fn a_gain_that_does_not_repeat_is_undone() {
+        let m = machine(4, false);
+        let one = Layout::all_on(&m, 3, CpuId(0));
+        let mut ctl = Controller::new(ControllerConfig::default(), &m, all(4)).unwrap();
+        let split = act(&mut ctl, &m, &one, &saturated(700)).unwrap();
+        // The host slowed the windows before the split: it looks like a gain of 40 %.
+        assert_eq!(act(&mut ctl, &m, &split, &saturated(1000)), Some(one.clone()));
+        // Back on one core the pipeline does more than split: undone for good.
+        assert_eq!(act(&mut ctl, &m, &one, &saturated(1200)), Some(split.clone()));
+        assert_eq!(act(&mut ctl, &m, &split, &saturated(1000)), Some(one.clone()));
+        assert!(!ctl.unsettled());
+    }
+
+    #[test]
+    fn one_window_of_keeping_up_does_not_keep_a_change() {
+        let m = machine(4, false);
+        let one = Layout::all_on(&m, 3, CpuId(0));
+        let mut ctl = Controller::new(ControllerConfig::default(), &m, all(4)).unwrap();
+        let split = act(&mut ctl, &m, &one, &saturated(1000)).unwrap();
+        let calm = [obs(0.3), obs(0.3), obs(0.5)].map(|o| Observation { done: 900, ..o });
+        assert!(ctl.observe(&m, &split, &calm).unwrap().is_empty());
+        // Saturated again, with less work done than before the split: undone.
+        assert_eq!(ctl.observe(&m, &split, &saturated(900)).unwrap(), diff(&split, &one));
+    }
+
+    #[test]
+    fn a_split_undone_is_not_tried_on_slower_cores() {
+        let m = machine(2, false);
+        let one = Layout::all_on(&m, 3, CpuId(0));
+        let mut ctl = Controller::new(ControllerConfig::default(), &m, all(2)).unwrap();
+        let split = act(&mut ctl, &m, &one, &saturated(1000)).unwrap();
+        assert_eq!(act(&mut ctl, &m, &split, &saturated(700)), Some(one.clone()));
+        let slower = Layout { speed: split.speed.iter().map(|s| s / 2.0).collect(), ..split.clone() };
+        assert!(ctl.is_rejected(&split) && ctl.is_rejected(&slower));
+        let faster = Layout { speed: vec![1.0; 2], ..split.clone() };
+        assert_eq!(ctl.is_rejected(&faster), faster == split, "more capacity may be tried");
     }
 
     #[test]
@@ -790,9 +913,11 @@ mod tests {
             after: after.clone(),
             rate_before,
             adds_capacity,
+            measuring: Measuring::After,
+            rechecks: 0,
             windows: 0,
             rate_sum: 0.0,
-            still_starved: true,
+            kept_up: true,
         });
         (0..ctl.cfg.patience).all(|_| ctl.judge_trial(&after, rate_after, true).is_none())
     }
