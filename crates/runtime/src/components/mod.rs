@@ -13,7 +13,8 @@
 //!
 //! A [`Component`] is a service object: `handle` one input message, staging outputs in an
 //! [`Outbox`]; a source (no input) produces in `poll`. Each CPU in use has one **host**, a
-//! thread pinned to it that runs all components placed there round-robin, a batch each.
+//! thread pinned to it that runs all components placed there round-robin in the order they
+//! were added, a batch each (two while more than a batch waits, so a backlog drains).
 //! Components are not fibers: they never block and never hop, so a plain loop over them is
 //! the cheapest scheduler there is, and components that share a CPU switch without the kernel.
 //! It also settles the paper's "notification fallback": a component that would poll can never
@@ -319,7 +320,8 @@ impl PipelineBuilder {
         self
     }
 
-    /// Messages a component handles per turn (default [`DEFAULT_BATCH`]).
+    /// Messages a component handles per turn (default [`DEFAULT_BATCH`]); twice as many while
+    /// more than this wait in its input.
     pub fn batch(&mut self, batch: usize) -> Result<&mut Self, ComponentError> {
         if batch == 0 {
             return Err(ComponentError::ZeroBatch);
