@@ -41,10 +41,14 @@ const COMPONENTS: [&str; 4] = ["driver", "ip", "tcp", "app"];
 /// --json prints `{machine, cpus, payload_bytes, duration_ms, reps, rate, rows: [{placement,
 /// idle, speeds, layout, throughput_fps: {min, median, max, samples}, gbps, vs_baseline,
 /// utilisation: {driver, ip, tcp, app}, sleeps_per_s, wakes_per_s, bad_frames}],
-/// controller_vs_best_fixed, skipped: [{placement, reason}]}`. `speeds` are per used CPU,
-/// `layout` is the CPU of each component, utilisations are fractions of wall time (medians
-/// over repetitions); `controller_vs_best_fixed` is the controller's median throughput over
-/// the best fixed row's (null without a controller row).
+/// controller_vs_best_fixed, controller_paired_vs_best_fixed, controller_settled: [{layout,
+/// speeds}], skipped: [{placement, reason}]}`. `speeds` are per used CPU, `layout` is the CPU
+/// of each component (a row's: its last repetition's), utilisations are fractions of wall
+/// time (medians over repetitions); `controller_vs_best_fixed` is the controller's median
+/// throughput over the best fixed row's, `controller_paired_vs_best_fixed` the median over
+/// repetitions of the controller's over that row's in the same repetition (both null without
+/// a controller row); `controller_settled` is where the controller settled in each
+/// repetition.
 #[derive(clap::Args, Clone)]
 pub struct Args {
     /// Placements to compare (comma-separated): one-core (all four components on one CPU),
@@ -289,6 +293,21 @@ struct Util {
     app: f64,
 }
 
+#[derive(Serialize, PartialEq)]
+struct Settled {
+    layout: Vec<usize>,
+    speeds: Vec<f64>,
+}
+
+impl Settled {
+    fn of(m: &Measured) -> Settled {
+        Settled {
+            layout: m.layout.iter().map(|c| c.0).collect(),
+            speeds: m.speeds.iter().map(|(_, s)| *s).collect(),
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct Skipped {
     placement: String,
@@ -306,6 +325,10 @@ struct Report {
     rows: Vec<Row>,
     /// The controller's median over the best fixed placement's, same run.
     controller_vs_best_fixed: Option<f64>,
+    /// The median over repetitions of the controller's run over the best fixed placement's.
+    controller_paired_vs_best_fixed: Option<f64>,
+    /// Where the controller settled, each repetition.
+    controller_settled: Vec<Settled>,
     skipped: Vec<Skipped>,
 }
 
@@ -432,6 +455,22 @@ fn bench(args: &Args) -> anyhow::Result<Report> {
             }
             _ => None,
         };
+    // Rows and runs are in the same order; the controller's is the last, if any.
+    let best_index = best_fixed(&rows).and_then(|b| rows.iter().position(|r| std::ptr::eq(r, b)));
+    let controller_runs = (!args.no_controller).then(|| runs.last()).flatten();
+    let controller_paired_vs_best_fixed = match (controller_runs, best_index) {
+        (Some(ctl), Some(best)) => {
+            let ratios: Vec<f64> = ctl
+                .iter()
+                .zip(&runs[best])
+                .filter(|(_, b)| b.fps > 0.0)
+                .map(|(c, b)| c.fps / b.fps)
+                .collect();
+            Stats::of(&ratios).map(|s| s.median)
+        }
+        _ => None,
+    };
+    let controller_settled = controller_runs.map(|r| r.iter().map(Settled::of).collect()).unwrap_or_default();
     Ok(Report {
         machine: machine.name.clone(),
         cpus: machine.cpus().len(),
@@ -441,6 +480,8 @@ fn bench(args: &Args) -> anyhow::Result<Report> {
         rate: args.rate,
         rows,
         controller_vs_best_fixed,
+        controller_paired_vs_best_fixed,
+        controller_settled,
         skipped,
     })
 }
@@ -500,11 +541,22 @@ fn table(report: &Report) -> Table {
     t.note("mid-batch counts too, so a loaded machine can show over 100%). sleeps/s: host parks, all CPUs.");
     if let (Some(ratio), Some(best)) = (report.controller_vs_best_fixed, best_fixed(&report.rows)) {
         t.note(format!(
-            "The controller ran at {ratio:.2}× the best fixed placement of this run ({} / {} at speed {}).",
+            "The controller ran at {ratio:.2}× the best fixed placement of this run ({} / {} at speed {}); paired (each repetition over that row's): {:.2}.",
             best.placement,
             best.idle,
-            best.speeds.first().copied().unwrap_or(1.0)
+            best.speeds.first().copied().unwrap_or(1.0),
+            report.controller_paired_vs_best_fixed.unwrap_or(0.0),
         ));
+        let mut settled: Vec<(&Settled, usize)> = Vec::new();
+        for s in &report.controller_settled {
+            match settled.iter_mut().find(|(x, _)| *x == s) {
+                Some((_, n)) => *n += 1,
+                None => settled.push((s, 1)),
+            }
+        }
+        let list: Vec<String> =
+            settled.iter().map(|(s, n)| format!("{} ×{n}", layout_text(&s.layout, &s.speeds))).collect();
+        t.note(format!("It settled on, over the repetitions: {}.", list.join("; ")));
     }
     let bad: u64 = report.rows.iter().map(|r| r.bad_frames).sum();
     t.note(format!("Frames refused by a checksum or order check: {bad}."));

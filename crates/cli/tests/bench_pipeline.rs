@@ -53,6 +53,10 @@ fn tiny_run_reports_every_configuration_against_the_first() {
     let controller = rows[fixed]["throughput_fps"]["median"].as_f64().unwrap();
     let ratio = v["controller_vs_best_fixed"].as_f64().unwrap();
     assert!((ratio - controller / best).abs() < 1e-9, "{ratio} vs {controller} / {best}");
+    assert!(v["controller_paired_vs_best_fixed"].as_f64().unwrap() > 0.0);
+    let settled = v["controller_settled"].as_array().unwrap();
+    assert_eq!(settled.len(), 2, "one layout a repetition: {settled:?}");
+    assert_eq!(settled[1]["layout"], rows[fixed]["layout"], "the row shows the last repetition's");
     let skipped = v["skipped"].as_array().unwrap();
     assert!(skipped.iter().any(|s| s["placement"] == "smt") || cpus >= 2, "{skipped:?}");
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
