@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 
 mod cmd;
 mod deferred;
+mod environment;
 mod inherited;
 
 use deferred::{Deferred, DeferredSub};

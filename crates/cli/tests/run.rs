@@ -936,3 +936,34 @@ fn without_a_summary_to_collect_corehop_becomes_the_program() {
     let out = child.wait_with_output().unwrap();
     assert_ne!(text(&out.stdout).trim(), pid.to_string());
 }
+
+/// `corehop run -- env` under `env -i` with the variables out of key order, `_` among them
+/// (a shell's, which corehop sets to the program's path): its lines.
+fn env_lines_through_corehop(extra: &[&str]) -> Vec<String> {
+    common::library();
+    let out = Command::new("/usr/bin/env")
+        .args(["-i", "Z=1", "_=/bin/sh", "A=2", "PATH=/usr/bin:/bin"])
+        .arg(env!("CARGO_BIN_EXE_corehop"))
+        .arg("run")
+        .args(extra)
+        .args(["--", "env"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout).lines().map(str::to_string).collect()
+}
+
+#[test]
+fn the_program_gets_the_environment_in_its_order() {
+    // Plain: only `_` changes, in its place (`Command` sorted the whole list once one changed).
+    let plain = env_lines_through_corehop(&[]);
+    assert_eq!(plain, ["Z=1", "_=/usr/bin/env", "A=2", "PATH=/usr/bin:/bin"]);
+    // Offload: the library's settings follow the program's own variables.
+    let offload = env_lines_through_corehop(&["--offload"]);
+    assert_eq!(offload[..4], plain[..]);
+    assert!(offload[4..].iter().any(|l| l.starts_with("LD_PRELOAD=")), "{offload:?}");
+    assert!(
+        offload[4..].iter().all(|l| l.starts_with("LD_PRELOAD=") || l.starts_with("COREHOP_")),
+        "{offload:?}"
+    );
+}

@@ -22,6 +22,8 @@ use serde::Serialize;
 
 use corehop_bench::report::{fmt_ns, Stats, Table};
 
+use crate::environment::Environment;
+
 /// The file name of the preload library cargo builds.
 pub const LIBRARY: &str = "libcorehop_preload.so";
 
@@ -562,7 +564,7 @@ impl Launch {
     /// collected after it ends: it keeps corehop's process id, its signals and exit status are
     /// the program's own, and it pays no second process. Returns only if the exec failed.
     pub fn exec(&self) -> anyhow::Error {
-        let command = match self.command(false) {
+        let command = match self.command(false, true) {
             Ok(command) => command,
             Err(e) => return e,
         };
@@ -576,24 +578,30 @@ impl Launch {
     }
 
     /// The program's command line and environment (the preload library and its settings);
-    /// `via_shell`: run by `/bin/sh`, for a file the kernel cannot run itself.
-    fn command(&self, via_shell: bool) -> anyhow::Result<Command> {
+    /// `via_shell`: run by `/bin/sh`, for a file the kernel cannot run itself. `exec`: the
+    /// command replaces this process, and its environment keeps the order of ours; a command
+    /// spawned gets it in key order, as `Command` builds it (keeping the order takes a hook
+    /// between fork and exec, which makes `Command` fork instead of `posix_spawn`: 0.6 to 1 ms
+    /// more a spawn here, more than a short program of the run suite may lose).
+    fn command(&self, via_shell: bool, exec: bool) -> anyhow::Result<Command> {
         let (program, rest) = self.command.split_first().context("no command given")?;
         // A shell sets `_` to the path of the program it starts; started from one, corehop
         // holds its own there. The program gets its own, as from the shell.
         let underscore = std::env::var_os("_").is_some();
         let found = if via_shell || underscore { program_path(program) } else { None };
-        let mut command = if via_shell {
-            let mut sh = Command::new("/bin/sh");
-            sh.arg(found.as_deref().map_or(program.as_os_str(), Path::as_os_str));
-            sh
+        let mut words: Vec<&std::ffi::OsStr> = Vec::with_capacity(self.command.len() + 1);
+        if via_shell {
+            words.extend(["/bin/sh".as_ref(), found.as_deref().map_or(program.as_os_str(), Path::as_os_str)]);
         } else {
-            Command::new(program)
-        };
-        command.args(rest);
+            words.push(program);
+        }
+        words.extend(rest.iter().map(OsString::as_os_str));
+        let mut command = Command::new(words[0]);
+        command.args(&words[1..]);
         crate::inherited::keep_for(&mut command, self.capture);
+        let mut environment = Environment::default();
         if let (true, Some(path)) = (underscore, &found) {
-            command.env("_", path);
+            environment.set("_", path);
         }
         if let Some(offload) = &self.offload {
             let mut preload = std::env::var_os("LD_PRELOAD").unwrap_or_default();
@@ -603,27 +611,33 @@ impl Launch {
             match offload.stub() {
                 Some(stub) => {
                     preload.push(stub);
-                    command.env(env::LIBRARY, &offload.library);
+                    environment.set(env::LIBRARY, &offload.library);
                 }
                 None => {
                     preload.push(&offload.library);
-                    command.env_remove(env::LIBRARY);
+                    environment.remove(env::LIBRARY);
                 }
             }
-            command
-                .env("LD_PRELOAD", preload)
-                .env(env::SERVICE_CPUS, format_cpu_list(&offload.service_cpus))
-                .env(env::POLICY, &offload.policy)
-                .env(env::STALL_TIMEOUT_NS, offload.stall_timeout_ns.to_string())
-                .env(env::SPIN_NS, offload.spin_ns.to_string());
+            environment
+                .set("LD_PRELOAD", preload)
+                .set(env::SERVICE_CPUS, format_cpu_list(&offload.service_cpus))
+                .set(env::POLICY, &offload.policy)
+                .set(env::STALL_TIMEOUT_NS, offload.stall_timeout_ns.to_string())
+                .set(env::SPIN_NS, offload.spin_ns.to_string());
             match &offload.stats_file {
-                Some(path) => command.env(env::STATS_FILE, path),
-                None => command.env_remove(env::STATS_FILE),
+                Some(path) => environment.set(env::STATS_FILE, path),
+                None => environment.remove(env::STATS_FILE),
             };
             match &offload.trace_file {
-                Some(path) => command.env(env::TRACE_FILE, path),
-                None => command.env_remove(env::TRACE_FILE),
+                Some(path) => environment.set(env::TRACE_FILE, path),
+                None => environment.remove(env::TRACE_FILE),
             };
+        }
+        if exec {
+            // Last: the program starts from this hook, after `keep_for`'s.
+            environment.start_with(&mut command, &words);
+        } else {
+            environment.set_on(&mut command);
         }
         Ok(command)
     }
@@ -632,7 +646,7 @@ impl Launch {
     pub fn run(&self) -> anyhow::Result<Finished> {
         let program = self.command.first().context("no command given")?;
         let build = |via_shell| -> anyhow::Result<Command> {
-            let mut command = self.command(via_shell)?;
+            let mut command = self.command(via_shell, false)?;
             if self.capture {
                 command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
             }

@@ -1,0 +1,159 @@
+//! The program's environment: corehop's own, in its order, with what `corehop run` changes
+//! put in place.
+//!
+//! `Command` keeps the variables it is asked to change in a sorted map and, once one is
+//! changed, hands the child the whole environment in key order. So `corehop run -- env` (which
+//! sets only `_`, as a shell does) listed the variables in another order than plain `env`. Here
+//! a variable set keeps its place, a new one follows the others and a removed one is left out,
+//! and the program is started by `execvpe` with that list, from a hook that runs where
+//! `Command` would exec. Only for a program that replaces corehop (`corehop run` without a
+//! summary to collect): a hook makes a spawning `Command` fork instead of `posix_spawn`.
+
+use std::ffi::{CString, OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+/// Changes to corehop's environment for the program it starts.
+#[derive(Debug, Default)]
+pub struct Environment {
+    changes: Vec<(OsString, Option<OsString>)>,
+}
+
+impl Environment {
+    /// Gives `key` the value `value`.
+    pub fn set(&mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> &mut Self {
+        self.change(key.into(), Some(value.into()))
+    }
+
+    /// Leaves `key` out.
+    pub fn remove(&mut self, key: impl Into<OsString>) -> &mut Self {
+        self.change(key.into(), None)
+    }
+
+    fn change(&mut self, key: OsString, value: Option<OsString>) -> &mut Self {
+        match self.changes.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => *v = value,
+            None => self.changes.push((key, value)),
+        }
+        self
+    }
+
+    /// `current` with the changes: a variable set keeps its place, one that was not there
+    /// follows in the order set, one removed is left out.
+    fn applied(&self, current: impl IntoIterator<Item = (OsString, OsString)>) -> Vec<(OsString, OsString)> {
+        let change = |key: &OsString| self.changes.iter().find(|(k, _)| k == key).map(|(_, v)| v);
+        let mut out: Vec<(OsString, OsString)> = Vec::new();
+        for (key, value) in current {
+            match change(&key) {
+                None => out.push((key, value)),
+                Some(Some(new)) => out.push((key, new.clone())),
+                Some(None) => {}
+            }
+        }
+        for (key, value) in &self.changes {
+            if let (Some(value), false) = (value, out.iter().any(|(k, _)| k == key)) {
+                out.push((key.clone(), value.clone()));
+            }
+        }
+        out
+    }
+
+    /// Makes `command` start `argv` (its first word found in `PATH` as `execvp` finds it) with
+    /// corehop's environment changed. Call it after every other `pre_exec` hook: the program
+    /// starts from this one. With nothing to change, `command` is left as it is.
+    pub fn start_with(&self, command: &mut Command, argv: &[&OsStr]) {
+        if self.changes.is_empty() {
+            return;
+        }
+        let entries = self.applied(std::env::vars_os());
+        let cstring = |bytes: Vec<u8>| CString::new(bytes).ok();
+        let envp: Option<Vec<CString>> =
+            entries.iter().map(|(k, v)| cstring([k.as_bytes(), b"=", v.as_bytes()].concat())).collect();
+        let args: Option<Vec<CString>> = argv.iter().map(|a| cstring(a.as_bytes().to_vec())).collect();
+        match (args, envp) {
+            (Some(args), Some(envp)) if !args.is_empty() => {
+                let start = exec::Start::new(args, envp);
+                // SAFETY: `Start::exec` makes one async-signal-safe call with memory built
+                // here, before the fork (its argument in `exec`).
+                unsafe { command.pre_exec(move || Err(start.exec())) };
+            }
+            // A word with a NUL in it (no program can be given one): `Command`'s way.
+            _ => self.set_on(command),
+        }
+    }
+
+    /// Gives `command` the changes `Command`'s way: the program gets the environment in key
+    /// order if anything changed.
+    pub fn set_on(&self, command: &mut Command) {
+        for (key, value) in &self.changes {
+            match value {
+                Some(v) => command.env(key, v),
+                None => command.env_remove(key),
+            };
+        }
+    }
+}
+
+/// The one `unsafe` piece: the exec, with pointer arrays made before the fork.
+mod exec {
+    use std::ffi::{c_char, CString};
+
+    /// A program's words and environment, and the null-terminated pointer arrays `execvpe`
+    /// takes, pointing into them.
+    pub struct Start {
+        _args: Vec<CString>,
+        _envp: Vec<CString>,
+        argv: Vec<*const c_char>,
+        envv: Vec<*const c_char>,
+    }
+
+    // SAFETY: the pointers point into the `CString`s the value owns, whose heap buffers never
+    // move or change while it lives; nothing writes through them. `Command` wants its hook
+    // `Send + Sync`; the hook only reads.
+    unsafe impl Send for Start {}
+    unsafe impl Sync for Start {}
+
+    impl Start {
+        /// `args` must not be empty.
+        pub fn new(args: Vec<CString>, envp: Vec<CString>) -> Start {
+            let array = |v: &[CString]| v.iter().map(|s| s.as_ptr()).chain([std::ptr::null()]).collect();
+            Start { argv: array(&args), envv: array(&envp), _args: args, _envp: envp }
+        }
+
+        /// Becomes the program; returns only why it could not.
+        pub fn exec(&self) -> std::io::Error {
+            // SAFETY: both arrays end in a null pointer and point at NUL-terminated strings
+            // owned by `self`; `argv[0]` exists (`new`'s contract). `execvpe` neither
+            // allocates nor takes a lock on its way to `execve` (glibc searches `PATH` in a
+            // buffer on the stack, as `execvp`, which `Command` itself calls after the fork),
+            // so it may run between fork and exec.
+            unsafe { libc::execvpe(self.argv[0], self.argv.as_ptr(), self.envv.as_ptr()) };
+            std::io::Error::last_os_error()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(list: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
+        list.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))).collect()
+    }
+
+    #[test]
+    fn changes_keep_the_order_of_the_environment() {
+        let mut env = Environment::default();
+        env.set("M", "new").set("NEW2", "b").set("NEW1", "a").remove("A").set("NEW2", "c");
+        let out = env.applied(vars(&[("Z", "1"), ("A", "2"), ("M", "3"), ("B", "4")]));
+        assert_eq!(out, vars(&[("Z", "1"), ("M", "new"), ("B", "4"), ("NEW2", "c"), ("NEW1", "a")]));
+    }
+
+    #[test]
+    fn removing_what_is_not_there_changes_nothing() {
+        let mut env = Environment::default();
+        env.remove("GONE");
+        assert_eq!(env.applied(vars(&[("Z", "1"), ("A", "2")])), vars(&[("Z", "1"), ("A", "2")]));
+    }
+}
