@@ -408,9 +408,12 @@ fn bench(args: &Args) -> anyhow::Result<Report> {
     let total = (configs.len() * args.reps) as u64;
     let bar = report::progress(total, "pipeline");
     let mut runs: Vec<Vec<Measured>> = configs.iter().map(|_| Vec::new()).collect();
-    for _ in 0..args.reps {
-        for (i, cfg) in configs.iter().enumerate() {
-            runs[i].push(measure(&machine, &args, cfg)?);
+    for rep in 0..args.reps {
+        // The first configuration rotates, so each follows a different one each repetition: what
+        // one leaves behind (a host that moved the vCPUs, parked cores) hits them alike.
+        for k in 0..configs.len() {
+            let i = (k + rep) % configs.len();
+            runs[i].push(measure(&machine, &args, &configs[i])?);
             bar.inc(1);
         }
     }
