@@ -771,14 +771,33 @@ mod tests {
         })
     }
 
+    /// Three components on cpu0 of `cpus` CPUs, saturated doing `rate`, and a controller (of
+    /// `cfg`) that split them: the machine, the one-core layout, the controller, the split.
+    fn split_from_one(
+        cpus: usize,
+        cfg: ControllerConfig,
+        rate: u64,
+    ) -> (Machine, Layout, Controller, Layout) {
+        let m = machine(cpus, false);
+        let one = Layout::all_on(&m, 3, CpuId(0));
+        let mut ctl = Controller::new(cfg, &m, all(cpus)).unwrap();
+        let split = act(&mut ctl, &m, &one, &saturated(rate)).expect("splits the saturated core");
+        assert_ne!(split, one);
+        (m, one, ctl, split)
+    }
+
+    /// Feeds `trace` under `layout` for six windows; none moves back to `from`.
+    fn stays(ctl: &mut Controller, m: &Machine, layout: &Layout, from: &Layout, trace: &[Observation]) {
+        for _ in 0..6 {
+            let actions = ctl.observe(m, layout, trace).unwrap();
+            assert_ne!(layout.apply(&actions), *from, "undone: {actions:?}");
+        }
+    }
+
     #[test]
     fn a_split_that_costs_work_is_undone_and_retried_only_after_a_backoff() {
-        let m = machine(4, false);
-        let one = Layout::all_on(&m, 3, CpuId(0));
         let cfg = ControllerConfig { retry_after: 4, ..ControllerConfig::default() };
-        let mut ctl = Controller::new(cfg, &m, all(4)).unwrap();
-        let split = act(&mut ctl, &m, &one, &saturated(1000)).expect("splits the saturated core");
-        assert_ne!(split, one);
+        let (m, one, mut ctl, split) = split_from_one(4, cfg, 1000);
         // Still saturated after the split, and 30 % less work done: undone.
         let back = act(&mut ctl, &m, &split, &saturated(700)).expect("undoes the split");
         assert_eq!(back, one);
@@ -797,41 +816,25 @@ mod tests {
 
     #[test]
     fn a_split_that_ends_the_overload_stays() {
-        let m = machine(4, false);
-        let one = Layout::all_on(&m, 3, CpuId(0));
-        let mut ctl = Controller::new(ControllerConfig::default(), &m, all(4)).unwrap();
-        let split = act(&mut ctl, &m, &one, &saturated(1000)).unwrap();
+        let (m, one, mut ctl, split) = split_from_one(4, ControllerConfig::default(), 1000);
         // No longer overloaded: less work is then the offered load's doing, not the layout's.
-        let light = [obs(0.3), obs(0.3), obs(0.5)];
-        for _ in 0..6 {
-            let actions = ctl.observe(&m, &split, &light).unwrap();
-            assert_ne!(split.apply(&actions), one, "undone: {actions:?}");
-        }
+        stays(&mut ctl, &m, &split, &one, &[obs(0.3), obs(0.3), obs(0.5)]);
     }
 
     #[test]
     fn a_split_that_gains_stays_once_the_gain_repeats() {
-        let m = machine(4, false);
-        let one = Layout::all_on(&m, 3, CpuId(0));
-        let mut ctl = Controller::new(ControllerConfig::default(), &m, all(4)).unwrap();
-        let split = act(&mut ctl, &m, &one, &saturated(1000)).unwrap();
+        let (m, one, mut ctl, split) = split_from_one(4, ControllerConfig::default(), 1000);
         // 30 % more work: rechecked, back on one core for a round, then split again.
         assert_eq!(act(&mut ctl, &m, &split, &saturated(1300)), Some(one.clone()));
         assert!(ctl.unsettled(), "the recheck is part of the trial");
         assert_eq!(act(&mut ctl, &m, &one, &saturated(1000)), Some(split.clone()));
         // The gain repeats: kept.
-        for _ in 0..6 {
-            let actions = ctl.observe(&m, &split, &saturated(1300)).unwrap();
-            assert_ne!(split.apply(&actions), one, "undone: {actions:?}");
-        }
+        stays(&mut ctl, &m, &split, &one, &saturated(1300));
     }
 
     #[test]
     fn a_gain_that_does_not_repeat_is_undone() {
-        let m = machine(4, false);
-        let one = Layout::all_on(&m, 3, CpuId(0));
-        let mut ctl = Controller::new(ControllerConfig::default(), &m, all(4)).unwrap();
-        let split = act(&mut ctl, &m, &one, &saturated(700)).unwrap();
+        let (m, one, mut ctl, split) = split_from_one(4, ControllerConfig::default(), 700);
         // The host slowed the windows before the split: it looks like a gain of 40 %.
         assert_eq!(act(&mut ctl, &m, &split, &saturated(1000)), Some(one.clone()));
         // Back on one core the pipeline does more than split: undone for good.
@@ -842,10 +845,7 @@ mod tests {
 
     #[test]
     fn one_window_of_keeping_up_does_not_keep_a_change() {
-        let m = machine(4, false);
-        let one = Layout::all_on(&m, 3, CpuId(0));
-        let mut ctl = Controller::new(ControllerConfig::default(), &m, all(4)).unwrap();
-        let split = act(&mut ctl, &m, &one, &saturated(1000)).unwrap();
+        let (m, one, mut ctl, split) = split_from_one(4, ControllerConfig::default(), 1000);
         let calm = [obs(0.3), obs(0.3), obs(0.5)].map(|o| Observation { done: 900, ..o });
         assert!(ctl.observe(&m, &split, &calm).unwrap().is_empty());
         // Saturated again, with less work done than before the split: undone.
@@ -854,10 +854,7 @@ mod tests {
 
     #[test]
     fn a_split_undone_is_not_tried_on_slower_cores() {
-        let m = machine(2, false);
-        let one = Layout::all_on(&m, 3, CpuId(0));
-        let mut ctl = Controller::new(ControllerConfig::default(), &m, all(2)).unwrap();
-        let split = act(&mut ctl, &m, &one, &saturated(1000)).unwrap();
+        let (m, one, mut ctl, split) = split_from_one(2, ControllerConfig::default(), 1000);
         assert_eq!(act(&mut ctl, &m, &split, &saturated(700)), Some(one.clone()));
         let slower = Layout { speed: split.speed.iter().map(|s| s / 2.0).collect(), ..split.clone() };
         assert!(ctl.is_rejected(&split) && ctl.is_rejected(&slower));
@@ -881,18 +878,12 @@ mod tests {
         let mut ctl = Controller::new(ControllerConfig::default(), &m, all(4)).unwrap();
         let slow = act(&mut ctl, &m, &spread, &light).unwrap();
         let lighter = [obs(0.2), obs(0.3), obs(0.3)].map(|o| Observation { done: 500, ..o });
-        for _ in 0..6 {
-            let actions = ctl.observe(&m, &slow, &lighter).unwrap();
-            assert_ne!(slow.apply(&actions), spread, "undone: {actions:?}");
-        }
+        stays(&mut ctl, &m, &slow, &spread, &lighter);
     }
 
     #[test]
     fn a_split_that_gains_nothing_is_undone() {
-        let m = machine(4, false);
-        let one = Layout::all_on(&m, 3, CpuId(0));
-        let mut ctl = Controller::new(ControllerConfig::default(), &m, all(4)).unwrap();
-        let split = act(&mut ctl, &m, &one, &saturated(1000)).expect("splits the saturated core");
+        let (m, one, mut ctl, split) = split_from_one(4, ControllerConfig::default(), 1000);
         // Still saturated and 1 % more work: a core and cross-core traffic for nothing.
         assert_eq!(act(&mut ctl, &m, &split, &saturated(1010)), Some(one));
     }
