@@ -557,9 +557,12 @@ fn table(report: &Report) -> Table {
                 None => settled.push((s, 1)),
             }
         }
-        let list: Vec<String> =
-            settled.iter().map(|(s, n)| format!("{} ×{n}", layout_text(&s.layout, &s.speeds))).collect();
-        t.note(format!("It settled on, over the repetitions: {}.", list.join("; ")));
+        let reps = report.controller_settled.len();
+        let list: Vec<String> = settled
+            .iter()
+            .map(|(s, n)| format!("{} in {n} of {reps} repetitions", layout_text(&s.layout, &s.speeds)))
+            .collect();
+        t.note(format!("It settled on {}.", list.join("; ")));
     }
     let bad: u64 = report.rows.iter().map(|r| r.bad_frames).sum();
     t.note(format!("Frames refused by a checksum or order check: {bad}."));
