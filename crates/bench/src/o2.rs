@@ -641,7 +641,7 @@ impl Bench {
                 median_lookups_per_s: stats.median,
                 max_lookups_per_s: stats.max,
                 ratio_to_threads: if threads_median > 0.0 { stats.median / threads_median } else { 0.0 },
-                paired_ratio_to_threads: paired_ratio(samples, threads),
+                paired_ratio_to_threads: report::paired_median(samples, threads).unwrap_or(0.0),
                 placement: match scheduler {
                     Scheduler::O2 => Some(single.placement(gate_start[0])),
                     Scheduler::O2Batched => Some(batched.placement(gate_start[1])),
@@ -651,12 +651,6 @@ impl Bench {
         }
         Ok(rows)
     }
-}
-
-/// The median of `runs[i] / threads[i]` over the repetitions (0 if there are none).
-fn paired_ratio(runs: &[f64], threads: &[f64]) -> f64 {
-    let ratios: Vec<f64> = runs.iter().zip(threads).filter(|(_, &t)| t > 0.0).map(|(&r, &t)| r / t).collect();
-    Stats::of(&ratios).map_or(0.0, |s| s.median)
 }
 
 /// Cache sizes of the CPUs of a run, in bytes.

@@ -314,8 +314,7 @@ struct BestFixed {
 
 /// Median over the repetitions of `a`'s throughput over `b`'s in the same repetition.
 fn paired(a: &[f64], b: &[f64]) -> f64 {
-    let ratios: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
-    Stats::of(&ratios).map_or(f64::NAN, |s| s.median)
+    report::paired_median(a, b).unwrap_or(f64::NAN)
 }
 
 #[derive(Default)]

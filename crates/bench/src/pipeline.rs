@@ -334,9 +334,14 @@ struct Report {
 
 /// The fixed placement (any idle mode and speed) with the highest median throughput.
 fn best_fixed(rows: &[Row]) -> Option<&Row> {
-    rows.iter()
-        .filter(|r| r.placement != "controller")
-        .max_by(|a, b| a.throughput_fps.median.total_cmp(&b.throughput_fps.median))
+    best_fixed_index(rows).map(|i| &rows[i])
+}
+
+/// [`best_fixed`]'s row number.
+fn best_fixed_index(rows: &[Row]) -> Option<usize> {
+    (0..rows.len())
+        .filter(|&i| rows[i].placement != "controller")
+        .max_by(|&a, &b| rows[a].throughput_fps.median.total_cmp(&rows[b].throughput_fps.median))
 }
 
 fn median(v: impl Iterator<Item = f64>) -> f64 {
@@ -459,18 +464,10 @@ fn bench(args: &Args) -> anyhow::Result<Report> {
             _ => None,
         };
     // Rows and runs are in the same order; the controller's is the last, if any.
-    let best_index = best_fixed(&rows).and_then(|b| rows.iter().position(|r| std::ptr::eq(r, b)));
     let controller_runs = (!args.no_controller).then(|| runs.last()).flatten();
-    let controller_paired_vs_best_fixed = match (controller_runs, best_index) {
-        (Some(ctl), Some(best)) => {
-            let ratios: Vec<f64> = ctl
-                .iter()
-                .zip(&runs[best])
-                .filter(|(_, b)| b.fps > 0.0)
-                .map(|(c, b)| c.fps / b.fps)
-                .collect();
-            Stats::of(&ratios).map(|s| s.median)
-        }
+    let fps = |runs: &[Measured]| runs.iter().map(|m| m.fps).collect::<Vec<f64>>();
+    let controller_paired_vs_best_fixed = match (controller_runs, best_fixed_index(&rows)) {
+        (Some(ctl), Some(best)) => report::paired_median(&fps(ctl), &fps(&runs[best])),
         _ => None,
     };
     let controller_settled = controller_runs.map(|r| r.iter().map(Settled::of).collect()).unwrap_or_default();

@@ -34,6 +34,14 @@ impl Stats {
     }
 }
 
+/// The median over repetitions of `runs[i] / base[i]`, each run over the baseline's run of the
+/// same repetition (repetitions whose baseline is 0 are left out); `None` without any. Paired
+/// so, a drift of the host between repetitions cancels out.
+pub fn paired_median(runs: &[f64], base: &[f64]) -> Option<f64> {
+    let ratios: Vec<f64> = runs.iter().zip(base).filter(|(_, &b)| b > 0.0).map(|(&r, &b)| r / b).collect();
+    Stats::of(&ratios).map(|s| s.median)
+}
+
 /// The `p`-th percentile (0..=100) of `samples` by nearest rank; `None` when empty.
 pub fn percentile(samples: &[f64], p: f64) -> Option<f64> {
     if samples.is_empty() {

@@ -370,14 +370,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             };
             launch.run().with_context(|| format!("recording a trace of {}", program.name))?;
         }
-        let pairs: Vec<f64> = times[1].iter().zip(&times[0]).map(|(o, p)| o / p).collect();
-        let paired = Stats::of(&pairs).context("no repetition")?;
+        let paired = corehop_bench::report::paired_median(&times[1], &times[0]).context("no repetition")?;
         let plain = Stats::of(&times[0]).context("no plain run")?;
         let offloaded = Stats::of(&times[1]).context("no offloaded run")?;
         report.results.push(Result {
             program: program.name,
             ratio: offloaded.median / plain.median,
-            paired_ratio: paired.median,
+            paired_ratio: paired,
             plain: plain.into(),
             offload: offloaded.into(),
             same_output: same,
