@@ -35,20 +35,24 @@ const COMPONENTS: [&str; 4] = ["driver", "ip", "tcp", "app"];
 
 /// A driver → IP → TCP (payload copy) → application pipeline under placements and speeds.
 ///
-/// --quick runs 1 repetition of at most 100 ms per configuration. --plot draws throughput
+/// --quick runs 1 repetition of at most 100 ms per configuration and 1 head-to-head pair. --plot draws throughput
 /// against emulated speed, one line per placement and idle mode.
 ///
 /// --json prints `{machine, cpus, payload_bytes, duration_ms, reps, rate, rows: [{placement,
 /// idle, speeds, layout, throughput_fps: {min, median, max, samples}, gbps, vs_baseline,
 /// utilisation: {driver, ip, tcp, app}, sleeps_per_s, wakes_per_s, bad_frames}],
 /// controller_vs_best_fixed, controller_paired_vs_best_fixed, controller_settled: [{layout,
-/// speeds}], skipped: [{placement, reason}]}`. `speeds` are per used CPU, `layout` is the CPU
+/// speeds}], head_to_head: null | {placement, idle, speed, controller_fps: {min, median, max,
+/// samples}, fixed_fps: {...}, ratio, paired_ratio, controller_settled: [{layout, speeds}]},
+/// skipped: [{placement, reason}]}`. `speeds` are per used CPU, `layout` is the CPU
 /// of each component (a row's: its last repetition's), utilisations are fractions of wall
 /// time (medians over repetitions); `controller_vs_best_fixed` is the controller's median
 /// throughput over the best fixed row's, `controller_paired_vs_best_fixed` the median over
 /// repetitions of the controller's over that row's in the same repetition (both null without
 /// a controller row); `controller_settled` is where the controller settled in each
-/// repetition.
+/// repetition. `head_to_head` (null with --head-to-head 0 or no controller) is the
+/// controller against the best fixed row measured again, in pairs of back-to-back runs:
+/// `ratio` of the medians, `paired_ratio` the median of each pair's ratio.
 #[derive(clap::Args, Clone)]
 pub struct Args {
     /// Placements to compare (comma-separated): one-core (all four components on one CPU),
@@ -81,6 +85,12 @@ pub struct Args {
     /// Skip the live-controller row.
     #[arg(long)]
     pub no_controller: bool,
+    /// After the sweep, run the controller and the sweep's best fixed configuration this many
+    /// more times each, back to back, alternating which goes first (0: skip). The row that won
+    /// the sweep won it partly on luck (it is the best of several noisy rows); measured again
+    /// beside the controller it is a fair baseline.
+    #[arg(long, default_value_t = 5)]
+    pub head_to_head: usize,
     /// Controller observation window, ms.
     #[arg(long, default_value_t = 50)]
     pub epoch_ms: u64,
@@ -329,7 +339,23 @@ struct Report {
     controller_paired_vs_best_fixed: Option<f64>,
     /// Where the controller settled, each repetition.
     controller_settled: Vec<Settled>,
+    head_to_head: Option<HeadToHead>,
     skipped: Vec<Skipped>,
+}
+
+/// The controller against the sweep's best fixed configuration, measured again beside it.
+#[derive(Serialize)]
+struct HeadToHead {
+    placement: String,
+    idle: &'static str,
+    speed: f64,
+    controller_fps: Stats,
+    fixed_fps: Stats,
+    /// The controller's median over the fixed configuration's.
+    ratio: f64,
+    /// The median over pairs of the controller's run over the fixed configuration's.
+    paired_ratio: f64,
+    controller_settled: Vec<Settled>,
 }
 
 /// The fixed placement (any idle mode and speed) with the highest median throughput.
@@ -372,8 +398,10 @@ fn bench(args: &Args) -> anyhow::Result<Report> {
     if args.output.quick {
         args.reps = 1;
         args.duration_ms = args.duration_ms.min(100);
+        args.head_to_head = args.head_to_head.min(1);
     }
     report::check_range("--reps", args.reps, 1..=report::MAX_REPS)?;
+    report::check_range("--head-to-head", args.head_to_head, 0..=report::MAX_REPS)?;
     report::check_range("--duration-ms", args.duration_ms, 1..=report::MAX_RUN_MS)?;
     report::check_range("--capacity", args.capacity, 1..=MAX_CHANNEL_CAPACITY)?;
     anyhow::ensure!(!args.speeds.is_empty(), "--speeds needs at least one speed");
@@ -410,7 +438,8 @@ fn bench(args: &Args) -> anyhow::Result<Report> {
         configs.push(Config { kind: Kind::Controller, idle: idles[0] });
     }
 
-    let total = (configs.len() * args.reps) as u64;
+    let pairs = if args.no_controller { 0 } else { args.head_to_head };
+    let total = (configs.len() * args.reps + 2 * pairs) as u64;
     let bar = report::progress(total, "pipeline");
     let mut runs: Vec<Vec<Measured>> = configs.iter().map(|_| Vec::new()).collect();
     for rep in 0..args.reps {
@@ -422,7 +451,6 @@ fn bench(args: &Args) -> anyhow::Result<Report> {
             bar.inc(1);
         }
     }
-    bar.finish_and_clear();
 
     let mut rows: Vec<Row> = Vec::new();
     for (cfg, runs) in configs.iter().zip(&runs) {
@@ -471,6 +499,14 @@ fn bench(args: &Args) -> anyhow::Result<Report> {
         _ => None,
     };
     let controller_settled = controller_runs.map(|r| r.iter().map(Settled::of).collect()).unwrap_or_default();
+    let head_to_head = match best_fixed_index(&rows) {
+        Some(best) if pairs > 0 => {
+            let controller = configs.last().expect("the controller's config is the last");
+            Some(head_to_head(&machine, &args, pairs, &configs[best], controller, &rows[best], &bar)?)
+        }
+        _ => None,
+    };
+    bar.finish_and_clear();
     Ok(Report {
         machine: machine.name.clone(),
         cpus: machine.cpus().len(),
@@ -482,7 +518,46 @@ fn bench(args: &Args) -> anyhow::Result<Report> {
         controller_vs_best_fixed,
         controller_paired_vs_best_fixed,
         controller_settled,
+        head_to_head,
         skipped,
+    })
+}
+
+/// Runs the controller and `fixed` (the sweep's best, `row`) `pairs` times each, back to
+/// back, alternating which goes first, so that the host's slow and fast moments fall on both.
+fn head_to_head(
+    machine: &Machine,
+    args: &Args,
+    pairs: usize,
+    fixed: &Config,
+    controller: &Config,
+    row: &Row,
+    bar: &indicatif::ProgressBar,
+) -> anyhow::Result<HeadToHead> {
+    let (mut ctl, mut base) = (Vec::new(), Vec::new());
+    for pair in 0..pairs {
+        let controller_first = pair % 2 == 0;
+        for turn in 0..2 {
+            if (turn == 0) == controller_first {
+                ctl.push(measure(machine, args, controller)?);
+            } else {
+                base.push(measure(machine, args, fixed)?);
+            }
+            bar.inc(1);
+        }
+    }
+    let fps = |runs: &[Measured]| runs.iter().map(|m| m.fps).collect::<Vec<f64>>();
+    let (controller_fps, fixed_fps) = (Stats::of(&fps(&ctl)), Stats::of(&fps(&base)));
+    let (controller_fps, fixed_fps) = controller_fps.zip(fixed_fps).context("pairs >= 1")?;
+    Ok(HeadToHead {
+        placement: row.placement.clone(),
+        idle: row.idle,
+        speed: row.speeds.first().copied().unwrap_or(1.0),
+        ratio: controller_fps.median / fixed_fps.median.max(f64::MIN_POSITIVE),
+        paired_ratio: report::paired_median(&fps(&ctl), &fps(&base)).unwrap_or(0.0),
+        controller_fps,
+        fixed_fps,
+        controller_settled: ctl.iter().map(Settled::of).collect(),
     })
 }
 
@@ -547,19 +622,26 @@ fn table(report: &Report) -> Table {
             best.speeds.first().copied().unwrap_or(1.0),
             report.controller_paired_vs_best_fixed.unwrap_or(0.0),
         ));
-        let mut settled: Vec<(&Settled, usize)> = Vec::new();
-        for s in &report.controller_settled {
-            match settled.iter_mut().find(|(x, _)| *x == s) {
-                Some((_, n)) => *n += 1,
-                None => settled.push((s, 1)),
-            }
-        }
-        let reps = report.controller_settled.len();
-        let list: Vec<String> = settled
-            .iter()
-            .map(|(s, n)| format!("{} in {n} of {reps} repetitions", layout_text(&s.layout, &s.speeds)))
-            .collect();
-        t.note(format!("It settled on {}.", list.join("; ")));
+        t.note(format!("It settled on {}.", settled_text(&report.controller_settled, "repetitions")));
+    }
+    if let Some(h) = &report.head_to_head {
+        t.note(format!(
+            "Head to head, {} pairs of back-to-back runs: the controller {} (min {}), {} / {} at speed {} {} (min {}):",
+            h.fixed_fps.samples,
+            report::fmt_rate(h.controller_fps.median),
+            report::fmt_rate(h.controller_fps.min),
+            h.placement,
+            h.idle,
+            h.speed,
+            report::fmt_rate(h.fixed_fps.median),
+            report::fmt_rate(h.fixed_fps.min),
+        ));
+        t.note(format!(
+            "{:.2}× (paired {:.2}); it settled on {}.",
+            h.ratio,
+            h.paired_ratio,
+            settled_text(&h.controller_settled, "runs")
+        ));
     }
     let bad: u64 = report.rows.iter().map(|r| r.bad_frames).sum();
     t.note(format!("Frames refused by a checksum or order check: {bad}."));
@@ -567,6 +649,22 @@ fn table(report: &Report) -> Table {
         t.note(format!("skipped {}: {}", s.placement, s.reason));
     }
     t
+}
+
+/// Each layout the controller settled on, with how many of `what` it settled there.
+fn settled_text(settled: &[Settled], what: &str) -> String {
+    let mut counted: Vec<(&Settled, usize)> = Vec::new();
+    for s in settled {
+        match counted.iter_mut().find(|(x, _)| *x == s) {
+            Some((_, n)) => *n += 1,
+            None => counted.push((s, 1)),
+        }
+    }
+    counted
+        .iter()
+        .map(|(s, n)| format!("{} in {n} of {} {what}", layout_text(&s.layout, &s.speeds), settled.len()))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// `corehop bench pipeline`: measures every placement and the controller, prints the table.
@@ -610,6 +708,7 @@ pub fn tour() -> anyhow::Result<()> {
         duration_ms: 100,
         reps: 1,
         no_controller: false,
+        head_to_head: 0,
         epoch_ms: 30,
         output: OutputArgs { quick: true, ..OutputArgs::default() },
     };

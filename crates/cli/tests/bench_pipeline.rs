@@ -24,6 +24,8 @@ fn tiny_run_reports_every_configuration_against_the_first() {
         "2",
         "--epoch-ms",
         "10",
+        "--head-to-head",
+        "3",
         "--json",
         "--plot",
         svg.to_str().unwrap(),
@@ -57,6 +59,19 @@ fn tiny_run_reports_every_configuration_against_the_first() {
     let settled = v["controller_settled"].as_array().unwrap();
     assert_eq!(settled.len(), 2, "one layout a repetition: {settled:?}");
     assert_eq!(settled[1]["layout"], rows[fixed]["layout"], "the row shows the last repetition's");
+    let h = &v["head_to_head"];
+    let best_row =
+        rows[..fixed].iter().find(|r| r["throughput_fps"]["median"].as_f64().unwrap() == best).unwrap();
+    assert_eq!(h["placement"], best_row["placement"], "the sweep's best row is measured again: {h}");
+    assert_eq!(h["idle"], best_row["idle"]);
+    assert_eq!(h["speed"], best_row["speeds"][0]);
+    assert_eq!(h["controller_fps"]["samples"], 3);
+    assert_eq!(h["fixed_fps"]["samples"], 3);
+    assert_eq!(h["controller_settled"].as_array().unwrap().len(), 3);
+    let (c, f) =
+        (h["controller_fps"]["median"].as_f64().unwrap(), h["fixed_fps"]["median"].as_f64().unwrap());
+    assert!((h["ratio"].as_f64().unwrap() - c / f).abs() < 1e-9, "{h}");
+    assert!(h["paired_ratio"].as_f64().unwrap() > 0.0);
     let skipped = v["skipped"].as_array().unwrap();
     assert!(skipped.iter().any(|s| s["placement"] == "smt") || cpus >= 2, "{skipped:?}");
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
@@ -84,6 +99,7 @@ fn the_table_names_the_baseline_and_skipped_placements() {
     assert!(text.contains("×base"), "{text}");
     assert!(text.contains("refused by a checksum or order check: 0"), "{text}");
     assert!(!text.contains("controller"), "no controller row, no comparison: {text}");
+    assert!(!text.contains("Head to head"), "no controller, no head-to-head runs: {text}");
 }
 
 #[test]
@@ -96,6 +112,7 @@ fn bad_flags_are_clear_errors() {
         (&["--reps", "0"][..], "--reps must be between 1 and 10000"),
         (&["--capacity", "0"][..], "--capacity must be between 1 and"),
         (&["--rate=-5"][..], "--rate must be a positive"),
+        (&["--head-to-head", "99999"][..], "--head-to-head must be between 0 and 10000"),
     ] {
         let mut all = vec!["bench", "pipeline", "--duration-ms", "5"];
         all.extend_from_slice(args);
