@@ -225,6 +225,18 @@ fn tiny_channels_and_parking_lose_no_wake_up() {
 }
 
 #[test]
+fn tiny_channels_and_polling_lose_no_wake_up() {
+    // A polling host never sleeps, but it watches its park word, not the channels: a ring
+    // lost here would leave it spinning for ever.
+    let cpus = cpus_here();
+    let c = chain(3, 5_000, 1, Idle::Poll, &cpus, Crashes::default()).unwrap();
+    wait_for(&c.got, 5_000);
+    let s = c.pipeline.stop();
+    assert_eq!(*c.got.lock().unwrap(), (0..5_000).collect::<Vec<_>>());
+    assert_eq!(s.hosts.iter().map(|h| h.parks).sum::<u64>(), 0, "polling hosts never slept");
+}
+
+#[test]
 fn all_on_one_cpu_polling_components_do_not_starve_each_other() {
     let c = chain(2, 10_000, 8, Idle::Poll, &[CpuId(0)], Crashes::default()).unwrap();
     wait_for(&c.got, 10_000);

@@ -36,7 +36,7 @@
 //! every sleeper looks for its work again after [`sleep`] or [`Parker::park`] returns. The
 //! models below check both halves under loom, where a lost wake-up is a deadlock.
 
-use core::sync::atomic::Ordering::{AcqRel, Acquire, SeqCst};
+use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, SeqCst};
 
 use crate::model::{futex_wait, futex_wake, AtomicU32};
 
@@ -133,6 +133,23 @@ impl Parker {
         wake(&self.word, old)
     }
 
+    /// Whether an unpark came since the last park: a load of the word, which stays in the
+    /// sleeper's cache until a waker writes it, so a sleeper may spin on this before it parks
+    /// without touching the lines its wakers work on. [`Parker::park`] consumes the token.
+    #[inline(always)]
+    pub fn has_token(&self) -> bool {
+        self.word.load(Relaxed) == TOKEN
+    }
+
+    /// Consumes a token left since the last park, without sleeping: for a sleeper about to
+    /// look for its work, so that [`Parker::has_token`] then tells only of wakers after that
+    /// look. Returns whether there was one.
+    #[inline(always)]
+    pub fn take_token(&self) -> bool {
+        // Acquire: the work of the waker whose token this consumes, seen by the look to come.
+        self.word.swap(EMPTY, Acquire) == TOKEN
+    }
+
     /// Sleeps until an unpark after the last park returned; returns at once if one came
     /// already. May return spuriously: the caller looks for its work again either way. One
     /// sleeper at a time. Returns whether it slept (on the futex).
@@ -175,6 +192,19 @@ mod tests {
         assert!(!parker.unpark(), "nobody sleeps");
         assert!(!parker.park(), "returns at once: the token was there");
         assert_eq!(parker.word.load(Relaxed), EMPTY, "consumed");
+    }
+
+    #[test]
+    fn a_token_can_be_watched_and_dropped_without_sleeping() {
+        let parker = Parker::new();
+        assert!(!parker.has_token() && !parker.take_token());
+        parker.unpark();
+        assert!(parker.has_token(), "seen by a load");
+        assert!(parker.has_token(), "and still there");
+        assert!(parker.take_token(), "taken");
+        assert!(!parker.has_token());
+        parker.unpark();
+        assert!(!parker.park(), "a token after the take still ends the next park at once");
     }
 
     #[test]

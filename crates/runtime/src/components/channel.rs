@@ -61,8 +61,29 @@ pub(crate) struct HostSignal {
     bell: CachePadded<Parker>,
     /// `now_ns` when the last futex wake was issued, to measure wake-up latency.
     notified_at: StatU64,
+    /// What the last futex wake cost the thread that issued it, ns of its CPU at full speed.
+    waker_ns: StatU64,
     /// Futex wakes issued to this host.
     wakes: StatU64,
+}
+
+/// How a sleeping host was woken.
+pub(crate) struct Woken {
+    /// `now_ns` when the waker issued the wake.
+    pub at: u64,
+    /// What a wake cost its waker lately (the last one measured), ns.
+    pub waker_ns: u64,
+}
+
+thread_local! {
+    /// The emulated speed of the host on this thread (1.0 on any other thread): a futex wake
+    /// it issues takes its CPU the call's time over this.
+    static WAKER_SPEED: std::cell::Cell<f64> = const { std::cell::Cell::new(1.0) };
+}
+
+/// Tells wakes issued from this thread that it runs at `speed` (a host, at each change).
+pub(crate) fn set_waker_speed(speed: f64) {
+    WAKER_SPEED.with(|s| s.set(speed.clamp(f64::MIN_POSITIVE, 1.0)));
 }
 
 impl HostSignal {
@@ -70,27 +91,46 @@ impl HostSignal {
         HostSignal {
             bell: CachePadded::new(Parker::new()),
             notified_at: StatU64::new(0),
+            waker_ns: StatU64::new(0),
             wakes: StatU64::new(0),
         }
     }
 
     /// Makes the host's current or next park return; call after publishing what it should see.
     pub(crate) fn notify(&self) {
-        self.bell.unpark_with(|| {
-            self.notified_at.store(sys::now_ns(), std::sync::atomic::Ordering::Relaxed);
+        let mut issued = 0;
+        let woke = self.bell.unpark_with(|| {
+            issued = sys::now_ns();
+            self.notified_at.store(issued, std::sync::atomic::Ordering::Relaxed);
             self.wakes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         });
+        if woke {
+            let spent = sys::now_ns().saturating_sub(issued) as f64 / WAKER_SPEED.with(|s| s.get());
+            self.waker_ns.store(spent as u64, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     /// Sleeps until notified (returns at once if notified since the last park); the host looks
-    /// for work again either way. Returns `None` if it did not sleep, else the `now_ns` at
-    /// which the notifier issued its wake, if it did.
-    pub(crate) fn park(&self) -> Option<Option<u64>> {
+    /// for work again either way. Returns `None` if it did not sleep, else how it was woken, if
+    /// by a notification.
+    pub(crate) fn park(&self) -> Option<Option<Woken>> {
         if !self.bell.park() {
             return None;
         }
         let at = self.notified_at.swap(0, std::sync::atomic::Ordering::Relaxed);
-        Some((at != 0).then_some(at))
+        let waker_ns = self.waker_ns.load(std::sync::atomic::Ordering::Relaxed);
+        Some((at != 0).then_some(Woken { at, waker_ns }))
+    }
+
+    /// Whether a notification came since the last park or [`HostSignal::forget`] (a load of
+    /// the park word only).
+    pub(crate) fn has_token(&self) -> bool {
+        self.bell.has_token()
+    }
+
+    /// Drops a notification that came while the host was busy; call before its last look.
+    pub(crate) fn forget(&self) {
+        self.bell.take_token();
     }
 
     pub(crate) fn wakes(&self) -> u64 {

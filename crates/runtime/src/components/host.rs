@@ -7,7 +7,7 @@ use corehop_policy::components::{ComponentId, Idle};
 use corehop_policy::spin::{SpinBudget, SpinConfig};
 use crossbeam_utils::CachePadded;
 
-use super::channel::Signals;
+use super::channel::{set_waker_speed, Signals};
 use super::slot::Runnable;
 use crate::sys;
 use crate::worker::Started;
@@ -109,11 +109,16 @@ pub(crate) fn run(cfg: HostConfig, shared: Arc<Shared>, mut slots: Vec<Box<dyn R
     let me = &shared.hosts[cfg.index];
     let signal = shared.signals.host(cfg.index);
     let mut budget = SpinBudget::new(cfg.spin);
+    let mut waker_speed = 1.0;
     loop {
         if me.pending.load(Ordering::Relaxed) && !handle_controls(&cfg, &shared, &mut slots) {
             return;
         }
         let speed = f64::from_bits(me.speed_bits.load(Ordering::Relaxed));
+        if speed != waker_speed {
+            waker_speed = speed;
+            set_waker_speed(speed);
+        }
         let mut did = 0;
         for slot in slots.iter_mut() {
             let t0 = sys::now_ns();
@@ -132,22 +137,28 @@ pub(crate) fn run(cfg: HostConfig, shared: Arc<Shared>, mut slots: Vec<Box<dyn R
             continue;
         }
 
-        // Idle. A host with nothing placed on it always sleeps.
-        let ready_now = |slots: &[Box<dyn Runnable>], sleeping: Option<usize>| {
-            me.pending.load(Ordering::Relaxed) || slots.iter().any(|s| s.has_work(sleeping))
-        };
+        // Idle. The last look comes first: it registers this host with its inputs and blocked
+        // outputs, whose next message or room then leaves a token in its park word. The host
+        // spins on that word, a line only its wakers write, and not on the channels: a look at
+        // a queue's indices pulls the line from the CPU working on it, and a saturated consumer
+        // paid a transfer per message to a producer polling it for room (split at full speed
+        // ran at half the throughput with polling as with parking). A host with nothing placed
+        // on it always sleeps.
         let idle_start = sys::now_ns();
+        // A token from a ring while the host was busy would end the spin at once, for nothing.
+        signal.forget();
+        if me.pending.load(Ordering::Relaxed) || slots.iter().any(|s| s.has_work(Some(cfg.index))) {
+            continue;
+        }
         let spin_for = match (cfg.idle, slots.is_empty()) {
             (_, true) | (Idle::Park, _) => Some(0),
             (Idle::Poll, false) => None,
             (Idle::PollThenPark, false) => Some(budget.budget_ns()),
         };
-        let mut found = false;
         let mut now = idle_start;
         'spin: loop {
             for _ in 0..16 {
-                if ready_now(&slots, None) {
-                    found = true;
+                if signal.has_token() {
                     break 'spin;
                 }
                 sys::cpu_relax();
@@ -158,20 +169,26 @@ pub(crate) fn run(cfg: HostConfig, shared: Arc<Shared>, mut slots: Vec<Box<dyn R
             }
         }
         me.stats.spin_ns.fetch_add(now.saturating_sub(idle_start), Ordering::Relaxed);
-        // The last look registers blocked outputs for room; a notification since the last park
-        // makes this one return at once.
-        if !found && !ready_now(&slots, Some(cfg.index)) {
-            let slept = sys::now_ns();
-            if let Some(notified_at) = signal.park() {
-                let woke = sys::now_ns();
-                me.stats.parks.fetch_add(1, Ordering::Relaxed);
-                me.stats.parked_ns.fetch_add(woke.saturating_sub(slept), Ordering::Relaxed);
-                if let Some(at) = notified_at.filter(|&at| at >= slept) {
-                    budget.observe_wake_cost(woke.saturating_sub(at));
-                }
+        // Returns at once, consuming the token, if one came while spinning.
+        let slept = sys::now_ns();
+        let mut work_came = slept;
+        if let Some(woken) = signal.park() {
+            let woke = sys::now_ns();
+            work_came = woke;
+            me.stats.parks.fetch_add(1, Ordering::Relaxed);
+            me.stats.parked_ns.fetch_add(woke.saturating_sub(slept), Ordering::Relaxed);
+            if let Some(w) = woken.filter(|w| w.at >= slept) {
+                // A sleep costs this host its wake-up and the waker its futex call (on a slowed
+                // CPU, slowed too; on this VM 10-15 µs at full speed): the waker is often the
+                // stage the pipeline waits for, so the spin is weighed against both.
+                budget.observe_wake_cost(woke.saturating_sub(w.at) + w.waker_ns);
+                // The gap ended when the waker rang, not when this host was back: counting the
+                // wake-up in it made every gap after a sleep look too long to spin for, so a
+                // host that slept once went on sleeping.
+                work_came = w.at;
             }
         }
-        budget.observe_idle_gap(sys::now_ns().saturating_sub(idle_start));
+        budget.observe_idle_gap(work_came.saturating_sub(idle_start));
     }
 }
 

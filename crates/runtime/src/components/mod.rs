@@ -32,10 +32,15 @@
 //!
 //! # Idling
 //!
-//! [`Idle::Poll`] spins on the inputs, [`Idle::Park`] sleeps at once, and
-//! [`Idle::PollThenPark`] spins for the adaptive budget of [`corehop_policy::spin`] (fitted to
-//! the idle gaps and wake-up costs the host measures) and then sleeps. A host with nothing
-//! placed on it always sleeps.
+//! A host with nothing to do first registers with its inputs and blocked outputs, so that the
+//! next message or room leaves a token in its park word (the channels' doorbells, below). Then
+//! [`Idle::Poll`] spins on that word, [`Idle::Park`] sleeps at once, and [`Idle::PollThenPark`]
+//! spins for the adaptive budget of [`corehop_policy::spin`] and then sleeps. The budget is
+//! fitted to the idle gaps (until the ring, not until the host is back) and to what a sleep
+//! costs: the host's wake-up plus the waker's futex call, slowed with the waker's CPU. A
+//! spinning host reads only its park word, never a channel's indices: polling a queue pulled
+//! its line from the CPU working on it, once per message. A consumer rings a blocked producer
+//! every 32 messages it takes. A host with nothing placed on it always sleeps.
 //!
 //! # Moves and restarts lose nothing
 //!
