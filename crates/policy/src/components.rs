@@ -430,26 +430,94 @@ pub fn plan(
         cpu_of[i] = open[slot].0;
     }
 
-    // The slowest step that keeps each used CPU at or under the target; SMT siblings share
-    // the fastest clock any of them needs. Unused CPUs keep their speed.
-    let mut speed = layout.speed.clone();
+    let loads: Vec<(CpuId, f64)> = open.iter().map(|&(cpu, load, _)| (cpu, load)).collect();
+    Ok(Layout { cpu_of, speed: speeds(cfg, machine, &layout.speed, &loads) })
+}
+
+/// The slowest step that keeps each CPU of `loads` (demand in full-speed CPUs) at or under the
+/// target; SMT siblings share the fastest clock any of them needs. Other CPUs keep `current`.
+fn speeds(cfg: &ControllerConfig, machine: &Machine, current: &[f64], loads: &[(CpuId, f64)]) -> Vec<f64> {
+    let mut speed = current.to_vec();
     let top = *cfg.speed_steps.last().expect("validated non-empty");
-    for &(cpu, load, _) in &open {
-        let need = load / (cfg.target_utilisation * hw(cpu));
+    for &(cpu, load) in loads {
+        let need = load / (cfg.target_utilisation * machine.cpus()[cpu.0].speed);
         speed[cpu.0] = cfg.speed_steps.iter().copied().find(|s| *s >= need).unwrap_or(top);
     }
-    for &(cpu, _, _) in &open {
+    for &(cpu, _) in loads {
         let core_speed = machine
             .smt_siblings(cpu)
             .iter()
-            .filter(|s| open.iter().any(|b| b.0 == **s))
+            .filter(|s| loads.iter().any(|b| b.0 == **s))
             .map(|s| speed[s.0])
             .fold(0.0, f64::max);
         for s in machine.smt_siblings(cpu) {
             speed[s.0] = core_speed;
         }
     }
-    Ok(Layout { cpu_of, speed })
+    speed
+}
+
+/// A split of the pipeline into runs of neighbours: `planned`'s CPUs, each given a run of
+/// components that are consecutive in component order, the runs cut where they balance the
+/// demand best. Components are numbered in the order their messages flow (the runtime's hosts
+/// run them in that order), so this is the split with the fewest channels between cores: one
+/// per cut, where first-fit packing by demand may send every message across and back (on two
+/// CPUs it put TCP alone on one and the driver, IP and the application on the other). `None`
+/// unless `planned` spreads the components over more CPUs than `layout` does, or when it
+/// already keeps neighbours together.
+pub fn neighbour_split(
+    cfg: &ControllerConfig,
+    machine: &Machine,
+    layout: &Layout,
+    obs: &[Observation],
+    planned: &Layout,
+) -> Option<Layout> {
+    let n = planned.cpu_of.len();
+    let cpus = planned.cpus_in_use();
+    let k = cpus.len();
+    if k < 2 || k > n || k <= layout.cpus_in_use().len() || obs.len() != n {
+        return None;
+    }
+    // The CPUs in the order of the first component each hosts in the plan, so that the runs
+    // land where the plan put most of their components.
+    let mut order = cpus;
+    order.sort_by_key(|c| planned.cpu_of.iter().position(|x| x == c));
+    let demand: Vec<f64> = demands(cfg, machine, layout, obs).iter().map(|d| d.0).collect();
+    let cap = |j: usize| machine.cpus()[order[j].0].speed;
+    // best[j][i]: the least possible highest load over capacity when the first `i` components
+    // fill the first `j + 1` CPUs, each CPU a non-empty run; cut[j][i] where run j starts.
+    let run = |a: usize, b: usize| demand[a..b].iter().sum::<f64>();
+    let mut best = vec![vec![f64::INFINITY; n + 1]; k];
+    let mut cut = vec![vec![0; n + 1]; k];
+    for (i, first) in best[0].iter_mut().enumerate().skip(1) {
+        *first = run(0, i) / cap(0);
+    }
+    for j in 1..k {
+        for i in j + 1..=n {
+            for start in j..i {
+                let worst = best[j - 1][start].max(run(start, i) / cap(j));
+                if worst < best[j][i] {
+                    best[j][i] = worst;
+                    cut[j][i] = start;
+                }
+            }
+        }
+    }
+    let mut cpu_of = vec![order[0]; n];
+    let mut end = n;
+    for j in (1..k).rev() {
+        let start = cut[j][end];
+        cpu_of[start..end].fill(order[j]);
+        end = start;
+    }
+    if cpu_of == planned.cpu_of {
+        return None;
+    }
+    let loads: Vec<(CpuId, f64)> = order
+        .iter()
+        .map(|&c| (c, cpu_of.iter().zip(&demand).filter(|(x, _)| **x == c).map(|(_, d)| d).sum()))
+        .collect();
+    Some(Layout { speed: speeds(cfg, machine, &layout.speed, &loads), cpu_of })
 }
 
 /// The actions that turn `from` into `to`: moves first (in component order), then speeds.
@@ -600,7 +668,12 @@ impl Controller {
         layout: &Layout,
         obs: &[Observation],
     ) -> Result<Vec<Action>, ControllerError> {
-        let next = plan(&self.cfg, machine, &self.allowed, layout, obs)?;
+        let planned = plan(&self.cfg, machine, &self.allowed, layout, obs)?;
+        // A split tries neighbours together first; once that was undone, the packing.
+        let next = match neighbour_split(&self.cfg, machine, layout, obs, &planned) {
+            Some(split) if !self.is_rejected(&split) => split,
+            _ => planned,
+        };
         self.windows += 1;
         let rate = work_rate(obs);
         let starved = demands(&self.cfg, machine, layout, obs).iter().any(|&(_, starved)| starved);
@@ -927,6 +1000,47 @@ mod tests {
 
     fn all(n: usize) -> Vec<CpuId> {
         (0..n).map(CpuId).collect()
+    }
+
+    /// Driver, IP, TCP and the application saturating cpu0 of two (as `bench pipeline`
+    /// measures them), TCP's queue full, each doing 1000 messages a window.
+    fn four_on_one() -> (Machine, Layout, [Observation; 4]) {
+        let m = machine(2, false);
+        let mut tcp = obs(0.66);
+        tcp.queue_start = 200;
+        tcp.queue_end = 256;
+        let trace = [obs(0.08), obs(0.15), tcp, obs(0.08)].map(|o| Observation { done: 1000, ..o });
+        let one = Layout::all_on(&m, 4, CpuId(0));
+        (m, one, trace)
+    }
+
+    #[test]
+    fn a_split_keeps_neighbours_on_one_core() {
+        let (m, one, trace) = four_on_one();
+        let packed = plan(&ControllerConfig::default(), &m, &all(2), &one, &trace).unwrap();
+        assert_eq!(
+            packed.on_cpu(packed.cpu_of[2]),
+            vec![ComponentId(2)],
+            "packing puts TCP alone: {packed:?}"
+        );
+        let mut ctl = Controller::new(ControllerConfig::default(), &m, all(2)).unwrap();
+        let split = act(&mut ctl, &m, &one, &trace).expect("splits the saturated core");
+        let cpu = |i: usize| split.cpu_of[i];
+        assert!(cpu(0) == cpu(1) && cpu(2) == cpu(3) && cpu(1) != cpu(2), "one cut, after IP: {split:?}");
+        assert_eq!(split.speed[cpu(2).0], 1.0, "TCP's side at full speed");
+        // Driver and IP: 0.23 of a CPU, 1.5 times that while starved, at target 0.8: the 4/8 step.
+        assert_eq!(split.speed[cpu(0).0], 0.5);
+    }
+
+    #[test]
+    fn once_neighbours_apart_lost_the_packing_is_tried() {
+        let (m, one, trace) = four_on_one();
+        let mut ctl = Controller::new(ControllerConfig::default(), &m, all(2)).unwrap();
+        let split = act(&mut ctl, &m, &one, &trace).unwrap();
+        let slower = trace.map(|o| Observation { done: 700, ..o });
+        assert_eq!(act(&mut ctl, &m, &split, &slower), Some(one.clone()), "undone");
+        let packed = plan(&ControllerConfig::default(), &m, &all(2), &one, &trace).unwrap();
+        assert_eq!(act(&mut ctl, &m, &one, &trace), Some(packed));
     }
 
     #[test]
