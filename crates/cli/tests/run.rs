@@ -794,8 +794,8 @@ fn a_process_that_outlives_its_first_epoch_on_the_stub_loads_the_library() {
         short.contains("libcorehop_preload_stub.so") && !short.contains("libcorehop_preload.so"),
         "{short}"
     );
-    // Some thousands of calls, well past the 20 ms epoch.
-    let long = maps_after(4000);
+    // Past the 20 ms epoch however fast the machine runs the loop: 4000 reads once took less.
+    let long = maps_after(40_000);
     assert!(long.contains("libcorehop_preload_stub.so") && long.contains("libcorehop_preload.so"), "{long}");
 }
 
