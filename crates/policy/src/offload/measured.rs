@@ -278,6 +278,10 @@ pub struct Measured {
     /// it moved (negative where the caller gets on with other work meanwhile): what a first
     /// probe of another key is expected to lose, in place of [`MeasuredConfig::move_prior`].
     extra: RunningMean,
+    /// The shortest wait beyond its own run that any moved call has cost its caller: no move
+    /// costs less, so a call that runs here in less is not probed. Infinite before the first
+    /// move, which is a probe taken without it.
+    handoff_min: f64,
 }
 
 /// A running mean of signed samples: the first eight averaged, later ones weighing 1/8.
@@ -311,6 +315,7 @@ impl Measured {
             active: 0,
             moved_any: false,
             extra: RunningMean::default(),
+            handoff_min: f64::INFINITY,
         })
     }
 
@@ -365,6 +370,9 @@ impl Measured {
         let config = self.config;
         self.elapsed += cost.caller as f64;
         self.moved_any |= cost.moved;
+        if cost.moved {
+            self.handoff_min = self.handoff_min.min(cost.caller.saturating_sub(cost.run) as f64);
+        }
         if let (true, Some(local)) = (cost.moved, slot.local.mean()) {
             self.extra.add(cost.caller as f64 - local);
         }
@@ -403,6 +411,14 @@ impl Measured {
         }
         slot.countdown = slot.countdown.saturating_sub(1);
         if slot.countdown > 0 || slot.local.samples() < config.min_samples {
+            return;
+        }
+        let cannot_win = |local: f64| self.moved_any && local <= self.handoff_min * (1.0 + config.margin);
+        if !slot.moving && slot.local.mean().is_some_and(cannot_win) {
+            // Moved, it would cost at least the fastest hand-off seen, more than it costs
+            // here: a probe could only lose (under `cp -r`, each probe of a 250 ns fstat
+            // waited some 100 µs for a service thread that had gone to sleep).
+            slot.countdown = slot.backoff;
             return;
         }
         let risk = if self.moved_any {
@@ -565,6 +581,27 @@ mod tests {
             (total as f64 / never as f64 - 1.0) * 100.0
         );
         assert!(m.probes().0 > 0, "it kept checking");
+    }
+
+    #[test]
+    fn a_call_cheaper_than_any_hand_off_is_not_probed() {
+        let mut m = Measured::new(MeasuredConfig::default()).unwrap();
+        // A moved fsync: 900 µs on the service core, 930 µs for its caller. No hand-off has cost
+        // less than 30 µs, so fstat, 1.3 µs here, is never moved to see what moving costs.
+        m.observe(&fsync(), CallCost::moved(900_000, 930_000));
+        let fstat_moves = |m: &mut Measured| {
+            (0..100_000)
+                .filter(|_| {
+                    let decision = m.decide(&fstat());
+                    m.observe(&fstat(), CallCost::local(1300));
+                    decision == Decision::Offload
+                })
+                .count()
+        };
+        assert_eq!(fstat_moves(&mut m), 0);
+        // A hand-off of 0.5 µs: fstat might gain, and is probed again.
+        m.observe(&fsync(), CallCost::moved(900_000, 900_500));
+        assert!(fstat_moves(&mut m) > 0);
     }
 
     #[test]
