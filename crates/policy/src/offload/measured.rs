@@ -416,8 +416,7 @@ impl Measured {
         let cannot_win = |local: f64| self.moved_any && local <= self.handoff_min * (1.0 + config.margin);
         if !slot.moving && slot.local.mean().is_some_and(cannot_win) {
             // Moved, it would cost at least the fastest hand-off seen, more than it costs
-            // here: a probe could only lose (under `cp -r`, each probe of a 250 ns fstat
-            // waited some 100 µs for a service thread that had gone to sleep).
+            // here: a probe could only lose, often a wake-up of a sleeping service thread.
             slot.countdown = slot.backoff;
             return;
         }

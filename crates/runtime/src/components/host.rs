@@ -141,9 +141,8 @@ pub(crate) fn run(cfg: HostConfig, shared: Arc<Shared>, mut slots: Vec<Box<dyn R
         // outputs, whose next message or room then leaves a token in its park word. The host
         // spins on that word, a line only its wakers write, and not on the channels: a look at
         // a queue's indices pulls the line from the CPU working on it, and a saturated consumer
-        // paid a transfer per message to a producer polling it for room (split at full speed
-        // ran at half the throughput with polling as with parking). A host with nothing placed
-        // on it always sleeps.
+        // paid a transfer per message to a producer polling it for room (docs/performance.md,
+        // twenty-fifth session). A host with nothing placed on it always sleeps.
         let idle_start = sys::now_ns();
         // A token from a ring while the host was busy would end the spin at once, for nothing.
         signal.forget();
@@ -179,8 +178,8 @@ pub(crate) fn run(cfg: HostConfig, shared: Arc<Shared>, mut slots: Vec<Box<dyn R
             me.stats.parked_ns.fetch_add(woke.saturating_sub(slept), Ordering::Relaxed);
             if let Some(w) = woken.filter(|w| w.at >= slept) {
                 // A sleep costs this host its wake-up and the waker its futex call (on a slowed
-                // CPU, slowed too; on this VM 10-15 µs at full speed): the waker is often the
-                // stage the pipeline waits for, so the spin is weighed against both.
+                // CPU, slowed too): the waker is often the stage the pipeline waits for, so the
+                // spin is weighed against both.
                 budget.observe_wake_cost(woke.saturating_sub(w.at) + w.waker_ns);
                 // The gap ended when the waker rang, not when this host was back: counting the
                 // wake-up in it made every gap after a sleep look too long to spin for, so a

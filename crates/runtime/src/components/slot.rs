@@ -87,9 +87,8 @@ impl<C: Component> Slot<C> {
 
 /// A blocked producer hears of room every this many messages taken, not only at the end of a
 /// batch: it waits for a ring instead of polling the queue (see the host's idle loop), and a
-/// whole batch (128 messages on a slowed CPU) outlasted its spin, so it slept and each wake-up
-/// cost the consumer a futex call. Every 8 or 16 cost the consumer more in rings than it saved
-/// (split at full speed: 3.8 and 4.8 M frames/s against 6.9 with 32).
+/// whole batch outlasted its spin, so it slept and each wake-up cost the consumer a futex call.
+/// Rings more often cost the consumer more than they saved (docs/performance.md).
 const ROOM_EVERY: usize = 32;
 
 impl<C: Component> Runnable for Slot<C> {
