@@ -194,6 +194,7 @@ impl Layout {
 
 /// Bad input to the controller. Every variant names the offending numbers.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ControllerError {
     /// The driver reported a different number of components than the layout has.
     #[error("{got} observations for {expected} components")]

@@ -88,6 +88,7 @@ impl Placement {
 
 /// Errors building a placer.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PlacementError {
     /// The placer was given no core.
     #[error("no cores to place objects on")]

@@ -62,6 +62,7 @@ pub const STATIC_PROFILE_HOPS: u64 = 2;
 
 /// Typed errors of the offload decisions.
 #[derive(Debug, thiserror::Error, PartialEq)]
+#[non_exhaustive]
 pub enum OffloadError {
     /// A predictor table of zero entries.
     #[error("a predictor table needs at least one entry")]

@@ -116,6 +116,7 @@ pub enum Work {
 
 /// Why an SMT decision could not be made.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ModeError {
     /// AMP mode on a machine without SMT.
     #[error("AMP mode needs an SMT core (a core with two or more hardware contexts); machine {machine:?} has none")]

@@ -117,6 +117,7 @@ fn list(cpus: &[CpuId]) -> String {
 
 /// Why a task gave no value.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum JoinError {
     /// The task's closure panicked; the payload is what `panic!` was given.
     #[error("task panicked: {message}")]

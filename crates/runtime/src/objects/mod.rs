@@ -77,6 +77,7 @@ type Table<T> = Arc<RwLock<Vec<Handle<T>>>>;
 
 /// Errors of the object registry.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ObjectError {
     /// The placement policy refused (bad budgets, an unknown CPU, …).
     #[error(transparent)]
