@@ -35,8 +35,8 @@ const COMPONENTS: [&str; 4] = ["driver", "ip", "tcp", "app"];
 
 /// A driver → IP → TCP (payload copy) → application pipeline under placements and speeds.
 ///
-/// --quick runs 1 repetition of at most 100 ms per configuration and 1 head-to-head pair. --plot draws throughput
-/// against emulated speed, one line per placement and idle mode.
+/// --quick runs 1 repetition of at most 100 ms per configuration and 1 head-to-head pair.
+/// --plot draws throughput against emulated speed, one line per placement and idle mode.
 ///
 /// --json prints `{machine, cpus, payload_bytes, duration_ms, reps, rate, rows: [{placement,
 /// idle, speeds, layout, throughput_fps: {min, median, max, samples}, gbps, vs_baseline,
@@ -256,6 +256,11 @@ fn measure(machine: &Machine, args: &Args, cfg: &Config) -> anyhow::Result<Measu
     Ok(summarise(&s0, &s1, &layout, bad.load(Ordering::Relaxed)))
 }
 
+/// The throughput of each run.
+fn fps(runs: &[Measured]) -> Vec<f64> {
+    runs.iter().map(|m| m.fps).collect()
+}
+
 fn summarise(s0: &Sample, s1: &Sample, layout: &corehop_policy::components::Layout, bad: u64) -> Measured {
     let wall = s1.at_ns.saturating_sub(s0.at_ns).max(1) as f64;
     let app = 3;
@@ -454,8 +459,7 @@ fn bench(args: &Args) -> anyhow::Result<Report> {
 
     let mut rows: Vec<Row> = Vec::new();
     for (cfg, runs) in configs.iter().zip(&runs) {
-        let fps: Vec<f64> = runs.iter().map(|m| m.fps).collect();
-        let stats = Stats::of(&fps).context("a configuration produced no measurement")?;
+        let stats = Stats::of(&fps(runs)).context("a configuration produced no measurement")?;
         let last = runs.last().expect("reps >= 1");
         let placement = match &cfg.kind {
             Kind::Fixed { placement, .. } => placement.clone(),
@@ -493,7 +497,6 @@ fn bench(args: &Args) -> anyhow::Result<Report> {
         };
     // Rows and runs are in the same order; the controller's is the last, if any.
     let controller_runs = (!args.no_controller).then(|| runs.last()).flatten();
-    let fps = |runs: &[Measured]| runs.iter().map(|m| m.fps).collect::<Vec<f64>>();
     let controller_paired_vs_best_fixed = match (controller_runs, best_fixed_index(&rows)) {
         (Some(ctl), Some(best)) => report::paired_median(&fps(ctl), &fps(&runs[best])),
         _ => None,
@@ -536,9 +539,9 @@ fn head_to_head(
 ) -> anyhow::Result<HeadToHead> {
     let (mut ctl, mut base) = (Vec::new(), Vec::new());
     for pair in 0..pairs {
-        let controller_first = pair % 2 == 0;
-        for turn in 0..2 {
-            if (turn == 0) == controller_first {
+        let order = if pair % 2 == 0 { [true, false] } else { [false, true] };
+        for controller_now in order {
+            if controller_now {
                 ctl.push(measure(machine, args, controller)?);
             } else {
                 base.push(measure(machine, args, fixed)?);
@@ -546,7 +549,6 @@ fn head_to_head(
             bar.inc(1);
         }
     }
-    let fps = |runs: &[Measured]| runs.iter().map(|m| m.fps).collect::<Vec<f64>>();
     let (controller_fps, fixed_fps) = (Stats::of(&fps(&ctl)), Stats::of(&fps(&base)));
     let (controller_fps, fixed_fps) = controller_fps.zip(fixed_fps).context("pairs >= 1")?;
     Ok(HeadToHead {

@@ -465,25 +465,24 @@ fn speeds(cfg: &ControllerConfig, machine: &Machine, current: &[f64], loads: &[(
 /// per cut, where first-fit packing by demand may send every message across and back (on two
 /// CPUs it put TCP alone on one and the driver, IP and the application on the other). `None`
 /// unless `planned` spreads the components over more CPUs than `layout` does, or when it
-/// already keeps neighbours together.
-pub fn neighbour_split(
+/// already keeps neighbours together. `demand` is [`demands`]' (full-speed CPUs each).
+fn neighbour_split(
     cfg: &ControllerConfig,
     machine: &Machine,
     layout: &Layout,
-    obs: &[Observation],
+    demand: &[f64],
     planned: &Layout,
 ) -> Option<Layout> {
     let n = planned.cpu_of.len();
     let cpus = planned.cpus_in_use();
     let k = cpus.len();
-    if k < 2 || k > n || k <= layout.cpus_in_use().len() || obs.len() != n {
+    if k < 2 || k > n || k <= layout.cpus_in_use().len() || demand.len() != n {
         return None;
     }
     // The CPUs in the order of the first component each hosts in the plan, so that the runs
     // land where the plan put most of their components.
     let mut order = cpus;
     order.sort_by_key(|c| planned.cpu_of.iter().position(|x| x == c));
-    let demand: Vec<f64> = demands(cfg, machine, layout, obs).iter().map(|d| d.0).collect();
     let cap = |j: usize| machine.cpus()[order[j].0].speed;
     // best[j][i]: the least possible highest load over capacity when the first `i` components
     // fill the first `j + 1` CPUs, each CPU a non-empty run; cut[j][i] where run j starts.
@@ -516,7 +515,7 @@ pub fn neighbour_split(
     }
     let loads: Vec<(CpuId, f64)> = order
         .iter()
-        .map(|&c| (c, cpu_of.iter().zip(&demand).filter(|(x, _)| **x == c).map(|(_, d)| d).sum()))
+        .map(|&c| (c, cpu_of.iter().zip(demand).filter(|(x, _)| **x == c).map(|(_, d)| d).sum()))
         .collect();
     Some(Layout { speed: speeds(cfg, machine, &layout.speed, &loads), cpu_of })
 }
@@ -670,14 +669,16 @@ impl Controller {
         obs: &[Observation],
     ) -> Result<Vec<Action>, ControllerError> {
         let planned = plan(&self.cfg, machine, &self.allowed, layout, obs)?;
+        let (demand, starved): (Vec<f64>, Vec<bool>) =
+            demands(&self.cfg, machine, layout, obs).into_iter().unzip();
         // A split tries neighbours together first; once that was undone, the packing.
-        let next = match neighbour_split(&self.cfg, machine, layout, obs, &planned) {
+        let next = match neighbour_split(&self.cfg, machine, layout, &demand, &planned) {
             Some(split) if !self.is_rejected(&split) => split,
             _ => planned,
         };
         self.windows += 1;
         let rate = work_rate(obs);
-        let starved = demands(&self.cfg, machine, layout, obs).iter().any(|&(_, starved)| starved);
+        let starved = starved.contains(&true);
         if !starved {
             self.rate_before_reductions = None;
         }

@@ -154,8 +154,7 @@ impl Parker {
     /// already. May return spuriously: the caller looks for its work again either way. One
     /// sleeper at a time. Returns whether it slept (on the futex).
     pub fn park(&self) -> bool {
-        // Acquire: the work of every waker whose token this consumes.
-        if self.word.swap(EMPTY, Acquire) == TOKEN {
+        if self.take_token() {
             return false;
         }
         let slept = sleep(&self.word, EMPTY, None) != Slept::Changed;

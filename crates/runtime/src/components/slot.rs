@@ -113,7 +113,6 @@ impl<C: Component> Runnable for Slot<C> {
             _ => budget,
         };
         let mut did = 0;
-        let mut popped = false;
         let mut pops = 0usize;
         while did < budget && self.outbox.staged.len() < room {
             let Some(comp) = self.comp.as_mut() else { break };
@@ -121,7 +120,6 @@ impl<C: Component> Runnable for Slot<C> {
                 Some(m) => (m, true),
                 None => match self.input.as_ref().and_then(|i| i.pop()) {
                     Some(m) => {
-                        popped = true;
                         pops += 1;
                         if pops.is_multiple_of(ROOM_EVERY) {
                             if let Some(i) = &self.input {
@@ -168,7 +166,7 @@ impl<C: Component> Runnable for Slot<C> {
                 }
             }
         }
-        if popped {
+        if pops > 0 {
             if let Some(i) = &self.input {
                 i.after_pop();
             }
