@@ -402,8 +402,11 @@ pub struct Objects<K, T> {
 /// An end-of-period pass takes at most about 1/PASS_SHARE of the time: the next period lasts
 /// at least PASS_SHARE times as long as the last pass did. The pass visits every object, so
 /// without this an operation's cost grew with the object count once a pass outlasted the
-/// period (every operation then ended a period).
-const PASS_SHARE: u64 = 10;
+/// period (every operation then ended a period). The pass runs on a CPU that then does no
+/// operations, and a tenth of one CPU was most of what O² lost to plain threads over many
+/// objects: a hundredth keeps monitoring within the margin a policy may lose to not moving.
+/// Over many objects each gets few samples a period, so a longer one loses little.
+const PASS_SHARE: u64 = 100;
 
 /// What an operation did, to account for it, and how its caller gets back.
 struct Ran {
@@ -910,7 +913,7 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
     }
 
     /// The monitoring period in force (ns): the configured one, or longer while the
-    /// end-of-period pass over many objects takes more than a tenth of it.
+    /// end-of-period pass over many objects takes more than a hundredth of it.
     pub fn period_ns(&self) -> u64 {
         self.period_now_ns.load(Ordering::Relaxed)
     }
