@@ -10,7 +10,7 @@ mod common;
 use common::text;
 
 use std::io::Read;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -385,14 +385,23 @@ fn corehop_run_passes_termination_on_and_dies_by_the_same_signal() {
     for signal in [libc::SIGTERM, libc::SIGINT] {
         let pid_file = dir.path().join("pid");
         let _ = std::fs::remove_file(&pid_file);
-        let mut child = corehop()
+        let mut command = corehop();
+        command
             .args(["run", "--offload", "--policy", "always", "--stats", "--", "sh", "-c"])
             .arg(format!("echo $$ > '{}'; exec sleep 30", pid_file.display()))
             .env("TMPDIR", dir.path())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::null());
+        // corehop keeps a signal it was started ignoring ignored, as a shell does; a test run
+        // started in the background (`cmd &` without job control) ignores SIGINT.
+        // SAFETY: signal() is async-signal-safe, and nothing else runs in the forked child.
+        unsafe {
+            command.pre_exec(move || {
+                libc::signal(signal, libc::SIG_DFL);
+                Ok(())
+            });
+        }
+        let mut child = command.spawn().unwrap();
         let start = Instant::now();
         while std::fs::read_to_string(&pid_file).map_or(true, |s| !s.ends_with('\n')) {
             assert!(start.elapsed() < LIMIT, "the program never started");
