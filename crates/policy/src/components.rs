@@ -31,7 +31,9 @@
 //! rechecked (back to the old layout for a round, then the new one again) and must repeat. A
 //! change that takes capacity away is undone if the pipeline gets more than
 //! [`ControllerConfig::revert_loss`] less done than before the first of a run of such changes,
-//! so that small losses do not add up. An undone layout, and any that places the components
+//! so that small losses do not add up. A split made because the pipeline cannot keep up runs
+//! at full speed, and the slower speeds its plan wanted follow as a change of their own, so
+//! that each is judged by what it did. An undone layout, and any that places the components
 //! as it did on CPUs no faster, is not tried again for a while
 //! ([`ControllerConfig::retry_after`] windows, doubling each time). A pipeline that keeps up
 //! in every window afterwards keeps the change: less work done is then the offered load's
@@ -555,6 +557,9 @@ pub struct Controller {
     /// The work rate before the first of the capacity-reducing changes kept since the pipeline
     /// last kept up or gained capacity: what the next such change is judged against.
     rate_before_reductions: Option<f64>,
+    /// A split made at full speed, at the speeds its plan wanted: tried once the split is kept,
+    /// as a slow-down of its own.
+    slow_down: Option<Layout>,
 }
 
 /// A reconfiguration under judgement.
@@ -638,6 +643,7 @@ impl Controller {
             rejected: Vec::new(),
             windows: 0,
             rate_before_reductions: None,
+            slow_down: None,
         })
     }
 
@@ -671,14 +677,26 @@ impl Controller {
         let planned = plan(&self.cfg, machine, &self.allowed, layout, obs)?;
         let (demand, starved): (Vec<f64>, Vec<bool>) =
             demands(&self.cfg, machine, layout, obs).into_iter().unzip();
+        let starved = starved.contains(&true);
         // A split tries neighbours together first; once that was undone, the packing.
-        let next = match neighbour_split(&self.cfg, machine, layout, &demand, &planned) {
+        let mut next = match neighbour_split(&self.cfg, machine, layout, &demand, &planned) {
             Some(split) if !self.is_rejected(&split) => split,
             _ => planned,
         };
+        if starved && next.cpus_in_use().len() > layout.cpus_in_use().len() {
+            // A pipeline that cannot keep up splits onto cores at full speed, and the speeds
+            // the plan wanted are a change of their own once the split is kept. Made together,
+            // the split's gain over one core hid what the slowing cost, and no later step up
+            // gained enough to pass `min_gain` (docs/performance.md, twenty-sixth session).
+            let top = *self.cfg.speed_steps.last().expect("validated non-empty");
+            let slowed = next.clone();
+            for cpu in next.cpus_in_use() {
+                next.speed[cpu.0] = top;
+            }
+            self.slow_down = (slowed != next).then_some(slowed);
+        }
         self.windows += 1;
         let rate = work_rate(obs);
-        let starved = starved.contains(&true);
         if !starved {
             self.rate_before_reductions = None;
         }
@@ -687,6 +705,11 @@ impl Controller {
         }
         if self.trial.is_some() {
             return Ok(Vec::new());
+        }
+        match &self.slow_down {
+            Some(slow) if slow.cpu_of != layout.cpu_of => self.slow_down = None,
+            Some(slow) if *slow != *layout && !self.is_rejected(slow) => next = slow.clone(),
+            _ => {}
         }
         if next == *layout || self.is_rejected(&next) {
             self.pending = None;
@@ -703,6 +726,9 @@ impl Controller {
         self.pending = None;
         // Every change is judged, not only splits made under overload: a core slowed or
         // consolidated because it looked under-used can leave the pipeline unable to keep up.
+        if self.slow_down.as_ref() == Some(&next) {
+            self.slow_down = None;
+        }
         let adds_capacity = capacity(&next) > capacity(layout) + 1e-9;
         self.trial = Some(Trial {
             adds_capacity,
@@ -1029,9 +1055,33 @@ mod tests {
         let split = act(&mut ctl, &m, &one, &trace).expect("splits the saturated core");
         let cpu = |i: usize| split.cpu_of[i];
         assert!(cpu(0) == cpu(1) && cpu(2) == cpu(3) && cpu(1) != cpu(2), "one cut, after IP: {split:?}");
+        // Driver and IP need 0.23 of a CPU (the 4/8 step at target 0.8), but a split made
+        // because the pipeline cannot keep up runs at full speed on both sides.
         assert_eq!(split.speed[cpu(2).0], 1.0, "TCP's side at full speed");
-        // Driver and IP: 0.23 of a CPU, 1.5 times that while starved, at target 0.8: the 4/8 step.
-        assert_eq!(split.speed[cpu(0).0], 0.5);
+        assert_eq!(split.speed[cpu(0).0], 1.0, "the driver's side at full speed");
+    }
+
+    #[test]
+    fn a_split_is_slowed_only_as_a_change_of_its_own() {
+        let (m, one, trace) = four_on_one();
+        let mut ctl = Controller::new(ControllerConfig::default(), &m, all(2)).unwrap();
+        let split = act(&mut ctl, &m, &one, &trace).unwrap();
+        // Still saturated after the split, and 20 % more done: kept through its recheck.
+        let more = trace.map(|o| Observation { done: 1200, ..o });
+        assert_eq!(act(&mut ctl, &m, &split, &more), Some(one.clone()), "the recheck");
+        assert_eq!(act(&mut ctl, &m, &one, &trace), Some(split.clone()));
+        // Then the speeds the plan wanted: the driver's side at 4/8.
+        let slowed = act(&mut ctl, &m, &split, &more).expect("tries the slow-down");
+        assert_eq!(slowed.cpu_of, split.cpu_of);
+        assert_eq!(slowed.speed[split.cpu_of[0].0], 0.5);
+        assert_eq!(slowed.speed[split.cpu_of[2].0], 1.0);
+        // Kept when it costs less than `revert_loss`…
+        let mut kept = ctl.clone();
+        stays(&mut kept, &m, &slowed, &split, &trace.map(|o| Observation { done: 1190, ..o }));
+        // …undone when it costs more, and not tried again.
+        let less = trace.map(|o| Observation { done: 1100, ..o });
+        assert_eq!(act(&mut ctl, &m, &slowed, &less), Some(split.clone()), "undone");
+        stays(&mut ctl, &m, &split, &slowed, &more);
     }
 
     #[test]
@@ -1041,8 +1091,9 @@ mod tests {
         let split = act(&mut ctl, &m, &one, &trace).unwrap();
         let slower = trace.map(|o| Observation { done: 700, ..o });
         assert_eq!(act(&mut ctl, &m, &split, &slower), Some(one.clone()), "undone");
-        let packed = plan(&ControllerConfig::default(), &m, &all(2), &one, &trace).unwrap();
-        assert_eq!(act(&mut ctl, &m, &one, &trace), Some(packed));
+        let mut packed = plan(&ControllerConfig::default(), &m, &all(2), &one, &trace).unwrap();
+        packed.speed = vec![1.0; 2];
+        assert_eq!(act(&mut ctl, &m, &one, &trace), Some(packed), "the packing, at full speed");
     }
 
     #[test]
