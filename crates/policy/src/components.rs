@@ -558,7 +558,8 @@ pub struct Controller {
     /// last kept up or gained capacity: what the next such change is judged against.
     rate_before_reductions: Option<f64>,
     /// A split made at full speed, at the speeds its plan wanted: tried once the split is kept,
-    /// as a slow-down of its own.
+    /// as a slow-down of its own, and again after each back-off while the split stands (the
+    /// host may come to favour it).
     slow_down: Option<Layout>,
 }
 
@@ -726,9 +727,6 @@ impl Controller {
         self.pending = None;
         // Every change is judged, not only splits made under overload: a core slowed or
         // consolidated because it looked under-used can leave the pipeline unable to keep up.
-        if self.slow_down.as_ref() == Some(&next) {
-            self.slow_down = None;
-        }
         let adds_capacity = capacity(&next) > capacity(layout) + 1e-9;
         self.trial = Some(Trial {
             adds_capacity,
@@ -1064,7 +1062,8 @@ mod tests {
     #[test]
     fn a_split_is_slowed_only_as_a_change_of_its_own() {
         let (m, one, trace) = four_on_one();
-        let mut ctl = Controller::new(ControllerConfig::default(), &m, all(2)).unwrap();
+        let cfg = ControllerConfig { retry_after: 8, ..ControllerConfig::default() };
+        let mut ctl = Controller::new(cfg, &m, all(2)).unwrap();
         let split = act(&mut ctl, &m, &one, &trace).unwrap();
         // Still saturated after the split, and 20 % more done: kept through its recheck.
         let more = trace.map(|o| Observation { done: 1200, ..o });
@@ -1078,10 +1077,11 @@ mod tests {
         // Kept when it costs less than `revert_loss`…
         let mut kept = ctl.clone();
         stays(&mut kept, &m, &slowed, &split, &trace.map(|o| Observation { done: 1190, ..o }));
-        // …undone when it costs more, and not tried again.
+        // …undone when it costs more, and tried again only after the back-off.
         let less = trace.map(|o| Observation { done: 1100, ..o });
         assert_eq!(act(&mut ctl, &m, &slowed, &less), Some(split.clone()), "undone");
         stays(&mut ctl, &m, &split, &slowed, &more);
+        assert_eq!(act(&mut ctl, &m, &split, &more), Some(slowed), "tried again");
     }
 
     #[test]
