@@ -488,8 +488,9 @@ fn bench(args: &Args) -> anyhow::Result<Report> {
     for row in &mut rows {
         row.vs_baseline = row.throughput_fps.median / base;
     }
+    let best = best_fixed_index(&rows);
     let controller_vs_best_fixed =
-        match (rows.iter().find(|r| r.placement == "controller"), best_fixed(&rows)) {
+        match (rows.iter().find(|r| r.placement == "controller"), best.map(|i| &rows[i])) {
             (Some(ctl), Some(best)) if best.throughput_fps.median > 0.0 => {
                 Some(ctl.throughput_fps.median / best.throughput_fps.median)
             }
@@ -497,12 +498,12 @@ fn bench(args: &Args) -> anyhow::Result<Report> {
         };
     // Rows and runs are in the same order; the controller's is the last, if any.
     let controller_runs = (!args.no_controller).then(|| runs.last()).flatten();
-    let controller_paired_vs_best_fixed = match (controller_runs, best_fixed_index(&rows)) {
+    let controller_paired_vs_best_fixed = match (controller_runs, best) {
         (Some(ctl), Some(best)) => report::paired_median(&fps(ctl), &fps(&runs[best])),
         _ => None,
     };
     let controller_settled = controller_runs.map(|r| r.iter().map(Settled::of).collect()).unwrap_or_default();
-    let head_to_head = match best_fixed_index(&rows) {
+    let head_to_head = match best {
         Some(best) if pairs > 0 => {
             let controller = configs.last().expect("the controller's config is the last");
             Some(head_to_head(&machine, &args, pairs, &configs[best], controller, &rows[best], &bar)?)

@@ -364,6 +364,18 @@ pub fn plan(
     layout: &Layout,
     obs: &[Observation],
 ) -> Result<Layout, ControllerError> {
+    let demand = checked_demands(cfg, machine, allowed, layout, obs)?;
+    Ok(pack(cfg, machine, allowed, layout, &demand))
+}
+
+/// [`demands`], once the inputs of [`plan`] are checked.
+fn checked_demands(
+    cfg: &ControllerConfig,
+    machine: &Machine,
+    allowed: &[CpuId],
+    layout: &Layout,
+    obs: &[Observation],
+) -> Result<Vec<(f64, bool)>, ControllerError> {
     cfg.validate()?;
     layout.validate(machine)?;
     if obs.len() != layout.cpu_of.len() {
@@ -375,7 +387,17 @@ pub fn plan(
     if let Some(&cpu) = allowed.iter().find(|c| c.0 >= machine.cpus().len()) {
         return Err(ControllerError::UnknownCpu { cpu, cpus: machine.cpus().len() });
     }
-    let demand = demands(cfg, machine, layout, obs);
+    Ok(demands(cfg, machine, layout, obs))
+}
+
+/// [`plan`]'s packing of checked inputs, `demand` being [`demands`]'.
+fn pack(
+    cfg: &ControllerConfig,
+    machine: &Machine,
+    allowed: &[CpuId],
+    layout: &Layout,
+    demand: &[(f64, bool)],
+) -> Layout {
     let hw = |cpu: CpuId| machine.cpus()[cpu.0].speed;
 
     // CPUs in order of preference: the busiest CPUs in use first (fewest moves), then free
@@ -434,7 +456,7 @@ pub fn plan(
     }
 
     let loads: Vec<(CpuId, f64)> = open.iter().map(|&(cpu, load, _)| (cpu, load)).collect();
-    Ok(Layout { cpu_of, speed: speeds(cfg, machine, &layout.speed, &loads) })
+    Layout { cpu_of, speed: speeds(cfg, machine, &layout.speed, &loads) }
 }
 
 /// The slowest step that keeps each CPU of `loads` (demand in full-speed CPUs) at or under the
@@ -675,9 +697,9 @@ impl Controller {
         layout: &Layout,
         obs: &[Observation],
     ) -> Result<Vec<Action>, ControllerError> {
-        let planned = plan(&self.cfg, machine, &self.allowed, layout, obs)?;
-        let (demand, starved): (Vec<f64>, Vec<bool>) =
-            demands(&self.cfg, machine, layout, obs).into_iter().unzip();
+        let checked = checked_demands(&self.cfg, machine, &self.allowed, layout, obs)?;
+        let planned = pack(&self.cfg, machine, &self.allowed, layout, &checked);
+        let (demand, starved): (Vec<f64>, Vec<bool>) = checked.into_iter().unzip();
         let starved = starved.contains(&true);
         // A split tries neighbours together first; once that was undone, the packing.
         let mut next = match neighbour_split(&self.cfg, machine, layout, &demand, &planned) {
