@@ -1,7 +1,8 @@
 //! The host: one thread pinned to one CPU that runs the service loops of every component placed
 //! there, throttles them to the CPU's emulated speed, and idles by polling, parking or both.
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 
 use corehop_policy::components::{ComponentId, Idle};
 use corehop_policy::spin::{SpinBudget, SpinConfig};
@@ -9,6 +10,8 @@ use crossbeam_utils::CachePadded;
 
 use super::channel::{set_waker_speed, Signals};
 use super::slot::Runnable;
+use crate::mailbox::{Linked, Mailbox, Reader};
+use crate::sync::AtomicPtr;
 use crate::sys;
 use crate::worker::Started;
 
@@ -29,6 +32,24 @@ pub(crate) enum Control {
     Stop,
 }
 
+/// A control on its way through a host's mailbox: the runtime's one inbox, whose list (no
+/// lanes: controls are rare and come from any thread) takes it without a lock.
+#[repr(align(64))]
+pub(crate) struct ControlNode {
+    link: AtomicPtr<ControlNode>,
+    control: Control,
+}
+
+// SAFETY: always the same field, used only by the mailbox.
+unsafe impl Linked for ControlNode {
+    fn link(&self) -> &AtomicPtr<Self> {
+        &self.link
+    }
+}
+
+/// The reading end of a host's mailbox, which its thread owns.
+pub(crate) type Inbox = Reader<ControlNode>;
+
 /// Counters of one host (written by its thread, read by samplers).
 #[derive(Default)]
 pub(crate) struct HostStats {
@@ -39,8 +60,9 @@ pub(crate) struct HostStats {
 }
 
 pub(crate) struct HostShared {
-    control: Mutex<Vec<Control>>,
-    pending: AtomicBool,
+    /// Where controls arrive. The host parks on its signal, not on the mailbox's own word
+    /// (its inputs ring that one too), so the mailbox does not wake it: [`Shared::send`] does.
+    mailbox: Arc<Mailbox<ControlNode>>,
     /// The emulated speed factor, as `f64` bits.
     pub speed_bits: AtomicU64,
     pub stats: HostStats,
@@ -53,26 +75,27 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(speeds: &[f64], signals: Arc<Signals>) -> Arc<Shared> {
-        let hosts = speeds
+    /// The hosts' shared state, and each host's inbox (in host order) for its thread.
+    pub(crate) fn new(speeds: &[f64], signals: Arc<Signals>) -> (Arc<Shared>, Vec<Inbox>) {
+        let (hosts, inboxes): (Vec<_>, Vec<_>) = speeds
             .iter()
             .map(|s| {
-                CachePadded::new(HostShared {
-                    control: Mutex::new(Vec::new()),
-                    pending: AtomicBool::new(false),
+                let (mailbox, inbox) = Mailbox::new(false, 0, None);
+                let host = CachePadded::new(HostShared {
+                    mailbox,
                     speed_bits: AtomicU64::new(s.to_bits()),
                     stats: HostStats::default(),
-                })
+                });
+                (host, inbox)
             })
-            .collect();
-        Arc::new(Shared { hosts, signals })
+            .unzip();
+        (Arc::new(Shared { hosts: hosts.into(), signals }), inboxes)
     }
 
     /// Queues `control` for host `host` and wakes it.
     pub(crate) fn send(&self, host: usize, control: Control) {
-        let h = &self.hosts[host];
-        h.control.lock().unwrap_or_else(|e| e.into_inner()).push(control);
-        h.pending.store(true, Ordering::Relaxed);
+        let node = Box::new(ControlNode { link: AtomicPtr::new(ptr::null_mut()), control });
+        self.hosts[host].mailbox.push(node);
         self.signals.host(host).notify();
     }
 }
@@ -101,7 +124,13 @@ pub(crate) struct HostConfig {
 
 /// The host thread's body (on its pinned worker): attaches its components, reports that it
 /// started, then serves until `Stop`.
-pub(crate) fn run(cfg: HostConfig, shared: Arc<Shared>, mut slots: Vec<Box<dyn Runnable>>, started: Started) {
+pub(crate) fn run(
+    cfg: HostConfig,
+    shared: Arc<Shared>,
+    mut inbox: Inbox,
+    mut slots: Vec<Box<dyn Runnable>>,
+    started: Started,
+) {
     for slot in &slots {
         slot.attach(Some(cfg.index));
     }
@@ -111,7 +140,7 @@ pub(crate) fn run(cfg: HostConfig, shared: Arc<Shared>, mut slots: Vec<Box<dyn R
     let mut budget = SpinBudget::new(cfg.spin);
     let mut waker_speed = 1.0;
     loop {
-        if me.pending.load(Ordering::Relaxed) && !handle_controls(&cfg, &shared, &mut slots) {
+        if inbox.has_mail() && !handle_controls(&cfg, &shared, &mut inbox, &mut slots) {
             return;
         }
         let speed = f64::from_bits(me.speed_bits.load(Ordering::Relaxed));
@@ -146,7 +175,7 @@ pub(crate) fn run(cfg: HostConfig, shared: Arc<Shared>, mut slots: Vec<Box<dyn R
         let idle_start = sys::now_ns();
         // A token from a ring while the host was busy would end the spin at once, for nothing.
         signal.forget();
-        if me.pending.load(Ordering::Relaxed) || slots.iter().any(|s| s.has_work(Some(cfg.index))) {
+        if inbox.has_mail() || slots.iter().any(|s| s.has_work(Some(cfg.index))) {
             continue;
         }
         let spin_for = match (cfg.idle, slots.is_empty()) {
@@ -192,12 +221,9 @@ pub(crate) fn run(cfg: HostConfig, shared: Arc<Shared>, mut slots: Vec<Box<dyn R
 }
 
 /// Takes the queued controls; false when the host must stop.
-fn handle_controls(cfg: &HostConfig, shared: &Shared, slots: &mut Vec<Box<dyn Runnable>>) -> bool {
-    let me = &shared.hosts[cfg.index];
-    me.pending.store(false, Ordering::SeqCst);
-    let controls = std::mem::take(&mut *me.control.lock().unwrap_or_else(|e| e.into_inner()));
-    for control in controls {
-        match control {
+fn handle_controls(cfg: &HostConfig, shared: &Shared, inbox: &mut Inbox, slots: &mut Vec<Box<dyn Runnable>>) -> bool {
+    while let Some(node) = inbox.pop().map(|taken| taken.node) {
+        match node.control {
             Control::Adopt { slot, done } => {
                 slot.attach(Some(cfg.index));
                 // In the pipeline's order, however the components got here: a layout then runs
@@ -245,7 +271,7 @@ mod tests {
 
     #[test]
     fn a_host_runs_its_components_in_pipeline_order_whatever_moved_in_when() {
-        let shared = Shared::new(&[1.0, 1.0], Signals::new(2));
+        let (shared, mut inboxes) = Shared::new(&[1.0, 1.0], Signals::new(2));
         let cfg = |index| HostConfig { index, idle: Idle::Park, spin: SpinConfig::default(), batch: 1 };
         let named = |i| Box::new(Named(ComponentId(i))) as Box<dyn Runnable>;
         let mut slots = vec![named(0), named(3)];
@@ -253,7 +279,7 @@ mod tests {
             let (done, _) = mpsc::channel();
             shared.send(0, Control::Adopt { slot: named(i), done });
         }
-        assert!(handle_controls(&cfg(0), &shared, &mut slots));
+        assert!(handle_controls(&cfg(0), &shared, &mut inboxes[0], &mut slots));
         let ids: Vec<usize> = slots.iter().map(|s| s.id().0).collect();
         assert_eq!(ids, [0, 1, 2, 3]);
     }

@@ -382,7 +382,7 @@ impl PipelineBuilder {
     /// Spawns one pinned host per CPU of the machine and starts the components.
     pub fn build(self) -> Result<Pipeline, ComponentError> {
         let PipelineBuilder { machine, signals, idle, spin, batch, speeds, slots, infos } = self;
-        let shared = Shared::new(&speeds, signals);
+        let (shared, inboxes) = Shared::new(&speeds, signals);
         let placement: Vec<CpuId> = slots.iter().map(|(cpu, _)| *cpu).collect();
         let mut per_host: Vec<Vec<Box<dyn Runnable>>> = (0..speeds.len()).map(|_| Vec::new()).collect();
         for (cpu, slot) in slots {
@@ -395,12 +395,12 @@ impl PipelineBuilder {
             placement: Mutex::new(placement),
             infos,
         };
-        for (index, slots) in per_host.into_iter().enumerate() {
+        for (index, (slots, inbox)) in per_host.into_iter().zip(inboxes).enumerate() {
             let cpu = &machine.cpus()[index];
             let cfg = HostConfig { index, idle, spin, batch };
             let shared = shared.clone();
             let started = crate::worker::start_pinned(format!("corehop-comp-{}", cpu.id), Some(cpu.os_id), {
-                move |started| host::run(cfg, shared, slots, started)
+                move |started| host::run(cfg, shared, inbox, slots, started)
             });
             match started {
                 Ok(handle) => pipeline.threads.push(handle),
