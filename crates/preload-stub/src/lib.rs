@@ -82,15 +82,73 @@ static OWNER_PID: AtomicI64 = AtomicI64::new(0);
 static FORK_HANDLER: AtomicBool = AtomicBool::new(false);
 
 macro_rules! stub {
-    ($($name:ident)*) => {
-        /// The names, in the order of [`SLOTS`] and [`NEXT`].
+    (counted: $($counted:ident)* ; watched: $($watched:ident)*) => {
+        /// The names, in the order of [`SLOTS`] and [`NEXT`]: first those whose calls count
+        /// toward the first epoch on the way to libc, then those [`resolve`] sees every time.
         #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
         #[repr(usize)]
         #[derive(Clone, Copy, PartialEq, Eq)]
-        enum Name { $($name),* }
+        enum Name { $($counted,)* $($watched),* }
 
-        const COUNT: usize = [$(stringify!($name)),*].len();
-        const NAMES: [&[u8]; COUNT] = [$(concat!(stringify!($name), "\0").as_bytes()),*];
+        const COUNT: usize = [$(stringify!($counted),)* $(stringify!($watched)),*].len();
+        const NAMES: [&[u8]; COUNT] =
+            [$(concat!(stringify!($counted), "\0").as_bytes(),)* $(concat!(stringify!($watched), "\0").as_bytes()),*];
+        /// Names from this one on are watched: [`resolve`] inspects each of their calls.
+        const FIRST_WATCHED: usize = [$(stringify!($counted)),*].len();
+
+        $(
+            /// Jumps to the library's entry point of this name once it is loaded; before, to
+            /// libc's function, except about one call in 64, which goes through [`resolve`].
+            ///
+            /// # Safety
+            ///
+            /// The contract of libc's function of this name.
+            #[no_mangle]
+            #[unsafe(naked)]
+            pub unsafe extern "C" fn $counted() {
+                // SAFETY: as in the watched entry points below, plus the countdown: the slot
+                // of [`COUNTDOWNS`] that this stack's address picks is decremented with a
+                // plain `sub` (an aligned 8-byte load, then store: a relaxed atomic load and
+                // store, so threads sharing a slot can only lose a count) and, once it goes
+                // below zero, set back to [`COUNTDOWN`] before the slow path. r10 and r11
+                // carry no argument, nor do the flags. The stack is not touched before the slow
+                // path.
+                call_then_jump!(
+                    [
+                        "mov r11, qword ptr [rip + {slots} + {offset}]",
+                        "test r11, r11",
+                        "jz 2f",
+                        "jmp r11",
+                        "2:",
+                        "mov r11, rsp",
+                        "shr r11, 16",
+                        "imul r11d, r11d, {mix}",
+                        "shr r11d, {slot_shift}",
+                        "shl r11d, 6",
+                        "lea r10, [rip + {countdowns}]",
+                        "sub qword ptr [r10 + r11], 1",
+                        "js 3f",
+                        "mov r11, qword ptr [rip + {next} + {offset}]",
+                        "test r11, r11",
+                        "jz 4f",
+                        "jmp r11",
+                        "3:",
+                        "mov qword ptr [r10 + r11], {countdown}",
+                        "4:"
+                    ]
+                    ["mov rcx, rdx", "mov rdx, rsi", "mov rsi, rdi", "mov edi, {index}"]
+                    slots = sym SLOTS,
+                    next = sym NEXT,
+                    countdowns = sym COUNTDOWNS,
+                    offset = const Name::$counted as usize * 8,
+                    index = const Name::$counted as usize,
+                    mix = const MIX,
+                    slot_shift = const 32 - COUNTDOWN_SLOTS.trailing_zeros(),
+                    countdown = const COUNTDOWN,
+                    helper = sym resolve,
+                );
+            }
+        )*
 
         $(
             /// Jumps to the library's entry point of this name once it is loaded, else to the
@@ -101,7 +159,7 @@ macro_rules! stub {
             /// The contract of libc's function of this name.
             #[no_mangle]
             #[unsafe(naked)]
-            pub unsafe extern "C" fn $name() {
+            pub unsafe extern "C" fn $watched() {
                 // SAFETY: the slot is read with a plain load (an aligned 8-byte load is
                 // atomic on x86-64; a stale 0 only takes the slow path). A slot that is set
                 // was stored after the library started up (`load`), and x86-64 keeps one
@@ -119,8 +177,8 @@ macro_rules! stub {
                     ]
                     ["mov rcx, rdx", "mov rdx, rsi", "mov rsi, rdi", "mov edi, {index}"]
                     slots = sym SLOTS,
-                    offset = const Name::$name as usize * 8,
-                    index = const Name::$name as usize,
+                    offset = const Name::$watched as usize * 8,
+                    index = const Name::$watched as usize,
                     helper = sym resolve,
                 );
             }
@@ -129,17 +187,43 @@ macro_rules! stub {
 }
 
 // The names `crates/preload` exports (a test in crates/cli/tests/run.rs checks the two lists).
+// Counted names go straight to libc until the library is loaded; watched ones start children
+// or change a thread's state, which `resolve` must see (`kind`).
 stub! {
+    counted:
     read write pread pread64 pwrite pwrite64 readv writev
     open open64 openat openat64 __open_2 __open64_2 __openat_2 __openat64_2
     stat stat64 lstat lstat64 fstat fstat64 fstatat fstatat64 statx
     __xstat __xstat64 __lxstat __lxstat64 __fxstat __fxstat64 __fxstatat __fxstatat64
     fsync fdatasync sendfile sendfile64 sendto recvfrom poll select
     __read_chk __pread_chk __pread64_chk __poll_chk
-    close dup2 dup3 close_range
+    close dup2 dup3 close_range;
+    watched:
     vfork __vfork clone __clone _Fork syscall
     prctl setfsuid setfsgid unshare setns capset
 }
+
+/// Calls of counted names before the library is loaded: about one in this many plus one goes
+/// through [`resolve`], which reads the clock by a system call. The rest jump to libc at the
+/// cost of a few instructions. Through `resolve` every call cost 24 ns here, more than the
+/// library's own decision once loaded; one in 16 still cost 12 ns a call, most of it the
+/// clock's system call (docs/performance.md, "Twenty-seventh session").
+const COUNTDOWN: usize = 63;
+
+/// A count-down per region of stack (64 KiB, hashed): threads of a program mostly count apart,
+/// so the line of one is not pulled between CPUs at every call (the stack picks the slot: no
+/// thread-local storage, which a `no_std` stub cannot declare). One line each, and few: with
+/// the rest of the stub's writable data they fit one page, so loading the stub maps no more.
+#[repr(C, align(64))]
+struct Countdown(AtomicI64);
+
+const COUNTDOWN_SLOTS: u32 = 8;
+
+static COUNTDOWNS: [Countdown; COUNTDOWN_SLOTS as usize] = [const { Countdown(AtomicI64::new(0)) }; COUNTDOWN_SLOTS as usize];
+
+/// The multiplier (Fibonacci hashing: the top bits of the 32-bit product) that spreads stack
+/// regions over [`COUNTDOWNS`].
+const MIX: i32 = 0x9E37_79B1_u32 as i32;
 
 /// The library's entry points, set once it is loaded (0 until then).
 static SLOTS: [AtomicUsize; COUNT] = [const { AtomicUsize::new(0) }; COUNT];
@@ -181,7 +265,9 @@ unsafe extern "C" fn resolve(index: usize, a0: i64, a1: i64, a2: i64) -> usize {
     // variants 0..COUNT.
     let name = unsafe { core::mem::transmute::<usize, Name>(index) };
     match kind(name, a0, a1, a2) {
-        Kind::Plain => tick(),
+        // A counted name's entry point sends about one call in 64 here, and the first of each
+        // name (to resolve libc's function): already sampled, or rare.
+        Kind::Plain => tick(index < FIRST_WATCHED),
         Kind::Child => settle(State::PlainWithChild),
         Kind::ThreadState => settle(State::Stays),
     }
@@ -191,15 +277,16 @@ unsafe extern "C" fn resolve(index: usize, a0: i64, a1: i64, a2: i64) -> usize {
     next(index)
 }
 
-/// A call that counts toward the first epoch: about one in 16 reads the clock, and one after
-/// the epoch loads the library.
-fn tick() {
+/// A call that counts toward the first epoch: about one in 16 reads the clock (every one if
+/// `sampled`: its entry point sent only one in 64 here), and one after the epoch loads the
+/// library.
+fn tick(sampled: bool) {
     let state = STATE.load(Relaxed);
     if state != State::Plain && state != State::PlainWithChild {
         return;
     }
     let first = FIRST_CALL_NS.load(Relaxed);
-    if first != 0 && !one_in_16() {
+    if first != 0 && !sampled && !one_in_16() {
         return;
     }
     let now = now_ns();
