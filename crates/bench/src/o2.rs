@@ -357,8 +357,16 @@ struct Registry {
 impl Registry {
     fn new(bench: &Bench, count: usize) -> anyhow::Result<Registry> {
         let config = ObjectsConfig { period: Duration::from_millis(5), ..ObjectsConfig::default() };
+        // Where a lookup starts reading: the threads' loop finds that address apart from the
+        // lock it takes, and so fetches both at once.
+        let first_read: fn(&Dir) -> *const u8 = match bench.lookup {
+            Lookup::Scan => |dir| dir.entries.as_ptr().cast(),
+            Lookup::Hashed => |dir| dir.index.as_ptr().cast(),
+        };
         let objects = Arc::new(
-            Objects::new(&bench.machine, &bench.cpus, config).context("starting the object registry")?,
+            Objects::new(&bench.machine, &bench.cpus, config)
+                .context("starting the object registry")?
+                .with_data_address(first_read),
         );
         // The directories first, then the registry's small per-object records: interleaved,
         // each record sat on a page of its own between two directories, one more TLB miss

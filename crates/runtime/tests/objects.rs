@@ -120,6 +120,24 @@ fn operations_on_one_object_never_overlap() {
 }
 
 #[test]
+fn handles_carry_the_data_address_of_the_value_as_stored() {
+    let machine = host();
+    let plain = registry::<Vec<u64>>(&machine);
+    assert_eq!(plain.register(1, vec![1, 2, 3], 24).unwrap().data_address(), None, "not asked for");
+
+    let objects = registry::<Vec<u64>>(&machine).with_data_address(|v| v.as_ptr().cast());
+    let handle = objects.register(1, vec![1, 2, 3], 24).unwrap();
+    let stored = objects.read_handle(&handle, |v| v.as_ptr() as usize).unwrap() as *const u8;
+    assert_eq!(handle.data_address(), Some(stored));
+    assert_eq!(objects.handle(&1).unwrap().data_address(), Some(stored), "every handle of it");
+    // A write that moves the data leaves a stale hint, which operations only prefetch.
+    objects.run_handle(&handle, |v| v.extend(0..1000)).unwrap();
+    assert_eq!(objects.read_handle(&handle, |v| v.len()).unwrap(), 1003);
+    let batch = objects.read_batch([(&handle, |v: &Vec<u64>| v[2])]).unwrap();
+    assert_eq!(batch, [3]);
+}
+
+#[test]
 fn c_style_start_and_end_hold_the_lock() {
     let machine = host();
     let objects = Arc::new(registry::<()>(&machine));
@@ -127,7 +145,7 @@ fn c_style_start_and_end_hold_the_lock() {
     let shared = Arc::new(AtomicU64::new(0));
     let threads: Vec<_> = (0..4)
         .map(|_| {
-            let (objects, handle, shared) = (Arc::clone(&objects), Arc::clone(&handle), Arc::clone(&shared));
+            let (objects, handle, shared) = (Arc::clone(&objects), handle.clone(), Arc::clone(&shared));
             std::thread::spawn(move || {
                 for _ in 0..2000 {
                     let op = objects.start(&handle).unwrap();

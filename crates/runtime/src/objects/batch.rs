@@ -69,8 +69,9 @@ where
         // bounce each object's reference count between the two CPUs.
         let handles: Vec<Handle<T>> = {
             let table = table.read().unwrap_or_else(|e| e.into_inner());
-            ops.iter().map(|(id, _)| Arc::clone(&table[*id])).collect()
+            ops.iter().map(|(id, _)| table[*id].clone()).collect()
         };
+        handles.iter().for_each(|h| h.prefetch_data());
         let mut results = Vec::with_capacity(ops.len());
         let mut last = sys::now_ns();
         for ((_, op), object) in ops.into_iter().zip(&handles) {
@@ -239,7 +240,11 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
                     groups[at].ops.push((object.id.0, op));
                     groups[at].positions.push(position);
                 }
-                target => local.push((position, object, op, target.is_some(), route::is_replicated(code))),
+                target => {
+                    // Run here: its data is fetched while the rest of the batch is sorted.
+                    object.prefetch_data();
+                    local.push((position, object, op, target.is_some(), route::is_replicated(code)))
+                }
             }
         }
         // Every CPU checked before anything is sent or run.

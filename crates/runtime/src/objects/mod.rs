@@ -182,7 +182,7 @@ impl Counters {
     }
 }
 
-/// A registered object: its value, route and counters. Cheap to clone ([`Arc`]).
+/// A registered object: its value, route and counters. Reached through a [`Handle`].
 ///
 /// Laid out so that an operation touches one cache line: the route, the lock and (for a
 /// value that is a pointer, as a buffer is) the value share the first, the reference counts
@@ -200,8 +200,49 @@ pub struct Object<T> {
     counters: Counters,
 }
 
-/// A handle to a registered object: skips the key lookup on hot paths.
-pub type Handle<T> = Arc<Object<T>>;
+/// A handle to a registered object: skips the key lookup on hot paths. Cheap to clone (an
+/// [`Arc`]), and it derefs to the [`Object`].
+///
+/// It also carries where the object's data starts, when the registry was told how to find it
+/// ([`Objects::with_data_address`]): an operation asks for that data first, while the object's
+/// own line, which it reads before it may touch the value, is still on its way.
+#[derive(Debug)]
+pub struct Handle<T> {
+    object: Arc<Object<T>>,
+    /// The address of the value's data at registration, 0 if unknown: only ever prefetched,
+    /// never read through, so a stale one costs a wasted fetch.
+    data: usize,
+}
+
+impl<T> Clone for Handle<T> {
+    fn clone(&self) -> Handle<T> {
+        Handle { object: Arc::clone(&self.object), data: self.data }
+    }
+}
+
+impl<T> std::ops::Deref for Handle<T> {
+    type Target = Object<T>;
+
+    fn deref(&self) -> &Object<T> {
+        &self.object
+    }
+}
+
+impl<T> Handle<T> {
+    /// Where the object's data started at registration, if the registry was told how to find
+    /// it ([`Objects::with_data_address`]): what each operation prefetches.
+    pub fn data_address(&self) -> Option<*const u8> {
+        (self.data != 0).then_some(self.data as *const u8)
+    }
+
+    /// Starts fetching the object's data, if its address is known.
+    #[inline(always)]
+    pub(crate) fn prefetch_data(&self) {
+        if self.data != 0 {
+            sys::prefetch_for_read(self.data);
+        }
+    }
+}
 
 impl<T> Object<T> {
     /// The registry's id of this object (dense, in registration order).
@@ -397,6 +438,8 @@ pub struct Objects<K, T> {
     gate: Mutex<Option<ArmSampler>>,
     /// [`ObjectsConfig::take_back_after`], in ns.
     take_back_ns: Option<u64>,
+    /// Where a value's data starts ([`Objects::with_data_address`]).
+    data_address: Option<fn(&T) -> *const u8>,
 }
 
 /// An end-of-period pass takes at most about 1/PASS_SHARE of the time: the next period lasts
@@ -478,7 +521,22 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
             moving: AtomicBool::new(config.payoff.is_none()),
             gate: Mutex::new(config.payoff.map(|c| ArmSampler::new(2, c)).transpose()?),
             take_back_ns: config.take_back_after.map(|d| d.as_nanos().min(u128::from(u64::MAX)) as u64),
+            data_address: None,
         })
+    }
+
+    /// Tells the registry where a value's data starts, for values that point to it (a buffer,
+    /// a table behind a `Box` or `Vec`): objects registered from now on have handles that
+    /// carry that address, and each operation requests the data's first line before anything
+    /// else. Otherwise the data's address is known only once the object's own line has come
+    /// (often from the CPU that used the object last), and the two fetches, which plain
+    /// threads overlap, follow one another (docs/performance.md, "Twenty-seventh session").
+    ///
+    /// `address` runs once per object, at registration, on the value as stored: a write that
+    /// moves the data later leaves a stale address, which costs a wasted fetch, nothing else.
+    pub fn with_data_address(mut self, address: fn(&T) -> *const u8) -> Objects<K, T> {
+        self.data_address = Some(address);
+        self
     }
 
     /// Registers `value` under `key`; `bytes` is how much its operations touch.
@@ -501,9 +559,12 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
             preempted_ns: preempted_after(bytes_of),
             counters: Counters::default(),
         });
-        self.all.write().unwrap_or_else(|e| e.into_inner()).push(Arc::clone(&object));
-        keys.insert(key, Arc::clone(&object));
-        Ok(object)
+        // Not shared yet: no operation can hold the lock.
+        let data = self.data_address.map_or(0, |address| object.cell.exclusive(|v| address(v) as usize));
+        let handle = Handle { object, data };
+        self.all.write().unwrap_or_else(|e| e.into_inner()).push(handle.clone());
+        keys.insert(key, handle.clone());
+        Ok(handle)
     }
 
     /// The handle of the object under `key`.
@@ -542,6 +603,7 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
         object: &Handle<T>,
         op: impl FnOnce(&mut T) -> R + Send,
     ) -> Result<R, ObjectError> {
+        object.prefetch_data();
         self.operate(object, true, |cell| cell.exclusive(op))
     }
 
@@ -551,6 +613,7 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
         object: &Handle<T>,
         op: impl FnOnce(&T) -> R + Send,
     ) -> Result<R, ObjectError> {
+        object.prefetch_data();
         let replicated = route::is_replicated(object.route.load(Ordering::Relaxed));
         self.operate(
             object,
@@ -605,7 +668,7 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
         let ran = self.go(object, false)?;
         object.lock().lock_exclusive();
         Ok(Operation {
-            object: Arc::clone(object),
+            object: object.clone(),
             index: ran.index,
             routed: ran.routed,
             hop_ns: ran.hop_ns,
