@@ -241,8 +241,9 @@ pub struct Adaptive {
     past_first_epoch: bool,
 }
 
-/// Adaptive tallies the expected cost of one call in this many: a sample serves the ratio of
-/// arms' costs as well as every call, at an eighth of the decisions.
+/// Adaptive tallies the expected cost of one call in this many, and the arms not in force learn
+/// from that one: a sample serves the ratio of arms' costs, and their tables, as well as every
+/// call, at an eighth of the work.
 const EXPECTED_EVERY: u32 = 8;
 
 impl Adaptive {
@@ -265,9 +266,10 @@ impl Adaptive {
         })
     }
 
-    /// The arms learn from `call`: a measured arm only from the calls it placed itself (its
-    /// epochs), the others from every call after the first epoch; with a measured arm, each
-    /// arm's expected cost of it adds to the epoch's tally.
+    /// The arms learn from `call`: the arm in force from every call, a measured arm only from
+    /// the calls it placed itself (its epochs), the others from one call in [`EXPECTED_EVERY`]
+    /// after the first epoch; with a measured arm, each arm's expected cost of those calls
+    /// adds to the epoch's tally.
     ///
     /// A measured arm that also learned from other arms' trials took their moves as its own
     /// probes, outside its probe budget: one trial of `always` gave every key a few moved
@@ -276,20 +278,23 @@ impl Adaptive {
     /// once the measured arm learned from its own calls only).
     fn observe(&mut self, call: &CallDesc, cost: CallCost) {
         let active = self.sampler.next_epoch().arm;
+        self.arms[active].observe(call, cost);
         if !self.past_first_epoch {
-            self.arms[active].observe(call, cost);
             return;
-        }
-        for (i, arm) in self.arms.iter_mut().enumerate() {
-            if i == active || !matches!(arm, OffloadPolicy::Measured(_)) {
-                arm.observe(call, cost);
-            }
         }
         if self.until_tally > 0 {
             self.until_tally -= 1;
             return;
         }
         self.until_tally = EXPECTED_EVERY - 1;
+        // The arms not in force learn from these calls only: their tables serve their trials,
+        // and a predictor learning from every call cost a loop of cheap calls more than all
+        // the rest of the library (docs/performance.md, "Twenty-seventh session").
+        for (i, arm) in self.arms.iter_mut().enumerate() {
+            if i != active && !matches!(arm, OffloadPolicy::Measured(_)) {
+                arm.observe(call, cost);
+            }
+        }
         let Some(OffloadPolicy::Measured(measured)) = self.arms.get(1) else { return };
         let (local, moved) = measured.expected_costs(call, cost);
         for (arm, expected) in self.arms.iter().zip(&mut self.expected) {
