@@ -185,6 +185,7 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
             let _zone = super::OpZone::enter();
             let results = ops
                 .map(|(object, op)| {
+                    object.prefetch_data();
                     let replicated = route::is_replicated(object.route.load(Ordering::Relaxed));
                     if !countdown.next() {
                         return apply(&object.cell, op, !write && replicated);
@@ -210,6 +211,7 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
             // No worker of ours to hand a request to without waiting on it in place.
             return ops
                 .map(|(object, op)| {
+                    object.prefetch_data();
                     let shared = !write && route::is_replicated(object.route.load(Ordering::Relaxed));
                     self.operate(object, write, move |cell| apply(cell, op, shared))
                 })
