@@ -219,7 +219,8 @@ struct Countdown(AtomicI64);
 
 const COUNTDOWN_SLOTS: u32 = 8;
 
-static COUNTDOWNS: [Countdown; COUNTDOWN_SLOTS as usize] = [const { Countdown(AtomicI64::new(0)) }; COUNTDOWN_SLOTS as usize];
+static COUNTDOWNS: [Countdown; COUNTDOWN_SLOTS as usize] =
+    [const { Countdown(AtomicI64::new(0)) }; COUNTDOWN_SLOTS as usize];
 
 /// The multiplier (Fibonacci hashing: the top bits of the 32-bit product) that spreads stack
 /// regions over [`COUNTDOWNS`].

@@ -221,7 +221,12 @@ pub(crate) fn run(
 }
 
 /// Takes the queued controls; false when the host must stop.
-fn handle_controls(cfg: &HostConfig, shared: &Shared, inbox: &mut Inbox, slots: &mut Vec<Box<dyn Runnable>>) -> bool {
+fn handle_controls(
+    cfg: &HostConfig,
+    shared: &Shared,
+    inbox: &mut Inbox,
+    slots: &mut Vec<Box<dyn Runnable>>,
+) -> bool {
     while let Some(node) = inbox.pop().map(|taken| taken.node) {
         match node.control {
             Control::Adopt { slot, done } => {
