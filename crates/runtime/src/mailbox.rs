@@ -406,6 +406,16 @@ impl<T: Linked> Mailbox<T> {
         self.parker.woken_at_ns.load(StdOrdering::Relaxed)
     }
 
+    /// Whether something the reader has not taken yet came from elsewhere than lane `own`
+    /// (the reader's own worker: its tasks that yield), as seen from any thread: a task that
+    /// hopped here from another worker, or a spawn.
+    pub(crate) fn has_mail_from_others(&self, own: usize) -> bool {
+        !self.head.load(Ordering::Relaxed).is_null()
+            || self.lanes.iter().enumerate().any(|(i, lane)| {
+                i != own && lane.sent.0.load(StdOrdering::Relaxed) != lane.taken.load(StdOrdering::Relaxed)
+            })
+    }
+
     /// Whether something was sent that the reader has not taken yet, as seen from any thread.
     pub(crate) fn has_mail(&self) -> bool {
         !self.head.load(Ordering::Relaxed).is_null()
@@ -752,6 +762,21 @@ mod tests {
         // The ring is free again: the next sends go through it.
         mb.send(&writers[2], Node::boxed(7), [0; PAYLOAD_WORDS]);
         assert_eq!(reader.pop().unwrap().node.value, 7);
+    }
+
+    #[test]
+    fn mail_from_others_is_what_did_not_come_on_the_readers_own_lane() {
+        let (mb, mut reader) = Mailbox::<Node>::new(false, 2, Some(0));
+        // SAFETY: the only writers of this test's mailboxes.
+        let writers = unsafe { LaneWriter::all(2) };
+        mb.send(&writers[0], Node::boxed(1), [0; PAYLOAD_WORDS]);
+        assert!(mb.has_mail() && !mb.has_mail_from_others(0), "its own tasks, yielding");
+        mb.send(&writers[1], Node::boxed(2), [0; PAYLOAD_WORDS]);
+        assert!(mb.has_mail_from_others(0), "a task that hopped here");
+        while reader.pop().is_some() {}
+        assert!(!mb.has_mail_from_others(0));
+        mb.push(Node::boxed(3));
+        assert!(mb.has_mail_from_others(0), "a spawn");
     }
 
     #[test]

@@ -97,6 +97,15 @@ pub fn others_waiting() -> bool {
     })
 }
 
+/// Whether a task from another worker waits to run on the calling task's worker: one that
+/// hopped here, or one of this worker's coming back (not this worker's own tasks that yielded).
+/// False outside a task.
+pub(crate) fn visitors_waiting() -> bool {
+    let Some((ctx, on)) = context::task_at() else { return false };
+    let worker = on.at();
+    ctx.shared.workers[worker].mailbox.has_mail_from_others(worker)
+}
+
 /// Moves the calling task to `cpu` and returns there, with its stack intact.
 ///
 /// Errors: [`Error::NotInTask`] outside a task, [`Error::UnknownCpu`] for a CPU without a

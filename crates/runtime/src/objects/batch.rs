@@ -344,7 +344,7 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
             }
         }
         countdown.put_back();
-        self.let_others_run(false);
+        self.let_others_run();
         Ok(results.into_iter().map(|v| v.expect("every operation of a batch ran")).collect())
     }
 }

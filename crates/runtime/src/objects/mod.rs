@@ -639,7 +639,7 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
             // Stays where it is and is not sampled: nothing to measure, nothing to undo.
             let _zone = OpZone::enter();
             let out = op(&object.cell);
-            self.let_others_run(false);
+            self.let_others_run();
             return Ok(out);
         }
         let mut ran = self.go(object, true)?;
@@ -653,7 +653,7 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
         let out = out.unwrap_or_else(|payload| panic::resume_unwind(payload));
         let weight = if sampled { u64::from(every) } else { 0 };
         self.account(object, &ran, t0, t1, write, weight);
-        self.let_others_run(sampled);
+        self.let_others_run();
         Ok(out)
     }
 
@@ -837,16 +837,15 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
             || (!self.moving.load(Ordering::Relaxed) && self.pinned.load(Ordering::Relaxed) == 0)
     }
 
-    /// An operation's end is a scheduling point while objects are placed: tasks that hopped
-    /// here to operate on this CPU's objects run before the caller's next operation (a plain
-    /// thread: nothing to do). While the gate keeps every operation where it is called, only
-    /// sampled operations yield: no task hops here for an operation then, and a task switch
-    /// per operation would cost more than most operations; a task coming back from an
-    /// earlier move still gets its turn.
+    /// An operation's end is a scheduling point while objects are placed: a task that hopped
+    /// here to operate on this CPU's objects, or one of this CPU's coming back from such a
+    /// move, runs before the caller's next operation (a plain thread: nothing to do). Only
+    /// for them: yielding to this worker's other tasks after every operation, as this did
+    /// while routes were followed, cost a task switch per operation for nothing
+    /// (docs/performance.md, "Twenty-seventh session").
     #[inline]
-    fn let_others_run(&self, sampled: bool) {
-        let routes_followed = sampled || self.moving.load(Ordering::Relaxed);
-        if routes_followed && self.scheduled.load(Ordering::Relaxed) > 0 && crate::in_task() {
+    fn let_others_run(&self) {
+        if self.scheduled.load(Ordering::Relaxed) > 0 && crate::task::visitors_waiting() {
             // Refused only inside a no-hop zone or while shutting down: then simply go on.
             let _ = crate::yield_now();
         }
