@@ -410,19 +410,21 @@ impl<T: Linked> Mailbox<T> {
     /// (the reader's own worker: its tasks that yield), as seen from any thread: a task that
     /// hopped here from another worker, or a spawn.
     pub(crate) fn has_mail_from_others(&self, own: usize) -> bool {
-        !self.head.load(Ordering::Relaxed).is_null()
-            || self.lanes.iter().enumerate().any(|(i, lane)| {
-                i != own && lane.sent.0.load(StdOrdering::Relaxed) != lane.taken.load(StdOrdering::Relaxed)
-            })
+        self.has_mail_besides(Some(own))
     }
 
     /// Whether something was sent that the reader has not taken yet, as seen from any thread.
     pub(crate) fn has_mail(&self) -> bool {
+        self.has_mail_besides(None)
+    }
+
+    /// Whether the list, or any lane but `skip`, holds what the reader has not taken yet.
+    fn has_mail_besides(&self, skip: Option<usize>) -> bool {
         !self.head.load(Ordering::Relaxed).is_null()
-            || self
-                .lanes
-                .iter()
-                .any(|lane| lane.sent.0.load(StdOrdering::Relaxed) != lane.taken.load(StdOrdering::Relaxed))
+            || self.lanes.iter().enumerate().any(|(i, lane)| {
+                Some(i) != skip
+                    && lane.sent.0.load(StdOrdering::Relaxed) != lane.taken.load(StdOrdering::Relaxed)
+            })
     }
 }
 

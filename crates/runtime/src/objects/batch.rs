@@ -211,9 +211,10 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
             // No worker of ours to hand a request to without waiting on it in place.
             return ops
                 .map(|(object, op)| {
-                    object.prefetch_data();
-                    let shared = !write && route::is_replicated(object.route.load(Ordering::Relaxed));
-                    self.operate(object, write, move |cell| apply(cell, op, shared))
+                    self.operate(object, write, move |cell| {
+                        let shared = !write && route::is_replicated(object.route.load(Ordering::Relaxed));
+                        apply(cell, op, shared)
+                    })
                 })
                 .collect();
         }

@@ -603,7 +603,6 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
         object: &Handle<T>,
         op: impl FnOnce(&mut T) -> R + Send,
     ) -> Result<R, ObjectError> {
-        object.prefetch_data();
         self.operate(object, true, |cell| cell.exclusive(op))
     }
 
@@ -613,13 +612,13 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
         object: &Handle<T>,
         op: impl FnOnce(&T) -> R + Send,
     ) -> Result<R, ObjectError> {
-        object.prefetch_data();
-        let replicated = route::is_replicated(object.route.load(Ordering::Relaxed));
-        self.operate(
-            object,
-            false,
-            |cell| if replicated { cell.shared(op) } else { cell.exclusive(|v| op(v)) },
-        )
+        self.operate(object, false, |cell| {
+            if route::is_replicated(object.route.load(Ordering::Relaxed)) {
+                cell.shared(op)
+            } else {
+                cell.exclusive(|v| op(v))
+            }
+        })
     }
 
     /// Runs `op` where `object` lives and comes back. The way back is taken before the panic
@@ -630,6 +629,8 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
         write: bool,
         op: impl FnOnce(&LockedCell<T>) -> R + Send,
     ) -> Result<R, ObjectError> {
+        // Before anything reads the object's line (see `Handle`).
+        object.prefetch_data();
         let moving = self.moving.load(Ordering::Relaxed);
         let every = self.sample_every();
         let sampled = sample_now(every);
