@@ -8,7 +8,7 @@
 //! spin on it: the interposed path does not re-enter itself (`intercept::Inside`).
 
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use corehop_policy::offload::{CallCost, CallDesc, Decision, OffloadPolicy};
 
@@ -50,6 +50,34 @@ pub fn is_default(spec: &str) -> bool {
     spec.trim().eq_ignore_ascii_case(DEFAULT_SPEC)
 }
 
+/// A call run locally is timed, and shown to the policy, one time in this many at least: two
+/// clock reads and the policy's lock on every call would cost more than most calls' own
+/// kernel time (docs/performance.md, "preload per-call cost").
+const TIME_EVERY_MIN: u32 = 16;
+
+/// ... and one in this many at most: a process whose calls come faster than one per 40 ns
+/// still gets a thousand timed calls an epoch.
+const TIME_EVERY_MAX: u32 = 1024;
+
+/// What timing one call costs the caller: two reads of the vDSO clock and the policy's
+/// update under its lock (about 100 ns here, docs/performance.md, "Twenty-eighth session").
+const TIMED_CALL_NS: f64 = 100.0;
+
+/// The share of a process's time that timing its calls may take.
+const TIMING_BUDGET: f64 = 0.005;
+
+/// How often to time a call when the process completed `calls` intercepted calls in
+/// `elapsed_ns`: often enough to learn from (at least one in [`TIME_EVERY_MAX`]), rarely
+/// enough that timing costs at most [`TIMING_BUDGET`] of the process's time (a `dd` of 64-byte
+/// blocks makes a call every 150 ns; timing one in 16 cost it 4 %).
+pub fn time_every(calls: f64, elapsed_ns: u64) -> u32 {
+    if elapsed_ns == 0 {
+        return TIME_EVERY_MIN;
+    }
+    let needed = calls * TIMED_CALL_NS / (elapsed_ns as f64 * TIMING_BUDGET);
+    needed.ceil().clamp(f64::from(TIME_EVERY_MIN), f64::from(TIME_EVERY_MAX)) as u32
+}
+
 /// How many times a caller tries the lock of a stateful policy before running its call
 /// itself (about 10 µs: far more than the lock is ever held).
 const LOCK_SPINS: u32 = 4_000;
@@ -68,6 +96,8 @@ pub struct Policy {
     inner: OffloadPolicy,
     epoch_start_ns: u64,
     epoch_calls: u64,
+    /// One local call in this many is timed ([`time_every`] of the last epoch).
+    time_every: u32,
 }
 
 /// How a policy that keeps no state decides, as one word (read without the lock).
@@ -117,7 +147,7 @@ impl Policy {
     pub fn parse(spec: &str) -> Result<Policy, String> {
         let inner: OffloadPolicy =
             spec.parse().map_err(|e: corehop_policy::offload::OffloadError| e.to_string())?;
-        Ok(Policy { inner, epoch_start_ns: 0, epoch_calls: 0 })
+        Ok(Policy { inner, epoch_start_ns: 0, epoch_calls: 0, time_every: TIME_EVERY_MIN })
     }
 
     /// Where an adaptive policy stands (`None` for the others).
@@ -163,6 +193,7 @@ impl Policy {
         let calls = done.saturating_sub(self.epoch_calls);
         if self.inner.epoch_over(elapsed, calls, EPOCH_NS) {
             self.inner.epoch_end(calls as f64, elapsed);
+            self.time_every = time_every(calls as f64, elapsed);
             (self.epoch_start_ns, self.epoch_calls) = (now_ns, done);
         }
     }
@@ -195,6 +226,8 @@ pub struct Shared {
     stays: AtomicBool,
     /// `Policy::observes` of the installed policy: otherwise an observation takes no lock.
     observes: AtomicBool,
+    /// `Policy::time_every` (read without the lock).
+    time_every: AtomicU32,
     policy: UnsafeCell<Option<Policy>>,
 }
 
@@ -210,6 +243,7 @@ impl Shared {
             stateless: AtomicU64::new(0),
             stays: AtomicBool::new(false),
             observes: AtomicBool::new(false),
+            time_every: AtomicU32::new(TIME_EVERY_MIN),
             policy: UnsafeCell::new(None),
         }
     }
@@ -222,6 +256,11 @@ impl Shared {
             Stateless::No => self.stays.load(Ordering::Relaxed),
             Stateless::Always | Stateless::Size(_) => false,
         }
+    }
+
+    /// One local call in this many is timed now (read without the lock).
+    pub fn time_every(&self) -> u32 {
+        self.time_every.load(Ordering::Relaxed)
     }
 
     /// Whether to offload `call`: `None` when the policy is stateful and its lock stayed
@@ -253,6 +292,7 @@ impl Shared {
         self.try_with(|p| {
             p.observe(call, cost, now_ns, done());
             self.stays.store(p.stays(), Ordering::Relaxed);
+            self.time_every.store(p.time_every, Ordering::Relaxed);
         });
     }
 
@@ -339,6 +379,32 @@ mod tests {
 
     fn call(kind: CallKind, size: u64) -> Desc {
         Desc { kind, fd: 3, size, site: 0 }
+    }
+
+    #[test]
+    fn timing_gets_rarer_as_calls_come_faster_within_its_bounds() {
+        let ms = 1_000_000;
+        // A call every 100 µs (a sqlite3 commit): the fewest-calls bound holds.
+        assert_eq!(time_every(200.0, 20 * ms), TIME_EVERY_MIN);
+        // A call every 150 ns (dd of 64-byte blocks): timing costs at most its budget.
+        let every = time_every(133_333.0, 20 * ms);
+        let timing_ns = 133_333.0 / f64::from(every) * TIMED_CALL_NS;
+        assert!(every > TIME_EVERY_MIN && timing_ns <= TIMING_BUDGET * (20 * ms) as f64, "{every}");
+        // Faster than any budget: still a thousand timed calls an epoch.
+        assert_eq!(time_every(1e9, 20 * ms), TIME_EVERY_MAX);
+        assert_eq!(time_every(5.0, 0), TIME_EVERY_MIN);
+    }
+
+    #[test]
+    fn an_epoch_of_fast_calls_makes_timing_rarer() {
+        let mut policy = Policy::parse(DEFAULT_SPEC).unwrap();
+        assert_eq!(policy.time_every, TIME_EVERY_MIN);
+        let local = CallCost::local(100);
+        // 2 000 000 calls over two epochs, one observed every 1 000.
+        for i in 0..2_000u64 {
+            policy.observe(&call(CallKind::Read, 64), local, 1 + i * 20_000, i * 1_000);
+        }
+        assert!(policy.time_every > 64, "{}", policy.time_every);
     }
 
     #[test]

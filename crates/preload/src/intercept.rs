@@ -101,11 +101,6 @@ pub(crate) fn before_unseen_child() {
 /// (one `fstat`, small beside such a call) before the policy is shown it.
 const WAITED_NS: u64 = 1_000_000;
 
-/// A call run locally is timed, and shown to the policy, one time in this many: two clock
-/// reads and the policy's lock on every call would cost more than most calls' own kernel time
-/// (docs/performance.md, "preload per-call cost").
-const TIME_EVERY: u32 = 16;
-
 /// What the library keeps per thread, in one thread-local: in a shared library every
 /// thread-local access is a call to `__tls_get_addr`, so a call pays for one, not five.
 struct Thread {
@@ -273,7 +268,7 @@ pub(crate) fn handover(first_call_ns: u64, child_seen: bool) -> bool {
 
 /// Whether this call can go straight to libc, before the library looks at it at all: the
 /// policy keeps every call local now, nothing counts calls, and (if the policy learns) the
-/// call is not one of the one in [`TIME_EVERY`] it times. That is most calls of most
+/// call is not one of the one in [`Shared::time_every`](crate::decide::Shared::time_every) it times. That is most calls of most
 /// programs under the default policy, which moves nothing until moving pays; they then cost
 /// a few loads instead of the thread-local lookups and bookkeeping of [`dispatch`] (about 100
 /// ns a call in a `grep` over many small files here). The first call, and every call while
@@ -282,7 +277,7 @@ pub(crate) fn handover(first_call_ns: u64, child_seen: bool) -> bool {
 pub(crate) fn passes_by() -> bool {
     QUIET.load(Relaxed)
         && POLICY.keeps_all_local()
-        && !(TIMING.load(Relaxed) && sys::one_in(u64::from(TIME_EVERY)))
+        && !(TIMING.load(Relaxed) && sys::one_in(POLICY.time_every()))
 }
 
 /// Starts the service threads on first need; false if they are not (yet) running.
@@ -424,8 +419,8 @@ pub(crate) fn dispatch(
             // Nothing moves now: no need to ask whether this call could (counted as local).
             stats::bump(&counters.local);
             if sampled && QUIET.load(Relaxed) && TIMING.load(Relaxed) {
-                // One in TIME_EVERY calls comes here (`passes_by`); it stands for them all.
-                thread.uncounted.set(thread.uncounted.get() + u64::from(TIME_EVERY) - 1);
+                // One in `time_every` calls comes here (`passes_by`); it stands for them all.
+                thread.uncounted.set(thread.uncounted.get() + u64::from(POLICY.time_every()) - 1);
                 return run_timed(thread, counters, &call, local);
             }
             return run_local(thread, counters, &call, local);
@@ -501,16 +496,14 @@ pub(crate) fn dispatch(
     })
 }
 
-/// Runs the real libc function on the calling thread, timing one call in [`TIME_EVERY`] when
-/// someone wants to know, picked by the cycle counter: a countdown would pick the same phase
-/// of a periodic pattern every time (a reader of "x\n" lines, one byte a read, timed only the
-/// reads that did not wait). Nothing after `local` touches errno.
+/// Runs the real libc function on the calling thread, timing one call in `time_every` when
+/// someone wants to know, picked by [`sys::one_in`]. Nothing after `local` touches errno.
 #[inline]
 fn run_local(thread: &Thread, counters: &stats::Counters, call: &Desc, local: impl FnOnce() -> i64) -> i64 {
     if !TIMING.load(Relaxed) {
         return local();
     }
-    let timed = trace::on() || sys::one_in(u64::from(TIME_EVERY));
+    let timed = trace::on() || sys::one_in(POLICY.time_every());
     if !timed {
         let result = local();
         thread.uncounted.set(thread.uncounted.get() + 1);
