@@ -78,6 +78,21 @@ fn named_only_keeps_just_the_papers_calls() {
     assert!(named < all && named > 1000, "sqlite is mostly pwrite/pread/fdatasync/stat: {named} of {all}");
 }
 
+/// Files after one `--trace` (as a shell glob gives them) are all replayed, and the table ends
+/// with their averages.
+#[test]
+fn several_traces_after_one_flag_end_in_a_summary() {
+    let (a, b) = (fixture("recorded/cp-r.csv"), fixture("recorded/git.csv"));
+    let out =
+        corehop(&["predict", "--thresholds", "2000", "--trace", a.to_str().unwrap(), b.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("cp-r.csv") && text.contains("git.csv"), "{text}");
+    let summary = text.split("all 2 traces").nth(1).expect("a summary of both traces");
+    let timed = summary.lines().find(|l| l.starts_with("time1500")).expect("the timed form's row");
+    assert!(timed.ends_with("of 2"), "{timed}");
+}
+
 #[test]
 fn table_and_plot() {
     let dir = tempfile::tempdir().unwrap();

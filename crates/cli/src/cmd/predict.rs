@@ -24,8 +24,9 @@ pub use trace::{Format, TraceCall};
 /// `call,fd,size,site,run_ns`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Trace file(s) to replay; each is reported on its own.
-    #[arg(long = "trace", required = true, value_name = "FILE")]
+    /// Trace file(s) to replay, each reported on its own: `--trace a.csv b.csv` (a shell
+    /// glob works) or `--trace a.csv --trace b.csv`.
+    #[arg(long = "trace", required = true, value_name = "FILE", num_args = 1..)]
     pub traces: Vec<PathBuf>,
     /// Trace syntax; `auto` tells CSV from strace by the first line.
     #[arg(long, value_enum, default_value_t = Format::Auto)]
@@ -211,6 +212,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         for r in &reports {
             println!("{}", table(r).render());
         }
+        if let Some(t) = summary(&reports) {
+            println!("{}", t.render());
+        }
     }
     if let Some(path) = &args.plot {
         plot(path, &reports)?;
@@ -249,6 +253,45 @@ fn table(r: &TraceReport) -> Table {
         t.note("strace -T times have µs resolution and include tracing overhead");
     }
     t
+}
+
+/// Over several traces: each form's share of right decisions at each N averaged over the
+/// traces (each trace weighs the same, however many calls it has), its mean over all N, and
+/// at how many (trace, N) points it fell below that trace's best constant rule.
+fn summary(reports: &[TraceReport]) -> Option<Table> {
+    let [first, _, ..] = reports else { return None };
+    let thresholds: Vec<u64> = first.forms[0].decisions.iter().map(|d| d.n_ns).collect();
+    let mut header = vec!["predictor".to_string()];
+    header.extend(thresholds.iter().map(|&n| format!("right@N={}", report::fmt_ns(n as f64))));
+    header.extend(["mean".to_string(), "below constant".to_string()]);
+    let mut t = Table::new(header)
+        .title(format!("all {} traces: right decisions averaged over the traces", reports.len()))
+        .align(0, Align::Left);
+    let points = reports.len() * thresholds.len();
+    let mean = |values: &dyn Fn(&TraceReport, usize) -> f64, i: usize| {
+        reports.iter().map(|r| values(r, i)).sum::<f64>() / reports.len() as f64
+    };
+    for (f, form) in first.forms.iter().enumerate() {
+        let right = |r: &TraceReport, i: usize| r.forms[f].decisions[i].right;
+        let by_n: Vec<f64> = (0..thresholds.len()).map(|i| mean(&right, i)).collect();
+        let below = reports
+            .iter()
+            .flat_map(|r| r.forms[f].decisions.iter())
+            .filter(|d| d.right < d.best_constant)
+            .count();
+        let mut row = vec![form.form.clone()];
+        row.extend(by_n.iter().map(|&x| pct(x)));
+        row.extend([pct(by_n.iter().sum::<f64>() / by_n.len() as f64), format!("{below} of {points}")]);
+        t.row(row);
+    }
+    let constant = |r: &TraceReport, i: usize| r.forms[0].decisions[i].best_constant;
+    let by_n: Vec<f64> = (0..thresholds.len()).map(|i| mean(&constant, i)).collect();
+    let mut row = vec!["best constant".to_string()];
+    row.extend(by_n.iter().map(|&x| pct(x)));
+    row.extend([pct(by_n.iter().sum::<f64>() / by_n.len() as f64), "-".into()]);
+    t.row(row);
+    t.note("below constant: (trace, N) points where the form was right less often than always or never offloading, whichever was better on that trace");
+    Some(t)
 }
 
 fn plot(path: &std::path::Path, reports: &[TraceReport]) -> anyhow::Result<()> {
