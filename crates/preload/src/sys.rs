@@ -51,7 +51,7 @@ pub fn one_in(n: u32) -> bool {
         countdown.store(left - 1, Ordering::Relaxed);
         return false;
     }
-    countdown.store(random_below(2 * n - 1) + 1, Ordering::Relaxed);
+    countdown.store(random_below(2 * n.max(1) - 1) + 1, Ordering::Relaxed);
     true
 }
 
