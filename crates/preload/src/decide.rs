@@ -70,7 +70,7 @@ const TIMING_BUDGET: f64 = 0.005;
 /// `elapsed_ns`: often enough to learn from (at least one in [`TIME_EVERY_MAX`]), rarely
 /// enough that timing costs at most [`TIMING_BUDGET`] of the process's time (a `dd` of 64-byte
 /// blocks makes a call every 150 ns; timing one in 16 cost it 4 %).
-pub fn time_every(calls: f64, elapsed_ns: u64) -> u32 {
+fn time_every(calls: f64, elapsed_ns: u64) -> u32 {
     if elapsed_ns == 0 {
         return TIME_EVERY_MIN;
     }
