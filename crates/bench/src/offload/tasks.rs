@@ -67,6 +67,10 @@ struct Calls {
     shared: Arc<Mutex<Offload>>,
     app: CpuId,
     service: CpuId,
+    /// A task's hop from the application CPU to the service CPU and back, measured in this
+    /// runtime before the run: what a move costs the application CPU while it has other tasks
+    /// to run.
+    round_trip_ns: u64,
 }
 
 impl Calls {
@@ -103,8 +107,9 @@ impl Calls {
             Decision::Offload => {
                 // What the move costs the application CPU, the one the policy keeps busy: while
                 // other tasks wait to run there, or once this task is already away, only the
-                // hop (until the call starts, queueing at the service CPU included), not the
-                // wait; with nothing else to run, that CPU idles for the whole wait.
+                // hop there and back (what it waited for beyond that at the service CPU, the
+                // application CPU spent on the other tasks); with nothing else to run, that CPU
+                // idles for the whole wait.
                 let idles_meanwhile =
                     corehop_runtime::current_cpu() == self.app && !corehop_runtime::others_waiting();
                 // SAFETY: this function's contract.
@@ -114,7 +119,8 @@ impl Calls {
                 let end = sys::now_ns();
                 let run = end.saturating_sub(start);
                 let waited = end.saturating_sub(t0);
-                let caller = if idles_meanwhile { waited } else { start.saturating_sub(t0) };
+                let caller =
+                    if idles_meanwhile { waited } else { start.saturating_sub(t0).min(self.round_trip_ns) };
                 let mut offload = self.lock();
                 offload.stats.offloaded += 1;
                 offload.stats.remote_run_ns += run;
@@ -185,6 +191,24 @@ impl Sent {
         }
         result
     }
+}
+
+/// The median of 201 hops of the calling task from `app` to `service` and back, in ns.
+fn round_trip(service: CpuId, app: CpuId) -> anyhow::Result<u64> {
+    let mut trips: Vec<u64> = (0..201)
+        .map(|_| {
+            let t0 = sys::now_ns();
+            // SAFETY: this task holds nothing tied to its OS thread (no guard, no reference
+            // into a thread-local) across the hops.
+            unsafe {
+                corehop_runtime::hop(service)?;
+                corehop_runtime::hop(app)?;
+            }
+            Ok(sys::now_ns().saturating_sub(t0))
+        })
+        .collect::<Result<_, corehop_runtime::Error>>()?;
+    trips.sort_unstable();
+    Ok(trips[trips.len() / 2])
 }
 
 fn errno(what: &str, e: Errno) -> anyhow::Error {
@@ -258,6 +282,10 @@ pub fn run(
         })),
         app,
         service,
+        round_trip_ns: rt
+            .spawn_on(app, move || round_trip(service, app))?
+            .join()
+            .map_err(|e| anyhow::anyhow!("measuring the hop: {e}"))??,
     };
 
     let worker_tid = rt.block_on(app, sys::gettid)?;
