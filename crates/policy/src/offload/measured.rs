@@ -107,8 +107,14 @@ impl CallCost {
     }
 }
 
-/// A running mean that outliers cannot drag far: the first eight samples are averaged, later
-/// ones are clipped to twice the mean and weigh 1/n, down to 1/32. Commits' `fsync`s here
+/// A running mean that outliers cannot drag far: the first eight samples are averaged
+/// geometrically, later ones are clipped to twice the mean and weigh 1/n, down to 1/32.
+///
+/// Geometrically, because an outlier among the first few would otherwise set the estimate for
+/// hundreds of calls: in `bench offload`'s file server, where the client shares the server's
+/// CPU and preempts it, a socket call's first five runs averaged 333 µs against 3 µs typical,
+/// a move at 67 µs looked five times cheaper, and the key moved thousands of calls at 40-60 µs
+/// each (one run in ten or twenty ran at half speed). Their geometric mean is about 20 µs. Commits' `fsync`s here
 /// run at about 1 ms, with one in 25 held up 5 to 30 times longer by the host: weighing 1/8
 /// and clipped at 8× the mean, such samples moved a key's two estimates across each other
 /// and a key that paid to move went back for hundreds of calls (docs/performance.md,
@@ -125,7 +131,10 @@ impl CostEstimate {
         let sample = sample as f64;
         self.samples = self.samples.saturating_add(1);
         if self.samples <= 8 {
-            self.mean += (sample - self.mean) / f64::from(self.samples);
+            // The mean of the logarithms; a sample of 0 counts as 1 (ns).
+            let n = f64::from(self.samples);
+            let log_mean = if self.samples == 1 { 0.0 } else { self.mean.max(1.0).ln() };
+            self.mean = (log_mean + (sample.max(1.0).ln() - log_mean) / n).exp();
         } else {
             self.mean += (sample.min(self.mean * 2.0) - self.mean) / f64::from(self.samples.min(32));
         }
@@ -759,6 +768,31 @@ mod tests {
         m.observe(&fsync(), CallCost::local(1_000_000));
         assert_eq!(m.decide(&fsync()), Decision::Local);
         assert_eq!(m.probes().0, 0);
+    }
+
+    #[test]
+    fn an_outlier_among_the_first_runs_does_not_make_a_dear_move_look_cheap() {
+        // A socket call on a CPU its peer shares: 3 µs, 30 µs when the peer preempts it, and
+        // 1.6 ms the first time (the peer was starting). Moved, it costs 60 µs every time.
+        let config =
+            MeasuredConfig { move_prior: 10_000, first_move_prior: 10_000, ..MeasuredConfig::default() };
+        let mut m = Measured::new(config).unwrap();
+        let local = |_: usize, i: usize| match i {
+            0 => 1_600_000,
+            i if i % 10 == 0 => 30_000,
+            _ => 3_000,
+        };
+        let mut moved = 0;
+        for i in 0..10_000 {
+            let cost = match m.decide(&fstat()) {
+                Decision::Local => CallCost::local(local(0, i)),
+                Decision::Offload => CallCost::moved(3_000, 60_000),
+            };
+            moved += usize::from(cost.moved);
+            m.observe(&fstat(), cost);
+        }
+        assert!(moved <= 20, "moved {moved} calls at twenty times their usual cost");
+        assert_eq!(m.decide(&fstat()), Decision::Local);
     }
 
     #[test]
