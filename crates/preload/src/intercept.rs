@@ -270,9 +270,9 @@ pub(crate) fn handover(first_call_ns: u64, child_seen: bool) -> bool {
 /// policy keeps every call local now, nothing counts calls, and (if the policy learns) the
 /// call is not one of those it times (one in [`Shared::time_every`]). That is most calls of
 /// most programs under the default policy, which moves nothing until moving pays; they then
-/// cost a few loads instead of the thread-local lookups and bookkeeping of [`dispatch`] (about 100
-/// ns a call in a `grep` over many small files here). The first call, and every call while
-/// something counts them, takes the full path.
+/// cost a few loads instead of the thread-local lookups and bookkeeping of [`dispatch`]
+/// (about 100 ns a call in a `grep` over many small files here). The first call, and every
+/// call while something counts them, takes the full path.
 #[inline]
 pub(crate) fn passes_by() -> bool {
     QUIET.load(Relaxed)

@@ -29,7 +29,7 @@ pub fn now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// True about once in `n` calls (`n` a power of two). A count-down per region of stack (eight,
+/// True about once in `n` calls (`n` ≥ 1). A count-down per region of stack (eight,
 /// one line each, picked by a hash of the stack's address, as in the start-up stub) costs a
 /// load and a store: a thread-local one would cost the `__tls_get_addr` call this exists to
 /// avoid, a shared one would bounce its line between the program's threads, and reading the

@@ -110,15 +110,17 @@ impl CallCost {
 /// A running mean that outliers cannot drag far: the first eight samples are averaged
 /// geometrically, later ones are clipped to twice the mean and weigh 1/n, down to 1/32.
 ///
-/// Geometrically, because an outlier among the first few would otherwise set the estimate for
-/// hundreds of calls: in `bench offload`'s file server, where the client shares the server's
-/// CPU and preempts it, a socket call's first five runs averaged 333 µs against 3 µs typical,
-/// a move at 67 µs looked five times cheaper, and the key moved thousands of calls at 40-60 µs
-/// each (one run in ten or twenty ran at half speed). Their geometric mean is about 20 µs. Commits' `fsync`s here
-/// run at about 1 ms, with one in 25 held up 5 to 30 times longer by the host: weighing 1/8
-/// and clipped at 8× the mean, such samples moved a key's two estimates across each other
-/// and a key that paid to move went back for hundreds of calls (docs/performance.md,
-/// twenty-second session).
+/// Clipped, because commits' `fsync`s here run at about 1 ms, with one in 25 held up 5 to 30
+/// times longer by the host: weighing 1/8 and clipped at 8× the mean, such samples moved a
+/// key's two estimates across each other and a key that paid to move went back for hundreds of
+/// calls (docs/performance.md, twenty-second session).
+///
+/// Geometrically at first, because an outlier among the first few samples would otherwise set
+/// the estimate for hundreds of calls: in `bench offload`'s file server, where the client
+/// shares the server's CPU and preempts it, a socket call's first five runs averaged 333 µs
+/// against 3 µs typical, a move at 67 µs looked five times cheaper, and the key moved thousands
+/// of calls at 40-60 µs each (docs/performance.md, twenty-eighth session). The geometric mean
+/// of those five runs is about 20 µs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CostEstimate {
     mean: f64,
