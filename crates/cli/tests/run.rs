@@ -776,6 +776,20 @@ fn a_short_process_under_the_default_policy_loads_only_the_stub() {
     assert!(maps.contains("libcorehop_preload.so") && !maps.contains("stub"), "{maps}");
 }
 
+/// Each library a process maps costs it system calls and page faults; `cat` links libc alone,
+/// and the preload library brings nothing else (libm, libgcc_s) with it.
+#[test]
+fn the_library_brings_no_other_library_into_the_program() {
+    let out =
+        corehop().args(["run", "--offload", "--stats", "--", "cat", "/proc/self/maps"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let maps = text(&out.stdout);
+    assert!(maps.contains("libcorehop_preload.so"), "{maps}");
+    for unwanted in ["libm.so", "libgcc_s.so", "libstdc++"] {
+        assert!(!maps.contains(unwanted), "{unwanted} mapped: {maps}");
+    }
+}
+
 #[test]
 #[cfg_attr(not(target_arch = "x86_64"), ignore = "the start-up stub is built for x86-64 only")]
 fn a_process_that_outlives_its_first_epoch_on_the_stub_loads_the_library() {

@@ -133,10 +133,11 @@ impl CostEstimate {
         let sample = sample as f64;
         self.samples = self.samples.saturating_add(1);
         if self.samples <= 8 {
-            // The mean of the logarithms; a sample of 0 counts as 1 (ns).
+            // The mean of the logarithms; a sample of 0 counts as 1 (ns). `libm`'s, not
+            // `f64::ln`: that one needs libm.so, one more library for the preload to load.
             let n = f64::from(self.samples);
-            let log_mean = if self.samples == 1 { 0.0 } else { self.mean.max(1.0).ln() };
-            self.mean = (log_mean + (sample.max(1.0).ln() - log_mean) / n).exp();
+            let log_mean = if self.samples == 1 { 0.0 } else { libm::log(self.mean.max(1.0)) };
+            self.mean = libm::exp(log_mean + (libm::log(sample.max(1.0)) - log_mean) / n);
         } else {
             self.mean += (sample.min(self.mean * 2.0) - self.mean) / f64::from(self.samples.min(32));
         }
