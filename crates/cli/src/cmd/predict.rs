@@ -20,8 +20,10 @@ pub use trace::{Format, TraceCall};
 
 /// Replay system-call traces through the run-length predictor and report its accuracy.
 ///
-/// Record a trace with `strace -f -T -tt -o trace.txt CMD …`, or write a CSV with the columns
-/// `call,fd,size,site,run_ns`.
+/// Record a trace with `corehop run --offload --policy never --record-trace t.csv -- CMD`, with
+/// `strace -f -T -tt -o trace.txt CMD …`, or write a CSV with the columns
+/// `call,fd,size,site,run_ns`. Several traces end in a table of each form's scores averaged
+/// over them.
 #[derive(clap::Args)]
 pub struct Args {
     /// Trace file(s) to replay, each reported on its own: `--trace a.csv b.csv` (a shell
