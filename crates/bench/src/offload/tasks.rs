@@ -193,20 +193,15 @@ impl Sent {
     }
 }
 
-/// The median of 201 hops of the calling task from `app` to `service` and back, in ns.
-fn round_trip(service: CpuId, app: CpuId) -> anyhow::Result<u64> {
-    let mut trips: Vec<u64> = (0..201)
+/// The median of 201 round trips of the calling task to `service` and back (`on`), in ns.
+fn round_trip(service: CpuId) -> Result<u64, corehop_runtime::Error> {
+    let mut trips = (0..201)
         .map(|_| {
             let t0 = sys::now_ns();
-            // SAFETY: this task holds nothing tied to its OS thread (no guard, no reference
-            // into a thread-local) across the hops.
-            unsafe {
-                corehop_runtime::hop(service)?;
-                corehop_runtime::hop(app)?;
-            }
+            corehop_runtime::on(service, || ())?;
             Ok(sys::now_ns().saturating_sub(t0))
         })
-        .collect::<Result<_, corehop_runtime::Error>>()?;
+        .collect::<Result<Vec<u64>, corehop_runtime::Error>>()?;
     trips.sort_unstable();
     Ok(trips[trips.len() / 2])
 }
@@ -282,10 +277,7 @@ pub fn run(
         })),
         app,
         service,
-        round_trip_ns: rt
-            .spawn_on(app, move || round_trip(service, app))?
-            .join()
-            .map_err(|e| anyhow::anyhow!("measuring the hop: {e}"))??,
+        round_trip_ns: rt.block_on(app, move || round_trip(service))??,
     };
 
     let worker_tid = rt.block_on(app, sys::gettid)?;

@@ -270,28 +270,27 @@ fn summary(reports: &[TraceReport]) -> Option<Table> {
         .title(format!("all {} traces: right decisions averaged over the traces", reports.len()))
         .align(0, Align::Left);
     let points = reports.len() * thresholds.len();
-    let mean = |values: &dyn Fn(&TraceReport, usize) -> f64, i: usize| {
-        reports.iter().map(|r| values(r, i)).sum::<f64>() / reports.len() as f64
+    // A row: `score` of each trace at each N, averaged over the traces, their mean, and `last`.
+    let averaged = |name: &str, score: &dyn Fn(&TraceReport, usize) -> f64, last: String| {
+        let by_n: Vec<f64> = (0..thresholds.len())
+            .map(|i| reports.iter().map(|r| score(r, i)).sum::<f64>() / reports.len() as f64)
+            .collect();
+        let mut row = vec![name.to_string()];
+        row.extend(by_n.iter().map(|&x| pct(x)));
+        row.extend([pct(by_n.iter().sum::<f64>() / by_n.len() as f64), last]);
+        row
     };
     for (f, form) in first.forms.iter().enumerate() {
-        let right = |r: &TraceReport, i: usize| r.forms[f].decisions[i].right;
-        let by_n: Vec<f64> = (0..thresholds.len()).map(|i| mean(&right, i)).collect();
         let below = reports
             .iter()
             .flat_map(|r| r.forms[f].decisions.iter())
             .filter(|d| d.right < d.best_constant)
             .count();
-        let mut row = vec![form.form.clone()];
-        row.extend(by_n.iter().map(|&x| pct(x)));
-        row.extend([pct(by_n.iter().sum::<f64>() / by_n.len() as f64), format!("{below} of {points}")]);
-        t.row(row);
+        let right = |r: &TraceReport, i: usize| r.forms[f].decisions[i].right;
+        t.row(averaged(&form.form, &right, format!("{below} of {points}")));
     }
     let constant = |r: &TraceReport, i: usize| r.forms[0].decisions[i].best_constant;
-    let by_n: Vec<f64> = (0..thresholds.len()).map(|i| mean(&constant, i)).collect();
-    let mut row = vec!["best constant".to_string()];
-    row.extend(by_n.iter().map(|&x| pct(x)));
-    row.extend([pct(by_n.iter().sum::<f64>() / by_n.len() as f64), "-".into()]);
-    t.row(row);
+    t.row(averaged("best constant", &constant, "-".into()));
     t.note("below constant: (trace, N) points where the form was right less often than always or never offloading, whichever was better on that trace");
     Some(t)
 }
