@@ -51,10 +51,13 @@ const SLOTS: usize = 2048;
 const MIN_WARMUP_MS: u64 = 150;
 /// Requests a shard may have waiting at other shards.
 const SHARD_DEPTH: u64 = 8;
-/// A directory: its entries, and a hash index over them (used by `--lookup hashed`).
+/// A directory: its entries, and a hash index over them (used by `--lookup hashed`). A clone
+/// shares them: every scheduler reads the same memory, so none is faster or slower for where
+/// its copy happened to land in the caches (5-8 % apart at some sizes here).
+#[derive(Clone)]
 struct Dir {
-    entries: Box<[Entry]>,
-    index: Box<[u16]>,
+    entries: Arc<[Entry]>,
+    index: Arc<[u16]>,
 }
 
 /// Directory lookups: plain threads vs static sharding vs O² object scheduling, one lookup at a
@@ -240,7 +243,7 @@ fn slot(name: &Entry) -> usize {
 
 /// Directory `d`: its entries and their hash index (open addressing, linear probing).
 fn directory(d: usize) -> Dir {
-    let entries: Box<[Entry]> = (0..ENTRIES).map(|f| name(d, f)).collect();
+    let entries: Arc<[Entry]> = (0..ENTRIES).map(|f| name(d, f)).collect();
     let mut index = vec![0u16; SLOTS].into_boxed_slice();
     for (f, e) in entries.iter().enumerate() {
         let mut at = slot(e);
@@ -249,7 +252,7 @@ fn directory(d: usize) -> Dir {
         }
         index[at] = f as u16 + 1;
     }
-    Dir { entries, index }
+    Dir { entries, index: index.into() }
 }
 
 /// The paper's inner loop: scan the directory for the name.
@@ -355,7 +358,8 @@ struct Registry {
 }
 
 impl Registry {
-    fn new(bench: &Bench, count: usize) -> anyhow::Result<Registry> {
+    /// A registry of `dirs`, sharing their memory.
+    fn new(bench: &Bench, dirs: &Dirs) -> anyhow::Result<Registry> {
         let config = ObjectsConfig { period: Duration::from_millis(5), ..ObjectsConfig::default() };
         // Where a lookup starts reading: the threads' loop finds that address apart from the
         // lock it takes, and so fetches both at once.
@@ -368,15 +372,11 @@ impl Registry {
                 .context("starting the object registry")?
                 .with_data_address(first_read),
         );
-        // The directories first, then the registry's small per-object records: interleaved,
-        // each record sat on a page of its own between two directories, one more TLB miss
-        // per lookup than the threads' packed array of locks (half the speed of hashed
-        // lookups over 8M on one CPU).
-        let dirs: Vec<Dir> = (0..count).map(directory).collect();
         let handles = dirs
-            .into_iter()
+            .dirs
+            .iter()
             .enumerate()
-            .map(|(d, dir)| objects.register(d, dir, bench.dir_bytes()))
+            .map(|(d, dir)| objects.register(d, dir.clone(), bench.dir_bytes()))
             .collect::<Result<_, _>>()?;
         Ok(Registry { objects, handles: Arc::new(handles) })
     }
@@ -608,7 +608,7 @@ impl Bench {
         // A line per lock, as each O² object has: locks packed sixteen to a line would make
         // the baseline pay for false sharing that has nothing to do with placement.
         let locks: Vec<CachePadded<OpLock>> = (0..count).map(|_| CachePadded::default()).collect();
-        let (single, batched) = (Registry::new(self, count)?, Registry::new(self, count)?);
+        let (single, batched) = (Registry::new(self, &dirs)?, Registry::new(self, &dirs)?);
         // (passes, passes following routes) of each registry when the measured runs began.
         let mut gate_start = [(0, 0); 2];
         // Schedulers take turns within each repetition, the first one rotating, so a drift of
