@@ -878,6 +878,32 @@ fn the_run_suite_compares_real_programs_and_their_outputs() {
 }
 
 #[test]
+fn an_empty_recording_says_which_programs_the_library_cannot_see() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.csv");
+    // `true` ends without one call through libc's exported functions.
+    let out = corehop()
+        .args(["run", "--offload", "--record-trace"])
+        .arg(&trace)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("recorded 0 calls of 0 process(es)"), "{err}");
+    assert!(err.contains("statically linked") && err.contains("fread"), "{err}");
+    // A program whose calls were seen gets no such hint.
+    let out = corehop()
+        .args(["run", "--offload", "--record-trace"])
+        .arg(&trace)
+        .args(["--", "sh", "-c", "cat /etc/hostname >/dev/null"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!text(&out.stderr).contains("no process reported"), "{}", text(&out.stderr));
+}
+
+#[test]
 fn record_trace_writes_every_call_with_its_site_for_predict() {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("t.csv");

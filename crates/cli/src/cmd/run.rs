@@ -143,6 +143,13 @@ pub struct Args {
     pub command: Vec<OsString>,
 }
 
+/// Why no process reported to `--stats` or `--record-trace`, though the program did work.
+const NOTHING_INTERCEPTED: &str =
+    "no process reported: the preload library sees only the calls a program makes \
+through libc's exported functions (libc's own paths to the kernel, such as stdio's fopen, fread and \
+fwrite, pass it by); a statically linked or set-user-ID program does not load it; and a process \
+reports at exit(), not at _exit, exec or a fatal signal";
+
 /// The first lines of a `--record-trace` file.
 pub const TRACE_HEADER: &str = "# corehop run --record-trace: one `# pid` block per process, run lengths in ns\ncall,fd,size,site,run_ns\n";
 
@@ -310,6 +317,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let processes = text.lines().filter(|l| l.starts_with("# pid") && !l.contains(':')).count();
         let calls = text.lines().filter(|l| !l.starts_with('#') && !l.starts_with("call,")).count();
         eprintln!("corehop: recorded {calls} calls of {processes} process(es) in {}", path.display());
+        if calls == 0 {
+            eprintln!("corehop: {NOTHING_INTERCEPTED}");
+        }
     }
     if let Some(summary) = &finished.summary {
         // Right after the program, between its CPU and the service CPU: the hop a hand-off
@@ -982,10 +992,7 @@ impl SummaryTable for Summary {
             fmt_ns(wall_ns as f64)
         ));
         if self.processes == 0 {
-            table.note(
-                "no process reported: CMD made no intercepted call, is statically linked (LD_PRELOAD does not \
-                 apply), or ended without exit() (e.g. _exit or a signal)",
-            );
+            table.note(NOTHING_INTERCEPTED);
         }
         if self.unpinned > 0 {
             table.note(format!("{} process(es) could not pin their service threads", self.unpinned));
