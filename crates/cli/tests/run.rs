@@ -815,6 +815,29 @@ fn a_process_that_outlives_its_first_epoch_on_the_stub_loads_the_library() {
 
 #[test]
 #[cfg_attr(not(target_arch = "x86_64"), ignore = "the start-up stub is built for x86-64 only")]
+fn a_child_forked_past_the_first_epoch_starts_an_epoch_of_its_own() {
+    // The shell makes its first calls, then waits past the 20 ms epoch making none. A subshell
+    // it forks then makes `reads` rounds of calls, and a child of the subshell reads the
+    // subshell's map (the `:` keeps dash from running that child in the subshell's place).
+    let subshell_map_after = |reads: u32| {
+        let script = format!(
+            "read x < /etc/hostname; sleep 0.05; \
+             ( i=0; while [ $i -lt {reads} ]; do read x < /etc/hostname; i=$((i+1)); done; \
+               sh -c 'if grep -q libcorehop_preload.so /proc/$PPID/maps; then echo loaded; else echo short; fi'; : )"
+        );
+        let out = corehop().args(["run", "--offload", "--", "sh", "-c", &script]).output().unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    // The subshell inherited the shell's first call, but like a shell's child before an exec it
+    // has just begun: loading the library there would cost it the load for nothing.
+    assert_eq!(subshell_map_after(100), "short\n");
+    // One that goes on past an epoch of its own gets the library (40 000 rounds: see above).
+    assert_eq!(subshell_map_after(40_000), "loaded\n");
+}
+
+#[test]
+#[cfg_attr(not(target_arch = "x86_64"), ignore = "the start-up stub is built for x86-64 only")]
 fn the_library_the_stub_loads_moves_calls_and_results_stay_the_same() {
     // The stub's route with a policy that moves every call, and a summary to count them: the
     // calls of the first epoch ran on libc, the later ones on the library the stub loaded.

@@ -75,6 +75,9 @@ const ENOSYS: c_int = 38;
 static STATE: StateWord = StateWord(AtomicU64::new(0));
 /// When this process (or the one it was forked from) made its first intercepted call (ns).
 static FIRST_CALL_NS: AtomicU64 = AtomicU64::new(0);
+/// The process that made that first call: a child forked after it starts its own first epoch
+/// (see [`tick`]).
+static FIRST_CALL_PID: AtomicI64 = AtomicI64::new(0);
 /// The process that first started a child the fork handlers do not see (0: none yet).
 static OWNER_PID: AtomicI64 = AtomicI64::new(0);
 /// Whether [`after_fork_child`] is registered (at the first such child: a process that
@@ -292,10 +295,23 @@ fn tick(sampled: bool) {
     }
     let now = now_ns();
     if first == 0 {
-        let _ = FIRST_CALL_NS.compare_exchange(0, now, Relaxed, Relaxed);
+        if FIRST_CALL_NS.compare_exchange(0, now, Relaxed, Relaxed).is_ok() {
+            FIRST_CALL_PID.store(raw_syscall(SYS_GETPID), Relaxed);
+        }
     } else if now.saturating_sub(first) >= watch::FIRST_EPOCH_NS
         && (state == State::Plain || raw_syscall(SYS_GETPID) == OWNER_PID.load(Relaxed))
     {
+        // A child forked after the first call inherits its time, but most such children (a
+        // shell's, before each command of a pipeline or with a redirection) make a few calls
+        // and exec: loading the library there cost each one its load for nothing. Such a
+        // child starts a first epoch of its own instead. Its memory is its own: in `Plain` no
+        // child shares ours, and in `PlainWithChild` only the owner gets here.
+        let pid = raw_syscall(SYS_GETPID);
+        if pid != FIRST_CALL_PID.load(Relaxed) {
+            FIRST_CALL_NS.store(now, Relaxed);
+            FIRST_CALL_PID.store(pid, Relaxed);
+            return;
+        }
         load_once(state);
     }
 }
