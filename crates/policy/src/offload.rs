@@ -169,6 +169,9 @@ pub struct Predicted {
     move_cost_floor: bool,
     /// Calls observed so far, up to [`LEARN_ALL_FIRST`].
     observed: u32,
+    /// Whether the calls that stay are a sample already (see
+    /// [`OffloadPolicy::shown_a_sample_of_staying_calls`]): then every one is learned.
+    shown_a_sample: bool,
     /// Calls to pass over before the next one is learned while no call would move.
     until_learned: u32,
     /// xorshift32 state for the gaps between learned calls (fixed seed: the simulator
@@ -195,6 +198,7 @@ impl Predicted {
             move_cost: CostEstimate::default(),
             move_cost_floor: true,
             observed: 0,
+            shown_a_sample: false,
             until_learned: 0,
             gaps: GAPS_SEED,
         })
@@ -210,6 +214,7 @@ impl Predicted {
             move_cost: CostEstimate::default(),
             move_cost_floor: true,
             observed: 0,
+            shown_a_sample: false,
             until_learned: 0,
             gaps: GAPS_SEED,
         })
@@ -248,6 +253,9 @@ impl Predicted {
     /// Whether the predictor learns the call just made at threshold `n` (see
     /// [`LEARN_EVERY_STAYING`]).
     fn learns_now(&mut self, n: u64) -> bool {
+        if self.shown_a_sample {
+            return true;
+        }
         if self.observed < LEARN_ALL_FIRST {
             self.observed += 1;
             return true;
@@ -457,6 +465,20 @@ impl OffloadPolicy {
             Decision::Offload
         } else {
             Decision::Local
+        }
+    }
+
+    /// Tells the policy that its driver shows it only a sample of the calls that stay while
+    /// [`OffloadPolicy::keeps_all_local`] holds (the preload library times one such call in
+    /// 16 to 1024): a predicted policy, in an adaptive one or alone, then learns from every
+    /// call it is shown instead of sampling them again.
+    pub fn shown_a_sample_of_staying_calls(&mut self) {
+        match self {
+            OffloadPolicy::Predicted(p) => p.shown_a_sample = true,
+            OffloadPolicy::Adaptive(a) => {
+                a.arms.iter_mut().for_each(OffloadPolicy::shown_a_sample_of_staying_calls)
+            }
+            _ => {}
         }
     }
 
@@ -1027,6 +1049,11 @@ mod tests {
             p.predictor.observe_call(&long, 900_000, n);
         }
         assert_eq!(learned(&mut p, 100), 100);
+        // A driver that shows the policy a sample already gets every one of them learned.
+        let mut shown: OffloadPolicy = "predicted:time:100000".parse().unwrap();
+        shown.shown_a_sample_of_staying_calls();
+        let OffloadPolicy::Predicted(mut shown) = shown else { unreachable!() };
+        assert_eq!(learned(&mut shown, 2 * LEARN_ALL_FIRST), 2 * LEARN_ALL_FIRST as usize);
     }
 
     #[test]
