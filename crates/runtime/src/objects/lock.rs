@@ -110,12 +110,19 @@ impl OpLock {
     }
 }
 
-/// A value reachable only under its [`OpLock`].
+/// A value reachable only under its [`OpLock`]. The value starts a cache line after the lock,
+/// so in a cell that starts a line (a registered object's does) the lock's line, which every
+/// operation writes, holds nothing that operations only read.
 #[derive(Debug, Default)]
+#[repr(C)]
 pub struct LockedCell<T> {
     lock: OpLock,
+    _rest_of_line: [u32; (LINE - size_of::<OpLock>()) / size_of::<u32>()],
     value: UnsafeCell<T>,
 }
+
+/// Bytes in a cache line.
+const LINE: usize = 64;
 
 // SAFETY: the value is only reached through `exclusive` (one holder, `&mut T`: needs `T: Send`
 // because the holder may be any thread) and `shared` (many holders on many threads, `&T`: needs
@@ -146,7 +153,11 @@ impl Drop for Release<'_> {
 impl<T> LockedCell<T> {
     /// `value` behind a fresh, unlocked lock.
     pub fn new(value: T) -> LockedCell<T> {
-        LockedCell { lock: OpLock::default(), value: UnsafeCell::new(value) }
+        LockedCell {
+            lock: OpLock::default(),
+            _rest_of_line: Default::default(),
+            value: UnsafeCell::new(value),
+        }
     }
 
     /// The lock alone, for operations whose data lives outside the cell (the C API).

@@ -143,8 +143,10 @@ impl Default for ObjectsConfig {
     }
 }
 
-/// One period's counters of an object, updated by the operation that holds its lock.
+/// One period's counters of an object, updated by the operation that holds its lock. A line of
+/// their own: see [`Object`].
 #[derive(Debug, Default)]
+#[repr(align(64))]
 struct Counters {
     local_ops: AtomicU64,
     local_ns: AtomicU64,
@@ -184,16 +186,18 @@ impl Counters {
 
 /// A registered object: its value, route and counters. Reached through a [`Handle`].
 ///
-/// Laid out so that an operation touches one cache line: the route, the lock and (for a
-/// value that is a pointer, as a buffer is) the value share the first, the reference counts
-/// of the `Arc` sit on a line before it, and the counters, written by one operation in
-/// sixteen, after it. A second line per operation cost lookups over data larger than
-/// the caches about a tenth of their speed: it missed as often as the data did.
+/// Three cache lines after the `Arc`'s reference counts: the lock, which every operation
+/// writes; then the value (for a value that is a pointer, as a buffer is), the route and the
+/// rest, which operations only read; then the counters, written by one operation in 16 (in 128
+/// while all stay). With the value and the route on the lock's line, an operation waited for
+/// that line to come from the CPU that operated last before it could read them: O² ran at
+/// 0.94-0.96 of plain threads over 3M of directories, against 0.96-0.98 apart, and as fast
+/// past the caches (docs/performance.md, "Twenty-ninth session").
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub struct Object<T> {
-    route: AtomicU64,
     cell: LockedCell<T>,
+    route: AtomicU64,
     id: ObjectId,
     /// Longer operations than this were preempted or blocked, not slowed by cache misses.
     preempted_ns: u64,
@@ -1077,5 +1081,26 @@ mod tests {
             let pinned = route::encode(placement, Via::Any, false, index) | route::PINNED;
             assert_eq!(route::target(route::followed(pinned, false, false), Some(1)), Some(3));
         }
+    }
+
+    #[test]
+    fn an_objects_lock_has_its_cache_line_to_itself() {
+        let object = Box::new(Object {
+            cell: LockedCell::new([0u64; 4]),
+            route: AtomicU64::new(0),
+            id: ObjectId(0),
+            preempted_ns: 0,
+            counters: Counters::default(),
+        });
+        let start = &*object as *const Object<[u64; 4]> as usize;
+        let line = |field: usize| (field - start) / 64;
+        assert_eq!(start % 64, 0);
+        assert_eq!(object.cell.lock() as *const OpLock as usize, start);
+        // What operations only read sits on the next line; the counters on the one after.
+        let value = object.cell.exclusive(|v| v as *const [u64; 4] as usize);
+        for read in [value, &object.route as *const _ as usize, &object.preempted_ns as *const _ as usize] {
+            assert_eq!(line(read), 1);
+        }
+        assert_eq!(line(&object.counters as *const _ as usize), 2);
     }
 }
