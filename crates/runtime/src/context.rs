@@ -34,6 +34,8 @@ pub(crate) struct TaskCtx {
     pub(crate) shared: Arc<Shared>,
     /// Depth of nested `no_hop_zone`s: hops are refused while it is not zero.
     pub(crate) no_hop: Cell<u32>,
+    /// Object operations until the task's next sampled one (see `objects::sample_now`).
+    pub(crate) until_sample: Cell<u32>,
     /// The guard page below the task's stack, to report an overflow as one.
     pub(crate) guard: Guard,
     /// The task's own address (its `Box<Task>`), which a hop hands to the target's mailbox.

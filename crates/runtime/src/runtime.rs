@@ -577,7 +577,14 @@ impl Shared {
                 task_slot.finish(Err(JoinError::Cancelled));
                 return;
             }
-            let ctx = TaskCtx { suspender: *suspender, shared, no_hop: Cell::new(0), guard, node };
+            let ctx = TaskCtx {
+                suspender: *suspender,
+                shared,
+                no_hop: Cell::new(0),
+                until_sample: Cell::new(0),
+                guard,
+                node,
+            };
             context::set_task(&ctx);
             // SAFETY: `node` is this task, alive while it runs; its worker holds it by a raw
             // pointer meanwhile, so this shared reference aliases no unique one.

@@ -342,11 +342,28 @@ thread_local! {
     static UNTIL_SAMPLE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
-/// Whether the calling thread's next operation is sampled. Read once per operation, before
-/// it can hop (a thread-local's address must not be reused after a hop).
+/// Whether the caller's next operation is sampled: a task counts in its own context, which
+/// the operation looks up anyway for its no-hop zone, and a plain thread in a thread-local.
+/// Read once per operation, before it can hop (a thread-local's address must not be reused
+/// after a hop). A second thread-local look-up per operation cost 40 ns lookups a few per cent
+/// (docs/performance.md, "Twenty-ninth session").
+#[inline(always)]
+fn sample_now(task: Option<&crate::context::TaskCtx>, every: u32) -> bool {
+    match task {
+        Some(task) => count_down(&task.until_sample, every),
+        None => sample_now_on_thread(every),
+    }
+}
+
 #[inline(never)]
-fn sample_now(every: u32) -> bool {
-    UNTIL_SAMPLE.with(|left| match left.get() {
+fn sample_now_on_thread(every: u32) -> bool {
+    UNTIL_SAMPLE.with(|left| count_down(left, every))
+}
+
+/// Counts `left` down; at 0 it starts again from `every - 1` and says so.
+#[inline(always)]
+fn count_down(left: &std::cell::Cell<u32>, every: u32) -> bool {
+    match left.get() {
         0 => {
             left.set(every - 1);
             true
@@ -355,7 +372,7 @@ fn sample_now(every: u32) -> bool {
             left.set(n - 1);
             false
         }
-    })
+    }
 }
 
 /// The calling thread's sampling countdown, taken out for a batch of operations (one
@@ -637,12 +654,14 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
         object.prefetch_data();
         let moving = self.moving.load(Ordering::Relaxed);
         let every = self.sample_every();
-        let sampled = sample_now(every);
+        // The task's context lives on its stack and goes where it goes: valid after a hop.
+        let task = crate::context::task();
+        let sampled = sample_now(task, every);
         if !sampled
             && route::runs_anywhere(route::followed(object.route.load(Ordering::Acquire), moving, false))
         {
             // Stays where it is and is not sampled: nothing to measure, nothing to undo.
-            let _zone = OpZone::enter();
+            let _zone = OpZone::enter_in(task);
             let out = op(&object.cell);
             self.let_others_run();
             return Ok(out);
@@ -997,14 +1016,19 @@ fn preempted_after(bytes: u64) -> u64 {
 /// guard never leaves the frame that made it, so the task it saw is the one it leaves.
 struct OpZone<'a>(Option<&'a crate::context::TaskCtx>);
 
-impl OpZone<'_> {
+impl<'a> OpZone<'a> {
     #[inline]
     fn enter() -> Self {
-        let ctx = crate::context::task();
-        if let Some(ctx) = ctx {
+        OpZone::enter_in(crate::context::task())
+    }
+
+    /// The zone of `task`, the caller's context as [`crate::context::task`] gave it.
+    #[inline]
+    fn enter_in(task: Option<&'a crate::context::TaskCtx>) -> Self {
+        if let Some(ctx) = task {
             ctx.no_hop.set(ctx.no_hop.get() + 1);
         }
-        OpZone(ctx)
+        OpZone(task)
     }
 }
 
@@ -1081,6 +1105,13 @@ mod tests {
             let pinned = route::encode(placement, Via::Any, false, index) | route::PINNED;
             assert_eq!(route::target(route::followed(pinned, false, false), Some(1)), Some(3));
         }
+    }
+
+    #[test]
+    fn a_countdown_says_yes_once_in_every() {
+        let left = std::cell::Cell::new(0);
+        let said: Vec<bool> = (0..9).map(|_| count_down(&left, 4)).collect();
+        assert_eq!(said, [true, false, false, false, true, false, false, false, true]);
     }
 
     #[test]
