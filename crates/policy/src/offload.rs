@@ -167,6 +167,22 @@ pub struct Predicted {
     move_cost: CostEstimate,
     /// Whether N is floored at `move_cost` (the default; off gives the paper's bare rule).
     move_cost_floor: bool,
+    /// Which calls the predictor learns.
+    learning: Learning,
+}
+
+/// The timed predictor learns from every one of the first calls, and then, while no call
+/// would move, from about one call in [`LEARN_EVERY_STAYING`], at gaps of random length (a
+/// loop of that many calls is not always sampled at the same one). Learning costs about
+/// 50 ns a call, 5 % of a task file server whose calls all stayed where they were
+/// (docs/performance.md, "Twenty-ninth session"); a key whose runs grow still shows it in
+/// its sampled runs, and once one would move, every call is learned again.
+const LEARN_ALL_FIRST: u32 = 1024;
+const LEARN_EVERY_STAYING: u32 = 8;
+
+/// Which calls a [`Predicted`] policy's predictor learns (see [`LEARN_EVERY_STAYING`]).
+#[derive(Clone, Debug)]
+struct Learning {
     /// Calls observed so far, up to [`LEARN_ALL_FIRST`].
     observed: u32,
     /// Whether the calls that stay are a sample already (see
@@ -179,14 +195,38 @@ pub struct Predicted {
     gaps: u32,
 }
 
-/// The timed predictor learns from every one of the first calls, and then, while no call
-/// would move, from about one call in [`LEARN_EVERY_STAYING`], at gaps of random length (a
-/// loop of that many calls is not always sampled at the same one). Learning costs about
-/// 50 ns a call, 5 % of a task file server whose calls all stayed where they were
-/// (docs/performance.md, "Twenty-ninth session"); a key whose runs grow still shows it in
-/// its sampled runs, and once one would move, every call is learned again.
-const LEARN_ALL_FIRST: u32 = 1024;
-const LEARN_EVERY_STAYING: u32 = 8;
+impl Default for Learning {
+    fn default() -> Learning {
+        Learning { observed: 0, shown_a_sample: false, until_learned: 0, gaps: 0x9E37_79B9 }
+    }
+}
+
+impl Learning {
+    /// Whether the call just observed is learned, `all_below` saying whether no call would
+    /// move now.
+    fn learns_now(&mut self, all_below: bool) -> bool {
+        if self.shown_a_sample {
+            return true;
+        }
+        if self.observed < LEARN_ALL_FIRST {
+            self.observed += 1;
+            return true;
+        }
+        if !all_below {
+            return true;
+        }
+        if self.until_learned > 0 {
+            self.until_learned -= 1;
+            return false;
+        }
+        self.gaps ^= self.gaps << 13;
+        self.gaps ^= self.gaps >> 17;
+        self.gaps ^= self.gaps << 5;
+        // 0 to 2 × LEARN_EVERY_STAYING - 2 calls passed over: one in LEARN_EVERY_STAYING learned.
+        self.until_learned = self.gaps % (2 * LEARN_EVERY_STAYING - 1);
+        true
+    }
+}
 
 impl Predicted {
     /// A fixed threshold N.
@@ -197,10 +237,7 @@ impl Predicted {
             tuner: None,
             move_cost: CostEstimate::default(),
             move_cost_floor: true,
-            observed: 0,
-            shown_a_sample: false,
-            until_learned: 0,
-            gaps: GAPS_SEED,
+            learning: Learning::default(),
         })
     }
 
@@ -213,10 +250,7 @@ impl Predicted {
             tuner: Some(tuner),
             move_cost: CostEstimate::default(),
             move_cost_floor: true,
-            observed: 0,
-            shown_a_sample: false,
-            until_learned: 0,
-            gaps: GAPS_SEED,
+            learning: Learning::default(),
         })
     }
 
@@ -253,30 +287,10 @@ impl Predicted {
     /// Whether the predictor learns the call just made at threshold `n` (see
     /// [`LEARN_EVERY_STAYING`]).
     fn learns_now(&mut self, n: u64) -> bool {
-        if self.shown_a_sample {
-            return true;
-        }
-        if self.observed < LEARN_ALL_FIRST {
-            self.observed += 1;
-            return true;
-        }
-        if !self.predictor.all_below(n) {
-            return true;
-        }
-        if self.until_learned > 0 {
-            self.until_learned -= 1;
-            return false;
-        }
-        self.gaps ^= self.gaps << 13;
-        self.gaps ^= self.gaps >> 17;
-        self.gaps ^= self.gaps << 5;
-        // 0 to 2 × LEARN_EVERY_STAYING - 2 calls passed over: one in LEARN_EVERY_STAYING learned.
-        self.until_learned = self.gaps % (2 * LEARN_EVERY_STAYING - 1);
-        true
+        let all_below = self.predictor.all_below(n);
+        self.learning.learns_now(all_below)
     }
 }
-
-const GAPS_SEED: u32 = 0x9E37_79B9;
 
 /// Never, or another policy when it pays: the [`crate::payoff`] sampler chooses between
 /// `Never` (arm 0) and the moving policies from the application's own progress per epoch.
@@ -474,7 +488,7 @@ impl OffloadPolicy {
     /// call it is shown instead of sampling them again.
     pub fn shown_a_sample_of_staying_calls(&mut self) {
         match self {
-            OffloadPolicy::Predicted(p) => p.shown_a_sample = true,
+            OffloadPolicy::Predicted(p) => p.learning.shown_a_sample = true,
             OffloadPolicy::Adaptive(a) => {
                 a.arms.iter_mut().for_each(OffloadPolicy::shown_a_sample_of_staying_calls)
             }

@@ -298,15 +298,16 @@ fn tick(sampled: bool) {
         if FIRST_CALL_NS.compare_exchange(0, now, Relaxed, Relaxed).is_ok() {
             FIRST_CALL_PID.store(raw_syscall(SYS_GETPID), Relaxed);
         }
-    } else if now.saturating_sub(first) >= watch::FIRST_EPOCH_NS
-        && (state == State::Plain || raw_syscall(SYS_GETPID) == OWNER_PID.load(Relaxed))
-    {
+    } else if now.saturating_sub(first) >= watch::FIRST_EPOCH_NS {
+        let pid = raw_syscall(SYS_GETPID);
+        if state == State::PlainWithChild && pid != OWNER_PID.load(Relaxed) {
+            return;
+        }
         // A child forked after the first call inherits its time, but most such children (a
         // shell's, before each command of a pipeline or with a redirection) make a few calls
         // and exec: loading the library there cost each one its load for nothing. Such a
         // child starts a first epoch of its own instead. Its memory is its own: in `Plain` no
         // child shares ours, and in `PlainWithChild` only the owner gets here.
-        let pid = raw_syscall(SYS_GETPID);
         if pid != FIRST_CALL_PID.load(Relaxed) {
             FIRST_CALL_NS.store(now, Relaxed);
             FIRST_CALL_PID.store(pid, Relaxed);

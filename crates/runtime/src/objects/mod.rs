@@ -396,16 +396,7 @@ impl Countdown {
 
     /// Whether the next operation is sampled.
     fn next(&mut self) -> bool {
-        match self.left {
-            0 => {
-                self.left = self.every - 1;
-                true
-            }
-            n => {
-                self.left = n - 1;
-                false
-            }
-        }
+        count_down(std::cell::Cell::from_mut(&mut self.left), self.every)
     }
 
     fn put_back(self) {
