@@ -808,7 +808,7 @@ fn a_process_that_outlives_its_first_epoch_on_the_stub_loads_the_library() {
         short.contains("libcorehop_preload_stub.so") && !short.contains("libcorehop_preload.so"),
         "{short}"
     );
-    // Past the 20 ms epoch however fast the machine runs the loop: 4000 reads once took less.
+    // Past the stub's 40 ms however fast the machine runs the loop: 4000 reads once took less.
     let long = maps_after(40_000);
     assert!(long.contains("libcorehop_preload_stub.so") && long.contains("libcorehop_preload.so"), "{long}");
 }
@@ -816,12 +816,12 @@ fn a_process_that_outlives_its_first_epoch_on_the_stub_loads_the_library() {
 #[test]
 #[cfg_attr(not(target_arch = "x86_64"), ignore = "the start-up stub is built for x86-64 only")]
 fn a_child_forked_past_the_first_epoch_starts_an_epoch_of_its_own() {
-    // The shell makes its first calls, then waits past the 20 ms epoch making none. A subshell
+    // The shell makes its first calls, then waits past the stub's 40 ms making none. A subshell
     // it forks then makes `reads` rounds of calls, and a child of the subshell reads the
     // subshell's map (the `:` keeps dash from running that child in the subshell's place).
     let subshell_map_after = |reads: u32| {
         let script = format!(
-            "read x < /etc/hostname; sleep 0.05; \
+            "read x < /etc/hostname; sleep 0.1; \
              ( i=0; while [ $i -lt {reads} ]; do read x < /etc/hostname; i=$((i+1)); done; \
                sh -c 'if grep -q libcorehop_preload.so /proc/$PPID/maps; then echo loaded; else echo short; fi'; : )"
         );

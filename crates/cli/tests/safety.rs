@@ -234,7 +234,7 @@ fn a_child_sharing_the_parents_memory_runs_its_calls_itself() {
 #[cfg_attr(not(target_arch = "x86_64"), ignore = "the start-up stub is built for x86-64 only")]
 fn a_child_sharing_memory_while_the_stub_loads_the_library_runs_its_calls_itself() {
     // `corehop run --offload` preloads the start-up stub, which loads the library only after
-    // 20 ms: here, while a clone child sharing the parent's memory makes calls. Its calls
+    // 40 ms: here, while a clone child sharing the parent's memory makes calls. Its calls
     // must keep running in the child (on its own directory), the parent's may go across.
     let Some((dir, exe)) = fixture("shared_vm") else { return };
     let run = |stub: bool| {
@@ -261,7 +261,7 @@ fn a_child_sharing_memory_while_the_stub_loads_the_library_runs_its_calls_itself
 #[cfg_attr(not(target_arch = "x86_64"), ignore = "the start-up stub is built for x86-64 only")]
 fn a_fork_child_of_a_process_that_vforked_on_the_stub_still_loads_the_library() {
     // After a vfork child only its parent may load the library (the child shared its memory);
-    // a child of fork has memory of its own again, and one that outlives 20 ms loads it.
+    // a child of fork has memory of its own again, and one that outlives 40 ms loads it.
     let Some((dir, exe)) = fixture("shared_vm") else { return };
     let mut command = Command::new(&exe);
     command.arg("fork_after_vfork").current_dir(dir.path());

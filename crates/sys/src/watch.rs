@@ -9,7 +9,7 @@
 //! them against `libc`).
 
 /// The default offload policy's first epoch, in which it moves nothing: a process under the
-/// start-up stub gets the library no sooner (`dlopen` at a call after it).
+/// start-up stub gets the library no sooner (its stub waits twice as long: `LOAD_AGE_NS`).
 pub const FIRST_EPOCH_NS: u64 = 20_000_000;
 
 /// `CLONE_THREAD`: a clone with it makes a thread of ours, not a process.

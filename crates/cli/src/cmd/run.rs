@@ -36,7 +36,7 @@ pub const LIBRARY: &str = "libcorehop_preload.so";
     and looked for next to the corehop binary, or at $COREHOP_PRELOAD. Under the default policy, and\n\
     without --stats, --stats-json or --record-trace, CMD gets the library's start-up stub instead (a\n\
     few pages, built with corehop): it passes calls straight to libc and loads the library into a\n\
-    process that outlives its first 20 ms, so short processes pay no more than for an empty library.\n\
+    process that outlives its first 40 ms, so short processes pay no more than for an empty library.\n\
     COREHOP_STUB=none preloads the library itself.\n\n\
     Without --stats, --stats-json, --record-trace or --compare, corehop becomes CMD (exec, as env and\n\
     taskset do): same process id, CMD's own signals and exit status, no second process.")]
@@ -62,7 +62,7 @@ pub struct Args {
     pub cpus: Option<String>,
 
     /// Which calls go across. `adaptive` (the default) moves nothing until moving pays: a
-    /// process that outlives its first 20 ms (shorter ones run every call in place and pay for
+    /// process that outlives its first 40 ms (shorter ones run every call in place and pay for
     /// no policy) starts with `measured`, which keeps every kind of call (call, call site, size
     /// class, descriptor or path) local until moving it has been measured to cost the caller
     /// less — it moves a few calls of each kind as probes, within 1 % of the time its calls
@@ -1104,7 +1104,7 @@ pub fn tour() -> anyhow::Result<()> {
                 wall_ns[m].push(finished.wall_ns as f64);
                 if policy.is_some() {
                     // A process too short to load the library (the default's start-up stub
-                    // loads it after 20 ms) moved nothing and leaves no summary.
+                    // loads it after 40 ms) moved nothing and leaves no summary.
                     moved[m] = match &finished.summary {
                         Some(summary) => {
                             let total = summary.total();

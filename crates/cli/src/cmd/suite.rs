@@ -437,7 +437,7 @@ fn print(report: &Report, output: &OutputArgs, service: usize) -> anyhow::Result
         ));
         if let Some(load) = &report.load {
             let what = match report.preloads {
-                "stub" => "the start-up stub (which loads the library in a process that outlives 20 ms)",
+                "stub" => "the start-up stub (which loads the library in a process that outlives 40 ms)",
                 _ => "the library",
             };
             let library = report.library_load.as_ref().map_or(String::new(), |l| {
