@@ -10,9 +10,7 @@ fn quick_json_has_the_documented_shape() {
     if !common::two_cpus("bench delegate") {
         return;
     }
-    let out = corehop(&["bench", "delegate", "--quick", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let v = common::json_of(&["bench", "delegate", "--quick", "--json"]);
     let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
     assert_eq!(keys, ["best_batch", "machine", "ops_per_rep", "reps", "results"]);
     for key in ["name", "source", "cpus", "from_cpu", "to_cpu", "from_os_cpu", "to_os_cpu", "clock"] {
@@ -61,15 +59,10 @@ fn quick_table_and_plot() {
     if !common::two_cpus("bench delegate") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let svg = dir.path().join("delegate.svg");
-    let out = corehop(&["bench", "delegate", "--quick", "--plot", svg.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8(out.stdout).unwrap();
+    let (text, _) = common::plotted(&["bench", "delegate", "--quick"]);
     for needle in ["batch-256", "ring floor", "x ring", "M ops/s", "takeaway"] {
         assert!(text.contains(needle), "{needle} missing from:\n{text}");
     }
-    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
 }
 
 #[test]

@@ -6,9 +6,8 @@ use common::corehop;
 
 #[test]
 fn quick_json_has_every_scheduler_per_size() {
-    let out = corehop(&["bench", "o2", "--quick", "--json", "--sizes", "64K,1M", "--popularity", "both"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    let v =
+        common::json_of(&["bench", "o2", "--quick", "--json", "--sizes", "64K,1M", "--popularity", "both"]);
     let machine = &v["machine"];
     assert!(machine["cpus"].as_u64().unwrap() >= 1);
     for key in ["private_cache_bytes", "private_cache_total_bytes", "on_chip_bytes"] {
@@ -60,7 +59,7 @@ fn quick_json_has_every_scheduler_per_size() {
 /// `--lookup hashed` is reported in the settings and sizes directories with their index.
 #[test]
 fn hashed_lookups_are_reported_with_their_index_bytes() {
-    let out = corehop(&[
+    let v = common::json_of(&[
         "bench",
         "o2",
         "--quick",
@@ -72,8 +71,6 @@ fn hashed_lookups_are_reported_with_their_index_bytes() {
         "--lookup",
         "hashed",
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
     assert_eq!(v["settings"]["lookup"], "hashed");
     let results = v["results"].as_array().unwrap();
     assert_eq!(results.len(), 4);
@@ -83,23 +80,9 @@ fn hashed_lookups_are_reported_with_their_index_bytes() {
 
 #[test]
 fn plot_writes_an_svg() {
-    let dir = tempfile::tempdir().unwrap();
-    let svg = dir.path().join("o2.svg");
-    let out = corehop(&[
-        "bench",
-        "o2",
-        "--quick",
-        "--sizes",
-        "64K",
-        "--popularity",
-        "uniform",
-        "--plot",
-        svg.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (stdout, _) =
+        common::plotted(&["bench", "o2", "--quick", "--sizes", "64K", "--popularity", "uniform"]);
     assert!(stdout.contains("batched") && stdout.contains("placed"), "{stdout}");
-    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
 }
 
 #[test]

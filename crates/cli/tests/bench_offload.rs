@@ -7,20 +7,17 @@ use common::corehop;
 
 /// `corehop bench offload` on a tiny run (2 repetitions of 8 transactions and 40 requests),
 /// with `extra` arguments.
+const TINY_OFFLOAD: [&str; 8] = ["bench", "offload", "--reps", "2", "--txns", "8", "--requests", "40"];
+
 fn tiny_offload(extra: &[&str]) -> std::process::Output {
-    let mut args = vec!["bench", "offload", "--reps", "2", "--txns", "8", "--requests", "40"];
-    args.extend_from_slice(extra);
-    corehop(&args)
+    corehop(&[&TINY_OFFLOAD[..], extra].concat())
 }
 
 #[test]
 fn tiny_run_reports_every_policy_against_never() {
-    let dir = tempfile::tempdir().unwrap();
-    let svg = dir.path().join("offload.svg");
-    let out =
-        tiny_offload(&["--policies", "always,size,predicted", "--json", "--plot", svg.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (stdout, _) =
+        common::plotted(&[&TINY_OFFLOAD[..], &["--policies", "always,size,predicted", "--json"]].concat());
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert!(v["hop_round_trip_ns"].as_u64().unwrap() > 0);
     let rows = v["results"].as_array().unwrap();
     let names: Vec<String> = rows
@@ -85,14 +82,13 @@ fn tiny_run_reports_every_policy_against_never() {
         let ops = if r["workload"] == "sqlite" { 16 } else { 80 };
         assert_eq!(r["ops"], ops, "every policy does the same work");
     }
-    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
 }
 
 #[test]
 fn recorded_traces_replay_in_predict() {
     let dir = tempfile::tempdir().unwrap();
     let prefix = dir.path().join("run");
-    let out = corehop(&[
+    common::stdout_of(&[
         "bench",
         "offload",
         "--quick",
@@ -105,14 +101,11 @@ fn recorded_traces_replay_in_predict() {
         "--record-trace",
         prefix.to_str().unwrap(),
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     for (workload, calls) in [("sqlite", 5 * 6), ("files", 20 * 5)] {
         let trace = dir.path().join(format!("run-{workload}.csv"));
         let text = std::fs::read_to_string(&trace).unwrap();
         assert_eq!(text.lines().count(), 1 + calls, "{workload}: header + one line per call");
-        let out = corehop(&["predict", "--trace", trace.to_str().unwrap(), "--json"]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let v = common::json_of(&["predict", "--trace", trace.to_str().unwrap(), "--json"]);
         assert_eq!(v[0]["calls"], calls);
         assert_eq!(v[0]["format"], "csv");
     }
@@ -120,7 +113,7 @@ fn recorded_traces_replay_in_predict() {
 
 #[test]
 fn table_output_names_the_baseline() {
-    let out = corehop(&[
+    let text = common::stdout_of(&[
         "bench",
         "offload",
         "--quick",
@@ -131,8 +124,6 @@ fn table_output_names_the_baseline() {
         "--requests",
         "20",
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("same-run baseline") && text.contains("×never"), "{text}");
     assert!(text.lines().any(|l| l.starts_with("files") && l.contains("always")), "{text}");
 }

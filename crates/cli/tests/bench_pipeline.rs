@@ -7,9 +7,7 @@ use common::corehop;
 
 #[test]
 fn tiny_run_reports_every_configuration_against_the_first() {
-    let dir = tempfile::tempdir().unwrap();
-    let svg = dir.path().join("pipeline.svg");
-    let out = corehop(&[
+    let (stdout, _) = common::plotted(&[
         "bench",
         "pipeline",
         "--placements",
@@ -27,11 +25,8 @@ fn tiny_run_reports_every_configuration_against_the_first() {
         "--head-to-head",
         "3",
         "--json",
-        "--plot",
-        svg.to_str().unwrap(),
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     let cpus = v["cpus"].as_u64().unwrap();
     let rows = v["rows"].as_array().unwrap();
     let fixed = if cpus >= 2 { 2 } else { 1 } * 2 * 2;
@@ -74,12 +69,11 @@ fn tiny_run_reports_every_configuration_against_the_first() {
     assert!(h["paired_ratio"].as_f64().unwrap() > 0.0);
     let skipped = v["skipped"].as_array().unwrap();
     assert!(skipped.iter().any(|s| s["placement"] == "smt") || cpus >= 2, "{skipped:?}");
-    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
 }
 
 #[test]
 fn the_table_names_the_baseline_and_skipped_placements() {
-    let out = corehop(&[
+    let text = common::stdout_of(&[
         "bench",
         "pipeline",
         "--placements",
@@ -94,8 +88,6 @@ fn the_table_names_the_baseline_and_skipped_placements() {
         "1",
         "--no-controller",
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("×base"), "{text}");
     assert!(text.contains("refused by a checksum or order check: 0"), "{text}");
     assert!(!text.contains("controller"), "no controller row, no comparison: {text}");

@@ -10,9 +10,7 @@ fn quick_json_has_the_documented_shape() {
     if !common::two_cpus("bench switch") {
         return;
     }
-    let out = corehop(&["bench", "switch", "--quick", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let v = common::json_of(&["bench", "switch", "--quick", "--json"]);
     let obj = v.as_object().unwrap();
     assert_eq!(obj.keys().collect::<Vec<_>>(), ["machine", "results"]);
     for key in ["name", "source", "cpus", "from_cpu", "to_cpu", "from_os_cpu", "to_os_cpu", "clock"] {
@@ -49,13 +47,8 @@ fn table_and_plot() {
     if !common::two_cpus("bench switch") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let svg = dir.path().join("switch.svg");
-    let out = corehop(&["bench", "switch", "--quick", "--plot", svg.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8(out.stdout).unwrap();
+    let (text, _) = common::plotted(&["bench", "switch", "--quick"]);
     assert!(text.contains("handoff+spin-then-park") && text.contains("x floor") && text.contains("takeaway"));
-    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
 }
 
 #[test]
@@ -74,9 +67,7 @@ fn rows_measures_only_the_named_rows_and_the_floor() {
     if !common::two_cpus("bench switch") {
         return;
     }
-    let out = corehop(&["bench", "switch", "--quick", "--json", "--rows", "yield,on"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let v = common::json_of(&["bench", "switch", "--quick", "--json", "--rows", "yield,on"]);
     let names: Vec<&str> =
         v["results"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["floor", "yield", "on"]);

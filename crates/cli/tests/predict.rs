@@ -95,14 +95,9 @@ fn several_traces_after_one_flag_end_in_a_summary() {
 
 #[test]
 fn table_and_plot() {
-    let dir = tempfile::tempdir().unwrap();
-    let svg = dir.path().join("p.svg");
     let path = fixture("tar.strace");
-    let out = corehop(&["predict", "--trace", path.to_str().unwrap(), "--plot", svg.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8(out.stdout).unwrap();
+    let (text, _) = common::plotted(&["predict", "--trace", path.to_str().unwrap()]);
     assert!(text.contains("fa200") && text.contains("dm1500") && text.contains("best constant"), "{text}");
-    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
 }
 
 #[test]

@@ -13,18 +13,8 @@ use common::{error_of, stdout_of};
 #[test]
 fn micro_benchmark_prints_the_table_and_the_pivot() {
     let micro = scenario("switch-micro.toml");
-    let dir = tempfile::tempdir().unwrap();
-    let svg = dir.path().join("bars.svg");
-    let out = stdout_of(&[
-        "sim",
-        micro.to_str().unwrap(),
-        "--set",
-        "workload.iterations=50",
-        "--plot",
-        svg.to_str().unwrap(),
-    ]);
-    let bars = std::fs::read_to_string(&svg).unwrap();
-    assert!(bars.contains("<svg") && bars.contains("switch-cs-quarter / wakeup"), "one labelled bar per run");
+    let (out, bars) = common::plotted(&["sim", micro.to_str().unwrap(), "--set", "workload.iterations=50"]);
+    assert!(bars.contains("switch-cs-quarter / wakeup"), "one labelled bar per run");
     assert!(out.contains("switch-micro"), "{out}");
     assert!(out.contains("ns per call by machine.preset and workload.mechanism"), "{out}");
     // The pivot comes last: one row per machine, one column per mechanism.

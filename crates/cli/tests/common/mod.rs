@@ -27,6 +27,24 @@ pub fn stdout_of(args: &[&str]) -> String {
     text(&out.stdout)
 }
 
+/// Runs `corehop ARGS`, which must succeed and print JSON, and returns it.
+pub fn json_of(args: &[&str]) -> serde_json::Value {
+    let stdout = stdout_of(args);
+    serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("corehop {args:?} printed no JSON ({e}): {stdout}"))
+}
+
+/// Runs `corehop ARGS --plot FILE.svg`, which must succeed and write an SVG there; returns its
+/// stdout and the SVG.
+pub fn plotted(args: &[&str]) -> (String, String) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let svg = dir.path().join("plot.svg");
+    let stdout = stdout_of(&[args, &["--plot", svg.to_str().expect("a UTF-8 path")]].concat());
+    let plot = std::fs::read_to_string(&svg).expect("--plot wrote its file");
+    assert!(plot.contains("<svg"), "not an SVG: {plot}");
+    (stdout, plot)
+}
+
 /// Runs `corehop ARGS`, which must fail, and returns its stderr.
 pub fn error_of(args: &[&str]) -> String {
     let out = corehop(args);
