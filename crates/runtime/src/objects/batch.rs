@@ -71,7 +71,7 @@ where
             let table = table.read().unwrap_or_else(|e| e.into_inner());
             ops.iter().map(|(id, _)| table[*id].clone()).collect()
         };
-        handles.iter().for_each(|h| h.prefetch_data());
+        handles.iter().for_each(|h| h.prefetch());
         let mut results = Vec::with_capacity(ops.len());
         let mut last = sys::now_ns();
         for ((_, op), object) in ops.into_iter().zip(&handles) {
@@ -185,7 +185,7 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
             let _zone = super::OpZone::enter();
             let results = ops
                 .map(|(object, op)| {
-                    object.prefetch_data();
+                    object.prefetch();
                     let replicated = route::is_replicated(object.route.load(Ordering::Relaxed));
                     if !countdown.next() {
                         return apply(&object.cell, op, !write && replicated);
@@ -211,10 +211,7 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
             // No worker of ours to hand a request to without waiting on it in place.
             return ops
                 .map(|(object, op)| {
-                    self.operate(object, write, move |cell| {
-                        let shared = !write && route::is_replicated(object.route.load(Ordering::Relaxed));
-                        apply(cell, op, shared)
-                    })
+                    self.operate(object, write, move |cell, replicated| apply(cell, op, !write && replicated))
                 })
                 .collect();
         }
@@ -245,7 +242,7 @@ impl<K: Hash + Eq, T: Send + Sync + 'static> Objects<K, T> {
                 }
                 target => {
                     // Run here: its data is fetched while the rest of the batch is sorted.
-                    object.prefetch_data();
+                    object.prefetch();
                     local.push((position, object, op, target.is_some(), route::is_replicated(code)))
                 }
             }

@@ -208,8 +208,8 @@ pub struct Object<T> {
 /// [`Arc`]), and it derefs to the [`Object`].
 ///
 /// It also carries where the object's data starts, when the registry was told how to find it
-/// ([`Objects::with_data_address`]): an operation asks for that data first, while the object's
-/// own line, which it reads before it may touch the value, is still on its way.
+/// ([`Objects::with_data_address`]): an operation asks for that data, and for its object's lock
+/// line, first, while the object's other lines are still on their way.
 #[derive(Debug)]
 pub struct Handle<T> {
     object: Arc<Object<T>>,
@@ -239,9 +239,11 @@ impl<T> Handle<T> {
         (self.data != 0).then_some(self.data as *const u8)
     }
 
-    /// Starts fetching the object's data, if its address is known.
+    /// Starts fetching the object's lock line, for the write that takes the lock, and its
+    /// data, if its address is known.
     #[inline(always)]
-    pub(crate) fn prefetch_data(&self) {
+    pub(crate) fn prefetch(&self) {
+        sys::prefetch_for_write(self.object.cell.lock() as *const OpLock as usize);
         if self.data != 0 {
             sys::prefetch_for_read(self.data);
         }
@@ -355,6 +357,15 @@ fn sample_now(task: Option<&crate::context::TaskCtx>, every: u32) -> bool {
     }
 }
 
+/// One operation in this many is sampled: fewer while every operation stays where it is called.
+fn sample_every(all_stay: bool) -> u32 {
+    if all_stay {
+        SAMPLE_EVERY_STAYING
+    } else {
+        SAMPLE_EVERY
+    }
+}
+
 #[inline(never)]
 fn sample_now_on_thread(every: u32) -> bool {
     UNTIL_SAMPLE.with(|left| count_down(left, every))
@@ -430,6 +441,9 @@ pub struct Objects<K, T> {
     /// Objects routed to an owner now: while there are none, no task can be waiting to run an
     /// operation here, and operations skip their scheduling point.
     scheduled: AtomicU64,
+    /// Objects the placer replicated: while there are none, an operation need not read its
+    /// object's route to know whether to read it under a shared hold.
+    replicated: AtomicU64,
     /// Objects pinned with [`Objects::pin`]: their routes are followed whatever the gate says.
     pinned: AtomicU64,
     /// The period the payoff sampler asks for (an epoch; its trials are shorter).
@@ -523,6 +537,7 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
             cheapest_move_ns: AtomicU64::new(u64::MAX),
             domain_ops_at_home,
             scheduled: AtomicU64::new(0),
+            replicated: AtomicU64::new(0),
             pinned: AtomicU64::new(0),
             period_ns: AtomicU64::new(config.period.as_nanos() as u64),
             base_period_ns: config.period.as_nanos() as u64,
@@ -615,7 +630,7 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
         object: &Handle<T>,
         op: impl FnOnce(&mut T) -> R + Send,
     ) -> Result<R, ObjectError> {
-        self.operate(object, true, |cell| cell.exclusive(op))
+        self.operate(object, true, |cell, _| cell.exclusive(op))
     }
 
     /// [`Objects::read`] through a handle.
@@ -624,36 +639,51 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
         object: &Handle<T>,
         op: impl FnOnce(&T) -> R + Send,
     ) -> Result<R, ObjectError> {
-        self.operate(object, false, |cell| {
-            if route::is_replicated(object.route.load(Ordering::Relaxed)) {
-                cell.shared(op)
-            } else {
-                cell.exclusive(|v| op(v))
-            }
-        })
+        self.operate(
+            object,
+            false,
+            |cell, replicated| {
+                if replicated {
+                    cell.shared(op)
+                } else {
+                    cell.exclusive(|v| op(v))
+                }
+            },
+        )
     }
 
-    /// Runs `op` where `object` lives and comes back. The way back is taken before the panic
-    /// of a failed `op` resumes: the caller's frames never run or unwind on another thread.
+    /// Runs `op` where `object` lives and comes back, telling it whether the object is
+    /// replicated. The way back is taken before the panic of a failed `op` resumes: the
+    /// caller's frames never run or unwind on another thread.
     fn operate<R: Send>(
         &self,
         object: &Handle<T>,
         write: bool,
-        op: impl FnOnce(&LockedCell<T>) -> R + Send,
+        op: impl FnOnce(&LockedCell<T>, bool) -> R + Send,
     ) -> Result<R, ObjectError> {
-        // Before anything reads the object's line (see `Handle`).
-        object.prefetch_data();
-        let moving = self.moving.load(Ordering::Relaxed);
-        let every = self.sample_every();
+        // Before anything reads the object's lines (see `Handle`).
+        object.prefetch();
+        let all_stay = self.all_stay();
+        let every = sample_every(all_stay);
         // The task's context lives on its stack and goes where it goes: valid after a hop.
         let task = crate::context::task();
         let sampled = sample_now(task, every);
-        if !sampled
-            && route::runs_anywhere(route::followed(object.route.load(Ordering::Acquire), moving, false))
+        if !sampled && all_stay && self.replicated.load(Ordering::Relaxed) == 0 {
+            // Every operation runs where it is called now, no object is replicated, and this
+            // one is not sampled: its route is not read, so that the lock's line is the first
+            // of the object it waits for (a locked write waits for the loads before it).
+            let _zone = OpZone::enter_in(task);
+            let out = op(&object.cell, false);
+            self.let_others_run();
+            return Ok(out);
+        }
+        let code = object.route.load(Ordering::Acquire);
+        let replicated = route::is_replicated(code);
+        if !sampled && route::runs_anywhere(route::followed(code, self.moving.load(Ordering::Relaxed), false))
         {
             // Stays where it is and is not sampled: nothing to measure, nothing to undo.
             let _zone = OpZone::enter_in(task);
-            let out = op(&object.cell);
+            let out = op(&object.cell, replicated);
             self.let_others_run();
             return Ok(out);
         }
@@ -661,7 +691,7 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
         let t0 = sys::now_ns();
         let out = {
             let _zone = crate::no_hop_zone();
-            panic::catch_unwind(panic::AssertUnwindSafe(|| op(&object.cell)))
+            panic::catch_unwind(panic::AssertUnwindSafe(|| op(&object.cell, replicated)))
         };
         let t1 = sys::now_ns();
         ran.hop_ns += self.come_back(std::mem::replace(&mut ran.back, Back::Stay));
@@ -787,8 +817,11 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
     }
 
     fn count_scheduled(&self, placer: &Placer) {
-        let n = placer.placements().iter().filter(|p| p.is_scheduled()).count();
+        let placements = placer.placements();
+        let n = placements.iter().filter(|p| p.is_scheduled()).count();
         self.scheduled.store(n as u64, Ordering::Relaxed);
+        let replicated = placements.iter().filter(|p| matches!(p, Placement::Replicated)).count();
+        self.replicated.store(replicated as u64, Ordering::Relaxed);
     }
 
     fn index_of(&self, cpu: CpuId) -> usize {
@@ -838,11 +871,7 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
     /// called (no object routed, or the gate keeps them all here), when samples only watch
     /// for a saving worth moving for.
     fn sample_every(&self) -> u32 {
-        if self.all_stay() {
-            SAMPLE_EVERY_STAYING
-        } else {
-            SAMPLE_EVERY
-        }
+        sample_every(self.all_stay())
     }
 
     /// Whether every operation runs where it is called now: no object is routed anywhere, or
@@ -1124,5 +1153,59 @@ mod tests {
             assert_eq!(line(read), 1);
         }
         assert_eq!(line(&object.counters as *const _ as usize), 2);
+    }
+
+    /// The most readers of object 0 that were inside a read at once, two threads reading it
+    /// once each (a reader waits up to `wait` inside for the other).
+    fn readers_inside_at_once(objects: &Objects<u32, u64>, wait: Duration) -> usize {
+        use std::sync::atomic::AtomicUsize;
+        let (arrived, inside, most) = (AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0));
+        let handle = objects.handle(&0).unwrap();
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    // A thread's first operation is sampled: the read below is not.
+                    objects.read_handle(&handle, |_| ()).unwrap();
+                    objects
+                        .read_handle(&handle, |_| {
+                            most.fetch_max(inside.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                            arrived.fetch_add(1, Ordering::SeqCst);
+                            let deadline = std::time::Instant::now() + wait;
+                            while arrived.load(Ordering::SeqCst) < 2 && std::time::Instant::now() < deadline {
+                                std::hint::spin_loop();
+                            }
+                            inside.fetch_sub(1, Ordering::SeqCst);
+                        })
+                        .unwrap();
+                });
+            }
+        });
+        most.load(Ordering::SeqCst)
+    }
+
+    #[test]
+    fn reads_of_a_replicated_object_share_it_while_every_operation_stays() {
+        let mut machine = Machine::uniform("test", &sys::affinity().unwrap(), 1);
+        let cpus: Vec<CpuId> = machine.cpus().iter().map(|c| c.id).collect();
+        let l2 = |cpu| corehop_topology::Cache {
+            level: 2,
+            kind: corehop_topology::CacheKind::Unified,
+            size_bytes: 1 << 20,
+            line_bytes: 64,
+            cpus: vec![cpu],
+        };
+        machine.caches = cpus.iter().map(|&cpu| l2(cpu)).collect();
+        let config = ObjectsConfig { period: Duration::from_secs(3600), ..ObjectsConfig::default() };
+        let objects = Objects::<u32, u64>::new(&machine, &cpus, config).unwrap();
+        objects.register(0, 7, 64).unwrap();
+        assert!(objects.all_stay());
+        // Local: one reader at a time.
+        assert_eq!(readers_inside_at_once(&objects, Duration::from_millis(50)), 1);
+        // As the end of a period leaves an object the placer replicated.
+        let object = objects.handle(&0).unwrap();
+        object.route.store(route::encode(Placement::Replicated, Via::Any, false, |c| c.0), Ordering::Release);
+        objects.replicated.store(1, Ordering::Relaxed);
+        assert!(objects.all_stay());
+        assert_eq!(readers_inside_at_once(&objects, Duration::from_secs(5)), 2);
     }
 }
