@@ -160,6 +160,11 @@ impl<T> LockedCell<T> {
         }
     }
 
+    /// Where the value is (only to prefetch it: reading through it needs the lock).
+    pub(crate) fn value_address(&self) -> usize {
+        self.value.get() as usize
+    }
+
     /// The lock alone, for operations whose data lives outside the cell (the C API).
     pub fn lock(&self) -> &OpLock {
         &self.lock

@@ -239,11 +239,14 @@ impl<T> Handle<T> {
         (self.data != 0).then_some(self.data as *const u8)
     }
 
-    /// Starts fetching the object's lock line, for the write that takes the lock, and its
-    /// data, if its address is known.
+    /// Starts fetching the object's lock line, for the write that takes the lock, its value's
+    /// line, and its data, if its address is known.
     #[inline(always)]
     pub(crate) fn prefetch(&self) {
-        sys::prefetch_for_write(self.object.cell.lock() as *const OpLock as usize);
+        let cell = &self.object.cell;
+        sys::prefetch_for_write(cell.lock() as *const OpLock as usize);
+        // The value's line, read once the lock is taken.
+        sys::prefetch_for_read(cell.value_address());
         if self.data != 0 {
             sys::prefetch_for_read(self.data);
         }
