@@ -301,18 +301,28 @@ pub struct Adaptive {
     /// Per arm, what the calls of this epoch would have cost their callers under it, by the
     /// measured arm's estimates: an arm's first trial is weighed against that, not a guess.
     expected: Vec<f64>,
-    /// Calls until the next one is tallied in `expected` (one in [`EXPECTED_EVERY`]).
+    /// Calls until the next one is tallied in `expected`.
     until_tally: u32,
+    /// One call in this many is tallied this epoch (see [`TALLIED_PER_EPOCH`]).
+    tally_every: u32,
+    /// Calls observed this epoch.
+    epoch_calls: u32,
     /// Whether an epoch has ended. Before that only the arm in force learns: no round starts
     /// before the warm-up's epochs have passed, and a process that ends within its first
     /// epoch (most of a shell pipeline's) would pay for the others' learning and gain nothing.
     past_first_epoch: bool,
 }
 
-/// Adaptive tallies the expected cost of one call in this many, and the arms not in force learn
-/// from that one: a sample serves the ratio of arms' costs, and their tables, as well as every
-/// call, at an eighth of the work.
-const EXPECTED_EVERY: u32 = 8;
+/// Adaptive tallies the expected cost of about this many calls an epoch, evenly spread, and the
+/// arms not in force learn from those: a sample serves the ratio of arms' costs, and their
+/// tables, as well as every call. A tally asks every arm to decide and costs 100-150 ns; at one
+/// call in 8 that was 1-2 % of a task file server's calls of 2 µs, which make 10 000 an epoch
+/// (docs/performance.md, "Thirtieth session"). An epoch of few calls tallies each of them.
+const TALLIED_PER_EPOCH: u32 = 128;
+
+/// Before the first epoch's calls are counted, and at most: one call in this many is tallied.
+const FIRST_TALLY_EVERY: u32 = 8;
+const MAX_TALLY_EVERY: u32 = 64;
 
 impl Adaptive {
     /// `Never` and `moving` (none of them adaptive), sampled with `config`. It starts in
@@ -328,6 +338,8 @@ impl Adaptive {
         Ok(Adaptive {
             expected: vec![0.0; arms.len()],
             until_tally: 0,
+            tally_every: FIRST_TALLY_EVERY,
+            epoch_calls: 0,
             past_first_epoch: false,
             arms,
             sampler,
@@ -335,9 +347,9 @@ impl Adaptive {
     }
 
     /// The arms learn from `call`: the arm in force from every call, a measured arm only from
-    /// the calls it placed itself (its epochs), the others from one call in [`EXPECTED_EVERY`]
-    /// after the first epoch; with a measured arm, each arm's expected cost of those calls
-    /// adds to the epoch's tally.
+    /// the calls it placed itself (its epochs), the others from the calls tallied after the
+    /// first epoch (see [`TALLIED_PER_EPOCH`]); with a measured arm, each arm's expected cost
+    /// of those calls adds to the epoch's tally.
     ///
     /// A measured arm that also learned from other arms' trials took their moves as its own
     /// probes, outside its probe budget: one trial of `always` gave every key a few moved
@@ -345,6 +357,7 @@ impl Adaptive {
     /// on noise (SQLite in `bench offload`: tuned 0.90-0.97 of the best fixed rule, 1.03-1.04
     /// once the measured arm learned from its own calls only).
     fn observe(&mut self, call: &CallDesc, cost: CallCost) {
+        self.epoch_calls = self.epoch_calls.saturating_add(1);
         let active = self.sampler.next_epoch().arm;
         self.arms[active].observe(call, cost);
         if !self.past_first_epoch {
@@ -354,7 +367,7 @@ impl Adaptive {
             self.until_tally -= 1;
             return;
         }
-        self.until_tally = EXPECTED_EVERY - 1;
+        self.until_tally = self.tally_every - 1;
         // The arms not in force learn from these calls only: their tables serve their trials,
         // and a predictor learning from every call cost a loop of cheap calls more than all
         // the rest of the library (docs/performance.md, "Twenty-seventh session").
@@ -380,6 +393,11 @@ impl Adaptive {
             }
         }
         self.expected.iter_mut().for_each(|e| *e = 0.0);
+        if !self.sampler.next_epoch().trial {
+            // A trial is shorter than the epochs that follow it: only a full one sets the rate.
+            self.tally_every = (self.epoch_calls / TALLIED_PER_EPOCH).clamp(1, MAX_TALLY_EVERY);
+        }
+        self.epoch_calls = 0;
         self.past_first_epoch = true;
         self.sampler.epoch_end(work, duration);
     }
@@ -714,6 +732,20 @@ mod tests {
 
     fn read(size: u64) -> CallDesc {
         CallDesc::new(CallKind::Read, 3, size, 1)
+    }
+
+    #[test]
+    fn adaptive_tallies_about_as_many_calls_an_epoch_however_many_it_sees() {
+        let OffloadPolicy::Adaptive(mut a) = "adaptive".parse().unwrap() else { unreachable!() };
+        // The warm-up's epochs: no trial, so each one sets the rate for the next.
+        assert_eq!(a.tally_every, FIRST_TALLY_EVERY);
+        for (calls, every) in [(100_000, MAX_TALLY_EVERY), (2_560, 20), (50, 1)] {
+            for _ in 0..calls {
+                a.observe(&read(100), CallCost::local(1_000));
+            }
+            a.epoch_end(calls as f64, 20_000_000);
+            assert_eq!(a.tally_every, every, "after an epoch of {calls} calls");
+        }
     }
 
     #[test]
