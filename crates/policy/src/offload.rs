@@ -320,8 +320,9 @@ pub struct Adaptive {
 /// (docs/performance.md, "Thirtieth session"). An epoch of few calls tallies each of them.
 const TALLIED_PER_EPOCH: u32 = 128;
 
-/// Before the first epoch's calls are counted, and at most: one call in this many is tallied.
+/// One call in this many is tallied until an epoch's calls were counted,
 const FIRST_TALLY_EVERY: u32 = 8;
+/// and one in this many at most, however many calls an epoch has.
 const MAX_TALLY_EVERY: u32 = 64;
 
 impl Adaptive {
