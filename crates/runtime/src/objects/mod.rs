@@ -269,7 +269,7 @@ impl<T> Object<T> {
 mod route {
     use super::Placement;
 
-    const LOCAL: u64 = 0;
+    pub const LOCAL: u64 = 0;
     const REPLICATED: u64 = 1;
     const CORE: u64 = 2;
     const DOMAIN: u64 = 3;
@@ -671,16 +671,11 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
         // The task's context lives on its stack and goes where it goes: valid after a hop.
         let task = crate::context::task();
         let sampled = sample_now(task, every);
-        if !sampled && all_stay && self.replicated.load(Ordering::Relaxed) == 0 {
-            // Every operation runs where it is called now, no object is replicated, and this
-            // one is not sampled: its route is not read, so that the lock's line is the first
-            // of the object it waits for (a locked write waits for the loads before it).
-            let _zone = OpZone::enter_in(task);
-            let out = op(&object.cell, false);
-            self.let_others_run();
-            return Ok(out);
-        }
-        let code = object.route.load(Ordering::Acquire);
+        // While every operation runs where it is called and no object is replicated, an
+        // unsampled one reads no route (it is local): the lock's line is then the first of the
+        // object it waits for (a locked write waits for the loads before it).
+        let all_local = !sampled && all_stay && self.replicated.load(Ordering::Relaxed) == 0;
+        let code = if all_local { route::LOCAL } else { object.route.load(Ordering::Acquire) };
         let replicated = route::is_replicated(code);
         if !sampled && route::runs_anywhere(route::followed(code, self.moving.load(Ordering::Relaxed), false))
         {
