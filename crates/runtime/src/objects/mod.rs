@@ -658,6 +658,7 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
     /// Runs `op` where `object` lives and comes back, telling it whether the object is
     /// replicated. The way back is taken before the panic of a failed `op` resumes: the
     /// caller's frames never run or unwind on another thread.
+    #[inline(always)]
     fn operate<R: Send>(
         &self,
         object: &Handle<T>,
@@ -671,13 +672,34 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
         // The task's context lives on its stack and goes where it goes: valid after a hop.
         let task = crate::context::task();
         let sampled = sample_now(task, every);
-        // While every operation runs where it is called and no object is replicated, an
-        // unsampled one reads no route (it is local): the lock's line is then the first of the
-        // object it waits for (a locked write waits for the loads before it).
-        let all_local = !sampled && all_stay && self.replicated.load(Ordering::Relaxed) == 0;
-        let code = if all_local { route::LOCAL } else { object.route.load(Ordering::Acquire) };
+        if !sampled && all_stay && self.replicated.load(Ordering::Relaxed) == 0 {
+            // No route is followed and nothing is replicated: the operation runs here, reads
+            // no route (the lock's line is the first of the object it waits for), and is no
+            // scheduling point, since no task follows a route here (one that moved before
+            // the routes stopped gets in at the next sampled operation). This path is kept
+            // apart from the rest, which is not inlined: in one function with it, hashed
+            // lookups through it ran at 0.7 of plain threads (docs/performance.md).
+            let _zone = OpZone::enter_in(task);
+            return Ok(op(&object.cell, false));
+        }
+        self.operate_routed(object, write, task, sampled.then_some(every), op)
+    }
+
+    /// [`Objects::operate`] for an operation that is sampled (`weight`: the operations it
+    /// stands for), or may follow a route, or may read a replica.
+    #[inline(never)]
+    fn operate_routed<R: Send>(
+        &self,
+        object: &Handle<T>,
+        write: bool,
+        task: Option<&crate::context::TaskCtx>,
+        weight: Option<u32>,
+        op: impl FnOnce(&LockedCell<T>, bool) -> R + Send,
+    ) -> Result<R, ObjectError> {
+        let code = object.route.load(Ordering::Acquire);
         let replicated = route::is_replicated(code);
-        if !sampled && route::runs_anywhere(route::followed(code, self.moving.load(Ordering::Relaxed), false))
+        if weight.is_none()
+            && route::runs_anywhere(route::followed(code, self.moving.load(Ordering::Relaxed), false))
         {
             // Stays where it is and is not sampled: nothing to measure, nothing to undo.
             let _zone = OpZone::enter_in(task);
@@ -694,8 +716,7 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
         let t1 = sys::now_ns();
         ran.hop_ns += self.come_back(std::mem::replace(&mut ran.back, Back::Stay));
         let out = out.unwrap_or_else(|payload| panic::resume_unwind(payload));
-        let weight = if sampled { u64::from(every) } else { 0 };
-        self.account(object, &ran, t0, t1, write, weight);
+        self.account(object, &ran, t0, t1, write, weight.map_or(0, u64::from));
         self.let_others_run();
         Ok(out)
     }
