@@ -449,6 +449,9 @@ pub struct Objects<K, T> {
     replicated: AtomicU64,
     /// Objects pinned with [`Objects::pin`]: their routes are followed whatever the gate says.
     pinned: AtomicU64,
+    /// [`Objects::all_stay`] and nothing replicated, in one word for the operations that
+    /// stay (see [`Objects::operate`]); set under the placer's lock by [`Objects::set_all_here`].
+    all_here: AtomicBool,
     /// The period the payoff sampler asks for (an epoch; its trials are shorter).
     period_ns: AtomicU64,
     /// The configured period.
@@ -542,6 +545,7 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
             scheduled: AtomicU64::new(0),
             replicated: AtomicU64::new(0),
             pinned: AtomicU64::new(0),
+            all_here: AtomicBool::new(true),
             period_ns: AtomicU64::new(config.period.as_nanos() as u64),
             base_period_ns: config.period.as_nanos() as u64,
             period_now_ns: AtomicU64::new(config.period.as_nanos() as u64),
@@ -667,12 +671,12 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
     ) -> Result<R, ObjectError> {
         // Before anything reads the object's lines (see `Handle`).
         object.prefetch();
-        let all_stay = self.all_stay();
-        let every = sample_every(all_stay);
+        let here = self.all_here.load(Ordering::Relaxed);
+        let every = sample_every(here || self.all_stay());
         // The task's context lives on its stack and goes where it goes: valid after a hop.
         let task = crate::context::task();
         let sampled = sample_now(task, every);
-        if !sampled && all_stay && self.replicated.load(Ordering::Relaxed) == 0 {
+        if !sampled && here {
             // No route is followed and nothing is replicated: the operation runs here, reads
             // no route (the lock's line is the first of the object it waits for), and is no
             // scheduling point, since no task follows a route here (one that moved before
@@ -792,6 +796,7 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
             (route::PINNED, 0) => self.pinned.fetch_sub(1, Ordering::Relaxed),
             _ => 0,
         };
+        self.set_all_here();
         object.route.store(
             route::encode(placement, via, self.domain_ops_at_home, |c| self.index_of(c)) | pinned,
             Ordering::Release,
@@ -841,6 +846,14 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
         self.scheduled.store(n as u64, Ordering::Relaxed);
         let replicated = placements.iter().filter(|p| matches!(p, Placement::Replicated)).count();
         self.replicated.store(replicated as u64, Ordering::Relaxed);
+        self.set_all_here();
+    }
+
+    /// Sets [`Objects::all_here`] from what it sums up. Called, with the placer locked, after
+    /// every change to those: the placer's counts, the gate's arm, a pin.
+    fn set_all_here(&self) {
+        let here = self.all_stay() && self.replicated.load(Ordering::Relaxed) == 0;
+        self.all_here.store(here, Ordering::Relaxed);
     }
 
     fn index_of(&self, cpu: CpuId) -> usize {
@@ -984,6 +997,7 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
         sampler.epoch_end(ops as f64, elapsed_ns);
         let next = sampler.next_epoch();
         self.moving.store(next.arm != STAY, Ordering::Relaxed);
+        self.set_all_here();
         self.period_ns.store(next.length(self.base_period_ns), Ordering::Relaxed);
     }
 
@@ -1224,6 +1238,7 @@ mod tests {
         let object = objects.handle(&0).unwrap();
         object.route.store(route::encode(Placement::Replicated, Via::Any, false, |c| c.0), Ordering::Release);
         objects.replicated.store(1, Ordering::Relaxed);
+        objects.set_all_here();
         assert!(objects.all_stay());
         assert_eq!(readers_inside_at_once(&objects, Duration::from_secs(5)), 2);
     }
