@@ -612,6 +612,27 @@ fn compare_runs_both_ways_and_checks_the_outputs() {
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     assert!(stdout.contains("plain (baseline)") && stdout.contains("offload always"), "{stdout}");
     assert!(!stdout.contains("NO"), "{stdout}");
+    assert!(!stdout.contains("offload summary"), "a summary without --stats: {stdout}");
+    // The timed runs collect no summary; with --stats one more run prints it.
+    let out = corehop()
+        .args([
+            "run",
+            "--offload",
+            "--policy",
+            "always",
+            "--compare",
+            "1",
+            "--stats",
+            "--",
+            "wc",
+            "-c",
+            "/etc/hostname",
+        ])
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("corehop offload summary") && stdout.contains("read"), "{stdout}");
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join("cmp.svg");
     let out = corehop()
