@@ -218,11 +218,20 @@ impl Real {
     }
 
     /// The address of the real function, or null if libc has none.
+    #[inline(always)]
     pub fn get(&self) -> *mut c_void {
         let p = self.ptr.load(Ordering::Acquire);
         if !p.is_null() {
             return p;
         }
+        self.look_up()
+    }
+
+    /// The first use: looks the function up. Out of line, so that a call that passes the
+    /// library by needs no frame for it.
+    #[cold]
+    #[inline(never)]
+    fn look_up(&self) -> *mut c_void {
         // SAFETY: `name` is NUL-terminated; dlsym is thread-safe and does not call any
         // interposed function.
         let p = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) };
