@@ -516,14 +516,15 @@ impl OffloadPolicy {
     }
 
     /// Whether every call stays local now, whatever it is: `Never`, a timed [`Predicted`]
-    /// policy whose keys, kinds and calls as a whole all run below its N, a [`Measured`]
+    /// policy whose keys, kinds and calls as a whole all run below its N (keys and kinds not
+    /// observed lately aside, see [`RunLengthPredictor::all_below_lately`]), a [`Measured`]
     /// policy with no key moving and no probe due, or an adaptive policy running such an arm
     /// (not a trial of another). A driver may skip [`OffloadPolicy::decide`] then: it is a few
     /// loads, where deciding hashes the call.
     pub fn keeps_all_local(&self) -> bool {
         match self {
             OffloadPolicy::Never => true,
-            OffloadPolicy::Predicted(p) => p.predictor.all_below(p.effective_threshold()),
+            OffloadPolicy::Predicted(p) => p.predictor.all_below_lately(p.effective_threshold()),
             OffloadPolicy::Measured(m) => m.moves_nothing(),
             OffloadPolicy::Adaptive(a) => a.active().keeps_all_local(),
             _ => false,
