@@ -80,7 +80,7 @@ macro_rules! entry_points {
             /// The entry point; `site` is the program's return address (0: unknown). A call
             /// that passes the library by goes to libc from here: kept apart from [`full`],
             /// it pays no frame of that function's size (a program of one-byte reads and
-            /// writes ran about 3 % faster; docs/performance.md).
+            /// writes ran half a per cent faster; docs/performance.md).
             pub(super) unsafe extern "C" fn body($($arg: $ty,)* site: usize) -> $ret {
                 entry_points!(@pass $mode real($($arg),*), $ret);
                 // SAFETY: this function's contract.

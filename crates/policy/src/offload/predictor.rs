@@ -340,6 +340,8 @@ const SEEN: usize = 2 + RECENT_WORDS;
 /// `open` of 8 µs at a program's start otherwise kept every later call of a `dd` of
 /// one-byte blocks on the library's full path, at 1.5 times the program's plain time.
 const IDLE_AFTER: u32 = 16_384;
+/// Observations between two looks for keys and kinds gone idle (a look reads every used slot).
+const IDLE_CHECK_EVERY: u32 = IDLE_AFTER / 4;
 
 /// The state of the timed form: per key (tagged, direct mapped) and per call kind.
 #[derive(Clone, Debug)]
@@ -577,7 +579,7 @@ impl Timed {
         if self.counted_at.is_none() || (self.counted_at != Some(n) && self.since_count >= RECOUNT_EVERY) {
             self.count_above(n);
         }
-        if self.observed.is_multiple_of(RECOUNT_EVERY) && self.above_slots > 0 {
+        if self.observed.is_multiple_of(IDLE_CHECK_EVERY) && self.above_slots > 0 {
             self.count_above_lately(n);
         }
     }
@@ -690,7 +692,7 @@ impl RunLengthPredictor {
     }
 
     /// [`RunLengthPredictor::all_below`], not counting keys and call kinds that have not been
-    /// observed lately (16 384 observations): a driver that skips asking while this holds runs
+    /// observed lately (16 384 to 20 480 observations): a driver that skips asking while this holds runs
     /// the next call of such a key where it is, until that call is observed again.
     pub fn all_below_lately(&self, n: u64) -> bool {
         self.timed.as_ref().is_some_and(|timed| timed.all_below_lately(n))
@@ -1137,7 +1139,7 @@ mod tests {
         }
         assert!(p.above_call(&open, 1000));
         assert!(!p.all_below(1000) && !p.all_below_lately(1000), "the open key was seen lately");
-        for _ in 0..IDLE_AFTER + RECOUNT_EVERY {
+        for _ in 0..IDLE_AFTER + IDLE_CHECK_EVERY {
             p.observe_call(&read, 100, 1000);
         }
         assert!(!p.all_below(1000), "all_below stays exact");
