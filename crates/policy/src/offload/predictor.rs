@@ -436,15 +436,9 @@ impl Timed {
     /// Counts anew, at `n`, the slots that say above it.
     fn count_above(&mut self, n: u64) {
         let says = |r: &Recent| u32::from(r.above(n) == Some(true));
-        let mut count = self.kinds.iter().map(says).sum::<u32>() + says(&self.any);
-        for (w, &bits) in self.used.iter().enumerate() {
-            let mut bits = bits;
-            while bits != 0 {
-                let at = (w * 64 + bits.trailing_zeros() as usize) * SLOT_WORDS;
-                count += says(&Self::recent_of(&self.words[at..at + SLOT_WORDS]));
-                bits &= bits - 1;
-            }
-        }
+        let count = self.kinds.iter().map(says).sum::<u32>()
+            + says(&self.any)
+            + self.used_slots().map(|slot| says(&Self::recent_of(slot))).sum::<u32>();
         (self.above_slots, self.counted_at, self.since_count) = (count, Some(n), 0);
     }
 
@@ -463,6 +457,21 @@ impl Timed {
 
     fn slots(&self) -> impl Iterator<Item = &[u32]> {
         self.words.chunks_exact(SLOT_WORDS)
+    }
+
+    /// The slots that ever held a key ([`Timed::used`]): the only pages of the table a count
+    /// over them touches.
+    fn used_slots(&self) -> impl Iterator<Item = &[u32]> {
+        self.used.iter().enumerate().flat_map(move |(w, &bits)| {
+            let mut bits = bits;
+            std::iter::from_fn(move || {
+                (bits != 0).then(|| {
+                    let at = (w * 64 + bits.trailing_zeros() as usize) * SLOT_WORDS;
+                    bits &= bits - 1;
+                    &self.words[at..at + SLOT_WORDS]
+                })
+            })
+        })
     }
 
     /// The words of `key`'s slot.
@@ -589,17 +598,9 @@ impl Timed {
     fn count_above_lately(&mut self, n: u64) {
         let busy = |seen: u32| self.observed.wrapping_sub(seen) < IDLE_AFTER;
         let says = |r: &Recent| r.above(n) == Some(true);
-        let mut above = says(&self.any)
-            || self.kinds.iter().zip(&self.kinds_seen).any(|(r, &seen)| busy(seen) && says(r));
-        for (w, &bits) in self.used.iter().enumerate() {
-            let mut bits = bits;
-            while bits != 0 && !above {
-                let at = (w * 64 + bits.trailing_zeros() as usize) * SLOT_WORDS;
-                let slot = &self.words[at..at + SLOT_WORDS];
-                above = busy(slot[SEEN]) && says(&Self::recent_of(slot));
-                bits &= bits - 1;
-            }
-        }
+        let above = says(&self.any)
+            || self.kinds.iter().zip(&self.kinds_seen).any(|(r, &seen)| busy(seen) && says(r))
+            || self.used_slots().any(|slot| busy(slot[SEEN]) && says(&Self::recent_of(slot)));
         self.none_above_lately = (!above).then_some(n);
     }
 

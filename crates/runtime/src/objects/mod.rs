@@ -269,7 +269,7 @@ impl<T> Object<T> {
 mod route {
     use super::Placement;
 
-    pub const LOCAL: u64 = 0;
+    const LOCAL: u64 = 0;
     const REPLICATED: u64 = 1;
     const CORE: u64 = 2;
     const DOMAIN: u64 = 3;
@@ -357,15 +357,6 @@ fn sample_now(task: Option<&crate::context::TaskCtx>, every: u32) -> bool {
     match task {
         Some(task) => count_down(&task.until_sample, every),
         None => sample_now_on_thread(every),
-    }
-}
-
-/// One operation in this many is sampled: fewer while every operation stays where it is called.
-fn sample_every(all_stay: bool) -> u32 {
-    if all_stay {
-        SAMPLE_EVERY_STAYING
-    } else {
-        SAMPLE_EVERY
     }
 }
 
@@ -672,7 +663,7 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
         // Before anything reads the object's lines (see `Handle`).
         object.prefetch();
         let here = self.all_here.load(Ordering::Relaxed);
-        let every = sample_every(here || self.all_stay());
+        let every = if here { SAMPLE_EVERY_STAYING } else { self.sample_every() };
         // The task's context lives on its stack and goes where it goes: valid after a hop.
         let task = crate::context::task();
         let sampled = sample_now(task, every);
@@ -903,7 +894,11 @@ impl<K: Hash + Eq, T: Send + Sync> Objects<K, T> {
     /// called (no object routed, or the gate keeps them all here), when samples only watch
     /// for a saving worth moving for.
     fn sample_every(&self) -> u32 {
-        sample_every(self.all_stay())
+        if self.all_stay() {
+            SAMPLE_EVERY_STAYING
+        } else {
+            SAMPLE_EVERY
+        }
     }
 
     /// Whether every operation runs where it is called now: no object is routed anywhere, or
