@@ -61,7 +61,8 @@ pub struct Args {
     /// Policies to compare (comma-separated): never, always, size (the 4 KB rule), static
     /// (calls whose profiled mean run is ≥ 2 × the measured hop), predicted (the timed run-length
     /// predictor, N = the measured hop round trip plus --caller-spin-us: what a caller's CPU
-    /// spends on a moved call, so only calls that run longer give it time back; N rises to
+    /// spends on a moved call, so only calls that run longer give it time back; files-tasks
+    /// adds no spin, since its tasks yield their CPU while a call runs elsewhere; N rises to
     /// the measured cost of a move if that is higher), measured (a call key moves once moving
     /// it measured cheaper for its caller than running it here; probes within 1 % of the
     /// calls' time), tuned (the default of `corehop run --offload`: starts in measured, and
@@ -99,7 +100,8 @@ pub struct Args {
     pub service_cpu: Option<usize>,
     /// How long a caller spins for an offloaded result before sleeping on a futex, in µs.
     /// Spinning is fastest when the application CPU has nothing else to run, but it steals
-    /// the CPU from other application threads (the file server's client shares it).
+    /// the CPU from other application threads (the file server's client shares it). The
+    /// tasks of files-tasks do not spin: they yield.
     #[arg(long, default_value_t = 10)]
     pub caller_spin_us: u64,
     /// How long an idle service core polls for work before sleeping, in µs.
@@ -534,12 +536,13 @@ fn measure(
                 let choice = &choices[i];
                 bar.set_message(format!("{} {}", workload.name(), choice.name()));
                 let before = cores.stats()[0];
-                let (run, served) = bench.one(
-                    workload,
-                    choice.build(hop_ns, args.caller_spin_us * 1_000, &profile)?,
-                    false,
-                    &data,
-                )?;
+                // A task whose call moved yields its CPU instead of spinning for the result.
+                let caller_spin_ns = match workload {
+                    Workload::FilesTasks => 0,
+                    _ => args.caller_spin_us * 1_000,
+                };
+                let (run, served) =
+                    bench.one(workload, choice.build(hop_ns, caller_spin_ns, &profile)?, false, &data)?;
                 let after = cores.stats()[0];
                 let s = &mut samples[i];
                 s.throughput.push(run.ops as f64 * 1e9 / run.wall_ns.max(1) as f64);
