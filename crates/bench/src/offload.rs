@@ -232,6 +232,15 @@ impl Workload {
         }
     }
 
+    /// What a caller of this workload spends on a moved call besides the hop, given how long
+    /// a thread spins for the result (`spin_us`): a task yields its CPU instead.
+    fn caller_spin_ns(self, spin_us: u64) -> u64 {
+        match self {
+            Workload::FilesTasks => 0,
+            Workload::Sqlite | Workload::Files => spin_us.saturating_mul(1_000),
+        }
+    }
+
     fn parse(name: &str) -> anyhow::Result<Workload> {
         match name.trim() {
             "sqlite" => Ok(Workload::Sqlite),
@@ -536,11 +545,7 @@ fn measure(
                 let choice = &choices[i];
                 bar.set_message(format!("{} {}", workload.name(), choice.name()));
                 let before = cores.stats()[0];
-                // A task whose call moved yields its CPU instead of spinning for the result.
-                let caller_spin_ns = match workload {
-                    Workload::FilesTasks => 0,
-                    _ => args.caller_spin_us * 1_000,
-                };
+                let caller_spin_ns = workload.caller_spin_ns(args.caller_spin_us);
                 let (run, served) =
                     bench.one(workload, choice.build(hop_ns, caller_spin_ns, &profile)?, false, &data)?;
                 let after = cores.stats()[0];
@@ -766,6 +771,22 @@ mod tests {
             service_thread_busy: None,
             ended_on: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_task_server_pays_the_hop_alone_for_a_move() {
+        let profile = StaticProfile::from_profile([], 2_000);
+        let n = |workload: Workload| match PolicyChoice::Predicted
+            .build(2_000, workload.caller_spin_ns(10), &profile)
+            .unwrap()
+        {
+            OffloadPolicy::Predicted(p) => p.effective_threshold(),
+            other => panic!("{other:?}"),
+        };
+        // A thread spins up to 10 µs for a moved call's result; a task yields its CPU.
+        assert_eq!(n(Workload::FilesTasks), 2_000);
+        assert_eq!(n(Workload::Files), 12_000);
+        assert_eq!(n(Workload::Sqlite), 12_000);
     }
 
     #[test]
