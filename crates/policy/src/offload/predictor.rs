@@ -575,13 +575,19 @@ impl Timed {
             self.kinds_seen[Self::kind_slot(kind)] = self.observed;
         }
         learn(&mut self.any);
+        // Both counts usually stand at the same threshold: count this key's slots once then.
+        let after = self.counted_at.map(|at| (at, self.above_among(range.clone(), kind, at)));
         if let Some(at) = self.none_above_lately {
-            if self.above_among(range.clone(), kind, at) > 0 {
+            let above = match after {
+                Some((counted, above)) if counted == at => above,
+                _ => self.above_among(range, kind, at),
+            };
+            if above > 0 {
                 self.none_above_lately = None;
             }
         }
-        if let (Some(at), Some(before)) = (self.counted_at, before) {
-            self.above_slots = self.above_slots + self.above_among(range, kind, at) - before;
+        if let (Some((_, after)), Some(before)) = (after, before) {
+            self.above_slots = self.above_slots + after - before;
         }
         self.since_count = self.since_count.saturating_add(1);
         let n = n.or(self.counted_at).unwrap_or(0);
