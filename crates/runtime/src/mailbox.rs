@@ -1,6 +1,7 @@
-//! A worker's inbox, and the park/unpark protocol of the worker that reads it.
+//! A worker's inbox, and the park/unpark protocol of the worker that reads it: every pool's
+//! worker but the SMT contexts (which share their core's queues) reads one.
 //!
-//! Two ways in:
+//! Three ways in:
 //! - **Lanes**, for hops between workers: each worker owns one lane into every mailbox
 //!   ([`LaneWriter`]), a single-producer ring of a few slots (Lamport's queue with sequence
 //!   numbers). A slot is one line: a word holding the node's address and the send's number,
@@ -11,8 +12,13 @@
 //!   ([`Mailbox::reserve`], then [`Reservation::publication`]) for a producer that must make
 //!   the publishing store itself: a task's stack switch, which may publish the task only once
 //!   it has left the task's stack.
-//! - **The list**, for everything else (spawns from any thread, and hops whose lane is still
-//!   full): a Treiber stack; the reader takes it all with one `swap` and reverses it.
+//! - **The list**, for everything else (spawns from any thread, hops whose lane is still full,
+//!   a host's or a service core's orders): a Treiber stack; the reader takes it all with one
+//!   `swap` and reverses it.
+//! - **The door**, the park word producers ring ([`corehop_sys::park::Door`]): a plain
+//!   `Parker` for task workers and component hosts; for a service core, the call slots of
+//!   `corehop_sys::handoff`, whose doorbell names the calls that wait, so calls and the list
+//!   wake the reader through one futex word ([`Mailbox::with_door`]).
 //!
 //! ```text
 //!  producers                                 the one consumer (the worker)
@@ -39,10 +45,11 @@
 //! and locked instructions as possible (here: one line, no lock, no allocation, the node *is*
 //! the task), and the whole protocol must be small enough to model-check with loom.
 //!
-//! No lost wake-ups: the reader sleeps on a `corehop_sys::park::Parker`, the one park/wake
-//! protocol of corehop (argued and loom-checked there): each producer publishes its node,
-//! then swaps a token into the park word, and wakes the futex if the reader's flag was there.
-//! The models below check the mailbox's use of it.
+//! No lost wake-ups: the reader sleeps on its door, which follows `corehop_sys::park`, the one
+//! park/wake protocol of corehop (argued and loom-checked there): each producer publishes its
+//! node, then changes the park word by a read-modify-write (a `Parker` takes a token, call
+//! slots a doorbell bit), and wakes the futex if the reader's flag was there. The models below
+//! check the mailbox's use of both doors.
 
 use std::cell::Cell;
 use std::marker::PhantomData;
@@ -53,6 +60,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicU64, AtomicUsize as StdAtomicUsize, Ordering as StdOrdering};
 use std::sync::Arc;
 
+use corehop_sys::park::{Door, Parker};
 use crossbeam_utils::CachePadded;
 
 use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
@@ -162,9 +170,9 @@ const LANE_SLOTS: usize = 8;
 #[cfg(loom)]
 const LANE_SLOTS: usize = 2;
 
-/// The reader's park word, and when a producer last woke it.
-struct Parker {
-    word: corehop_sys::park::Parker,
+/// The reader's park word (its door), and when a producer last woke it.
+struct Bell<D> {
+    door: D,
     /// When the last sleeping reader was woken (`sys::now_ns`), for the wake-cost estimate.
     woken_at_ns: AtomicU64,
 }
@@ -272,12 +280,12 @@ impl<'a, T> Reservation<'a, T> {
 
 /// The shared side: producers push, the owner's [`Reader`] pops.
 // Each part on lines of its own (two-line padding: adjacent-line prefetch pairs them): the
-// reader polls `head` while it spins, and producers notify through `parker` on every send, so
+// reader polls `head` while it spins, and producers notify through `bell` on every send, so
 // sharing a line would make each send steal the line the reader polls.
 #[repr(align(128))]
-pub(crate) struct Mailbox<T: Linked> {
+pub(crate) struct Mailbox<T: Linked, D: Door = Parker> {
     head: CachePadded<AtomicPtr<T>>,
-    parker: CachePadded<Parker>,
+    bell: CachePadded<Bell<D>>,
     /// Whether the reader ever parks; a reader that only polls (`Wake::Spin`) needs no
     /// notification, which saves producers a read-modify-write per push.
     reader_parks: bool,
@@ -287,22 +295,32 @@ pub(crate) struct Mailbox<T: Linked> {
 
 // SAFETY: the mailbox owns the nodes in it (pushed as `Box<T>`, popped as `Box<T>`), so it may
 // be shared and sent across threads exactly when `Box<T>` may be sent.
-unsafe impl<T: Linked + Send> Send for Mailbox<T> {}
+unsafe impl<T: Linked + Send, D: Door + Send> Send for Mailbox<T, D> {}
 // SAFETY: as above; all shared access goes through atomics.
-unsafe impl<T: Linked + Send> Sync for Mailbox<T> {}
+unsafe impl<T: Linked + Send, D: Door + Sync> Sync for Mailbox<T, D> {}
 
 impl<T: Linked> Mailbox<T> {
-    /// A new mailbox with `lanes` lanes, and its one reader, which calls [`Reader::park`] only
-    /// if `reader_parks`. `own_lane` is the lane the reader itself sends on, if any: what
-    /// comes that way is already in its cache, so it is not prefetched.
+    /// A new mailbox with `lanes` lanes and a plain park word, and its one reader, which calls
+    /// [`Reader::park`] only if `reader_parks`. `own_lane` is the lane the reader itself sends
+    /// on, if any: what comes that way is already in its cache, so it is not prefetched.
     pub(crate) fn new(reader_parks: bool, lanes: usize, own_lane: Option<usize>) -> (Arc<Self>, Reader<T>) {
+        Mailbox::with_door(Parker::new(), reader_parks, lanes, own_lane)
+    }
+}
+
+impl<T: Linked, D: Door> Mailbox<T, D> {
+    /// [`Mailbox::new`] with `door` as the park word: a worker that also takes work through
+    /// the door itself (the call slots of a service core) sleeps on one word for all of it.
+    pub(crate) fn with_door(
+        door: D,
+        reader_parks: bool,
+        lanes: usize,
+        own_lane: Option<usize>,
+    ) -> (Arc<Self>, Reader<T, D>) {
         const { assert!(align_of::<T>() >= NODE_ALIGN, "lane nodes must be NODE_ALIGN-aligned") };
         let mailbox = Arc::new(Mailbox {
             head: CachePadded::new(AtomicPtr::new(ptr::null_mut())),
-            parker: CachePadded::new(Parker {
-                word: corehop_sys::park::Parker::new(),
-                woken_at_ns: AtomicU64::new(0),
-            }),
+            bell: CachePadded::new(Bell { door, woken_at_ns: AtomicU64::new(0) }),
             reader_parks,
             lanes: (0..lanes).map(|_| Lane::new()).collect(),
             _owns: PhantomData,
@@ -397,13 +415,18 @@ impl<T: Linked> Mailbox<T> {
 
     /// Makes the reader's next (or current) park return.
     pub(crate) fn unpark(&self) {
-        let woken_at_ns = &self.parker.woken_at_ns;
-        self.parker.word.unpark_with(|| woken_at_ns.store(crate::sys::now_ns(), StdOrdering::Relaxed));
+        let woken_at_ns = &self.bell.woken_at_ns;
+        self.bell.door.ring_with(|| woken_at_ns.store(crate::sys::now_ns(), StdOrdering::Relaxed));
+    }
+
+    /// The park word, for what comes through the door itself (a service core's call slots).
+    pub(crate) fn door(&self) -> &D {
+        &self.bell.door
     }
 
     /// When a producer last woke the sleeping reader (`sys::now_ns`).
     pub(crate) fn woken_at_ns(&self) -> u64 {
-        self.parker.woken_at_ns.load(StdOrdering::Relaxed)
+        self.bell.woken_at_ns.load(StdOrdering::Relaxed)
     }
 
     /// Whether something the reader has not taken yet came from elsewhere than lane `own`
@@ -428,7 +451,7 @@ impl<T: Linked> Mailbox<T> {
     }
 }
 
-impl<T: Linked> Drop for Mailbox<T> {
+impl<T: Linked, D: Door> Drop for Mailbox<T, D> {
     fn drop(&mut self) {
         let mut node = self.head.load(Ordering::Relaxed);
         while !node.is_null() {
@@ -448,8 +471,8 @@ impl<T: Linked> Drop for Mailbox<T> {
 }
 
 /// The consumer side of a [`Mailbox`]; exactly one exists per mailbox.
-pub(crate) struct Reader<T: Linked> {
-    mailbox: Arc<Mailbox<T>>,
+pub(crate) struct Reader<T: Linked, D: Door = Parker> {
+    mailbox: Arc<Mailbox<T, D>>,
     /// Nodes taken from the list, oldest first; only this reader touches them.
     batch: *mut T,
     /// Per lane, the nodes taken from it (the reader's own copy of `Lane::taken`).
@@ -492,10 +515,10 @@ impl<T> Expected<T> {
 
 // SAFETY: the reader owns the nodes in `batch` (taken out of the mailbox) and is the only
 // consumer; moving it to another thread moves that ownership, which is fine for `T: Send`.
-unsafe impl<T: Linked + Send> Send for Reader<T> {}
+unsafe impl<T: Linked + Send, D: Door + Send + Sync> Send for Reader<T, D> {}
 
-impl<T: Linked> Reader<T> {
-    pub(crate) fn mailbox(&self) -> &Mailbox<T> {
+impl<T: Linked, D: Door> Reader<T, D> {
+    pub(crate) fn mailbox(&self) -> &Mailbox<T, D> {
         &self.mailbox
     }
 
@@ -656,11 +679,11 @@ impl<T: Linked> Reader<T> {
     /// already happened. May return spuriously: callers re-check what they wait for.
     pub(crate) fn park(&mut self) {
         self.free_held();
-        self.mailbox.parker.word.park();
+        self.mailbox.bell.door.park();
     }
 }
 
-impl<T: Linked> Drop for Reader<T> {
+impl<T: Linked, D: Door> Drop for Reader<T, D> {
     fn drop(&mut self) {
         // Each pop frees the slot of the one before; the last, finding nothing, holds none.
         while self.pop().is_some() {}
@@ -1101,6 +1124,43 @@ mod loom_tests {
             seen.sort_unstable();
             assert_eq!(seen, [1, 2, 3]);
             producer.join().unwrap();
+        });
+    }
+
+    /// A mailbox whose door is a service core's call slots: a caller's call through the door
+    /// and a node pushed to the list (the order to stop) race a reader that serves the calls,
+    /// takes the node and parks whenever it sees neither. The call is answered and the node
+    /// taken in every interleaving: the ring of the push and the caller's doorbell share one
+    /// futex word, so neither wake-up is lost.
+    #[test]
+    fn loom_a_door_of_call_slots_wakes_the_reader_for_calls_and_list() {
+        use corehop_sys::handoff::{Lane as Calls, Outcome, Waiting};
+        crate::sync::model_bounded(2, || {
+            let (mb, mut reader) = Mailbox::<Node, Calls<u64, u64>>::with_door(Calls::new(), true, 0, None);
+            let caller = {
+                let mb = mb.clone();
+                loom::thread::spawn(move || {
+                    let patient = Waiting { spin_ns: 0, stall_timeout_ns: u64::MAX };
+                    assert_eq!(mb.door().call(7, 0, patient), Outcome::Done(8));
+                })
+            };
+            let pusher = {
+                let mb = mb.clone();
+                loom::thread::spawn(move || mb.push(Node::boxed(1)))
+            };
+            let (mut answered, mut taken) = (0, 0);
+            while answered < 1 || taken < 1 {
+                let door = reader.mailbox().door();
+                if door.has_work() {
+                    answered += door.serve(|_| {}, |_, request| request + 1);
+                } else if let Some(t) = reader.pop() {
+                    taken += t.node.value;
+                } else {
+                    reader.park();
+                }
+            }
+            caller.join().unwrap();
+            pusher.join().unwrap();
         });
     }
 

@@ -5,8 +5,8 @@
 //! - **Service threads** ([`ServiceConfig::build`]): one thread pinned on each service CPU. Work
 //!   reaches it as a closure (or a [`SysCall`] value, which is a closure over a raw system
 //!   call) left on the caller's stack, whose address travels in a request slot of the thread's
-//!   lane (`corehop_sys::handoff`: request and completion one cache line each, the lines
-//!   prefetched the moment the doorbell names them). The caller waits (spin, then futex) and
+//!   mailbox, whose door is a lane of call slots (`corehop_sys::handoff`: request and
+//!   completion one cache line each, the lines prefetched the moment the doorbell names them). The caller waits (spin, then futex) and
 //!   continues with the result when it is done, as if it had hopped to the service core and
 //!   back. Works from any thread. An idle service thread polls for an adaptive budget
 //!   (`corehop_policy::spin`, fitted to the gaps between requests), then sleeps, so a quiet
@@ -57,7 +57,7 @@ use std::ffi::CStr;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::RawFd;
 use std::panic;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -68,6 +68,8 @@ use corehop_policy::spin::{SpinBudget, SpinConfig};
 use corehop_topology::{CpuId, OsCpu};
 use crossbeam_utils::CachePadded;
 
+use crate::mailbox::{Linked, Mailbox, Reader};
+use crate::sync::AtomicPtr;
 use crate::sys::{self, Errno};
 use crate::worker;
 
@@ -262,12 +264,24 @@ impl Load {
 
 struct Core {
     cpu: ServiceCpu,
-    /// Thread cores: the service thread's request slots.
-    lane: Option<Arc<Lane>>,
-    /// Thread cores: set on drop, then the thread is woken and leaves.
-    stop: Arc<AtomicBool>,
+    /// Thread cores: the service thread's mailbox, whose door is its call slots; its list
+    /// takes the order to stop.
+    mailbox: Option<Arc<Mailbox<Stop, Lane>>>,
     load: Arc<Load>,
     thread: Option<JoinHandle<()>>,
+}
+
+/// The order to stop, the one thing a service thread's mailbox takes besides calls (its door).
+#[repr(align(64))]
+struct Stop {
+    link: AtomicPtr<Stop>,
+}
+
+// SAFETY: `link` is the same field every time and only the mailbox uses it.
+unsafe impl Linked for Stop {
+    fn link(&self) -> &AtomicPtr<Self> {
+        &self.link
+    }
 }
 
 thread_local! {
@@ -323,13 +337,7 @@ impl ServiceCores {
         let cores = config
             .cpus
             .iter()
-            .map(|&cpu| Core {
-                cpu: ServiceCpu::Hop(cpu),
-                lane: None,
-                stop: Arc::default(),
-                load: Arc::default(),
-                thread: None,
-            })
+            .map(|&cpu| Core { cpu: ServiceCpu::Hop(cpu), mailbox: None, load: Arc::default(), thread: None })
             .collect();
         Ok(ServiceCores::new(cores, &config))
     }
@@ -428,7 +436,7 @@ impl ServiceCores {
         if let ServiceCpu::Hop(cpu) = core.cpu {
             return Self::hop_and_run(core, cpu, f);
         }
-        let lane = core.lane.as_ref().expect("a thread core has a lane");
+        let lane = core.mailbox.as_ref().expect("a thread core has a mailbox").door();
         core.load.sent.jobs.fetch_add(1, Ordering::Relaxed);
         let spin_ns = self.caller_spin.as_nanos().min(u64::MAX as u128) as u64;
         let (out, completion, spun_ns) = scoped::run_there(lane, SLOT_HINT.with(|h| *h), spin_ns, f);
@@ -472,11 +480,10 @@ impl ServiceCores {
 
 impl Drop for ServiceCores {
     fn drop(&mut self) {
-        // No caller is left (they borrow `self`): each thread finds `stop` once woken.
+        // No caller is left (they borrow `self`): each thread takes the order once woken.
         for core in &self.cores {
-            core.stop.store(true, Ordering::SeqCst);
-            if let Some(lane) = &core.lane {
-                lane.kick();
+            if let Some(mailbox) = &core.mailbox {
+                mailbox.push(Box::new(Stop { link: AtomicPtr::new(std::ptr::null_mut()) }));
             }
         }
         for core in &mut self.cores {
@@ -489,25 +496,24 @@ impl Drop for ServiceCores {
 
 impl Core {
     fn start(cpu: OsCpu, idle_spin: Duration) -> Result<Core, ServiceError> {
-        let lane = Arc::new(Lane::new());
-        let stop = Arc::new(AtomicBool::new(false));
+        let (mailbox, mut orders) = Mailbox::with_door(Lane::new(), true, 0, None);
         let load = Arc::new(Load::default());
         let thread = {
-            let (lane, stop, load) = (lane.clone(), stop.clone(), load.clone());
+            let (mailbox, load) = (mailbox.clone(), load.clone());
             worker::start_pinned(format!("corehop-service-{cpu}"), Some(cpu), move |started| {
                 ON_SERVICE_THREAD.with(|f| f.set(true));
                 load.done.tid.store(sys::gettid(), Ordering::Relaxed);
                 started.report();
-                Core::serve(&lane, &stop, &load, idle_spin);
+                Core::serve(mailbox.door(), &mut orders, &load, idle_spin);
             })
             .map_err(|e| ServiceError::Start { cpu, source: e.into_io() })?
         };
-        Ok(Core { cpu: ServiceCpu::Thread(cpu), lane: Some(lane), stop, load, thread: Some(thread) })
+        Ok(Core { cpu: ServiceCpu::Thread(cpu), mailbox: Some(mailbox), load, thread: Some(thread) })
     }
 
-    /// The service thread: serves what its doorbell names; idle, polls for an adaptive budget,
-    /// then sleeps until a caller rings, until `stop`.
-    fn serve(lane: &Lane, stop: &AtomicBool, load: &Load, idle_spin: Duration) {
+    /// The service thread: serves the calls its doorbell names; idle, polls for an adaptive
+    /// budget, then sleeps on its mailbox until a caller rings, until the order to stop comes.
+    fn serve(lane: &Lane, orders: &mut Reader<Stop, Lane>, load: &Load, idle_spin: Duration) {
         let mut idle = IdlePoll::new(idle_spin);
         // Per slot, where the last request's closure lived: a caller in a loop sends the next
         // from the same place on its stack, so it is prefetched the moment the doorbell rings,
@@ -551,7 +557,7 @@ impl Core {
                     },
                     |slot, request| run(slot, request, &mut idle),
                 );
-                if stop.load(Ordering::SeqCst) {
+                if orders.has_mail() {
                     return;
                 }
                 continue;
@@ -559,10 +565,10 @@ impl Core {
             let came = idle.poll(lane);
             load.done.polled_ns.store(idle.polled_ns, Ordering::Relaxed);
             if !came {
-                if stop.load(Ordering::SeqCst) {
+                if orders.has_mail() {
                     return;
                 }
-                idle.sleep(lane);
+                idle.sleep(orders);
             }
         }
     }
@@ -621,9 +627,9 @@ impl IdlePoll {
 
     /// Nothing came within the budget: refits it (no caller waits on that now) and sleeps
     /// until a caller rings.
-    fn sleep(&mut self, lane: &Lane) {
+    fn sleep(&mut self, orders: &mut Reader<Stop, Lane>) {
         self.budget.refit_if_stale();
-        lane.sleep(None);
+        orders.park();
     }
 
     /// A request sent at `sent_ns` started after waiting `wait_ns`: if it is the first after a

@@ -43,7 +43,7 @@ use core::mem::MaybeUninit;
 use core::sync::atomic::Ordering::{Release, SeqCst};
 
 use crate::model::{now_ns, AtomicU32, UnsafeCell};
-use crate::park::{sleep, wake, Slept};
+use crate::park::{sleep, wake, Door, Slept};
 
 /// Request slots per lane: one bit each in the 32-bit futex word `pending`, whose top bit is
 /// the `ASLEEP` flag.
@@ -210,7 +210,7 @@ impl<Req: Copy, Rep: Copy> Lane<Req, Rep> {
 
     /// Wakes the service thread without a request (its next batch finds nothing to claim).
     pub fn kick(&self) {
-        wake(&self.pending, self.pending.fetch_or(1 << (SLOTS - 1), SeqCst));
+        self.ring_with(|| ());
     }
 
     /// Forgets every request: in a child after `fork`, where no service thread and no other
@@ -398,6 +398,27 @@ impl<Req: Copy, Rep: Copy> Lane<Req, Rep> {
         slot.completion.reply.with_mut(|cell| unsafe { *cell = MaybeUninit::new(reply) });
         wake(&slot.completion.done, slot.completion.done.swap(seq, SeqCst));
         true
+    }
+}
+
+/// The call slots as the door of a worker's mailbox: a ring without a request sets a bit no
+/// call is waiting on (its batch then claims nothing), so the worker's look at its other ways in
+/// and its calls share one futex word. [`Lane::serve`] consumes the bits, a ring's included; a
+/// worker that parks without serving first returns at once.
+impl<Req: Copy, Rep: Copy> Door for Lane<Req, Rep> {
+    #[inline(always)]
+    fn ring_with(&self, before_wake: impl FnOnce()) -> bool {
+        let old = self.pending.fetch_or(1 << (SLOTS - 1), SeqCst);
+        if old & ASLEEP != 0 {
+            before_wake();
+        }
+        wake(&self.pending, old)
+    }
+
+    fn park(&self) -> bool {
+        let slept = sleep(&self.pending, 0, None) != Slept::Changed;
+        self.pending.fetch_and(!ASLEEP, SeqCst);
+        slept
     }
 }
 

@@ -165,6 +165,33 @@ impl Parker {
     }
 }
 
+/// The park word of a worker's mailbox: what producers ring after they publish work, and what
+/// the worker sleeps on when it finds none. A [`Parker`] carries a token for work that travels
+/// elsewhere; the call slots of [`crate::handoff::Lane`] are a door too, whose doorbell names
+/// the calls that wait, so a worker whose mailbox takes calls sleeps on one word for both.
+pub trait Door {
+    /// Makes the sleeper's current or next [`Door::park`] return; call after publishing the
+    /// work. Runs `before_wake` first if the sleeper is to be woken (to leave a note it reads on
+    /// waking), and returns whether it was.
+    fn ring_with(&self, before_wake: impl FnOnce()) -> bool;
+
+    /// Sleeps until a ring after the last park; returns at once if one came already. May return
+    /// spuriously: the caller looks for its work again either way. One sleeper at a time.
+    /// Returns whether it slept.
+    fn park(&self) -> bool;
+}
+
+impl Door for Parker {
+    #[inline(always)]
+    fn ring_with(&self, before_wake: impl FnOnce()) -> bool {
+        self.unpark_with(before_wake)
+    }
+
+    fn park(&self) -> bool {
+        Parker::park(self)
+    }
+}
+
 /// A sleeper's loop: takes `n` pieces of work, one at a time as `available` shows them,
 /// parking whenever it has taken all it sees.
 #[cfg(test)]
