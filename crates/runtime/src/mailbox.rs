@@ -89,6 +89,30 @@ pub(crate) unsafe trait Linked: Sized {
     }
 }
 
+/// A message boxed with its link, for a mailbox's list: the orders of a worker that gets few
+/// and from any thread (a component host's controls, the order to stop).
+#[repr(align(64))]
+pub(crate) struct Letter<M> {
+    link: AtomicPtr<Letter<M>>,
+    pub(crate) message: M,
+}
+
+impl<M> Letter<M> {
+    pub(crate) fn new(message: M) -> Box<Letter<M>> {
+        Box::new(Letter { link: AtomicPtr::new(ptr::null_mut()), message })
+    }
+}
+
+/// The order to stop, for a worker whose mailbox takes nothing else by letter.
+pub(crate) struct Stop;
+
+// SAFETY: always the same field, used only by the mailbox.
+unsafe impl<M> Linked for Letter<M> {
+    fn link(&self) -> &AtomicPtr<Self> {
+        &self.link
+    }
+}
+
 /// Where, besides the node, the reader will work right after taking it (for a task: its
 /// stack), as addresses to prefetch. Only a hint: a wrong one costs a wasted fetch.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -676,10 +700,11 @@ impl<T: Linked, D: Door> Reader<T, D> {
     }
 
     /// Sleeps until a push or [`Mailbox::unpark`] after the last park; returns at once if one
-    /// already happened. May return spuriously: callers re-check what they wait for.
-    pub(crate) fn park(&mut self) {
+    /// already happened. May return spuriously: callers re-check what they wait for. Returns
+    /// whether it slept.
+    pub(crate) fn park(&mut self) -> bool {
         self.free_held();
-        self.mailbox.bell.door.park();
+        self.mailbox.bell.door.park()
     }
 }
 
@@ -762,7 +787,9 @@ mod tests {
                     next[p] += 1;
                     got += 1;
                 }
-                None => reader.park(),
+                None => {
+                    reader.park();
+                }
             }
         }
         producers.into_iter().for_each(|p| p.join().unwrap());
@@ -1011,7 +1038,9 @@ mod loom_tests {
                         sum += t.node.value;
                         got += 1;
                     }
-                    None => reader.park(),
+                    None => {
+                        reader.park();
+                    }
                 }
             }
             assert_eq!(sum, 3);
@@ -1035,7 +1064,9 @@ mod loom_tests {
             while seen.len() < 2 {
                 match reader.pop() {
                     Some(t) => seen.push(t.node.value),
-                    None => reader.park(),
+                    None => {
+                        reader.park();
+                    }
                 }
             }
             assert_eq!(seen, [1, 2]);
@@ -1069,7 +1100,9 @@ mod loom_tests {
             while seen.len() < 4 {
                 match reader.pop() {
                     Some(t) => seen.push(t.node.value),
-                    None => reader.park(),
+                    None => {
+                        reader.park();
+                    }
                 }
             }
             let at = |v| seen.iter().position(|&s| s == v).unwrap();
@@ -1118,7 +1151,9 @@ mod loom_tests {
                         }
                         seen.push(t.node.value);
                     }
-                    None => reader.park(),
+                    None => {
+                        reader.park();
+                    }
                 }
             }
             seen.sort_unstable();

@@ -68,8 +68,7 @@ use corehop_policy::spin::{SpinBudget, SpinConfig};
 use corehop_topology::{CpuId, OsCpu};
 use crossbeam_utils::CachePadded;
 
-use crate::mailbox::{Linked, Mailbox, Reader};
-use crate::sync::AtomicPtr;
+use crate::mailbox::{Letter, Mailbox, Reader, Stop};
 use crate::sys::{self, Errno};
 use crate::worker;
 
@@ -265,23 +264,10 @@ impl Load {
 struct Core {
     cpu: ServiceCpu,
     /// Thread cores: the service thread's mailbox, whose door is its call slots; its list
-    /// takes the order to stop.
-    mailbox: Option<Arc<Mailbox<Stop, Lane>>>,
+    /// takes the order to stop, the one thing it takes besides calls.
+    mailbox: Option<Arc<Mailbox<Letter<Stop>, Lane>>>,
     load: Arc<Load>,
     thread: Option<JoinHandle<()>>,
-}
-
-/// The order to stop, the one thing a service thread's mailbox takes besides calls (its door).
-#[repr(align(64))]
-struct Stop {
-    link: AtomicPtr<Stop>,
-}
-
-// SAFETY: `link` is the same field every time and only the mailbox uses it.
-unsafe impl Linked for Stop {
-    fn link(&self) -> &AtomicPtr<Self> {
-        &self.link
-    }
 }
 
 thread_local! {
@@ -483,7 +469,7 @@ impl Drop for ServiceCores {
         // No caller is left (they borrow `self`): each thread takes the order once woken.
         for core in &self.cores {
             if let Some(mailbox) = &core.mailbox {
-                mailbox.push(Box::new(Stop { link: AtomicPtr::new(std::ptr::null_mut()) }));
+                mailbox.push(Letter::new(Stop));
             }
         }
         for core in &mut self.cores {
@@ -513,7 +499,7 @@ impl Core {
 
     /// The service thread: serves the calls its doorbell names; idle, polls for an adaptive
     /// budget, then sleeps on its mailbox until a caller rings, until the order to stop comes.
-    fn serve(lane: &Lane, orders: &mut Reader<Stop, Lane>, load: &Load, idle_spin: Duration) {
+    fn serve(lane: &Lane, orders: &mut Reader<Letter<Stop>, Lane>, load: &Load, idle_spin: Duration) {
         let mut idle = IdlePoll::new(idle_spin);
         // Per slot, where the last request's closure lived: a caller in a loop sends the next
         // from the same place on its stack, so it is prefetched the moment the doorbell rings,
@@ -627,7 +613,7 @@ impl IdlePoll {
 
     /// Nothing came within the budget: refits it (no caller waits on that now) and sleeps
     /// until a caller rings.
-    fn sleep(&mut self, orders: &mut Reader<Stop, Lane>) {
+    fn sleep(&mut self, orders: &mut Reader<Letter<Stop>, Lane>) {
         self.budget.refit_if_stale();
         orders.park();
     }

@@ -10,7 +10,7 @@
 //!   ┌──────────────────────┐          ┌──────────────────────────────────────────────┐
 //!   │ service   [s s s]    │──────────▶ 1. service work, if SMT layout allows it on c  │
 //!   │ app[M]    [t t]      │──────────▶ 2. one step of a task from app[M], then app[any]│
-//!   │ app[any]  [t]        │          │ 3. nothing allowed: sleep on c's futex bell    │
+//!   │ app[any]  [t]        │          │ 3. nothing allowed: sleep on c's mailbox door  │
 //!   └──────────────────────┘          └──────────────────────────────────────────────┘
 //! ```
 //!
@@ -20,19 +20,22 @@
 //! worker's hands, and a mode switch moves no task: it only changes which contexts may take
 //! from which queue. That is why a switch can neither lose nor duplicate a task.
 //!
-//! **Sleeping.** A context with nothing it may run sleeps on a futex, its own bell, so a
+//! **Sleeping.** A context with nothing it may run sleeps on the door of its mailbox, so a
 //! reserved context without service work really gives the core to its sibling (the paper's
-//! idle-task `halt`). The bell is a `corehop_sys::park::Parker`, corehop's one park/wake
-//! protocol (loom-checked there): a producer pushes, then leaves a token in the bell; the
-//! context, having found nothing, parks: it consumes a token and looks again, or sleeps until
-//! one comes. A producer that skips a context because of the mode it read is covered by
-//! `set_mode`, which publishes the mode, then rings every bell.
+//! idle-task `halt`). Like every worker of the runtime it reads one mailbox
+//! (`crate::mailbox`), but its work is in the core's queues, which several contexts take
+//! from (a mailbox has one reader); the mailbox brings only the order to stop, and its door is
+//! a `corehop_sys::park::Parker`, corehop's one park/wake protocol (loom-checked there): a
+//! producer pushes, then leaves a token in the door; the context, having found nothing,
+//! parks: it consumes a token and looks again, or sleeps until one comes. A producer that
+//! skips a context because of the mode it read is covered by `set_mode`, which publishes the
+//! mode, then rings every door.
 //!
 //! **With the hop runtime.** Tasks of a [`crate::Runtime`] built on the same machine reach the
 //! AMP rules through [`service_call`]: it delegates a call (`crate::on`) to the reserved sibling
 //! of the task's core in AMP mode and runs it in place in SMP mode.
 //!
-//! **Switching to AMP.** [`SmtRuntime::set_mode`] publishes the mode, rings every bell, then
+//! **Switching to AMP.** [`SmtRuntime::set_mode`] publishes the mode, rings every door, then
 //! waits until no reserved context is inside an application step started under SMP. A worker
 //! marks itself `RunningApp` *before* it reads the mode, so after `set_mode(Mode::Amp)`
 //! returns no application code runs on a reserved context until the mode changes again.
@@ -41,14 +44,14 @@
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use corehop_policy::smt::{Mode, ModeError, SmtLayout, Work};
-use corehop_sys::park::Parker;
 use corehop_topology::{CpuId, Machine, OsCpu};
 
+use crate::mailbox::{Letter, Mailbox, Reader, Stop};
 use crate::sys;
 use crate::worker::StartError;
 
@@ -190,13 +193,14 @@ fn queue_index(home: Option<Mode>) -> usize {
     }
 }
 
-/// A context's futex bell (an event count) and its counters.
+/// A context: its mailbox and its counters.
 struct Context {
     cpu: CpuId,
     os_id: OsCpu,
     group: usize,
     reserved: bool,
-    bell: Parker,
+    /// Its own orders (stop) and its park word: its work is in the core's shared queues.
+    mailbox: Arc<Mailbox<Letter<Stop>>>,
     state: AtomicU8,
     tid: AtomicU32,
     app_steps: AtomicU64,
@@ -207,7 +211,7 @@ struct Context {
 
 impl Context {
     fn ring(&self) {
-        self.bell.unpark();
+        self.mailbox.unpark();
     }
 
     fn set_state(&self, state: ContextState) {
@@ -220,7 +224,6 @@ struct Shared {
     mode: AtomicU8,
     cores: Vec<CoreQueues>,
     contexts: Vec<Context>,
-    shutdown: AtomicBool,
     /// Tasks and service items submitted but not finished, for [`SmtRuntime::wait_idle`].
     outstanding: Mutex<u64>,
     idle: Condvar,
@@ -308,6 +311,7 @@ impl SmtBuilder {
         let layout = SmtLayout::from_machine(&machine);
         layout.check(self.mode)?;
         let mut contexts = Vec::new();
+        let mut orders = Vec::new();
         let mut cores = Vec::new();
         for (group, g) in layout.groups().iter().enumerate() {
             cores.push(CoreQueues {
@@ -315,12 +319,14 @@ impl SmtBuilder {
                 service: Mutex::new(VecDeque::new()),
             });
             for &cpu in &g.cpus {
+                let (mailbox, reader) = Mailbox::new(true, 0, None);
+                orders.push(reader);
                 contexts.push(Context {
                     cpu,
                     os_id: machine.cpu(cpu).map_or(OsCpu(cpu.0), |c| c.os_id),
                     group,
                     reserved: layout.is_reserved(cpu),
-                    bell: Parker::new(),
+                    mailbox,
                     state: AtomicU8::new(ContextState::Looking as u8),
                     tid: AtomicU32::new(0),
                     app_steps: AtomicU64::new(0),
@@ -335,13 +341,12 @@ impl SmtBuilder {
             mode: AtomicU8::new(if self.mode == Mode::Amp { 0 } else { 1 }),
             cores,
             contexts,
-            shutdown: AtomicBool::new(false),
             outstanding: Mutex::new(0),
             idle: Condvar::new(),
             next_seq: AtomicU64::new(0),
         });
         let mut runtime = SmtRuntime { shared: shared.clone(), workers: Vec::new() };
-        for index in 0..shared.contexts.len() {
+        for (index, mut orders) in orders.into_iter().enumerate() {
             let ctx = &shared.contexts[index];
             let theirs = shared.clone();
             let started = crate::worker::start_pinned(
@@ -349,7 +354,7 @@ impl SmtBuilder {
                 self.pin.then_some(ctx.os_id),
                 move |started| {
                     started.report();
-                    worker(&theirs, index);
+                    worker(&theirs, index, &mut orders);
                 },
             );
             match started {
@@ -514,8 +519,7 @@ impl Drop for SmtRuntime {
     /// Stops the workers; queued work that has not started is dropped. Dropped on a worker
     /// (a task held the last handle), it stops them without joining its own thread.
     fn drop(&mut self) {
-        self.shared.shutdown.store(true, SeqCst);
-        self.shared.contexts.iter().for_each(Context::ring);
+        self.shared.contexts.iter().for_each(|c| c.mailbox.push(Letter::new(Stop)));
         let me = std::thread::current().id();
         for w in self.workers.drain(..) {
             if w.thread().id() != me {
@@ -526,18 +530,18 @@ impl Drop for SmtRuntime {
 }
 
 /// The loop of the worker pinned to context `index`.
-fn worker(shared: &Shared, index: usize) {
+fn worker(shared: &Shared, index: usize, orders: &mut Reader<Letter<Stop>>) {
     IN_WORKER.with(|w| w.set(true));
     let me = &shared.contexts[index];
     me.tid.store(sys::gettid() as u32, SeqCst);
     let core = &shared.cores[me.group];
-    while !shared.shutdown.load(SeqCst) {
+    while !orders.has_mail() {
         if run_service(shared, me, core) || run_app_step(shared, me, core) {
             continue;
         }
         // Nothing allowed: sleep until rung (at once if rung since the last park).
         me.set_state(ContextState::Sleeping);
-        if me.bell.park() {
+        if orders.park() {
             me.sleeps.fetch_add(1, SeqCst);
         }
         me.set_state(ContextState::Looking);

@@ -1,6 +1,5 @@
 //! The host: one thread pinned to one CPU that runs the service loops of every component placed
 //! there, throttles them to the CPU's emulated speed, and idles by polling, parking or both.
-use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 
@@ -10,8 +9,7 @@ use crossbeam_utils::CachePadded;
 
 use super::channel::{set_waker_speed, Signals};
 use super::slot::Runnable;
-use crate::mailbox::{Linked, Mailbox, Reader};
-use crate::sync::AtomicPtr;
+use crate::mailbox::{Letter, Mailbox, Reader};
 use crate::sys;
 use crate::worker::Started;
 
@@ -32,23 +30,8 @@ pub(crate) enum Control {
     Stop,
 }
 
-/// A control on its way through a host's mailbox: the runtime's one inbox, whose list (no
-/// lanes: controls are rare and come from any thread) takes it without a lock.
-#[repr(align(64))]
-pub(crate) struct ControlNode {
-    link: AtomicPtr<ControlNode>,
-    control: Control,
-}
-
-// SAFETY: always the same field, used only by the mailbox.
-unsafe impl Linked for ControlNode {
-    fn link(&self) -> &AtomicPtr<Self> {
-        &self.link
-    }
-}
-
 /// The reading end of a host's mailbox, which its thread owns.
-pub(crate) type Inbox = Reader<ControlNode>;
+pub(crate) type Inbox = Reader<Letter<Control>>;
 
 /// Counters of one host (written by its thread, read by samplers).
 #[derive(Default)]
@@ -62,7 +45,7 @@ pub(crate) struct HostStats {
 pub(crate) struct HostShared {
     /// Where controls arrive. The host parks on its signal, not on the mailbox's own word
     /// (its inputs ring that one too), so the mailbox does not wake it: [`Shared::send`] does.
-    mailbox: Arc<Mailbox<ControlNode>>,
+    mailbox: Arc<Mailbox<Letter<Control>>>,
     /// The emulated speed factor, as `f64` bits.
     pub speed_bits: AtomicU64,
     pub stats: HostStats,
@@ -94,7 +77,7 @@ impl Shared {
 
     /// Queues `control` for host `host` and wakes it.
     pub(crate) fn send(&self, host: usize, control: Control) {
-        let node = Box::new(ControlNode { link: AtomicPtr::new(ptr::null_mut()), control });
+        let node = Letter::new(control);
         self.hosts[host].mailbox.push(node);
         self.signals.host(host).notify();
     }
@@ -228,7 +211,7 @@ fn handle_controls(
     slots: &mut Vec<Box<dyn Runnable>>,
 ) -> bool {
     while let Some(node) = inbox.pop().map(|taken| taken.node) {
-        match node.control {
+        match node.message {
             Control::Adopt { slot, done } => {
                 slot.attach(Some(cfg.index));
                 // In the pipeline's order, however the components got here: a layout then runs
