@@ -42,6 +42,57 @@ pub fn paired_median(runs: &[f64], base: &[f64]) -> Option<f64> {
     Stats::of(&ratios).map(|s| s.median)
 }
 
+/// How sure a [`paired_interval`] is: the interval and the chance that it holds the true
+/// median of the paired ratios.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Interval {
+    /// The lower end.
+    pub low: f64,
+    /// The upper end.
+    pub high: f64,
+    /// The chance it covers the median (0.95 or a little more; less with under 6 pairs).
+    pub coverage: f64,
+}
+
+/// An interval for the median of `runs[i] / base[i]` (see [`paired_median`]) that needs no
+/// assumption about their distribution: the order statistics that a sign test puts around the
+/// median, the narrowest pair whose coverage is at least 95 %. The ratios of independent
+/// repetitions are each above the true median with chance one half, so the count above it is
+/// binomial. With under 6 pairs no pair of order statistics reaches 95 %: the interval is then
+/// the range of the ratios, with its own coverage, 1 − 2^(1−n). `None` with under 2 pairs.
+pub fn paired_interval(runs: &[f64], base: &[f64]) -> Option<Interval> {
+    let mut ratios: Vec<f64> = runs
+        .iter()
+        .zip(base)
+        .filter(|(_, &b)| b > 0.0)
+        .map(|(&r, &b)| r / b)
+        .filter(|r| !r.is_nan())
+        .collect();
+    let n = ratios.len();
+    if n < 2 {
+        return None;
+    }
+    ratios.sort_by(|a, b| a.total_cmp(b));
+    // P(B <= j) for B ~ Binomial(n, 1/2), j = 0, 1, ...: the chance that j or fewer ratios
+    // fall below the median. Order statistic k (1-based) and n + 1 - k cover the median with
+    // chance 1 - 2 P(B <= k - 1).
+    // In logarithms: 2^-n underflows past a thousand pairs, while the terms that matter do not.
+    let mut ln_term = -(n as f64) * std::f64::consts::LN_2; // ln P(B = 0)
+    let mut below = ln_term.exp();
+    let mut k = 1;
+    loop {
+        // Would order statistic k + 1 still cover with 95 %?
+        ln_term += ((n - k + 1) as f64 / k as f64).ln(); // ln P(B = k)
+        let term = ln_term.exp();
+        if k + 1 > n / 2 || 1.0 - 2.0 * (below + term) < 0.95 {
+            break;
+        }
+        below += term;
+        k += 1;
+    }
+    Some(Interval { low: ratios[k - 1], high: ratios[n - k], coverage: 1.0 - 2.0 * below })
+}
+
 /// The `p`-th percentile (0..=100) of `samples` by nearest rank; `None` when empty.
 pub fn percentile(samples: &[f64], p: f64) -> Option<f64> {
     if samples.is_empty() {
@@ -366,6 +417,55 @@ mod tests {
         assert!(plot_path("o2.png").unwrap_err().contains("name the file .svg"));
         assert!(plot_path("o2").unwrap_err().contains("name the file .svg"));
         assert!(plot_path("/no/such/folder/o2.svg").unwrap_err().contains("no folder /no/such/folder"));
+    }
+
+    /// The binomial chance that at most `j` of `n` fair coins land heads, each term from its
+    /// own binomial coefficient (in logarithms, as 2^-n underflows for large `n`).
+    fn at_most(n: u32, j: u32) -> f64 {
+        let ln_choose = |k: u32| (0..k).map(|i| (f64::from(n - i) / f64::from(i + 1)).ln()).sum::<f64>();
+        (0..=j).map(|k| (ln_choose(k) - f64::from(n) * std::f64::consts::LN_2).exp()).sum()
+    }
+
+    #[test]
+    fn the_paired_interval_is_the_sign_tests_pair_of_order_statistics() {
+        let base = vec![1.0; 21];
+        // Ratios 1.00, 1.01, ..., 1.20, given out of order.
+        let runs: Vec<f64> = (0..21).map(|i| 1.0 + f64::from((i * 8) % 21) / 100.0).collect();
+        let i = paired_interval(&runs, &base).unwrap();
+        // 21 pairs: the 6th from each end (P(B <= 5) = 0.0133, P(B <= 6) = 0.0392).
+        assert!((i.low - 1.05).abs() < 1e-9 && (i.high - 1.15).abs() < 1e-9, "{i:?}");
+        assert!((i.coverage - (1.0 - 2.0 * at_most(21, 5))).abs() < 1e-12);
+        assert!(i.coverage >= 0.95 && 1.0 - 2.0 * at_most(21, 6) < 0.95, "the narrowest at 95 %");
+        let median = paired_median(&runs, &base).unwrap();
+        assert!(i.low <= median && median <= i.high);
+    }
+
+    #[test]
+    fn with_few_pairs_the_interval_is_their_range_and_says_how_sure_it_is() {
+        let i = paired_interval(&[1.1, 0.9, 1.3, 1.0, 1.2], &[1.0; 5]).unwrap();
+        assert_eq!((i.low, i.high), (0.9, 1.3));
+        assert!((i.coverage - (1.0 - 2.0 / 32.0)).abs() < 1e-12, "{i:?}");
+        let i = paired_interval(&[2.0, 4.0], &[2.0, 2.0]).unwrap();
+        assert_eq!((i.low, i.high, i.coverage), (1.0, 2.0, 0.5));
+        assert_eq!(paired_interval(&[1.0], &[1.0]), None, "one pair says nothing of a spread");
+        assert_eq!(paired_interval(&[1.0, 2.0], &[0.0, 1.0]), None, "a zero baseline is left out");
+    }
+
+    #[test]
+    fn at_every_count_the_interval_covers_at_least_95_percent_once_it_can() {
+        for n in (2..200u32).chain([1500, 4000]) {
+            let runs: Vec<f64> = (0..n).map(f64::from).collect();
+            let i = paired_interval(&runs, &vec![1.0; n as usize]).unwrap();
+            let k = i.low as u32 + 1; // the 1-based order statistic taken
+            assert_eq!(i.high as u32, n - k, "symmetric at n = {n}");
+            assert!((i.coverage - (1.0 - 2.0 * at_most(n, k - 1))).abs() < 1e-9, "n = {n}");
+            if n >= 6 {
+                assert!(i.coverage >= 0.95, "n = {n}: {i:?}");
+                assert!(k == n / 2 || 1.0 - 2.0 * at_most(n, k) < 0.95, "n = {n}: not the narrowest");
+            } else {
+                assert_eq!(k, 1, "n = {n}: the range");
+            }
+        }
     }
 
     #[test]

@@ -887,7 +887,7 @@ fn the_library_the_stub_loads_moves_calls_and_results_stay_the_same() {
 #[test]
 fn the_run_suite_compares_real_programs_and_their_outputs() {
     let out = corehop()
-        .args(["bench", "run-suite", "--programs", "cp-r,find-grep,sqlite3", "--reps", "1", "--json"])
+        .args(["bench", "run-suite", "--programs", "cp-r,find-grep,sqlite3", "--reps", "2", "--json"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -900,9 +900,13 @@ fn the_run_suite_compares_real_programs_and_their_outputs() {
         assert_eq!(r["same_output"], true, "{r}");
         assert!(r["plain"]["median"].as_f64().unwrap() > 0.0);
         assert!(r["ratio"].as_f64().unwrap() > 0.0);
-        // One repetition: its own ratio is the ratio of the medians.
-        let (ratio, paired) = (r["ratio"].as_f64().unwrap(), r["paired_ratio"].as_f64().unwrap());
-        assert!((ratio - paired).abs() < 1e-9, "{r}");
+        // Two repetitions: the paired figure is the mean of their two ratios, and its interval
+        // their range, which holds the median with chance one half.
+        let paired = r["paired_ratio"].as_f64().unwrap();
+        let interval = &r["paired_interval"];
+        let (low, high) = (interval["low"].as_f64().unwrap(), interval["high"].as_f64().unwrap());
+        assert!(low <= paired && paired <= high && (paired - (low + high) / 2.0).abs() < 1e-9, "{r}");
+        assert_eq!(interval["coverage"], 0.5, "{r}");
         for arm in r["settled"].as_object().unwrap().keys() {
             assert!(["never", "measured", "always", "size", "predicted"].contains(&arm.as_str()), "{arm}");
         }

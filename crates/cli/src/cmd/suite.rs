@@ -18,7 +18,7 @@ use corehop_runtime::sys;
 use serde::Serialize;
 
 use super::run::{find_library, program_path, Launch, Offload, PolicyArg};
-use corehop_bench::report::{fmt_ns, OutputArgs, Stats, Table};
+use corehop_bench::report::{fmt_ns, Interval, OutputArgs, Stats, Table};
 
 /// Real programs plain and under `corehop run --offload`, alternating, outputs compared.
 ///
@@ -36,14 +36,19 @@ use corehop_bench::report::{fmt_ns, OutputArgs, Stats, Table};
 /// the median wall times; the target for the default policy is at most 1.02. paired is the
 /// median over the repetitions of each offloaded run's time over its own plain run's (the two
 /// run back to back, so a slow spell of the disk or the host weighs on both): the steadier
-/// figure where a program's times swing from one repetition to the next.
+/// figure where a program's times swing from one repetition to the next. In brackets after it,
+/// where its true value lies with 95 % chance (with at least 6 repetitions; fewer give the
+/// range of the ratios, with the chance it holds): the order statistics of a sign test, which
+/// assume nothing of how the times spread. An interval that holds 1 says the difference is
+/// within this host's noise; add repetitions to narrow it.
 ///
 /// --quick runs 2 repetitions. --plot draws the ratio per program as bars.
 ///
 /// --json prints `{policy, reps, results: [{program, plain: {min, median, max}, offload: {min,
-/// median, max}, ratio, paired_ratio, same_output, settled}], skipped: [{program, reason}], load: {median_ns,
-/// min_ns} | null, preloads, library_load: {median_ns, min_ns} | null, launcher: {median_ns,
-/// min_ns} | null}` (times in ns; `settled` maps each arm an adaptive policy settled on to its
+/// median, max}, ratio, paired_ratio, paired_interval: {low, high, coverage} | null,
+/// same_output, settled}], skipped: [{program, reason}], load: {median_ns, min_ns} | null,
+/// preloads, library_load: {median_ns, min_ns} | null, launcher: {median_ns, min_ns} | null}`
+/// (times in ns; `settled` maps each arm an adaptive policy settled on to its
 /// number of processes; `load` is what preloading adds to one process, from `/bin/true` spawned
 /// plain and with offload, alternating; `preloads` says what was preloaded, `stub` (the
 /// start-up stub, under the default policy) or `library`; with the stub, `library_load` is what
@@ -148,6 +153,8 @@ struct Result {
     ratio: f64,
     /// The median of the repetitions' own offload / plain ratios.
     paired_ratio: f64,
+    /// Where that median lies, with the chance it does (`None` with one repetition).
+    paired_interval: Option<Interval>,
     same_output: bool,
     settled: std::collections::BTreeMap<String, usize>,
 }
@@ -371,12 +378,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             launch.run().with_context(|| format!("recording a trace of {}", program.name))?;
         }
         let paired = corehop_bench::report::paired_median(&times[1], &times[0]).context("no repetition")?;
+        let paired_interval = corehop_bench::report::paired_interval(&times[1], &times[0]);
         let plain = Stats::of(&times[0]).context("no plain run")?;
         let offloaded = Stats::of(&times[1]).context("no offloaded run")?;
         report.results.push(Result {
             program: program.name,
             ratio: offloaded.median / plain.median,
             paired_ratio: paired,
+            paired_interval,
             plain: plain.into(),
             offload: offloaded.into(),
             same_output: same,
@@ -407,7 +416,7 @@ fn print(report: &Report, output: &OutputArgs, service: usize) -> anyhow::Result
             "plain (min/med/max)",
             "offload (min/med/max)",
             "×plain",
-            "paired",
+            "paired (interval)",
             "same output",
             "settled on",
         ])
@@ -423,17 +432,26 @@ fn print(report: &Report, output: &OutputArgs, service: usize) -> anyhow::Result
                 span(&r.plain),
                 span(&r.offload),
                 format!("{:.3}", r.ratio),
-                format!("{:.3}", r.paired_ratio),
+                match r.paired_interval {
+                    Some(i) => format!("{:.3} ({:.2}–{:.2})", r.paired_ratio, i.low, i.high),
+                    None => format!("{:.3}", r.paired_ratio),
+                },
                 if r.same_output { "yes" } else { "NO" }.to_string(),
                 if settled.is_empty() { "-".to_string() } else { settled.join(", ") },
             ]);
         }
+        let chance = match report.results.iter().find_map(|r| r.paired_interval) {
+            Some(i) if i.coverage >= 0.95 => format!("with {:.1} % chance", 100.0 * i.coverage),
+            Some(i) => format!("with {:.1} % chance (6 repetitions or more give 95 %)", 100.0 * i.coverage),
+            None => "(one repetition gives no interval)".to_string(),
+        };
         table.note(format!(
             "same run, alternating (the side that goes first alternates too); service CPU {service}; ×plain = offload \
              median / plain median; paired = median over the repetitions of offload / plain, each pair run back to \
-             back; same output = stdout, stderr and exit status of every run equal to the first plain \
-             run's (each program prints a checksum of the files it wrote); settled on = the arms the adaptive \
-             policy's processes ended in"
+             back, and in brackets where its true value lies, {chance} (distribution-free: the order statistics \
+             of a sign test); same output = stdout, stderr and exit status of every run equal to the first \
+             plain run's (each program prints a checksum of the files it wrote); settled on = the arms the \
+             adaptive policy's processes ended in"
         ));
         if let Some(load) = &report.load {
             let what = match report.preloads {
