@@ -49,12 +49,15 @@ pub mod uring;
 ///
 /// --json prints `{hop_round_trip_ns, app_cpu, service_cpu, shared_cpu, results: [{workload,
 /// policy, ops, throughput: {min, median, max, samples}, vs_never, paired_vs_never,
-/// best_fixed: null | {policy, ratio, paired_ratio}, p50_ns, p99_ns, offloaded, app_busy,
+/// best_fixed: null | {policy, ratio, paired_ratio, paired_interval: {low, high, coverage} |
+/// null}, p50_ns, p99_ns, offloaded, app_busy,
 /// service_busy, service_thread_busy, ended_on}], handoff: {batch, rows: [{mechanism, call,
 /// runs_on, round_trip_ns: {min, median, max, samples}, vs_sqpoll}], skipped: [reason]}}`
 /// (busy values are fractions of wall time; paired ratios are medians over the repetitions of
 /// the ratio within one repetition; `best_fixed`: for predicted, measured and tuned, the
-/// fixed rule (never, always, size, static) with the best median in the run; `ended_on`: for
+/// fixed rule (never, always, size, static) with the best median in the run, and where the
+/// paired ratio's true value lies with the chance given (`corehop bench run-suite --help`
+/// says how); `ended_on`: for
 /// `tuned`, the arm each repetition ended in, as printed under the table, else empty).
 #[derive(clap::Args, Clone)]
 pub struct Args {
@@ -321,6 +324,8 @@ struct BestFixed {
     policy: &'static str,
     ratio: f64,
     paired_ratio: f64,
+    /// Where the paired ratio's true value lies (`None` with one repetition).
+    paired_interval: Option<report::Interval>,
 }
 
 /// Median over the repetitions of `a`'s throughput over `b`'s in the same repetition.
@@ -585,6 +590,7 @@ fn measure(
                 policy: name,
                 ratio: throughput.median / m,
                 paired_ratio: paired(&s.throughput, reps),
+                paired_interval: report::paired_interval(&s.throughput, reps),
             });
             let wall = s.wall_ns.max(1) as f64;
             results.push(Row {
@@ -676,8 +682,11 @@ fn table(out: &Output) -> Table {
     );
     for r in &out.results {
         if let Some(b) = r.best_fixed {
+            let interval = b.paired_interval.map_or(String::new(), |i| {
+                format!(" ({:.3}–{:.3} with {:.1} % chance)", i.low, i.high, 100.0 * i.coverage)
+            });
             t.note(format!(
-                "{} {}: {:.3}× the best fixed rule here ({}), paired {:.3}",
+                "{} {}: {:.3}× the best fixed rule here ({}), paired {:.3}{interval}",
                 r.workload, r.policy, b.ratio, b.policy, b.paired_ratio
             ));
         }

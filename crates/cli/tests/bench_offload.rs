@@ -71,7 +71,13 @@ fn tiny_run_reports_every_policy_against_never() {
             assert_eq!(named["throughput"]["median"].as_f64().unwrap(), top, "{best}");
             let ratio = r["throughput"]["median"].as_f64().unwrap() / top;
             assert!((best["ratio"].as_f64().unwrap() - ratio).abs() < 1e-9, "{best}");
-            assert!(best["paired_ratio"].as_f64().unwrap() > 0.0);
+            let paired = best["paired_ratio"].as_f64().unwrap();
+            assert!(paired > 0.0);
+            // Two repetitions: the interval is the range of their ratios, around their mean.
+            let interval = &best["paired_interval"];
+            let (low, high) = (interval["low"].as_f64().unwrap(), interval["high"].as_f64().unwrap());
+            assert!(low <= paired && paired <= high, "{best}");
+            assert_eq!(interval["coverage"], 0.5, "{best}");
         } else {
             assert!(best.is_null(), "a fixed rule is not held against itself: {best}");
         }
