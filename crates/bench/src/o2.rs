@@ -82,6 +82,7 @@ struct Dir {
 ///                    "scheduler": "threads"|"sharded"|"o2"|"o2_batched", "min_lookups_per_s",
 ///                    "median_lookups_per_s", "max_lookups_per_s", "ratio_to_threads",
 ///                    "paired_ratio_to_threads",
+///                    "paired_interval_to_threads": null | { "low", "high", "coverage" },
 ///                    "placement": null | { "local", "core", "domain", "replicated",
 ///                                        "following_routes" } } ] }
 #[derive(clap::Args, Debug)]
@@ -209,6 +210,9 @@ struct Row {
     /// The median, over the repetitions, of each run over the threads' run of the same
     /// repetition (run beside it): what a drift of the host between repetitions does not move.
     paired_ratio_to_threads: f64,
+    /// Where the paired ratio's true value lies, with the chance it does (see
+    /// [`report::paired_interval`]); `None` with one repetition.
+    paired_interval_to_threads: Option<report::Interval>,
     placement: Option<PlacementCounts>,
 }
 
@@ -650,6 +654,7 @@ impl Bench {
                 max_lookups_per_s: stats.max,
                 ratio_to_threads: if threads_median > 0.0 { stats.median / threads_median } else { 0.0 },
                 paired_ratio_to_threads: report::paired_median(samples, threads).unwrap_or(0.0),
+                paired_interval_to_threads: report::paired_interval(samples, threads),
                 placement: match scheduler {
                     Scheduler::O2 => Some(single.placement(gate_start[0])),
                     Scheduler::O2Batched => Some(batched.placement(gate_start[1])),
@@ -819,6 +824,31 @@ fn table(rows: &[Row], popularity: Popularity, title: String) -> Table {
     t
 }
 
+/// Where O² (either form) ran below the threads beyond this host's noise: the interval of its
+/// paired ratio wholly below 1.
+fn beyond_noise(rows: &[Row], popularity: Popularity) -> String {
+    let mut chance = None;
+    let below: Vec<String> = rows
+        .iter()
+        .filter(|r| r.popularity == popularity && matches!(r.scheduler, Scheduler::O2 | Scheduler::O2Batched))
+        .filter_map(|r| {
+            let i = r.paired_interval_to_threads?;
+            chance = Some(i.coverage);
+            let name = if r.scheduler == Scheduler::O2 { "o2" } else { "batched" };
+            (i.high < 1.0)
+                .then(|| format!("{name} at {} ({:.2}–{:.2})", format_size(r.size_bytes), i.low, i.high))
+        })
+        .collect();
+    match chance {
+        None => "one repetition: no interval says where O² stands against the threads".into(),
+        Some(c) => format!(
+            "below the threads beyond noise (the paired ratio's interval, {:.1} % chance, wholly under 1): {}",
+            100.0 * c,
+            if below.is_empty() { "nowhere".into() } else { below.join(", ") }
+        ),
+    }
+}
+
 fn popularities(arg: PopularityArg) -> Vec<Popularity> {
     match arg {
         PopularityArg::Uniform => vec![Popularity::Uniform],
@@ -899,6 +929,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "batched = O² with {} lookups per batch; placed = directories o2, batched scheduled to a CPU (the rest run where the caller is), and the share of periods whose lookups followed those routes",
             bench.batch
         ));
+        t.note(beyond_noise(&rows, p));
         println!("{t}");
     }
     Ok(())
@@ -945,6 +976,44 @@ pub fn tour() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_note_names_only_what_lost_to_the_threads_beyond_noise() {
+        let row = |scheduler, size_bytes, interval: Option<(f64, f64)>| Row {
+            popularity: Popularity::Uniform,
+            size_bytes,
+            directories: 1,
+            scheduler,
+            min_lookups_per_s: 1.0,
+            median_lookups_per_s: 1.0,
+            max_lookups_per_s: 1.0,
+            ratio_to_threads: 1.0,
+            paired_ratio_to_threads: 1.0,
+            paired_interval_to_threads: interval.map(|(low, high)| report::Interval {
+                low,
+                high,
+                coverage: 0.969,
+            }),
+            placement: None,
+        };
+        let mib = 1 << 20;
+        let rows = [
+            row(Scheduler::Threads, mib, Some((1.0, 1.0))),
+            row(Scheduler::Sharded, mib, Some((0.8, 0.9))), // not O²: not named
+            row(Scheduler::O2, mib, Some((0.97, 1.02))),    // holds 1: noise
+            row(Scheduler::O2Batched, mib, Some((0.90, 0.99))),
+            row(Scheduler::O2, 64 * mib, Some((0.87, 0.94))),
+        ];
+        let note = beyond_noise(&rows, Popularity::Uniform);
+        assert!(note.contains("96.9 % chance"), "{note}");
+        assert!(note.ends_with("batched at 1M (0.90–0.99), o2 at 64M (0.87–0.94)"), "{note}");
+        assert!(!note.contains("nowhere") && !note.contains("0.80"), "{note}");
+        let even = [row(Scheduler::O2, mib, Some((0.97, 1.02)))];
+        assert!(beyond_noise(&even, Popularity::Uniform).ends_with("nowhere"));
+        let once = [row(Scheduler::O2, mib, None)];
+        assert!(beyond_noise(&once, Popularity::Uniform).starts_with("one repetition"));
+        assert!(beyond_noise(&rows, Popularity::Oscillating).starts_with("one repetition"), "no such rows");
+    }
 
     #[test]
     fn lookups_find_every_name() {

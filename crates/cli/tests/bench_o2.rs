@@ -35,6 +35,7 @@ fn quick_json_has_every_scheduler_per_size() {
         let scheduler = r["scheduler"].as_str().unwrap();
         assert!(["threads", "sharded", "o2", "o2_batched"].contains(&scheduler));
         assert!(["uniform", "oscillating"].contains(&r["popularity"].as_str().unwrap()));
+        assert!(r["paired_interval_to_threads"].is_null(), "one repetition gives no interval: {r}");
         if scheduler == "threads" {
             assert_eq!(r["ratio_to_threads"], 1.0);
             assert_eq!(r["paired_ratio_to_threads"], 1.0);
