@@ -41,9 +41,10 @@ const COMPONENTS: [&str; 4] = ["driver", "ip", "tcp", "app"];
 /// --json prints `{machine, cpus, payload_bytes, duration_ms, reps, rate, rows: [{placement,
 /// idle, speeds, layout, throughput_fps: {min, median, max, samples}, gbps, vs_baseline,
 /// utilisation: {driver, ip, tcp, app}, sleeps_per_s, wakes_per_s, bad_frames}],
-/// controller_vs_best_fixed, controller_paired_vs_best_fixed, controller_settled: [{layout,
-/// speeds}], head_to_head: null | {placement, idle, speed, controller_fps: {min, median, max,
-/// samples}, fixed_fps: {...}, ratio, paired_ratio, controller_settled: [{layout, speeds}]},
+/// controller_vs_best_fixed, controller_paired_vs_best_fixed, controller_paired_interval,
+/// controller_settled: [{layout, speeds}], head_to_head: null | {placement, idle, speed,
+/// controller_fps: {min, median, max, samples}, fixed_fps: {...}, ratio, paired_ratio,
+/// paired_interval, controller_settled: [{layout, speeds}]},
 /// skipped: [{placement, reason}]}`. `speeds` are per used CPU, `layout` is the CPU
 /// of each component (a row's: its last repetition's), utilisations are fractions of wall
 /// time (medians over repetitions); `controller_vs_best_fixed` is the controller's median
@@ -52,7 +53,9 @@ const COMPONENTS: [&str; 4] = ["driver", "ip", "tcp", "app"];
 /// a controller row); `controller_settled` is where the controller settled in each
 /// repetition. `head_to_head` (null with --head-to-head 0 or no controller) is the
 /// controller against the best fixed row measured again, in pairs of back-to-back runs:
-/// `ratio` of the medians, `paired_ratio` the median of each pair's ratio.
+/// `ratio` of the medians, `paired_ratio` the median of each pair's ratio. Each `*_interval`
+/// is null | {low, high, coverage}: where that paired median's true value lies, with the chance
+/// it does (`corehop bench run-suite --help` says how).
 #[derive(clap::Args, Clone)]
 pub struct Args {
     /// Placements to compare (comma-separated): one-core (all four components on one CPU),
@@ -342,6 +345,8 @@ struct Report {
     controller_vs_best_fixed: Option<f64>,
     /// The median over repetitions of the controller's run over the best fixed placement's.
     controller_paired_vs_best_fixed: Option<f64>,
+    /// Where that paired median's true value lies (`None` with one repetition).
+    controller_paired_interval: Option<report::Interval>,
     /// Where the controller settled, each repetition.
     controller_settled: Vec<Settled>,
     head_to_head: Option<HeadToHead>,
@@ -360,6 +365,8 @@ struct HeadToHead {
     ratio: f64,
     /// The median over pairs of the controller's run over the fixed configuration's.
     paired_ratio: f64,
+    /// Where that median's true value lies (`None` with one pair).
+    paired_interval: Option<report::Interval>,
     controller_settled: Vec<Settled>,
 }
 
@@ -498,9 +505,12 @@ fn bench(args: &Args) -> anyhow::Result<Report> {
         };
     // Rows and runs are in the same order; the controller's is the last, if any.
     let controller_runs = (!args.no_controller).then(|| runs.last()).flatten();
-    let controller_paired_vs_best_fixed = match (controller_runs, best) {
-        (Some(ctl), Some(best)) => report::paired_median(&fps(ctl), &fps(&runs[best])),
-        _ => None,
+    let (controller_paired_vs_best_fixed, controller_paired_interval) = match (controller_runs, best) {
+        (Some(ctl), Some(best)) => (
+            report::paired_median(&fps(ctl), &fps(&runs[best])),
+            report::paired_interval(&fps(ctl), &fps(&runs[best])),
+        ),
+        _ => (None, None),
     };
     let controller_settled = controller_runs.map(|r| r.iter().map(Settled::of).collect()).unwrap_or_default();
     let head_to_head = match best {
@@ -521,9 +531,17 @@ fn bench(args: &Args) -> anyhow::Result<Report> {
         rows,
         controller_vs_best_fixed,
         controller_paired_vs_best_fixed,
+        controller_paired_interval,
         controller_settled,
         head_to_head,
         skipped,
+    })
+}
+
+/// ", 0.95–1.03 with 96.9 % chance" for an interval, nothing without one.
+fn interval_text(interval: Option<report::Interval>) -> String {
+    interval.map_or(String::new(), |i| {
+        format!(", {:.2}–{:.2} with {:.1} % chance", i.low, i.high, 100.0 * i.coverage)
     })
 }
 
@@ -558,6 +576,7 @@ fn head_to_head(
         speed: row.speeds.first().copied().unwrap_or(1.0),
         ratio: controller_fps.median / fixed_fps.median.max(f64::MIN_POSITIVE),
         paired_ratio: report::paired_median(&fps(&ctl), &fps(&base)).unwrap_or(0.0),
+        paired_interval: report::paired_interval(&fps(&ctl), &fps(&base)),
         controller_fps,
         fixed_fps,
         controller_settled: ctl.iter().map(Settled::of).collect(),
@@ -619,11 +638,12 @@ fn table(report: &Report) -> Table {
     t.note("mid-batch counts too, so a loaded machine can show over 100%). sleeps/s: host parks, all CPUs.");
     if let (Some(ratio), Some(best)) = (report.controller_vs_best_fixed, best_fixed(&report.rows)) {
         t.note(format!(
-            "The controller ran at {ratio:.2}× the best fixed placement of this run ({} / {} at speed {}); paired (each repetition over that row's): {:.2}.",
+            "The controller ran at {ratio:.2}× the best fixed placement of this run ({} / {} at speed {}); paired (each repetition over that row's): {:.2}{}.",
             best.placement,
             best.idle,
             best.speeds.first().copied().unwrap_or(1.0),
             report.controller_paired_vs_best_fixed.unwrap_or(0.0),
+            interval_text(report.controller_paired_interval),
         ));
         t.note(format!("It settled on {}.", settled_text(&report.controller_settled, "repetitions")));
     }
@@ -640,9 +660,10 @@ fn table(report: &Report) -> Table {
             report::fmt_rate(h.fixed_fps.min),
         ));
         t.note(format!(
-            "{:.2}× (paired {:.2}); it settled on {}.",
+            "{:.2}× (paired {:.2}{}); it settled on {}.",
             h.ratio,
             h.paired_ratio,
+            interval_text(h.paired_interval),
             settled_text(&h.controller_settled, "runs")
         ));
     }

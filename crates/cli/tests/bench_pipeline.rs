@@ -50,7 +50,12 @@ fn tiny_run_reports_every_configuration_against_the_first() {
     let controller = rows[fixed]["throughput_fps"]["median"].as_f64().unwrap();
     let ratio = v["controller_vs_best_fixed"].as_f64().unwrap();
     assert!((ratio - controller / best).abs() < 1e-9, "{ratio} vs {controller} / {best}");
-    assert!(v["controller_paired_vs_best_fixed"].as_f64().unwrap() > 0.0);
+    let paired = v["controller_paired_vs_best_fixed"].as_f64().unwrap();
+    assert!(paired > 0.0);
+    // Two repetitions: the interval is the range of their two ratios, around their mean.
+    let interval = &v["controller_paired_interval"];
+    assert!(interval["low"].as_f64().unwrap() <= paired && paired <= interval["high"].as_f64().unwrap());
+    assert_eq!(interval["coverage"], 0.5, "{interval}");
     let settled = v["controller_settled"].as_array().unwrap();
     assert_eq!(settled.len(), 2, "one layout a repetition: {settled:?}");
     assert_eq!(settled[1]["layout"], rows[fixed]["layout"], "the row shows the last repetition's");
@@ -66,7 +71,12 @@ fn tiny_run_reports_every_configuration_against_the_first() {
     let (c, f) =
         (h["controller_fps"]["median"].as_f64().unwrap(), h["fixed_fps"]["median"].as_f64().unwrap());
     assert!((h["ratio"].as_f64().unwrap() - c / f).abs() < 1e-9, "{h}");
-    assert!(h["paired_ratio"].as_f64().unwrap() > 0.0);
+    let paired = h["paired_ratio"].as_f64().unwrap();
+    assert!(paired > 0.0);
+    // Three pairs: the range of their ratios holds the median with chance 3/4.
+    let interval = &h["paired_interval"];
+    assert!(interval["low"].as_f64().unwrap() <= paired && paired <= interval["high"].as_f64().unwrap());
+    assert_eq!(interval["coverage"], 0.75, "{interval}");
     let skipped = v["skipped"].as_array().unwrap();
     assert!(skipped.iter().any(|s| s["placement"] == "smt") || cpus >= 2, "{skipped:?}");
 }
