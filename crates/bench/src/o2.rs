@@ -833,17 +833,15 @@ fn beyond_noise(rows: &[Row], popularity: Popularity) -> String {
         .filter(|r| r.popularity == popularity && matches!(r.scheduler, Scheduler::O2 | Scheduler::O2Batched))
         .filter_map(|r| {
             let i = r.paired_interval_to_threads?;
-            chance = Some(i.coverage);
+            chance = Some(i.chance());
             let name = if r.scheduler == Scheduler::O2 { "o2" } else { "batched" };
-            (i.high < 1.0)
-                .then(|| format!("{name} at {} ({:.2}–{:.2})", format_size(r.size_bytes), i.low, i.high))
+            (i.high < 1.0).then(|| format!("{name} at {} ({})", format_size(r.size_bytes), i.range(2)))
         })
         .collect();
     match chance {
         None => "one repetition: no interval says where O² stands against the threads".into(),
-        Some(c) => format!(
-            "below the threads beyond noise (the paired ratio's interval, {:.1} % chance, wholly under 1): {}",
-            100.0 * c,
+        Some(chance) => format!(
+            "below the threads beyond noise (the paired ratio's interval, {chance}, wholly under 1): {}",
             if below.is_empty() { "nowhere".into() } else { below.join(", ") }
         ),
     }

@@ -682,9 +682,8 @@ fn table(out: &Output) -> Table {
     );
     for r in &out.results {
         if let Some(b) = r.best_fixed {
-            let interval = b.paired_interval.map_or(String::new(), |i| {
-                format!(" ({:.3}–{:.3} with {:.1} % chance)", i.low, i.high, 100.0 * i.coverage)
-            });
+            let interval =
+                b.paired_interval.map_or(String::new(), |i| format!(" ({} {})", i.range(3), i.chance()));
             t.note(format!(
                 "{} {}: {:.3}× the best fixed rule here ({}), paired {:.3}{interval}",
                 r.workload, r.policy, b.ratio, b.policy, b.paired_ratio

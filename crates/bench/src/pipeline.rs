@@ -540,9 +540,7 @@ fn bench(args: &Args) -> anyhow::Result<Report> {
 
 /// ", 0.95–1.03 with 96.9 % chance" for an interval, nothing without one.
 fn interval_text(interval: Option<report::Interval>) -> String {
-    interval.map_or(String::new(), |i| {
-        format!(", {:.2}–{:.2} with {:.1} % chance", i.low, i.high, 100.0 * i.coverage)
-    })
+    interval.map_or(String::new(), |i| format!(", {} {}", i.range(2), i.chance()))
 }
 
 /// Runs the controller and `fixed` (the sweep's best, `row`) `pairs` times each, back to

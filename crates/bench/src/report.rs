@@ -38,8 +38,7 @@ impl Stats {
 /// same repetition (repetitions whose baseline is 0 are left out); `None` without any. Paired
 /// so, a drift of the host between repetitions cancels out.
 pub fn paired_median(runs: &[f64], base: &[f64]) -> Option<f64> {
-    let ratios: Vec<f64> = runs.iter().zip(base).filter(|(_, &b)| b > 0.0).map(|(&r, &b)| r / b).collect();
-    Stats::of(&ratios).map(|s| s.median)
+    Stats::of(&paired_ratios(runs, base)).map(|s| s.median)
 }
 
 /// How sure a [`paired_interval`] is: the interval and the chance that it holds the true
@@ -54,6 +53,23 @@ pub struct Interval {
     pub coverage: f64,
 }
 
+impl Interval {
+    /// Its ends, "0.95–1.03" at `digits` decimals.
+    pub fn range(&self, digits: usize) -> String {
+        format!("{:.digits$}–{:.digits$}", self.low, self.high)
+    }
+
+    /// How sure it is, "with 96.9 % chance".
+    pub fn chance(&self) -> String {
+        format!("with {:.1} % chance", 100.0 * self.coverage)
+    }
+}
+
+/// The ratios `runs[i] / base[i]` of the repetitions whose baseline is not 0.
+fn paired_ratios(runs: &[f64], base: &[f64]) -> Vec<f64> {
+    runs.iter().zip(base).filter(|(_, &b)| b > 0.0).map(|(&r, &b)| r / b).collect()
+}
+
 /// An interval for the median of `runs[i] / base[i]` (see [`paired_median`]) that needs no
 /// assumption about their distribution: the order statistics that a sign test puts around the
 /// median, the narrowest pair whose coverage is at least 95 %. The ratios of independent
@@ -61,13 +77,8 @@ pub struct Interval {
 /// binomial. With under 6 pairs no pair of order statistics reaches 95 %: the interval is then
 /// the range of the ratios, with its own coverage, 1 − 2^(1−n). `None` with under 2 pairs.
 pub fn paired_interval(runs: &[f64], base: &[f64]) -> Option<Interval> {
-    let mut ratios: Vec<f64> = runs
-        .iter()
-        .zip(base)
-        .filter(|(_, &b)| b > 0.0)
-        .map(|(&r, &b)| r / b)
-        .filter(|r| !r.is_nan())
-        .collect();
+    let mut ratios = paired_ratios(runs, base);
+    ratios.retain(|r| !r.is_nan());
     let n = ratios.len();
     if n < 2 {
         return None;

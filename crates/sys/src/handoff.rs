@@ -342,9 +342,14 @@ impl<Req: Copy, Rep: Copy> Lane<Req, Rep> {
     /// Sleeps until a caller rings (or `timeout_ns` passes); returns false if the timeout
     /// ended it. Returns at once if a request already waits.
     pub fn sleep(&self, timeout_ns: Option<u64>) -> bool {
-        let woken = sleep(&self.pending, 0, timeout_ns) != Slept::TimedOut;
+        self.sleep_until_rung(timeout_ns) != Slept::TimedOut
+    }
+
+    /// The service thread's sleep on the doorbell, its flag cleared after.
+    fn sleep_until_rung(&self, timeout_ns: Option<u64>) -> Slept {
+        let slept = sleep(&self.pending, 0, timeout_ns);
         self.pending.fetch_and(!ASLEEP, SeqCst);
-        woken
+        slept
     }
 
     /// Serves what the doorbell names now: prefetches every named slot's request line, then
@@ -416,9 +421,7 @@ impl<Req: Copy, Rep: Copy> Door for Lane<Req, Rep> {
     }
 
     fn park(&self) -> bool {
-        let slept = sleep(&self.pending, 0, None) != Slept::Changed;
-        self.pending.fetch_and(!ASLEEP, SeqCst);
-        slept
+        self.sleep_until_rung(None) != Slept::Changed
     }
 }
 

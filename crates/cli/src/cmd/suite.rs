@@ -433,7 +433,7 @@ fn print(report: &Report, output: &OutputArgs, service: usize) -> anyhow::Result
                 span(&r.offload),
                 format!("{:.3}", r.ratio),
                 match r.paired_interval {
-                    Some(i) => format!("{:.3} ({:.2}–{:.2})", r.paired_ratio, i.low, i.high),
+                    Some(i) => format!("{:.3} ({})", r.paired_ratio, i.range(2)),
                     None => format!("{:.3}", r.paired_ratio),
                 },
                 if r.same_output { "yes" } else { "NO" }.to_string(),
@@ -441,8 +441,8 @@ fn print(report: &Report, output: &OutputArgs, service: usize) -> anyhow::Result
             ]);
         }
         let chance = match report.results.iter().find_map(|r| r.paired_interval) {
-            Some(i) if i.coverage >= 0.95 => format!("with {:.1} % chance", 100.0 * i.coverage),
-            Some(i) => format!("with {:.1} % chance (6 repetitions or more give 95 %)", 100.0 * i.coverage),
+            Some(i) if i.coverage >= 0.95 => i.chance(),
+            Some(i) => format!("{} (6 repetitions or more give 95 %)", i.chance()),
             None => "(one repetition gives no interval)".to_string(),
         };
         table.note(format!(
