@@ -301,24 +301,44 @@ pub struct Adaptive {
     /// Per arm, what the calls of this epoch would have cost their callers under it, by the
     /// measured arm's estimates: an arm's first trial is weighed against that, not a guess.
     expected: Vec<f64>,
-    /// Calls until the next one is tallied in `expected`.
-    until_tally: u32,
-    /// One call in this many is tallied this epoch (see [`TALLIED_PER_EPOCH`]).
+    /// About one call in this many is tallied this epoch (see [`TALLIED_PER_EPOCH`]).
     tally_every: u32,
-    /// Calls observed this epoch.
-    epoch_calls: u32,
+    /// Calls tallied this epoch.
+    tallied: u32,
     /// Whether an epoch has ended. Before that only the arm in force learns: no round starts
     /// before the warm-up's epochs have passed, and a process that ends within its first
     /// epoch (most of a shell pipeline's) would pay for the others' learning and gain nothing.
     past_first_epoch: bool,
 }
 
-/// Adaptive tallies the expected cost of about this many calls an epoch, evenly spread, and the
-/// arms not in force learn from those: a sample serves the ratio of arms' costs, and their
-/// tables, as well as every call. A tally asks every arm to decide and costs 100-150 ns; at one
-/// call in 8 that was 1-2 % of a task file server's calls of 2 µs, which make 10 000 an epoch
-/// (docs/performance.md, "Thirtieth session"). An epoch of few calls tallies each of them.
+/// Adaptive tallies the expected cost of about this many calls an epoch, drawn at random
+/// ([`drawn`]), and the arms not in force learn from those: a sample serves the ratio
+/// of arms' costs, and their tables, as well as every call. A tally asks every arm to decide
+/// and costs 100-150 ns; at one call in 8 that was 1-2 % of a task file server's calls of 2 µs,
+/// which make 10 000 an epoch (docs/performance.md, "Thirtieth session"). An epoch of few
+/// calls tallies each of them. Drawn, not counted: a count written on every call cost that
+/// server 2 %, its line moving between the CPUs its tasks call from ("Thirty-fourth session").
 const TALLIED_PER_EPOCH: u32 = 128;
+
+/// Whether this call is among about one in `every`, drawn at random by this thread: a count
+/// kept in the policy, which threads on two CPUs share, would move between their caches on
+/// every call (docs/performance.md, "Thirty-fourth session"). Deterministic for a thread that
+/// makes the same calls, as the simulator's does.
+fn drawn(every: u32) -> bool {
+    thread_local! {
+        static STATE: std::cell::Cell<u64> = const { std::cell::Cell::new(0x9e37_79b9_7f4a_7c15) };
+    }
+    // xorshift64*: a few instructions, and no pattern in the calls aliases with it.
+    let x = STATE.with(|state| {
+        let mut x = state.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        state.set(x);
+        x
+    });
+    every <= 1 || (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32).is_multiple_of(u64::from(every))
+}
 
 /// One call in this many is tallied until an epoch's calls were counted,
 const FIRST_TALLY_EVERY: u32 = 8;
@@ -338,9 +358,8 @@ impl Adaptive {
         }
         Ok(Adaptive {
             expected: vec![0.0; arms.len()],
-            until_tally: 0,
             tally_every: FIRST_TALLY_EVERY,
-            epoch_calls: 0,
+            tallied: 0,
             past_first_epoch: false,
             arms,
             sampler,
@@ -358,17 +377,15 @@ impl Adaptive {
     /// on noise (SQLite in `bench offload`: tuned 0.90-0.97 of the best fixed rule, 1.03-1.04
     /// once the measured arm learned from its own calls only).
     fn observe(&mut self, call: &CallDesc, cost: CallCost) {
-        self.epoch_calls = self.epoch_calls.saturating_add(1);
         let active = self.sampler.next_epoch().arm;
         self.arms[active].observe(call, cost);
+        if !drawn(self.tally_every) {
+            return;
+        }
+        self.tallied = self.tallied.saturating_add(1);
         if !self.past_first_epoch {
             return;
         }
-        if self.until_tally > 0 {
-            self.until_tally -= 1;
-            return;
-        }
-        self.until_tally = self.tally_every - 1;
         // The arms not in force learn from these calls only: their tables serve their trials,
         // and a predictor learning from every call cost a loop of cheap calls more than all
         // the rest of the library (docs/performance.md, "Twenty-seventh session").
@@ -396,9 +413,10 @@ impl Adaptive {
         self.expected.iter_mut().for_each(|e| *e = 0.0);
         if !self.sampler.next_epoch().trial {
             // A trial is shorter than the epochs that follow it: only a full one sets the rate.
-            self.tally_every = (self.epoch_calls / TALLIED_PER_EPOCH).clamp(1, MAX_TALLY_EVERY);
+            let calls = self.tallied.saturating_mul(self.tally_every);
+            self.tally_every = (calls / TALLIED_PER_EPOCH).clamp(1, MAX_TALLY_EVERY);
         }
-        self.epoch_calls = 0;
+        self.tallied = 0;
         self.past_first_epoch = true;
         self.sampler.epoch_end(work, duration);
     }
@@ -741,12 +759,13 @@ mod tests {
         let OffloadPolicy::Adaptive(mut a) = "adaptive".parse().unwrap() else { unreachable!() };
         // The warm-up's epochs: no trial, so each one sets the rate for the next.
         assert_eq!(a.tally_every, FIRST_TALLY_EVERY);
-        for (calls, every) in [(100_000, MAX_TALLY_EVERY), (2_560, 20), (50, 1)] {
+        // Calls are drawn at random: the rate follows a count within its spread.
+        for (calls, every) in [(100_000, MAX_TALLY_EVERY..=MAX_TALLY_EVERY), (2_560, 14..=26), (50, 1..=1)] {
             for _ in 0..calls {
                 a.observe(&read(100), CallCost::local(1_000));
             }
             a.epoch_end(calls as f64, 20_000_000);
-            assert_eq!(a.tally_every, every, "after an epoch of {calls} calls");
+            assert!(every.contains(&a.tally_every), "after an epoch of {calls} calls: {}", a.tally_every);
         }
     }
 
