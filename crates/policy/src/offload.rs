@@ -305,6 +305,8 @@ pub struct Adaptive {
     tally_every: u32,
     /// Calls tallied this epoch.
     tallied: u32,
+    /// Which calls are tallied; the arm in force gets the other half of each draw.
+    draws: Draws,
     /// Whether an epoch has ended. Before that only the arm in force learns: no round starts
     /// before the warm-up's epochs have passed, and a process that ends within its first
     /// epoch (most of a shell pipeline's) would pay for the others' learning and gain nothing.
@@ -312,7 +314,7 @@ pub struct Adaptive {
 }
 
 /// Adaptive tallies the expected cost of about this many calls an epoch, drawn at random
-/// ([`drawn`]), and the arms not in force learn from those: a sample serves the ratio
+/// ([`Draws`]), and the arms not in force learn from those: a sample serves the ratio
 /// of arms' costs, and their tables, as well as every call. A tally asks every arm to decide
 /// and costs 100-150 ns; at one call in 8 that was 1-2 % of a task file server's calls of 2 µs,
 /// which make 10 000 an epoch (docs/performance.md, "Thirtieth session"). An epoch of few
@@ -320,24 +322,47 @@ pub struct Adaptive {
 /// server 2 %, its line moving between the CPUs its tasks call from ("Thirty-fourth session").
 const TALLIED_PER_EPOCH: u32 = 128;
 
-/// Whether this call is among about one in `every`, drawn at random by this thread: a count
-/// kept in the policy, which threads on two CPUs share, would move between their caches on
-/// every call (docs/performance.md, "Thirty-fourth session"). Deterministic for a thread that
-/// makes the same calls, as the simulator's does.
-fn drawn(every: u32) -> bool {
-    thread_local! {
-        static STATE: std::cell::Cell<u64> = const { std::cell::Cell::new(0x9e37_79b9_7f4a_7c15) };
-    }
-    // xorshift64*: a few instructions, and no pattern in the calls aliases with it.
-    let x = STATE.with(|state| {
-        let mut x = state.get();
+/// A policy's own stream of random draws, one per call observed: whether a call is among one
+/// in so many. A count of the calls would do, but written on every call by threads on two
+/// CPUs it moved between their caches on every call; the stream is one word, and the adaptive
+/// policy hands its draw on to its arm, so a call writes one word of policy state
+/// (docs/performance.md, "Thirty-fourth session"). The policy's own, so that its choices
+/// depend on what it was shown alone, as the simulator needs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Draws(u64);
+
+/// One draw of [`Draws`]: 64 random bits.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Draw(u64);
+
+impl Draws {
+    /// The next draw (xorshift64*: a few instructions, and no pattern of calls aliases with it).
+    pub(crate) fn next(&mut self) -> Draw {
+        let mut x = self.0;
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        state.set(x);
-        x
-    });
-    every <= 1 || (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32).is_multiple_of(u64::from(every))
+        self.0 = x;
+        Draw(x.wrapping_mul(0x2545_f491_4f6c_dd1d))
+    }
+}
+
+impl Default for Draws {
+    fn default() -> Draws {
+        Draws(0x9e37_79b9_7f4a_7c15)
+    }
+}
+
+impl Draw {
+    /// Whether this call is among about one in `every`, by the draw's high half.
+    pub(crate) fn one_in(self, every: u32) -> bool {
+        every <= 1 || (self.0 >> 32).is_multiple_of(u64::from(every))
+    }
+
+    /// The same draw with its halves swapped, for a second choice independent of the first.
+    fn other(self) -> Draw {
+        Draw(self.0.rotate_left(32))
+    }
 }
 
 /// One call in this many is tallied until an epoch's calls were counted,
@@ -360,6 +385,7 @@ impl Adaptive {
             expected: vec![0.0; arms.len()],
             tally_every: FIRST_TALLY_EVERY,
             tallied: 0,
+            draws: Draws::default(),
             past_first_epoch: false,
             arms,
             sampler,
@@ -377,9 +403,10 @@ impl Adaptive {
     /// on noise (SQLite in `bench offload`: tuned 0.90-0.97 of the best fixed rule, 1.03-1.04
     /// once the measured arm learned from its own calls only).
     fn observe(&mut self, call: &CallDesc, cost: CallCost) {
+        let draw = self.draws.next();
         let active = self.sampler.next_epoch().arm;
-        self.arms[active].observe(call, cost);
-        if !drawn(self.tally_every) {
+        self.arms[active].observe_drawn(call, cost, draw.other());
+        if !draw.one_in(self.tally_every) {
             return;
         }
         self.tallied = self.tallied.saturating_add(1);
@@ -552,6 +579,14 @@ impl OffloadPolicy {
     /// The call ran where [`OffloadPolicy::decide`] said and cost what `cost` says.
     pub fn observe(&mut self, call: &CallDesc, cost: CallCost) {
         match self {
+            OffloadPolicy::Measured(m) => m.observe(call, cost),
+            other => other.observe_drawn(call, cost, Draw(0)),
+        }
+    }
+
+    /// [`OffloadPolicy::observe`] with the call's draw made by an adaptive policy.
+    fn observe_drawn(&mut self, call: &CallDesc, cost: CallCost, draw: Draw) {
+        match self {
             OffloadPolicy::Predicted(p) => {
                 let n = p.effective_threshold();
                 if cost.moved || p.learns_now(n) {
@@ -561,7 +596,7 @@ impl OffloadPolicy {
                     p.move_cost.add(cost.caller.saturating_sub(cost.run));
                 }
             }
-            OffloadPolicy::Measured(m) => m.observe(call, cost),
+            OffloadPolicy::Measured(m) => m.observe_drawn(call, cost, draw),
             OffloadPolicy::Adaptive(a) => a.observe(call, cost),
             _ => {}
         }
@@ -767,6 +802,36 @@ mod tests {
             a.epoch_end(calls as f64, 20_000_000);
             assert!(every.contains(&a.tally_every), "after an epoch of {calls} calls: {}", a.tally_every);
         }
+    }
+
+    #[test]
+    fn an_adaptive_policy_chooses_by_what_it_was_shown_alone() {
+        // Two policies shown the same calls, and a third shown others in between on the same
+        // thread (as the simulator's tasks are): the two end alike, call for call.
+        let mut twins: Vec<OffloadPolicy> = (0..2).map(|_| "adaptive".parse().unwrap()).collect();
+        let mut other: OffloadPolicy = "adaptive".parse().unwrap();
+        let mut decisions = [vec![], vec![]];
+        for i in 0..200_000u64 {
+            let call = CallDesc::new(CallKind::Fsync, 3, 0, i % 3);
+            let run = 5_000 + i * 7_919 % 3_000;
+            for (twin, seen) in twins.iter_mut().zip(&mut decisions) {
+                let d = twin.decide(&call, 0);
+                seen.push(d);
+                twin.observe(
+                    &call,
+                    match d {
+                        Decision::Local => CallCost::local(run),
+                        Decision::Offload => CallCost::moved(run, 1_500),
+                    },
+                );
+                if i % 1_000 == 999 {
+                    twin.epoch_end(1_000.0, 20_000_000);
+                }
+                other.observe(&read(i % 5_000), CallCost::local(run));
+            }
+        }
+        assert_eq!(decisions[0], decisions[1]);
+        assert!(decisions[0].contains(&Decision::Offload), "moving paid, and it moved");
     }
 
     #[test]

@@ -21,7 +21,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{CallDesc, Decision, OffloadError};
+use super::{CallDesc, Decision, Draw, Draws, OffloadError};
 
 /// Keys tracked at once (direct-mapped; a colliding key takes the slot over and starts again).
 pub const MEASURED_SLOTS: usize = 256;
@@ -313,6 +313,8 @@ pub struct Measured {
     /// costs less, so a call that runs here in less is not probed. Infinite before the first
     /// move, which is a probe taken without it.
     handoff_min: f64,
+    /// Which routine calls are learned from (see [`Measured::observe`]).
+    draws: Draws,
 }
 
 /// A running mean of signed samples: the first eight averaged, later ones weighing 1/8.
@@ -347,6 +349,7 @@ impl Measured {
             moved_any: false,
             extra: RunningMean::default(),
             handoff_min: f64::INFINITY,
+            draws: Draws::default(),
         })
     }
 
@@ -387,11 +390,18 @@ impl Measured {
     /// cost it 2-3 % against `always`, which moved the same calls (docs/performance.md,
     /// "Thirty-fourth session").
     pub fn observe(&mut self, call: &CallDesc, cost: CallCost) {
+        let draw = self.draws.next();
+        self.observe_drawn(call, cost, draw);
+    }
+
+    /// [`Measured::observe`] with the call's draw made by an adaptive policy, whose own stream
+    /// serves both (one word written a call, not two).
+    pub(crate) fn observe_drawn(&mut self, call: &CallDesc, cost: CallCost, draw: Draw) {
         let key = call.timed_key();
         let index = Self::index(key);
         let slot = self.slots.get(index);
         let weight = if slot.routine(tag(key), cost) {
-            if !super::drawn(SETTLED_LEARN_EVERY) {
+            if !draw.one_in(SETTLED_LEARN_EVERY) {
                 return;
             }
             SETTLED_LEARN_EVERY
