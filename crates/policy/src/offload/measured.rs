@@ -382,10 +382,11 @@ impl Measured {
     /// What the last call of `call`'s key cost; it ran where [`Measured::decide`] said.
     ///
     /// Of a settled key's routine calls (no probe, on the side it prefers, no probe due soon)
-    /// about one in eight, drawn at random, is learned from and stands for eight calls: of the key's calls towards its next probe, and of the time
-    /// the probe budget is a share of. The others write nothing. So a key is probed about as
-    /// often as before, and its estimate, which weighs a sample 1/32 by then, follows a change
-    /// eight times more slowly; its probes catch a change first. Learning from every call, the
+    /// about one in eight, drawn at random, is learned from and stands for eight calls: of the
+    /// key's calls towards its next probe, and of the time the probe budget is a share of. The
+    /// others write nothing. So a key is probed about as often as before, and its estimate,
+    /// which weighs a sample 1/32 by then, follows a change eight times more slowly; its probes
+    /// catch a change first. Learning from every call, the
     /// policy's state moved between the CPUs of a task file server's tasks on every request and
     /// cost it 2-3 % against `always`, which moved the same calls (docs/performance.md,
     /// "Thirty-fourth session").
