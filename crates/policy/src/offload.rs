@@ -405,7 +405,7 @@ impl Adaptive {
     fn observe(&mut self, call: &CallDesc, cost: CallCost) {
         let draw = self.draws.next();
         let active = self.sampler.next_epoch().arm;
-        self.arms[active].observe_drawn(call, cost, draw.other());
+        self.arms[active].observe_as_arm(call, cost, draw.other());
         if !draw.one_in(self.tally_every) {
             return;
         }
@@ -579,14 +579,6 @@ impl OffloadPolicy {
     /// The call ran where [`OffloadPolicy::decide`] said and cost what `cost` says.
     pub fn observe(&mut self, call: &CallDesc, cost: CallCost) {
         match self {
-            OffloadPolicy::Measured(m) => m.observe(call, cost),
-            other => other.observe_drawn(call, cost, Draw(0)),
-        }
-    }
-
-    /// [`OffloadPolicy::observe`] with the call's draw made by an adaptive policy.
-    fn observe_drawn(&mut self, call: &CallDesc, cost: CallCost, draw: Draw) {
-        match self {
             OffloadPolicy::Predicted(p) => {
                 let n = p.effective_threshold();
                 if cost.moved || p.learns_now(n) {
@@ -596,9 +588,18 @@ impl OffloadPolicy {
                     p.move_cost.add(cost.caller.saturating_sub(cost.run));
                 }
             }
-            OffloadPolicy::Measured(m) => m.observe_drawn(call, cost, draw),
+            OffloadPolicy::Measured(m) => m.observe(call, cost),
             OffloadPolicy::Adaptive(a) => a.observe(call, cost),
             _ => {}
+        }
+    }
+
+    /// [`OffloadPolicy::observe`] for the arm in force of an adaptive policy, which made the
+    /// call's draw: a measured arm uses it instead of drawing from its own stream.
+    fn observe_as_arm(&mut self, call: &CallDesc, cost: CallCost, draw: Draw) {
+        match self {
+            OffloadPolicy::Measured(m) => m.observe_drawn(call, cost, draw),
+            other => other.observe(call, cost),
         }
     }
 

@@ -410,23 +410,14 @@ impl Measured {
             1
         };
         let before = slot.active();
-        self.learn(key, cost, weight);
-        let after = self.slots.get(index).active();
-        self.active = self.active + u32::from(after) - u32::from(before);
+        // A new key, or one that takes the slot of another, starts afresh.
+        let mut learned = if slot.tag == tag(key) { slot } else { Slot::new(tag(key), &self.config) };
+        self.learn_into(&mut learned, cost, weight);
+        self.slots.set(index, learned);
+        self.active = self.active + u32::from(learned.active()) - u32::from(before);
     }
 
     /// Learns from one call that stands for `weight` calls of its key.
-    fn learn(&mut self, key: u64, cost: CallCost, weight: u32) {
-        let index = Self::index(key);
-        let mut slot = self.slots.get(index);
-        if slot.tag != tag(key) {
-            // A new key, or one that takes the slot of another.
-            slot = Slot::new(tag(key), &self.config);
-        }
-        self.learn_into(&mut slot, cost, weight);
-        self.slots.set(index, slot);
-    }
-
     fn learn_into(&mut self, slot: &mut Slot, cost: CallCost, weight: u32) {
         let config = self.config;
         self.elapsed += cost.caller as f64 * f64::from(weight);
