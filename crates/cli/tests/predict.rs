@@ -165,7 +165,7 @@ fn the_timed_form_beats_the_papers_on_traces_timed_in_ns() {
     }
 }
 
-/// Traces of ten real programs recorded in-process by the preload library (call sites, ns
+/// Traces of fifteen real programs recorded in-process by the preload library (call sites, ns
 /// clock): the timed form's decisions must be right ≥ 90 % of the time over all programs and
 /// N, well above the best constant rule on average, and nowhere more than half a point below
 /// it. (An online rule cannot promise never to fall below the constant chosen afterwards: on

@@ -18,11 +18,13 @@
 //! random). A new key falls back to its kind's runs, then to any call's: a kind says more
 //! about a call's length than whatever call came before it.
 //!
-//! Its decisions at a threshold N ([`RunLengthPredictor::above_call`]) are chosen twice, as a
+//! Its decisions at a threshold N ([`RunLengthPredictor::above_call`]) are chosen as a
 //! branch predictor's tournament chooses: per key, between the prediction and the plain
-//! majority of the key's runs at N, whichever has lately been right where they differ; and
-//! over all calls, between the keys' decisions and the plain majority of all calls at N (which
-//! decides first, until the keys have earned their place). On a key or a program where runs
+//! majority of the key's runs at N, whichever has lately been right where they differ, and
+//! between that and what followed the sides of the key's last two runs before (a key whose
+//! runs take turns, as `find`'s two stats of each entry do); and over all calls, between the
+//! keys' decisions and the plain majority of all calls at N (which decides first, until the
+//! keys have earned their place). On a key or a program where runs
 //! land on either side of N at random, the decisions then stay within a learning cost of the
 //! better of always and never moving, where the prediction alone fell up to 19 points below
 //! it (docs/performance.md, "run-length predictor").
@@ -194,9 +196,15 @@ const NEXT: usize = 2 * HISTORY + 1;
 const MISS_TERCILE: usize = 2 * HISTORY + 2;
 const MISS_MEDIAN: usize = 2 * HISTORY + 3;
 /// Bits 0–15: how often runs ended above the threshold, in 1/65536 (decayed); bits 16–17: a
-/// two-bit counter that trusts the prediction (2, 3) or that majority (0, 1); bit 18: set.
+/// two-bit counter that trusts the prediction (2, 3) or that majority (0, 1); bit 18: set;
+/// bits 19–20: the sides of the last two runs (the newer in bit 19); bits 21–28: a two-bit
+/// counter per such history, saying which side came next (2, 3: above); bits 29–30: a
+/// two-bit counter that trusts those (2, 3) or the runs' decision (0, 1).
 const VOTE: usize = 2 * HISTORY + 4;
 const VOTE_SET: u32 = 1 << 18;
+const SIDES_SHIFT: u32 = 19;
+const NEXT_SIDE_SHIFT: u32 = 21;
+const TRUST_SIDES_SHIFT: u32 = 29;
 /// The share above keeps `1 - 1/2^ABOVE_DECAY_SHIFT` of itself per run: it follows the last 16
 /// runs or so, more than the nine of the prediction, so a key whose runs fall on both sides at
 /// random gets its majority right more often.
@@ -254,10 +262,20 @@ impl Recent {
         w[LEN] = (end + 1) as u32;
     }
 
-    /// Whether the next run will end above `n`: by the typical run (below), or, where that has
-    /// been wrong more often than the plain majority of this key's runs at `n`, by the
-    /// majority (a tournament, as branch predictors choose between two of their own).
+    /// Whether the next run will end above `n`: by its runs ([`Recent::above_by_runs`]), or,
+    /// where that has been wrong more often lately, by what followed the sides of the last two
+    /// runs before (a two-level predictor, as for branches: a key whose runs take turns, short
+    /// then long, is wrong every time by its runs and right every time by its turns).
     fn above(&self, n: u64) -> Option<bool> {
+        let by_runs = self.above_by_runs(n)?;
+        let vote = self.0[VOTE];
+        Some(if (vote >> TRUST_SIDES_SHIFT) & 3 >= 2 { Self::by_sides(vote) } else { by_runs })
+    }
+
+    /// By the typical run (below), or, where that has been wrong more often than the plain
+    /// majority of this key's runs at `n`, by the majority (a tournament, as branch predictors
+    /// choose between two of their own).
+    fn above_by_runs(&self, n: u64) -> Option<bool> {
         let typical = self.typical()? > n;
         let vote = self.0[VOTE];
         if vote & VOTE_SET == 0 || (vote >> 16) & 3 >= 2 {
@@ -267,14 +285,22 @@ impl Recent {
         }
     }
 
-    /// Learns `run`, counting for the vote at `n` which of the two guesses was right.
+    /// What came next, lately, after the sides of the last two runs.
+    fn by_sides(vote: u32) -> bool {
+        let sides = (vote >> SIDES_SHIFT) & 3;
+        (vote >> (NEXT_SIDE_SHIFT + 2 * sides)) & 3 >= 2
+    }
+
+    /// Learns `run`, counting for the votes at `n` which guesses were right.
     fn push_at(&mut self, run: u64, n: u64) {
         let ended_above = run > n;
         let vote = self.0[VOTE];
         let share = vote & 0xffff;
         let vote = if vote & VOTE_SET == 0 {
-            // The first run at this key: the majority is that run's side; trust the prediction.
-            (if ended_above { 0xffff } else { 0 }) | 2 << 16
+            // The first run at this key: the majority is that run's side; trust the prediction;
+            // every history says that side comes next, weakly, and is not trusted yet.
+            let (share, sides, next_side) = if ended_above { (0xffff, 3, 2 * 0x55) } else { (0, 0, 0x55) };
+            share | 2 << 16 | sides << SIDES_SHIFT | next_side << NEXT_SIDE_SHIFT | 1 << TRUST_SIDES_SHIFT
         } else {
             let mut trust = (vote >> 16) & 3;
             let by_prediction = self.typical().is_some_and(|t| t > n);
@@ -290,7 +316,25 @@ impl Recent {
             } else {
                 share - ((share - target) >> ABOVE_DECAY_SHIFT)
             };
-            share | trust << 16
+            let by_runs = self.above_by_runs(n).unwrap_or(false);
+            let by_sides = Self::by_sides(vote);
+            let mut trust_sides = (vote >> TRUST_SIDES_SHIFT) & 3;
+            if by_sides == ended_above && by_runs != ended_above {
+                trust_sides = (trust_sides + 1).min(3);
+            } else if by_runs == ended_above && by_sides != ended_above {
+                trust_sides = trust_sides.saturating_sub(1);
+            }
+            let sides = (vote >> SIDES_SHIFT) & 3;
+            let at = NEXT_SIDE_SHIFT + 2 * sides;
+            let next = (vote >> at) & 3;
+            let next = if ended_above { (next + 1).min(3) } else { next.saturating_sub(1) };
+            let next_side = (vote >> NEXT_SIDE_SHIFT) & 0xff & !(3 << (2 * sides)) | next << (2 * sides);
+            let sides = (sides << 1 | u32::from(ended_above)) & 3;
+            share
+                | trust << 16
+                | sides << SIDES_SHIFT
+                | next_side << NEXT_SIDE_SHIFT
+                | trust_sides << TRUST_SIDES_SHIFT
         };
         self.0[VOTE] = vote | VOTE_SET;
         self.push(run);
@@ -1196,6 +1240,22 @@ mod tests {
         let trace = two_length_keys(7, &[(500, 3_000, 70)], 6_000);
         let (right, constant) = decide_all(&trace, 2_000);
         assert!(right >= constant - 0.01, "right {right}, best constant {constant}");
+    }
+
+    #[test]
+    fn a_key_whose_runs_take_turns_is_decided_by_its_pattern() {
+        // `find` stats each entry twice from one call site: a short run, then a long one. The
+        // key's majority and its typical run are both right half the time at best; the side of
+        // its last two runs says what comes next.
+        for pattern in [&[300u64, 2_500][..], &[300, 300, 2_500], &[2_500, 2_500, 300]] {
+            let trace: Vec<(CallDesc, u64)> = (0..3_000)
+                .map(|i| {
+                    (CallDesc::new(CallKind::Fstat, 8, 0, 42), pattern[i % pattern.len()] + i as u64 % 7)
+                })
+                .collect();
+            let (right, constant) = decide_all(&trace, 1_000);
+            assert!(right > 0.97, "{pattern:?}: right {right}, best constant {constant}");
+        }
     }
 
     proptest! {
