@@ -1,11 +1,12 @@
 //! `corehop predict`: replay a system-call trace through the run-length predictor.
 //!
 //! For every call the predictor is asked first, then told the real run length, exactly as the
-//! runtime would use it. Reported per table form: how often the prediction was exact, within
+//! runtime would use it, each process of the trace with predictors of its own. Reported per table form: how often the prediction was exact, within
 //! ±5 %, and how often the offload decision "prediction > N" matched "actual > N" for each
 //! threshold N. Next to it, the same-trace baseline: the best *constant* decision at that N
 //! (always offload or never), which any useful predictor must beat.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -22,8 +23,10 @@ pub use trace::{Format, TraceCall};
 ///
 /// Record a trace with `corehop run --offload --policy never --record-trace t.csv -- CMD`, with
 /// `strace -f -T -tt -o trace.txt CMD …`, or write a CSV with the columns
-/// `call,fd,size,site,run_ns`. Several traces end in a table of each form's scores averaged
-/// over them.
+/// `call,fd,size,site,run_ns`. Each process of a trace (a `# pid` block of a recorded one, a
+/// pid of strace's with its threads) is replayed through predictors of its own, as each
+/// process under the library has its own. Several traces end in a table of each form's
+/// scores averaged over them.
 #[derive(clap::Args)]
 pub struct Args {
     /// Trace file(s) to replay, each reported on its own: `--trace a.csv b.csv` (a shell
@@ -95,18 +98,34 @@ pub struct TraceReport {
     pub forms: Vec<FormReport>,
 }
 
-/// Replays `calls` through a fresh predictor of `form`, asking before telling. The timed form
+/// At most this many processes' predictors are kept during a replay: a process seen again
+/// after this many others have been starts afresh (a recorded trace holds one process at a
+/// time; strace's interleaves the ones running together).
+const LIVE_PROCESSES: usize = 64;
+
+/// Replays `calls` through fresh predictors of `form`, asking before telling, each process of
+/// the trace through its own (as each process under the library has its own). The timed form
 /// decides by a vote kept at the threshold it decides at, so it gets one predictor per
 /// threshold, each deciding and learning at its own; the paper's forms compare one prediction
 /// with every threshold. The first predictor is also scored on its predicted run lengths.
 pub fn evaluate(calls: &[TraceCall], form: TableForm, thresholds: &[u64]) -> anyhow::Result<FormReport> {
     let per_threshold = matches!(form, TableForm::Timed { .. });
     let count = if per_threshold { thresholds.len().max(1) } else { 1 };
-    let mut predictors = (0..count).map(|_| RunLengthPredictor::new(form)).collect::<Result<Vec<_>, _>>()?;
+    let fresh = || (0..count).map(|_| RunLengthPredictor::new(form)).collect::<Result<Vec<_>, _>>();
+    // process → (the call it last made, its predictors).
+    let mut live: HashMap<u32, (usize, Vec<RunLengthPredictor>)> = HashMap::new();
     let (mut exact, mut close, mut local, mut global, mut cold) = (0usize, 0usize, 0usize, 0usize, 0usize);
     let mut right = vec![0usize; thresholds.len()];
     let mut above = vec![0usize; thresholds.len()];
-    for c in calls {
+    for (at, c) in calls.iter().enumerate() {
+        if !live.contains_key(&c.process) && live.len() == LIVE_PROCESSES {
+            let idlest = live.iter().min_by_key(|(_, (last, _))| *last).map(|(&p, _)| p);
+            live.remove(&idlest.expect("a full map has a least recently used process"));
+        }
+        let predictors = match live.entry(c.process) {
+            std::collections::hash_map::Entry::Occupied(e) => &mut e.into_mut().1,
+            std::collections::hash_map::Entry::Vacant(e) => &mut e.insert((at, fresh()?)).1,
+        };
         let p = predictors[0].predict_call(&c.call);
         exact += usize::from(p.run == c.run_ns);
         close += usize::from(within_tolerance(p.run, c.run_ns));
@@ -122,6 +141,9 @@ pub fn evaluate(calls: &[TraceCall], form: TableForm, thresholds: &[u64]) -> any
         }
         for (i, predictor) in predictors.iter_mut().enumerate() {
             predictor.observe_call(&c.call, c.run_ns, thresholds.get(i).copied().unwrap_or(0));
+        }
+        if let Some(entry) = live.get_mut(&c.process) {
+            entry.0 = at;
         }
     }
     let share = |count: usize| if calls.is_empty() { 0.0 } else { count as f64 / calls.len() as f64 };
@@ -348,7 +370,11 @@ mod tests {
 
     fn calls(runs: &[(u64, u64)]) -> Vec<TraceCall> {
         runs.iter()
-            .map(|&(site, run_ns)| TraceCall { call: CallDesc::new(CallKind::Read, 3, 64, site), run_ns })
+            .map(|&(site, run_ns)| TraceCall {
+                call: CallDesc::new(CallKind::Read, 3, 64, site),
+                run_ns,
+                process: 0,
+            })
             .collect()
     }
 
@@ -366,5 +392,24 @@ mod tests {
             r.decisions[0],
             DecisionScore { n_ns: 1_000, right: 5.0 / 6.0, best_constant: 0.5, actual_above: 0.5 }
         );
+    }
+
+    #[test]
+    fn each_process_learns_alone() {
+        // The same key in three processes, the first seen again after the others: each of
+        // them starts cold; the first still knows its key when it comes back.
+        let mut trace = calls(&[(1, 100), (1, 100), (1, 100), (1, 100), (1, 100)]);
+        for (call, process) in trace.iter_mut().zip([0, 0, 1, 2, 0]) {
+            call.process = process;
+        }
+        let r = evaluate(&trace, TableForm::PAPER_FA, &[1_000]).unwrap();
+        assert_eq!((r.local, r.cold), (2.0 / 5.0, 3.0 / 5.0));
+        // With more processes between than are kept, the first starts afresh.
+        let mut trace = calls(&vec![(1, 100); LIVE_PROCESSES + 2]);
+        for (i, call) in trace.iter_mut().enumerate() {
+            call.process = (i % (LIVE_PROCESSES + 1)) as u32;
+        }
+        let r = evaluate(&trace, TableForm::PAPER_FA, &[1_000]).unwrap();
+        assert_eq!(r.cold, 1.0);
     }
 }

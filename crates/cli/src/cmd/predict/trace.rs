@@ -15,6 +15,9 @@ use corehop_topology::{excerpt, VALUE_CHARS};
 pub struct TraceCall {
     pub call: CallDesc,
     pub run_ns: u64,
+    /// Which process of the trace made it, numbered from 0 in order of appearance (0 where the
+    /// trace does not say): each process under the library predicts by its own runs.
+    pub process: u32,
 }
 
 /// Which syntax a trace file is in.
@@ -53,7 +56,15 @@ pub fn parse(path: &Path, text: &str, format: Format) -> Result<Trace, ParseErro
         Format::Auto => detect(text),
         other => other,
     };
-    let mut parser = Parser { file, pending: HashMap::new(), calls: vec![], skipped: 0 };
+    let mut parser = Parser {
+        file,
+        pending: HashMap::new(),
+        processes: HashMap::new(),
+        process: 0,
+        process_count: 0,
+        calls: vec![],
+        skipped: 0,
+    };
     for (index, line) in text.lines().enumerate() {
         let line_no = index + 1;
         let result = match format {
@@ -79,6 +90,11 @@ struct Parser {
     file: String,
     /// pid → the text of an `<unfinished ...>` call so far.
     pending: HashMap<String, String>,
+    /// pid (a thread's: strace names threads by their own ids) → its process's number.
+    processes: HashMap<String, u32>,
+    /// The process of the calls being read, and how many processes there are so far.
+    process: u32,
+    process_count: u32,
     calls: Vec<TraceCall>,
     skipped: usize,
 }
@@ -90,8 +106,24 @@ fn quote(text: &str) -> String {
 }
 
 impl Parser {
+    /// The number of the process `pid` belongs to (a new one for a pid not seen yet).
+    fn process_of(&mut self, pid: &str) -> u32 {
+        if let Some(&process) = self.processes.get(pid) {
+            return process;
+        }
+        let process = self.process_count;
+        self.process_count += 1;
+        self.processes.insert(pid.to_string(), process);
+        process
+    }
+
     fn csv_line(&mut self, line: &str) -> Result<(), String> {
         let line = line.trim();
+        // "# pid 123" starts a process's block; "# pid 123: …" is a note about it.
+        if let Some(pid) = line.strip_prefix("# pid ").filter(|pid| !pid.contains(':')) {
+            self.process = self.process_of(pid.trim());
+            return Ok(());
+        }
         if line.is_empty() || line.starts_with('#') || line.starts_with("call,") {
             return Ok(());
         }
@@ -107,7 +139,7 @@ impl Parser {
         };
         let fd: i32 = fd.parse().map_err(|_| format!("fd {} is not an integer", quote(fd)))?;
         let desc = CallDesc::new(CallKind::from_name(call), fd, number(size, "size")?, number(site, "site")?);
-        self.calls.push(TraceCall { call: desc, run_ns: number(run, "run_ns")? });
+        self.calls.push(TraceCall { call: desc, run_ns: number(run, "run_ns")?, process: self.process });
         Ok(())
     }
 
@@ -136,6 +168,7 @@ impl Parser {
                 rest = tail.trim_start();
             }
         }
+        self.process = if pid.is_empty() { 0 } else { self.process_of(&pid) };
         if rest.starts_with("---") || rest.starts_with("+++") || rest.starts_with("strace:") {
             self.skipped += 1;
             return Ok(());
@@ -187,6 +220,15 @@ impl Parser {
         let close = args_end(&text[..dur_start])
             .ok_or_else(|| format!("{}: no ') = result'", excerpt(name, VALUE_CHARS)))?;
         let args = split_args(&text[open + 1..close]);
+        if name.starts_with("clone") && args.iter().any(|a| a.contains("CLONE_THREAD")) {
+            // A new thread: its calls are its process's.
+            let result = text[close + 1..dur_start].trim_start().trim_start_matches('=').trim();
+            if let Some(tid) =
+                result.split_whitespace().next().filter(|t| t.bytes().all(|b| b.is_ascii_digit()))
+            {
+                self.processes.insert(tid.to_string(), self.process);
+            }
+        }
         let kind = CallKind::from_name(name);
         let fd = args.first().and_then(|a| a.parse::<i32>().ok()).unwrap_or(-1);
         let size = match kind {
@@ -205,7 +247,11 @@ impl Parser {
         } else {
             args.iter().take(2).find(|a| a.starts_with('"')).map_or(0, |path| fnv64(path))
         };
-        self.calls.push(TraceCall { call: CallDesc::new(kind, fd, size, site), run_ns });
+        self.calls.push(TraceCall {
+            call: CallDesc::new(kind, fd, size, site),
+            run_ns,
+            process: self.process,
+        });
         Ok(())
     }
 }
@@ -312,6 +358,28 @@ mod tests {
     }
 
     #[test]
+    fn calls_belong_to_the_process_that_made_them() {
+        let csv = parse(
+            Path::new("t.csv"),
+            "call,fd,size,site,run_ns\n# pid 7\nread,3,1,1,10\n# pid 9\nread,3,1,1,10\n\
+             # pid 9: 4 more calls not recorded (buffer full)\nread,3,1,1,10\n# pid 7\nread,3,1,1,10\n",
+            Format::Auto,
+        )
+        .unwrap();
+        assert_eq!(csv.calls.iter().map(|c| c.process).collect::<Vec<_>>(), [0, 1, 1, 0]);
+        // strace -f: a thread (clone with CLONE_THREAD) is its process's; a forked child is not.
+        let t = strace(
+            "100 read(3, \"\", 1) = 0 <0.000001>\n\
+             100 clone(child_stack=0x7f, flags=CLONE_VM|CLONE_FS|CLONE_FILES|CLONE_SIGHAND|CLONE_THREAD|CLONE_SYSVSEM) = 101 <0.000020>\n\
+             101 read(3, \"\", 1) = 0 <0.000001>\n\
+             100 clone3({flags=CLONE_VM|CLONE_VFORK, exit_signal=SIGCHLD, stack=0x7f, stack_size=0x9000}, 88 <unfinished ...>\n\
+             100 <... clone3 resumed>) = 102 <0.000030>\n\
+             102 read(3, \"\", 1) = 0 <0.000001>\n",
+        );
+        assert_eq!(t.calls.iter().map(|c| c.process).collect::<Vec<_>>(), [0, 0, 0, 0, 1]);
+    }
+
+    #[test]
     fn reads_csv_with_header_and_comments() {
         let t = parse(
             Path::new("t.csv"),
@@ -320,7 +388,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(t.format, Format::Csv);
-        assert_eq!(t.calls[1], TraceCall { call: CallDesc::new(CallKind::Fsync, 3, 0, 9), run_ns: 80_000 });
+        assert_eq!(
+            t.calls[1],
+            TraceCall { call: CallDesc::new(CallKind::Fsync, 3, 0, 9), run_ns: 80_000, process: 0 }
+        );
     }
 
     #[test]
