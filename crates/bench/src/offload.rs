@@ -79,7 +79,7 @@ pub struct Args {
     /// meanwhile; see `offload/tasks.rs`).
     #[arg(long, value_delimiter = ',', default_values = ["sqlite", "files", "files-tasks"])]
     pub workloads: Vec<String>,
-    /// Repetitions of every policy (min/median/max are over these) [default: 3; 1 with --quick].
+    /// Repetitions of every policy (min/median/max are over these) [default: 5; 1 with --quick].
     #[arg(long)]
     pub reps: Option<usize>,
     /// Transactions per SQLite run [default: 1000; 40 with --quick].
@@ -443,7 +443,7 @@ const MAX_OPS: usize = 10_000_000;
 /// Validates the arguments, starts the service core and measures every policy.
 fn collect(args: &Args) -> anyhow::Result<Output> {
     let (reps, txns, requests, handoff_reps, handoff_batch) =
-        if args.output.quick { (1, 40, 200, 3, 200) } else { (3, 1000, 20000, 15, 2000) };
+        if args.output.quick { (1, 40, 200, 3, 200) } else { (5, 1000, 20000, 15, 2000) };
     let counts = Counts {
         reps: args.reps.unwrap_or(reps),
         txns: args.txns.unwrap_or(txns),

@@ -82,8 +82,9 @@ pub struct Args {
     /// Measured time per run, ms (after a warm-up of a fifth of it).
     #[arg(long, default_value_t = 400)]
     pub duration_ms: u64,
-    /// Repetitions of every configuration (min/median/max are over these).
-    #[arg(long, default_value_t = 3)]
+    /// Repetitions of every configuration (min/median/max are over these): runs on a virtual
+    /// or busy machine spread by several per cent, and a median of five is steadier than of three.
+    #[arg(long, default_value_t = 5)]
     pub reps: usize,
     /// Skip the live-controller row.
     #[arg(long)]
