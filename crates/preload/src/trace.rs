@@ -87,18 +87,25 @@ pub fn after_fork_child() {
     DROPPED.store(0, Relaxed);
 }
 
-/// Whole lines, written to a descriptor a buffer at a time.
+/// Whole lines, written to a descriptor a buffer at a time, each buffer headed by this
+/// process's `# pid` line: processes that exit together append their buffers in turn, and
+/// each buffer must say whose calls follow.
 struct Chunk {
     fd: i32,
+    pid: i32,
     text: sys::Text<{ 1 << 16 }>,
 }
 
 impl Chunk {
     fn line(&mut self, args: core::fmt::Arguments<'_>) {
+        if self.text.is_empty() {
+            let _ = self.text.write_fmt(format_args!("# pid {}\n", self.pid));
+        }
         let mark = self.text.len();
         if self.text.write_fmt(args).is_err() {
             self.text.truncate(mark);
             self.flush();
+            let _ = self.text.write_fmt(format_args!("# pid {}\n", self.pid));
             let _ = self.text.write_fmt(args);
         }
     }
@@ -118,8 +125,8 @@ pub fn write(path: &CStr) {
         return;
     }
     sys::append_to(path, |fd| {
-        let mut chunk = Chunk { fd, text: sys::Text::new() };
-        chunk.line(format_args!("# pid {}\n", sys::getpid()));
+        let pid = sys::getpid();
+        let mut chunk = Chunk { fd, pid, text: sys::Text::new() };
         for record in &records()[..filled] {
             let head = record[0].load(Acquire);
             if head == 0 {
@@ -133,10 +140,7 @@ pub fn write(path: &CStr) {
         }
         let dropped = DROPPED.load(Relaxed);
         if dropped > 0 {
-            chunk.line(format_args!(
-                "# pid {}: {dropped} more calls not recorded (buffer full)\n",
-                sys::getpid()
-            ));
+            chunk.line(format_args!("# pid {pid}: {dropped} more calls not recorded (buffer full)\n"));
         }
         chunk.flush();
     });
@@ -161,5 +165,22 @@ mod tests {
         assert_eq!(lines[1..], ["fstat,3,0,1439699508,1300", "pread64,4,4096,7,2500"], "{text}");
         after_fork_child();
         assert!(records()[0][0].load(Relaxed) == 0);
+
+        // More than one buffer's worth: every piece says whose calls follow.
+        for i in 0..5_000 {
+            record(CallKind::Read, 3, 4096, 0x55d0_0000_0000 + i, 1_000 + i);
+        }
+        write(&path);
+        let text = std::fs::read_to_string(&dir).unwrap();
+        std::fs::remove_file(&dir).unwrap();
+        let header = format!("# pid {}", sys::getpid());
+        let pieces: Vec<&str> = text.split(&format!("{header}\n")).collect();
+        assert_eq!(pieces[0], "", "the text starts with the header");
+        assert!(pieces.len() > 2, "{} pieces", pieces.len());
+        assert!(pieces[1..]
+            .iter()
+            .all(|p| !p.is_empty() && p.lines().all(|l| l.starts_with("read,3,4096,"))));
+        assert_eq!(text.lines().filter(|l| !l.starts_with('#')).count(), 5_000);
+        after_fork_child();
     }
 }

@@ -114,7 +114,8 @@ pub struct Args {
     /// Record every intercepted call of every process of CMD into FILE, as the CSV `corehop
     /// predict --trace FILE` replays: `call,fd,size,site,run_ns` (run length in ns on a
     /// monotonic clock, where the policy ran it; site = the program's return address, so keys
-    /// are per process), one `# pid` block per process, appended at its exit. Use `--policy
+    /// are per process), each process's calls under its `# pid` line, appended at its exit
+    /// (64 KiB at a time, each piece headed by that line). Use `--policy
     /// never` for local run lengths. A process that ends by `exec`, `_exit` or a signal adds
     /// nothing; at most 1 048 576 calls per process are kept.
     #[arg(long, value_name = "FILE", requires = "offload", conflicts_with = "compare", value_parser = corehop_bench::report::output_path)]
@@ -316,7 +317,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let finished = launch.run()?;
     if let Some(path) = launch.offload.as_ref().and_then(|o| o.trace_file.as_ref()) {
         let text = std::fs::read_to_string(path).unwrap_or_default();
-        let processes = text.lines().filter(|l| l.starts_with("# pid") && !l.contains(':')).count();
+        // A process's block may come in several pieces, each headed by its pid.
+        let processes = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# pid ").filter(|pid| !pid.contains(':')))
+            .collect::<std::collections::HashSet<_>>()
+            .len();
         let calls = text.lines().filter(|l| !l.starts_with('#') && !l.starts_with("call,")).count();
         eprintln!("corehop: recorded {calls} calls of {processes} process(es) in {}", path.display());
         if calls == 0 {
