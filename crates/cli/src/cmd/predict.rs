@@ -1,10 +1,11 @@
 //! `corehop predict`: replay a system-call trace through the run-length predictor.
 //!
 //! For every call the predictor is asked first, then told the real run length, exactly as the
-//! runtime would use it, each process of the trace with predictors of its own. Reported per table form: how often the prediction was exact, within
-//! ±5 %, and how often the offload decision "prediction > N" matched "actual > N" for each
-//! threshold N. Next to it, the same-trace baseline: the best *constant* decision at that N
-//! (always offload or never), which any useful predictor must beat.
+//! runtime would use it, each process of the trace with predictors of its own. Reported per
+//! table form: how often the prediction was exact, within ±5 %, and how often the offload
+//! decision "prediction > N" matched "actual > N" for each threshold N. Next to it, the
+//! same-trace baseline: the best *constant* decision at that N (always offload or never),
+//! which any useful predictor must beat.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -23,10 +24,10 @@ pub use trace::{Format, TraceCall};
 ///
 /// Record a trace with `corehop run --offload --policy never --record-trace t.csv -- CMD`, with
 /// `strace -f -T -tt -o trace.txt CMD …`, or write a CSV with the columns
-/// `call,fd,size,site,run_ns`. Each process of a trace (a `# pid` block of a recorded one, a
-/// pid of strace's with its threads) is replayed through predictors of its own, as each
-/// process under the library has its own. Several traces end in a table of each form's
-/// scores averaged over them.
+/// `call,fd,size,site,run_ns`. Each process of a trace (the calls under a `# pid` line of a
+/// recorded one, a pid of strace's with its threads) is replayed through predictors of its
+/// own, as each process under the library has its own. Several traces end in a table of each
+/// form's scores averaged over them.
 #[derive(clap::Args)]
 pub struct Args {
     /// Trace file(s) to replay, each reported on its own: `--trace a.csv b.csv` (a shell

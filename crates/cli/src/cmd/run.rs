@@ -154,7 +154,7 @@ fwrite, pass it by); a statically linked or set-user-ID program does not load it
 reports at exit(), not at _exit, exec or a fatal signal";
 
 /// The first lines of a `--record-trace` file.
-pub const TRACE_HEADER: &str = "# corehop run --record-trace: one `# pid` block per process, run lengths in ns\ncall,fd,size,site,run_ns\n";
+pub const TRACE_HEADER: &str = "# corehop run --record-trace: calls under the `# pid` line of the process that made them, run lengths in ns\ncall,fd,size,site,run_ns\n";
 
 /// `path` made absolute (the program may change its working directory).
 fn absolute(path: &std::path::Path) -> anyhow::Result<PathBuf> {
