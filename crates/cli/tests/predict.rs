@@ -74,6 +74,7 @@ fn named_only_keeps_just_the_papers_calls() {
     let path = fixture("sqlite.strace");
     let all = json(&["predict", "--trace", path.to_str().unwrap(), "--json"]);
     let named = json(&["predict", "--trace", path.to_str().unwrap(), "--named-only", "--json"]);
+    assert_eq!(all[0]["processes"], 1, "one strace pid");
     let (all, named) = (all[0]["calls"].as_u64().unwrap(), named[0]["calls"].as_u64().unwrap());
     assert!(named < all && named > 1000, "sqlite is mostly pwrite/pread/fdatasync/stat: {named} of {all}");
 }
@@ -88,6 +89,8 @@ fn several_traces_after_one_flag_end_in_a_summary() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("cp-r.csv") && text.contains("git.csv"), "{text}");
+    // Each process is counted once (cp-r.csv holds four `# pid` blocks).
+    assert!(text.contains("4053 calls of 4 process(es)"), "{text}");
     let summary = text.split("all 2 traces").nth(1).expect("a summary of both traces");
     let timed = summary.lines().find(|l| l.starts_with("time1500")).expect("the timed form's row");
     assert!(timed.ends_with("of 2"), "{timed}");

@@ -54,9 +54,9 @@ pub struct Args {
     /// fsync, sendfile, sendto/recvfrom, poll/select) instead of every call in the trace.
     #[arg(long)]
     pub named_only: bool,
-    /// Print JSON instead of tables: `[{trace, format, calls, skipped_lines, forms: [{form,
-    /// exact, within_5pct, local, global, cold, decisions: [{n_ns, right, best_constant,
-    /// actual_above}]}]}]`, all rates as fractions 0..1.
+    /// Print JSON instead of tables: `[{trace, format, calls, processes, skipped_lines, forms:
+    /// [{form, exact, within_5pct, local, global, cold, decisions: [{n_ns, right,
+    /// best_constant, actual_above}]}]}]`, all rates as fractions 0..1.
     #[arg(long)]
     pub json: bool,
     /// Draw decision accuracy against N (every trace and form, plus the constant baseline).
@@ -95,6 +95,8 @@ pub struct TraceReport {
     pub trace: String,
     pub format: Format,
     pub calls: usize,
+    /// Processes the calls came from, each replayed through predictors of its own.
+    pub processes: usize,
     pub skipped_lines: usize,
     pub forms: Vec<FormReport>,
 }
@@ -200,6 +202,7 @@ pub fn replay(path: &std::path::Path, args: &Args) -> anyhow::Result<TraceReport
         trace: path.display().to_string(),
         format: parsed.format,
         calls: parsed.calls.len(),
+        processes: parsed.calls.iter().map(|c| c.process).collect::<std::collections::HashSet<_>>().len(),
         skipped_lines: parsed.skipped,
         forms,
     })
@@ -258,7 +261,10 @@ fn table(r: &TraceReport) -> Table {
     let mut header = vec!["predictor".to_string(), "exact".into(), "±5%".into(), "local/global".into()];
     header.extend(r.forms[0].decisions.iter().map(|d| format!("right@N={}", report::fmt_ns(d.n_ns as f64))));
     let mut t = Table::new(header)
-        .title(format!("{} — {} calls ({:?}), {} lines skipped", r.trace, r.calls, r.format, r.skipped_lines))
+        .title(format!(
+            "{} — {} calls of {} process(es) ({:?}), {} lines skipped",
+            r.trace, r.calls, r.processes, r.format, r.skipped_lines
+        ))
         .align(0, Align::Left);
     for f in &r.forms {
         let mut row = vec![
