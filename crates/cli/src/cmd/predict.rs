@@ -125,10 +125,11 @@ pub fn evaluate(calls: &[TraceCall], form: TableForm, thresholds: &[u64]) -> any
             let idlest = live.iter().min_by_key(|(_, (last, _))| *last).map(|(&p, _)| p);
             live.remove(&idlest.expect("a full map has a least recently used process"));
         }
-        let predictors = match live.entry(c.process) {
-            std::collections::hash_map::Entry::Occupied(e) => &mut e.into_mut().1,
-            std::collections::hash_map::Entry::Vacant(e) => &mut e.insert((at, fresh()?)).1,
+        let (last, predictors) = match live.entry(c.process) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert((at, fresh()?)),
         };
+        *last = at;
         let p = predictors[0].predict_call(&c.call);
         exact += usize::from(p.run == c.run_ns);
         close += usize::from(within_tolerance(p.run, c.run_ns));
@@ -144,9 +145,6 @@ pub fn evaluate(calls: &[TraceCall], form: TableForm, thresholds: &[u64]) -> any
         }
         for (i, predictor) in predictors.iter_mut().enumerate() {
             predictor.observe_call(&c.call, c.run_ns, thresholds.get(i).copied().unwrap_or(0));
-        }
-        if let Some(entry) = live.get_mut(&c.process) {
-            entry.0 = at;
         }
     }
     let share = |count: usize| if calls.is_empty() { 0.0 } else { count as f64 / calls.len() as f64 };

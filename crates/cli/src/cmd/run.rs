@@ -156,6 +156,12 @@ reports at exit(), not at _exit, exec or a fatal signal";
 /// The first lines of a `--record-trace` file.
 pub const TRACE_HEADER: &str = "# corehop run --record-trace: calls under the `# pid` line of the process that made them, run lengths in ns\ncall,fd,size,site,run_ns\n";
 
+/// The pid a `--record-trace` line heads the calls of, if it is such a line (`# pid 123`; a
+/// note about a process, `# pid 123: …`, is not).
+pub fn trace_pid(line: &str) -> Option<&str> {
+    line.strip_prefix("# pid ").filter(|pid| !pid.contains(':')).map(str::trim)
+}
+
 /// `path` made absolute (the program may change its working directory).
 fn absolute(path: &std::path::Path) -> anyhow::Result<PathBuf> {
     std::path::absolute(path).with_context(|| format!("resolving {}", path.display()))
@@ -318,11 +324,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(path) = launch.offload.as_ref().and_then(|o| o.trace_file.as_ref()) {
         let text = std::fs::read_to_string(path).unwrap_or_default();
         // A process's block may come in several pieces, each headed by its pid.
-        let processes = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("# pid ").filter(|pid| !pid.contains(':')))
-            .collect::<std::collections::HashSet<_>>()
-            .len();
+        let processes = text.lines().filter_map(trace_pid).collect::<std::collections::HashSet<_>>().len();
         let calls = text.lines().filter(|l| !l.starts_with('#') && !l.starts_with("call,")).count();
         eprintln!("corehop: recorded {calls} calls of {processes} process(es) in {}", path.display());
         if calls == 0 {

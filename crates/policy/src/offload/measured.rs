@@ -386,10 +386,9 @@ impl Measured {
     /// key's calls towards its next probe, and of the time the probe budget is a share of. The
     /// others write nothing. So a key is probed about as often as before, and its estimate,
     /// which weighs a sample 1/32 by then, follows a change eight times more slowly; its probes
-    /// catch a change first. Learning from every call, the
-    /// policy's state moved between the CPUs of a task file server's tasks on every request and
-    /// cost it 2-3 % against `always`, which moved the same calls (docs/performance.md,
-    /// "Thirty-fourth session").
+    /// catch a change first. Learning from every call, the policy's state moved between the
+    /// CPUs of a task file server's tasks on every request and cost it 2-3 % against `always`,
+    /// which moved the same calls (docs/performance.md, "Thirty-fourth session").
     pub fn observe(&mut self, call: &CallDesc, cost: CallCost) {
         let draw = self.draws.next();
         self.observe_drawn(call, cost, draw);

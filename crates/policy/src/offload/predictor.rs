@@ -213,6 +213,16 @@ const ABOVE_DECAY_SHIFT: u32 = 4;
 /// A miss score keeps `1 - 1/2^MISS_DECAY_SHIFT` of itself per run: it follows the last 16 or so.
 const MISS_DECAY_SHIFT: u32 = 4;
 
+/// A two-bit counter (0-3) moved one step up when only `up` holds, one down when only `down`
+/// does: a tournament's choice between two guesses, or a side's count of runs.
+fn two_bit(counter: u32, up: bool, down: bool) -> u32 {
+    match (up, down) {
+        (true, false) => (counter + 1).min(3),
+        (false, true) => counter.saturating_sub(1),
+        _ => counter,
+    }
+}
+
 /// log2 of `x` in 1/256ths (`x` ≥ 1; the fraction is the mantissa's linear interpolation, so
 /// off by at most 0.086): a prediction's miss in the units that decide an offload, ratios.
 fn log2_256(x: u32) -> u32 {
@@ -302,14 +312,9 @@ impl Recent {
             let (share, sides, next_side) = if ended_above { (0xffff, 3, 2 * 0x55) } else { (0, 0, 0x55) };
             share | 2 << 16 | sides << SIDES_SHIFT | next_side << NEXT_SIDE_SHIFT | 1 << TRUST_SIDES_SHIFT
         } else {
-            let mut trust = (vote >> 16) & 3;
             let by_prediction = self.typical().is_some_and(|t| t > n);
             let by_majority = share >= 0x8000;
-            if by_prediction == ended_above && by_majority != ended_above {
-                trust = (trust + 1).min(3);
-            } else if by_majority == ended_above && by_prediction != ended_above {
-                trust = trust.saturating_sub(1);
-            }
+            let trust = two_bit((vote >> 16) & 3, by_prediction == ended_above, by_majority == ended_above);
             let target = if ended_above { 0xffff } else { 0 };
             let share = if target > share {
                 share + ((target - share) >> ABOVE_DECAY_SHIFT)
@@ -318,16 +323,10 @@ impl Recent {
             };
             let by_runs = self.above_by_runs(n).unwrap_or(false);
             let by_sides = Self::by_sides(vote);
-            let mut trust_sides = (vote >> TRUST_SIDES_SHIFT) & 3;
-            if by_sides == ended_above && by_runs != ended_above {
-                trust_sides = (trust_sides + 1).min(3);
-            } else if by_runs == ended_above && by_sides != ended_above {
-                trust_sides = trust_sides.saturating_sub(1);
-            }
+            let trust_sides =
+                two_bit((vote >> TRUST_SIDES_SHIFT) & 3, by_sides == ended_above, by_runs == ended_above);
             let sides = (vote >> SIDES_SHIFT) & 3;
-            let at = NEXT_SIDE_SHIFT + 2 * sides;
-            let next = (vote >> at) & 3;
-            let next = if ended_above { (next + 1).min(3) } else { next.saturating_sub(1) };
+            let next = two_bit((vote >> (NEXT_SIDE_SHIFT + 2 * sides)) & 3, ended_above, !ended_above);
             let next_side = (vote >> NEXT_SIDE_SHIFT) & 0xff & !(3 << (2 * sides)) | next << (2 * sides);
             let sides = (sides << 1 | u32::from(ended_above)) & 3;
             share

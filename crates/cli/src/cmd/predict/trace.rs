@@ -119,9 +119,8 @@ impl Parser {
 
     fn csv_line(&mut self, line: &str) -> Result<(), String> {
         let line = line.trim();
-        // "# pid 123" starts a process's block; "# pid 123: …" is a note about it.
-        if let Some(pid) = line.strip_prefix("# pid ").filter(|pid| !pid.contains(':')) {
-            self.process = self.process_of(pid.trim());
+        if let Some(pid) = crate::cmd::run::trace_pid(line) {
+            self.process = self.process_of(pid);
             return Ok(());
         }
         if line.is_empty() || line.starts_with('#') || line.starts_with("call,") {
