@@ -99,20 +99,15 @@ struct Chunk {
 impl Chunk {
     fn line(&mut self, args: core::fmt::Arguments<'_>) {
         if self.text.is_empty() {
-            self.head();
+            let _ = self.text.write_fmt(format_args!("# pid {}\n", self.pid));
         }
         let mark = self.text.len();
         if self.text.write_fmt(args).is_err() {
             self.text.truncate(mark);
             self.flush();
-            self.head();
+            let _ = self.text.write_fmt(format_args!("# pid {}\n", self.pid));
             let _ = self.text.write_fmt(args);
         }
-    }
-
-    /// Starts a buffer with the line that says whose calls follow.
-    fn head(&mut self) {
-        let _ = self.text.write_fmt(format_args!("# pid {}\n", self.pid));
     }
 
     /// One `write` of whole lines: O_APPEND keeps another process's chunk from splitting them.
