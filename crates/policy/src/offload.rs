@@ -468,8 +468,9 @@ impl Adaptive {
         let s = &self.sampler;
         let (rounds, switches) = s.rounds();
         let mut text = format!(
-            "{} after {rounds} rounds ({switches} switches, trials lost {:.2} % of the time)",
+            "{} after {rounds} rounds ({switches} switches, {} taken back, trials lost {:.2} % of the time)",
             self.arms[s.incumbent()].label(),
+            s.taken_back(),
             s.regret_share() * 100.0
         );
         if let OffloadPolicy::Measured(m) = &self.arms[s.incumbent()] {

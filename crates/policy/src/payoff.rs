@@ -20,6 +20,10 @@
 //!   (falling back to [`STAY`] needs only the configured margin); and always keeps [`STAY`] among the candidates of a moving
 //!   incumbent (it never sits out), so it falls back when moving stops paying (phase
 //!   changes);
+//! - after a switch, weighs the new incumbent's first run of epochs against the last epochs
+//!   of the arm it replaced, and goes back if the new one ran slower beyond their noise: a
+//!   trial is short and a lucky one can win twice, but a run of full epochs shows what the
+//!   switch really did;
 //! - spends at most a fixed share of the elapsed time on the losses of its trials (the
 //!   *regret budget*): a trial of any arm, [`STAY`] included, is started only when the loss
 //!   it could cause, at the worst slowdown seen so far, fits in the budget; an arm that lost is tried again after twice as
@@ -32,8 +36,9 @@
 //!
 //! ```text
 //!  warm-up (STAY) ─▶ run incumbent ─▶ round: inc, c1, inc, c2, …, inc ─▶ best beats inc? ─yes─▶ switch
-//!                        ▲                 (trials only within the regret budget)  │no
-//!                        └─────────────── run twice as long (up to a cap) ◀────────┘
+//!                        ▲                 (trials only within the regret budget)  │no          │
+//!                        ├─────────────── run twice as long (up to a cap) ◀────────┘             │
+//!                        └── first run slower than the arm it replaced? take back ◀─────────────┘
 //! ```
 //!
 //! # Examples
@@ -217,6 +222,44 @@ pub struct ArmSampler {
     /// the relative difference between its consecutive epochs: the noise of an epoch's rate.
     last_rate: Option<f64>,
     epoch_noise: f64,
+    /// The rates of the incumbent's last full epochs.
+    recent: Recent,
+    /// Since a switch, until the new incumbent's first run ends: the arm it replaced.
+    replaced: Option<Replaced>,
+    /// Switches taken back because the new incumbent lost its first run.
+    taken_back: u32,
+}
+
+/// How many of the incumbent's epochs [`Recent`] keeps.
+const RECENT: usize = 8;
+
+/// The rates of an incumbent's last [`RECENT`] full epochs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct Recent {
+    rates: [f64; RECENT],
+    len: usize,
+    next: usize,
+}
+
+impl Recent {
+    fn push(&mut self, rate: f64) {
+        self.rates[self.next] = rate;
+        self.next = (self.next + 1) % RECENT;
+        self.len = (self.len + 1).min(RECENT);
+    }
+
+    /// Their mean, if there are any (while fewer than [`RECENT`], they fill the first slots).
+    fn mean(&self) -> Option<f64> {
+        (self.len > 0).then(|| self.rates[..self.len].iter().sum::<f64>() / self.len as f64)
+    }
+}
+
+/// The arm a switch replaced, and the mean rate of its last full epochs.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+struct Replaced {
+    arm: usize,
+    rate: f64,
+    epochs: usize,
 }
 
 /// Weight of a new sample in the running mean of [`ArmSampler::epoch_noise`].
@@ -251,6 +294,9 @@ impl ArmSampler {
             last_round: None,
             last_rate: None,
             epoch_noise: 0.0,
+            recent: Recent::default(),
+            replaced: None,
+            taken_back: 0,
         })
     }
 
@@ -282,6 +328,11 @@ impl ArmSampler {
     /// Completed rounds, and how many of them changed the incumbent.
     pub fn rounds(&self) -> (u32, u32) {
         (self.rounds, self.switches)
+    }
+
+    /// Switches taken back: the new incumbent's first run was slower than the arm it replaced.
+    pub fn taken_back(&self) -> u32 {
+        self.taken_back
     }
 
     /// What the last completed round found.
@@ -329,10 +380,12 @@ impl ArmSampler {
         if !self.next_epoch().trial {
             self.last_epoch = duration;
             self.note_noise(rate);
+            self.recent.push(rate);
         }
         let phase = std::mem::replace(&mut self.phase, Phase::Run { left: 0 });
         self.phase = match phase {
             Phase::Run { left } if left > 1 => Phase::Run { left: left - 1 },
+            Phase::Run { .. } if self.take_back_a_losing_switch() => Phase::Run { left: self.run_epochs },
             Phase::Run { .. } => self.start_round(rate),
             Phase::Round { queue, before, trying: Some((arm, _)), mut ratios, confirming } => {
                 // The trial ended; the next epoch runs the incumbent again, to score it.
@@ -380,6 +433,41 @@ impl ArmSampler {
         let sigma = self.epoch_noise / 1.128;
         let trial = sigma * (f64::from(self.config.trial_divisor) + 0.5).sqrt();
         self.config.margin.max(trial)
+    }
+
+    /// At the end of the first run after a switch: whether the new incumbent ran slower than
+    /// the arm it replaced, by more than the margin and twice the spread of the difference of
+    /// their mean rates. If so it goes back to that arm, and the loser sits out as an arm that
+    /// lost a round does. A workload that slowed down just then costs a switch back, which the
+    /// next rounds undo if it was wrong.
+    fn take_back_a_losing_switch(&mut self) -> bool {
+        let Some(replaced) = self.replaced.take() else { return false };
+        let sigma = self.epoch_noise / 1.128;
+        let spread = sigma * (1.0 / self.recent.len as f64 + 1.0 / replaced.epochs as f64).sqrt();
+        if self
+            .recent
+            .mean()
+            .is_none_or(|now| now * (1.0 + self.config.margin + 2.0 * spread) >= replaced.rate)
+        {
+            // The switch held: the arm's back-off starts again.
+            self.backoff[self.incumbent] = 1;
+            return false;
+        }
+        let lost = self.incumbent;
+        self.sit_out[lost] = self.backoff[lost];
+        self.backoff[lost] = (self.backoff[lost] * 2).min(self.config.max_backoff_rounds);
+        self.switch_to(replaced.arm);
+        self.taken_back += 1;
+        true
+    }
+
+    /// Makes `arm` the incumbent, with a first run of the base length.
+    fn switch_to(&mut self, arm: usize) {
+        self.incumbent = arm;
+        self.run_epochs = self.config.run_epochs;
+        // The new incumbent's rates are another level: its noise starts from its own.
+        self.last_rate = None;
+        self.recent = Recent::default();
     }
 
     /// Begins a round after an incumbent epoch that ran at `rate`, if any candidate may be
@@ -477,13 +565,17 @@ impl ArmSampler {
         }
         let previous = self.incumbent;
         if let Some((arm, _)) = best {
-            self.backoff[arm] = 1;
+            // The winner's back-off starts again once its first run held (or now, with nothing
+            // to weigh that run against): an arm whose switches are taken back sits out longer
+            // each time, however often its trials win.
+            self.replaced =
+                self.recent.mean().map(|rate| Replaced { arm: previous, rate, epochs: self.recent.len });
+            if self.replaced.is_none() {
+                self.backoff[arm] = 1;
+            }
             self.sit_out[previous] = 0;
-            self.incumbent = arm;
-            self.run_epochs = self.config.run_epochs;
+            self.switch_to(arm);
             self.switches += 1;
-            // The new incumbent's rates are another level: its noise starts from its own.
-            self.last_rate = None;
         } else {
             self.run_epochs = (self.run_epochs * 2).min(self.config.max_run_epochs);
         }
@@ -598,6 +690,30 @@ mod tests {
         }
         assert!(s.rounds().0 > 0);
         assert_eq!(s.rounds().1, 0, "no switch: {:?}", s.last_round());
+    }
+
+    #[test]
+    fn a_switch_that_loses_its_first_run_is_taken_back() {
+        let mut s = sampler(2);
+        // The moving arm runs 30 % faster for a trial's length and at 0.6 over a full epoch (a
+        // cache it fills, then thrashes): every trial of it wins.
+        let (mut work, mut time) = (0.0, 0);
+        for _ in 0..3000 {
+            let epoch = s.next_epoch();
+            let length = epoch.length(1000);
+            let rate = match (epoch.arm, epoch.trial) {
+                (STAY, _) => 1.0,
+                (_, true) => 1.3,
+                (_, false) => 0.6,
+            };
+            s.epoch_end(rate * length as f64, length);
+            (work, time) = (work + rate * length as f64, time + length);
+        }
+        // Each switch costs a run of four epochs at 0.6, and the loser sits out longer each time
+        // (without taking switches back: 0.86).
+        assert!(work / time as f64 >= 0.99, "rate {}", work / time as f64);
+        assert!(s.taken_back() >= 1);
+        assert_eq!(s.incumbent(), STAY);
     }
 
     #[test]

@@ -43,7 +43,7 @@ pub const DEFAULT_SPEC: &str = corehop_sys::wire::DEFAULT_POLICY;
 /// Where the default policy stands before it is built ([`Shared::defer`]): in its first arm,
 /// `measured`, with no round sampled and nothing moved, as it stands when built.
 pub const UNBUILT: Standing<'static> =
-    Standing { settled: "measured", rounds: 0, switches: 0, regret_ppm: 0 };
+    Standing { settled: "measured", rounds: 0, switches: 0, taken_back: 0, regret_ppm: 0 };
 
 /// Whether `spec` names the default policy.
 pub fn is_default(spec: &str) -> bool {
@@ -169,7 +169,13 @@ impl Policy {
             OffloadPolicy::Measured(_) => "measured",
             OffloadPolicy::Adaptive(_) => "adaptive",
         };
-        Some(Standing { settled, rounds, switches, regret_ppm: (sampler.regret_share() * 1e6) as u64 })
+        Some(Standing {
+            settled,
+            rounds,
+            switches,
+            taken_back: sampler.taken_back(),
+            regret_ppm: (sampler.regret_share() * 1e6) as u64,
+        })
     }
 
     /// Whether no call can ever go across (then no service thread is started).

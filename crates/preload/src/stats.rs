@@ -221,7 +221,8 @@ mod tests {
         record_handoff(CallKind::Statx, 700);
         bump(&of(CallKind::Other(7)).seen);
         let mut line = String::new();
-        let standing = wire::Standing { settled: "never", rounds: 2, switches: 0, regret_ppm: 10 };
+        let standing =
+            wire::Standing { settled: "never", rounds: 2, switches: 0, taken_back: 0, regret_ppm: 10 };
         let process = wire::Process {
             pid: 1,
             lanes: 1,

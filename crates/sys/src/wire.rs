@@ -4,7 +4,7 @@
 //! its own.
 //!
 //! ```text
-//! corehop-preload-v2 pid=1234 lanes=1 pinned=1 polled_ns=N spun_ns=N checked_ns=N [settled=ARM rounds=R switches=S regret_ppm=P] read=SEEN:OFF:LOCAL:KEPT:WITHDRAWN:BUSY:SVC_NS:WAIT_NS:LOCAL_NS:LOCAL_TIMED hist.read=BUCKET:N,BUCKET:N write=...
+//! corehop-preload-v2 pid=1234 lanes=1 pinned=1 polled_ns=N spun_ns=N checked_ns=N [settled=ARM rounds=R switches=S taken_back=T regret_ppm=P] read=SEEN:OFF:LOCAL:KEPT:WITHDRAWN:BUSY:SVC_NS:WAIT_NS:LOCAL_NS:LOCAL_TIMED hist.read=BUCKET:N,BUCKET:N write=...
 //! ```
 //!
 //! `polled_ns` is the time the service threads spent polling for work, `spun_ns` the time
@@ -142,6 +142,8 @@ pub struct Standing<'a> {
     pub rounds: u32,
     /// Rounds that changed the arm.
     pub switches: u32,
+    /// Of those, the switches taken back after the new arm lost its first run.
+    pub taken_back: u32,
     /// The share of time its trials lost, in parts per million.
     pub regret_ppm: u64,
 }
@@ -182,8 +184,8 @@ pub fn write_line<'a, W: fmt::Write>(
     if let Some(s) = standing {
         write!(
             out,
-            " settled={} rounds={} switches={} regret_ppm={}",
-            s.settled, s.rounds, s.switches, s.regret_ppm
+            " settled={} rounds={} switches={} taken_back={} regret_ppm={}",
+            s.settled, s.rounds, s.switches, s.taken_back, s.regret_ppm
         )?;
     }
     for (name, counters, hist) in calls {
@@ -263,6 +265,8 @@ pub struct Settled {
     pub rounds: u64,
     /// Their rounds that changed the arm, added up.
     pub switches: u64,
+    /// Of those, the switches taken back after the new arm lost its first run.
+    pub taken_back: u64,
     /// The largest share of time one of them lost to trials, in parts per million.
     pub max_regret_ppm: u64,
 }
@@ -381,13 +385,14 @@ impl Summary {
                             .or_insert([0; HIST_BUCKETS]);
                         sum.iter_mut().zip(buckets).for_each(|(a, b)| *a = a.saturating_add(b));
                     }
-                    "rounds" | "switches" | "regret_ppm" => {
+                    "rounds" | "switches" | "taken_back" | "regret_ppm" => {
                         let n = number()?;
                         let arm = settled.ok_or_else(|| bad(format!("{key} before settled")))?;
                         let entry = summary.settled.entry(arm.to_string()).or_default();
                         match key {
                             "rounds" => entry.rounds += n,
                             "switches" => entry.switches += n,
+                            "taken_back" => entry.taken_back += n,
                             _ => entry.max_regret_ppm = entry.max_regret_ppm.max(n),
                         }
                     }
@@ -427,7 +432,7 @@ mod tests {
         let mut line = String::new();
         let read = [3, 2, 0, 1, 0, 0, 200, 500, 40, 1];
         let fsync = [1, 0, 0, 0, 1, 0, 0, 0, 7, 1];
-        let standing = Standing { settled: "never", rounds: 3, switches: 1, regret_ppm: 900 };
+        let standing = Standing { settled: "never", rounds: 3, switches: 1, taken_back: 1, regret_ppm: 900 };
         let mut hist = [0; HIST_BUCKETS];
         hist[bucket_of(1_000)] = 3;
         hist[bucket_of(50_000)] = 1;
@@ -458,7 +463,10 @@ mod tests {
         assert_eq!(s.calls["read"].fields(), read.map(|n| 2 * n));
         assert_eq!((s.polled_ns, s.spun_ns, s.checked_ns), (80, 18, 10));
         let never = &s.settled["never"];
-        assert_eq!((never.processes, never.rounds, never.switches, never.max_regret_ppm), (2, 6, 2, 900));
+        assert_eq!(
+            (never.processes, never.rounds, never.switches, never.taken_back, never.max_regret_ppm),
+            (2, 6, 2, 2, 900)
+        );
         let read_hist = &s.handoff["read"];
         assert_eq!(read_hist.iter().sum::<u64>(), 8);
         assert_eq!(percentile(read_hist, 0.5), Some(1024)); // 1000 ns is in [960, 1024)

@@ -1016,11 +1016,13 @@ impl SummaryTable for Summary {
         }
         for (arm, s) in &self.settled {
             table.note(format!(
-                "adaptive: {} process(es) settled on `{arm}` after {} sampling round(s) ({} switch(es)); \
-                 trials cost at most {:.2} % of a process's time{}",
+                "adaptive: {} process(es) settled on `{arm}` after {} sampling round(s) ({} switch(es), {} \
+                 taken back when the new arm lost its first run); trials cost at most {:.2} % of a \
+                 process's time{}",
                 s.processes,
                 s.rounds,
                 s.switches,
+                s.taken_back,
                 s.max_regret_ppm as f64 / 1e4,
                 if s.rounds == 0 {
                     " (none ran long enough to afford a trial: moving was never tried)"
