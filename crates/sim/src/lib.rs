@@ -93,5 +93,7 @@ pub use engine::{ns_to_ps, ps_to_ns, run, Limits, Model, Ps, Sim, Stop, PS_PER_N
 pub use machine::{CostModel, HopTiming, Mechanism, SimMachine};
 pub use models::{FromScenario, ModelEntry, MODELS};
 pub use parallel::{available_threads, map_points, run_points};
-pub use scenario::{Point, Problem, Scenario, ScenarioDoc, ScenarioError, Sweep, MAX_POINTS};
+pub use scenario::{
+    Point, Problem, Scenario, ScenarioDoc, ScenarioError, Sweep, DEFAULT_MAX_EVENTS, MAX_EVENTS, MAX_POINTS,
+};
 pub use stats::{CoreLedger, Metric, ModelReport, Report, RunQueues, Stats, Summary};

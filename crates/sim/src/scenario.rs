@@ -5,9 +5,9 @@
 //! name = "switch-micro"          # optional, defaults to the file stem
 //! seed = 1                       # the RNG seed; same seed, same output
 //!
-//! [run]                          # optional limits; by default a run ends when its work is done
-//! horizon_us = 1000.0
-//! max_events = 10_000_000
+//! [run]                          # optional limits; by default a run ends when its work is done,
+//! horizon_us = 1000.0            # or after 100 million events (each operation's latency is
+//! max_events = 10_000_000        # kept: about 10 bytes an event); at most a billion
 //!
 //! [machine]
 //! preset = "switch-cs"           # a topology preset (or `file = "machine.toml"`)
@@ -356,6 +356,13 @@ impl ScenarioDoc {
                 return Err(self.error(key, Problem::Negative(v.to_string())));
             }
         }
+        let max_events = top.run.max_events.unwrap_or(DEFAULT_MAX_EVENTS);
+        if !(1..=MAX_EVENTS).contains(&max_events) {
+            return Err(self.error(
+                "run.max_events",
+                Problem::Invalid(format!("must be between 1 and {MAX_EVENTS}, got {max_events}")),
+            ));
+        }
         let kind = top.workload.kind.clone();
         let mut workload = table.get("workload").and_then(|w| w.as_table()).cloned().unwrap_or_default();
         workload.remove("kind");
@@ -365,7 +372,7 @@ impl ScenarioDoc {
             seed: top.seed,
             limits: Limits {
                 horizon: top.run.horizon_us.map(|us| ns_to_ps(us * 1e3)),
-                max_events: top.run.max_events,
+                max_events: Some(max_events),
             },
             machine: SimMachine::new(machine, costs),
             kind,
@@ -427,6 +434,13 @@ struct TopCosts {
 fn default_seed() -> u64 {
     1
 }
+
+/// The event budget of a run whose `[run]` sets none: five times the largest scenario shipped
+/// (`o2-16core`, 20 million), so that a mistyped count (`iterations = 1e14`) stops with a note
+/// instead of filling memory with every operation's latency.
+pub const DEFAULT_MAX_EVENTS: u64 = 100_000_000;
+/// The largest event budget a scenario may ask for (about 10 GB of latencies at worst).
+pub const MAX_EVENTS: u64 = 1_000_000_000;
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -744,6 +758,22 @@ mod tests {
         assert_eq!(key_at(text, text.find("x =").unwrap()), "w.x");
         assert_eq!(key_at(text, text.find("f =").unwrap()), "w.calls[0].len.f");
         assert_eq!(key_at(text, text.rfind("n =").unwrap()), "w.calls[1].n");
+    }
+
+    #[test]
+    fn a_run_has_an_event_budget_and_a_bound_on_it() {
+        assert_eq!(doc("").validate().unwrap().limits.max_events, Some(DEFAULT_MAX_EVENTS));
+        assert_eq!(doc("[run]\nmax_events = 5").validate().unwrap().limits.max_events, Some(5));
+        for bad in [0, MAX_EVENTS + 1] {
+            let e = doc(&format!("[run]\nmax_events = {bad}")).validate().unwrap_err();
+            assert_eq!(e.key, "run.max_events", "{e}");
+        }
+        // A count far past any run's memory stops at the budget, with what it did until then.
+        let mut d = doc("[run]\nmax_events = 1000");
+        d.set("workload.iterations=100000000000000").unwrap();
+        d.set("workload.mechanism=spin").unwrap();
+        let report = crate::models::run_scenario(&d.validate().unwrap(), &mut |_| {}).unwrap();
+        assert_eq!((report.stop, report.events), (crate::Stop::EventBudget, 1000));
     }
 
     #[test]

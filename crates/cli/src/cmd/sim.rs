@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::Serialize;
 
-use corehop_sim::{models, Point, Report, ScenarioDoc, Sweep};
+use corehop_sim::{models, Point, Report, ScenarioDoc, Stop, Sweep, DEFAULT_MAX_EVENTS};
 
 use corehop_bench::report::{self, Scale, Series, Table};
 
@@ -257,6 +257,17 @@ fn results_table(file: &str, runs: &[(Point, Report)]) -> Table {
          queue wait = mean time a job waited for its CPU; poll % = share of the run a CPU spent idle but polling",
         first.1.model.op_name
     ));
+    let cut: Vec<&Report> = runs.iter().map(|(_, r)| r).filter(|r| r.stop == Stop::EventBudget).collect();
+    if let Some(r) = cut.first() {
+        t.note(format!(
+            "{} of {} run(s) stopped at their event budget ({} events; `max_events` under [run], {} unless \
+             set) before their work was done: their figures cover the simulated time until then",
+            cut.len(),
+            runs.len(),
+            r.events,
+            DEFAULT_MAX_EVENTS
+        ));
+    }
     t
 }
 
