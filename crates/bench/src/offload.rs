@@ -101,13 +101,13 @@ pub struct Args {
     /// CPU for the service core (default: the last this process may use).
     #[arg(long)]
     pub service_cpu: Option<usize>,
-    /// How long a caller spins for an offloaded result before sleeping on a futex, in µs.
-    /// Spinning is fastest when the application CPU has nothing else to run, but it steals
+    /// How long a caller spins for an offloaded result before sleeping on a futex, in µs (at
+    /// most 1 000 000). Spinning is fastest when the application CPU has nothing else to run, but it steals
     /// the CPU from other application threads (the file server's client shares it). The
     /// tasks of files-tasks do not spin: they yield.
     #[arg(long, default_value_t = 10)]
     pub caller_spin_us: u64,
-    /// How long an idle service core polls for work before sleeping, in µs.
+    /// How long an idle service core polls for work before sleeping, in µs (at most 1 000 000).
     #[arg(long, default_value_t = 50)]
     pub idle_spin_us: u64,
     /// Seed of the transaction and request streams (same seed, same work for every policy).
@@ -455,10 +455,11 @@ fn collect(args: &Args) -> anyhow::Result<Output> {
     report::check_range("--reps", counts.reps, 1..=report::MAX_REPS)?;
     report::check_range("--txns", counts.txns, 1..=MAX_OPS)?;
     report::check_range("--requests", counts.requests, 1..=MAX_OPS)?;
-    anyhow::ensure!(
-        counts.handoff_reps <= 1000 && (1..=1_000_000).contains(&counts.handoff_batch),
-        "--handoff-reps must be at most 1000 and --handoff-batch 1 to 1000000"
-    );
+    report::check_range("--handoff-reps", counts.handoff_reps, 0..=1000)?;
+    report::check_range("--handoff-batch", counts.handoff_batch, 1..=1_000_000)?;
+    // A second at most: past that a spin is a busy CPU, not a wait.
+    report::check_range("--caller-spin-us", args.caller_spin_us, 0..=1_000_000)?;
+    report::check_range("--idle-spin-us", args.idle_spin_us, 0..=1_000_000)?;
     let mut choices = vec![PolicyChoice::Never];
     for name in &args.policies {
         let choice = PolicyChoice::parse(name)?;

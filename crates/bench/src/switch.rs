@@ -85,7 +85,8 @@ pub struct Args {
     /// Repetitions: each rebuilds the runtimes and measures every variant once.
     #[arg(long, default_value_t = 10)]
     pub reps: usize,
-    /// How long the target sits idle before each round trip of the after-idle row, in µs.
+    /// How long the target sits idle before each round trip of the after-idle row, in µs (at
+    /// most 100 000: the row makes a tenth of --iters round trips).
     #[arg(long, default_value_t = 20)]
     pub idle_gap_us: u64,
     /// Only these rows, comma-separated (e.g. `handoff+spin,yield`); all rows by default.
@@ -188,6 +189,8 @@ pub fn tour() -> anyhow::Result<()> {
 
 /// Round trips per repetition at most.
 const MAX_ITERS: u64 = 10_000_000;
+/// The after-idle row's idle gap at most, in µs.
+const MAX_IDLE_GAP_US: u64 = 100_000;
 
 fn plan(args: &Args) -> anyhow::Result<Plan> {
     let pair = args.pair.check("a hop")?;
@@ -195,6 +198,7 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
     // Every round trip's time is kept while a repetition runs: 8 bytes each.
     report::check_range("--iters", iters, 1..=MAX_ITERS)?;
     report::check_range("--reps", reps, 1..=report::MAX_REPS)?;
+    report::check_range("--idle-gap-us", args.idle_gap_us, 0..=MAX_IDLE_GAP_US)?;
     Ok(Plan {
         pair,
         iters,
