@@ -444,15 +444,18 @@ impl ArmSampler {
         let Some(replaced) = self.replaced.take() else { return false };
         let sigma = self.epoch_noise / 1.128;
         let spread = sigma * (1.0 / self.recent.len as f64 + 1.0 / replaced.epochs as f64).sqrt();
-        if self
-            .recent
-            .mean()
-            .is_none_or(|now| now * (1.0 + self.config.margin + 2.0 * spread) >= replaced.rate)
-        {
-            // The switch held: the arm's back-off starts again.
-            self.backoff[self.incumbent] = 1;
-            return false;
-        }
+        let now = match self.recent.mean() {
+            Some(now) if now * (1.0 + self.config.margin + 2.0 * spread) < replaced.rate => now,
+            _ => {
+                // The switch held: the arm's back-off starts again.
+                self.backoff[self.incumbent] = 1;
+                return false;
+            }
+        };
+        // What the run lost counts against the budget, as a trial's loss does.
+        let run = (self.last_epoch * self.recent.len as u64) as f64;
+        self.regret +=
+            run * (replaced.rate / now.max(f64::MIN_POSITIVE) - 1.0).min(self.config.assumed_slowdown);
         let lost = self.incumbent;
         self.sit_out[lost] = self.backoff[lost];
         self.backoff[lost] = (self.backoff[lost] * 2).min(self.config.max_backoff_rounds);
