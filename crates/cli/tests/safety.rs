@@ -271,6 +271,34 @@ fn a_fork_child_of_a_process_that_vforked_on_the_stub_still_loads_the_library() 
 }
 
 #[test]
+#[cfg_attr(not(target_arch = "x86_64"), ignore = "the start-up stub is built for x86-64 only")]
+fn calls_from_a_signal_handler_never_load_or_build_anything() {
+    // The handler writes while the main thread allocates. `handler`: after start-up only the
+    // handler makes calls, so the stub must never load the library (dlopen allocates: it
+    // crashed such a program in 10 runs of 20). `both`: the main loop's calls load it, and the
+    // handler's then reach it, which must build nothing there either.
+    let Some((_dir, exe)) = fixture("signal_calls") else { return };
+    let run = |mode: &str, stub: bool| {
+        let mut command = Command::new(&exe);
+        command.arg(mode);
+        if stub {
+            common::through_the_stub(&mut command, "adaptive");
+        }
+        finish(command, &format!("signal_calls {mode} (stub: {stub})"))
+    };
+    let plain = text(&run("handler", false).stdout);
+    assert!(plain.ends_with("ticked yes, library not mapped\n"), "{plain}");
+    for _ in 0..3 {
+        let out = run("handler", true);
+        assert!(out.status.success(), "{:?}: {}", out.status, text(&out.stderr));
+        assert_eq!(text(&out.stdout), plain, "the stub loaded the library in the handler");
+        let out = run("both", true);
+        assert!(out.status.success(), "{:?}: {}", out.status, text(&out.stderr));
+        assert_eq!(text(&out.stdout), plain.replace("not mapped", "mapped"));
+    }
+}
+
+#[test]
 fn a_blocking_regular_file_read_is_interrupted_by_the_callers_signal() {
     if !have_cc() || !is_root() {
         return;

@@ -171,11 +171,56 @@ pub struct RoundReport {
     /// The incumbent during the round.
     pub incumbent: usize,
     /// (arm, its rate / the incumbent's around it) for each arm tried.
-    pub ratios: Vec<(usize, f64)>,
+    pub ratios: Ratios,
     /// The incumbent after the round.
     pub chosen: usize,
 }
 
+/// A round's (arm, rate or ratio) pairs, in the order tried: at most one an arm, and the
+/// confirmation of a winner. In place, not on the heap: the preload library ends epochs inside
+/// the program's calls, some of them in signal handlers, where allocating or freeing could
+/// find the heap half-changed by the code the handler interrupted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Ratios {
+    items: [(usize, f64); MAX_ARMS + 1],
+    len: usize,
+}
+
+impl Ratios {
+    fn push(&mut self, item: (usize, f64)) {
+        if let Some(slot) = self.items.get_mut(self.len) {
+            *slot = item;
+            self.len += 1;
+        }
+    }
+
+    fn last_mut(&mut self) -> Option<&mut (usize, f64)> {
+        self.len.checked_sub(1).map(|last| &mut self.items[last])
+    }
+}
+
+impl std::ops::Deref for Ratios {
+    type Target = [(usize, f64)];
+
+    fn deref(&self) -> &[(usize, f64)] {
+        &self.items[..self.len]
+    }
+}
+
+/// The arms a round has still to try, a bit each (arm `a` is bit `a`), lowest first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct Queue(u32);
+
+impl Queue {
+    fn pop(&mut self) -> Option<usize> {
+        let arm = (self.0 != 0).then(|| self.0.trailing_zeros() as usize);
+        self.0 &= self.0.wrapping_sub(1);
+        arm
+    }
+}
+
+// A round's ratios are kept in place (see `Ratios`), not boxed.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 enum Phase {
     /// Running the incumbent; a round starts when `left` reaches 0.
@@ -183,10 +228,10 @@ enum Phase {
     /// A round: `queue` holds the candidates still to try; `before` is the rate of the
     /// incumbent epoch just run; `trying` the candidate whose trial runs now.
     Round {
-        queue: Vec<usize>,
+        queue: Queue,
         before: Option<f64>,
         trying: Option<(usize, f64)>,
-        ratios: Vec<(usize, f64)>,
+        ratios: Ratios,
         /// Set in a confirmation round: the candidate that won the round before, and its ratio.
         confirming: Option<(usize, f64)>,
     },
@@ -476,7 +521,7 @@ impl ArmSampler {
     /// Begins a round after an incumbent epoch that ran at `rate`, if any candidate may be
     /// tried within the regret budget; otherwise runs on.
     fn start_round(&mut self, rate: f64) -> Phase {
-        let mut queue: Vec<usize> = (0..self.arms).rev().filter(|&a| a != self.incumbent).collect();
+        let mut queue = Queue(((1u32 << self.arms) - 1) & !(1 << self.incumbent));
         for arm in 0..self.arms {
             if arm != self.incumbent && arm != STAY {
                 self.sit_out[arm] = self.sit_out[arm].saturating_sub(1);
@@ -487,7 +532,7 @@ impl ArmSampler {
                 queue,
                 before: Some(rate),
                 trying: Some((arm, 0.0)),
-                ratios: Vec::new(),
+                ratios: Ratios::default(),
                 confirming: None,
             },
             None => Phase::Run { left: self.run_epochs },
@@ -497,7 +542,7 @@ impl ArmSampler {
     /// The next candidate of the round that is not sitting out and whose trial fits in the
     /// regret budget. [`STAY`] is never made to sit out: not moving is always worth checking,
     /// as soon as the budget allows.
-    fn next_candidate(&self, queue: &mut Vec<usize>) -> Option<usize> {
+    fn next_candidate(&self, queue: &mut Queue) -> Option<usize> {
         while let Some(arm) = queue.pop() {
             if arm != STAY && self.sit_out[arm] > 0 {
                 continue;
@@ -530,7 +575,7 @@ impl ArmSampler {
 
     /// Ends a round whose last incumbent epoch ran at `rate`. A round's winner is tried once
     /// more (a confirmation round) before it takes over.
-    fn conclude(&mut self, ratios: Vec<(usize, f64)>, confirming: Option<(usize, f64)>, rate: f64) -> Phase {
+    fn conclude(&mut self, ratios: Ratios, confirming: Option<(usize, f64)>, rate: f64) -> Phase {
         // Not moving needs only the configured margin: falling back must stay easy.
         let needed = |arm: usize| 1.0 + if arm == STAY { self.config.margin } else { self.margin() };
         let best =
@@ -538,7 +583,7 @@ impl ArmSampler {
         if let (Some((arm, ratio)), None) = (best, confirming) {
             if self.trial_fits(arm) {
                 return Phase::Round {
-                    queue: Vec::new(),
+                    queue: Queue::default(),
                     before: Some(rate),
                     trying: Some((arm, 0.0)),
                     ratios,
@@ -556,7 +601,7 @@ impl ArmSampler {
                 .map(|&(_, second)| (arm, first.min(second))),
             None => best,
         };
-        for &(arm, ratio) in &ratios {
+        for &(arm, ratio) in ratios.iter() {
             if arm == STAY || Some(arm) == best.map(|b| b.0) {
                 continue;
             }

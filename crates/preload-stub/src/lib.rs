@@ -78,6 +78,10 @@ static FIRST_CALL_NS: AtomicU64 = AtomicU64::new(0);
 /// The process that made that first call: a child forked after it starts its own first epoch
 /// (see [`tick`]).
 static FIRST_CALL_PID: AtomicI64 = AtomicI64::new(0);
+/// The thread that made that first call, and the signals it had blocked then (see
+/// [`stub_state::outside_a_handler`]).
+static FIRST_CALL_TID: AtomicI64 = AtomicI64::new(0);
+static FIRST_CALL_BLOCKED: AtomicU64 = AtomicU64::new(0);
 /// The process that first started a child the fork handlers do not see (0: none yet).
 static OWNER_PID: AtomicI64 = AtomicI64::new(0);
 /// Whether [`after_fork_child`] is registered (at the first such child: a process that
@@ -303,7 +307,7 @@ fn tick(sampled: bool) {
     let now = now_ns();
     if first == 0 {
         if FIRST_CALL_NS.compare_exchange(0, now, Relaxed, Relaxed).is_ok() {
-            FIRST_CALL_PID.store(raw_syscall(SYS_GETPID), Relaxed);
+            note_first_call(raw_syscall(SYS_GETPID));
         }
     } else if now.saturating_sub(first) >= LOAD_AGE_NS {
         let pid = raw_syscall(SYS_GETPID);
@@ -317,11 +321,27 @@ fn tick(sampled: bool) {
         // child shares ours, and in `PlainWithChild` only the owner gets here.
         if pid != FIRST_CALL_PID.load(Relaxed) {
             FIRST_CALL_NS.store(now, Relaxed);
-            FIRST_CALL_PID.store(pid, Relaxed);
+            note_first_call(pid);
+            return;
+        }
+        let tid = raw_syscall(SYS_GETTID);
+        if !stub_state::outside_a_handler(
+            tid,
+            blocked_signals(),
+            FIRST_CALL_TID.load(Relaxed),
+            FIRST_CALL_BLOCKED.load(Relaxed),
+        ) {
             return;
         }
         load_once(state);
     }
+}
+
+/// Notes which process and thread made the first call, and the signals that thread blocked.
+fn note_first_call(pid: i64) {
+    FIRST_CALL_PID.store(pid, Relaxed);
+    FIRST_CALL_TID.store(raw_syscall(SYS_GETTID), Relaxed);
+    FIRST_CALL_BLOCKED.store(blocked_signals(), Relaxed);
 }
 
 /// Before a watched call (see [`StateWord::settle`]): marks the process before a child that
@@ -361,9 +381,19 @@ fn load_once(from: State) {
     STATE.load_once(from, me(), |child_seen| keeping_errno(|| load(child_seen)));
 }
 
+/// [`load_blocked`] with every signal but glibc's own blocked: a handler that ran in the
+/// middle of `dlopen` would find the loader's lock held by its own thread and its data
+/// half-changed.
+fn load(child_seen: bool) -> bool {
+    let before = set_blocked_signals(!stub_state::GLIBC_SIGNALS);
+    let loaded = load_blocked(child_seen);
+    set_blocked_signals(before);
+    loaded
+}
+
 /// Loads the library, hands it the first call's time and whether an unseen child may exist,
 /// and fills [`SLOTS`]; false if any step fails (nothing is routed to the library then).
-fn load(child_seen: bool) -> bool {
+fn load_blocked(child_seen: bool) -> bool {
     // SAFETY: the name is NUL-terminated; secure_getenv returns null (unset, or a set-user-ID
     // process) or a NUL-terminated string of the environment.
     let path = unsafe { secure_getenv(c"COREHOP_LIBRARY".as_ptr()) };
@@ -395,9 +425,11 @@ fn load(child_seen: bool) -> bool {
         return false;
     }
     // SAFETY: the library defines `corehop_preload_handover` with this type.
-    let handover = unsafe { core::mem::transmute::<*mut c_void, extern "C" fn(u64, u32) -> bool>(handover) };
+    let handover =
+        unsafe { core::mem::transmute::<*mut c_void, extern "C" fn(u64, u32, i64, u64) -> bool>(handover) };
     let first = FIRST_CALL_NS.load(Relaxed);
-    if !handover(if first == 0 { now_ns() } else { first }, u32::from(child_seen)) {
+    let (tid, blocked) = (FIRST_CALL_TID.load(Relaxed), FIRST_CALL_BLOCKED.load(Relaxed));
+    if !handover(if first == 0 { now_ns() } else { first }, u32::from(child_seen), tid, blocked) {
         return false;
     }
     for (slot, target) in SLOTS.iter().zip(targets) {
@@ -474,6 +506,41 @@ const SYS_SCHED_YIELD: i64 = 24;
 const SYS_GETPID: i64 = 39;
 const SYS_GETTID: i64 = 186;
 const SYS_CLOCK_GETTIME: i64 = 228;
+const SYS_RT_SIGPROCMASK: i64 = 14;
+const SIG_BLOCK: i64 = 0;
+const SIG_SETMASK: i64 = 2;
+
+/// The calling thread's blocked signals (a kernel sigset: bit `n - 1` for signal `n`).
+fn blocked_signals() -> u64 {
+    sigprocmask(SIG_BLOCK, None)
+}
+
+/// Blocks exactly `set` in the calling thread; returns what it blocked before.
+fn set_blocked_signals(set: u64) -> u64 {
+    sigprocmask(SIG_SETMASK, Some(&set))
+}
+
+/// `rt_sigprocmask(how, set, &old, 8)`; returns `old`.
+fn sigprocmask(how: i64, set: Option<&u64>) -> u64 {
+    let mut old = 0u64;
+    let set = set.map_or(core::ptr::null(), |s| s as *const u64);
+    // SAFETY: rt_sigprocmask reads an 8-byte set from `set` (null: none) and writes the old
+    // one to `old`, both live for the call; the syscall instruction clobbers rcx and r11.
+    unsafe {
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") SYS_RT_SIGPROCMASK => _,
+            in("rdi") how,
+            in("rsi") set,
+            in("rdx") &mut old as *mut u64,
+            in("r10") 8,
+            out("rcx") _,
+            out("r11") _,
+            options(nostack),
+        );
+    }
+    old
+}
 
 /// A system call without arguments (libc's wrappers are this stub's own names, or touch errno).
 fn raw_syscall(nr: i64) -> i64 {

@@ -3,7 +3,7 @@
 
 use core::cell::Cell;
 use core::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
-use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicUsize};
 use std::sync::OnceLock;
 
 use crate::config::{self, Config};
@@ -56,6 +56,10 @@ static STARTED_NS: AtomicU64 = AtomicU64::new(0);
 /// When the process made its first intercepted call, if the start-up stub saw it (0: no stub;
 /// see [`handover`]).
 static FIRST_CALL_NS: AtomicU64 = AtomicU64::new(0);
+/// The thread that made the first intercepted call, and the signals it had blocked then: what
+/// [`outside_a_handler`] compares a call's thread with (0: not known yet).
+static FIRST_CALL_TID: AtomicI64 = AtomicI64::new(0);
+static FIRST_CALL_BLOCKED: AtomicU64 = AtomicU64::new(0);
 /// Set once started up with nothing that counts or records every call (no summary, no
 /// trace): while the policy keeps every call local, a call may then pass the library by
 /// ([`passes_by`]).
@@ -192,6 +196,11 @@ fn complain(what: &str) {
 }
 
 fn start_up() -> bool {
+    if FIRST_CALL_TID.load(SeqCst) == 0 {
+        // Preloaded from the start: this is the first call.
+        FIRST_CALL_TID.store(i64::from(sys::gettid()), SeqCst);
+        FIRST_CALL_BLOCKED.store(sys::blocked_signals(), SeqCst);
+    }
     let config = match config::parse(env_bytes, sys::last_allowed_cpu) {
         Ok(config) => config,
         Err(e) => {
@@ -258,8 +267,10 @@ fn start_up() -> bool {
 /// this library loaded from the start. `child_seen`: the stub saw a call start a process the
 /// fork handlers do not see (as [`before_unseen_child`] would have noted). Returns whether
 /// offload may happen.
-pub(crate) fn handover(first_call_ns: u64, child_seen: bool) -> bool {
+pub(crate) fn handover(first_call_ns: u64, child_seen: bool, first_thread: (i64, u64)) -> bool {
     FIRST_CALL_NS.store(first_call_ns, SeqCst);
+    FIRST_CALL_TID.store(first_thread.0, SeqCst);
+    FIRST_CALL_BLOCKED.store(first_thread.1, SeqCst);
     if child_seen {
         CHECK_PID.store(true, SeqCst);
     }
@@ -280,8 +291,24 @@ pub(crate) fn passes_by() -> bool {
         && !(TIMING.load(Relaxed) && sys::one_in(POLICY.time_every()))
 }
 
-/// Starts the service threads on first need; false if they are not (yet) running.
+/// Whether the calling thread is, as far as can be told, not in a signal handler: a step that
+/// allocates waits for a call that is (see `corehop_sys::stub_state::outside_a_handler`). Two
+/// system calls: only on the way to such a step.
+fn outside_a_handler() -> bool {
+    corehop_sys::stub_state::outside_a_handler(
+        i64::from(sys::gettid()),
+        sys::blocked_signals(),
+        FIRST_CALL_TID.load(Relaxed),
+        FIRST_CALL_BLOCKED.load(Relaxed),
+    )
+}
+
+/// Starts the service threads on first need; false if they are not (yet) running (the call
+/// then runs where it is). Not from a signal handler: `pthread_create` allocates.
 fn service_running() -> bool {
+    if SERVICE.load(Acquire) == UNINIT && !outside_a_handler() {
+        return false;
+    }
     start_once(&SERVICE, || {
         let Some(config) = CONFIG.get() else { return false };
         let mut cpus = [0; MAX_LANES];
@@ -317,6 +344,9 @@ extern "C" fn after_fork_child() {
     // SAFETY: see above; in the child, the process has this one thread.
     unsafe { POLICY.after_fork(FORK_HAD_LOCK.load(SeqCst), true) };
     PID.store(sys::getpid(), SeqCst);
+    // The child's one thread is the one that forked, with what it blocked then.
+    FIRST_CALL_TID.store(i64::from(sys::gettid()), SeqCst);
+    FIRST_CALL_BLOCKED.store(sys::blocked_signals(), SeqCst);
     // This copy of our memory is ours alone: no child of the parent shares it.
     CHECK_PID.store(!WATCHES_CHILDREN, SeqCst);
     stats::reset();
@@ -332,7 +362,9 @@ extern "C" fn after_fork_child() {
 /// until then ran locally, as its first arm would have run them.
 #[cold]
 fn build_deferred_policy() {
+    // Not from a signal handler: building the policy allocates its tables.
     if sys::now_ns().saturating_sub(STARTED_NS.load(Relaxed)) < decide::EPOCH_NS
+        || !outside_a_handler()
         || DEFERRED.compare_exchange(true, false, SeqCst, Relaxed).is_err()
     {
         return;

@@ -639,10 +639,17 @@ fn reassigned_by(nr: c_long, a: c_long, b: c_long) -> Option<(u32, u32)> {
 /// with `dlopen`, before it routes any call here: starts the library up in the process that
 /// loaded it, with the default policy's first epoch counted from `first_call_ns` (the
 /// monotonic clock, ns). `flags` bit 0: the stub saw a call start a process the fork handlers
-/// do not see. Returns whether offload may happen.
+/// do not see. `first_tid` and `first_blocked`: the thread that made the first call and the
+/// signals it blocked then (see `corehop_sys::stub_state::outside_a_handler`). Returns
+/// whether offload may happen.
 #[no_mangle]
-pub extern "C" fn corehop_preload_handover(first_call_ns: u64, flags: u32) -> bool {
-    crate::intercept::handover(first_call_ns, flags & 1 != 0)
+pub extern "C" fn corehop_preload_handover(
+    first_call_ns: u64,
+    flags: u32,
+    first_tid: i64,
+    first_blocked: u64,
+) -> bool {
+    crate::intercept::handover(first_call_ns, flags & 1 != 0, (first_tid, first_blocked))
 }
 
 // ---- calls that change one thread's security state (not offloaded: watched) -------------

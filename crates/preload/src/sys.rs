@@ -118,14 +118,23 @@ pub fn pin_self(cpu: usize) -> i64 {
 /// Blocks every signal in the calling thread, so that process-directed signals go to the
 /// program's own threads, as they would without this library.
 pub fn block_all_signals() {
-    // glibc's own signals stay open: SIGSETXID (33) carries a process-wide set*id call to
-    // every thread and waits until each has made it, so blocking it hangs the program.
-    // SIGCANCEL (32) is only ever sent to a thread by pthread_cancel, never to this one.
-    let all: u64 = !((1 << (32 - 1)) | (1 << (33 - 1)));
+    // glibc's own signals stay open (see `GLIBC_SIGNALS`): blocking them hangs a program
+    // that calls a set*id function.
+    let all: u64 = !corehop_sys::stub_state::GLIBC_SIGNALS;
     // SAFETY: rt_sigprocmask with a valid 8-byte kernel sigset; old set not wanted.
     unsafe {
         raw(libc::SYS_rt_sigprocmask, [libc::SIG_SETMASK as u64, &all as *const u64 as u64, 0, 8, 0, 0])
     };
+}
+
+/// The calling thread's blocked signals (a kernel sigset: bit `n - 1` for signal `n`).
+pub fn blocked_signals() -> u64 {
+    let mut old = 0u64;
+    // SAFETY: rt_sigprocmask with no new set writes the 8-byte old one to `old`.
+    unsafe {
+        raw(libc::SYS_rt_sigprocmask, [libc::SIG_BLOCK as u64, 0, &mut old as *mut u64 as u64, 8, 0, 0])
+    };
+    old
 }
 
 /// Whether `fd` names a regular file.
