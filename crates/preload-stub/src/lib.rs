@@ -23,9 +23,9 @@
 //!
 //! The library is found at `$COREHOP_LIBRARY` (read with `secure_getenv`). If it cannot be
 //! loaded the process runs on without offload, as plainly as it started. The call that loads
-//! it runs `dlopen`, which allocates and takes the dynamic loader's lock: a signal handler that
-//! interrupted `malloc` or the loader and makes that very call would wait for their locks (the
-//! library's own start-up has the same limit).
+//! it runs `dlopen`, which allocates and takes the dynamic loader's lock, so the load waits for
+//! a call that does not look like a signal handler's (`stub_state::outside_a_handler`), and
+//! runs with the program's signals blocked.
 //!
 //! Built by `crates/cli/build.rs` with `panic = abort` (a `no_std` library cannot unwind), and
 //! linked with two load segments and no RELRO: each segment and protection change is a system

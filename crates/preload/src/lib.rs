@@ -72,11 +72,13 @@
 //! thread ends a process whose program threads have all left, with the main thread's status,
 //! running `atexit` handlers as glibc does after a last `pthread_exit`, also when the last
 //! thread left with a raw `exit`, where a plain run would skip them). Start-up (at the first
-//! intercepted call) and the default policy's build (at a sampled call after 20 ms) allocate:
-//! a signal handler that interrupted `malloc` and makes that very call would wait for the
-//! allocator's lock. Under the start-up stub (`crates/preload-stub`, what `corehop run`
-//! preloads for the default policy) the same holds for the call that loads this library with
-//! `dlopen`, and for the dynamic loader's lock. A signal handler that `longjmp`s out of a call waiting for its reply, and
+//! intercepted call), the default policy's build (at a sampled call after 20 ms) and a
+//! service thread's start allocate; the policy, once built, does not. The last two wait for a
+//! call that does not look like a signal handler's: one from the first call's thread that
+//! blocks more signals than that call did (`corehop_sys::stub_state::outside_a_handler`);
+//! the start-up stub (`crates/preload-stub`) loads this library only from such a call too. A
+//! handler on another thread, or the process's very first call made in a handler, is not told
+//! apart. A signal handler that `longjmp`s out of a call waiting for its reply, and
 //! asynchronous thread cancellation during that wait, are not supported (the service thread
 //! may still write into the abandoned buffer). A process that ends with `_exit` or a signal
 //! writes no summary. A descriptor on which positioned calls (`pread`, `pwrite`) were found
