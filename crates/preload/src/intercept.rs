@@ -57,7 +57,7 @@ static STARTED_NS: AtomicU64 = AtomicU64::new(0);
 /// see [`handover`]).
 static FIRST_CALL_NS: AtomicU64 = AtomicU64::new(0);
 /// The thread that made the first intercepted call, and the signals it had blocked then: what
-/// [`outside_a_handler`] compares a call's thread with (0: not known yet).
+/// [`outside_a_handler`] compares that thread's calls with (0: not known yet).
 static FIRST_CALL_TID: AtomicI64 = AtomicI64::new(0);
 static FIRST_CALL_BLOCKED: AtomicU64 = AtomicU64::new(0);
 /// Set once started up with nothing that counts or records every call (no summary, no
@@ -116,6 +116,9 @@ struct Thread {
     ticket: Cell<u32>,
     /// The return address of the entry point this thread is in (0: not known).
     site: Cell<u64>,
+    /// The signals this thread blocked at the first call the library looked at (see
+    /// [`outside_a_handler`]).
+    first_blocked: Cell<Option<u64>>,
 }
 
 thread_local! {
@@ -125,6 +128,7 @@ thread_local! {
             uncounted: Cell::new(0),
             ticket: Cell::new(0),
             site: Cell::new(0),
+            first_blocked: Cell::new(None),
         }
     };
 }
@@ -291,22 +295,26 @@ pub(crate) fn passes_by() -> bool {
         && !(TIMING.load(Relaxed) && sys::one_in(POLICY.time_every()))
 }
 
-/// Whether the calling thread is, as far as can be told, not in a signal handler: a step that
-/// allocates waits for a call that is (see `corehop_sys::stub_state::outside_a_handler`). Two
-/// system calls: only on the way to such a step.
-fn outside_a_handler() -> bool {
-    corehop_sys::stub_state::outside_a_handler(
-        i64::from(sys::gettid()),
-        sys::blocked_signals(),
-        FIRST_CALL_TID.load(Relaxed),
-        FIRST_CALL_BLOCKED.load(Relaxed),
-    )
+/// Whether `thread` is, as far as can be told, not in a signal handler: a step that allocates
+/// waits for a call that is (see `corehop_sys::stub_state::outside_a_handler`). The process's
+/// first call's thread is compared with what it blocked at that call, any other thread with
+/// what it blocked at the first call the library looked at. Two system calls: only on the way
+/// to such a step.
+fn outside_a_handler(thread: &Thread) -> bool {
+    let (tid, blocked) = (i64::from(sys::gettid()), sys::blocked_signals());
+    let first_tid = FIRST_CALL_TID.load(Relaxed);
+    let first_blocked = match thread.first_blocked.get() {
+        _ if tid == first_tid => FIRST_CALL_BLOCKED.load(Relaxed),
+        Some(first) => first,
+        None => blocked,
+    };
+    corehop_sys::stub_state::outside_a_handler(tid, blocked, tid, first_blocked)
 }
 
 /// Starts the service threads on first need; false if they are not (yet) running (the call
 /// then runs where it is). Not from a signal handler: `pthread_create` allocates.
-fn service_running() -> bool {
-    if SERVICE.load(Acquire) == UNINIT && !outside_a_handler() {
+fn service_running(thread: &Thread) -> bool {
+    if SERVICE.load(Acquire) == UNINIT && !outside_a_handler(thread) {
         return false;
     }
     start_once(&SERVICE, || {
@@ -361,10 +369,10 @@ extern "C" fn after_fork_child() {
 /// Builds the default policy once its first epoch has passed (see `start_up`); the calls
 /// until then ran locally, as its first arm would have run them.
 #[cold]
-fn build_deferred_policy() {
+fn build_deferred_policy(thread: &Thread) {
     // Not from a signal handler: building the policy allocates its tables.
     if sys::now_ns().saturating_sub(STARTED_NS.load(Relaxed)) < decide::EPOCH_NS
-        || !outside_a_handler()
+        || !outside_a_handler(thread)
         || DEFERRED.compare_exchange(true, false, SeqCst, Relaxed).is_err()
     {
         return;
@@ -432,8 +440,11 @@ pub(crate) fn dispatch(
         if !ready() {
             return local();
         }
+        if thread.first_blocked.get().is_none() {
+            thread.first_blocked.set(Some(sys::blocked_signals()));
+        }
         if DEFERRED.load(Relaxed) {
-            build_deferred_policy();
+            build_deferred_policy(thread);
             if DEFERRED.load(Relaxed) && QUIET.load(Relaxed) {
                 // Still waiting, and nothing counts calls: this call came only to look at the
                 // clock, and there is no policy to time it for.
@@ -475,7 +486,7 @@ pub(crate) fn dispatch(
             }
         }
         // A child sharing our memory must not reach our service threads (see CHECK_PID).
-        if (CHECK_PID.load(Relaxed) && sys::getpid() != PID.load(Relaxed)) || !service_running() {
+        if (CHECK_PID.load(Relaxed) && sys::getpid() != PID.load(Relaxed)) || !service_running(thread) {
             stats::bump(&counters.busy);
             return run_local(thread, counters, &call, local);
         }

@@ -74,11 +74,11 @@
 //! thread left with a raw `exit`, where a plain run would skip them). Start-up (at the first
 //! intercepted call), the default policy's build (at a sampled call after 20 ms) and a
 //! service thread's start allocate; the policy, once built, does not. The last two wait for a
-//! call that does not look like a signal handler's: one from the first call's thread that
-//! blocks more signals than that call did (`corehop_sys::stub_state::outside_a_handler`);
-//! the start-up stub (`crates/preload-stub`) loads this library only from such a call too. A
-//! handler on another thread, or the process's very first call made in a handler, is not told
-//! apart. A signal handler that `longjmp`s out of a call waiting for its reply, and
+//! call that does not look like a signal handler's: a call that blocks signals its thread did
+//! not block at the first call this library looked at on it (for the process's first thread,
+//! at the process's first call: `corehop_sys::stub_state::outside_a_handler`); the start-up
+//! stub (`crates/preload-stub`) loads this library only from such a call of that first thread,
+//! or from another thread. A thread whose first call came from a handler is not told apart. A signal handler that `longjmp`s out of a call waiting for its reply, and
 //! asynchronous thread cancellation during that wait, are not supported (the service thread
 //! may still write into the abandoned buffer). A process that ends with `_exit` or a signal
 //! writes no summary. A descriptor on which positioned calls (`pread`, `pwrite`) were found
