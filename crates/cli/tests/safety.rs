@@ -299,6 +299,18 @@ fn calls_from_a_signal_handler_never_load_or_build_anything() {
 }
 
 #[test]
+#[cfg_attr(not(target_arch = "x86_64"), ignore = "the start-up stub is built for x86-64 only")]
+fn a_worker_that_blocks_more_signals_still_gets_the_library() {
+    // A worker blocking more than the first call did may be in a handler, or may block more
+    // for good: the stub puts the load off for a while only.
+    let Some((_dir, exe)) = fixture("blocked_worker") else { return };
+    let mut command = Command::new(&exe);
+    common::through_the_stub(&mut command, "adaptive");
+    let out = finish(command, "blocked_worker");
+    assert_eq!(text(&out.stdout), "writes done, library mapped\n", "{}", text(&out.stderr));
+}
+
+#[test]
 fn a_blocking_regular_file_read_is_interrupted_by_the_callers_signal() {
     if !have_cc() || !is_root() {
         return;

@@ -40,7 +40,7 @@ compile_error!(
 
 use core::ffi::{c_char, c_int, c_void};
 use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize};
+use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize};
 
 #[path = "../../sys/src/watch.rs"]
 mod watch;
@@ -324,18 +324,25 @@ fn tick(sampled: bool) {
             note_first_call(pid);
             return;
         }
-        let tid = raw_syscall(SYS_GETTID);
-        if !stub_state::outside_a_handler(
-            tid,
-            blocked_signals(),
-            FIRST_CALL_TID.load(Relaxed),
-            FIRST_CALL_BLOCKED.load(Relaxed),
-        ) {
+        let (tid, blocked) = (raw_syscall(SYS_GETTID), blocked_signals());
+        let (first_tid, first_blocked) = (FIRST_CALL_TID.load(Relaxed), FIRST_CALL_BLOCKED.load(Relaxed));
+        if !stub_state::outside_a_handler(tid, blocked, first_tid, first_blocked) {
+            return;
+        }
+        // Another thread that blocks more than the first call's did may be in a handler too,
+        // or may block more for good (a server's workers often do): with no first call of its
+        // own to go by, it leaves the load for a while to a thread that blocks no more.
+        if blocked & !first_blocked != 0 && LOADS_PUT_OFF.fetch_add(1, Relaxed) < MAX_LOADS_PUT_OFF {
             return;
         }
         load_once(state);
     }
 }
+
+/// Loads put off on threads other than the first call's that blocked more than it did (see
+/// [`tick`]), and how many at most: about 64 sampled calls, some thousands of calls.
+static LOADS_PUT_OFF: AtomicU32 = AtomicU32::new(0);
+const MAX_LOADS_PUT_OFF: u32 = 64;
 
 /// Notes which process and thread made the first call, and the signals that thread blocked.
 fn note_first_call(pid: i64) {

@@ -278,6 +278,9 @@ pub(crate) fn handover(first_call_ns: u64, child_seen: bool, first_thread: (i64,
     if child_seen {
         CHECK_PID.store(true, SeqCst);
     }
+    // A library loaded by `dlopen` gets its thread-locals on a thread's first access to them,
+    // from `malloc`: on the loading thread (not in a handler, see the stub) that is now.
+    std::hint::black_box(THREAD.with(|thread| thread as *const Thread));
     ready()
 }
 

@@ -78,8 +78,10 @@
 //! not block at the first call this library looked at on it (for the process's first thread,
 //! at the process's first call: `corehop_sys::stub_state::outside_a_handler`); the start-up
 //! stub (`crates/preload-stub`) loads this library only from such a call of that first thread,
-//! or from another thread. A thread whose first call came from a handler, and a handler that
-//! blocks nothing more (`SA_NODEFER` with an empty `sa_mask`), are not told apart. A signal handler that `longjmp`s out of a call waiting for its reply, and
+//! or, after a while, from another thread. A thread whose first call came from a handler, a
+//! handler that blocks nothing more (`SA_NODEFER` with an empty `sa_mask`), and a thread's
+//! first access to this library's thread-locals (from `malloc`, once `dlopen`ed) made in a
+//! handler are not told apart. A signal handler that `longjmp`s out of a call waiting for its reply, and
 //! asynchronous thread cancellation during that wait, are not supported (the service thread
 //! may still write into the abandoned buffer). A process that ends with `_exit` or a signal
 //! writes no summary. A descriptor on which positioned calls (`pread`, `pwrite`) were found
