@@ -311,6 +311,24 @@ fn a_worker_that_blocks_more_signals_still_gets_the_library() {
 }
 
 #[test]
+fn a_coroutine_with_a_small_stack_runs_as_it_does_plainly() {
+    // Under the start-up stub (which loads the library from the coroutine's calls) and with the
+    // library preloaded from the start (which starts up and builds the default policy there).
+    let Some((_dir, exe)) = fixture("small_stack") else { return };
+    let plain = finish(Command::new(&exe), "small_stack plain");
+    assert_eq!(text(&plain.stdout), "coroutine wrote: yes\n");
+    let mut stub = Command::new(&exe);
+    common::through_the_stub(&mut stub, "adaptive");
+    let mut library = Command::new(&exe);
+    library.env("LD_PRELOAD", common::library()).env("COREHOP_POLICY", "adaptive");
+    for (command, how) in [(stub, "through the stub"), (library, "preloaded")] {
+        let out = finish(command, &format!("small_stack {how}"));
+        assert!(out.status.success(), "{how}: {:?} {}", out.status, text(&out.stderr));
+        assert_eq!(text(&out.stdout), text(&plain.stdout), "{how}");
+    }
+}
+
+#[test]
 fn a_blocking_regular_file_read_is_interrupted_by_the_callers_signal() {
     if !have_cc() || !is_root() {
         return;

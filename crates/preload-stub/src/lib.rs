@@ -388,14 +388,70 @@ fn load_once(from: State) {
     STATE.load_once(from, me(), |child_seen| keeping_errno(|| load(child_seen)));
 }
 
-/// [`load_blocked`] with every signal but glibc's own blocked: a handler that ran in the
+/// [`load_blocked`] with every signal but glibc's own blocked (a handler that ran in the
 /// middle of `dlopen` would find the loader's lock held by its own thread and its data
-/// half-changed.
+/// half-changed), on a stack of its own: the call that loads may come from a coroutine with a
+/// few KiB of stack, where `dlopen` (about 3 KiB deeper than a plain `write`) overflowed it.
 fn load(child_seen: bool) -> bool {
     let before = set_blocked_signals(!stub_state::GLIBC_SIGNALS);
-    let loaded = load_blocked(child_seen);
+    LOAD_CHILD_SEEN.store(child_seen, Relaxed);
+    let stack = map_load_stack();
+    if stack == 0 {
+        load_on_this_stack();
+    } else {
+        // SAFETY: the stack is LOAD_STACK_BYTES of fresh anonymous memory above a guard page,
+        // used by this thread only (one load at a time: `StateWord::load_once`) with signals
+        // blocked, so nothing else runs on it. Its top is 16-byte aligned, as `call` needs;
+        // r12, callee-saved, keeps the caller's stack pointer across the call, and the C
+        // clobbers cover what the callee may change. The asm may push (no `nostack`), so no
+        // data of the caller is left below its stack pointer.
+        unsafe {
+            core::arch::asm!(
+                "mov r12, rsp",
+                "mov rsp, {top}",
+                "call {load}",
+                "mov rsp, r12",
+                top = in(reg) stack + LOAD_GUARD_BYTES + LOAD_STACK_BYTES,
+                load = sym load_on_this_stack,
+                out("r12") _,
+                clobber_abi("C"),
+            );
+        }
+        unmap(stack, LOAD_GUARD_BYTES + LOAD_STACK_BYTES);
+    }
     set_blocked_signals(before);
-    loaded
+    LOADED.load(Relaxed)
+}
+
+/// What [`load`] passes to, and gets back from, [`load_on_this_stack`].
+static LOAD_CHILD_SEEN: AtomicBool = AtomicBool::new(false);
+static LOADED: AtomicBool = AtomicBool::new(false);
+
+/// The stack `dlopen` runs on, above a guard page.
+const LOAD_STACK_BYTES: usize = 256 * 1024;
+const LOAD_GUARD_BYTES: usize = 4096;
+
+extern "C" fn load_on_this_stack() {
+    LOADED.store(load_blocked(LOAD_CHILD_SEEN.load(Relaxed)), Relaxed);
+}
+
+/// Maps the load stack with its guard page (0 if that fails: the load then runs where it is).
+fn map_load_stack() -> usize {
+    let bytes = LOAD_GUARD_BYTES + LOAD_STACK_BYTES;
+    let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK;
+    let addr = raw_syscall6(SYS_MMAP, [0, bytes as i64, PROT_READ | PROT_WRITE, flags, -1, 0]);
+    if (-4095..0).contains(&addr) {
+        return 0;
+    }
+    if raw_syscall6(SYS_MPROTECT, [addr, LOAD_GUARD_BYTES as i64, PROT_NONE, 0, 0, 0]) != 0 {
+        unmap(addr as usize, bytes);
+        return 0;
+    }
+    addr as usize
+}
+
+fn unmap(addr: usize, bytes: usize) {
+    raw_syscall6(SYS_MUNMAP, [addr as i64, bytes as i64, 0, 0, 0, 0]);
 }
 
 /// Loads the library, hands it the first call's time and whether an unseen child may exist,
@@ -514,6 +570,41 @@ const SYS_GETPID: i64 = 39;
 const SYS_GETTID: i64 = 186;
 const SYS_CLOCK_GETTIME: i64 = 228;
 const SYS_RT_SIGPROCMASK: i64 = 14;
+const SYS_MMAP: i64 = 9;
+const SYS_MPROTECT: i64 = 10;
+const SYS_MUNMAP: i64 = 11;
+const PROT_NONE: i64 = 0;
+const PROT_READ: i64 = 1;
+const PROT_WRITE: i64 = 2;
+const MAP_PRIVATE: i64 = 0x02;
+const MAP_ANONYMOUS: i64 = 0x20;
+const MAP_NORESERVE: i64 = 0x4000;
+const MAP_STACK: i64 = 0x20000;
+
+/// A system call with six arguments (mmap and friends: libc's `mmap` is not this stub's, but
+/// a raw call sets no errno).
+fn raw_syscall6(nr: i64, args: [i64; 6]) -> i64 {
+    let ret: i64;
+    // SAFETY: the calls made through this (mmap, mprotect, munmap) touch only the memory they
+    // map or unmap, which no Rust reference covers; the syscall instruction clobbers rcx and
+    // r11.
+    unsafe {
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") nr => ret,
+            in("rdi") args[0],
+            in("rsi") args[1],
+            in("rdx") args[2],
+            in("r10") args[3],
+            in("r8") args[4],
+            in("r9") args[5],
+            out("rcx") _,
+            out("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
 const SIG_BLOCK: i64 = 0;
 const SIG_SETMASK: i64 = 2;
 

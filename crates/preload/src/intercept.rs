@@ -155,8 +155,9 @@ impl Drop for Inside<'_> {
 }
 
 /// Runs `start` the first time for the state word `state` (UNINIT -> INITIALIZING -> READY or
-/// OFF) and says whether it is READY. A caller that finds it INITIALIZING (another thread, or
-/// a call made from inside `start` itself) gets false and runs its call locally, never waits.
+/// OFF), on a stack of its own, and says whether it is READY. A caller that finds it
+/// INITIALIZING (another thread, or a call made from inside `start` itself) gets false and runs
+/// its call locally, never waits.
 fn start_once(state: &AtomicU32, start: impl FnOnce() -> bool) -> bool {
     match state.load(Acquire) {
         READY => true,
@@ -164,7 +165,7 @@ fn start_once(state: &AtomicU32, start: impl FnOnce() -> bool) -> bool {
             if state.compare_exchange(UNINIT, INITIALIZING, SeqCst, SeqCst).is_err() {
                 return false;
             }
-            let ok = start();
+            let ok = on_a_stack_of_its_own(start);
             state.store(if ok { READY } else { OFF }, Release);
             ok
         }
@@ -380,10 +381,22 @@ fn build_deferred_policy(thread: &Thread) {
     {
         return;
     }
-    match Policy::parse(decide::DEFAULT_SPEC) {
+    match on_a_stack_of_its_own(|| Policy::parse(decide::DEFAULT_SPEC)) {
         Ok(policy) => POLICY.install(policy),
         // Unreachable (a unit test parses it); every call would simply stay local.
         Err(e) => complain(&format!("the default policy: {e}")),
+    }
+}
+
+/// Runs `f` on a fresh stack: the program may call from a coroutine with a few KiB of stack,
+/// where building the default policy (about 7 KiB), starting up (2 KiB) or starting a service
+/// thread would overflow it (a coroutine with 8 KiB crashed under the default policy). In
+/// place if the stack cannot be had.
+fn on_a_stack_of_its_own<R>(f: impl FnOnce() -> R) -> R {
+    const BYTES: usize = 256 * 1024;
+    match corosensei::stack::DefaultStack::new(BYTES) {
+        Ok(stack) => corosensei::on_stack(stack, f),
+        Err(_) => f(),
     }
 }
 
