@@ -263,11 +263,10 @@ pub struct ArmSampler {
     rounds: u32,
     switches: u32,
     last_round: Option<RoundReport>,
-    /// The incumbent's last epoch rate (none right after a switch), and the running mean of
-    /// the relative difference between its consecutive epochs: the noise of an epoch's rate.
-    last_rate: Option<f64>,
+    /// The running mean of the relative difference between the incumbent's consecutive full
+    /// epochs: the noise of an epoch's rate.
     epoch_noise: f64,
-    /// The rates of the incumbent's last full epochs.
+    /// The rates of the incumbent's last full epochs (none right after a switch).
     recent: Recent,
     /// Since a switch, until the new incumbent's first run ends: the arm it replaced.
     replaced: Option<Replaced>,
@@ -291,6 +290,11 @@ impl Recent {
         self.rates[self.next] = rate;
         self.next = (self.next + 1) % RECENT;
         self.len = (self.len + 1).min(RECENT);
+    }
+
+    /// The latest, if any.
+    fn last(&self) -> Option<f64> {
+        (self.len > 0).then(|| self.rates[(self.next + RECENT - 1) % RECENT])
     }
 
     /// Their mean, if there are any (while fewer than [`RECENT`], they fill the first slots).
@@ -337,7 +341,6 @@ impl ArmSampler {
             rounds: 0,
             switches: 0,
             last_round: None,
-            last_rate: None,
             epoch_noise: 0.0,
             recent: Recent::default(),
             replaced: None,
@@ -425,7 +428,6 @@ impl ArmSampler {
         if !self.next_epoch().trial {
             self.last_epoch = duration;
             self.note_noise(rate);
-            self.recent.push(rate);
         }
         let phase = std::mem::replace(&mut self.phase, Phase::Run { left: 0 });
         self.phase = match phase {
@@ -459,14 +461,16 @@ impl ArmSampler {
         };
     }
 
-    /// Learns from an incumbent epoch's `rate` how much such rates differ between epochs.
+    /// Learns from an incumbent epoch's `rate` how much such rates differ between epochs, and
+    /// keeps it among the recent ones.
     fn note_noise(&mut self, rate: f64) {
-        if let Some(last) = self.last_rate.replace(rate) {
+        if let Some(last) = self.recent.last() {
             let mean = (last + rate) / 2.0;
             if mean > 0.0 {
                 self.epoch_noise += NOISE_WEIGHT * ((rate - last).abs() / mean - self.epoch_noise);
             }
         }
+        self.recent.push(rate);
     }
 
     /// The margin a moving candidate's score must clear to count as a win: the configured one,
@@ -514,7 +518,6 @@ impl ArmSampler {
         self.incumbent = arm;
         self.run_epochs = self.config.run_epochs;
         // The new incumbent's rates are another level: its noise starts from its own.
-        self.last_rate = None;
         self.recent = Recent::default();
     }
 

@@ -332,7 +332,9 @@ fn tick(sampled: bool) {
         // Another thread that blocks more than the first call's did may be in a handler too,
         // or may block more for good (a server's workers often do): with no first call of its
         // own to go by, it leaves the load for a while to a thread that blocks no more.
-        if blocked & !first_blocked != 0 && LOADS_PUT_OFF.fetch_add(1, Relaxed) < MAX_LOADS_PUT_OFF {
+        if stub_state::blocks_more(blocked, first_blocked)
+            && LOADS_PUT_OFF.fetch_add(1, Relaxed) < MAX_LOADS_PUT_OFF
+        {
             return;
         }
         load_once(state);

@@ -305,14 +305,13 @@ pub(crate) fn passes_by() -> bool {
 /// what it blocked at the first call the library looked at. Two system calls: only on the way
 /// to such a step.
 fn outside_a_handler(thread: &Thread) -> bool {
-    let (tid, blocked) = (i64::from(sys::gettid()), sys::blocked_signals());
-    let first_tid = FIRST_CALL_TID.load(Relaxed);
-    let first_blocked = match thread.first_blocked.get() {
-        _ if tid == first_tid => FIRST_CALL_BLOCKED.load(Relaxed),
-        Some(first) => first,
-        None => blocked,
+    let blocked = sys::blocked_signals();
+    let reference = if i64::from(sys::gettid()) == FIRST_CALL_TID.load(Relaxed) {
+        FIRST_CALL_BLOCKED.load(Relaxed)
+    } else {
+        thread.first_blocked.get().unwrap_or(blocked)
     };
-    corehop_sys::stub_state::outside_a_handler(tid, blocked, tid, first_blocked)
+    !corehop_sys::stub_state::blocks_more(blocked, reference)
 }
 
 /// Starts the service threads on first need; false if they are not (yet) running (the call

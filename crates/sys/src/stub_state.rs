@@ -152,7 +152,12 @@ impl StateWord {
 /// its first call is taken to be in one, and the step waits for a later call. Only the first
 /// call's thread is known; another thread goes ahead whatever it blocks.
 pub fn outside_a_handler(tid: i64, blocked: u64, first_tid: i64, first_blocked: u64) -> bool {
-    tid != first_tid || blocked & !first_blocked == 0
+    tid != first_tid || !blocks_more(blocked, first_blocked)
+}
+
+/// Whether the signals `blocked` include one that `reference` does not.
+pub fn blocks_more(blocked: u64, reference: u64) -> bool {
+    blocked & !reference != 0
 }
 
 /// glibc's own signals, which no thread may keep blocked while it waits for anything:
