@@ -607,8 +607,8 @@ impl ArmSampler {
     fn conclude(&mut self, ratios: Ratios, confirming: Option<(usize, f64)>, rate: f64) -> Phase {
         // Not moving needs the same margin: a fall to STAY on noise loses as much as a move
         // does, and where trials cannot resolve a difference, neither can they show that
-        // moving lost. With the configured margin alone, a model of durable commits fell to
-        // STAY in one run in five and stayed there, 24 % below moving them
+        // moving lost. With the configured margin alone, in a model of durable commits a
+        // third of the runs fell to STAY and stayed there, up to 24 % below moving them
         // (tests/held_up_commits.rs).
         let needed = 1.0 + self.margin();
         let best = ratios.iter().copied().filter(|&(_, r)| r > needed).max_by(|a, b| a.1.total_cmp(&b.1));
