@@ -34,6 +34,8 @@ impl Draws {
 
 const TRANSACTIONS: usize = 1000;
 const SEEDS: u64 = 40;
+/// What a move adds to a small write (ns).
+const HANDOFF_NS: f64 = 2_500.0;
 /// An adaptive policy's epoch, as `corehop run` and `bench offload` have it (ns).
 const EPOCH_NS: u64 = 20_000_000;
 
@@ -48,7 +50,8 @@ fn cost_over_oracle(spec: &str, seed: u64, sigma: f64, gain: f64) -> f64 {
     let mut call = |policy: &mut OffloadPolicy, total: &mut f64, desc: &CallDesc, run: f64, moved: f64| {
         let cost = match policy.decide(desc, 0) {
             Decision::Local => CallCost::local(run as u64),
-            Decision::Offload => CallCost::moved(run as u64, moved as u64),
+            // What ran on the service core: the caller's wait less the hand-off.
+            Decision::Offload => CallCost::moved((moved - HANDOFF_NS).max(0.0) as u64, moved as u64),
         };
         *total += cost.caller as f64;
         oracle += run.min(moved);
@@ -57,7 +60,7 @@ fn cost_over_oracle(spec: &str, seed: u64, sigma: f64, gain: f64) -> f64 {
     for _ in 0..TRANSACTIONS {
         for _ in 0..6 {
             let run = draws.log_normal(3_000.0, 0.2);
-            call(&mut policy, &mut total, &write, run, run + 2_500.0);
+            call(&mut policy, &mut total, &write, run, run + HANDOFF_NS);
         }
         let mut run = draws.log_normal(1_400_000.0, sigma);
         if draws.uniform() < 0.04 {
