@@ -13,7 +13,9 @@
 //! Before a key's moved cost is known, a probe is assumed to lose the prior cost of a move
 //! (a hand-off plus a wake-up on the machine at hand), since the call runs as long there.
 //! A key changes sides only when its estimates say so and two probes in a row each beat the
-//! side it is on: one probe is one sample of a side sampled rarely.
+//! side it is on: one probe is one sample of a side sampled rarely. A call that took more than
+//! twice what its side is expected to cost (a commit the host held up) counts as twice that, in
+//! the estimates, the probes' losses and the risk of the next probe.
 //!
 //! So a kind of call never moves on a guess: the hop and wake-up costs of this machine,
 //! whatever they are today, are in the figures it compares, and "do not move" is the default
