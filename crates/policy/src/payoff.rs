@@ -32,7 +32,8 @@
 //!   many rounds each time it loses (back-off).
 //!
 //! So a policy built on it never loses more than about the budget (0.5 % by default) to not
-//! moving, on any workload, and finds the moving arm where moving pays. The default leaves room
+//! moving, on any workload, beyond what the noise of its epochs hides (a difference smaller
+//! than that moves nothing either way), and finds the moving arm where moving pays. The default leaves room
 //! under the 2 % an adaptive policy may lose to not moving for an arm that learns in its own
 //! way (the offload policy's measured arm spends up to 1 % on its probes) and for noise.
 //!
