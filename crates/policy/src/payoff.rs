@@ -28,14 +28,15 @@
 //!   switch really did;
 //! - spends at most a fixed share of the elapsed time on the losses of its trials (the
 //!   *regret budget*): a trial of any arm, [`STAY`] included, is started only when the loss
-//!   it could cause, at the worst slowdown seen so far, fits in the budget; an arm that lost is tried again after twice as
-//!   many rounds each time it loses (back-off).
+//!   it could cause, at the worst slowdown seen so far, fits in the budget; an arm that lost
+//!   is tried again after twice as many rounds each time it loses (back-off).
 //!
 //! So a policy built on it never loses more than about the budget (0.5 % by default) to not
 //! moving, on any workload, beyond what the noise of its epochs hides (a difference smaller
-//! than that moves nothing either way), and finds the moving arm where moving pays. The default leaves room
-//! under the 2 % an adaptive policy may lose to not moving for an arm that learns in its own
-//! way (the offload policy's measured arm spends up to 1 % on its probes) and for noise.
+//! than that moves nothing either way), and finds the moving arm where moving pays. The
+//! default leaves room under the 2 % an adaptive policy may lose to not moving for an arm that
+//! learns in its own way (the offload policy's measured arm spends up to 1 % on its probes)
+//! and for noise.
 //!
 //! ```text
 //!  warm-up (STAY) ─▶ run incumbent ─▶ round: inc, c1, inc, c2, …, inc ─▶ best beats inc? ─yes─▶ switch
