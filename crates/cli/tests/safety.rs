@@ -334,6 +334,19 @@ fn a_coroutine_with_a_small_stack_runs_as_it_does_plainly() {
 }
 
 #[test]
+fn a_call_the_library_passes_by_returns_straight_to_the_program() {
+    // `never`: every call after the first passes the library by (nothing counts or times them).
+    let Some((_dir, exe)) = fixture("passing_frames") else { return };
+    let plain = finish(Command::new(&exe), "passing_frames plain");
+    assert_eq!(text(&plain.stdout), "frames of the library under the read: 0\n");
+    let mut library = Command::new(&exe);
+    library.env("LD_PRELOAD", common::library()).env("COREHOP_POLICY", "never");
+    let out = finish(library, "passing_frames preloaded");
+    assert!(out.status.success(), "{:?} {}", out.status, text(&out.stderr));
+    assert_eq!(text(&out.stdout), text(&plain.stdout));
+}
+
+#[test]
 fn a_blocking_regular_file_read_is_interrupted_by_the_callers_signal() {
     if !have_cc() || !is_root() {
         return;

@@ -20,17 +20,11 @@ use crate::sys;
 use corehop_policy::offload::CallKind;
 use corehop_sys::watch;
 
-/// Calls the real libc function `$name` (typed `$ty`) with `$args`, returning i64; ENOSYS if
-/// libc has no such function.
+/// Calls the real libc function `$name` (typed `$ty`, found in `$real`) with `$args`,
+/// returning i64; ENOSYS if libc has no such function.
 macro_rules! real {
-    ($name:ident as $ty:ty, $($arg:expr),*) => {{
-        static REAL: sys::Real = sys::Real::new(
-            match core::ffi::CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
-                Ok(name) => name,
-                Err(_) => panic!("a libc name has no NUL inside"),
-            },
-        );
-        let ptr = REAL.get();
+    ($real:ident: $name:ident as $ty:ty, $($arg:expr),*) => {{
+        let ptr = $real.get();
         if ptr.is_null() {
             sys::set_errno(libc::ENOSYS);
             -1i64
@@ -71,16 +65,32 @@ macro_rules! entry_points {
         mod $name {
             use super::*;
 
+            /// libc's function of this name.
+            static REAL: sys::Real = sys::Real::new(
+                match core::ffi::CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
+                    Ok(name) => name,
+                    Err(_) => panic!("a libc name has no NUL inside"),
+                },
+            );
+
             /// libc's function of this name, called with the program's arguments.
             #[inline(always)]
             fn real($($arg: $ty),*) -> i64 {
-                real!($name as $real_ty, $($arg),*)
+                real!(REAL: $name as $real_ty, $($arg),*)
             }
 
-            /// The entry point; `site` is the program's return address (0: unknown). A call
-            /// that passes the library by goes to libc from here: kept apart from [`full`],
-            /// it pays no frame of that function's size (a program of one-byte reads and
-            /// writes ran half a per cent faster; docs/performance.md).
+            /// Where the x86-64 entry point goes (see [`exported!`]): libc's function, for a
+            /// call that passes the library by, else 0 (to [`full`]).
+            #[allow(dead_code)] // the entry points of watched calls and of six arguments
+            pub(super) extern "C" fn route() -> usize {
+                entry_points!(@route $mode REAL)
+            }
+
+            /// The entry point where it is not routed (aarch64, and six arguments); `site` is
+            /// the program's return address (0: unknown). A call that passes the library by
+            /// goes to libc from here: kept apart from [`full`], it pays no frame of that
+            /// function's size.
+            #[allow(dead_code)] // x86-64 routes the entry points of up to five arguments
             pub(super) unsafe extern "C" fn body($($arg: $ty,)* site: usize) -> $ret {
                 entry_points!(@pass $mode real($($arg),*), $ret);
                 // SAFETY: this function's contract.
@@ -93,7 +103,7 @@ macro_rules! entry_points {
             /// As for the entry point.
             #[inline(never)]
             #[allow(clippy::too_many_arguments)] // libc's own, plus the call site
-            unsafe fn full($($arg: $ty,)* site: usize) -> $ret {
+            pub(super) unsafe extern "C" fn full($($arg: $ty,)* site: usize) -> $ret {
                 let $real = || real($($arg),*);
                 entry_points!(@enter $mode site);
                 // SAFETY: the body passes on this entry point's own arguments, which the
@@ -103,7 +113,7 @@ macro_rules! entry_points {
                 unsafe { ($body) as $ret }
             }
         }
-        exported!($name ($($arg: $ty),*) -> $ret);
+        exported!($mode $name ($($arg: $ty),*) -> $ret);
     };
     (@pass moves $call:expr, $ret:ty) => {
         if crate::intercept::passes_by() {
@@ -111,6 +121,16 @@ macro_rules! entry_points {
         }
     };
     (@pass watch $call:expr, $ret:ty) => {};
+    (@route moves $real:ident) => {
+        if crate::intercept::passes_by() {
+            $real.get() as usize
+        } else {
+            0
+        }
+    };
+    (@route watch $real:ident) => {
+        0
+    };
     (@enter moves $site:ident) => {
         crate::intercept::enter_site($site);
     };
@@ -123,8 +143,14 @@ macro_rules! entry_points {
 /// the next argument register: the trampoline copies the return address (at `[rsp]` on entry
 /// on x86-64, in `x30` on aarch64) there and tail-jumps to the body, which so sees the
 /// program's own frame. Entry points with more arguments pass no call site.
+///
+/// On x86-64 the entry point of a call the library may move first asks `route` whether the
+/// call passes the library by, and if so jumps to libc's function itself: libc then returns
+/// straight to the program. A frame of ours between the two made one-byte reads a tenth
+/// slower: every return right after a system call mispredicts here (the kernel leaves the
+/// return predictor empty), and ours added one (docs/performance.md, "Thirty-eighth session").
 macro_rules! exported {
-    (@naked $name:ident ($($arg:ident: $ty:ty),*) -> $ret:ty, $x86:literal, $arm:literal) => {
+    (@naked $mode:ident $name:ident ($($arg:ident: $ty:ty),*) -> $ret:ty, $x86:literal, $arm:literal) => {
         #[doc = concat!("`", stringify!($name), "`, possibly run on a service thread.")]
         ///
         /// # Safety
@@ -137,29 +163,54 @@ macro_rules! exported {
             // SAFETY (of the trampoline): it runs before any frame of ours exists, changes
             // only a register that carries no argument of `$name`'s C type, and jumps to a
             // function of the same arguments plus that one, with the stack untouched.
-            #[cfg(target_arch = "x86_64")]
-            core::arch::naked_asm!(concat!("mov ", $x86, ", qword ptr [rsp]"), "jmp {body}", body = sym $name::body);
             #[cfg(target_arch = "aarch64")]
             core::arch::naked_asm!(concat!("mov ", $arm, ", x30"), "b {body}", body = sym $name::body);
+            #[cfg(target_arch = "x86_64")]
+            exported!(@x86 $mode $name, $x86);
         }
     };
-    ($name:ident () -> $ret:ty) => { exported!(@naked $name () -> $ret, "rdi", "x0"); };
-    ($name:ident ($a:ident: $ta:ty) -> $ret:ty) => {
-        exported!(@naked $name ($a: $ta) -> $ret, "rsi", "x1");
+    (@x86 watch $name:ident, $x86:literal) => {
+        core::arch::naked_asm!(concat!("mov ", $x86, ", qword ptr [rsp]"), "jmp {body}", body = sym $name::body)
     };
-    ($name:ident ($a:ident: $ta:ty, $b:ident: $tb:ty) -> $ret:ty) => {
-        exported!(@naked $name ($a: $ta, $b: $tb) -> $ret, "rdx", "x2");
+    // SAFETY (beyond the above): `route` is an `extern "C" fn() -> usize`, called with the
+    // stack aligned (the return address and seven registers: 64 bytes) and every register
+    // that may carry an argument (rax: a variadic call's count of vector registers) saved
+    // around it and restored; r11 is scratch in the C ABI. A non-zero result is the address
+    // of libc's function of this name, which gets the program's registers and stack as the
+    // program left them, return address included.
+    (@x86 moves $name:ident, $x86:literal) => {
+        core::arch::naked_asm!(
+            "push rdi", "push rsi", "push rdx", "push rcx", "push r8", "push r9", "push rax",
+            "call {route}",
+            "mov r11, rax",
+            "pop rax", "pop r9", "pop r8", "pop rcx", "pop rdx", "pop rsi", "pop rdi",
+            "test r11, r11",
+            "jz 2f",
+            "jmp r11",
+            "2:",
+            concat!("mov ", $x86, ", qword ptr [rsp]"),
+            "jmp {full}",
+            route = sym $name::route,
+            full = sym $name::full,
+        )
     };
-    ($name:ident ($a:ident: $ta:ty, $b:ident: $tb:ty, $c:ident: $tc:ty) -> $ret:ty) => {
-        exported!(@naked $name ($a: $ta, $b: $tb, $c: $tc) -> $ret, "rcx", "x3");
+    ($mode:ident $name:ident () -> $ret:ty) => { exported!(@naked $mode $name () -> $ret, "rdi", "x0"); };
+    ($mode:ident $name:ident ($a:ident: $ta:ty) -> $ret:ty) => {
+        exported!(@naked $mode $name ($a: $ta) -> $ret, "rsi", "x1");
     };
-    ($name:ident ($a:ident: $ta:ty, $b:ident: $tb:ty, $c:ident: $tc:ty, $d:ident: $td:ty) -> $ret:ty) => {
-        exported!(@naked $name ($a: $ta, $b: $tb, $c: $tc, $d: $td) -> $ret, "r8", "x4");
+    ($mode:ident $name:ident ($a:ident: $ta:ty, $b:ident: $tb:ty) -> $ret:ty) => {
+        exported!(@naked $mode $name ($a: $ta, $b: $tb) -> $ret, "rdx", "x2");
     };
-    ($name:ident ($a:ident: $ta:ty, $b:ident: $tb:ty, $c:ident: $tc:ty, $d:ident: $td:ty, $e:ident: $te:ty) -> $ret:ty) => {
-        exported!(@naked $name ($a: $ta, $b: $tb, $c: $tc, $d: $td, $e: $te) -> $ret, "r9", "x5");
+    ($mode:ident $name:ident ($a:ident: $ta:ty, $b:ident: $tb:ty, $c:ident: $tc:ty) -> $ret:ty) => {
+        exported!(@naked $mode $name ($a: $ta, $b: $tb, $c: $tc) -> $ret, "rcx", "x3");
     };
-    ($name:ident ($($arg:ident: $ty:ty),*) -> $ret:ty) => {
+    ($mode:ident $name:ident ($a:ident: $ta:ty, $b:ident: $tb:ty, $c:ident: $tc:ty, $d:ident: $td:ty) -> $ret:ty) => {
+        exported!(@naked $mode $name ($a: $ta, $b: $tb, $c: $tc, $d: $td) -> $ret, "r8", "x4");
+    };
+    ($mode:ident $name:ident ($a:ident: $ta:ty, $b:ident: $tb:ty, $c:ident: $tc:ty, $d:ident: $td:ty, $e:ident: $te:ty) -> $ret:ty) => {
+        exported!(@naked $mode $name ($a: $ta, $b: $tb, $c: $tc, $d: $td, $e: $te) -> $ret, "r9", "x5");
+    };
+    ($mode:ident $name:ident ($($arg:ident: $ty:ty),*) -> $ret:ty) => {
         #[doc = concat!("`", stringify!($name), "`, possibly run on a service thread.")]
         ///
         /// # Safety
