@@ -334,6 +334,25 @@ fn a_coroutine_with_a_small_stack_runs_as_it_does_plainly() {
 }
 
 #[test]
+fn a_thread_cancelled_in_a_blocking_call_ends_as_it_does_plainly() {
+    let Some((_dir, exe)) = fixture("cancel_blocked") else { return };
+    let exe = exe.to_str().unwrap();
+    let (plain, offload) = pair(&[exe], &[]);
+    assert_eq!(text(&plain.stdout), "cancelled: yes, cleanup ran: yes\n");
+    assert_eq!(offload.status.code(), Some(0), "{}", text(&offload.stderr));
+    assert_eq!(text(&offload.stdout), text(&plain.stdout));
+    // With the library preloaded from the start, the blocking read is the first call some
+    // policies see on the library's full path.
+    for policy in ["never", "adaptive", "size"] {
+        let mut library = Command::new(exe);
+        library.env("LD_PRELOAD", common::library()).env("COREHOP_POLICY", policy);
+        let out = finish(library, &format!("cancel_blocked under {policy}"));
+        assert!(out.status.success(), "{policy}: {:?} {}", out.status, text(&out.stderr));
+        assert_eq!(text(&out.stdout), text(&plain.stdout), "{policy}");
+    }
+}
+
+#[test]
 fn a_call_the_library_passes_by_returns_straight_to_the_program() {
     // `never`: every call after the first passes the library by (nothing counts or times them).
     let Some((_dir, exe)) = fixture("passing_frames") else { return };

@@ -431,10 +431,35 @@ extern "C" fn at_exit() {
 /// progress an adaptive policy's epochs are scored by (an unmodified program offers no other).
 static DONE: AtomicU64 = AtomicU64::new(0);
 
+/// What [`dispatch`] returns for a call it leaves to libc with nothing to do after it: the
+/// entry point then jumps to libc's function, which returns straight to the program (see
+/// `interpose::exported!`). No libc-convention result is this value.
+pub(crate) const TO_LIBC: i64 = i64::MIN;
+
+/// A call that stays: libc's function, run here, or left to the entry point ([`TO_LIBC`]).
+struct Stay<F> {
+    run: F,
+    leave: bool,
+}
+
+impl<F: FnOnce() -> i64> Stay<F> {
+    /// The call, where nothing is to be done after it.
+    fn untimed(self) -> i64 {
+        if self.leave {
+            TO_LIBC
+        } else {
+            (self.run)()
+        }
+    }
+}
+
 /// The interposed path of every call: decide, offload or run locally, count.
 ///
 /// `request` is `None` when the call must stay with its caller whatever the policy says;
-/// `local` runs the real libc function and returns its libc-convention result.
+/// `local` runs the real libc function and returns its libc-convention result. A call that
+/// stays untimed is not run here but returned as [`TO_LIBC`]: `local` must be the entry
+/// point's own libc function with the program's arguments, and the caller must pass the
+/// result on unchanged ([`dispatch_here`] is for callers that look at it).
 pub(crate) fn dispatch(
     kind: CallKind,
     fd: i32,
@@ -442,18 +467,39 @@ pub(crate) fn dispatch(
     request: Option<Request>,
     local: impl FnOnce() -> i64,
 ) -> i64 {
+    dispatch_as(kind, fd, size, request, Stay { run: local, leave: true })
+}
+
+/// [`dispatch`], with every call that stays run here: the result is always libc's.
+pub(crate) fn dispatch_here(
+    kind: CallKind,
+    fd: i32,
+    size: impl FnOnce() -> u64,
+    request: Option<Request>,
+    local: impl FnOnce() -> i64,
+) -> i64 {
+    dispatch_as(kind, fd, size, request, Stay { run: local, leave: false })
+}
+
+fn dispatch_as(
+    kind: CallKind,
+    fd: i32,
+    size: impl FnOnce() -> u64,
+    request: Option<Request>,
+    local: Stay<impl FnOnce() -> i64>,
+) -> i64 {
     THREAD.with(|thread| {
         let Some(_inside) = Inside::enter(thread) else {
             if STATE.load(Acquire) == READY {
                 stats::bump(&stats::of(kind).seen);
                 stats::bump(&stats::of(kind).busy);
             }
-            return local();
+            return local.untimed();
         };
         // The call that starts the library up did not come as a sample of `passes_by`.
         let sampled = STATE.load(Acquire) == READY;
         if !ready() {
-            return local();
+            return local.untimed();
         }
         if thread.first_blocked.get().is_none() {
             thread.first_blocked.set(Some(sys::blocked_signals()));
@@ -463,7 +509,7 @@ pub(crate) fn dispatch(
             if DEFERRED.load(Relaxed) && QUIET.load(Relaxed) {
                 // Still waiting, and nothing counts calls: this call came only to look at the
                 // clock, and there is no policy to time it for.
-                return local();
+                return local.untimed();
             }
         }
         let counters = stats::of(kind);
@@ -479,7 +525,7 @@ pub(crate) fn dispatch(
             if sampled && QUIET.load(Relaxed) && TIMING.load(Relaxed) {
                 // One in `time_every` calls comes here (`passes_by`); it stands for them all.
                 thread.uncounted.set(thread.uncounted.get() + u64::from(POLICY.time_every()) - 1);
-                return run_timed(thread, counters, &call, local);
+                return run_timed(thread, counters, &call, local.run);
             }
             return run_local(thread, counters, &call, local);
         }
@@ -554,20 +600,25 @@ pub(crate) fn dispatch(
     })
 }
 
-/// Runs the real libc function on the calling thread, timing one call in `time_every` when
-/// someone wants to know, picked by [`sys::one_in`]. Nothing after `local` touches errno.
+/// Runs the real libc function on the calling thread (or leaves it to the entry point),
+/// timing one call in `time_every` when someone wants to know, picked by [`sys::one_in`].
+/// Nothing after `local` touches errno.
 #[inline]
-fn run_local(thread: &Thread, counters: &stats::Counters, call: &Desc, local: impl FnOnce() -> i64) -> i64 {
+fn run_local(
+    thread: &Thread,
+    counters: &stats::Counters,
+    call: &Desc,
+    local: Stay<impl FnOnce() -> i64>,
+) -> i64 {
     if !TIMING.load(Relaxed) {
-        return local();
+        return local.untimed();
     }
     let timed = trace::on() || sys::one_in(POLICY.time_every());
     if !timed {
-        let result = local();
         thread.uncounted.set(thread.uncounted.get() + 1);
-        return result;
+        return local.untimed();
     }
-    run_timed(thread, counters, call, local)
+    run_timed(thread, counters, call, local.run)
 }
 
 /// Runs the real libc function on the calling thread, timed, and shows the policy its cost.

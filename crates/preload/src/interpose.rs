@@ -13,7 +13,7 @@ use core::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
 
 use libc::{iovec, mode_t, nfds_t, off_t, pollfd, size_t, sockaddr, socklen_t, ssize_t, timeval};
 
-use crate::intercept::{before_unseen_child, dispatch, thread_state_changes};
+use crate::intercept::{before_unseen_child, dispatch, dispatch_here, thread_state_changes, TO_LIBC};
 use crate::lane::{Check, Request};
 use crate::memo;
 use crate::sys;
@@ -94,23 +94,35 @@ macro_rules! entry_points {
             pub(super) unsafe extern "C" fn body($($arg: $ty,)* site: usize) -> $ret {
                 entry_points!(@pass $mode real($($arg),*), $ret);
                 // SAFETY: this function's contract.
-                unsafe { full($($arg,)* site) }
+                let done = unsafe { full($($arg,)* site) };
+                if done.libc != 0 {
+                    return real($($arg),*) as $ret;
+                }
+                done.result as $ret
             }
 
-            /// The entry point's work, for a call the library handles.
+            /// The entry point's work, for a call the library handles: its result, or libc's
+            /// function to jump to (a call that stays with nothing to do after it).
             ///
             /// # Safety
             /// As for the entry point.
             #[inline(never)]
             #[allow(clippy::too_many_arguments)] // libc's own, plus the call site
-            pub(super) unsafe extern "C" fn full($($arg: $ty,)* site: usize) -> $ret {
+            pub(super) unsafe extern "C" fn full($($arg: $ty,)* site: usize) -> Done {
                 let $real = || real($($arg),*);
                 entry_points!(@enter $mode site);
                 // SAFETY: the body passes on this entry point's own arguments, which the
                 // program passed to libc: every pointer valid as libc documents (this
                 // function's contract), while the program waits for the call.
                 #[allow(unused_unsafe)]
-                unsafe { ($body) as $ret }
+                let result: i64 = unsafe { $body };
+                let libc = if result == TO_LIBC { REAL.get() as usize } else { 0 };
+                if libc != 0 {
+                    return Done { libc, result: 0 };
+                }
+                // A call left to a libc without the function runs here, for its ENOSYS.
+                let result = if result == TO_LIBC { real($($arg),*) } else { result };
+                Done { libc: 0, result: (result as $ret) as i64 }
             }
         }
         exported!($mode $name ($($arg: $ty),*) -> $ret);
@@ -172,24 +184,55 @@ macro_rules! exported {
     (@x86 watch $name:ident, $x86:literal) => {
         core::arch::naked_asm!(concat!("mov ", $x86, ", qword ptr [rsp]"), "jmp {body}", body = sym $name::body)
     };
-    // SAFETY (beyond the above): `route` is an `extern "C" fn() -> usize`, called with the
-    // stack aligned (the return address and seven registers: 64 bytes) and every register
-    // that may carry an argument (rax: a variadic call's count of vector registers) saved
-    // around it and restored; r11 is scratch in the C ABI. A non-zero result is the address
-    // of libc's function of this name, which gets the program's registers and stack as the
-    // program left them, return address included.
+    // SAFETY (beyond the above): `route` and `full` are `extern "C"` functions, each called
+    // with the stack aligned (the return address and seven registers: 64 bytes) and with the
+    // registers that may carry an argument (rax: a variadic call's count of vector registers)
+    // saved in that frame; `full` gets them back, and the call site in the register after
+    // them, before it is called. r11 is scratch in the C ABI. A non-zero address from either
+    // is libc's function of this name, which gets the saved registers and the program's
+    // stack and return address: the program's call, as it made it. Otherwise `full` returned
+    // the call's result in rdx (its `Done`), and the frame goes before the return. The CFI
+    // lines let an unwinder cross the frame while `route` or `full` runs.
     (@x86 moves $name:ident, $x86:literal) => {
         core::arch::naked_asm!(
-            "push rdi", "push rsi", "push rdx", "push rcx", "push r8", "push r9", "push rax",
+            ".cfi_startproc",
+            "push rdi", ".cfi_adjust_cfa_offset 8",
+            "push rsi", ".cfi_adjust_cfa_offset 8",
+            "push rdx", ".cfi_adjust_cfa_offset 8",
+            "push rcx", ".cfi_adjust_cfa_offset 8",
+            "push r8", ".cfi_adjust_cfa_offset 8",
+            "push r9", ".cfi_adjust_cfa_offset 8",
+            "push rax", ".cfi_adjust_cfa_offset 8",
             "call {route}",
+            "test rax, rax",
+            "jnz 3f",
+            "mov rdi, qword ptr [rsp + 48]",
+            "mov rsi, qword ptr [rsp + 40]",
+            "mov rdx, qword ptr [rsp + 32]",
+            "mov rcx, qword ptr [rsp + 24]",
+            "mov r8, qword ptr [rsp + 16]",
+            "mov r9, qword ptr [rsp + 8]",
+            "mov rax, qword ptr [rsp]",
+            concat!("mov ", $x86, ", qword ptr [rsp + 56]"),
+            "call {full}",
+            "test rax, rax",
+            "jnz 3f",
+            "mov rax, rdx",
+            "add rsp, 56",
+            ".cfi_adjust_cfa_offset -56",
+            "ret",
+            ".cfi_adjust_cfa_offset 56",
+            "3:",
             "mov r11, rax",
-            "pop rax", "pop r9", "pop r8", "pop rcx", "pop rdx", "pop rsi", "pop rdi",
-            "test r11, r11",
-            "jz 2f",
+            "pop rax", ".cfi_adjust_cfa_offset -8",
+            "pop r9", ".cfi_adjust_cfa_offset -8",
+            "pop r8", ".cfi_adjust_cfa_offset -8",
+            "pop rcx", ".cfi_adjust_cfa_offset -8",
+            "pop rdx", ".cfi_adjust_cfa_offset -8",
+            "pop rsi", ".cfi_adjust_cfa_offset -8",
+            "pop rdi", ".cfi_adjust_cfa_offset -8",
             "jmp r11",
-            "2:",
-            concat!("mov ", $x86, ", qword ptr [rsp]"),
-            "jmp {full}",
+            ".cfi_endproc",
             route = sym $name::route,
             full = sym $name::full,
         )
@@ -222,6 +265,15 @@ macro_rules! exported {
             unsafe { $name::body($($arg,)* 0) }
         }
     };
+}
+
+/// What an entry point's `full` path did: the call's result (cast to the C return type and
+/// back), or, where `libc` is not 0, nothing yet: the entry point jumps to that function of
+/// libc's. Returned in rax and rdx on x86-64.
+#[repr(C)]
+pub struct Done {
+    libc: usize,
+    result: i64,
 }
 
 /// # Safety
@@ -361,7 +413,7 @@ unsafe fn do_openat(
     let check = Check::Open { dirfd, path: path as u64, flags };
     // SAFETY: this function's contract.
     let req = unsafe { request(libc::SYS_openat, args, check) };
-    let fd = dispatch(kind, -1, || 0, Some(req), local);
+    let fd = dispatch_here(kind, -1, || 0, Some(req), local);
     // It names a new file now (`reassigned` also forgets a mark: a number can be marked only
     // once the memo is armed, which is when `reassigned` acts).
     memo::reassigned(fd as c_int);

@@ -15,10 +15,11 @@
 //!  program thread (app CPU)                       service thread (service CPU)
 //!  read(fd, buf, n) ─▶ interpose::read
 //!     ├─ policy keeps all local, no summary or trace, not one of the 1/16 timed
-//!     │    (intercept::passes_by: a few loads, no thread-local) ─▶ jump to real libc read
-//!     │    (on x86-64 the entry point jumps: libc returns straight to the program)
+//!     │    (intercept::passes_by: a few loads, no thread-local) ─▶ real libc read
 //!     ├─ not started / nested / signal handler ─▶ real libc read
 //!     ├─ decide::Shared::try_with(decide) says local ─▶ real libc read
+//!     │    (on x86-64 the entry point jumps to it once the library's frames are gone, so
+//!     │    libc returns straight to the program; only a timed call runs under them)
 //!     └─ Lane::call: slot FREE→FILLING→SUBMITTED ─────▶ claim SUBMITTED→CLAIMED
 //!        spin, then futex wait                          must it stay with the caller?
 //!                                                         yes ─▶ reply "refused"
