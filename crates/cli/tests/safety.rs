@@ -350,6 +350,16 @@ fn a_thread_cancelled_in_a_blocking_call_ends_as_it_does_plainly() {
         assert!(out.status.success(), "{policy}: {:?} {}", out.status, text(&out.stderr));
         assert_eq!(text(&out.stdout), text(&plain.stdout), "{policy}");
     }
+    // Recording a trace times every call: the read is made, timed, by the entry point.
+    let dir = tempfile::tempdir().unwrap();
+    let mut traced = corehop();
+    traced.args(["run", "--offload", "--policy", "never", "--record-trace"]).arg(dir.path().join("t.csv"));
+    traced.args(["--", exe]);
+    let out = finish(traced, "cancel_blocked with a trace");
+    assert!(out.status.success(), "traced: {:?} {}", out.status, text(&out.stderr));
+    assert_eq!(text(&out.stdout), text(&plain.stdout), "traced");
+    let trace = std::fs::read_to_string(dir.path().join("t.csv")).unwrap();
+    assert!(trace.lines().any(|l| l.starts_with("read,")), "the timed reads are in the trace: {trace}");
 }
 
 #[test]

@@ -119,6 +119,20 @@ struct Thread {
     /// The signals this thread blocked at the first call the library looked at (see
     /// [`outside_a_handler`]).
     first_blocked: Cell<Option<u64>>,
+    /// The timed call the entry point is making for this thread ([`finish_timed`]).
+    timed: Cell<Option<Timed>>,
+    /// The last [`Timed::token`] given out.
+    last_token: Cell<u32>,
+}
+
+/// A timed call that its entry point makes, as [`dispatch`] left it.
+#[derive(Clone, Copy)]
+struct Timed {
+    call: Desc,
+    counters: &'static stats::Counters,
+    start: u64,
+    /// Matches the call's end to its start (a signal handler's call may come in between).
+    token: u32,
 }
 
 thread_local! {
@@ -129,6 +143,8 @@ thread_local! {
             ticket: Cell::new(0),
             site: Cell::new(0),
             first_blocked: Cell::new(None),
+            timed: Cell::new(None),
+            last_token: Cell::new(0),
         }
     };
 }
@@ -431,10 +447,18 @@ extern "C" fn at_exit() {
 /// progress an adaptive policy's epochs are scored by (an unmodified program offers no other).
 static DONE: AtomicU64 = AtomicU64::new(0);
 
-/// What [`dispatch`] returns for a call it leaves to libc with nothing to do after it: the
-/// entry point then jumps to libc's function, which returns straight to the program (see
-/// `interpose::exported!`). No libc-convention result is this value.
+/// What [`dispatch`] returns for a call it leaves to libc: the entry point then makes it
+/// with the program's registers once the library's frames are gone (see
+/// `interpose::exported!`). `TO_LIBC` itself: nothing to do after it, the entry point jumps,
+/// and libc returns straight to the program. `TO_LIBC + token` ([`to_libc_token`]): a timed
+/// call, after which the entry point calls [`finish_timed`] with the token. No
+/// libc-convention result lies in that range.
 pub(crate) const TO_LIBC: i64 = i64::MIN;
+
+/// The token of a [`TO_LIBC`] answer (0: untimed), or `None` for a result.
+pub(crate) fn to_libc_token(result: i64) -> Option<u32> {
+    u32::try_from(result.wrapping_sub(TO_LIBC)).ok()
+}
 
 /// A call that stays: libc's function, run here, or left to the entry point ([`TO_LIBC`]).
 struct Stay<F> {
@@ -451,6 +475,36 @@ impl<F: FnOnce() -> i64> Stay<F> {
             (self.run)()
         }
     }
+
+    /// The call, timed: here, or by the entry point, which then calls [`finish_timed`]. Out
+    /// of line: one call in `time_every` comes here, and the others' path stays short.
+    #[inline(never)]
+    fn timed(self, thread: &Thread, counters: &'static stats::Counters, call: &Desc) -> i64 {
+        if !self.leave {
+            let start = sys::now_ns();
+            let result = (self.run)();
+            end_timed(thread, counters, call, start);
+            return result;
+        }
+        let token = thread.last_token.get().wrapping_add(1).max(1);
+        thread.last_token.set(token);
+        thread.timed.set(Some(Timed { call: *call, counters, start: sys::now_ns(), token }));
+        TO_LIBC + i64::from(token)
+    }
+}
+
+/// The end of a timed call its entry point made (`result`, libc's, passed back unchanged):
+/// shows the policy its cost, as [`Stay::timed`] does for one run here. Touches no errno.
+pub(crate) extern "C" fn finish_timed(result: i64, token: u32) -> i64 {
+    let _ = THREAD.try_with(|thread| {
+        let Some(timed) = thread.timed.get().filter(|t| t.token == token) else { return };
+        thread.timed.set(None);
+        // A call that a signal handler made inside this one's bookkeeping runs plainly.
+        if let Some(_inside) = Inside::enter(thread) {
+            end_timed(thread, timed.counters, &timed.call, timed.start);
+        }
+    });
+    result
 }
 
 /// The interposed path of every call: decide, offload or run locally, count.
@@ -525,7 +579,7 @@ fn dispatch_as(
             if sampled && QUIET.load(Relaxed) && TIMING.load(Relaxed) {
                 // One in `time_every` calls comes here (`passes_by`); it stands for them all.
                 thread.uncounted.set(thread.uncounted.get() + u64::from(POLICY.time_every()) - 1);
-                return run_timed(thread, counters, &call, local.run);
+                return local.timed(thread, counters, &call);
             }
             return run_local(thread, counters, &call, local);
         }
@@ -606,7 +660,7 @@ fn dispatch_as(
 #[inline]
 fn run_local(
     thread: &Thread,
-    counters: &stats::Counters,
+    counters: &'static stats::Counters,
     call: &Desc,
     local: Stay<impl FnOnce() -> i64>,
 ) -> i64 {
@@ -618,13 +672,12 @@ fn run_local(
         thread.uncounted.set(thread.uncounted.get() + 1);
         return local.untimed();
     }
-    run_timed(thread, counters, call, local.run)
+    local.timed(thread, counters, call)
 }
 
-/// Runs the real libc function on the calling thread, timed, and shows the policy its cost.
-fn run_timed(thread: &Thread, counters: &stats::Counters, call: &Desc, local: impl FnOnce() -> i64) -> i64 {
-    let start = sys::now_ns();
-    let result = local();
+/// Shows the policy what a call that ran here from `start` until now cost. Nothing here
+/// touches errno: it follows the call.
+fn end_timed(thread: &Thread, counters: &stats::Counters, call: &Desc, start: u64) {
     let end = sys::now_ns();
     let run_ns = end.saturating_sub(start);
     stats::add(&counters.local_ns, run_ns);
@@ -643,7 +696,6 @@ fn run_timed(thread: &Thread, counters: &stats::Counters, call: &Desc, local: im
     if trace::on() {
         trace::record(call.kind, call.fd, call.size, call.site, run_ns);
     }
-    result
 }
 
 /// Adds this thread's completed calls to [`DONE`] and returns the total.

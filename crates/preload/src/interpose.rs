@@ -13,7 +13,9 @@ use core::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
 
 use libc::{iovec, mode_t, nfds_t, off_t, pollfd, size_t, sockaddr, socklen_t, ssize_t, timeval};
 
-use crate::intercept::{before_unseen_child, dispatch, dispatch_here, thread_state_changes, TO_LIBC};
+use crate::intercept::{
+    before_unseen_child, dispatch, dispatch_here, finish_timed, thread_state_changes, to_libc_token,
+};
 use crate::lane::{Check, Request};
 use crate::memo;
 use crate::sys;
@@ -95,14 +97,18 @@ macro_rules! entry_points {
                 entry_points!(@pass $mode real($($arg),*), $ret);
                 // SAFETY: this function's contract.
                 let done = unsafe { full($($arg,)* site) };
-                if done.libc != 0 {
-                    return real($($arg),*) as $ret;
+                if done.libc == 0 {
+                    return done.result as $ret;
                 }
-                done.result as $ret
+                let result = real($($arg),*);
+                if done.result != 0 {
+                    return finish_timed(result, done.result as u32) as $ret;
+                }
+                result as $ret
             }
 
             /// The entry point's work, for a call the library handles: its result, or libc's
-            /// function to jump to (a call that stays with nothing to do after it).
+            /// function for the entry point to call (see [`Done`]).
             ///
             /// # Safety
             /// As for the entry point.
@@ -116,12 +122,16 @@ macro_rules! entry_points {
                 // function's contract), while the program waits for the call.
                 #[allow(unused_unsafe)]
                 let result: i64 = unsafe { $body };
-                let libc = if result == TO_LIBC { REAL.get() as usize } else { 0 };
+                let Some(token) = to_libc_token(result) else {
+                    return Done { libc: 0, result: (result as $ret) as i64 };
+                };
+                let libc = REAL.get() as usize;
                 if libc != 0 {
-                    return Done { libc, result: 0 };
+                    return Done { libc, result: i64::from(token) };
                 }
                 // A call left to a libc without the function runs here, for its ENOSYS.
-                let result = if result == TO_LIBC { real($($arg),*) } else { result };
+                let result = real($($arg),*);
+                let result = if token != 0 { finish_timed(result, token) } else { result };
                 Done { libc: 0, result: (result as $ret) as i64 }
             }
         }
@@ -184,15 +194,18 @@ macro_rules! exported {
     (@x86 watch $name:ident, $x86:literal) => {
         core::arch::naked_asm!(concat!("mov ", $x86, ", qword ptr [rsp]"), "jmp {body}", body = sym $name::body)
     };
-    // SAFETY (beyond the above): `route` and `full` are `extern "C"` functions, each called
-    // with the stack aligned (the return address and seven registers: 64 bytes) and with the
-    // registers that may carry an argument (rax: a variadic call's count of vector registers)
-    // saved in that frame; `full` gets them back, and the call site in the register after
-    // them, before it is called. r11 is scratch in the C ABI. A non-zero address from either
-    // is libc's function of this name, which gets the saved registers and the program's
-    // stack and return address: the program's call, as it made it. Otherwise `full` returned
-    // the call's result in rdx (its `Done`), and the frame goes before the return. The CFI
-    // lines let an unwinder cross the frame while `route` or `full` runs.
+    // SAFETY (beyond the above): `route`, `full` and `finish_timed` are `extern "C"`
+    // functions, each called with the stack aligned (the return address and seven registers:
+    // 64 bytes). The registers that may carry an argument (rax: a variadic call's count of
+    // vector registers) are saved in that frame; `full` gets them back, and the call site in
+    // the register after them. r10 and r11 are scratch in the C ABI. A non-zero address from
+    // `route` or `full` is libc's function of this name, and it gets the saved registers: the
+    // program's call, as it made it. From `route`, or from `full` with rdx 0, it is jumped to,
+    // with the program's stack and return address. From `full` with a token in rdx it is
+    // called from this frame (an unwinder crosses the frame by its CFI: there is nothing in it
+    // to clean up), and `finish_timed` gets its result and the token, and returns the result
+    // unchanged. Otherwise `full` returned the call's result in rdx. The frame goes before
+    // each return and each jump.
     (@x86 moves $name:ident, $x86:literal) => {
         core::arch::naked_asm!(
             ".cfi_startproc",
@@ -204,6 +217,7 @@ macro_rules! exported {
             "push r9", ".cfi_adjust_cfa_offset 8",
             "push rax", ".cfi_adjust_cfa_offset 8",
             "call {route}",
+            "xor r10d, r10d",
             "test rax, rax",
             "jnz 3f",
             "mov rdi, qword ptr [rsp + 48]",
@@ -215,6 +229,7 @@ macro_rules! exported {
             "mov rax, qword ptr [rsp]",
             concat!("mov ", $x86, ", qword ptr [rsp + 56]"),
             "call {full}",
+            "mov r10, rdx",
             "test rax, rax",
             "jnz 3f",
             "mov rax, rdx",
@@ -224,6 +239,8 @@ macro_rules! exported {
             ".cfi_adjust_cfa_offset 56",
             "3:",
             "mov r11, rax",
+            "test r10, r10",
+            "jnz 4f",
             "pop rax", ".cfi_adjust_cfa_offset -8",
             "pop r9", ".cfi_adjust_cfa_offset -8",
             "pop r8", ".cfi_adjust_cfa_offset -8",
@@ -232,9 +249,27 @@ macro_rules! exported {
             "pop rsi", ".cfi_adjust_cfa_offset -8",
             "pop rdi", ".cfi_adjust_cfa_offset -8",
             "jmp r11",
+            ".cfi_adjust_cfa_offset 56",
+            "4:",
+            "mov rdi, qword ptr [rsp + 48]",
+            "mov rsi, qword ptr [rsp + 40]",
+            "mov rdx, qword ptr [rsp + 32]",
+            "mov rcx, qword ptr [rsp + 24]",
+            "mov r8, qword ptr [rsp + 16]",
+            "mov r9, qword ptr [rsp + 8]",
+            "mov rax, qword ptr [rsp]",
+            "mov qword ptr [rsp], r10",
+            "call r11",
+            "mov rdi, rax",
+            "mov rsi, qword ptr [rsp]",
+            "call {finish}",
+            "add rsp, 56",
+            ".cfi_adjust_cfa_offset -56",
+            "ret",
             ".cfi_endproc",
             route = sym $name::route,
             full = sym $name::full,
+            finish = sym finish_timed,
         )
     };
     ($mode:ident $name:ident () -> $ret:ty) => { exported!(@naked $mode $name () -> $ret, "rdi", "x0"); };
@@ -268,8 +303,10 @@ macro_rules! exported {
 }
 
 /// What an entry point's `full` path did: the call's result (cast to the C return type and
-/// back), or, where `libc` is not 0, nothing yet: the entry point jumps to that function of
-/// libc's. Returned in rax and rdx on x86-64.
+/// back), or, where `libc` is not 0, nothing yet: the entry point makes the call, to that
+/// function of libc's. With `result` 0 it jumps there; otherwise `result` is a timed call's
+/// token, and it calls the function and then [`finish_timed`] with the token. Returned in
+/// rax and rdx on x86-64.
 #[repr(C)]
 pub struct Done {
     libc: usize,
