@@ -161,6 +161,22 @@ macro_rules! entry_points {
     };
 }
 
+/// The x86-64 entry point's saved argument registers back from its frame (see
+/// [`exported!`]).
+macro_rules! saved_arguments {
+    () => {
+        concat!(
+            "mov rdi, qword ptr [rsp + 48]\n",
+            "mov rsi, qword ptr [rsp + 40]\n",
+            "mov rdx, qword ptr [rsp + 32]\n",
+            "mov rcx, qword ptr [rsp + 24]\n",
+            "mov r8, qword ptr [rsp + 16]\n",
+            "mov r9, qword ptr [rsp + 8]\n",
+            "mov rax, qword ptr [rsp]",
+        )
+    };
+}
+
 /// The exported symbol `$name`. With at most five integer arguments the call site travels in
 /// the next argument register: the trampoline copies the return address (at `[rsp]` on entry
 /// on x86-64, in `x30` on aarch64) there and tail-jumps to the body, which so sees the
@@ -220,13 +236,7 @@ macro_rules! exported {
             "xor r10d, r10d",
             "test rax, rax",
             "jnz 3f",
-            "mov rdi, qword ptr [rsp + 48]",
-            "mov rsi, qword ptr [rsp + 40]",
-            "mov rdx, qword ptr [rsp + 32]",
-            "mov rcx, qword ptr [rsp + 24]",
-            "mov r8, qword ptr [rsp + 16]",
-            "mov r9, qword ptr [rsp + 8]",
-            "mov rax, qword ptr [rsp]",
+            saved_arguments!(),
             concat!("mov ", $x86, ", qword ptr [rsp + 56]"),
             "call {full}",
             "mov r10, rdx",
@@ -251,13 +261,7 @@ macro_rules! exported {
             "jmp r11",
             ".cfi_adjust_cfa_offset 56",
             "4:",
-            "mov rdi, qword ptr [rsp + 48]",
-            "mov rsi, qword ptr [rsp + 40]",
-            "mov rdx, qword ptr [rsp + 32]",
-            "mov rcx, qword ptr [rsp + 24]",
-            "mov r8, qword ptr [rsp + 16]",
-            "mov r9, qword ptr [rsp + 8]",
-            "mov rax, qword ptr [rsp]",
+            saved_arguments!(),
             "mov qword ptr [rsp], r10",
             "call r11",
             "mov rdi, rax",
