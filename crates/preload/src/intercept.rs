@@ -461,12 +461,17 @@ pub(crate) fn to_libc_token(result: i64) -> Option<u32> {
 }
 
 /// A call that stays: libc's function, run here, or left to the entry point ([`TO_LIBC`]).
-struct Stay<F> {
+pub(crate) struct Stay<F> {
     run: F,
     leave: bool,
 }
 
 impl<F: FnOnce() -> i64> Stay<F> {
+    /// `run` (libc's function), always run here: for a caller that looks at its result.
+    pub(crate) fn here(run: F) -> Stay<F> {
+        Stay { run, leave: false }
+    }
+
     /// The call, where nothing is to be done after it.
     fn untimed(self) -> i64 {
         if self.leave {
@@ -513,7 +518,7 @@ pub(crate) extern "C" fn finish_timed(result: i64, token: u32) -> i64 {
 /// `local` runs the real libc function and returns its libc-convention result. A call that
 /// stays untimed is not run here but returned as [`TO_LIBC`]: `local` must be the entry
 /// point's own libc function with the program's arguments, and the caller must pass the
-/// result on unchanged ([`dispatch_here`] is for callers that look at it).
+/// result on unchanged (a caller that looks at it passes [`Stay::here`] to [`dispatch_as`]).
 pub(crate) fn dispatch(
     kind: CallKind,
     fd: i32,
@@ -524,18 +529,8 @@ pub(crate) fn dispatch(
     dispatch_as(kind, fd, size, request, Stay { run: local, leave: true })
 }
 
-/// [`dispatch`], with every call that stays run here: the result is always libc's.
-pub(crate) fn dispatch_here(
-    kind: CallKind,
-    fd: i32,
-    size: impl FnOnce() -> u64,
-    request: Option<Request>,
-    local: impl FnOnce() -> i64,
-) -> i64 {
-    dispatch_as(kind, fd, size, request, Stay { run: local, leave: false })
-}
-
-fn dispatch_as(
+/// [`dispatch`], with the call that stays as `local` says.
+pub(crate) fn dispatch_as(
     kind: CallKind,
     fd: i32,
     size: impl FnOnce() -> u64,

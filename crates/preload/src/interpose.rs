@@ -14,7 +14,7 @@ use core::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
 use libc::{iovec, mode_t, nfds_t, off_t, pollfd, size_t, sockaddr, socklen_t, ssize_t, timeval};
 
 use crate::intercept::{
-    before_unseen_child, dispatch, dispatch_here, finish_timed, thread_state_changes, to_libc_token,
+    before_unseen_child, dispatch, dispatch_as, finish_timed, thread_state_changes, to_libc_token, Stay,
 };
 use crate::lane::{Check, Request};
 use crate::memo;
@@ -454,7 +454,8 @@ unsafe fn do_openat(
     let check = Check::Open { dirfd, path: path as u64, flags };
     // SAFETY: this function's contract.
     let req = unsafe { request(libc::SYS_openat, args, check) };
-    let fd = dispatch_here(kind, -1, || 0, Some(req), local);
+    // It looks at the result, so the call is made here even where it stays.
+    let fd = dispatch_as(kind, -1, || 0, Some(req), Stay::here(local));
     // It names a new file now (`reassigned` also forgets a mark: a number can be marked only
     // once the memo is armed, which is when `reassigned` acts).
     memo::reassigned(fd as c_int);
