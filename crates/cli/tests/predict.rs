@@ -34,6 +34,38 @@ fn hand_built_trace_gives_the_known_scores() {
 }
 
 #[test]
+fn each_process_starts_from_what_the_one_before_it_learned_unless_fresh() {
+    // Two processes, as `corehop run --record-trace` writes them (each block at its exit):
+    // every fstat runs 5 µs, each process calls it from a call site of its own.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("two.csv");
+    let block =
+        |pid: u32, site: u32| format!("# pid {pid}\n") + &format!("fstat,3,0,{site},5000\n").repeat(20);
+    std::fs::write(&path, format!("call,fd,size,site,run_ns\n{}{}", block(10, 1), block(11, 2))).unwrap();
+    let timed_right = |start: &str| {
+        let v = json(&[
+            "predict",
+            "--trace",
+            path.to_str().unwrap(),
+            "--thresholds",
+            "1000",
+            "--start",
+            start,
+            "--json",
+        ]);
+        assert_eq!(v[0]["processes"], 2);
+        let timed =
+            v[0]["forms"].as_array().unwrap().iter().find(|f| f["form"] == "time1500").unwrap().clone();
+        (timed["decisions"][0]["right"].as_f64().unwrap() * 40.0).round() as u32
+    };
+    // Fresh, each process gets its first calls wrong until it has learned; inherited, only
+    // the first process does.
+    let (fresh, inherited) = (timed_right("fresh"), timed_right("inherited"));
+    assert!(fresh <= 40 - 2 * 2, "fresh: {fresh} of 40 right");
+    assert_eq!(inherited, fresh + (40 - fresh) / 2, "inherited: {inherited} of 40 right, fresh {fresh}");
+}
+
+#[test]
 fn recorded_traces_replay_with_sane_scores() {
     for name in ["sqlite.strace", "tar.strace", "python.strace"] {
         let path = fixture(name);

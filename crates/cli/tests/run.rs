@@ -988,6 +988,34 @@ fn record_trace_writes_every_call_with_its_site_for_predict() {
 }
 
 #[test]
+fn the_processes_of_a_run_hand_on_what_their_predictors_learned() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("learned");
+    // `ls` learns, ends and hands on; `cat`, started after it, copies the run's file out.
+    let script = format!("ls -la / > /dev/null; cat \"$COREHOP_LEARNED\" > '{}'", copy.display());
+    let out = corehop()
+        .args(["run", "--offload", "--policy", "predicted", "--threshold", "1000000", "--stats"])
+        .args(["--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let bytes = std::fs::read(&copy).unwrap();
+    let words: Vec<u32> = bytes.chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().unwrap())).collect();
+    // A header (what it is, its length, a checksum), then each call kind's recent runs.
+    assert_eq!(words.len(), 3 + corehop_policy::offload::LEARNED_WORDS, "{} bytes", bytes.len());
+    assert_eq!(&bytes[..4], b"lrnd", "the file's magic word");
+    assert!(corehop_policy::offload::Learned::from_words(&words[3..]).is_some());
+    let kinds = &words[3..words.len() - 2];
+    assert!(kinds.iter().any(|&w| w != 0), "ls's runs were handed on");
+    // A program corehop execs (nothing to collect) gets no such file.
+    let out = corehop()
+        .args(["run", "--offload", "--policy", "predicted", "--", "sh", "-c", "echo \"[$COREHOP_LEARNED]\""])
+        .output()
+        .unwrap();
+    assert_eq!(text(&out.stdout).trim(), "[]");
+}
+
+#[test]
 fn record_trace_needs_offload_and_a_writable_file() {
     let out = corehop().args(["run", "--record-trace", "t.csv", "--", "true"]).output().unwrap();
     assert!(!out.status.success());

@@ -50,8 +50,9 @@ mod tuner;
 pub use call::{CallDesc, CallKind, NAMED_KINDS};
 pub use measured::{CallCost, CostEstimate, Measured, MeasuredConfig, MEASURED_SLOTS};
 pub use predictor::{
-    within_tolerance, Prediction, RunLengthPredictor, Source, TableForm, CONFIDENCE_MAX, CONFIDENCE_NEW,
-    GLOBAL_HISTORY, PAPER_DIRECT_MAPPED, PAPER_FULLY_ASSOCIATIVE, TOLERANCE_PERCENT,
+    within_tolerance, Learned, Prediction, RunLengthPredictor, Source, TableForm, CONFIDENCE_MAX,
+    CONFIDENCE_NEW, GLOBAL_HISTORY, LEARNED_WORDS, PAPER_DIRECT_MAPPED, PAPER_FULLY_ASSOCIATIVE,
+    TOLERANCE_PERCENT,
 };
 pub use tuner::{Round, ThresholdTuner, TunerConfig};
 
@@ -557,6 +558,25 @@ impl OffloadPolicy {
             OffloadPolicy::Adaptive(a) => {
                 a.arms.iter_mut().for_each(OffloadPolicy::shown_a_sample_of_staying_calls)
             }
+            _ => {}
+        }
+    }
+
+    /// What the policy's timed predictor learned that holds beyond its process (the first
+    /// one, in an adaptive policy's arms): see [`RunLengthPredictor::learned`].
+    pub fn learned(&self) -> Option<Learned> {
+        match self {
+            OffloadPolicy::Predicted(p) => p.predictor.learned(),
+            OffloadPolicy::Adaptive(a) => a.arms.iter().find_map(OffloadPolicy::learned),
+            _ => None,
+        }
+    }
+
+    /// Starts every timed predictor of the policy from what another process's learned.
+    pub fn start_from(&mut self, learned: &Learned) {
+        match self {
+            OffloadPolicy::Predicted(p) => p.predictor.start_from(learned),
+            OffloadPolicy::Adaptive(a) => a.arms.iter_mut().for_each(|arm| arm.start_from(learned)),
             _ => {}
         }
     }

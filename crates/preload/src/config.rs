@@ -35,6 +35,8 @@ pub struct Config {
     pub stats_file: Option<CString>,
     /// Where each process appends its calls' run lengths (`corehop run --record-trace`).
     pub trace_file: Option<CString>,
+    /// What the run's processes hand on to each other (see [`crate::learned`]).
+    pub learned_file: Option<CString>,
     pub test_stall_ns: u64,
 }
 
@@ -109,6 +111,7 @@ pub fn parse(
     }
     let stats_file = path(env::STATS_FILE)?;
     let trace_file = path(env::TRACE_FILE)?;
+    let learned_file = path(env::LEARNED)?;
     Ok(Config {
         service_cpus,
         policy: text(env::POLICY)?.unwrap_or_else(|| "adaptive".into()),
@@ -116,6 +119,7 @@ pub fn parse(
         stall_timeout_ns: number(env::STALL_TIMEOUT_NS, DEFAULT_STALL_TIMEOUT_NS)?,
         stats_file,
         trace_file,
+        learned_file,
         test_stall_ns: number(env::TEST_SERVICE_STALL_NS, 0)?,
     })
 }

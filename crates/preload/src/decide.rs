@@ -10,7 +10,7 @@
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
-use corehop_policy::offload::{CallCost, CallDesc, Decision, OffloadPolicy};
+use corehop_policy::offload::{CallCost, CallDesc, Decision, Learned, OffloadPolicy};
 
 use corehop_policy::offload::CallKind;
 
@@ -176,6 +176,16 @@ impl Policy {
             taken_back: sampler.taken_back(),
             regret_ppm: (sampler.regret_share() * 1e6) as u64,
         })
+    }
+
+    /// What the policy's timed predictor learned that holds beyond this process.
+    pub fn learned(&self) -> Option<Learned> {
+        self.inner.learned()
+    }
+
+    /// Starts the policy's timed predictors from what another process learned.
+    pub fn start_from(&mut self, learned: &Learned) {
+        self.inner.start_from(learned);
     }
 
     /// Whether no call can ever go across (then no service thread is started).

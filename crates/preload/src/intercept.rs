@@ -253,7 +253,8 @@ fn start_up() -> bool {
     STALL_TIMEOUT_NS.store(config.stall_timeout_ns, SeqCst);
     LANE_COUNT.store(config.service_cpus.len(), SeqCst);
     match policy {
-        Some(policy) => {
+        Some(mut policy) => {
+            start_from_the_run(&config, &mut policy);
             if policy.offloads_nothing() {
                 SERVICE.store(OFF, SeqCst);
             }
@@ -270,7 +271,7 @@ fn start_up() -> bool {
     // SAFETY: the three handlers are plain functions that only touch atomics and static state.
     unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork_parent), Some(after_fork_child)) };
     let quiet = config.stats_file.is_none() && config.trace_file.is_none();
-    if !quiet {
+    if !quiet || config.learned_file.is_some() {
         // Registered now, after the program's own early `atexit` handlers, so it runs before
         // them (they run in reverse): GNU tools close stderr in theirs.
         // SAFETY: `at_exit` is a plain function that touches static state and makes raw
@@ -396,10 +397,27 @@ fn build_deferred_policy(thread: &Thread) {
     {
         return;
     }
-    match on_a_stack_of_its_own(|| Policy::parse(decide::DEFAULT_SPEC)) {
+    let built = on_a_stack_of_its_own(|| {
+        let mut policy = Policy::parse(decide::DEFAULT_SPEC)?;
+        if let Some(config) = CONFIG.get() {
+            start_from_the_run(config, &mut policy);
+        }
+        Ok::<_, String>(policy)
+    });
+    match built {
         Ok(policy) => POLICY.install(policy),
         // Unreachable (a unit test parses it); every call would simply stay local.
         Err(e) => complain(&format!("the default policy: {e}")),
+    }
+}
+
+/// Starts `policy`'s timed predictors from what the run's processes before this one learned
+/// (`COREHOP_LEARNED`, see [`crate::learned`]), if it has any and the run hands on.
+fn start_from_the_run(config: &Config, policy: &mut Policy) {
+    if let Some(path) = &config.learned_file {
+        if let Some(learned) = policy.learned().and_then(|_| crate::learned::read(path)) {
+            policy.start_from(&learned);
+        }
     }
 }
 
@@ -415,11 +433,16 @@ fn on_a_stack_of_its_own<R>(f: impl FnOnce() -> R) -> R {
     }
 }
 
-/// At exit (registered only when a stats or trace file is asked for): append the trace and
-/// this process's summary.
+/// At exit (registered only when a stats, trace or learned file is asked for): hand on what
+/// the policy learned, append the trace and this process's summary.
 extern "C" fn at_exit() {
     if STATE.load(Acquire) != READY {
         return;
+    }
+    if let Some(path) = CONFIG.get().and_then(|c| c.learned_file.as_deref()) {
+        if let Some(learned) = POLICY.with_spinning(|p| p.learned()).flatten() {
+            crate::learned::write(path, &learned);
+        }
     }
     if let Some(path) = CONFIG.get().and_then(|c| c.trace_file.as_deref()) {
         trace::write(path);

@@ -109,6 +109,7 @@ mod intercept;
 #[cfg(not(any(test, loom)))] // a test binary must not interpose its own libc calls
 mod interpose;
 pub mod lane;
+pub mod learned;
 pub mod memo;
 #[cfg(not(loom))]
 pub mod service;

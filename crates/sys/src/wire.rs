@@ -47,6 +47,9 @@ pub mod env {
     pub const STATS_FILE: &str = "COREHOP_STATS_FILE";
     /// The file each process appends its recorded calls to (`corehop run --record-trace`).
     pub const TRACE_FILE: &str = "COREHOP_TRACE_FILE";
+    /// A file the processes of one run hand on what their run-length predictors learned
+    /// through (`corehop run` makes one when it waits for the program).
+    pub const LEARNED: &str = "COREHOP_LEARNED";
     /// Tests only: each service thread sleeps this long before claiming a batch.
     pub const TEST_SERVICE_STALL_NS: &str = "COREHOP_TEST_SERVICE_STALL_NS";
     /// Where `corehop run` finds the preload library, if not next to its own binary.

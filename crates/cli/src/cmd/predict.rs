@@ -1,7 +1,8 @@
 //! `corehop predict`: replay a system-call trace through the run-length predictor.
 //!
 //! For every call the predictor is asked first, then told the real run length, exactly as the
-//! runtime would use it, each process of the trace with predictors of its own. Reported per
+//! runtime would use it, each process of the trace with predictors of its own, started from
+//! what the last process to end had learned (as under `corehop run`). Reported per
 //! table form: how often the prediction was exact, within ±5 %, and how often the offload
 //! decision "prediction > N" matched "actual > N" for each threshold N. Next to it, the
 //! same-trace baseline: the best *constant* decision at that N (always offload or never),
@@ -11,7 +12,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use corehop_policy::offload::{within_tolerance, RunLengthPredictor, Source, TableForm};
+use corehop_policy::offload::{within_tolerance, Learned, RunLengthPredictor, Source, TableForm};
 use serde::Serialize;
 
 use corehop_bench::report::{self, Align, Scale, Series, Table};
@@ -26,8 +27,9 @@ pub use trace::{Format, TraceCall};
 /// `strace -f -T -tt -o trace.txt CMD …`, or write a CSV with the columns
 /// `call,fd,size,site,run_ns`. Each process of a trace (the calls under a `# pid` line of a
 /// recorded one, a pid of strace's with its threads) is replayed through predictors of its
-/// own, as each process under the library has its own. Several traces end in a table of each
-/// form's scores averaged over them.
+/// own, as each process under the library has its own, started from what the last process to
+/// end had learned of call kinds (`--start`). Several traces end in a table of each form's
+/// scores averaged over them.
 #[derive(clap::Args)]
 pub struct Args {
     /// Trace file(s) to replay, each reported on its own: `--trace a.csv b.csv` (a shell
@@ -50,6 +52,9 @@ pub struct Args {
     /// Entries of the direct-mapped (tagless) table (the paper: 1500).
     #[arg(long, default_value_t = 1500)]
     pub dm_entries: usize,
+    /// What each process's timed predictor starts from.
+    #[arg(long, value_enum, default_value_t = Start::Inherited)]
+    pub start: Start,
     /// Replay only the calls the papers switch on (read/write family, open, stat family,
     /// fsync, sendfile, sendto/recvfrom, poll/select) instead of every call in the trace.
     #[arg(long)]
@@ -62,6 +67,19 @@ pub struct Args {
     /// Draw decision accuracy against N (every trace and form, plus the constant baseline).
     #[arg(long, value_name = "FILE.svg", value_parser = corehop_bench::report::plot_path)]
     pub plot: Option<PathBuf>,
+}
+
+/// Where a process's predictors start (the paper's forms always start empty: their table is
+/// all they learn).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Start {
+    /// From what the last process to end had learned of call kinds and of calls as a whole,
+    /// as under `corehop run` when it waits for the program (`--stats`, `--record-trace`,
+    /// `--compare`): in a recorded trace, whose processes are written as they end, from the
+    /// process before.
+    Inherited,
+    /// From nothing, as a process started outside a run that hands on.
+    Fresh,
 }
 
 /// Accuracy of one predictor form on one trace.
@@ -106,15 +124,31 @@ pub struct TraceReport {
 /// time; strace's interleaves the ones running together).
 const LIVE_PROCESSES: usize = 64;
 
-/// Replays `calls` through fresh predictors of `form`, asking before telling, each process of
-/// the trace through its own (as each process under the library has its own). The timed form
+/// Replays `calls` through predictors of `form`, asking before telling, each process of the
+/// trace through its own (as each process under the library has its own), started as `start`
+/// says; a process ends at its last call of the trace. The timed form
 /// decides by a vote kept at the threshold it decides at, so it gets one predictor per
 /// threshold, each deciding and learning at its own; the paper's forms compare one prediction
 /// with every threshold. The first predictor is also scored on its predicted run lengths.
-pub fn evaluate(calls: &[TraceCall], form: TableForm, thresholds: &[u64]) -> anyhow::Result<FormReport> {
+pub fn evaluate(
+    calls: &[TraceCall],
+    form: TableForm,
+    thresholds: &[u64],
+    start: Start,
+) -> anyhow::Result<FormReport> {
     let per_threshold = matches!(form, TableForm::Timed { .. });
     let count = if per_threshold { thresholds.len().max(1) } else { 1 };
-    let fresh = || (0..count).map(|_| RunLengthPredictor::new(form)).collect::<Result<Vec<_>, _>>();
+    let last_call: HashMap<u32, usize> = calls.iter().enumerate().map(|(at, c)| (c.process, at)).collect();
+    // What the last process to end had learned, per predictor.
+    let mut handed_on: Option<Vec<Learned>> = None;
+    let started = |handed_on: &Option<Vec<Learned>>| -> anyhow::Result<Vec<RunLengthPredictor>> {
+        let mut predictors =
+            (0..count).map(|_| RunLengthPredictor::new(form)).collect::<Result<Vec<_>, _>>()?;
+        if let (Start::Inherited, Some(learned)) = (start, handed_on) {
+            predictors.iter_mut().zip(learned).for_each(|(p, learned)| p.start_from(learned));
+        }
+        Ok(predictors)
+    };
     // process → (the call it last made, its predictors).
     let mut live: HashMap<u32, (usize, Vec<RunLengthPredictor>)> = HashMap::new();
     let (mut exact, mut close, mut local, mut global, mut cold) = (0usize, 0usize, 0usize, 0usize, 0usize);
@@ -127,7 +161,7 @@ pub fn evaluate(calls: &[TraceCall], form: TableForm, thresholds: &[u64]) -> any
         }
         let (last, predictors) = match live.entry(c.process) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => e.insert((at, fresh()?)),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert((at, started(&handed_on)?)),
         };
         *last = at;
         let p = predictors[0].predict_call(&c.call);
@@ -145,6 +179,9 @@ pub fn evaluate(calls: &[TraceCall], form: TableForm, thresholds: &[u64]) -> any
         }
         for (i, predictor) in predictors.iter_mut().enumerate() {
             predictor.observe_call(&c.call, c.run_ns, thresholds.get(i).copied().unwrap_or(0));
+        }
+        if last_call[&c.process] == at {
+            handed_on = predictors.iter().map(RunLengthPredictor::learned).collect();
         }
     }
     let share = |count: usize| if calls.is_empty() { 0.0 } else { count as f64 / calls.len() as f64 };
@@ -194,7 +231,7 @@ pub fn replay(path: &std::path::Path, args: &Args) -> anyhow::Result<TraceReport
         TableForm::Timed { entries: args.dm_entries },
     ]
     .into_iter()
-    .map(|form| evaluate(&parsed.calls, form, &args.thresholds))
+    .map(|form| evaluate(&parsed.calls, form, &args.thresholds, args.start))
     .collect::<anyhow::Result<_>>()?;
     Ok(TraceReport {
         trace: path.display().to_string(),
@@ -351,8 +388,8 @@ pub fn tour_summary() -> anyhow::Result<String> {
     let text = include_str!("../../tests/fixtures/traces/recorded/sqlite3.csv");
     let parsed = trace::parse(std::path::Path::new("sqlite3.csv"), text, Format::Csv)?;
     let thresholds = [1_000, 2_000, 5_000, 20_000];
-    let timed = evaluate(&parsed.calls, TableForm::TIMED, &thresholds)?;
-    let paper = evaluate(&parsed.calls, TableForm::PAPER_FA, &thresholds)?;
+    let timed = evaluate(&parsed.calls, TableForm::TIMED, &thresholds, Start::Inherited)?;
+    let paper = evaluate(&parsed.calls, TableForm::PAPER_FA, &thresholds, Start::Inherited)?;
     let joined = |parts: Vec<String>| parts.join(" / ");
     let row = |form: &FormReport| joined(form.decisions.iter().map(|d| pct(d.right)).collect());
     let ns = joined(thresholds.iter().map(|&n| report::fmt_ns(n as f64)).collect());
@@ -387,7 +424,7 @@ mod tests {
     fn scores_a_hand_built_trace() {
         // site 1 steady at 100, site 2 steady at 10 000: after the first sight each is exact.
         let trace = calls(&[(1, 100), (2, 10_000), (1, 100), (2, 10_000), (1, 100), (2, 10_000)]);
-        let r = evaluate(&trace, TableForm::PAPER_FA, &[1_000]).unwrap();
+        let r = evaluate(&trace, TableForm::PAPER_FA, &[1_000], Start::Inherited).unwrap();
         // Predictions: cold 0, global 100, local 100, local 10 000, local 100, local 10 000.
         assert_eq!(r.exact, 4.0 / 6.0);
         assert_eq!(r.within_5pct, 4.0 / 6.0);
@@ -407,14 +444,14 @@ mod tests {
         for (call, process) in trace.iter_mut().zip([0, 0, 1, 2, 0]) {
             call.process = process;
         }
-        let r = evaluate(&trace, TableForm::PAPER_FA, &[1_000]).unwrap();
+        let r = evaluate(&trace, TableForm::PAPER_FA, &[1_000], Start::Inherited).unwrap();
         assert_eq!((r.local, r.cold), (2.0 / 5.0, 3.0 / 5.0));
         // With more processes between than are kept, the first starts afresh.
         let mut trace = calls(&vec![(1, 100); LIVE_PROCESSES + 2]);
         for (i, call) in trace.iter_mut().enumerate() {
             call.process = (i % (LIVE_PROCESSES + 1)) as u32;
         }
-        let r = evaluate(&trace, TableForm::PAPER_FA, &[1_000]).unwrap();
+        let r = evaluate(&trace, TableForm::PAPER_FA, &[1_000], Start::Inherited).unwrap();
         assert_eq!(r.cold, 1.0);
     }
 }

@@ -75,7 +75,10 @@ pub struct Args {
     /// --threshold bytes, default 4096 — the 4 KB rule of fast-core-switching §3.6 — plus the
     /// calls that move no buffer) or `predicted` (the run-length predictor, timed form, 1500
     /// entries: offload when the call is predicted to run longer than --threshold ns; without
-    /// --threshold, N is tuned online from the program's rate of completed calls).
+    /// --threshold, N is tuned online from the program's rate of completed calls). While
+    /// corehop waits for CMD (with --stats, --stats-json, --record-trace or --compare), each
+    /// process's predictor starts from what the processes of CMD that ended before it learned
+    /// of call kinds, so a short process does not start cold.
     #[arg(long, value_enum, default_value_t = PolicyArg::Adaptive, requires = "offload")]
     pub policy: PolicyArg,
 
@@ -591,7 +594,7 @@ impl Launch {
     /// collected after it ends: it keeps corehop's process id, its signals and exit status are
     /// the program's own, and it pays no second process. Returns only if the exec failed.
     pub fn exec(&self) -> anyhow::Error {
-        let command = match self.command(false, true) {
+        let command = match self.command(false, true, None) {
             Ok(command) => command,
             Err(e) => return e,
         };
@@ -610,7 +613,7 @@ impl Launch {
     /// spawned gets it in key order, as `Command` builds it (keeping the order takes a hook
     /// between fork and exec, which makes `Command` fork instead of `posix_spawn`: 0.6 to 1 ms
     /// more a spawn here, more than a short program of the run suite may lose).
-    fn command(&self, via_shell: bool, exec: bool) -> anyhow::Result<Command> {
+    fn command(&self, via_shell: bool, exec: bool, learned: Option<&Path>) -> anyhow::Result<Command> {
         let (program, rest) = self.command.split_first().context("no command given")?;
         // A shell sets `_` to the path of the program it starts; started from one, corehop
         // holds its own there. The program gets its own, as from the shell.
@@ -659,6 +662,10 @@ impl Launch {
                 Some(path) => environment.set(env::TRACE_FILE, path),
                 None => environment.remove(env::TRACE_FILE),
             };
+            match learned {
+                Some(path) => environment.set(env::LEARNED, path),
+                None => environment.remove(env::LEARNED),
+            };
         }
         if exec {
             // Last: the program starts from this hook, after `keep_for`'s.
@@ -672,8 +679,9 @@ impl Launch {
     /// Starts the program, waits for it, and collects the offload summary if one was asked for.
     pub fn run(&self) -> anyhow::Result<Finished> {
         let program = self.command.first().context("no command given")?;
+        let learned = self.offload.as_ref().and_then(|_| LearnedFile::new());
         let build = |via_shell| -> anyhow::Result<Command> {
-            let mut command = self.command(via_shell, false)?;
+            let mut command = self.command(via_shell, false, learned.as_ref().map(LearnedFile::path))?;
             if self.capture {
                 command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
             }
@@ -738,6 +746,28 @@ impl Launch {
             None => None,
         };
         Ok(Finished { status, wall_ns, summary, output })
+    }
+}
+
+/// The file the program's processes hand on what their predictors learned through
+/// (`COREHOP_LEARNED`): unnamed, so nothing is left behind, and reached as
+/// `/proc/PID/fd/N` while this process holds it open, that is while it waits for the program.
+/// Only then: a program corehop execs (nothing to collect) gets none, and no descriptor of ours.
+struct LearnedFile {
+    _file: std::fs::File,
+    path: PathBuf,
+}
+
+impl LearnedFile {
+    /// `None` if none can be made; the processes then each start fresh.
+    fn new() -> Option<LearnedFile> {
+        let file = tempfile::tempfile().ok()?;
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+        Some(LearnedFile { path: format!("/proc/{}/fd/{fd}", std::process::id()).into(), _file: file })
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
     }
 }
 

@@ -29,6 +29,13 @@
 //! never moving, where the prediction alone fell up to 19 points below it
 //! (docs/performance.md, "run-length predictor").
 //!
+//! A process's keys are its own call sites, but what its call kinds and calls as a whole ran,
+//! and whether its keys or the plain majority decided better, say as much about the next
+//! process of the same run on the same machine: [`RunLengthPredictor::learned`] hands that
+//! on, and [`RunLengthPredictor::start_from`] starts a new process's predictor from it (the
+//! paper's predictor lived in the kernel, one for every process). A short process then does
+//! not lose its first calls to a cold start.
+//!
 //! Units are whatever the caller observes in (the runtime uses nanoseconds, the simulator
 //! cycles); the predictor only compares and averages them.
 
@@ -212,6 +219,9 @@ const ABOVE_DECAY_SHIFT: u32 = 4;
 
 /// A miss score keeps `1 - 1/2^MISS_DECAY_SHIFT` of itself per run: it follows the last 16 or so.
 const MISS_DECAY_SHIFT: u32 = 4;
+/// A miss score stays below this: a miss is at most 32 × 256 (a log2 in 1/256ths), and the
+/// score settles at 16 of them.
+const MISS_BOUND: u32 = 1 << 20;
 
 /// A two-bit counter (0-3) moved one step up when only `up` holds, one down when only `down`
 /// does: a tournament's choice between two guesses, or a side's count of runs.
@@ -352,6 +362,18 @@ impl Recent {
             let off = log2_256(w[SORTED + at]).abs_diff(actual);
             w[miss] = w[miss] - (w[miss] >> MISS_DECAY_SHIFT) + off;
         }
+    }
+
+    /// Whether the words could have come from pushes: what a [`Learned`] read from outside
+    /// the process must hold before a predictor indexes by them.
+    fn is_sound(&self) -> bool {
+        let w = &self.0;
+        let len = w[LEN] as usize;
+        len <= HISTORY
+            && (w[NEXT] as usize) < HISTORY
+            && w[SORTED..SORTED + len].is_sorted()
+            && w[MISS_TERCILE] <= MISS_BOUND
+            && w[MISS_MEDIAN] <= MISS_BOUND
     }
 
     /// The run a call of this key typically needs: the lower tercile of the last runs, or their
@@ -642,6 +664,30 @@ impl Timed {
         }
     }
 
+    fn learned(&self) -> Learned {
+        let mut words = [0; LEARNED_WORDS];
+        let recents = self.kinds.iter().chain([&self.any]);
+        for (to, recent) in words.chunks_exact_mut(RECENT_WORDS).zip(recents) {
+            to.copy_from_slice(&recent.0);
+        }
+        words[LEARNED_WORDS - 2] = self.above_share;
+        words[LEARNED_WORDS - 1] = self.trust_keys as u32;
+        Learned(words)
+    }
+
+    fn start_from(&mut self, learned: &Learned) {
+        let mut recents =
+            learned.0.chunks_exact(RECENT_WORDS).map(|w| Recent(w.try_into().expect("whole Recents")));
+        for kind in &mut self.kinds {
+            *kind = recents.next().expect("a Recent per kind");
+        }
+        self.any = recents.next().expect("a Recent for any call");
+        self.above_share = learned.0[LEARNED_WORDS - 2];
+        self.trust_keys = learned.0[LEARNED_WORDS - 1] as i32;
+        // Counted anew at the next observation; until then no driver skips asking.
+        (self.counted_at, self.none_above_lately) = (None, None);
+    }
+
     /// Sets [`Timed::none_above_lately`]: whether, at `n`, every key and kind that says
     /// "above" is idle. Reads every used slot, as [`Timed::count_above`] does.
     fn count_above_lately(&mut self, n: u64) {
@@ -658,6 +704,34 @@ impl Timed {
     /// next call of such a key, until it is observed again.
     fn all_below_lately(&self, n: u64) -> bool {
         self.all_below(n) || (self.trust_keys >= 0 && self.none_above_lately.is_some_and(|at| at <= n))
+    }
+}
+
+/// Words of a [`Learned`]: the recent runs of each call kind and of any call, the plain
+/// majority's share above N and the trust in the keys.
+pub const LEARNED_WORDS: usize = (NAMED_KINDS.len() + 2) * RECENT_WORDS + 2;
+
+/// What a timed predictor learned that holds beyond its process (see the module docs): plain
+/// words, so that processes can hand it on through a file, checked when read back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Learned([u32; LEARNED_WORDS]);
+
+impl Learned {
+    /// The words to hand on.
+    pub fn words(&self) -> &[u32; LEARNED_WORDS] {
+        &self.0
+    }
+
+    /// Words handed on by [`Learned::words`]; `None` if they are not [`LEARNED_WORDS`] long
+    /// or could not have come from a predictor (another build's layout, a damaged file).
+    pub fn from_words(words: &[u32]) -> Option<Learned> {
+        let words: [u32; LEARNED_WORDS] = words.try_into().ok()?;
+        let recents_sound = words[..LEARNED_WORDS - 2]
+            .chunks_exact(RECENT_WORDS)
+            .all(|w| Recent(w.try_into().expect("whole Recents")).is_sound());
+        let trust = words[LEARNED_WORDS - 1] as i32;
+        (recents_sound && words[LEARNED_WORDS - 2] <= 0xffff && (-TRUST_KEYS..=TRUST_KEYS).contains(&trust))
+            .then_some(Learned(words))
     }
 }
 
@@ -757,6 +831,20 @@ impl RunLengthPredictor {
                 self.remember_global(run);
             }
             None => self.observe(call.key(), run),
+        }
+    }
+
+    /// What this predictor learned that holds beyond its process (`None` for the paper's
+    /// forms, whose table is all they learn).
+    pub fn learned(&self) -> Option<Learned> {
+        self.timed.as_ref().map(Timed::learned)
+    }
+
+    /// Starts from what another process's predictor learned, keeping this one's keys (a
+    /// process starts with none). Nothing for the paper's forms.
+    pub fn start_from(&mut self, learned: &Learned) {
+        if let Some(timed) = &mut self.timed {
+            timed.start_from(learned);
         }
     }
 
@@ -1273,6 +1361,88 @@ mod tests {
             let trace = two_length_keys(seed, &keys, 4_000);
             let (right, constant) = decide_all(&trace, n);
             prop_assert!(right >= constant - 0.03, "right {right}, best constant {constant}, keys {keys:?}, n {n}");
+        }
+    }
+
+    fn timed() -> RunLengthPredictor {
+        RunLengthPredictor::new(TableForm::Timed { entries: 64 }).unwrap()
+    }
+
+    #[test]
+    fn a_process_that_starts_from_what_another_learned_decides_its_first_calls_by_it() {
+        let n = 1_000;
+        // The first process: every fstat ran 5 µs, above N, from one call site.
+        let mut first = timed();
+        for _ in 0..50 {
+            first.observe_call(&CallDesc::new(CallKind::Fstat, 3, 0, 0x4000), 5_000, n);
+        }
+        let learned = first.learned().expect("the timed form hands on what it learned");
+        assert_eq!(Learned::from_words(learned.words()), Some(learned.clone()));
+        // The next process calls fstat from another site (another program, another load
+        // address): a fresh predictor says "below", one started from the first says "above".
+        let call = CallDesc::new(CallKind::Fstat, 4, 0, 0x9000);
+        let mut next = timed();
+        assert!(!next.above_call(&call, n));
+        next.start_from(&learned);
+        assert!(next.above_call(&call, n));
+        assert!(!next.all_below(n), "a driver must not skip asking a predictor that would move");
+        // What it learned of its own still counts: its fstats now run 200 ns.
+        for _ in 0..30 {
+            next.observe_call(&call, 200, n);
+        }
+        assert!(!next.above_call(&call, n));
+        // The paper's forms learn only their table: nothing to hand on.
+        assert!(fa(8).learned().is_none());
+    }
+
+    #[test]
+    fn words_that_no_predictor_could_have_written_are_refused() {
+        let good = timed().learned().unwrap();
+        assert!(Learned::from_words(&good.words()[1..]).is_none(), "too short");
+        let mut words = *good.words();
+        words[LEN] = HISTORY as u32 + 1;
+        assert!(Learned::from_words(&words).is_none(), "more runs than a Recent keeps");
+        let mut words = *good.words();
+        words[LEARNED_WORDS - 1] = (TRUST_KEYS + 1) as u32;
+        assert!(Learned::from_words(&words).is_none(), "trust out of its range");
+        let mut words = *good.words();
+        (words[LEN], words[SORTED], words[SORTED + 1]) = (2, 9, 3);
+        assert!(Learned::from_words(&words).is_none(), "unsorted runs");
+    }
+
+    proptest! {
+        /// Whatever words are read back, a predictor started from the ones accepted decides
+        /// and learns without panicking.
+        #[test]
+        fn any_accepted_words_are_safe_to_start_from(
+            words in proptest::collection::vec(any::<u32>(), LEARNED_WORDS),
+            runs in proptest::collection::vec((0u64..4, 0u64..100_000), 0..64),
+            mostly_sound in any::<bool>(),
+        ) {
+            let mut words = words;
+            if mostly_sound {
+                // Mostly-sound words: each Recent's counts and scores in range, runs sorted.
+                for recent in words[..LEARNED_WORDS - 2].chunks_exact_mut(RECENT_WORDS) {
+                    recent[LEN] %= HISTORY as u32 + 1;
+                    recent[NEXT] %= HISTORY as u32;
+                    recent[SORTED..SORTED + HISTORY].sort_unstable();
+                    recent[MISS_TERCILE] %= MISS_BOUND;
+                    recent[MISS_MEDIAN] %= MISS_BOUND;
+                }
+                words[LEARNED_WORDS - 2] &= 0xffff;
+                words[LEARNED_WORDS - 1] = ((words[LEARNED_WORDS - 1] % 65) as i32 - TRUST_KEYS) as u32;
+            }
+            if let Some(learned) = Learned::from_words(&words) {
+                let mut p = timed();
+                p.start_from(&learned);
+                for &(site, run) in &runs {
+                    let call = CallDesc::new(CallKind::Read, 3, 64, site);
+                    let _ = p.above_call(&call, 1_000);
+                    let _ = p.predict_call(&call);
+                    p.observe_call(&call, run, 1_000);
+                }
+                prop_assert!(Learned::from_words(p.learned().unwrap().words()).is_some());
+            }
         }
     }
 }
