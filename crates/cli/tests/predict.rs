@@ -245,3 +245,48 @@ fn timed_form_beats_constant_rules_on_recorded_programs() {
     assert!(mean >= 0.90, "mean {mean}");
     assert!(mean >= constant_mean + 0.05, "mean {mean}, the constant rule's {constant_mean}");
 }
+
+/// Fifteen more programs, recorded after the predictor was tuned and never tuned on (several
+/// short, several of many processes): starting each process from what the last one to end
+/// learned must do at least as well as starting each alone, on average and in the points
+/// below the best constant rule, and better on the traces of many processes.
+#[test]
+fn held_out_programs_start_better_from_what_the_run_learned() {
+    let dir = fixture("held-out");
+    let mut traces: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path().to_str().unwrap().to_string())
+        .filter(|p| p.ends_with(".csv"))
+        .collect();
+    traces.sort();
+    assert!(traces.len() >= 10, "{traces:?}");
+    // Per start: the mean right share over traces and N, the points below the constant, and
+    // the right share of each trace of more than five processes.
+    let score = |start: &str| {
+        let mut args = vec!["predict", "--thresholds", "1000,2000,5000,20000", "--json", "--start", start];
+        for trace in &traces {
+            args.extend(["--trace", trace]);
+        }
+        let (mut sum, mut points, mut below, mut many) = (0.0, 0, 0, Vec::new());
+        for report in json(&args).as_array().unwrap() {
+            let timed = report["forms"].as_array().unwrap().iter().find(|f| f["form"] == "time1500").unwrap();
+            let mut trace_sum = 0.0;
+            for d in timed["decisions"].as_array().unwrap() {
+                let (right, constant) = (d["right"].as_f64().unwrap(), d["best_constant"].as_f64().unwrap());
+                (sum, points, trace_sum) = (sum + right, points + 1, trace_sum + right);
+                below += usize::from(right < constant - 1e-9);
+            }
+            if report["processes"].as_u64().unwrap() > 5 {
+                many.push((report["trace"].as_str().unwrap().to_string(), trace_sum));
+            }
+        }
+        (sum / f64::from(points), below, many)
+    };
+    let (fresh, inherited) = (score("fresh"), score("inherited"));
+    assert!(inherited.0 >= fresh.0, "mean right: inherited {} < fresh {}", inherited.0, fresh.0);
+    assert!(inherited.1 <= fresh.1, "points below: inherited {} > fresh {}", inherited.1, fresh.1);
+    assert!(!inherited.2.is_empty());
+    for ((name, alone), (_, handed_on)) in fresh.2.iter().zip(&inherited.2) {
+        assert!(handed_on > alone, "{name}: inherited {handed_on} <= fresh {alone} (sums over N)");
+    }
+}

@@ -440,9 +440,12 @@ extern "C" fn at_exit() {
         return;
     }
     if let Some(path) = CONFIG.get().and_then(|c| c.learned_file.as_deref()) {
-        if let Some(learned) = POLICY.with_spinning(|p| p.learned()).flatten() {
-            crate::learned::write(path, &learned);
-        }
+        // Some 6 KiB of stack: `exit` may be called from a coroutine's small one.
+        on_a_stack_of_its_own(|| {
+            if let Some(learned) = POLICY.with_spinning(|p| p.learned()).flatten() {
+                crate::learned::write(path, &learned);
+            }
+        });
     }
     if let Some(path) = CONFIG.get().and_then(|c| c.trace_file.as_deref()) {
         trace::write(path);

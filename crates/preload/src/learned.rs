@@ -14,12 +14,12 @@ use core::ffi::CStr;
 
 use corehop_policy::offload::{Learned, LEARNED_WORDS};
 
-use crate::sys::{self, raw};
+use crate::sys;
 
 /// The file's first word.
 const MAGIC: u32 = u32::from_le_bytes(*b"lrnd");
 const HEADER: usize = 3;
-const FILE_WORDS: usize = HEADER + LEARNED_WORDS;
+const FILE_BYTES: usize = 4 * (HEADER + LEARNED_WORDS);
 
 /// FNV-1a over the words' bytes: tells a whole write from a torn or foreign one.
 fn checksum(words: &[u32]) -> u32 {
@@ -31,52 +31,30 @@ fn checksum(words: &[u32]) -> u32 {
 
 /// What the run's processes learned, if the file holds it.
 pub fn read(path: &CStr) -> Option<Learned> {
-    let mut file = [0u32; FILE_WORDS];
-    let bytes = core::mem::size_of_val(&file);
-    let got = with_locked(path, libc::O_RDONLY, libc::LOCK_SH, |fd| {
-        // SAFETY: pread writes at most `bytes` bytes into `file`, which has that many.
-        unsafe { raw(libc::SYS_pread64, [fd as u64, file.as_mut_ptr() as u64, bytes as u64, 0, 0, 0]) }
-    })?;
-    let (header, words) = file.split_at(HEADER);
-    let whole = got == bytes as i64
-        && header[0] == MAGIC
-        && header[1] == LEARNED_WORDS as u32
-        && header[2] == checksum(words);
-    whole.then(|| Learned::from_words(words)).flatten()
+    let mut bytes = [0u8; FILE_BYTES];
+    let got =
+        sys::with_locked_file(path, libc::O_RDONLY, libc::LOCK_SH, |fd| sys::read_start(fd, &mut bytes))?;
+    if got != FILE_BYTES as i64 {
+        return None;
+    }
+    let mut words = [0u32; HEADER + LEARNED_WORDS];
+    for (word, b) in words.iter_mut().zip(bytes.chunks_exact(4)) {
+        *word = u32::from_le_bytes(b.try_into().expect("four bytes"));
+    }
+    let (header, learned) = words.split_at(HEADER);
+    (header == [MAGIC, LEARNED_WORDS as u32, checksum(learned)])
+        .then(|| Learned::from_words(learned))
+        .flatten()
 }
 
 /// Hands on what this process learned.
 pub fn write(path: &CStr, learned: &Learned) {
-    let mut file = [0u32; FILE_WORDS];
-    file[HEADER..].copy_from_slice(learned.words());
-    file[..HEADER].copy_from_slice(&[MAGIC, LEARNED_WORDS as u32, checksum(learned.words())]);
-    let bytes = core::mem::size_of_val(&file);
-    with_locked(path, libc::O_WRONLY, libc::LOCK_EX, |fd| {
-        // SAFETY: pwrite reads `bytes` bytes from `file`, which has that many.
-        unsafe { raw(libc::SYS_pwrite64, [fd as u64, file.as_ptr() as u64, bytes as u64, 0, 0, 0]) }
-    });
-}
-
-/// Runs `f` on `path` opened with `access`, holding the lock `lock` (taken without waiting),
-/// if it is a regular file; `None` if it could not be had.
-fn with_locked(path: &CStr, access: i32, lock: i32, f: impl FnOnce(i32) -> i64) -> Option<i64> {
-    // Not O_NOFOLLOW: `/proc/PID/fd/N` is a link. Never waiting on a FIFO.
-    let flags = access | libc::O_CLOEXEC | libc::O_NONBLOCK;
-    // SAFETY: `path` is NUL-terminated; openat only reads it.
-    let fd = unsafe {
-        raw(libc::SYS_openat, [libc::AT_FDCWD as u64, path.as_ptr() as u64, flags as u64, 0, 0, 0])
-    };
-    if fd < 0 {
-        return None;
+    let header = [MAGIC, LEARNED_WORDS as u32, checksum(learned.words())];
+    let mut bytes = [0u8; FILE_BYTES];
+    for (b, word) in bytes.chunks_exact_mut(4).zip(header.iter().chain(learned.words())) {
+        b.copy_from_slice(&word.to_le_bytes());
     }
-    let fd = fd as i32;
-    // SAFETY: flock takes plain integers.
-    let locked = sys::is_regular(fd)
-        && unsafe { raw(libc::SYS_flock, [fd as u64, (lock | libc::LOCK_NB) as u64, 0, 0, 0, 0]) } == 0;
-    let result = locked.then(|| f(fd));
-    // SAFETY: closes the descriptor opened above (and with it the lock).
-    unsafe { raw(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]) };
-    result
+    sys::with_locked_file(path, libc::O_WRONLY, libc::LOCK_EX, |fd| sys::write_start(fd, &bytes));
 }
 
 #[cfg(test)]
@@ -135,12 +113,11 @@ mod tests {
         let path = c_path(&file);
         let learned = learned_above(5_000);
         write(&path, &learned);
-        let holder = std::fs::File::open(&file).unwrap();
-        // SAFETY: flock on a descriptor this test owns.
-        assert_eq!(unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&holder), libc::LOCK_EX) }, 0);
-        assert_eq!(read(&path), None, "a writer holds it: start fresh rather than wait");
-        write(&path, &learned_above(200));
-        drop(holder);
+        let held = sys::with_locked_file(&path, libc::O_RDONLY, libc::LOCK_EX, |_| {
+            assert_eq!(read(&path), None, "a writer holds it: start fresh rather than wait");
+            write(&path, &learned_above(200));
+        });
+        assert!(held.is_some());
         assert_eq!(read(&path), Some(learned), "the blocked write was dropped");
         std::fs::remove_file(&file).unwrap();
     }

@@ -164,6 +164,41 @@ pub fn read_file(path: &core::ffi::CStr, out: &mut [u8]) -> Option<usize> {
     usize::try_from(n).ok()
 }
 
+/// Runs `f` on the regular file at `path` opened with `access` (`O_RDONLY`, `O_WRONLY`),
+/// holding its lock `lock` (`LOCK_SH`, `LOCK_EX`), taken without waiting; `None` if any of that
+/// could not be had. Follows links (`/proc/PID/fd/N` is one); never waits on a FIFO.
+pub fn with_locked_file<R>(path: &CStr, access: i32, lock: i32, f: impl FnOnce(i32) -> R) -> Option<R> {
+    let flags = access | libc::O_CLOEXEC | libc::O_NONBLOCK;
+    // SAFETY: `path` is NUL-terminated; openat only reads it.
+    let fd = unsafe {
+        raw(libc::SYS_openat, [libc::AT_FDCWD as u64, path.as_ptr() as u64, flags as u64, 0, 0, 0])
+    };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: flock takes plain integers.
+    let locked = is_regular(fd as i32)
+        && unsafe { raw(libc::SYS_flock, [fd as u64, (lock | libc::LOCK_NB) as u64, 0, 0, 0, 0]) } == 0;
+    let result = locked.then(|| f(fd as i32));
+    // SAFETY: closes the descriptor opened above, and with it the lock.
+    unsafe { raw(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]) };
+    result
+}
+
+/// Reads the start of the file `fd` into `out` (`pread` at offset 0): the bytes read, or
+/// `-errno`.
+pub fn read_start(fd: i32, out: &mut [u8]) -> i64 {
+    // SAFETY: pread writes at most `out.len()` bytes into `out`.
+    unsafe { raw(libc::SYS_pread64, [fd as u64, out.as_mut_ptr() as u64, out.len() as u64, 0, 0, 0]) }
+}
+
+/// Writes `bytes` at the start of the file `fd` (`pwrite` at offset 0): the bytes written, or
+/// `-errno`.
+pub fn write_start(fd: i32, bytes: &[u8]) -> i64 {
+    // SAFETY: pwrite reads `bytes.len()` bytes from `bytes`.
+    unsafe { raw(libc::SYS_pwrite64, [fd as u64, bytes.as_ptr() as u64, bytes.len() as u64, 0, 0, 0]) }
+}
+
 /// Takes a pending SIGPIPE or SIGXFSZ off the calling thread (where it is blocked) and returns
 /// its number, or 0. The kernel raises these at the thread that made the failing write; the
 /// service thread hands them on to the caller.
