@@ -176,6 +176,24 @@ fn a_thread_that_changed_its_own_credentials_or_filter_is_not_bypassed() {
     }
 }
 
+/// A process whose filter kills it at a call the program never makes ends as plainly: the
+/// library then makes no call of its own at exit (here, handing on what its predictor learned,
+/// under `flock`).
+#[test]
+fn a_process_that_filtered_its_calls_makes_none_of_the_librarys_at_exit() {
+    let Some((dir, exe)) = fixture("thread_state") else { return };
+    let target = dir.path().join("target");
+    std::fs::write(&target, "x\n").unwrap();
+    let out = corehop()
+        .args(["run", "--offload", "--policy", "predicted", "--threshold", "1000000", "--stats", "--"])
+        .args([exe.to_str().unwrap(), "kill-flock", target.to_str().unwrap()])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{:?}: {}", out.status, text(&out.stderr));
+    assert!(text(&out.stdout).contains("open kill-flock: opened"), "{}", text(&out.stdout));
+}
+
 #[test]
 fn thread_bound_calls_answer_for_the_calling_thread() {
     if !have_cc() {

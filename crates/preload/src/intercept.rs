@@ -414,6 +414,10 @@ fn build_deferred_policy(thread: &Thread) {
 /// Starts `policy`'s timed predictors from what the run's processes before this one learned
 /// (`COREHOP_LEARNED`, see [`crate::learned`]), if it has any and the run hands on.
 fn start_from_the_run(config: &Config, policy: &mut Policy) {
+    // Not after a filter of the process's own: it may kill at a call the program never makes.
+    if THREAD_STATE_CHANGED.load(SeqCst) {
+        return;
+    }
     if let Some(path) = &config.learned_file {
         if let Some(learned) = policy.learned().and_then(|_| crate::learned::read(path)) {
             policy.start_from(&learned);
@@ -434,9 +438,11 @@ fn on_a_stack_of_its_own<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// At exit (registered only when a stats, trace or learned file is asked for): hand on what
-/// the policy learned, append the trace and this process's summary.
+/// the policy learned, append the trace and this process's summary. Nothing in a process that
+/// changed its own security state ([`thread_state_changes`]): a seccomp filter may kill it at
+/// a call it never made plainly (its summary and trace are then missing).
 extern "C" fn at_exit() {
-    if STATE.load(Acquire) != READY {
+    if STATE.load(Acquire) != READY || THREAD_STATE_CHANGED.load(SeqCst) {
         return;
     }
     if let Some(path) = CONFIG.get().and_then(|c| c.learned_file.as_deref()) {
