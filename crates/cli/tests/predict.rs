@@ -11,6 +11,17 @@ fn fixture(name: &str) -> PathBuf {
 
 use common::corehop;
 
+/// The CSV traces of a fixture folder, by name.
+fn csv_traces(folder: &str) -> Vec<String> {
+    let mut traces: Vec<String> = std::fs::read_dir(fixture(folder))
+        .unwrap()
+        .map(|e| e.unwrap().path().to_str().unwrap().to_string())
+        .filter(|p| p.ends_with(".csv"))
+        .collect();
+    traces.sort();
+    traces
+}
+
 fn json(args: &[&str]) -> serde_json::Value {
     let out = corehop(args);
     assert!(out.status.success(), "corehop {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -208,16 +219,9 @@ fn the_timed_form_beats_the_papers_on_traces_timed_in_ns() {
 /// point falls below it.) The paper's form is reported beside it.
 #[test]
 fn timed_form_beats_constant_rules_on_recorded_programs() {
-    let dir = fixture("recorded");
-    let mut traces: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "csv"))
-        .collect();
-    traces.sort();
-    assert!(traces.len() >= 6, "{traces:?}");
+    let names = csv_traces("recorded");
+    assert!(names.len() >= 6, "{names:?}");
     let mut args = vec!["predict", "--thresholds", "1000,2000,5000,20000", "--json"];
-    let names: Vec<String> = traces.iter().map(|p| p.to_str().unwrap().to_string()).collect();
     for name in &names {
         args.extend(["--trace", name]);
     }
@@ -240,7 +244,7 @@ fn timed_form_beats_constant_rules_on_recorded_programs() {
             points += 1;
         }
     }
-    assert_eq!(points, traces.len() * 4);
+    assert_eq!(points, names.len() * 4);
     let (mean, constant_mean) = (right_sum / points as f64, constant_sum / points as f64);
     assert!(mean >= 0.90, "mean {mean}");
     assert!(mean >= constant_mean + 0.05, "mean {mean}, the constant rule's {constant_mean}");
@@ -252,13 +256,7 @@ fn timed_form_beats_constant_rules_on_recorded_programs() {
 /// below the best constant rule, and better on the traces of many processes.
 #[test]
 fn held_out_programs_start_better_from_what_the_run_learned() {
-    let dir = fixture("held-out");
-    let mut traces: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path().to_str().unwrap().to_string())
-        .filter(|p| p.ends_with(".csv"))
-        .collect();
-    traces.sort();
+    let traces = csv_traces("held-out");
     assert!(traces.len() >= 10, "{traces:?}");
     // Per start: the mean right share over traces and N, the points below the constant, and
     // the right share of each trace of more than five processes.

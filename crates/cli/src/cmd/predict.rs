@@ -59,7 +59,7 @@ pub struct Args {
     /// fsync, sendfile, sendto/recvfrom, poll/select) instead of every call in the trace.
     #[arg(long)]
     pub named_only: bool,
-    /// Print JSON instead of tables: `[{trace, format, calls, processes, skipped_lines, forms:
+    /// Print JSON instead of tables: `[{trace, format, calls, processes, skipped_lines, start, forms:
     /// [{form, exact, within_5pct, local, global, cold, decisions: [{n_ns, right,
     /// best_constant, actual_above}]}]}]`, all rates as fractions 0..1.
     #[arg(long)]
@@ -71,7 +71,8 @@ pub struct Args {
 
 /// Where a process's predictors start (the paper's forms always start empty: their table is
 /// all they learn).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Start {
     /// From what the last process to end had learned of call kinds and of calls as a whole,
     /// as under `corehop run` when it waits for the program (`--stats`, `--record-trace`,
@@ -116,6 +117,8 @@ pub struct TraceReport {
     /// Processes the calls came from, each replayed through predictors of its own.
     pub processes: usize,
     pub skipped_lines: usize,
+    /// What each process's timed predictor started from.
+    pub start: Start,
     pub forms: Vec<FormReport>,
 }
 
@@ -239,6 +242,7 @@ pub fn replay(path: &std::path::Path, args: &Args) -> anyhow::Result<TraceReport
         calls: parsed.calls.len(),
         processes: parsed.calls.iter().map(|c| c.process).collect::<std::collections::HashSet<_>>().len(),
         skipped_lines: parsed.skipped,
+        start: args.start,
         forms,
     })
 }
@@ -315,6 +319,12 @@ fn table(r: &TraceReport) -> Table {
     baseline.extend(r.forms[0].decisions.iter().map(|d| pct(d.best_constant)));
     t.row(baseline);
     t.note("right@N: share of calls where the decision \"it will run longer than N\" was right (fa, dm: predicted > N; time: its prediction, or the majority of the key's runs at N where that guessed better); best constant: always or never offload, whichever is right more often on this trace");
+    if r.processes > 1 {
+        t.note(match r.start {
+            Start::Inherited => "time: each process started from what the last process to end had learned of call kinds, as under `corehop run` (--start fresh: each alone)",
+            Start::Fresh => "time: each process started alone (--start fresh)",
+        });
+    }
     if r.format == Format::Strace {
         t.note("strace -T times have µs resolution and include tracing overhead");
     }
