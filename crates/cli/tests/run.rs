@@ -990,15 +990,27 @@ fn record_trace_writes_every_call_with_its_site_for_predict() {
 #[test]
 fn the_processes_of_a_run_hand_on_what_their_predictors_learned() {
     let dir = tempfile::tempdir().unwrap();
-    let copy = dir.path().join("learned");
-    // `ls` learns, ends and hands on; `cat`, started after it, copies the run's file out.
-    let script = format!("ls -la / > /dev/null; cat \"$COREHOP_LEARNED\" > '{}'", copy.display());
+    let (copy, json) = (dir.path().join("learned"), dir.path().join("summary.json"));
+    // `ls` learns, ends and hands on; the second `ls` starts from it, and `cat`, started after
+    // both, copies the run's file out. `sh` and the first `ls` start before anything is handed on.
+    let script = format!(
+        "ls -la / > /dev/null; ls -la / > /dev/null; cat \"$COREHOP_LEARNED\" > '{}'",
+        copy.display()
+    );
     let out = corehop()
-        .args(["run", "--offload", "--policy", "predicted", "--threshold", "1000000", "--stats"])
+        .args(["run", "--offload", "--policy", "predicted", "--threshold", "1000000", "--stats-json"])
+        .arg(&json)
         .args(["--", "sh", "-c", &script])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
+    let summary: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let (inherited, processes) =
+        (summary["inherited"].as_u64().unwrap(), summary["processes"].as_u64().unwrap());
+    assert!(
+        (2..processes).contains(&inherited),
+        "{inherited} of {processes} processes started from the run's"
+    );
     let bytes = std::fs::read(&copy).unwrap();
     let words: Vec<u32> = bytes.chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().unwrap())).collect();
     // A header (what it is, its length, a checksum), then each call kind's recent runs.

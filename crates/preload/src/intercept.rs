@@ -70,6 +70,9 @@ static LANE_COUNT: AtomicUsize = AtomicUsize::new(1);
 /// Hands out per-thread tickets that spread threads over lanes and slots.
 static NEXT_TICKET: AtomicU32 = AtomicU32::new(1);
 static FORK_HAD_LOCK: AtomicBool = AtomicBool::new(false);
+/// Set once the policy's predictor started from what the run's processes before this one
+/// learned ([`start_from_the_run`]), for the summary.
+static INHERITED: AtomicBool = AtomicBool::new(false);
 /// Set for good once a thread may have made itself differ from the service threads in what
 /// the kernel checks (see [`thread_state_changes`]): from then on every call runs locally.
 static THREAD_STATE_CHANGED: AtomicBool = AtomicBool::new(false);
@@ -421,6 +424,7 @@ fn start_from_the_run(config: &Config, policy: &mut Policy) {
     if let Some(path) = &config.learned_file {
         if let Some(learned) = policy.learned().and_then(|_| crate::learned::read(path)) {
             policy.start_from(&learned);
+            INHERITED.store(true, SeqCst);
         }
     }
 }
@@ -465,6 +469,7 @@ extern "C" fn at_exit() {
             polled_ns: service::POLLED_NS.iter().map(|p| p.load(SeqCst)).sum(),
             spun_ns: stats::SPUN_NS.load(SeqCst),
             checked_ns: service::CHECKED_NS.iter().map(|c| c.load(SeqCst)).sum(),
+            inherited: INHERITED.load(SeqCst),
             standing: if DEFERRED.load(SeqCst) {
                 Some(decide::UNBUILT)
             } else {

@@ -230,6 +230,7 @@ mod tests {
             polled_ns: 0,
             spun_ns: 0,
             checked_ns: 0,
+            inherited: false,
             standing: Some(standing),
         };
         format_summary(&mut line, &process).unwrap();
@@ -255,6 +256,7 @@ mod tests {
             polled_ns: u64::MAX,
             spun_ns: u64::MAX,
             checked_ns: u64::MAX,
+            inherited: true,
             standing: None,
         };
         let names = NAMED_KINDS.iter().map(|k| k.name().unwrap_or("other")).chain(["other"]);

@@ -4,13 +4,14 @@
 //! its own.
 //!
 //! ```text
-//! corehop-preload-v2 pid=1234 lanes=1 pinned=1 polled_ns=N spun_ns=N checked_ns=N [settled=ARM rounds=R switches=S taken_back=T regret_ppm=P] read=SEEN:OFF:LOCAL:KEPT:WITHDRAWN:BUSY:SVC_NS:WAIT_NS:LOCAL_NS:LOCAL_TIMED hist.read=BUCKET:N,BUCKET:N write=...
+//! corehop-preload-v2 pid=1234 lanes=1 pinned=1 polled_ns=N spun_ns=N checked_ns=N [inherited=1] [settled=ARM rounds=R switches=S taken_back=T regret_ppm=P] read=SEEN:OFF:LOCAL:KEPT:WITHDRAWN:BUSY:SVC_NS:WAIT_NS:LOCAL_NS:LOCAL_TIMED hist.read=BUCKET:N,BUCKET:N write=...
 //! ```
 //!
 //! `polled_ns` is the time the service threads spent polling for work, `spun_ns` the time
 //! callers spent spinning for their answers (the CPU polling cost on each side), `checked_ns`
 //! the time the service threads spent on their safety checks before and after the calls they
-//! ran (part of what callers wait beyond a call's own run).
+//! ran (part of what callers wait beyond a call's own run). `inherited=1`: the process's
+//! run-length predictor started from what the run's processes before it learned.
 //! A `hist.CALL=…` field follows each call whose calls went across: the hand-off times (the
 //! caller's wait beyond the call's own run) as a log-linear histogram ([`bucket_of`]: 8
 //! buckets per power of two, so a percentile is known to within 1/8), written as
@@ -166,6 +167,9 @@ pub struct Process<'a> {
     pub spun_ns: u64,
     /// The time the service threads spent on safety checks around the calls, in ns.
     pub checked_ns: u64,
+    /// Whether its run-length predictor started from what the run's processes before it
+    /// learned (`COREHOP_LEARNED`).
+    pub inherited: bool,
     /// Where an adaptive policy stood.
     pub standing: Option<Standing<'a>>,
 }
@@ -178,12 +182,15 @@ pub fn write_line<'a, W: fmt::Write>(
     process: &Process<'_>,
     calls: impl IntoIterator<Item = (&'a str, [u64; COUNTERS.len()], [u64; HIST_BUCKETS])>,
 ) -> fmt::Result {
-    let Process { pid, lanes, pinned, polled_ns, spun_ns, checked_ns, standing } = *process;
+    let Process { pid, lanes, pinned, polled_ns, spun_ns, checked_ns, inherited, standing } = *process;
     write!(
         out,
         "{SUMMARY_TAG} pid={pid} lanes={lanes} pinned={} polled_ns={polled_ns} spun_ns={spun_ns} checked_ns={checked_ns}",
         u8::from(pinned)
     )?;
+    if inherited {
+        out.write_str(" inherited=1")?;
+    }
     if let Some(s) = standing {
         write!(
             out,
@@ -289,6 +296,9 @@ pub struct Summary {
     /// Time the service threads spent on safety checks around the calls, in ns, over every
     /// process.
     pub checked_ns: u64,
+    /// Processes whose run-length predictor started from what the run's processes before them
+    /// learned.
+    pub inherited: usize,
     /// Adaptive policies: settled arm → the processes that settled there.
     pub settled: BTreeMap<String, Settled>,
     /// Call name → counters.
@@ -363,6 +373,7 @@ impl Summary {
                     "polled_ns" => summary.polled_ns += number()?,
                     "spun_ns" => summary.spun_ns += number()?,
                     "checked_ns" => summary.checked_ns += number()?,
+                    "inherited" => summary.inherited += usize::from(value == "1"),
                     "settled" => {
                         summary.settled.entry(value.to_string()).or_default().processes += 1;
                         settled = Some(value);
@@ -447,11 +458,12 @@ mod tests {
             polled_ns: 40,
             spun_ns: 9,
             checked_ns: 5,
+            inherited: true,
             standing: Some(standing),
         };
         write_line(&mut line, &process, [("read", read, hist), ("fsync", fsync, none)]).unwrap();
         assert!(line.starts_with(
-            "corehop-preload-v2 pid=7 lanes=1 pinned=0 polled_ns=40 spun_ns=9 checked_ns=5 settled=never rounds=3"
+            "corehop-preload-v2 pid=7 lanes=1 pinned=0 polled_ns=40 spun_ns=9 checked_ns=5 inherited=1 settled=never rounds=3"
         ));
         assert!(
             line.contains(&format!(" hist.read={}:3,{}:1 ", bucket_of(1_000), bucket_of(50_000))),
@@ -464,7 +476,7 @@ mod tests {
         assert_eq!(s.calls["fsync"].local_ns, 14);
         assert_eq!(s.total().seen, 8);
         assert_eq!(s.calls["read"].fields(), read.map(|n| 2 * n));
-        assert_eq!((s.polled_ns, s.spun_ns, s.checked_ns), (80, 18, 10));
+        assert_eq!((s.polled_ns, s.spun_ns, s.checked_ns, s.inherited), (80, 18, 10, 2));
         let never = &s.settled["never"];
         assert_eq!(
             (never.processes, never.rounds, never.switches, never.taken_back, never.max_regret_ppm),

@@ -94,7 +94,7 @@ pub struct Args {
     pub stats: bool,
 
     /// Write the summary as JSON to FILE (shape: `processes`, `unpinned`, `polled_ns`,
-    /// `spun_ns`, `checked_ns`, `settled`, `calls`: call name → seen, offloaded, local, kept,
+    /// `spun_ns`, `checked_ns`, `inherited`, `settled`, `calls`: call name → seen, offloaded, local, kept,
     /// withdrawn, busy, service_ns, wait_ns, local_ns, local_timed; `handoff`: call name →
     /// `[low_ns, high_ns, count]` per non-empty histogram bucket; `on_round_trip`: `from_cpu`,
     /// `to_cpu`, `round_trip_ns` {min, median, max, samples} of the runtime's `on()` measured
@@ -1043,6 +1043,12 @@ impl SummaryTable for Summary {
         }
         if self.unpinned > 0 {
             table.note(format!("{} process(es) could not pin their service threads", self.unpinned));
+        }
+        if self.inherited > 0 {
+            table.note(format!(
+                "{} of {} process(es) started their run-length predictor from what the processes before them learned",
+                self.inherited, self.processes
+            ));
         }
         for (arm, s) in &self.settled {
             table.note(format!(
