@@ -44,6 +44,12 @@ static TEST_STALL_NS: AtomicU64 = AtomicU64::new(0);
 pub static PIN_FAILED: AtomicU32 = AtomicU32::new(0);
 /// Service threads running in this process.
 static RUNNING: AtomicUsize = AtomicUsize::new(0);
+/// Service threads started by the last [`start`] that have pinned themselves and are about to
+/// serve (a futex word: [`start`] waits on it).
+static UP: AtomicU32 = AtomicU32::new(0);
+/// How long [`start`] waits for its threads to be up: a thread that is not up by then serves
+/// its lane when it is (calls withdraw at the stall timeout meanwhile).
+const UP_WAIT_NS: u64 = 10_000_000;
 /// The service threads (`pthread_t`, 0: none), joinable so [`stop`] can wait for them.
 static THREADS: [AtomicU64; MAX_LANES] = [const { AtomicU64::new(0) }; MAX_LANES];
 /// Set by [`stop`]: service threads leave after their current batch.
@@ -60,8 +66,13 @@ pub static POLLED_NS: [AtomicU64; MAX_LANES] = [const { AtomicU64::new(0) }; MAX
 /// itself), in ns. Look-ups in memory (a device's file system seen before) are not timed.
 pub static CHECKED_NS: [AtomicU64; MAX_LANES] = [const { AtomicU64::new(0) }; MAX_LANES];
 
-/// Starts `config.lanes` service threads. Returns false if a thread could not be created (the
-/// caller then runs everything locally).
+/// Starts `config.lanes` service threads and waits (at most [`UP_WAIT_NS`]) until they are up.
+/// Returns false if a thread could not be created (the caller then runs everything locally).
+///
+/// The wait keeps a new thread's first scheduling and pinning, 100-200 µs here, out of the
+/// first moved call's hand-off: a policy that measures what a move costs would otherwise take
+/// that one-off for the price of every move (`--policy predicted` floors its N at it, and
+/// moved nothing more for the rest of the process).
 ///
 /// # Safety
 /// No thread uses the lanes while this runs: it is called once per process, and once more in a
@@ -72,8 +83,10 @@ pub unsafe fn start(config: &ServiceConfig) -> bool {
     SERVICE_PID.store(sys::getpid(), SeqCst);
     memo::arm();
     RUNNING.store(0, SeqCst);
+    UP.store(0, SeqCst);
     STOP.store(false, SeqCst);
-    for lane in 0..config.lanes.min(MAX_LANES) {
+    let lanes = config.lanes.min(MAX_LANES);
+    for lane in 0..lanes {
         CPU_OF_LANE[lane].store(config.cpus[lane] as u64, SeqCst);
         // SAFETY: this function's contract: no thread uses the lane, and its service thread
         // starts below.
@@ -81,6 +94,15 @@ pub unsafe fn start(config: &ServiceConfig) -> bool {
         let Some(thread) = spawn(lane) else { return false };
         THREADS[lane].store(thread, SeqCst);
         RUNNING.fetch_add(1, SeqCst);
+    }
+    let deadline = sys::now_ns() + UP_WAIT_NS;
+    loop {
+        let up = UP.load(SeqCst);
+        let now = sys::now_ns();
+        if up as usize >= lanes || now >= deadline {
+            break;
+        }
+        corehop_sys::futex::wait(&UP, up, Some(deadline - now));
     }
     true
 }
@@ -136,6 +158,8 @@ extern "C" fn service_main(arg: *mut c_void) -> *mut c_void {
     // SAFETY: PR_SET_NAME reads a NUL-terminated name of at most 16 bytes; it names only
     // this thread.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"corehop-svc".as_ptr()) };
+    UP.fetch_add(1, SeqCst);
+    corehop_sys::futex::wake(&UP, u32::MAX);
     // Sleeps end after `IDLE_CHECK_NS` to look whether the program's threads are all gone
     // (they may leave with `pthread_exit` or a raw `exit`, and then only the service threads
     // would keep the process alive).
