@@ -146,21 +146,32 @@ pub fn is_regular(fd: i32) -> bool {
     ret == 0 && unsafe { st.assume_init() }.st_mode & libc::S_IFMT == libc::S_IFREG
 }
 
-/// Reads at most `out.len()` bytes of the file at `path` (NUL-terminated) with raw calls;
-/// returns how many, or `None` if it could not be opened or read.
-pub fn read_file(path: &core::ffi::CStr, out: &mut [u8]) -> Option<usize> {
-    let flags = libc::O_RDONLY | libc::O_CLOEXEC;
+/// Opens `path` (NUL-terminated) with raw calls, with `flags` (and `mode` if it creates the
+/// file), runs `f` on the descriptor and closes it; `None` if it could not be opened.
+fn with_open<R>(path: &CStr, flags: i32, mode: u32, f: impl FnOnce(i32) -> R) -> Option<R> {
     // SAFETY: openat reads the NUL-terminated path only.
     let fd = unsafe {
-        raw(libc::SYS_openat, [libc::AT_FDCWD as u64, path.as_ptr() as u64, flags as u64, 0, 0, 0])
+        raw(
+            libc::SYS_openat,
+            [libc::AT_FDCWD as u64, path.as_ptr() as u64, flags as u64, u64::from(mode), 0, 0],
+        )
     };
     if fd < 0 {
         return None;
     }
-    // SAFETY: read writes at most out.len() bytes into `out`.
-    let n = unsafe { raw(libc::SYS_read, [fd as u64, out.as_mut_ptr() as u64, out.len() as u64, 0, 0, 0]) };
-    // SAFETY: closes the descriptor opened just above.
+    let result = f(fd as i32);
+    // SAFETY: closes the descriptor opened above (and with it any lock `f` took).
     unsafe { raw(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]) };
+    Some(result)
+}
+
+/// Reads at most `out.len()` bytes of the file at `path` (NUL-terminated) with raw calls;
+/// returns how many, or `None` if it could not be opened or read.
+pub fn read_file(path: &CStr, out: &mut [u8]) -> Option<usize> {
+    let n = with_open(path, libc::O_RDONLY | libc::O_CLOEXEC, 0, |fd| {
+        // SAFETY: read writes at most out.len() bytes into `out`.
+        unsafe { raw(libc::SYS_read, [fd as u64, out.as_mut_ptr() as u64, out.len() as u64, 0, 0, 0]) }
+    })?;
     usize::try_from(n).ok()
 }
 
@@ -168,21 +179,13 @@ pub fn read_file(path: &core::ffi::CStr, out: &mut [u8]) -> Option<usize> {
 /// holding its lock `lock` (`LOCK_SH`, `LOCK_EX`), taken without waiting; `None` if any of that
 /// could not be had. Follows links (`/proc/PID/fd/N` is one); never waits on a FIFO.
 pub fn with_locked_file<R>(path: &CStr, access: i32, lock: i32, f: impl FnOnce(i32) -> R) -> Option<R> {
-    let flags = access | libc::O_CLOEXEC | libc::O_NONBLOCK;
-    // SAFETY: `path` is NUL-terminated; openat only reads it.
-    let fd = unsafe {
-        raw(libc::SYS_openat, [libc::AT_FDCWD as u64, path.as_ptr() as u64, flags as u64, 0, 0, 0])
-    };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: flock takes plain integers.
-    let locked = is_regular(fd as i32)
-        && unsafe { raw(libc::SYS_flock, [fd as u64, (lock | libc::LOCK_NB) as u64, 0, 0, 0, 0]) } == 0;
-    let result = locked.then(|| f(fd as i32));
-    // SAFETY: closes the descriptor opened above, and with it the lock.
-    unsafe { raw(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]) };
-    result
+    with_open(path, access | libc::O_CLOEXEC | libc::O_NONBLOCK, 0, |fd| {
+        // SAFETY: flock takes plain integers.
+        let locked = is_regular(fd)
+            && unsafe { raw(libc::SYS_flock, [fd as u64, (lock | libc::LOCK_NB) as u64, 0, 0, 0, 0]) } == 0;
+        locked.then(|| f(fd))
+    })
+    .flatten()
 }
 
 /// Reads the start of the file `fd` into `out` (`pread` at offset 0): the bytes read, or
@@ -394,18 +397,11 @@ pub fn append_to(path: &CStr, write: impl FnOnce(i32)) {
         | libc::O_CLOEXEC
         | libc::O_NOFOLLOW
         | libc::O_NONBLOCK;
-    // SAFETY: `path` is NUL-terminated; openat only reads it.
-    let fd = unsafe {
-        raw(libc::SYS_openat, [libc::AT_FDCWD as u64, path.as_ptr() as u64, flags as u64, 0o600, 0, 0])
-    };
-    if fd < 0 {
-        return;
-    }
-    if is_regular(fd as i32) {
-        write(fd as i32);
-    }
-    // SAFETY: closes the descriptor opened above.
-    unsafe { raw(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]) };
+    with_open(path, flags, 0o600, |fd| {
+        if is_regular(fd) {
+            write(fd);
+        }
+    });
 }
 
 #[cfg(test)]
