@@ -39,8 +39,11 @@ pub fn now_ns() -> u64 {
 /// reads that did not wait).
 #[inline]
 pub fn one_in(n: u32) -> bool {
-    let here = 0u8;
-    let stack = core::ptr::addr_of!(here) as usize;
+    // The address of a byte never written: a written one made the entry point's `pop` of the
+    // slot it shares wait for the store (a failed store-to-load forward, most of the fast
+    // path's cost in `perf annotate`).
+    let here = core::mem::MaybeUninit::<u8>::uninit();
+    let stack = here.as_ptr() as usize;
     // Threads' stacks lie at least 64 KiB apart; the multiplier spreads the region numbers.
     let slot = ((stack >> 16) as u32).wrapping_mul(0x9e37_79b1) >> (32 - COUNTDOWN_SLOTS.trailing_zeros());
     let countdown = &COUNTDOWNS[slot as usize].0;
