@@ -361,6 +361,32 @@ fn a_program_that_waits_on_a_pipe_starts_no_service_thread() {
 }
 
 #[test]
+fn calls_the_service_would_refuse_start_no_service_thread() {
+    // Reads and writes of character devices must stay with their caller. Even under `always`,
+    // they must not start a service thread only to be refused by it: a second thread makes
+    // glibc toggle cancellation around every later call of the process.
+    if !have("dd") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("stats.txt");
+    let out = Command::new("dd")
+        .args(["if=/dev/zero", "of=/dev/null", "bs=1", "count=2000", "status=none"])
+        .env("LD_PRELOAD", common::library())
+        .env("COREHOP_POLICY", "always")
+        .env("COREHOP_STATS_FILE", &stats)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let line = std::fs::read_to_string(&stats).unwrap();
+    assert!(line.contains(" polled_ns=0 "), "a service thread ran: {line}");
+    for call in ["read", "write"] {
+        let counts = line.split(' ').find_map(|field| field.strip_prefix(&format!("{call}="))).unwrap_or("");
+        assert!(counts.starts_with("2000:0:0:2000:"), "{call}s must all be kept: {line}");
+    }
+}
+
+#[test]
 fn every_policy_gives_identical_results() {
     let (_root, plain, offload) = dirs();
     input(&plain, &offload, "in.txt", &lines(30_000));

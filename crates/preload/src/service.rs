@@ -275,6 +275,12 @@ pub fn execute(request: &Request, checked_ns: &AtomicU64) -> Reply {
     Reply { ret, refused: false, signal, run_ns }
 }
 
+/// Whether [`execute`] would refuse `check`'s call before running it. Asked by a caller before
+/// any service thread runs: a call that must stay anyway then starts none.
+pub(crate) fn refuses(check: Check) -> bool {
+    checks_before(check) && must_stay_with_caller(check)
+}
+
 /// Whether [`must_stay_with_caller`] has anything to ask the kernel. An O_CREAT|O_EXCL open
 /// never opens an existing file (no FIFO or device to wait for): it creates a regular file or
 /// fails (EEXIST, ENOENT, EACCES on /proc alike for every thread), and a stat first would walk
