@@ -485,7 +485,7 @@ mod fs {
         let Some(f_type) = f_type() else { return Kind::Plain };
         let kind = kind_of(f_type);
         if let Some(at) = free {
-            // Racing service threads may both fill a slot; they write the same answer.
+            // Racing threads may both fill a slot; they write the same answer.
             KINDS[at].store(u64::from(kind == Kind::Stays), Release);
             DEVS[at].store(key, Release);
         }
