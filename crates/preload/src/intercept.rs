@@ -619,8 +619,7 @@ pub(crate) fn dispatch_as(
             request.filter(|r| !r.check.fds().iter().flatten().any(|&fd| memo::may_block(fd)))
         else {
             stats::bump(&counters.kept);
-            let chosen = !POLICY.keeps_all_local() && POLICY.decide(&call) == Some(true);
-            return run_kept(thread, counters, &call, local, chosen);
+            return run_local(thread, counters, &call, local);
         };
         match POLICY.decide(&call) {
             Some(true) => {}
@@ -639,7 +638,7 @@ pub(crate) fn dispatch_as(
         if SERVICE.load(Acquire) == UNINIT && service::refuses(request.check) {
             request.check.fds().iter().flatten().for_each(|&fd| memo::mark(fd));
             stats::bump(&counters.kept);
-            return run_kept(thread, counters, &call, local, true);
+            return run_refused(thread, counters, &call, local);
         }
         // A child sharing our memory must not reach our service threads (see CHECK_PID).
         if (CHECK_PID.load(Relaxed) && sys::getpid() != PID.load(Relaxed)) || !service_running(thread) {
@@ -667,7 +666,7 @@ pub(crate) fn dispatch_as(
             Outcome::Done(reply) if reply.refused => {
                 request.check.fds().iter().flatten().for_each(|&fd| memo::mark(fd));
                 stats::bump(&counters.kept);
-                run_kept(thread, counters, &call, local, true)
+                run_refused(thread, counters, &call, local)
             }
             Outcome::Done(reply) => {
                 stats::bump(&counters.offloaded);
@@ -716,18 +715,16 @@ fn run_local(
     local.timed(thread, counters, call)
 }
 
-/// [`run_local`] for a call that stays although it could not move, `chosen`: the policy
-/// chose to move it. Such a call is timed whenever the policy learns, so that a probe due on
-/// its key is taken by it. Untimed, the probe stayed due, and every call of the process took
-/// the full path until a timed one came: some 900 per probe in one-byte reads of /dev/zero.
-fn run_kept(
+/// [`run_local`] for a call the policy chose to move that the service refuses: timed whenever
+/// the policy learns, so that a probe due on its key is taken by it. Untimed, the probe stayed
+/// due until the next timed call of the process, and every call until then took the full path.
+fn run_refused(
     thread: &Thread,
     counters: &'static stats::Counters,
     call: &Desc,
     local: Stay<impl FnOnce() -> i64>,
-    chosen: bool,
 ) -> i64 {
-    if chosen && TIMING.load(Relaxed) {
+    if TIMING.load(Relaxed) {
         return local.timed(thread, counters, call);
     }
     run_local(thread, counters, call, local)
