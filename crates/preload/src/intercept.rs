@@ -632,6 +632,11 @@ pub(crate) fn dispatch_as(
                 return run_local(thread, counters, &call, local);
             }
         }
+        // A child sharing our memory must not reach our service threads (see CHECK_PID).
+        if CHECK_PID.load(Relaxed) && sys::getpid() != PID.load(Relaxed) {
+            stats::bump(&counters.busy);
+            return run_local(thread, counters, &call, local);
+        }
         // A call the service would refuse does not start it: once a process has a second
         // thread, glibc toggles cancellation around each of its calls for good (about 1 % of a
         // one-byte read of /dev/zero here).
@@ -640,8 +645,7 @@ pub(crate) fn dispatch_as(
             stats::bump(&counters.kept);
             return run_refused(thread, counters, &call, local);
         }
-        // A child sharing our memory must not reach our service threads (see CHECK_PID).
-        if (CHECK_PID.load(Relaxed) && sys::getpid() != PID.load(Relaxed)) || !service_running(thread) {
+        if !service_running(thread) {
             stats::bump(&counters.busy);
             return run_local(thread, counters, &call, local);
         }
