@@ -217,6 +217,34 @@ mod tests {
     }
 
     #[test]
+    fn shared_holders_never_overlap_an_exclusive_one() {
+        let cell = Arc::new(LockedCell::new(std::sync::atomic::AtomicI64::new(0)));
+        let threads: Vec<_> = (0..4)
+            .map(|i| {
+                let cell = Arc::clone(&cell);
+                std::thread::spawn(move || {
+                    for n in 0..20_000 {
+                        if (n + i) % 8 == 0 {
+                            // A writer marks the value for as long as it holds the lock.
+                            cell.exclusive(|inside| {
+                                assert_eq!(inside.swap(-1, Ordering::Relaxed), 0);
+                                inside.store(0, Ordering::Relaxed);
+                            });
+                        } else {
+                            cell.shared(|inside| {
+                                assert!(inside.fetch_add(1, Ordering::Relaxed) >= 0, "a reader met a writer");
+                                inside.fetch_sub(1, Ordering::Relaxed);
+                            });
+                        }
+                    }
+                })
+            })
+            .collect();
+        threads.into_iter().for_each(|t| t.join().unwrap());
+        assert_eq!(cell.lock().state.load(Ordering::Relaxed), 0, "every hold was given back");
+    }
+
+    #[test]
     fn a_lock_held_for_a_closure_is_released_after_it_also_on_panic() {
         let lock = OpLock::default();
         assert_eq!(lock.exclusive(|| 7), 7);
