@@ -641,9 +641,7 @@ pub(crate) fn dispatch_as(
         // thread, glibc toggles cancellation around each of its calls for good (about 1 % of a
         // one-byte read of /dev/zero here).
         if SERVICE.load(Acquire) == UNINIT && service::refuses(request.check) {
-            request.check.fds().iter().flatten().for_each(|&fd| memo::mark(fd));
-            stats::bump(&counters.kept);
-            return run_refused(thread, counters, &call, local);
+            return run_refused(thread, counters, &call, request, local);
         }
         if !service_running(thread) {
             stats::bump(&counters.busy);
@@ -667,11 +665,7 @@ pub(crate) fn dispatch_as(
         // The caller's polling cost: the whole wait if it never slept.
         stats::add(&stats::SPUN_NS, slept_after.unwrap_or(waited));
         match outcome {
-            Outcome::Done(reply) if reply.refused => {
-                request.check.fds().iter().flatten().for_each(|&fd| memo::mark(fd));
-                stats::bump(&counters.kept);
-                run_refused(thread, counters, &call, local)
-            }
+            Outcome::Done(reply) if reply.refused => run_refused(thread, counters, &call, request, local),
             Outcome::Done(reply) => {
                 stats::bump(&counters.offloaded);
                 stats::add(&counters.service_ns, reply.run_ns);
@@ -719,15 +713,19 @@ fn run_local(
     local.timed(thread, counters, call)
 }
 
-/// [`run_local`] for a call the policy chose to move that the service refuses: timed whenever
-/// the policy learns, so that a probe due on its key is taken by it. Untimed, the probe stayed
-/// due until the next timed call of the process, and every call until then took the full path.
+/// A call the policy chose to move that the service refuses: its descriptors' later calls
+/// stay without asking, it counts as kept, and it runs here, timed whenever the policy
+/// learns, so that a probe due on its key is taken by it. Untimed, the probe stayed due until
+/// the next timed call of the process, and every call until then took the full path.
 fn run_refused(
     thread: &Thread,
     counters: &'static stats::Counters,
     call: &Desc,
+    request: Request,
     local: Stay<impl FnOnce() -> i64>,
 ) -> i64 {
+    request.check.fds().iter().flatten().for_each(|&fd| memo::mark(fd));
+    stats::bump(&counters.kept);
     if TIMING.load(Relaxed) {
         return local.timed(thread, counters, call);
     }
