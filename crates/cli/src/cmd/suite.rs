@@ -6,10 +6,11 @@
 //! (min/median/max over the repetitions), the ratio of the medians and the median of the
 //! repetitions' own ratios (each offloaded run over the plain run next to it, which a slow
 //! spell of the disk or the host hits alike), whether every run's
-//! stdout, stderr and exit status matched the first plain run, and where the adaptive
+//! stdout, stderr and exit status matched an untimed plain run made first, and where the adaptive
 //! policy of the offloaded processes settled (from one more run with a summary: the timed runs
 //! write none, as a user's would not).
 
+use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::path::Path;
 
@@ -22,7 +23,8 @@ use corehop_bench::report::{fmt_ns, Interval, OutputArgs, Stats, Table};
 
 /// Real programs plain and under `corehop run --offload`, alternating, outputs compared.
 ///
-/// Programs (all read-only on the system; they write only in a temporary directory):
+/// Programs (all read-only on the system; each run writes only in an empty directory of its
+/// own, and all are removed when the suite ends):
 /// sqlite3 (150 durable transactions), tar-czf and tar-xzf (/usr/include/linux), cp-r (the same
 /// tree), find-grep (find | xargs grep), git (init, add and commit the tree, with fixed dates so
 /// the commit id is the same every run), python (imports and file I/O). Each prints a checksum
@@ -33,7 +35,8 @@ use corehop_bench::report::{fmt_ns, Interval, OutputArgs, Stats, Table};
 /// `corehop run --offload --policy POLICY -- PROGRAM` starts it, with its defaults: the same
 /// environment, library and CPUs, started from this process. corehop's own start, which typing
 /// `corehop run` adds, is measured apart and printed below the table. ×plain is the ratio of
-/// the median wall times; the target for the default policy is at most 1.02. paired is the
+/// the median wall times; the target for the default policy is at most 1.02. Before its timed
+/// runs, each program runs once plain, untimed, to warm the page cache. paired is the
 /// median over the repetitions of each offloaded run's time over its own plain run's (the two
 /// run back to back, so a slow spell of the disk or the host weighs on both): the steadier
 /// figure where a program's times swing from one repetition to the next. In brackets after it,
@@ -79,7 +82,8 @@ struct Program {
     name: &'static str,
     /// The executables it needs.
     needs: &'static [&'static str],
-    /// The shell script that runs it, in the suite's directory.
+    /// The shell script that runs it, in an empty directory of its own inside the suite's
+    /// (the inputs `prepare` makes are in `..`).
     script: &'static str,
 }
 
@@ -87,7 +91,7 @@ const PROGRAMS: [Program; 7] = [
     Program {
         name: "sqlite3",
         needs: &["sqlite3"],
-        script: "rm -f db.sqlite db.sqlite-journal && sqlite3 db.sqlite < txns.sql",
+        script: "sqlite3 db.sqlite < ../txns.sql",
     },
     Program {
         name: "tar-czf",
@@ -97,9 +101,9 @@ const PROGRAMS: [Program; 7] = [
     Program {
         name: "tar-xzf",
         needs: &["tar", "gzip", "md5sum"],
-        script: "rm -rf x && mkdir x && tar xzf linux.tgz -C x && find x -type f | LC_ALL=C sort | xargs cat | md5sum",
+        script: "mkdir x && tar xzf ../linux.tgz -C x && find x -type f | LC_ALL=C sort | xargs cat | md5sum",
     },
-    Program { name: "cp-r", needs: &["cp"], script: "rm -rf c && cp -r /usr/include/linux c && find c -type f | wc -l" },
+    Program { name: "cp-r", needs: &["cp"], script: "cp -r /usr/include/linux c && find c -type f | wc -l" },
     Program {
         name: "find-grep",
         needs: &["find", "xargs", "grep", "md5sum"],
@@ -108,12 +112,12 @@ const PROGRAMS: [Program; 7] = [
     Program {
         name: "git",
         needs: &["git"],
-        script: "rm -rf r.git && export GIT_DIR=r.git GIT_WORK_TREE=/usr/include/linux \
+        script: "export GIT_DIR=r.git GIT_WORK_TREE=/usr/include/linux \
                  GIT_AUTHOR_DATE='2026-01-01T00:00:00Z' GIT_COMMITTER_DATE='2026-01-01T00:00:00Z' \
                  GIT_CONFIG_NOSYSTEM=1 HOME=. && git init -q && git add -A && \
                  git -c user.name=corehop -c user.email=corehop@localhost commit -qm suite && git rev-parse HEAD",
     },
-    Program { name: "python", needs: &["python3"], script: "python3 files.py" },
+    Program { name: "python", needs: &["python3"], script: "python3 ../files.py" },
 ];
 
 const PYTHON: &str = r#"
@@ -239,6 +243,41 @@ fn added_cost(
     Ok(Some(Added { median_ns: with.median - base.median, min_ns: with.min - base.min }))
 }
 
+/// Runs of one program whose outputs stay on disk at once; past that, the oldest is removed
+/// before the next run (about 20 MB a run of git, cp-r and tar-xzf together).
+const KEPT_RUNS: usize = 64;
+
+/// A fresh, empty directory for each run of a program, each in a block group of its own (the
+/// suite's directory is marked as the top of a hierarchy). ext4 without a journal (as on this
+/// project's dev VM) skips, when it allocates an inode, every inode of the group freed in the
+/// last minutes: with a `rm -rf` of the last run's repository first, `git` ran 3-4 times
+/// slower, and its time grew with the runs (and anything else deleted) before it
+/// (docs/performance.md, forty-first session). What a run wrote is removed when the suite
+/// ends.
+struct RunDirs {
+    root: std::path::PathBuf,
+    program: &'static str,
+    made: usize,
+    kept: VecDeque<std::path::PathBuf>,
+}
+
+impl RunDirs {
+    /// The command that runs `program` in a fresh directory.
+    fn command(&mut self, program: &Program) -> anyhow::Result<Vec<OsString>> {
+        if self.kept.len() >= KEPT_RUNS {
+            if let Some(oldest) = self.kept.pop_front() {
+                std::fs::remove_dir_all(&oldest).with_context(|| format!("removing {}", oldest.display()))?;
+            }
+        }
+        let dir = self.root.join(format!("{}-{}", self.program, self.made));
+        std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        self.made += 1;
+        let script = format!("cd '{}' && {}", dir.display(), program.script);
+        self.kept.push_back(dir);
+        Ok(vec!["sh".into(), "-c".into(), script.into()])
+    }
+}
+
 /// The inputs the programs read: the SQLite script, the tarball, the Python script.
 fn prepare(dir: &Path) -> anyhow::Result<()> {
     let mut sql = String::from("PRAGMA journal_mode=DELETE;\nPRAGMA synchronous=FULL;\n");
@@ -289,6 +328,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let policy = args.policy.spec(None)?;
     let tmp = tempfile::Builder::new().prefix("corehop-suite-").tempdir()?;
     let dir = tmp.path();
+    // Best effort: elsewhere than ext4 there is nothing to spread (see `RunDirs`).
+    let _ = std::fs::File::open(dir).and_then(|d| sys::mark_top_directory(&d));
     prepare(dir)?;
     let mut report = Report {
         policy: policy.clone(),
@@ -324,13 +365,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let bar = corehop_bench::report::progress(runnable.len() as u64 * u64::from(reps) * 2, "runs");
     for program in runnable {
-        let script = format!("cd '{}' && {}", dir.display(), program.script);
-        let command: Vec<OsString> = vec!["sh".into(), "-c".into(), script.into()];
+        let mut dirs =
+            RunDirs { root: dir.to_path_buf(), program: program.name, made: 0, kept: VecDeque::new() };
         let cpus = args.policy.program_cpus(&allowed, &[service]);
         let mut times: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
-        let mut first = None;
-        let mut same = true;
         let mut settled = std::collections::BTreeMap::new();
+        // An untimed plain run first: it fills the page cache with what the program reads, which
+        // the first timed run would otherwise pay alone, and its output is the reference.
+        let warm_up = Launch { command: dirs.command(program)?, cpus: None, offload: None, capture: true };
+        let finished = warm_up.run().with_context(|| format!("running {}", program.name))?;
+        let reference = (finished.status, finished.output.unwrap_or_default());
+        let mut same = true;
         for rep in 0..reps {
             // Alternate which side goes first, so drifts hit both alike.
             let order = if rep % 2 == 0 { [false, true] } else { [true, false] };
@@ -338,25 +383,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 // Timed as a user runs it: no summary file (its write at each process's exit
                 // is not the library's cost); one more run below says where the policy settled.
                 let launch = Launch {
-                    command: command.clone(),
+                    command: dirs.command(program)?,
                     cpus: if with_offload { cpus.clone() } else { None },
                     offload: with_offload.then(|| offload.clone()),
                     capture: true,
                 };
                 let finished = launch.run().with_context(|| format!("running {}", program.name))?;
                 times[usize::from(with_offload)].push(finished.wall_ns as f64);
-                let (stdout, stderr) = finished.output.unwrap_or_default();
-                let this = (finished.status, stdout, stderr);
-                match &first {
-                    None if !with_offload => first = Some(this),
-                    None => {}
-                    Some(reference) => same &= *reference == this,
-                }
+                same &= reference == (finished.status, finished.output.unwrap_or_default());
                 bar.inc(1);
             }
         }
         let launch = Launch {
-            command: command.clone(),
+            command: dirs.command(program)?,
             cpus: cpus.clone(),
             offload: Some(Offload { stats_file: Some(super::run::stats_path()), ..offload.clone() }),
             capture: true,
@@ -370,7 +409,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             std::fs::write(&trace, super::run::TRACE_HEADER)
                 .with_context(|| format!("creating {}", trace.display()))?;
             let launch = Launch {
-                command: command.clone(),
+                command: dirs.command(program)?,
                 cpus: None,
                 offload: Some(Offload { policy: "never".into(), trace_file: Some(trace), ..offload.clone() }),
                 capture: true,
@@ -446,10 +485,11 @@ fn print(report: &Report, output: &OutputArgs, service: usize) -> anyhow::Result
             None => "(one repetition gives no interval)".to_string(),
         };
         table.note(format!(
-            "same run, alternating (the side that goes first alternates too); service CPU {service}; ×plain = offload \
+            "same run, alternating (the side that goes first alternates too), after an untimed plain run of each \
+             program, each run in a fresh directory; service CPU {service}; ×plain = offload \
              median / plain median; paired = median over the repetitions of offload / plain, each pair run back to \
              back, and in brackets where its true value lies, {chance} (distribution-free: the order statistics \
-             of a sign test); same output = stdout, stderr and exit status of every run equal to the first \
+             of a sign test); same output = stdout, stderr and exit status of every run equal to the untimed \
              plain run's (each program prints a checksum of the files it wrote); settled on = the arms the \
              adaptive policy's processes ended in"
         ));
