@@ -66,7 +66,7 @@ pub static POLLED_NS: [AtomicU64; MAX_LANES] = [const { AtomicU64::new(0) }; MAX
 /// itself), in ns. Look-ups in memory (a device's file system seen before) are not timed.
 pub static CHECKED_NS: [AtomicU64; MAX_LANES] = [const { AtomicU64::new(0) }; MAX_LANES];
 
-/// Starts `config.lanes` service threads and waits (at most [`UP_WAIT_NS`]) until they are up.
+/// Starts `config.lanes` service threads and waits (at most `UP_WAIT_NS`) until they are up.
 /// Returns false if a thread could not be created (the caller then runs everything locally).
 ///
 /// The wait keeps a new thread's first scheduling and pinning, 100-200 µs here, out of the
