@@ -256,23 +256,27 @@ const KEPT_RUNS: usize = 64;
 /// ends.
 struct RunDirs {
     root: std::path::PathBuf,
-    program: &'static str,
+    program: &'static Program,
     made: usize,
     kept: VecDeque<std::path::PathBuf>,
 }
 
 impl RunDirs {
-    /// The command that runs `program` in a fresh directory.
-    fn command(&mut self, program: &Program) -> anyhow::Result<Vec<OsString>> {
+    fn new(root: &Path, program: &'static Program) -> RunDirs {
+        RunDirs { root: root.to_path_buf(), program, made: 0, kept: VecDeque::new() }
+    }
+
+    /// The command that runs the program in a fresh directory.
+    fn command(&mut self) -> anyhow::Result<Vec<OsString>> {
         if self.kept.len() >= KEPT_RUNS {
             if let Some(oldest) = self.kept.pop_front() {
                 std::fs::remove_dir_all(&oldest).with_context(|| format!("removing {}", oldest.display()))?;
             }
         }
-        let dir = self.root.join(format!("{}-{}", self.program, self.made));
+        let dir = self.root.join(format!("{}-{}", self.program.name, self.made));
         std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
         self.made += 1;
-        let script = format!("cd '{}' && {}", dir.display(), program.script);
+        let script = format!("cd '{}' && {}", dir.display(), self.program.script);
         self.kept.push_back(dir);
         Ok(vec!["sh".into(), "-c".into(), script.into()])
     }
@@ -365,14 +369,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let bar = corehop_bench::report::progress(runnable.len() as u64 * u64::from(reps) * 2, "runs");
     for program in runnable {
-        let mut dirs =
-            RunDirs { root: dir.to_path_buf(), program: program.name, made: 0, kept: VecDeque::new() };
+        let mut dirs = RunDirs::new(dir, program);
         let cpus = args.policy.program_cpus(&allowed, &[service]);
         let mut times: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
         let mut settled = std::collections::BTreeMap::new();
         // An untimed plain run first: it fills the page cache with what the program reads, which
         // the first timed run would otherwise pay alone, and its output is the reference.
-        let warm_up = Launch { command: dirs.command(program)?, cpus: None, offload: None, capture: true };
+        let warm_up = Launch { command: dirs.command()?, cpus: None, offload: None, capture: true };
         let finished = warm_up.run().with_context(|| format!("running {}", program.name))?;
         let reference = (finished.status, finished.output.unwrap_or_default());
         let mut same = true;
@@ -383,7 +386,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 // Timed as a user runs it: no summary file (its write at each process's exit
                 // is not the library's cost); one more run below says where the policy settled.
                 let launch = Launch {
-                    command: dirs.command(program)?,
+                    command: dirs.command()?,
                     cpus: if with_offload { cpus.clone() } else { None },
                     offload: with_offload.then(|| offload.clone()),
                     capture: true,
@@ -395,7 +398,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
         }
         let launch = Launch {
-            command: dirs.command(program)?,
+            command: dirs.command()?,
             cpus: cpus.clone(),
             offload: Some(Offload { stats_file: Some(super::run::stats_path()), ..offload.clone() }),
             capture: true,
@@ -409,7 +412,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             std::fs::write(&trace, super::run::TRACE_HEADER)
                 .with_context(|| format!("creating {}", trace.display()))?;
             let launch = Launch {
-                command: dirs.command(program)?,
+                command: dirs.command()?,
                 cpus: None,
                 offload: Some(Offload { policy: "never".into(), trace_file: Some(trace), ..offload.clone() }),
                 capture: true,
