@@ -24,7 +24,8 @@ use corehop_bench::report::{fmt_ns, Interval, OutputArgs, Stats, Table};
 /// Real programs plain and under `corehop run --offload`, alternating, outputs compared.
 ///
 /// Programs (all read-only on the system; each run writes only in an empty directory of its
-/// own, and all are removed when the suite ends):
+/// own under $TMPDIR, default /tmp, and all are removed when the suite ends; set TMPDIR to
+/// measure on another file system: on a tmpfs, sqlite3's commits reach no disk):
 /// sqlite3 (150 durable transactions), tar-czf and tar-xzf (/usr/include/linux), cp-r (the same
 /// tree), find-grep (find | xargs grep), git (init, add and commit the tree, with fixed dates so
 /// the commit id is the same every run), python (imports and file I/O). Each prints a checksum
@@ -494,7 +495,8 @@ fn print(report: &Report, output: &OutputArgs, service: usize) -> anyhow::Result
              back, and in brackets where its true value lies, {chance} (distribution-free: the order statistics \
              of a sign test); same output = stdout, stderr and exit status of every run equal to the untimed \
              plain run's (each program prints a checksum of the files it wrote); settled on = the arms the \
-             adaptive policy's processes ended in"
+             adaptive policy's processes ended in, in one more run with a summary (where every process loads the \
+             library at its start)"
         ));
         if let Some(load) = &report.load {
             let what = match report.preloads {
