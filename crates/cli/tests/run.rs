@@ -952,6 +952,23 @@ fn the_run_suite_compares_real_programs_and_their_outputs() {
 }
 
 #[test]
+fn the_run_suite_writes_under_any_tmpdir_and_leaves_nothing_there() {
+    // A `'` and a space in the name: the suite's scripts `cd` there through sh.
+    let parent = tempfile::tempdir().unwrap();
+    let tmpdir = parent.path().join("it's here");
+    std::fs::create_dir(&tmpdir).unwrap();
+    let out = corehop()
+        .env("TMPDIR", &tmpdir)
+        .args(["bench", "run-suite", "--programs", "cp-r", "--quick", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["results"][0]["same_output"], true, "{report}");
+    assert_eq!(std::fs::read_dir(&tmpdir).unwrap().count(), 0, "the suite left files in TMPDIR");
+}
+
+#[test]
 fn an_empty_recording_says_which_programs_the_library_cannot_see() {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("t.csv");

@@ -12,6 +12,7 @@
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 
 use anyhow::{bail, Context};
@@ -277,9 +278,18 @@ impl RunDirs {
         let dir = self.root.join(format!("{}-{}", self.program.name, self.made));
         std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
         self.made += 1;
-        let script = format!("cd '{}' && {}", dir.display(), self.program.script);
+        // Quoted for sh: $TMPDIR may hold any byte, a `'` too.
+        let mut script = b"cd '".to_vec();
+        for &byte in dir.as_os_str().as_bytes() {
+            match byte {
+                b'\'' => script.extend_from_slice(br"'\''"),
+                _ => script.push(byte),
+            }
+        }
+        script.extend_from_slice(b"' && ");
+        script.extend_from_slice(self.program.script.as_bytes());
         self.kept.push_back(dir);
-        Ok(vec!["sh".into(), "-c".into(), script.into()])
+        Ok(vec!["sh".into(), "-c".into(), OsString::from_vec(script)])
     }
 }
 
@@ -379,6 +389,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let warm_up = Launch { command: dirs.command()?, cpus: None, offload: None, capture: true };
         let finished = warm_up.run().with_context(|| format!("running {}", program.name))?;
         let reference = (finished.status, finished.output.unwrap_or_default());
+        if !reference.0.success() {
+            bail!(
+                "{} failed when run plain ({}), so there is nothing to compare: {}",
+                program.name,
+                reference.0,
+                String::from_utf8_lossy(&reference.1 .1).trim()
+            );
+        }
         let mut same = true;
         for rep in 0..reps {
             // Alternate which side goes first, so drifts hit both alike.
@@ -538,4 +556,27 @@ fn print(report: &Report, output: &OutputArgs, service: usize) -> anyhow::Result
         corehop_bench::report::plot_bars(path, "offload / plain median wall time", "ratio", &bars)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static PWD: Program = Program { name: "pwd", needs: &[], script: "pwd" };
+
+    #[test]
+    fn each_run_starts_in_a_fresh_directory_whatever_the_name_of_its_parent() {
+        let parent = tempfile::tempdir().unwrap();
+        let root = parent.path().join("it's a \"dir\" $HOME");
+        std::fs::create_dir(&root).unwrap();
+        let mut dirs = RunDirs::new(&root, &PWD);
+        for run in 0..2 {
+            let command = dirs.command().unwrap();
+            let out = std::process::Command::new(&command[0]).args(&command[1..]).output().unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            let expected = root.join(format!("pwd-{run}"));
+            assert_eq!(String::from_utf8_lossy(&out.stdout).trim_end(), expected.to_str().unwrap());
+            assert_eq!(std::fs::read_dir(&expected).unwrap().count(), 0, "not empty");
+        }
+    }
 }
