@@ -389,12 +389,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let warm_up = Launch { command: dirs.command()?, cpus: None, offload: None, capture: true };
         let finished = warm_up.run().with_context(|| format!("running {}", program.name))?;
         let reference = (finished.status, finished.output.unwrap_or_default());
-        if !reference.0.success() {
+        let (status, (_, stderr)) = &reference;
+        if !status.success() {
             bail!(
-                "{} failed when run plain ({}), so there is nothing to compare: {}",
+                "{} failed when run plain ({status}), so there is nothing to compare: {}",
                 program.name,
-                reference.0,
-                String::from_utf8_lossy(&reference.1 .1).trim()
+                String::from_utf8_lossy(stderr).trim()
             );
         }
         let mut same = true;
