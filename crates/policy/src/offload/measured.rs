@@ -242,17 +242,18 @@ impl Slot {
 
     /// What a call of this key cost its caller (`cost`), clipped at twice the most the key's
     /// side it ran on is expected to cost: the larger of that side's estimate and the preferred
-    /// side's (`preferred`); before the side has one, the preferred side's plus the prior cost
-    /// of a move. A commit held up 5 to 30 times by the host is the host's doing, not the
-    /// side's: as a first sample of moving, it made the estimate, the probes' regret and the
-    /// risk of the next probe say "moving loses" for hundreds of commits: in a model of
+    /// side's (`preferred`); before the side has one, the preferred side's plus what a move
+    /// costs (`move_cost`, see [`Measured::move_cost`]). A commit held up 5 to 30 times by the
+    /// host is the host's doing, not the side's: as a first sample of moving, it made the
+    /// estimate, the probes' regret and the risk of the next probe say "moving loses" for
+    /// hundreds of commits: in a model of
     /// SQLite's commits (`tests/held_up_commits.rs`), 6-9 runs in 40 kept the commit key in
     /// place for most of the run. Unclipped while nothing is known.
-    fn clipped(&self, cost: CallCost, preferred: Option<f64>, config: &MeasuredConfig) -> f64 {
+    fn clipped(&self, cost: CallCost, preferred: Option<f64>, move_cost: f64) -> f64 {
         let side = if cost.moved { self.moved.mean() } else { self.local.mean() };
         let expected = match (side, preferred) {
             (Some(side), Some(preferred)) => side.max(preferred),
-            (None, Some(preferred)) => preferred + config.move_prior as f64,
+            (None, Some(preferred)) => preferred + move_cost,
             (Some(side), None) => side,
             (None, None) => f64::INFINITY,
         };
@@ -447,7 +448,7 @@ impl Measured {
         }
         let preferred_moving = slot.prefers_moving();
         let preferred = if preferred_moving { slot.moved.mean() } else { slot.local.mean() };
-        let caller = slot.clipped(cost, preferred, &config);
+        let caller = slot.clipped(cost, preferred, self.move_cost());
         if let (true, Some(local)) = (cost.moved, slot.local.mean()) {
             self.extra.add(caller - local);
         }
@@ -511,6 +512,17 @@ impl Measured {
         }
     }
 
+    /// What a move adds to a call of a key whose moves were not measured yet: what moves of
+    /// other keys added (`extra`), at least the prior. Where moves cost far more than the
+    /// prior (a closed-loop server whose service thread and caller both sleep between calls),
+    /// a first move clipped at the prior was booked at a fraction of its cost, and the other
+    /// arms, projected at the prior, looked nearly free to try (docs/performance.md,
+    /// "Forty-second session").
+    fn move_cost(&self) -> f64 {
+        let prior = self.config.move_prior as f64;
+        self.extra.mean().map_or(prior, |extra| extra.max(prior))
+    }
+
     /// What a probe of the side `slot` does not prefer may lose: for a key never moved, what
     /// moves of other keys added (`extra`), or the prior before any was measured.
     fn probe_risk(slot: &Slot, config: &MeasuredConfig, extra: Option<f64>) -> f64 {
@@ -527,7 +539,7 @@ impl Measured {
 
     /// What `call` is expected to cost its caller run here and moved, from its key's
     /// estimates; `cost` (what the call just cost) stands in for a side not measured yet, plus
-    /// the prior cost of a move for the moved side.
+    /// what a move costs ([`Measured::move_cost`]) for the moved side.
     pub fn expected_costs(&self, call: &CallDesc, cost: CallCost) -> (f64, f64) {
         let key = call.timed_key();
         let slot = self.slots.get(Self::index(key));
@@ -537,7 +549,7 @@ impl Measured {
         let moved = match slot.moved.mean().filter(|_| known) {
             Some(moved) => moved,
             None if cost.moved => cost.caller as f64,
-            None => local + self.config.move_prior as f64,
+            None => local + self.move_cost(),
         };
         (local, moved)
     }
