@@ -539,7 +539,7 @@ impl Measured {
 
     /// What `call` is expected to cost its caller run here and moved, from its key's
     /// estimates; `cost` (what the call just cost) stands in for a side not measured yet, plus
-    /// what a move costs ([`Measured::move_cost`]) for the moved side.
+    /// what moves of other keys measured to add (at least the prior) for the moved side.
     pub fn expected_costs(&self, call: &CallDesc, cost: CallCost) -> (f64, f64) {
         let key = call.timed_key();
         let slot = self.slots.get(Self::index(key));
