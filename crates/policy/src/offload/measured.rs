@@ -246,9 +246,9 @@ impl Slot {
     /// costs (`move_cost`, see [`Measured::move_cost`]). A commit held up 5 to 30 times by the
     /// host is the host's doing, not the side's: as a first sample of moving, it made the
     /// estimate, the probes' regret and the risk of the next probe say "moving loses" for
-    /// hundreds of commits: in a model of
-    /// SQLite's commits (`tests/held_up_commits.rs`), 6-9 runs in 40 kept the commit key in
-    /// place for most of the run. Unclipped while nothing is known.
+    /// hundreds of commits: in a model of SQLite's commits (`tests/held_up_commits.rs`), 6-9
+    /// runs in 40 kept the commit key in place for most of the run. Unclipped while nothing
+    /// is known.
     fn clipped(&self, cost: CallCost, preferred: Option<f64>, move_cost: f64) -> f64 {
         let side = if cost.moved { self.moved.mean() } else { self.local.mean() };
         let expected = match (side, preferred) {
