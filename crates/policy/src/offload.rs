@@ -1033,23 +1033,24 @@ mod tests {
     }
 
     /// Drives `policy` for `total` time units in epochs of `epoch` time units (as the
-    /// runtime does); a call takes `cost(decision)`. Returns (calls, time, calls moved).
+    /// runtime does); the `i`-th call is `call(i)` and costs `cost(decision)`. Returns
+    /// (calls, time, calls moved).
     fn drive_timed(
         policy: &mut OffloadPolicy,
         total: u64,
         epoch: u64,
-        cost: impl Fn(Decision) -> u64,
+        call: impl Fn(u64) -> CallDesc,
+        cost: impl Fn(Decision) -> CallCost,
     ) -> (u64, u64, u64) {
         let (mut calls, mut time, mut moved) = (0, 0, 0);
         let (mut epoch_start, mut epoch_calls) = (0, 0);
         while time < total {
-            let call = CallDesc::new(CallKind::Fstat, 3, 0, calls % 4);
+            let call = call(calls);
             let d = policy.decide(&call, 0);
-            let caller = cost(d);
-            let outcome =
-                if d == Decision::Offload { CallCost::moved(1300, caller) } else { CallCost::local(caller) };
+            let outcome = cost(d);
             policy.observe(&call, outcome);
-            (calls, time, moved) = (calls + 1, time + caller, moved + u64::from(d == Decision::Offload));
+            (calls, time, moved) =
+                (calls + 1, time + outcome.caller, moved + u64::from(d == Decision::Offload));
             if time - epoch_start >= policy.epoch_length(epoch) {
                 policy.epoch_end((calls - epoch_calls) as f64, time - epoch_start);
                 (epoch_start, epoch_calls) = (time, calls);
@@ -1064,12 +1065,10 @@ mod tests {
         // A moved fstat costs its caller 60 µs here (a cold service thread, two wake-ups):
         // one trial of `always` at the assumed 4× slowdown would lose many times the budget.
         // 2 s in epochs of 20 ms, as `corehop run` does.
-        let (calls, time, moved) = drive_timed(&mut p, 2_000_000_000, 20_000_000, |d| {
-            if d == Decision::Offload {
-                60_000
-            } else {
-                1300
-            }
+        let fstat = |i: u64| CallDesc::new(CallKind::Fstat, 3, 0, i % 4);
+        let (calls, time, moved) = drive_timed(&mut p, 2_000_000_000, 20_000_000, fstat, |d| match d {
+            Decision::Offload => CallCost::moved(1300, 60_000),
+            Decision::Local => CallCost::local(1300),
         });
         let slowdown = time as f64 / (calls * 1300) as f64;
         assert!(slowdown <= 1.012, "lost {:.2} % ({moved} calls moved)", (slowdown - 1.0) * 100.0);
@@ -1091,21 +1090,11 @@ mod tests {
             ];
             let mut p =
                 OffloadPolicy::Adaptive(Box::new(Adaptive::new(arms, PayoffConfig::default()).unwrap()));
-            let (mut calls, mut time, mut epoch_start, mut epoch_calls) = (0u64, 0, 0, 0);
-            while time < total {
-                let call =
-                    CallDesc::new(NAMED_KINDS[(calls % 12) as usize], 3, (calls % 2) << 13, calls % 12);
-                let cost = match p.decide(&call, 0) {
-                    Decision::Offload => CallCost::moved(60_000, 210_000),
-                    Decision::Local => CallCost::local(60_000),
-                };
-                p.observe(&call, cost);
-                (calls, time) = (calls + 1, time + cost.caller);
-                if time - epoch_start >= p.epoch_length(20_000_000) {
-                    p.epoch_end((calls - epoch_calls) as f64, time - epoch_start);
-                    (epoch_start, epoch_calls) = (time, calls);
-                }
-            }
+            let kinds = |i: u64| CallDesc::new(NAMED_KINDS[(i % 12) as usize], 3, (i % 2) << 13, i % 12);
+            let (calls, time, _) = drive_timed(&mut p, total, 20_000_000, kinds, |d| match d {
+                Decision::Offload => CallCost::moved(60_000, 210_000),
+                Decision::Local => CallCost::local(60_000),
+            });
             let OffloadPolicy::Adaptive(a) = &p else { unreachable!() };
             let trials = a.sampler().regret_share();
             assert!(trials <= PayoffConfig::default().regret_budget, "{total} ns: {}", a.describe());
