@@ -395,8 +395,9 @@ impl Adaptive {
 
     /// The arms learn from `call`: the arm in force from every call, a measured arm only from
     /// the calls it placed itself (its epochs), the others from the calls tallied after the
-    /// first epoch (see [`TALLIED_PER_EPOCH`]); with a measured arm, each arm's expected cost
-    /// of those calls adds to the epoch's tally.
+    /// first epoch while a round is near or under way ([`ArmSampler::round_soon`], and see
+    /// [`TALLIED_PER_EPOCH`]); with a measured arm, each arm's expected cost of those calls
+    /// adds to the epoch's tally.
     ///
     /// A measured arm that also learned from other arms' trials took their moves as its own
     /// probes, outside its probe budget: one trial of `always` gave every key a few moved
@@ -411,7 +412,11 @@ impl Adaptive {
             return;
         }
         self.tallied = self.tallied.saturating_add(1);
-        if !self.past_first_epoch {
+        // Between rounds nothing reads the tallies: an epoch's expected costs are dropped at
+        // its end, and an arm's table serves only its trials. Tallied in every epoch, the
+        // arms' learning made the adaptive policy cost a staying call 2.5 times what it does
+        // now (`cargo bench -p corehop-policy`; docs/performance.md, "Forty-third session").
+        if !self.past_first_epoch || !self.sampler.round_soon() {
             return;
         }
         // The arms not in force learn from these calls only: their tables serve their trials,
@@ -1160,7 +1165,7 @@ mod tests {
     }
 
     #[test]
-    fn arms_not_in_force_learn_only_after_the_first_epoch() {
+    fn arms_not_in_force_learn_only_after_the_first_epoch_and_near_a_round() {
         let OffloadPolicy::Adaptive(mut a) = "adaptive:measured+predicted:time:20000".parse().unwrap() else {
             panic!("adaptive")
         };
@@ -1173,10 +1178,23 @@ mod tests {
             a.observe(&call, CallCost::local(5_000));
         }
         assert_eq!(source(&a, &call), Source::Cold, "a process inside its first epoch pays for one arm");
-        a.epoch_end(100.0, 100_000);
-        for _ in 0..10 {
-            a.observe(&call, CallCost::local(5_000));
+        let mut epochs = 0;
+        loop {
+            a.epoch_end(100.0, 100_000);
+            epochs += 1;
+            for _ in 0..10 {
+                a.observe(&call, CallCost::local(5_000));
+            }
+            if a.sampler.round_soon() {
+                break;
+            }
+            assert_eq!(
+                source(&a, &call),
+                Source::Cold,
+                "no round near, epoch {epochs}: nothing to learn for"
+            );
         }
+        assert!(epochs > 1, "the warm-up outlasts the epochs a round is prepared in");
         assert_eq!(source(&a, &call), Source::Local);
     }
 

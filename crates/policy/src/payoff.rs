@@ -278,6 +278,9 @@ pub struct ArmSampler {
     taken_back: u32,
 }
 
+/// See [`ArmSampler::round_soon`]: the epochs a driver prepares a round in.
+pub const ROUND_SOON: u32 = 2;
+
 /// How many of the incumbent's epochs [`Recent`] keeps.
 const RECENT: usize = 8;
 
@@ -421,6 +424,16 @@ impl ArmSampler {
                 Epoch { arm: *arm, trial: true, divisor: self.trial_divisor(*arm) }
             }
             _ => Epoch { arm: self.incumbent, trial: false, divisor: self.config.trial_divisor },
+        }
+    }
+
+    /// Whether a round may begin within the next [`ROUND_SOON`] epochs, or is under way: only
+    /// then does a driver's model of the arms it has not run (their tables, their expected
+    /// slowdown) serve a decision.
+    pub fn round_soon(&self) -> bool {
+        match self.phase {
+            Phase::Run { left } => left <= ROUND_SOON,
+            Phase::Round { .. } => true,
         }
     }
 
