@@ -616,12 +616,12 @@ impl Bench {
         let (single, batched) = (Registry::new(self, &dirs)?, Registry::new(self, &dirs)?);
         // (passes, passes following routes) of each registry when the measured runs began.
         let mut gate_start = [(0, 0); 2];
-        // Schedulers take turns within each repetition, the first one rotating, so a drift of
-        // the host (it moves the vCPUs) hits them alike.
+        // Schedulers take turns within each repetition (`report::turn`), so a drift of the
+        // host (it moves the vCPUs) hits them alike.
         let mut samples: [Vec<f64>; SCHEDULERS.len()] = Default::default();
         for rep in 0..=self.reps {
             for turn in 0..SCHEDULERS.len() {
-                let which = (turn + rep) % SCHEDULERS.len();
+                let which = report::turn(rep, turn, SCHEDULERS.len());
                 let run = self.new_run(&dirs, popularity);
                 let ms = if rep == 0 { self.warmup_ms() } else { self.ms };
                 let rate = match SCHEDULERS[which] {

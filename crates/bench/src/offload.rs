@@ -547,11 +547,10 @@ fn measure(
         bar.inc(1);
         let mut samples: Vec<Samples> = choices.iter().map(|_| Samples::default()).collect();
         for rep in 0..counts.reps {
-            // Each repetition starts one policy later, so no policy always follows the same
-            // one (the service core's polling state and the sockets of the run before carry
-            // over) and none always runs first.
+            // The service core's polling state and the sockets of the run before carry over:
+            // see `report::turn`.
             for k in 0..choices.len() {
-                let i = (k + rep) % choices.len();
+                let i = report::turn(rep, k, choices.len());
                 let choice = &choices[i];
                 bar.set_message(format!("{} {}", workload.name(), choice.name()));
                 let before = cores.stats()[0];

@@ -456,10 +456,10 @@ fn bench(args: &Args) -> anyhow::Result<Report> {
     let bar = report::progress(total, "pipeline");
     let mut runs: Vec<Vec<Measured>> = configs.iter().map(|_| Vec::new()).collect();
     for rep in 0..args.reps {
-        // The first configuration rotates, so each follows a different one each repetition: what
-        // one leaves behind (a host that moved the vCPUs, parked cores) hits them alike.
+        // What one leaves behind (a host that moved the vCPUs, parked cores) hits them alike:
+        // see `report::turn`.
         for k in 0..configs.len() {
-            let i = (k + rep) % configs.len();
+            let i = report::turn(rep, k, configs.len());
             runs[i].push(measure(&machine, &args, &configs[i])?);
             bar.inc(1);
         }

@@ -397,6 +397,20 @@ pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
     bar
 }
 
+/// Which of `n` contenders runs `k`-th in repetition `rep`: the first moves on by one each
+/// repetition, and every other repetition runs backwards. What a run leaves behind (a service
+/// thread still polling, sockets, a host that just moved the vCPUs) then falls on each
+/// contender from a different one in turn. Turned only, each would follow the same one every
+/// time but when it ran first.
+pub fn turn(rep: usize, k: usize, n: usize) -> usize {
+    let first = rep % n;
+    if rep.is_multiple_of(2) {
+        (first + k) % n
+    } else {
+        (first + n - k % n) % n
+    }
+}
+
 /// Repetitions a benchmark takes at most: each one's figures are kept until the end.
 pub const MAX_REPS: usize = 10_000;
 /// Milliseconds one measured run may last at most (ten minutes).
@@ -420,6 +434,27 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn turns_run_each_contender_once_and_vary_who_runs_before_it() {
+        for n in 1..=7 {
+            let mut before: Vec<std::collections::BTreeSet<usize>> = vec![Default::default(); n];
+            for rep in 0..2 * n {
+                let order: Vec<usize> = (0..n).map(|k| turn(rep, k, n)).collect();
+                let mut sorted = order.clone();
+                sorted.sort_unstable();
+                assert_eq!(sorted, (0..n).collect::<Vec<_>>(), "rep {rep} of {n}: {order:?}");
+                for pair in order.windows(2) {
+                    before[pair[1]].insert(pair[0]);
+                }
+            }
+            for (i, seen) in before.iter().enumerate() {
+                assert!(seen.len() >= (n - 1).min(2), "{i} of {n} ran after only {seen:?}");
+            }
+            let firsts: std::collections::BTreeSet<usize> = (0..n).map(|rep| turn(rep, 0, n)).collect();
+            assert_eq!(firsts.len(), n, "each runs first once in {n} repetitions");
+        }
+    }
 
     #[test]
     fn plot_paths_are_svg_files_in_folders_that_exist() {
