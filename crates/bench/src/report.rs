@@ -397,9 +397,9 @@ pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
     bar
 }
 
-/// Which of `n` contenders runs `k`-th in repetition `rep`: the first moves on by one each
-/// repetition, and every other repetition runs backwards. What a run leaves behind (a service
-/// thread still polling, sockets, a host that just moved the vCPUs) then falls on each
+/// Which of `n` contenders runs `k`-th (`k < n`) in repetition `rep`: the first moves on by
+/// one each repetition, and every other repetition runs backwards. What a run leaves behind (a
+/// service thread still polling, sockets, a host that just moved the vCPUs) then falls on each
 /// contender from a different one in turn. Turned only, each would follow the same one every
 /// time but when it ran first.
 pub fn turn(rep: usize, k: usize, n: usize) -> usize {
@@ -407,7 +407,7 @@ pub fn turn(rep: usize, k: usize, n: usize) -> usize {
     if rep.is_multiple_of(2) {
         (first + k) % n
     } else {
-        (first + n - k % n) % n
+        (first + n - k) % n
     }
 }
 
