@@ -325,8 +325,6 @@ pub struct Measured {
     probes: u64,
     /// Slots whose next call may move (see [`Measured::moves_nothing`]).
     active: u32,
-    /// Whether any call has moved yet.
-    moved_any: bool,
     /// What a move added to a call's cost, over every key whose cost in place was known when
     /// it moved (negative where the caller gets on with other work meanwhile): what a first
     /// probe of another key is expected to lose, in place of [`MeasuredConfig::move_prior`].
@@ -369,7 +367,6 @@ impl Measured {
             regret: 0.0,
             probes: 0,
             active: 0,
-            moved_any: false,
             extra: RunningMean::default(),
             handoff: RunningMean::default(),
             draws: Draws::default(),
@@ -443,7 +440,6 @@ impl Measured {
     fn learn_into(&mut self, slot: &mut Slot, cost: CallCost, weight: u32) {
         let config = self.config;
         self.elapsed += cost.caller as f64 * f64::from(weight);
-        self.moved_any |= cost.moved;
         if cost.moved {
             self.handoff.add(cost.caller.saturating_sub(cost.run) as f64);
         }
@@ -504,7 +500,7 @@ impl Measured {
             slot.countdown = slot.backoff;
             return;
         }
-        let risk = if self.moved_any {
+        let risk = if self.moved_any() {
             Self::probe_risk(slot, &config, self.extra.mean())
         } else {
             config.first_move_prior as f64
@@ -515,6 +511,11 @@ impl Measured {
             // Look again after a few more calls have added to the budget.
             slot.countdown = slot.backoff;
         }
+    }
+
+    /// Whether any call has moved yet.
+    fn moved_any(&self) -> bool {
+        self.handoff.mean().is_some()
     }
 
     /// What a move adds to a call of a key whose moves were not measured yet: what moves of
@@ -875,7 +876,7 @@ mod tests {
         let learned = calls_until_moving(&mut m).expect("openat never moved");
         // Without a measured move, the same openat waits for the prior to be paid for.
         let mut fresh = Measured::new(config).unwrap();
-        fresh.moved_any = true;
+        fresh.handoff.add(0.0);
         let unlearned = calls_until_moving(&mut fresh);
         assert!(learned < 100, "{learned} calls");
         assert!(unlearned.is_none_or(|n| n > 10 * learned), "{unlearned:?} against {learned}");
