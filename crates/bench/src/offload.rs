@@ -50,15 +50,18 @@ pub mod uring;
 /// --json prints `{hop_round_trip_ns, app_cpu, service_cpu, shared_cpu, results: [{workload,
 /// policy, ops, throughput: {min, median, max, samples}, vs_never, paired_vs_never,
 /// best_fixed: null | {policy, ratio, paired_ratio, paired_interval: {low, high, coverage} |
-/// null}, p50_ns, p99_ns, offloaded, app_busy,
+/// null}, head_to_head: null | {policy, pairs, throughput: {min, median, max, samples},
+/// fixed_throughput: {...}, ratio, paired_ratio, paired_interval}, p50_ns, p99_ns, offloaded,
+/// app_busy,
 /// service_busy, service_thread_busy, ended_on}], handoff: {batch, rows: [{mechanism, call,
 /// runs_on, round_trip_ns: {min, median, max, samples}, vs_sqpoll}], skipped: [reason]}}`
 /// (busy values are fractions of wall time; paired ratios are medians over the repetitions of
 /// the ratio within one repetition; `best_fixed`: for predicted, measured and tuned, the
 /// fixed rule (never, always, size, static) with the best median in the run, and where the
 /// paired ratio's true value lies with the chance given (`corehop bench run-suite --help`
-/// says how); `ended_on`: for
-/// `tuned`, the arm each repetition ended in, as printed under the table, else empty).
+/// says how); `head_to_head`: for `tuned`, it and that best fixed rule measured again, in
+/// `--head-to-head` pairs of back-to-back runs (see there); `ended_on`: for `tuned`, the arm
+/// each repetition ended in, as printed under the table, else empty).
 #[derive(clap::Args, Clone)]
 pub struct Args {
     /// Policies to compare (comma-separated): never, always, size (the 4 KB rule), static
@@ -99,6 +102,12 @@ pub struct Args {
     /// Round trips per hand-off batch [default: 2000; 200 with --quick].
     #[arg(long)]
     pub handoff_batch: Option<usize>,
+    /// After each workload's sweep, run `tuned` and the sweep's best fixed rule this many more
+    /// times each, back to back, alternating which goes first (0: skip) [default: 5; 1 with
+    /// --quick]. The rule that won the sweep won it partly on luck (it is the best of four
+    /// noisy medians); measured again beside `tuned` it is a fair baseline.
+    #[arg(long)]
+    pub head_to_head: Option<usize>,
     /// CPU for the application (default: the first this process may use).
     #[arg(long)]
     pub app_cpu: Option<usize>,
@@ -313,6 +322,7 @@ struct Row {
     /// For an adaptive policy: the fixed rule with the best median in this run, and this
     /// policy's median over it, plainly and paired by repetition.
     best_fixed: Option<BestFixed>,
+    head_to_head: Option<HeadToHead>,
     p50_ns: f64,
     p99_ns: f64,
     offloaded: f64,
@@ -329,6 +339,23 @@ struct BestFixed {
     ratio: f64,
     paired_ratio: f64,
     /// Where the paired ratio's true value lies (`None` with one repetition).
+    paired_interval: Option<report::Interval>,
+}
+
+/// `tuned` against the sweep's best fixed rule, measured again beside it.
+#[derive(Serialize)]
+struct HeadToHead {
+    /// The fixed rule.
+    policy: &'static str,
+    pairs: usize,
+    /// `tuned`'s throughput in these runs.
+    throughput: Stats,
+    fixed_throughput: Stats,
+    /// `tuned`'s median over the rule's.
+    ratio: f64,
+    /// The median over pairs of `tuned`'s run over the rule's.
+    paired_ratio: f64,
+    /// Where that median's true value lies (`None` with one pair).
     paired_interval: Option<report::Interval>,
 }
 
@@ -412,6 +439,7 @@ struct Counts {
     requests: usize,
     handoff_reps: usize,
     handoff_batch: usize,
+    head_to_head: usize,
 }
 
 /// `corehop bench offload`: runs every policy on every workload, prints the table (or JSON).
@@ -446,14 +474,15 @@ const MAX_OPS: usize = 10_000_000;
 
 /// Validates the arguments, starts the service core and measures every policy.
 fn collect(args: &Args) -> anyhow::Result<Output> {
-    let (reps, txns, requests, handoff_reps, handoff_batch) =
-        if args.output.quick { (1, 40, 200, 3, 200) } else { (5, 1000, 20000, 15, 2000) };
+    let (reps, txns, requests, handoff_reps, handoff_batch, pairs) =
+        if args.output.quick { (1, 40, 200, 3, 200, 1) } else { (5, 1000, 20000, 15, 2000, 5) };
     let counts = Counts {
         reps: args.reps.unwrap_or(reps),
         txns: args.txns.unwrap_or(txns),
         requests: args.requests.unwrap_or(requests),
         handoff_reps: args.handoff_reps.unwrap_or(handoff_reps),
         handoff_batch: args.handoff_batch.unwrap_or(handoff_batch),
+        head_to_head: args.head_to_head.unwrap_or(pairs),
     };
     // Every transaction's and request's latency is kept: 8 bytes each.
     report::check_range("--reps", counts.reps, 1..=report::MAX_REPS)?;
@@ -461,6 +490,7 @@ fn collect(args: &Args) -> anyhow::Result<Output> {
     report::check_range("--requests", counts.requests, 1..=MAX_OPS)?;
     report::check_range("--handoff-reps", counts.handoff_reps, 0..=1000)?;
     report::check_range("--handoff-batch", counts.handoff_batch, 1..=1_000_000)?;
+    report::check_range("--head-to-head", counts.head_to_head, 0..=report::MAX_REPS)?;
     // A second at most: past that a spin is a busy CPU, not a wait.
     report::check_range("--caller-spin-us", args.caller_spin_us, 0..=1_000_000)?;
     report::check_range("--idle-spin-us", args.idle_spin_us, 0..=1_000_000)?;
@@ -524,7 +554,9 @@ fn measure(
         )?)
     };
     let bench = Bench { counts, seed: args.seed, cores, app_cpu, dir: scratch.path() };
-    let bar = report::progress((workloads.len() * (1 + counts.reps * choices.len())) as u64, "offload");
+    let pairs = if choices.contains(&PolicyChoice::Tuned) { counts.head_to_head } else { 0 };
+    let bar =
+        report::progress((workloads.len() * (1 + counts.reps * choices.len() + 2 * pairs)) as u64, "offload");
     let mut results = vec![];
     for &workload in workloads {
         let data = match workload {
@@ -545,6 +577,13 @@ fn measure(
         let profile =
             StaticProfile::from_profile(served.profile.iter().map(|(call, run)| (call.kind, *run)), hop_ns);
         bar.inc(1);
+        let caller_spin_ns = workload.caller_spin_ns(args.caller_spin_us);
+        let throughput = |choice: PolicyChoice| -> anyhow::Result<f64> {
+            bar.set_message(format!("{} {}", workload.name(), choice.name()));
+            let (run, _) =
+                bench.one(workload, choice.build(hop_ns, caller_spin_ns, &profile)?, false, &data)?;
+            Ok(run.ops as f64 * 1e9 / run.wall_ns.max(1) as f64)
+        };
         let mut samples: Vec<Samples> = choices.iter().map(|_| Samples::default()).collect();
         for rep in 0..counts.reps {
             // The service core's polling state and the sockets of the run before carry over:
@@ -554,7 +593,6 @@ fn measure(
                 let choice = &choices[i];
                 bar.set_message(format!("{} {}", workload.name(), choice.name()));
                 let before = cores.stats()[0];
-                let caller_spin_ns = workload.caller_spin_ns(args.caller_spin_us);
                 let (run, served) =
                     bench.one(workload, choice.build(hop_ns, caller_spin_ns, &profile)?, false, &data)?;
                 let after = cores.stats()[0];
@@ -586,12 +624,35 @@ fn measure(
             .zip(&samples)
             .filter(|(c, _)| c.is_fixed())
             .max_by(|a, b| median(a.1).total_cmp(&median(b.1)))
-            .map(|(c, s)| (c.name(), median(s), s.throughput.clone()));
+            .map(|(&c, s)| (c, median(s), s.throughput.clone()));
+        let head_to_head = match best {
+            Some((fixed, ..)) if pairs > 0 => {
+                let (tuned, base) = report::back_to_back(
+                    pairs,
+                    || throughput(PolicyChoice::Tuned),
+                    || throughput(fixed),
+                    || bar.inc(1),
+                )?;
+                let stats = |runs: &[f64]| Stats::of(runs).context("pairs >= 1");
+                let (tuned_stats, fixed_stats) = (stats(&tuned)?, stats(&base)?);
+                Some(HeadToHead {
+                    policy: fixed.name(),
+                    pairs,
+                    ratio: tuned_stats.median / fixed_stats.median.max(f64::MIN_POSITIVE),
+                    paired_ratio: paired(&tuned, &base),
+                    paired_interval: report::paired_interval(&tuned, &base),
+                    throughput: tuned_stats,
+                    fixed_throughput: fixed_stats,
+                })
+            }
+            _ => None,
+        };
+        let mut head_to_head = head_to_head;
         let never_median = median(&samples[0]);
         for (choice, s) in choices.iter().zip(samples) {
             let throughput = Stats::of(&s.throughput).ok_or_else(|| anyhow::anyhow!("no samples"))?;
-            let best_fixed = best.as_ref().filter(|_| !choice.is_fixed()).map(|(name, m, reps)| BestFixed {
-                policy: name,
+            let best_fixed = best.as_ref().filter(|_| !choice.is_fixed()).map(|(fixed, m, reps)| BestFixed {
+                policy: fixed.name(),
                 ratio: throughput.median / m,
                 paired_ratio: paired(&s.throughput, reps),
                 paired_interval: report::paired_interval(&s.throughput, reps),
@@ -605,6 +666,7 @@ fn measure(
                 vs_never: throughput.median / never_median,
                 paired_vs_never: paired(&s.throughput, &never),
                 best_fixed,
+                head_to_head: if *choice == PolicyChoice::Tuned { head_to_head.take() } else { None },
                 p50_ns: report::percentile(&s.latencies, 50.0).unwrap_or(f64::NAN),
                 p99_ns: report::percentile(&s.latencies, 99.0).unwrap_or(f64::NAN),
                 offloaded: if s.calls == 0 { 0.0 } else { s.offloaded as f64 / s.calls as f64 },
@@ -693,6 +755,19 @@ fn table(out: &Output) -> Table {
                 r.workload, r.policy, b.ratio, b.policy, b.paired_ratio
             ));
         }
+        if let Some(h) = &r.head_to_head {
+            let interval =
+                h.paired_interval.map_or(String::new(), |i| format!(" ({} {})", i.range(3), i.chance()));
+            t.note(format!(
+                "{} {} head to head with {}, {} of back-to-back runs: {:.3}× by the medians, paired {:.3}{interval}",
+                r.workload,
+                r.policy,
+                h.policy,
+                if h.pairs == 1 { "1 pair".to_string() } else { format!("{} pairs", h.pairs) },
+                h.ratio,
+                h.paired_ratio
+            ));
+        }
     }
     t.note("app CPU: CPU time of the app threads / wall; svc work: time offloaded calls ran (blocking included) / wall; svc CPU: service thread CPU time (idle polling included) / wall");
     for r in out.results.iter().filter(|r| !r.ended_on.is_empty()) {
@@ -726,6 +801,7 @@ pub fn tour() -> anyhow::Result<()> {
         requests: Some(2000),
         handoff_reps: Some(0),
         handoff_batch: None,
+        head_to_head: Some(0),
         app_cpu: None,
         service_cpu: None,
         caller_spin_us: 10,
@@ -775,6 +851,7 @@ mod tests {
             vs_never,
             paired_vs_never: vs_never,
             best_fixed: None,
+            head_to_head: None,
             p50_ns: 1.0,
             p99_ns: 2.0,
             offloaded: 0.0,

@@ -545,7 +545,7 @@ fn interval_text(interval: Option<report::Interval>) -> String {
 }
 
 /// Runs the controller and `fixed` (the sweep's best, `row`) `pairs` times each, back to
-/// back, alternating which goes first, so that the host's slow and fast moments fall on both.
+/// back ([`report::back_to_back`]).
 fn head_to_head(
     machine: &Machine,
     args: &Args,
@@ -555,18 +555,12 @@ fn head_to_head(
     row: &Row,
     bar: &indicatif::ProgressBar,
 ) -> anyhow::Result<HeadToHead> {
-    let (mut ctl, mut base) = (Vec::new(), Vec::new());
-    for pair in 0..pairs {
-        let order = if pair % 2 == 0 { [true, false] } else { [false, true] };
-        for controller_now in order {
-            if controller_now {
-                ctl.push(measure(machine, args, controller)?);
-            } else {
-                base.push(measure(machine, args, fixed)?);
-            }
-            bar.inc(1);
-        }
-    }
+    let (ctl, base) = report::back_to_back(
+        pairs,
+        || measure(machine, args, controller),
+        || measure(machine, args, fixed),
+        || bar.inc(1),
+    )?;
     let (controller_fps, fixed_fps) = (Stats::of(&fps(&ctl)), Stats::of(&fps(&base)));
     let (controller_fps, fixed_fps) = controller_fps.zip(fixed_fps).context("pairs >= 1")?;
     Ok(HeadToHead {

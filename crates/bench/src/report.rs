@@ -411,6 +411,29 @@ pub fn turn(rep: usize, k: usize, n: usize) -> usize {
     }
 }
 
+/// Runs `a` and `b` `pairs` times each, back to back, `a` first in even pairs and `b` first in
+/// odd ones, so that the host's slow and fast moments fall on both; returns their results in
+/// pair order. `done` is called after every run (a progress bar's tick).
+pub fn back_to_back<T>(
+    pairs: usize,
+    mut a: impl FnMut() -> anyhow::Result<T>,
+    mut b: impl FnMut() -> anyhow::Result<T>,
+    mut done: impl FnMut(),
+) -> anyhow::Result<(Vec<T>, Vec<T>)> {
+    let (mut runs_a, mut runs_b) = (Vec::with_capacity(pairs), Vec::with_capacity(pairs));
+    for pair in 0..pairs {
+        for a_now in [pair % 2 == 0, pair % 2 == 1] {
+            if a_now {
+                runs_a.push(a()?);
+            } else {
+                runs_b.push(b()?);
+            }
+            done();
+        }
+    }
+    Ok((runs_a, runs_b))
+}
+
 /// Repetitions a benchmark takes at most: each one's figures are kept until the end.
 pub const MAX_REPS: usize = 10_000;
 /// Milliseconds one measured run may last at most (ten minutes).
@@ -454,6 +477,28 @@ mod tests {
             let firsts: std::collections::BTreeSet<usize> = (0..n).map(|rep| turn(rep, 0, n)).collect();
             assert_eq!(firsts.len(), n, "each runs first once in {n} repetitions");
         }
+    }
+
+    #[test]
+    fn back_to_back_pairs_alternate_who_goes_first() {
+        let order = std::cell::RefCell::new(String::new());
+        let (a, b) = back_to_back(
+            3,
+            || {
+                order.borrow_mut().push('a');
+                Ok(order.borrow().len())
+            },
+            || {
+                order.borrow_mut().push('b');
+                Ok(order.borrow().len())
+            },
+            || order.borrow_mut().push('.'),
+        )
+        .unwrap();
+        assert_eq!(order.into_inner(), "a.b.b.a.a.b.");
+        assert_eq!((a, b), (vec![1, 7, 9], vec![3, 5, 11]));
+        let failed = back_to_back(2, || Ok(1), || anyhow::bail!("no"), || {});
+        assert!(failed.is_err(), "an error ends the pairs");
     }
 
     #[test]

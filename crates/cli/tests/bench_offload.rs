@@ -81,6 +81,7 @@ fn tiny_run_reports_every_policy_against_never() {
         } else {
             assert!(best.is_null(), "a fixed rule is not held against itself: {best}");
         }
+        assert!(r["head_to_head"].is_null(), "no tuned, no head-to-head runs: {r}");
         let t = &r["throughput"];
         assert_eq!(t["samples"], 2);
         assert!(t["min"].as_f64().unwrap() <= t["median"].as_f64().unwrap());
@@ -140,6 +141,7 @@ fn bad_flags_are_clear_errors() {
         (vec!["--policies", "sometimes"], "unknown policy \"sometimes\""),
         (vec!["--workloads", "tpcc"], "unknown workload \"tpcc\""),
         (vec!["--reps", "0"], "--reps must be between 1 and 10000"),
+        (vec!["--head-to-head", "99999"], "--head-to-head must be between 0 and 10000"),
         (vec!["--app-cpu", "4000"], "--app-cpu 4000 is not one this process may use"),
         (vec!["--service-cpu", "4000"], "service CPU 4000 is not one this process may run on"),
     ] {
@@ -205,14 +207,16 @@ fn handoff_rows_put_the_service_core_next_to_io_uring_or_say_why_not() {
 }
 
 #[test]
-fn tuned_says_which_arm_each_repetition_ended_in() {
+fn tuned_says_which_arm_each_repetition_ended_in_and_meets_the_best_rule_again() {
     let out = tiny_offload(&[
         "--workloads",
         "sqlite,files",
         "--policies",
-        "tuned",
+        "always,tuned",
         "--handoff-reps",
         "0",
+        "--head-to-head",
+        "3",
         "--json",
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -224,8 +228,33 @@ fn tuned_says_which_arm_each_repetition_ended_in() {
             "tuned" => {
                 assert_eq!(ended.len(), 2, "{r}");
                 assert!(ended.iter().all(|arm| !arm.is_empty()), "{r}");
+                // Measured again beside the rule that won the sweep, three pairs.
+                let h = &r["head_to_head"];
+                assert_eq!(h["policy"], r["best_fixed"]["policy"], "{r}");
+                assert_eq!(h["pairs"], 3);
+                assert_eq!(h["throughput"]["samples"], 3);
+                assert_eq!(h["fixed_throughput"]["samples"], 3);
+                let medians = h["throughput"]["median"].as_f64().unwrap()
+                    / h["fixed_throughput"]["median"].as_f64().unwrap();
+                assert!((h["ratio"].as_f64().unwrap() - medians).abs() < 1e-9, "{h}");
+                let interval = &h["paired_interval"];
+                let paired = h["paired_ratio"].as_f64().unwrap();
+                assert!(interval["low"].as_f64().unwrap() <= paired, "{h}");
+                assert!(paired <= interval["high"].as_f64().unwrap(), "{h}");
             }
-            _ => assert!(ended.is_empty(), "{r}"),
+            _ => {
+                assert!(ended.is_empty(), "{r}");
+                assert!(r["head_to_head"].is_null(), "{r}");
+            }
         }
     }
+    // Without pairs, no head-to-head.
+    let v = common::json_of(
+        &[
+            &TINY_OFFLOAD[..],
+            &["--workloads", "files", "--policies", "tuned", "--head-to-head", "0", "--json"],
+        ]
+        .concat(),
+    );
+    assert!(v["results"].as_array().unwrap().iter().all(|r| r["head_to_head"].is_null()), "{v}");
 }
