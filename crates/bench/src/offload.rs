@@ -625,7 +625,7 @@ fn measure(
             .filter(|(c, _)| c.is_fixed())
             .max_by(|a, b| median(a.1).total_cmp(&median(b.1)))
             .map(|(&c, s)| (c, median(s), s.throughput.clone()));
-        let head_to_head = match best {
+        let mut head_to_head = match best {
             Some((fixed, ..)) if pairs > 0 => {
                 let (tuned, base) = report::back_to_back(
                     pairs,
@@ -647,7 +647,6 @@ fn measure(
             }
             _ => None,
         };
-        let mut head_to_head = head_to_head;
         let never_median = median(&samples[0]);
         for (choice, s) in choices.iter().zip(samples) {
             let throughput = Stats::of(&s.throughput).ok_or_else(|| anyhow::anyhow!("no samples"))?;
