@@ -279,6 +279,13 @@ pub struct Run {
     pub latencies_ns: Vec<f64>,
 }
 
+impl Run {
+    /// Operations completed per second.
+    fn per_s(&self) -> f64 {
+        self.ops as f64 * 1e9 / self.wall_ns.max(1) as f64
+    }
+}
+
 /// What the application side did during a run.
 pub struct Served {
     /// The application thread's offloader counters.
@@ -578,11 +585,9 @@ fn measure(
             StaticProfile::from_profile(served.profile.iter().map(|(call, run)| (call.kind, *run)), hop_ns);
         bar.inc(1);
         let caller_spin_ns = workload.caller_spin_ns(args.caller_spin_us);
-        let throughput = |choice: PolicyChoice| -> anyhow::Result<f64> {
+        let run_once = |choice: PolicyChoice| -> anyhow::Result<(Run, Served)> {
             bar.set_message(format!("{} {}", workload.name(), choice.name()));
-            let (run, _) =
-                bench.one(workload, choice.build(hop_ns, caller_spin_ns, &profile)?, false, &data)?;
-            Ok(run.ops as f64 * 1e9 / run.wall_ns.max(1) as f64)
+            bench.one(workload, choice.build(hop_ns, caller_spin_ns, &profile)?, false, &data)
         };
         let mut samples: Vec<Samples> = choices.iter().map(|_| Samples::default()).collect();
         for rep in 0..counts.reps {
@@ -590,14 +595,11 @@ fn measure(
             // see `report::turn`.
             for k in 0..choices.len() {
                 let i = report::turn(rep, k, choices.len());
-                let choice = &choices[i];
-                bar.set_message(format!("{} {}", workload.name(), choice.name()));
                 let before = cores.stats()[0];
-                let (run, served) =
-                    bench.one(workload, choice.build(hop_ns, caller_spin_ns, &profile)?, false, &data)?;
+                let (run, served) = run_once(choices[i])?;
                 let after = cores.stats()[0];
                 let s = &mut samples[i];
-                s.throughput.push(run.ops as f64 * 1e9 / run.wall_ns.max(1) as f64);
+                s.throughput.push(run.per_s());
                 s.latencies.extend(run.latencies_ns);
                 s.ops += run.ops;
                 s.wall_ns += run.wall_ns;
@@ -629,8 +631,8 @@ fn measure(
             Some((fixed, ..)) if pairs > 0 => {
                 let (tuned, base) = report::back_to_back(
                     pairs,
-                    || throughput(PolicyChoice::Tuned),
-                    || throughput(fixed),
+                    || run_once(PolicyChoice::Tuned).map(|(run, _)| run.per_s()),
+                    || run_once(fixed).map(|(run, _)| run.per_s()),
                     || bar.inc(1),
                 )?;
                 let stats = |runs: &[f64]| Stats::of(runs).context("pairs >= 1");
