@@ -47,11 +47,11 @@ fn hand_built_trace_gives_the_known_scores() {
 #[test]
 fn each_process_starts_from_what_the_one_before_it_learned_unless_fresh() {
     // Two processes, as `corehop run --record-trace` writes them (each block at its exit):
-    // every fstat runs 5 µs, each process calls it from a call site of its own.
+    // every fstat runs 8 µs, each process calls it from a call site of its own.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("two.csv");
     let block =
-        |pid: u32, site: u32| format!("# pid {pid}\n") + &format!("fstat,3,0,{site},5000\n").repeat(20);
+        |pid: u32, site: u32| format!("# pid {pid}\n") + &format!("fstat,3,0,{site},8000\n").repeat(20);
     std::fs::write(&path, format!("call,fd,size,site,run_ns\n{}{}", block(10, 1), block(11, 2))).unwrap();
     let timed_right = |start: &str| {
         let v = json(&[
@@ -59,7 +59,7 @@ fn each_process_starts_from_what_the_one_before_it_learned_unless_fresh() {
             "--trace",
             path.to_str().unwrap(),
             "--thresholds",
-            "1000",
+            "5000",
             "--start",
             start,
             "--json",
@@ -69,8 +69,8 @@ fn each_process_starts_from_what_the_one_before_it_learned_unless_fresh() {
             v[0]["forms"].as_array().unwrap().iter().find(|f| f["form"] == "time1500").unwrap().clone();
         (timed["decisions"][0]["right"].as_f64().unwrap() * 40.0).round() as u32
     };
-    // Fresh, each process gets its first calls wrong until it has learned; inherited, only
-    // the first process does.
+    // Fresh, each process gets its first calls wrong until it has learned (N is above what
+    // a cold start takes a call to run); inherited, only the first process does.
     let (fresh, inherited) = (timed_right("fresh"), timed_right("inherited"));
     assert!(fresh <= 40 - 2 * 2, "fresh: {fresh} of 40 right");
     assert_eq!(inherited, fresh + (40 - fresh) / 2, "inherited: {inherited} of 40 right, fresh {fresh}");
@@ -250,10 +250,12 @@ fn timed_form_beats_constant_rules_on_recorded_programs() {
     assert!(mean >= constant_mean + 0.05, "mean {mean}, the constant rule's {constant_mean}");
 }
 
-/// Fifteen more programs, recorded after the predictor was tuned and never tuned on (several
-/// short, several of many processes): starting each process from what the last one to end
-/// learned must do at least as well as starting each alone, on average and in the points
-/// below the best constant rule, and better on the traces of many processes.
+/// Fifteen more programs, recorded after the predictor was tuned, on a slower day (several
+/// short, several of many processes): as on the recorded ones, right ≥ 90 % of the time over
+/// all programs and N and nowhere more than half a point below the best constant rule; and
+/// starting each process from what the last one to end learned must do at least as well as
+/// starting each alone, on average and in the points below the best constant rule, and
+/// better over the traces of many processes (each within a call or two of it).
 #[test]
 fn held_out_programs_start_better_from_what_the_run_learned() {
     let traces = csv_traces("held-out");
@@ -265,7 +267,7 @@ fn held_out_programs_start_better_from_what_the_run_learned() {
         for trace in &traces {
             args.extend(["--trace", trace]);
         }
-        let (mut sum, mut points, mut below, mut many) = (0.0, 0, 0, Vec::new());
+        let (mut sum, mut points, mut below, mut many, mut worst) = (0.0, 0, 0, Vec::new(), 0.0f64);
         for report in json(&args).as_array().unwrap() {
             let timed = report["forms"].as_array().unwrap().iter().find(|f| f["form"] == "time1500").unwrap();
             let mut trace_sum = 0.0;
@@ -273,18 +275,28 @@ fn held_out_programs_start_better_from_what_the_run_learned() {
                 let (right, constant) = (d["right"].as_f64().unwrap(), d["best_constant"].as_f64().unwrap());
                 (sum, points, trace_sum) = (sum + right, points + 1, trace_sum + right);
                 below += usize::from(right < constant - 1e-9);
+                worst = worst.max(constant - right);
             }
             if report["processes"].as_u64().unwrap() > 5 {
                 many.push((report["trace"].as_str().unwrap().to_string(), trace_sum));
             }
         }
-        (sum / f64::from(points), below, many)
+        (sum / f64::from(points), below, many, worst)
     };
     let (fresh, inherited) = (score("fresh"), score("inherited"));
+    assert!(inherited.0 >= 0.90, "mean right {}", inherited.0);
+    assert!(inherited.3 <= 0.005, "a point {} below the constant", inherited.3);
     assert!(inherited.0 >= fresh.0, "mean right: inherited {} < fresh {}", inherited.0, fresh.0);
     assert!(inherited.1 <= fresh.1, "points below: inherited {} > fresh {}", inherited.1, fresh.1);
     assert!(!inherited.2.is_empty());
     for ((name, alone), (_, handed_on)) in fresh.2.iter().zip(&inherited.2) {
-        assert!(handed_on > alone, "{name}: inherited {handed_on} <= fresh {alone} (sums over N)");
+        assert!(*handed_on >= alone - 0.01, "{name}: inherited {handed_on} < fresh {alone} (sums over N)");
     }
+    let total = |many: &[(String, f64)]| many.iter().map(|(_, sum)| sum).sum::<f64>();
+    assert!(
+        total(&inherited.2) > total(&fresh.2),
+        "many processes: inherited {:?}, fresh {:?}",
+        inherited.2,
+        fresh.2
+    );
 }

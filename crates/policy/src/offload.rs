@@ -1141,7 +1141,7 @@ mod tests {
         assert!(p.keeps_all_local(), "measured starts with nothing moving");
         moves_long_calls(&mut p, 100, 700_000);
 
-        let mut p: OffloadPolicy = "predicted:time:2000".parse().unwrap();
+        let mut p: OffloadPolicy = "predicted:time:5000".parse().unwrap();
         let stat = CallDesc::new(CallKind::Fstat, 3, 0, 2);
         for _ in 0..50 {
             assert_eq!(p.decide(&stat, 0), Decision::Local);

@@ -34,7 +34,8 @@
 //! process of the same run on the same machine: [`RunLengthPredictor::learned`] hands that
 //! on, and [`RunLengthPredictor::start_from`] starts a new process's predictor from it (the
 //! paper's predictor lived in the kernel, one for every process). A short process then does
-//! not lose its first calls to a cold start.
+//! not lose its first calls to a cold start. A process that starts from nothing takes its
+//! first calls to run [`COLD_RUN`] (3 µs), as first calls do, until its own runs say more.
 //!
 //! Units are whatever the caller observes in (the runtime uses nanoseconds, the simulator
 //! cycles); the predictor only compares and averages them.
@@ -424,6 +425,9 @@ struct Timed {
     any: Recent,
     /// How often any call ran above the threshold, in 1/65536, decayed by 1/256 a call.
     above_share: u32,
+    /// Whether no call has been seen and nothing handed on: the plain majority then follows
+    /// [`COLD_RUN`].
+    cold: bool,
     /// Whether the keys' decisions or the plain majority of all calls have been right more
     /// often lately: a counter in `-TRUST_KEYS..=TRUST_KEYS`, the keys' while it is >= 0.
     trust_keys: i32,
@@ -456,6 +460,15 @@ const TRUST_KEYS: i32 = 32;
 const KEYS_START: i32 = -6;
 /// [`Timed::above_share`] keeps `1 - 1/2^ANY_DECAY_SHIFT` of itself per call.
 const ANY_DECAY_SHIFT: u32 = 8;
+/// What the plain majority takes a call to run before any has been seen. A process's first
+/// calls run long (cold caches, first-touch faults): the first call of each of the 30 checked-in
+/// traces ran 1.9-207 µs, on fast days and slow. So below this threshold the majority starts
+/// at "above", at the tie, and the first calls that run shorter turn it; at or above it, it
+/// starts firmly at "below", as every majority did before. Starting all at "below" cost the
+/// first six or so calls of every slow trace at N = 1 and 2 µs (docs/performance.md,
+/// forty-sixth session). In nanoseconds; a caller counting cycles gets a prior of 3000
+/// cycles, which its first calls correct as they would any other.
+const COLD_RUN: u64 = 3_000;
 /// Observations between two counts of the slots above a threshold that has moved (a count
 /// reads every used slot; between counts the one at the older threshold stays exact).
 const RECOUNT_EVERY: u32 = 64;
@@ -467,6 +480,7 @@ impl Timed {
             kinds: vec![Recent::default(); NAMED_KINDS.len() + 1],
             any: Recent::default(),
             above_share: 0,
+            cold: true,
             trust_keys: KEYS_START,
             used: vec![0; entries.div_ceil(64)],
             above_slots: 0,
@@ -483,7 +497,7 @@ impl Timed {
     /// above. Exact without reading the table: every slot that learns updates the count.
     fn all_below(&self, n: u64) -> bool {
         if self.trust_keys < 0 {
-            self.above_share < 0x8000
+            !self.majority_above(n)
         } else {
             // "Above" only gets rarer as the threshold rises.
             self.above_slots == 0 && self.counted_at.is_some_and(|at| at <= n)
@@ -574,6 +588,15 @@ impl Timed {
         if self.trust_keys >= 0 {
             self.above_by_keys(key, kind, n)
         } else {
+            self.majority_above(n)
+        }
+    }
+
+    /// Whether the plain majority of all calls says above `n`.
+    fn majority_above(&self, n: u64) -> bool {
+        if self.cold {
+            COLD_RUN > n
+        } else {
             self.above_share >= 0x8000
         }
     }
@@ -594,11 +617,14 @@ impl Timed {
     /// above `n` or not.
     fn score(&mut self, key: u64, kind: Option<CallKind>, n: u64, ended_above: bool) {
         let by_keys = self.above_by_keys(key, kind, n) == ended_above;
-        let by_majority = (self.above_share >= 0x8000) == ended_above;
+        let by_majority = self.majority_above(n) == ended_above;
         if by_keys && !by_majority {
             self.trust_keys = (self.trust_keys + 1).min(TRUST_KEYS);
         } else if by_majority && !by_keys {
             self.trust_keys = (self.trust_keys - 1).max(-TRUST_KEYS);
+        }
+        if self.cold {
+            (self.above_share, self.cold) = (if COLD_RUN > n { 0x8000 } else { 0 }, false);
         }
         let target = if ended_above { 0xffff } else { 0 };
         self.above_share = if target > self.above_share {
@@ -682,7 +708,7 @@ impl Timed {
             *kind = recents.next().expect("a Recent per kind");
         }
         self.any = recents.next().expect("a Recent for any call");
-        self.above_share = learned.0[LEARNED_WORDS - 2];
+        (self.above_share, self.cold) = (learned.0[LEARNED_WORDS - 2], false);
         self.trust_keys = learned.0[LEARNED_WORDS - 1] as i32;
         // Counted anew at the next observation; until then no driver skips asking.
         (self.counted_at, self.none_above_lately) = (None, None);
@@ -1249,7 +1275,8 @@ mod tests {
         let mut p = RunLengthPredictor::new(TableForm::TIMED).unwrap();
         let short = CallDesc::new(CallKind::Fstat, 3, 0, 1);
         let long = CallDesc::new(CallKind::Fsync, 3, 0, 2);
-        assert!(p.all_below(1000), "before any run, the plain majority decides: nothing moves");
+        assert!(!p.all_below(1000), "before any run, the first calls are taken to run COLD_RUN");
+        assert!(p.all_below(COLD_RUN), "... so nothing moves at N from COLD_RUN up");
         for _ in 0..20 {
             p.observe_call(&short, 300, 1000);
         }
@@ -1260,6 +1287,25 @@ mod tests {
         }
         assert!(!p.all_below(1000));
         assert!(p.above_call(&long, 1000));
+    }
+
+    #[test]
+    fn a_cold_process_takes_its_first_calls_to_run_long_until_they_say_otherwise() {
+        let (low, high) = (COLD_RUN / 3, COLD_RUN * 2);
+        let open = CallDesc::new(CallKind::Openat, 3, 0, 1);
+        let mut p = RunLengthPredictor::new(TableForm::TIMED).unwrap();
+        assert!(p.above_call(&open, low), "a first call runs long");
+        assert!(!p.above_call(&open, high), "... but not that long");
+        // One short call, and the plain majority is at "below" (a fresh table of another
+        // threshold learns the same way).
+        p.observe_call(&open, low / 2, low);
+        assert!(!p.above_call(&CallDesc::new(CallKind::Fstat, 4, 0, 2), low));
+        // Long calls keep it at "above".
+        let mut p = RunLengthPredictor::new(TableForm::TIMED).unwrap();
+        for _ in 0..3 {
+            p.observe_call(&open, high, low);
+        }
+        assert!(p.above_call(&CallDesc::new(CallKind::Fstat, 4, 0, 2), low));
     }
 
     #[test]
@@ -1370,16 +1416,17 @@ mod tests {
 
     #[test]
     fn a_process_that_starts_from_what_another_learned_decides_its_first_calls_by_it() {
-        let n = 1_000;
-        // The first process: every fstat ran 5 µs, above N, from one call site.
+        let n = 5_000;
+        // The first process: every fstat ran 8 µs, above N, from one call site.
         let mut first = timed();
         for _ in 0..50 {
-            first.observe_call(&CallDesc::new(CallKind::Fstat, 3, 0, 0x4000), 5_000, n);
+            first.observe_call(&CallDesc::new(CallKind::Fstat, 3, 0, 0x4000), 8_000, n);
         }
         let learned = first.learned().expect("the timed form hands on what it learned");
         assert_eq!(Learned::from_words(learned.words()), Some(learned.clone()));
         // The next process calls fstat from another site (another program, another load
-        // address): a fresh predictor says "below", one started from the first says "above".
+        // address): a fresh predictor says "below" (N is above COLD_RUN), one started from the
+        // first says "above".
         let call = CallDesc::new(CallKind::Fstat, 4, 0, 0x9000);
         let mut next = timed();
         assert!(!next.above_call(&call, n));
