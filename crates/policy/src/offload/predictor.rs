@@ -1296,8 +1296,7 @@ mod tests {
         let mut p = RunLengthPredictor::new(TableForm::TIMED).unwrap();
         assert!(p.above_call(&open, low), "a first call runs long");
         assert!(!p.above_call(&open, high), "... but not that long");
-        // One short call, and the plain majority is at "below" (a fresh table of another
-        // threshold learns the same way).
+        // One short call, and the plain majority says "below", for a call of any other key too.
         p.observe_call(&open, low / 2, low);
         assert!(!p.above_call(&CallDesc::new(CallKind::Fstat, 4, 0, 2), low));
         // Long calls keep it at "above".
