@@ -76,6 +76,29 @@ fn each_process_starts_from_what_the_one_before_it_learned_unless_fresh() {
     assert_eq!(inherited, fresh + (40 - fresh) / 2, "inherited: {inherited} of 40 right, fresh {fresh}");
 }
 
+/// The summary over several traces names the points where a form fell below the best constant
+/// rule, with the calls it lost there: each trace's calls all run 8 µs, so at N = 5 µs (above
+/// what a cold start takes a call to run) the timed form gets its first calls wrong and
+/// "always" gets none.
+#[test]
+fn the_summary_names_the_points_below_the_constant() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = |name: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, format!("call,fd,size,site,run_ns\n{}", "fstat,3,0,1,8000\n".repeat(20)))
+            .unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let (a, b) = (trace("a.csv"), trace("b.csv"));
+    let out = corehop(&["predict", "--thresholds", "5000", "--trace", &a, &b]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.starts_with("time1500 below the constant at:")).expect(&text);
+    for name in ["a.csv", "b.csv"] {
+        assert!(line.contains(&format!("{name} N=5.00 µs: ")) && line.contains(" of 20 calls"), "{line}");
+    }
+}
+
 #[test]
 fn recorded_traces_replay_with_sane_scores() {
     for name in ["sqlite.strace", "tar.strace", "python.strace"] {

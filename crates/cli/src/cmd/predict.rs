@@ -366,8 +366,35 @@ fn summary(reports: &[TraceReport]) -> Option<Table> {
     let constant = |r: &TraceReport, i: usize| r.forms[0].decisions[i].best_constant;
     t.row(averaged("best constant", &constant, "-".into()));
     t.note("below constant: (trace, N) points where the form was right less often than always or never offloading, whichever was better on that trace");
+    for (f, form) in first.forms.iter().enumerate() {
+        if let Some(points) = points_below(reports, f) {
+            t.note(format!("{} below the constant at: {points}", form.form));
+        }
+    }
     Some(t)
 }
+
+/// Where form `f` fell below the best constant rule, by how many calls: "trace N=…: k calls"
+/// for each point, if there are some and few enough (at most [`POINTS_NAMED`]) to read.
+fn points_below(reports: &[TraceReport], f: usize) -> Option<String> {
+    let points: Vec<String> = reports
+        .iter()
+        .flat_map(|r| r.forms[f].decisions.iter().map(move |d| (r, d)))
+        .filter(|(_, d)| d.right < d.best_constant)
+        .map(|(r, d)| {
+            let name = std::path::Path::new(&r.trace)
+                .file_name()
+                .map_or(r.trace.clone(), |n| n.to_string_lossy().into());
+            let calls = ((d.best_constant - d.right) * r.calls as f64).round();
+            format!("{name} N={}: {calls} of {} calls", report::fmt_ns(d.n_ns as f64), r.calls)
+        })
+        .collect();
+    (!points.is_empty() && points.len() <= POINTS_NAMED).then(|| points.join("; "))
+}
+
+/// Points below the constant a summary names one by one, at most (a form below it nearly
+/// everywhere is told by its count).
+const POINTS_NAMED: usize = 12;
 
 fn plot(path: &std::path::Path, reports: &[TraceReport]) -> anyhow::Result<()> {
     let mut series = vec![];
