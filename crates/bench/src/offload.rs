@@ -53,15 +53,16 @@ pub mod uring;
 /// null}, head_to_head: null | {policy, pairs, throughput: {min, median, max, samples},
 /// fixed_throughput: {...}, ratio, paired_ratio, paired_interval}, p50_ns, p99_ns, offloaded,
 /// app_busy,
-/// service_busy, service_thread_busy, ended_on}], handoff: {batch, rows: [{mechanism, call,
+/// service_busy, service_thread_busy, ended_on, sampling_rounds}], handoff: {batch, rows: [{mechanism, call,
 /// runs_on, round_trip_ns: {min, median, max, samples}, vs_sqpoll}], skipped: [reason]}}`
 /// (busy values are fractions of wall time; paired ratios are medians over the repetitions of
 /// the ratio within one repetition; `best_fixed`: for predicted, measured and tuned, the
 /// fixed rule (never, always, size, static) with the best median in the run, and where the
 /// paired ratio's true value lies with the chance given (`corehop bench run-suite --help`
 /// says how); `head_to_head`: for `tuned`, it and that best fixed rule measured again, in
-/// `--head-to-head` pairs of back-to-back runs (see there); `ended_on`: for `tuned`, the arm
-/// each repetition ended in, as printed under the table, else empty).
+/// `--head-to-head` pairs of back-to-back runs (see there); `ended_on` and `sampling_rounds`:
+/// for `tuned`, the arm each repetition ended in and the sampling rounds it completed, as
+/// printed under the table, else empty).
 #[derive(clap::Args, Clone)]
 pub struct Args {
     /// Policies to compare (comma-separated): never, always, size (the 4 KB rule), static
@@ -294,14 +295,25 @@ pub struct Served {
     pub cpu_ns: u64,
     /// Every call of a profiling run with its run length.
     pub profile: Vec<(corehop_policy::offload::CallDesc, u64)>,
-    /// The arm an adaptive policy ended the run in (`None`: not adaptive).
-    pub ended_on: Option<String>,
+    /// Where an adaptive policy ended the run (`None`: not adaptive).
+    pub ended_on: Option<Ended>,
 }
 
-/// The arm an adaptive policy is in now (`None`: not adaptive).
-pub fn ended_on(policy: &OffloadPolicy) -> Option<String> {
+/// Where an adaptive policy ended a run.
+pub struct Ended {
+    /// The arm it was in.
+    pub arm: String,
+    /// The sampling rounds it completed: none where the run ended before the regret budget
+    /// covered what a round's trials risk, so that it stayed in the arm it started in.
+    pub rounds: u32,
+}
+
+/// Where an adaptive policy is now (`None`: not adaptive).
+pub fn ended_on(policy: &OffloadPolicy) -> Option<Ended> {
     match policy {
-        OffloadPolicy::Adaptive(a) => Some(a.arms()[a.sampler().incumbent()].label()),
+        OffloadPolicy::Adaptive(a) => {
+            Some(Ended { arm: a.arms()[a.sampler().incumbent()].label(), rounds: a.sampler().rounds().0 })
+        }
         _ => None,
     }
 }
@@ -338,6 +350,8 @@ struct Row {
     service_thread_busy: Option<f64>,
     /// An adaptive policy: the arm each repetition ended in.
     ended_on: Vec<String>,
+    /// An adaptive policy: the sampling rounds each repetition completed.
+    sampling_rounds: Vec<u32>,
 }
 
 #[derive(Serialize, Clone, Copy)]
@@ -383,6 +397,7 @@ struct Samples {
     service_busy_ns: u64,
     service_thread_ns: Option<u64>,
     ended_on: Vec<String>,
+    sampling_rounds: Vec<u32>,
 }
 
 struct Bench<'a> {
@@ -606,7 +621,10 @@ fn measure(
                 s.calls += served.stats.calls;
                 s.offloaded += served.stats.offloaded;
                 s.app_cpu_ns += served.cpu_ns;
-                s.ended_on.extend(served.ended_on);
+                if let Some(ended) = served.ended_on {
+                    s.ended_on.push(ended.arm);
+                    s.sampling_rounds.push(ended.rounds);
+                }
                 // The task server's moved calls run on its own runtime's worker, not here.
                 s.service_busy_ns += match workload {
                     Workload::FilesTasks => served.stats.remote_run_ns,
@@ -675,6 +693,7 @@ fn measure(
                 service_busy: s.service_busy_ns as f64 / wall,
                 service_thread_busy: s.service_thread_ns.map(|ns| ns as f64 / wall),
                 ended_on: s.ended_on,
+                sampling_rounds: s.sampling_rounds,
             });
         }
     }
@@ -780,7 +799,19 @@ fn table(out: &Output) -> Table {
             }
         }
         let arms: Vec<String> = arms.iter().map(|(arm, n)| format!("{arm} ×{n}")).collect();
-        t.note(format!("{} {} ended its repetitions in: {}", r.workload, r.policy, arms.join(", ")));
+        let rounds: Vec<String> = r.sampling_rounds.iter().map(u32::to_string).collect();
+        let none = if r.sampling_rounds.iter().all(|&n| n == 0) {
+            " (runs too short for its trials to fit the regret budget: it stayed in the arm it starts in)"
+        } else {
+            ""
+        };
+        t.note(format!(
+            "{} {} ended its repetitions in: {}, after {} sampling rounds{none}",
+            r.workload,
+            r.policy,
+            arms.join(", "),
+            rounds.join(", ")
+        ));
     }
     if out.shared_cpu {
         t.note(
@@ -860,6 +891,7 @@ mod tests {
             service_busy: 0.0,
             service_thread_busy: None,
             ended_on: Vec::new(),
+            sampling_rounds: Vec::new(),
         }
     }
 

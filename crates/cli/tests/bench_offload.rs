@@ -228,6 +228,7 @@ fn tuned_says_which_arm_each_repetition_ended_in_and_meets_the_best_rule_again()
             "tuned" => {
                 assert_eq!(ended.len(), 2, "{r}");
                 assert!(ended.iter().all(|arm| !arm.is_empty()), "{r}");
+                assert_eq!(r["sampling_rounds"].as_array().map(Vec::len), Some(2), "{r}");
                 // Measured again beside the rule that won the sweep, three pairs.
                 let h = &r["head_to_head"];
                 assert_eq!(h["policy"], r["best_fixed"]["policy"], "{r}");
@@ -244,6 +245,7 @@ fn tuned_says_which_arm_each_repetition_ended_in_and_meets_the_best_rule_again()
             }
             _ => {
                 assert!(ended.is_empty(), "{r}");
+                assert_eq!(r["sampling_rounds"].as_array().map(Vec::len), Some(0), "{r}");
                 assert!(r["head_to_head"].is_null(), "{r}");
             }
         }
