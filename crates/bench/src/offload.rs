@@ -52,9 +52,9 @@ pub mod uring;
 /// best_fixed: null | {policy, ratio, paired_ratio, paired_interval: {low, high, coverage} |
 /// null}, head_to_head: null | {policy, pairs, throughput: {min, median, max, samples},
 /// fixed_throughput: {...}, ratio, paired_ratio, paired_interval}, p50_ns, p99_ns, offloaded,
-/// app_busy,
-/// service_busy, service_thread_busy, ended_on, sampling_rounds}], handoff: {batch, rows: [{mechanism, call,
-/// runs_on, round_trip_ns: {min, median, max, samples}, vs_sqpoll}], skipped: [reason]}}`
+/// app_busy, service_busy, service_thread_busy, ended_on, sampling_rounds}], handoff: {batch,
+/// rows: [{mechanism, call, runs_on, round_trip_ns: {min, median, max, samples}, vs_sqpoll}],
+/// skipped: [reason]}}`
 /// (busy values are fractions of wall time; paired ratios are medians over the repetitions of
 /// the ratio within one repetition; `best_fixed`: for predicted, measured and tuned, the
 /// fixed rule (never, always, size, static) with the best median in the run, and where the
@@ -303,8 +303,8 @@ pub struct Served {
 pub struct Ended {
     /// The arm it was in.
     pub arm: String,
-    /// The sampling rounds it completed: none where the run ended before the regret budget
-    /// covered what a round's trials risk, so that it stayed in the arm it started in.
+    /// The sampling rounds it completed: none where the run ended before its first round (its
+    /// warm-up and first run of epochs), so that it stayed in the arm it started in.
     pub rounds: u32,
 }
 
@@ -801,7 +801,7 @@ fn table(out: &Output) -> Table {
         let arms: Vec<String> = arms.iter().map(|(arm, n)| format!("{arm} ×{n}")).collect();
         let rounds: Vec<String> = r.sampling_rounds.iter().map(u32::to_string).collect();
         let none = if r.sampling_rounds.iter().all(|&n| n == 0) {
-            " (runs too short for its trials to fit the regret budget: it stayed in the arm it starts in)"
+            " (runs too short for a round: it stayed in the arm it starts in)"
         } else {
             ""
         };
