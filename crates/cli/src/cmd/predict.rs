@@ -122,6 +122,15 @@ pub struct TraceReport {
     pub forms: Vec<FormReport>,
 }
 
+impl TraceReport {
+    /// The trace's file name without its folder (the path as given if it has none).
+    fn file_name(&self) -> String {
+        std::path::Path::new(&self.trace)
+            .file_name()
+            .map_or(self.trace.clone(), |n| n.to_string_lossy().into())
+    }
+}
+
 /// At most this many processes' predictors are kept during a replay: a process seen again
 /// after this many others have been starts afresh (a recorded trace holds one process at a
 /// time; strace's interleaves the ones running together).
@@ -382,9 +391,7 @@ fn points_below(reports: &[TraceReport], f: usize) -> Option<String> {
         .flat_map(|r| r.forms[f].decisions.iter().map(move |d| (r, d)))
         .filter(|(_, d)| d.right < d.best_constant)
         .map(|(r, d)| {
-            let name = std::path::Path::new(&r.trace)
-                .file_name()
-                .map_or(r.trace.clone(), |n| n.to_string_lossy().into());
+            let name = r.file_name();
             let calls = ((d.best_constant - d.right) * r.calls as f64).round();
             format!("{name} N={}: {calls} of {} calls", report::fmt_ns(d.n_ns as f64), r.calls)
         })
@@ -399,9 +406,7 @@ const POINTS_NAMED: usize = 12;
 fn plot(path: &std::path::Path, reports: &[TraceReport]) -> anyhow::Result<()> {
     let mut series = vec![];
     for r in reports {
-        let name = std::path::Path::new(&r.trace)
-            .file_name()
-            .map_or(r.trace.clone(), |n| n.to_string_lossy().into());
+        let name = r.file_name();
         for f in &r.forms {
             let points = f.decisions.iter().map(|d| (d.n_ns as f64, 100.0 * d.right)).collect();
             series.push(Series { name: format!("{name} {}", f.form), points });
