@@ -397,6 +397,94 @@ pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
     bar
 }
 
+/// What the rest of the machine did while a benchmark ran: the CPU time that processes other
+/// than this one (and the children it waited for) used, and the time the hypervisor ran
+/// something else on the CPUs (steal). Either skews every figure of a run, and neither shows in
+/// its own timings: an earlier run of one of these benchmarks, left behind, once kept both CPUs
+/// of the development VM busy for 40 minutes, and every figure taken meanwhile read moving at
+/// 0.6-0.9 of not moving (docs/performance.md, "Forty-seventh session").
+pub struct OutsideLoad {
+    start: Option<Ticks>,
+    at: std::time::Instant,
+}
+
+/// CPU time from `/proc/stat` (all CPUs) and `/proc/self/stat`, in clock ticks.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Ticks {
+    /// Every CPU's time, busy or not.
+    total: u64,
+    /// Busy: user, nice, system, irq and softirq.
+    busy: u64,
+    steal: u64,
+    /// This process's user and system time and that of the children it waited for.
+    own: u64,
+}
+
+/// The shortest run [`OutsideLoad::finish`] judges: clock ticks are 10 ms here.
+const OUTSIDE_MIN_RUN: std::time::Duration = std::time::Duration::from_secs(2);
+/// The share of the CPUs' time, taken by others or by the hypervisor, that is worth a warning.
+const OUTSIDE_WARN: f64 = 0.1;
+
+impl OutsideLoad {
+    /// Starts watching (nothing is watched where `/proc` cannot be read).
+    pub fn start() -> OutsideLoad {
+        OutsideLoad { start: Ticks::now(), at: std::time::Instant::now() }
+    }
+
+    /// A warning for stderr if, since [`OutsideLoad::start`], others kept the CPUs busy or the
+    /// hypervisor took them for at least a tenth of their time, in a run of at least 2 s.
+    pub fn finish(self) -> Option<String> {
+        if self.at.elapsed() < OUTSIDE_MIN_RUN {
+            return None;
+        }
+        outside_warning(self.start?, Ticks::now()?)
+    }
+}
+
+impl Ticks {
+    fn now() -> Option<Ticks> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let own = std::fs::read_to_string("/proc/self/stat").ok()?;
+        Ticks::parse(&stat, &own)
+    }
+
+    /// From the texts of `/proc/stat` and `/proc/self/stat`.
+    fn parse(stat: &str, own: &str) -> Option<Ticks> {
+        let fields: Vec<u64> = stat
+            .lines()
+            .find_map(|line| line.strip_prefix("cpu "))?
+            .split_whitespace()
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .ok()?;
+        // user nice system idle iowait irq softirq steal [guest guest_nice, inside user and nice]
+        let field = |i: usize| fields.get(i).copied().unwrap_or(0);
+        let total = (0..8).map(field).sum();
+        let busy = field(0) + field(1) + field(2) + field(5) + field(6);
+        // The command name, field 2, is in parentheses and may hold spaces: count from after it.
+        let rest: Vec<&str> = own.get(own.rfind(')')? + 1..)?.split_whitespace().collect();
+        // utime, stime, cutime, cstime: fields 14-17, so 11-14 after the name and the state.
+        let own = (11..15).map(|i| rest.get(i)?.parse::<u64>().ok()).sum::<Option<u64>>()?;
+        Some(Ticks { total, busy, steal: field(7), own })
+    }
+}
+
+/// The warning [`OutsideLoad::finish`] gives between two readings, if any.
+fn outside_warning(start: Ticks, end: Ticks) -> Option<String> {
+    let total = end.total.checked_sub(start.total).filter(|&t| t > 0)? as f64;
+    let others = end.busy.saturating_sub(start.busy).saturating_sub(end.own.saturating_sub(start.own));
+    let (others, steal) = (others as f64 / total, end.steal.saturating_sub(start.steal) as f64 / total);
+    (others >= OUTSIDE_WARN || steal >= OUTSIDE_WARN).then(|| {
+        format!(
+            "warning: while this ran, other processes kept the CPUs busy {:.0} % of the time and the \
+             hypervisor took {:.0} % of it for others (steal): every figure above was measured beside \
+             them, not on this machine alone (`top` shows who)",
+            others * 100.0,
+            steal * 100.0
+        )
+    })
+}
+
 /// Which of `n` contenders runs `k`-th (`k < n`) in repetition `rep`: the first moves on by
 /// one each repetition, and every other repetition runs backwards. What a run leaves behind (a
 /// service thread still polling, sockets, a host that just moved the vCPUs) then falls on each
@@ -457,6 +545,33 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn outside_load_counts_what_others_and_the_hypervisor_took() {
+        let stat = |user: u64, idle: u64, steal: u64| {
+            format!("cpu  {user} 0 0 {idle} 0 0 0 {steal} 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\nintr 1 2\n")
+        };
+        // `comm` may hold spaces and parentheses; utime, stime, cutime, cstime are 14-17.
+        let own = |ticks: u64| format!("42 (a (b) c) S 1 1 1 0 -1 0 0 0 0 0 {ticks} 0 0 0 20 0 1 0");
+        let t0 = Ticks::parse(&stat(100, 1000, 0), &own(50)).unwrap();
+        assert_eq!(t0, Ticks { total: 1100, busy: 100, steal: 0, own: 50 });
+        // 1000 ticks pass: this process used 300 of them, everything busy 350 of them.
+        let quiet = Ticks::parse(&stat(450, 1650, 0), &own(350)).unwrap();
+        assert_eq!(outside_warning(t0, quiet), None, "others 5 %");
+        let loaded = Ticks::parse(&stat(700, 1400, 0), &own(350)).unwrap();
+        let warning = outside_warning(t0, loaded).expect("others 30 %");
+        assert!(warning.contains("busy 30 %") && warning.contains("took 0 %"), "{warning}");
+        let stolen = Ticks::parse(&stat(400, 1500, 200), &own(350)).unwrap();
+        assert!(outside_warning(t0, stolen).expect("steal 20 %").contains("took 20 %"));
+        assert_eq!(Ticks::parse("intr 1\n", &own(1)), None, "no cpu line");
+        assert_eq!(Ticks::parse(&stat(1, 1, 0), "42 (x) S 1"), None, "a cut line");
+    }
+
+    #[test]
+    fn outside_load_reads_this_machine() {
+        let t = Ticks::now().expect("/proc is there");
+        assert!(t.total >= t.busy + t.steal && t.total > 0, "{t:?}");
+    }
 
     #[test]
     fn turns_run_each_contender_once_and_vary_who_runs_before_it() {
