@@ -637,6 +637,7 @@ fn compare_runs_both_ways_and_checks_the_outputs() {
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     assert!(stdout.contains("plain (baseline)") && stdout.contains("offload always"), "{stdout}");
+    assert!(stdout.contains("paired") && stdout.contains("after an untimed plain run"), "{stdout}");
     assert!(!stdout.contains("NO"), "{stdout}");
     assert!(!stdout.contains("offload summary"), "a summary without --stats: {stdout}");
     // The timed runs collect no summary; with --stats one more run prints it.
@@ -672,6 +673,8 @@ fn compare_runs_both_ways_and_checks_the_outputs() {
     assert_eq!(json["reps"], 1);
     assert_eq!(json["plain"]["same_output"], true);
     assert!(json["ratio"].as_f64().is_some_and(|r| r > 0.0), "{json}");
+    assert!(json["paired_ratio"].as_f64().is_some_and(|r| r > 0.0), "{json}");
+    assert!(json["paired_interval"].is_null(), "one repetition has no interval: {json}");
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
     // A program whose output differs from run to run (its pid) is caught.
     let out =

@@ -20,7 +20,7 @@ use corehop_sys::wire::{self, env};
 use corehop_topology::{excerpt, format_cpu_list, parse_cpu_list, OsCpu, VALUE_CHARS};
 use serde::Serialize;
 
-use corehop_bench::report::{fmt_ns, Stats, Table};
+use corehop_bench::report::{fmt_ns, paired_interval, paired_median, Stats, Table};
 
 use crate::environment::Environment;
 
@@ -124,18 +124,23 @@ pub struct Args {
     #[arg(long, value_name = "FILE", requires = "offload", conflicts_with = "compare", value_parser = corehop_bench::report::output_path)]
     pub record_trace: Option<PathBuf>,
 
-    /// Instead of running CMD once: run it REPS times without the library and REPS times with
-    /// it, alternating, with its output captured; print the wall time of each (min / median /
-    /// max, and the ratio to the plain median, the same-run baseline) and whether every run's
-    /// stdout, stderr and exit status matched the first plain run. Fails if any did not. The
-    /// timed runs collect no summary, as a run without --stats does not; with --stats, one
-    /// more run prints it.
+    /// Instead of running CMD once: run it once plain and untimed (to warm the page cache; its
+    /// output is the reference), then REPS times without the library and REPS times with it,
+    /// alternating which goes first, with its output captured; print the wall time of each
+    /// (min / median / max, and the ratio to the plain median, the same-run baseline), the
+    /// paired ratio (the median of each offloaded run over the plain run next to it, and where
+    /// its true value lies with 95 % chance from 6 repetitions up) and whether every run's
+    /// stdout, stderr and exit status matched the reference. Fails if any did not. The timed
+    /// runs collect no summary, as a run without --stats does not; with --stats, one more run
+    /// prints it.
     #[arg(long, value_name = "REPS", requires = "offload", value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub compare: Option<u32>,
 
     /// With --compare: print the result as JSON instead of a table (shape: `command`, `reps`,
     /// `service_cpus`, `policy`, and `plain` / `offload`: each `min_ns`, `median_ns`, `max_ns`,
-    /// `same_output`; plus `ratio` = offload median / plain median).
+    /// `same_output`; plus `ratio` = offload median / plain median, `paired_ratio` (null with no
+    /// repetition) and `paired_interval`: `low`, `high`, `coverage`, or null under 2
+    /// repetitions).
     #[arg(long, requires = "compare")]
     pub json: bool,
 
@@ -467,31 +472,38 @@ struct CompareJson {
     plain: CompareSide,
     offload: CompareSide,
     ratio: f64,
+    /// The median of the repetitions' own offload / plain ratios.
+    paired_ratio: Option<f64>,
+    paired_interval: Option<corehop_bench::report::Interval>,
 }
 
 /// `--compare`: the program with and without the library, alternating, outputs compared.
 fn compare(mut launch: Launch, reps: u32, service_cpus: &[usize], out: &CompareOutput) -> anyhow::Result<()> {
     launch.capture = true;
     let offload = launch.offload.take().context("--compare needs --offload")?;
-    let bar = corehop_bench::report::progress(u64::from(reps) * 2, "runs");
+    let bar = corehop_bench::report::progress(u64::from(reps) * 2 + 1, "runs");
+    // An untimed plain run first: it fills the page cache with what the program reads, which
+    // the first timed run would otherwise pay alone, and its output is the reference.
+    let warm_up = launch.run()?;
+    let output = warm_up.output.unwrap_or_default();
+    let reference = (warm_up.status, output.0, output.1);
+    bar.inc(1);
     let mut times: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     let mut same = [true, true];
-    let mut first: Option<(ExitStatus, Vec<u8>, Vec<u8>)> = None;
-    for _ in 0..reps {
-        for (mode, with_offload) in [false, true].into_iter().enumerate() {
+    for rep in 0..reps {
+        // Which side goes first alternates, so a drift of the host falls on both alike.
+        let order = if rep % 2 == 0 { [false, true] } else { [true, false] };
+        for with_offload in order {
             // Timed as a user runs it: with no summary to collect, the library counts nothing
             // and a call it keeps local passes it by (counting every call put a program of
             // one-byte reads at 1.29 times plain, against 1.05). `--stats` adds one more run
             // for the summary.
             launch.offload = with_offload.then(|| offload.clone());
             let finished = launch.run()?;
+            let mode = usize::from(with_offload);
             times[mode].push(finished.wall_ns as f64);
-            let output = finished.output.clone().unwrap_or_default();
-            let this = (finished.status, output.0, output.1);
-            match &first {
-                None => first = Some(this),
-                Some(reference) => same[mode] &= *reference == this,
-            }
+            let output = finished.output.unwrap_or_default();
+            same[mode] &= reference == (finished.status, output.0, output.1);
             bar.inc(1);
         }
     }
@@ -506,24 +518,41 @@ fn compare(mut launch: Launch, reps: u32, service_cpus: &[usize], out: &CompareO
     };
     let plain = Stats::of(&times[0]).context("no plain run")?;
     let command: Vec<String> = launch.command.iter().map(|a| a.to_string_lossy().into_owned()).collect();
-    let mut table = Table::new(["mode", "min", "median", "max", "median / plain", "same output"])
+    let paired = paired_median(&times[1], &times[0]);
+    let interval = paired_interval(&times[1], &times[0]);
+    let mut table = Table::new(["mode", "min", "median", "max", "median / plain", "paired", "same output"])
         .title(format!("corehop run --compare {reps}: {}", command.join(" ")));
     for (mode, name) in [(0, "plain (baseline)"), (1, offload.policy.as_str())] {
         let s = Stats::of(&times[mode]).context("no run")?;
+        let paired = match (mode, paired, interval) {
+            (1, Some(p), Some(i)) => format!("{p:.3} ({})", i.range(2)),
+            (1, Some(p), None) => format!("{p:.3}"),
+            _ => "-".to_string(),
+        };
         table.row([
             if mode == 0 { name.to_string() } else { format!("offload {name}") },
             fmt_ns(s.min),
             fmt_ns(s.median),
             fmt_ns(s.max),
-            format!("{:.2}", s.median / plain.median),
+            format!("{:.3}", s.median / plain.median),
+            paired,
             if same[mode] { "yes" } else { "NO" }.to_string(),
         ]);
     }
     table.note(format!(
-        "wall time of {reps} runs each, alternating; service CPU {}; same output = stdout, stderr and exit status \
-         equal to the first plain run",
+        "wall time of {reps} runs each, after an untimed plain run, the side that goes first alternating; service \
+         CPU {}; same output = stdout, stderr and exit status equal to the untimed run's",
         format_cpu_list(service_cpus)
     ));
+    if let Some(i) = interval {
+        table.note(format!(
+            "paired = the median over the repetitions of each offloaded run's time over the plain run next to it \
+             (steadier where times swing from one repetition to the next), and in brackets where its true value \
+             lies {} (a sign test's order statistics; an interval that holds 1 says the difference is within the \
+             noise)",
+            i.chance()
+        ));
+    }
     let offloaded = Stats::of(&times[1]).context("no offloaded run")?;
     if out.json {
         let side = |s: Stats, same: bool| CompareSide {
@@ -540,6 +569,8 @@ fn compare(mut launch: Launch, reps: u32, service_cpus: &[usize], out: &CompareO
             plain: side(plain, same[0]),
             offload: side(offloaded, same[1]),
             ratio: offloaded.median / plain.median,
+            paired_ratio: paired,
+            paired_interval: interval,
         })?;
     } else {
         print!("{}", table.render());
