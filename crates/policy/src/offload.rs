@@ -442,10 +442,10 @@ impl Adaptive {
     /// `tally_every` times as many). The program's own work between calls is the same under
     /// every arm, so an arm is expected to take `(duration + difference) / duration` of it.
     /// The ratio of the calls' costs alone ignored that work: on the task file server it put
-    /// `never` 20 to 80 times slower than `measured`, and kept every trial of it out of the
-    /// regret budget, however much faster not moving ran (docs/performance.md, "Forty-seventh
-    /// session"). With several threads calling at once the costs of all of them add up
-    /// against one duration: the estimate errs towards risk.
+    /// `never` 20 to 80 times slower than `measured`, which kept any trial of it out of the
+    /// regret budget for the first 5 to 20 s of a run, however much faster not moving ran
+    /// (docs/performance.md, "Forty-seventh session"). With several threads calling at once
+    /// the costs of all of them add up against one duration: the estimate errs towards risk.
     fn epoch_end(&mut self, work: f64, duration: u64) {
         let incumbent = self.expected[self.sampler.incumbent()];
         if incumbent > 0.0 && duration > 0 {
@@ -847,8 +847,9 @@ mod tests {
         // Moving a call costs its caller 10 ns where running it costs 200 ns, but the calls
         // take a tenth of the program's time, and `never` runs 20 % faster (the other CPU was
         // no help). By the calls' costs alone `never` looked 20 times slower than `measured`
-        // once that moved them, and no trial of it ever fitted in the regret budget; with the
-        // program's own work counted it risks about 1.2 times, and is tried in the first round.
+        // once that moved them, and no trial of it fitted in the regret budget in these 200
+        // epochs; with the program's own work counted it risks about 1.2 times, and is tried
+        // in the first round.
         use crate::payoff::STAY;
         let OffloadPolicy::Adaptive(mut a) = "adaptive".parse().unwrap() else { unreachable!() };
         let (normal, calls) = (20_000_000, 10_000);
