@@ -132,7 +132,8 @@ pub struct Args {
     /// its true value lies with 95 % chance from 6 repetitions up) and whether every run's
     /// stdout, stderr and exit status matched the reference. Fails if any did not. The timed
     /// runs collect no summary, as a run without --stats does not; with --stats, one more run
-    /// prints it.
+    /// prints it. Warns on stderr if, in a comparison of 2 s or more, other processes or the
+    /// hypervisor took a tenth of the CPUs' time or more (as every `corehop bench` does).
     #[arg(long, value_name = "REPS", requires = "offload", value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub compare: Option<u32>,
 
@@ -318,7 +319,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     if let Some(reps) = args.compare {
         let output = CompareOutput { stats: args.stats, json: args.json, plot: args.plot };
-        return compare(launch, reps, &service_cpus, &output);
+        let outside = corehop_bench::report::OutsideLoad::start();
+        let compared = compare(launch, reps, &service_cpus, &output);
+        if let Some(warning) = outside.finish() {
+            eprintln!("{warning}");
+        }
+        return compared;
     }
     if let Some(path) = launch.offload.as_ref().and_then(|o| o.trace_file.as_ref()) {
         std::fs::write(path, TRACE_HEADER)
