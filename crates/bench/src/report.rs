@@ -426,14 +426,25 @@ const OUTSIDE_MIN_RUN: std::time::Duration = std::time::Duration::from_secs(2);
 const OUTSIDE_WARN: f64 = 0.1;
 
 impl OutsideLoad {
+    /// Runs `measure` and then, if it lasted 2 s or more and other processes kept the CPUs
+    /// busy, or the hypervisor took them, for a tenth of their time or more, says so on stderr.
+    pub fn warn_around<T>(measure: impl FnOnce() -> T) -> T {
+        let outside = OutsideLoad::start();
+        let result = measure();
+        if let Some(warning) = outside.finish() {
+            eprintln!("{warning}");
+        }
+        result
+    }
+
     /// Starts watching (nothing is watched where `/proc` cannot be read).
-    pub fn start() -> OutsideLoad {
+    fn start() -> OutsideLoad {
         OutsideLoad { start: Ticks::now(), at: std::time::Instant::now() }
     }
 
     /// A warning for stderr if, since [`OutsideLoad::start`], others kept the CPUs busy or the
     /// hypervisor took them for at least a tenth of their time, in a run of at least 2 s.
-    pub fn finish(self) -> Option<String> {
+    fn finish(self) -> Option<String> {
         if self.at.elapsed() < OUTSIDE_MIN_RUN {
             return None;
         }
@@ -464,8 +475,8 @@ impl Ticks {
         // The command name, field 2, is in parentheses and may hold spaces: count from after it.
         let rest: Vec<&str> = own.get(own.rfind(')')? + 1..)?.split_whitespace().collect();
         // utime, stime, cutime, cstime: fields 14-17, so 11-14 after the name and the state.
-        let own = (11..15).map(|i| rest.get(i)?.parse::<u64>().ok()).sum::<Option<u64>>()?;
-        Some(Ticks { total, busy, steal: field(7), own })
+        let own_ticks = (11..15).map(|i| rest.get(i)?.parse::<u64>().ok()).sum::<Option<u64>>()?;
+        Some(Ticks { total, busy, steal: field(7), own: own_ticks })
     }
 }
 

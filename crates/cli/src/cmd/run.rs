@@ -319,12 +319,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     if let Some(reps) = args.compare {
         let output = CompareOutput { stats: args.stats, json: args.json, plot: args.plot };
-        let outside = corehop_bench::report::OutsideLoad::start();
-        let compared = compare(launch, reps, &service_cpus, &output);
-        if let Some(warning) = outside.finish() {
-            eprintln!("{warning}");
-        }
-        return compared;
+        return corehop_bench::report::OutsideLoad::warn_around(|| {
+            compare(launch, reps, &service_cpus, &output)
+        });
     }
     if let Some(path) = launch.offload.as_ref().and_then(|o| o.trace_file.as_ref()) {
         std::fs::write(path, TRACE_HEADER)

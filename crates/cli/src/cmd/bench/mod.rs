@@ -17,8 +17,7 @@ pub enum Bench {
 }
 
 pub fn run(bench: Bench) -> anyhow::Result<()> {
-    let outside = corehop_bench::report::OutsideLoad::start();
-    let result = match bench {
+    corehop_bench::report::OutsideLoad::warn_around(|| match bench {
         Bench::Switch(args) => switch::run(args),
         Bench::Delegate(args) => delegate::run(args),
         Bench::Offload(args) => offload::run(args),
@@ -26,9 +25,5 @@ pub fn run(bench: Bench) -> anyhow::Result<()> {
         Bench::Pipeline(args) => pipeline::run(args),
         Bench::Modes(args) => modes::run(args),
         Bench::RunSuite(args) => super::suite::run(args),
-    };
-    if let Some(warning) = outside.finish() {
-        eprintln!("{warning}");
-    }
-    result
+    })
 }
