@@ -701,11 +701,25 @@ mod tests {
     /// Runs `epochs` epochs of normal length 1000 against `rate(arm, epoch)`; returns the work
     /// done and the time taken.
     fn drive(sampler: &mut ArmSampler, epochs: usize, rate: impl Fn(usize, usize) -> f64) -> (f64, u64) {
+        let mut i = 0;
+        drive_epochs(sampler, epochs, |epoch| {
+            i += 1;
+            rate(epoch.arm, i - 1)
+        })
+    }
+
+    /// Runs `epochs` epochs of 1000 units (trials shorter), each at `rate(epoch)`; returns the
+    /// work done and the time taken.
+    fn drive_epochs(
+        sampler: &mut ArmSampler,
+        epochs: usize,
+        mut rate: impl FnMut(Epoch) -> f64,
+    ) -> (f64, u64) {
         let (mut work, mut time) = (0.0, 0);
-        for i in 0..epochs {
+        for _ in 0..epochs {
             let epoch = sampler.next_epoch();
             let length = epoch.length(1000);
-            let done = rate(epoch.arm, i) * length as f64;
+            let done = rate(epoch) * length as f64;
             sampler.epoch_end(done, length);
             work += done;
             time += length;
@@ -788,14 +802,11 @@ mod tests {
         let mut s = sampler(2);
         // The moving arm is no better, except that its first trial happens to run 30 % faster.
         let mut lucky = true;
-        let (mut work, mut time) = (0.0, 0);
-        for _ in 0..3000 {
-            let epoch = s.next_epoch();
-            let length = epoch.length(1000);
-            let rate = if epoch.arm == 1 && std::mem::take(&mut lucky) { 1.3 } else { 1.0 };
-            s.epoch_end(rate * length as f64, length);
-            (work, time) = (work + rate * length as f64, time + length);
-        }
+        drive_epochs(
+            &mut s,
+            3000,
+            |epoch| if epoch.arm == 1 && std::mem::take(&mut lucky) { 1.3 } else { 1.0 },
+        );
         assert!(s.rounds().0 > 0);
         assert_eq!(s.rounds().1, 0, "no switch: {:?}", s.last_round());
     }
@@ -805,18 +816,11 @@ mod tests {
         let mut s = sampler(2);
         // The moving arm runs 30 % faster for a trial's length and at 0.6 over a full epoch (a
         // cache it fills, then thrashes): every trial of it wins.
-        let (mut work, mut time) = (0.0, 0);
-        for _ in 0..3000 {
-            let epoch = s.next_epoch();
-            let length = epoch.length(1000);
-            let rate = match (epoch.arm, epoch.trial) {
-                (STAY, _) => 1.0,
-                (_, true) => 1.3,
-                (_, false) => 0.6,
-            };
-            s.epoch_end(rate * length as f64, length);
-            (work, time) = (work + rate * length as f64, time + length);
-        }
+        let (work, time) = drive_epochs(&mut s, 3000, |epoch| match (epoch.arm, epoch.trial) {
+            (STAY, _) => 1.0,
+            (_, true) => 1.3,
+            (_, false) => 0.6,
+        });
         // Each switch costs a run of four epochs at 0.6, and the loser sits out longer each time
         // (without taking switches back: 0.86).
         assert!(work / time as f64 >= 0.99, "rate {}", work / time as f64);
@@ -830,15 +834,13 @@ mod tests {
         // its length); otherwise arm 1 runs 30 % faster than staying.
         let mut s = sampler(2);
         let mut first_trial = true;
-        let (mut work, mut time) = (0.0, 0);
-        for _ in 0..600 {
-            let epoch = s.next_epoch();
-            let length = epoch.length(1000);
-            let rate =
-                if epoch.trial && std::mem::take(&mut first_trial) { 0.001 } else { [1.0, 1.3][epoch.arm] };
-            s.epoch_end(rate * length as f64, length);
-            (work, time) = (work + rate * length as f64, time + length);
-        }
+        let (work, time) = drive_epochs(&mut s, 600, |epoch| {
+            if epoch.trial && std::mem::take(&mut first_trial) {
+                0.001
+            } else {
+                [1.0, 1.3][epoch.arm]
+            }
+        });
         // Booked as the time the program fell behind (before: 999 times the trial's length,
         // which kept any other round out of the budget for about 100 000 epochs).
         assert!(s.regret_share() <= PayoffConfig::default().regret_budget, "regret {}", s.regret_share());
