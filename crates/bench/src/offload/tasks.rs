@@ -56,6 +56,13 @@ struct Offload {
     profile: Option<Vec<(CallDesc, u64)>>,
     epoch_start_ns: u64,
     epoch_units: u64,
+    /// A task's hop from the application CPU to the service CPU and back, measured in this
+    /// runtime before the run and, as a moving average, after every epoch
+    /// ([`Calls::remeasure_if_due`]): what a move costs the application CPU while it has other
+    /// tasks to run.
+    round_trip_ns: u64,
+    /// An epoch ended since the round trip was last measured.
+    remeasure: bool,
 }
 
 /// A server task's way to make a call: where the policy says. A moved call takes the task to
@@ -67,10 +74,6 @@ struct Calls {
     shared: Arc<Mutex<Offload>>,
     app: CpuId,
     service: CpuId,
-    /// A task's hop from the application CPU to the service CPU and back, measured in this
-    /// runtime before the run: what a move costs the application CPU while it has other tasks
-    /// to run.
-    round_trip_ns: u64,
 }
 
 impl Calls {
@@ -119,9 +122,12 @@ impl Calls {
                 let end = sys::now_ns();
                 let run = end.saturating_sub(start);
                 let waited = end.saturating_sub(t0);
-                let caller =
-                    if idles_meanwhile { waited } else { start.saturating_sub(t0).min(self.round_trip_ns) };
                 let mut offload = self.lock();
+                let caller = if idles_meanwhile {
+                    waited
+                } else {
+                    start.saturating_sub(t0).min(offload.round_trip_ns)
+                };
                 offload.stats.offloaded += 1;
                 offload.stats.remote_run_ns += run;
                 offload.stats.remote_wait_ns += start.saturating_sub(t0);
@@ -161,7 +167,24 @@ impl Calls {
             offload.policy.epoch_end(units, elapsed);
             offload.stats.epochs += 1;
             (offload.epoch_start_ns, offload.epoch_units) = (now, 0);
+            offload.remeasure = true;
         }
+    }
+
+    /// Measures the round trip anew after an epoch ended, one trip into a moving average of
+    /// a quarter. What a hop costs shifts: with the host, and with other programs on the
+    /// service CPU, where a hop waits for the service worker's turn (milliseconds, when it is
+    /// another's, under a busy loop there; microseconds alone). One trip an epoch, not several
+    /// at once: trips back to back find the worker in the same turn. With the figure from
+    /// before the run, the measured arm went on moving every call under such load, at 0.6-0.8
+    /// of not moving (docs/performance.md, forty-ninth session).
+    fn remeasure_if_due(&self) -> anyhow::Result<()> {
+        if std::mem::take(&mut self.lock().remeasure) {
+            let trip = round_trip(self.service, 1)?;
+            let mut offload = self.lock();
+            offload.round_trip_ns = (3 * offload.round_trip_ns + trip) / 4;
+        }
+        Ok(())
     }
 }
 
@@ -193,9 +216,12 @@ impl Sent {
     }
 }
 
-/// The median of 201 round trips of the calling task to `service` and back (`on`), in ns.
-fn round_trip(service: CpuId) -> Result<u64, corehop_runtime::Error> {
-    let mut trips = (0..201)
+/// Round trips measured before a run.
+const START_TRIPS: usize = 201;
+
+/// The median of `n` round trips of the calling task to `service` and back (`on`), in ns.
+fn round_trip(service: CpuId, n: usize) -> Result<u64, corehop_runtime::Error> {
+    let mut trips = (0..n)
         .map(|_| {
             let t0 = sys::now_ns();
             corehop_runtime::on(service, || ())?;
@@ -274,10 +300,11 @@ pub fn run(
             profile: profile.then(Vec::new),
             epoch_start_ns: sys::now_ns(),
             epoch_units: 0,
+            round_trip_ns: rt.block_on(app, move || round_trip(service, START_TRIPS))??,
+            remeasure: false,
         })),
         app,
         service,
-        round_trip_ns: rt.block_on(app, move || round_trip(service))??,
     };
 
     let worker_tid = rt.block_on(app, sys::gettid)?;
@@ -398,6 +425,7 @@ fn serve(stream: &TcpStream, dirfd: RawFd, calls: &Calls, count: usize, sent: &S
         // Back to the application CPU between requests: the task runs its own code (and
         // waits for the next request) there, as a thread of FlexSC's runs on its core.
         unsafe { calls.go(calls.app) }?;
+        calls.remeasure_if_due()?;
     }
     Ok(())
 }
@@ -504,6 +532,42 @@ mod tests {
             let expected = if offloaded { served.stats.calls } else { 0 };
             assert_eq!(served.stats.offloaded, expected, "{:?}", served.stats);
         }
+    }
+
+    #[test]
+    fn the_round_trip_is_measured_anew_after_an_epoch_and_only_then() {
+        let machine = corehop_topology::discover().unwrap();
+        let allowed: Vec<CpuId> = machine.cpus().iter().map(|c| c.id).collect();
+        let (app, service) = (allowed[0], *allowed.last().unwrap());
+        let cpus = if app == service { vec![app] } else { vec![app, service] };
+        let rt = Runtime::builder().machine(machine.clone()).cpus(cpus).build().unwrap();
+        // 18 minutes: no trip takes that long.
+        let stale = 1 << 40;
+        let calls = Calls {
+            shared: Arc::new(Mutex::new(Offload {
+                policy: OffloadPolicy::Never,
+                stats: OffloadStats::default(),
+                profile: None,
+                epoch_start_ns: 0,
+                epoch_units: 0,
+                round_trip_ns: stale,
+                remeasure: false,
+            })),
+            app,
+            service,
+        };
+        let remeasure = |calls: &Calls| {
+            let calls = calls.clone();
+            rt.block_on(app, move || calls.remeasure_if_due()).unwrap().unwrap();
+        };
+        remeasure(&calls);
+        assert_eq!(calls.lock().round_trip_ns, stale, "no epoch ended, so nothing was measured");
+        calls.lock().remeasure = true;
+        remeasure(&calls);
+        let offload = calls.lock();
+        assert!(!offload.remeasure);
+        // One trip moves the average a quarter of the way to it.
+        assert!((stale * 3 / 4..stale).contains(&offload.round_trip_ns), "{}", offload.round_trip_ns);
     }
 
     #[test]
