@@ -57,11 +57,12 @@ struct Offload {
     epoch_start_ns: u64,
     epoch_units: u64,
     /// A task's hop from the application CPU to the service CPU and back, measured in this
-    /// runtime before the run and, as a moving average, after every epoch
-    /// ([`Calls::remeasure_if_due`]): what a move costs the application CPU while it has other
-    /// tasks to run.
+    /// runtime before the run and then, for a policy that learns what calls cost, as a moving
+    /// average every [`EPOCH_NS`] ([`Calls::remeasure_if_due`]): what a move costs the
+    /// application CPU while it has other tasks to run.
     round_trip_ns: u64,
-    /// An epoch ended since the round trip was last measured.
+    /// When the round trip was last measured, and whether it is due again.
+    measured_at_ns: u64,
     remeasure: bool,
 }
 
@@ -160,6 +161,9 @@ impl Calls {
         let mut offload = self.lock();
         offload.epoch_units += 1;
         let now = sys::now_ns();
+        if offload.policy.learns() && now.saturating_sub(offload.measured_at_ns) >= EPOCH_NS {
+            (offload.remeasure, offload.measured_at_ns) = (true, now);
+        }
         let elapsed = now.saturating_sub(offload.epoch_start_ns);
         if offload.policy.wants_epochs() && offload.policy.epoch_over(elapsed, offload.epoch_units, EPOCH_NS)
         {
@@ -167,12 +171,11 @@ impl Calls {
             offload.policy.epoch_end(units, elapsed);
             offload.stats.epochs += 1;
             (offload.epoch_start_ns, offload.epoch_units) = (now, 0);
-            offload.remeasure = true;
         }
     }
 
-    /// Measures the round trip anew after an epoch ended, one trip into a moving average of
-    /// a quarter. What a hop costs shifts: with the host, and with other programs on the
+    /// Measures the round trip anew when it is due, one trip into a moving average of a
+    /// quarter. What a hop costs shifts: with the host, and with other programs on the
     /// service CPU, where a hop waits for the service worker's turn (milliseconds, when it is
     /// another's, under a busy loop there; microseconds alone). One trip an epoch, not several
     /// at once: trips back to back find the worker in the same turn. With the figure from
@@ -301,6 +304,7 @@ pub fn run(
             epoch_start_ns: sys::now_ns(),
             epoch_units: 0,
             round_trip_ns: rt.block_on(app, move || round_trip(service, START_TRIPS))??,
+            measured_at_ns: sys::now_ns(),
             remeasure: false,
         })),
         app,
@@ -535,7 +539,7 @@ mod tests {
     }
 
     #[test]
-    fn the_round_trip_is_measured_anew_after_an_epoch_and_only_then() {
+    fn the_round_trip_is_measured_anew_when_due_and_only_then() {
         let machine = corehop_topology::discover().unwrap();
         let allowed: Vec<CpuId> = machine.cpus().iter().map(|c| c.id).collect();
         let (app, service) = (allowed[0], *allowed.last().unwrap());
@@ -551,6 +555,7 @@ mod tests {
                 epoch_start_ns: 0,
                 epoch_units: 0,
                 round_trip_ns: stale,
+                measured_at_ns: 0,
                 remeasure: false,
             })),
             app,
@@ -561,7 +566,7 @@ mod tests {
             rt.block_on(app, move || calls.remeasure_if_due()).unwrap().unwrap();
         };
         remeasure(&calls);
-        assert_eq!(calls.lock().round_trip_ns, stale, "no epoch ended, so nothing was measured");
+        assert_eq!(calls.lock().round_trip_ns, stale, "not due, so nothing was measured");
         calls.lock().remeasure = true;
         remeasure(&calls);
         let offload = calls.lock();
