@@ -340,19 +340,24 @@ pub struct Measured {
 
 /// A running mean of signed samples: the first eight averaged, later ones weighing 1/8.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-struct RunningMean {
+pub(crate) struct RunningMean {
     mean: f64,
     samples: u32,
 }
 
 impl RunningMean {
-    fn add(&mut self, sample: f64) {
+    pub(crate) fn add(&mut self, sample: f64) {
         self.samples = self.samples.saturating_add(1);
         self.mean += (sample - self.mean) / f64::from(self.samples.min(8));
     }
 
-    fn mean(&self) -> Option<f64> {
+    pub(crate) fn mean(&self) -> Option<f64> {
         (self.samples > 0).then_some(self.mean)
+    }
+
+    /// Takes `share` of the mean off it.
+    pub(crate) fn ease(&mut self, share: f64) {
+        self.mean -= self.mean * share;
     }
 }
 
