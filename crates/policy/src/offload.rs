@@ -181,8 +181,10 @@ pub struct Predicted {
 }
 
 /// What [`Predicted`]'s measured cost of a move loses with each call that stays: e^-1 in
-/// 4096 calls, a fraction of a second of a busy program, then moves show it again.
-const MOVE_COST_EASE: f64 = 1.0 / 4096.0;
+/// 16384 calls, a tenth of a second of a busy program, then moves show it again. In 4096, a
+/// file server's long sends came back to moves that lose every few tens of milliseconds, 1 %
+/// of its throughput (docs/performance.md, forty-ninth session).
+const MOVE_COST_EASE: f64 = 1.0 / 16384.0;
 
 /// The timed predictor learns from every one of the first calls, and then, while no call
 /// would move, from about one call in [`LEARN_EVERY_STAYING`], at gaps of random length (a
@@ -1397,7 +1399,7 @@ mod tests {
         p.observe(&fsync, CallCost::moved(1_000_000, 21_000_000));
         assert_eq!(p.decide(&fsync, 0), Decision::Local);
         // Between fsyncs, the program's other calls stay where they are.
-        let back = (1..=100).find(|_| {
+        let back = (1..=1000).find(|_| {
             for _ in 0..100 {
                 p.observe(&read, CallCost::local(2_000));
             }
