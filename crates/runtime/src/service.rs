@@ -630,8 +630,25 @@ impl IdlePoll {
 
 /// CPU time of thread `tid` of this process in ns (first field of its schedstat).
 pub fn thread_cpu_ns(tid: i32) -> Option<u64> {
+    thread_schedstat(tid).map(|s| s.cpu_ns)
+}
+
+/// What the scheduler reports of one thread (`/proc/self/task/TID/schedstat`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SchedStat {
+    /// Time it ran, ns.
+    pub cpu_ns: u64,
+    /// Time it was ready to run but waited for its CPU, ns.
+    pub run_delay_ns: u64,
+    /// Times it was put on a CPU.
+    pub runs: u64,
+}
+
+/// The scheduler's figures for thread `tid` of this process.
+pub fn thread_schedstat(tid: i32) -> Option<SchedStat> {
     let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
-    text.split_whitespace().next()?.parse().ok()
+    let mut fields = text.split_whitespace().map(|f| f.parse::<u64>().ok());
+    Some(SchedStat { cpu_ns: fields.next()??, run_delay_ns: fields.next()??, runs: fields.next()?? })
 }
 
 /// What one caller's offloading did.

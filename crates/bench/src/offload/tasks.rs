@@ -27,7 +27,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use anyhow::Context;
 use corehop_policy::offload::{CallCost, CallDesc, CallKind, Decision, OffloadPolicy};
-use corehop_runtime::service::{thread_cpu_ns, OffloadStats, SysCall, SysResult};
+use corehop_runtime::service::{
+    thread_cpu_ns, thread_schedstat, OffloadStats, SchedStat, SysCall, SysResult,
+};
 use corehop_runtime::sys::{self, Errno};
 use corehop_runtime::{yield_now, CpuId, OsCpu, Runtime, Wake};
 use rand::{Rng, SeedableRng};
@@ -57,13 +59,67 @@ struct Offload {
     epoch_start_ns: u64,
     epoch_units: u64,
     /// A task's hop from the application CPU to the service CPU and back, measured in this
-    /// runtime before the run and then, for a policy that learns what calls cost, as a moving
-    /// average every [`EPOCH_NS`] ([`Calls::remeasure_if_due`]): what a move costs the
-    /// application CPU while it has other tasks to run.
+    /// runtime before the run, plus what other programs on the two CPUs add to it lately
+    /// ([`Contention`]): what a move costs the application CPU while it has other tasks to run.
     round_trip_ns: u64,
-    /// When the round trip was last measured, and whether it is due again.
-    measured_at_ns: u64,
-    remeasure: bool,
+    contention: Contention,
+}
+
+/// What a hop waits, on average, for a worker that another program keeps off its CPU: the
+/// share of the time each worker waited for its CPU, times half its wait each time, from the
+/// scheduler's figures for the two worker threads ([`thread_schedstat`]), read every
+/// [`EPOCH_NS`] and averaged over epochs (a quarter each).
+///
+/// The round trip from before the run (2-3 µs here) is not what a hop costs under another
+/// program's load: a hop then waits for the busy loop's turn on the CPU to end, 0.2-8 ms.
+/// With it, the measured arm moved every call under such load, at 0.6-0.8 of not moving.
+/// Measuring trips again in the run did not do instead: mid-run trips also wait behind the
+/// tasks moved before them, which costs the application CPU nothing, and N's floor in
+/// `predicted` then kept it at 0.7 of `size` on the idle host (docs/performance.md,
+/// forty-ninth session).
+struct Contention {
+    /// The two workers' threads.
+    workers: [i32; 2],
+    /// Their figures at the last reading, and when that was.
+    last: Option<([SchedStat; 2], u64)>,
+    /// The average wait, ns.
+    wait_ns: u64,
+}
+
+impl Contention {
+    fn new(workers: [i32; 2]) -> Contention {
+        Contention { workers, last: None, wait_ns: 0 }
+    }
+
+    /// Reads the workers' figures if an epoch has passed since the last reading.
+    fn update(&mut self, now: u64) {
+        if self.last.is_some_and(|(_, at)| now.saturating_sub(at) < EPOCH_NS) {
+            return;
+        }
+        let Some(stats) = self.workers.map(thread_schedstat).into_iter().collect::<Option<Vec<_>>>() else {
+            return;
+        };
+        let stats = [stats[0], stats[1]];
+        if let Some((before, at)) = self.last {
+            let wall = now.saturating_sub(at);
+            let wait: u64 = before.iter().zip(&stats).map(|(b, s)| expected_wait(b, s, wall)).sum();
+            self.wait_ns = (3 * self.wait_ns + wait) / 4;
+        }
+        self.last = Some((stats, now));
+    }
+}
+
+/// What a hop arriving at a random moment of `wall` ns waited, on average, for a thread that
+/// went from `before` to `after`: the share of the time it waited for its CPU, times half of
+/// one such wait.
+fn expected_wait(before: &SchedStat, after: &SchedStat, wall: u64) -> u64 {
+    let waited = after.run_delay_ns.saturating_sub(before.run_delay_ns);
+    let runs = after.runs.saturating_sub(before.runs);
+    if wall == 0 || runs == 0 {
+        return 0;
+    }
+    let share = (waited as f64 / wall as f64).min(1.0);
+    (share * waited as f64 / runs as f64 / 2.0) as u64
 }
 
 /// A server task's way to make a call: where the policy says. A moved call takes the task to
@@ -127,7 +183,7 @@ impl Calls {
                 let caller = if idles_meanwhile {
                     waited
                 } else {
-                    start.saturating_sub(t0).min(offload.round_trip_ns)
+                    start.saturating_sub(t0).min(offload.round_trip_ns + offload.contention.wait_ns)
                 };
                 offload.stats.offloaded += 1;
                 offload.stats.remote_run_ns += run;
@@ -161,8 +217,8 @@ impl Calls {
         let mut offload = self.lock();
         offload.epoch_units += 1;
         let now = sys::now_ns();
-        if offload.policy.learns() && now.saturating_sub(offload.measured_at_ns) >= EPOCH_NS {
-            (offload.remeasure, offload.measured_at_ns) = (true, now);
+        if offload.policy.learns() {
+            offload.contention.update(now);
         }
         let elapsed = now.saturating_sub(offload.epoch_start_ns);
         if offload.policy.wants_epochs() && offload.policy.epoch_over(elapsed, offload.epoch_units, EPOCH_NS)
@@ -172,22 +228,6 @@ impl Calls {
             offload.stats.epochs += 1;
             (offload.epoch_start_ns, offload.epoch_units) = (now, 0);
         }
-    }
-
-    /// Measures the round trip anew when it is due, one trip into a moving average of a
-    /// quarter. What a hop costs shifts: with the host, and with other programs on the
-    /// service CPU, where a hop waits for the service worker's turn (milliseconds, when it is
-    /// another's, under a busy loop there; microseconds alone). One trip an epoch, not several
-    /// at once: trips back to back find the worker in the same turn. With the figure from
-    /// before the run, the measured arm went on moving every call under such load, at 0.6-0.8
-    /// of not moving (docs/performance.md, forty-ninth session).
-    fn remeasure_if_due(&self) -> anyhow::Result<()> {
-        if std::mem::take(&mut self.lock().remeasure) {
-            let trip = round_trip(self.service, 1)?;
-            let mut offload = self.lock();
-            offload.round_trip_ns = (3 * offload.round_trip_ns + trip) / 4;
-        }
-        Ok(())
     }
 }
 
@@ -219,12 +259,9 @@ impl Sent {
     }
 }
 
-/// Round trips measured before a run.
-const START_TRIPS: usize = 201;
-
-/// The median of `n` round trips of the calling task to `service` and back (`on`), in ns.
-fn round_trip(service: CpuId, n: usize) -> Result<u64, corehop_runtime::Error> {
-    let mut trips = (0..n)
+/// The median of 201 round trips of the calling task to `service` and back (`on`), in ns.
+fn round_trip(service: CpuId) -> Result<u64, corehop_runtime::Error> {
+    let mut trips = (0..201)
         .map(|_| {
             let t0 = sys::now_ns();
             corehop_runtime::on(service, || ())?;
@@ -303,9 +340,8 @@ pub fn run(
             profile: profile.then(Vec::new),
             epoch_start_ns: sys::now_ns(),
             epoch_units: 0,
-            round_trip_ns: rt.block_on(app, move || round_trip(service, START_TRIPS))??,
-            measured_at_ns: sys::now_ns(),
-            remeasure: false,
+            round_trip_ns: rt.block_on(app, move || round_trip(service))??,
+            contention: Contention::new([rt.block_on(app, sys::gettid)?, rt.block_on(service, sys::gettid)?]),
         })),
         app,
         service,
@@ -429,7 +465,6 @@ fn serve(stream: &TcpStream, dirfd: RawFd, calls: &Calls, count: usize, sent: &S
         // Back to the application CPU between requests: the task runs its own code (and
         // waits for the next request) there, as a thread of FlexSC's runs on its core.
         unsafe { calls.go(calls.app) }?;
-        calls.remeasure_if_due()?;
     }
     Ok(())
 }
@@ -539,40 +574,26 @@ mod tests {
     }
 
     #[test]
-    fn the_round_trip_is_measured_anew_when_due_and_only_then() {
-        let machine = corehop_topology::discover().unwrap();
-        let allowed: Vec<CpuId> = machine.cpus().iter().map(|c| c.id).collect();
-        let (app, service) = (allowed[0], *allowed.last().unwrap());
-        let cpus = if app == service { vec![app] } else { vec![app, service] };
-        let rt = Runtime::builder().machine(machine.clone()).cpus(cpus).build().unwrap();
-        // 18 minutes: no trip takes that long.
-        let stale = 1 << 40;
-        let calls = Calls {
-            shared: Arc::new(Mutex::new(Offload {
-                policy: OffloadPolicy::Never,
-                stats: OffloadStats::default(),
-                profile: None,
-                epoch_start_ns: 0,
-                epoch_units: 0,
-                round_trip_ns: stale,
-                measured_at_ns: 0,
-                remeasure: false,
-            })),
-            app,
-            service,
-        };
-        let remeasure = |calls: &Calls| {
-            let calls = calls.clone();
-            rt.block_on(app, move || calls.remeasure_if_due()).unwrap().unwrap();
-        };
-        remeasure(&calls);
-        assert_eq!(calls.lock().round_trip_ns, stale, "not due, so nothing was measured");
-        calls.lock().remeasure = true;
-        remeasure(&calls);
-        let offload = calls.lock();
-        assert!(!offload.remeasure);
-        // One trip moves the average a quarter of the way to it.
-        assert!((stale * 3 / 4..stale).contains(&offload.round_trip_ns), "{}", offload.round_trip_ns);
+    fn a_hop_waits_half_a_wait_for_a_cpu_as_often_as_the_worker_waited() {
+        let at = |run_delay_ns, runs| SchedStat { cpu_ns: 0, run_delay_ns, runs };
+        // Half of 20 ms waiting, in two waits of 5 ms: a hop waits 2.5 ms one time in two.
+        assert_eq!(expected_wait(&at(1_000, 10), &at(10_001_000, 12), 20_000_000), 1_250_000);
+        // Alone on its CPU, and in a window with no reading: nothing.
+        assert_eq!(expected_wait(&at(1_000, 10), &at(1_000, 10), 20_000_000), 0);
+        assert_eq!(expected_wait(&at(1_000, 10), &at(5_000, 11), 0), 0);
+    }
+
+    #[test]
+    fn the_scheduler_s_figures_for_a_worker_are_read_every_epoch() {
+        let mut contention = Contention::new([sys::gettid(), sys::gettid()]);
+        contention.update(1);
+        let first = contention.last.expect("this thread's schedstat").0;
+        assert!(first[0].runs >= 1, "{first:?}");
+        // Within an epoch: not read again; after one, read again.
+        contention.update(EPOCH_NS);
+        assert_eq!(contention.last.map(|(_, at)| at), Some(1));
+        contention.update(EPOCH_NS + 1);
+        assert_eq!(contention.last.map(|(_, at)| at), Some(EPOCH_NS + 1));
     }
 
     #[test]
