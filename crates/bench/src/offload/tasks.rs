@@ -96,10 +96,8 @@ impl Contention {
         if self.last.is_some_and(|(_, at)| now.saturating_sub(at) < EPOCH_NS) {
             return;
         }
-        let Some(stats) = self.workers.map(thread_schedstat).into_iter().collect::<Option<Vec<_>>>() else {
-            return;
-        };
-        let stats = [stats[0], stats[1]];
+        let [Some(app), Some(service)] = self.workers.map(thread_schedstat) else { return };
+        let stats = [app, service];
         if let Some((before, at)) = self.last {
             let wall = now.saturating_sub(at);
             let wait: u64 = before.iter().zip(&stats).map(|(b, s)| expected_wait(b, s, wall)).sum();
@@ -333,6 +331,7 @@ pub fn run(
     // The request stream, fixed by the seed; connection c carries requests c, c + C, ...
     let mut rng = rand_pcg::Pcg64::seed_from_u64(seed);
     let indices: Vec<usize> = (0..requests).map(|_| rng.gen_range(0..SIZES.len())).collect();
+    let worker_tid = rt.block_on(app, sys::gettid)?;
     let calls = Calls {
         shared: Arc::new(Mutex::new(Offload {
             policy,
@@ -341,13 +340,12 @@ pub fn run(
             epoch_start_ns: sys::now_ns(),
             epoch_units: 0,
             round_trip_ns: rt.block_on(app, move || round_trip(service))??,
-            contention: Contention::new([rt.block_on(app, sys::gettid)?, rt.block_on(service, sys::gettid)?]),
+            contention: Contention::new([worker_tid, rt.block_on(service, sys::gettid)?]),
         })),
         app,
         service,
     };
 
-    let worker_tid = rt.block_on(app, sys::gettid)?;
     let cpu0 = thread_cpu_ns(worker_tid).unwrap_or(0);
     let start = sys::now_ns();
     let mut servers = Vec::with_capacity(CONNECTIONS);
