@@ -1341,63 +1341,51 @@ mod tests {
         assert!(calls.is_some_and(|c| (7..=200).contains(&c)), "moved after {calls:?} calls");
     }
 
-    #[test]
-    fn predicted_n_never_sits_below_the_measured_cost_of_a_move() {
+    const FSYNC: CallDesc = CallDesc { kind: CallKind::Fsync, fd: 3, size: 0, site: 1 };
+
+    /// A `predicted` policy at N = 5 µs whose fsync key ran `run` here until it moved, and
+    /// whose moves then added `extras` to its caller's wait, one move each.
+    fn moved_fsync(run: u64, extras: impl IntoIterator<Item = u64>) -> OffloadPolicy {
         let mut p: OffloadPolicy = "predicted:time:5000".parse().unwrap();
-        let call = CallDesc::new(CallKind::Fsync, 3, 0, 1);
         // Once the key's runs have outvoted the plain majority of all calls, it moves.
         for _ in 0..10 {
-            p.observe(&call, CallCost::local(30_000));
+            p.observe(&FSYNC, CallCost::local(run));
         }
-        assert_eq!(p.decide(&call, 0), Decision::Offload);
-        // Moves of this machine turn out to add 50 µs to the caller's wait.
-        for _ in 0..4 {
-            p.observe(&call, CallCost::moved(30_000, 80_000));
-        }
-        assert_eq!(p.decide(&call, 0), Decision::Local);
-        let OffloadPolicy::Predicted(inner) = &p else { unreachable!() };
-        assert_eq!((inner.threshold(), inner.effective_threshold()), (5000, 50_000));
-    }
-
-    /// A 100 µs call that moved, and then moves whose wait is 2 µs and 2 ms by turns, as
-    /// under another program's load on the service CPU.
-    fn moves_held_up_one_time_in_two() -> OffloadPolicy {
-        let mut p: OffloadPolicy = "predicted:time:5000".parse().unwrap();
-        let call = CallDesc::new(CallKind::Fsync, 3, 0, 1);
-        for _ in 0..10 {
-            p.observe(&call, CallCost::local(100_000));
-        }
-        assert_eq!(p.decide(&call, 0), Decision::Offload);
-        for i in 0..16 {
-            let extra = if i % 2 == 0 { 2_000 } else { 2_000_000 };
-            p.observe(&call, CallCost::moved(100_000, 100_000 + extra));
+        assert_eq!(p.decide(&FSYNC, 0), Decision::Offload);
+        for extra in extras {
+            p.observe(&FSYNC, CallCost::moved(run, run + extra));
         }
         p
     }
 
+    fn effective_threshold(p: &OffloadPolicy) -> u64 {
+        let OffloadPolicy::Predicted(inner) = p else { unreachable!() };
+        inner.effective_threshold()
+    }
+
+    #[test]
+    fn predicted_n_never_sits_below_the_measured_cost_of_a_move() {
+        // Moves of this machine turn out to add 50 µs to the caller's wait.
+        let p = moved_fsync(30_000, [50_000; 4]);
+        assert_eq!(p.decide(&FSYNC, 0), Decision::Local);
+        assert_eq!(effective_threshold(&p), 50_000);
+    }
+
     #[test]
     fn predicted_n_sits_at_the_mean_cost_of_moves_held_up_one_time_in_two() {
-        let p = moves_held_up_one_time_in_two();
-        // About 1 ms a move: a 100 µs call loses 0.9 ms a move on average.
-        assert_eq!(p.decide(&CallDesc::new(CallKind::Fsync, 3, 0, 1), 0), Decision::Local);
-        let OffloadPolicy::Predicted(inner) = &p else { unreachable!() };
-        assert!(inner.effective_threshold() > 500_000, "N {}", inner.effective_threshold());
+        // Moves wait 2 µs and 2 ms by turns, as under another program's load on the service
+        // CPU: about 1 ms a move, which a 100 µs call loses.
+        let p = moved_fsync(100_000, (0..16).map(|i| if i % 2 == 0 { 2_000 } else { 2_000_000 }));
+        assert_eq!(p.decide(&FSYNC, 0), Decision::Local);
+        assert!(effective_threshold(&p) > 500_000, "N {}", effective_threshold(&p));
     }
 
     #[test]
     fn one_move_the_host_held_up_stops_a_call_that_pays_for_a_while_only() {
-        let mut p: OffloadPolicy = "predicted:time:5000".parse().unwrap();
-        let fsync = CallDesc::new(CallKind::Fsync, 3, 0, 1);
-        let read = CallDesc::new(CallKind::Read, 3, 100, 2);
-        for _ in 0..10 {
-            p.observe(&fsync, CallCost::local(1_000_000));
-        }
-        for _ in 0..16 {
-            p.observe(&fsync, CallCost::moved(1_000_000, 1_005_000));
-        }
-        // One move held up for 20 ms: N goes above the fsync's run.
-        p.observe(&fsync, CallCost::moved(1_000_000, 21_000_000));
-        assert_eq!(p.decide(&fsync, 0), Decision::Local);
+        // Moves add 5 µs, then one is held up for 20 ms: N goes above the fsync's run.
+        let mut p = moved_fsync(1_000_000, [5_000; 16].into_iter().chain([20_000_000]));
+        assert_eq!(p.decide(&FSYNC, 0), Decision::Local);
+        let (fsync, read) = (FSYNC, CallDesc::new(CallKind::Read, 3, 100, 2));
         // Between fsyncs, the program's other calls stay where they are.
         let back = (1..=1000).find(|_| {
             for _ in 0..100 {
