@@ -60,9 +60,10 @@ struct Offload {
     epoch_units: u64,
     /// A task's hop from the application CPU to the service CPU and back, measured in this
     /// runtime before the run, plus what other programs on the two CPUs add to it lately
-    /// ([`Contention`]): what a move costs the application CPU while it has other tasks to run.
+    /// ([`Contention`], watched only for a policy that learns what calls cost): what a move
+    /// costs the application CPU while it has other tasks to run.
     round_trip_ns: u64,
-    contention: Contention,
+    contention: Option<Contention>,
 }
 
 /// What a hop waits, on average, for a worker that another program keeps off its CPU: the
@@ -181,7 +182,8 @@ impl Calls {
                 let caller = if idles_meanwhile {
                     waited
                 } else {
-                    start.saturating_sub(t0).min(offload.round_trip_ns + offload.contention.wait_ns)
+                    let contention = offload.contention.as_ref().map_or(0, |c| c.wait_ns);
+                    start.saturating_sub(t0).min(offload.round_trip_ns + contention)
                 };
                 offload.stats.offloaded += 1;
                 offload.stats.remote_run_ns += run;
@@ -215,8 +217,8 @@ impl Calls {
         let mut offload = self.lock();
         offload.epoch_units += 1;
         let now = sys::now_ns();
-        if offload.policy.learns() {
-            offload.contention.update(now);
+        if let Some(contention) = &mut offload.contention {
+            contention.update(now);
         }
         let elapsed = now.saturating_sub(offload.epoch_start_ns);
         if offload.policy.wants_epochs() && offload.policy.epoch_over(elapsed, offload.epoch_units, EPOCH_NS)
@@ -332,6 +334,11 @@ pub fn run(
     let mut rng = rand_pcg::Pcg64::seed_from_u64(seed);
     let indices: Vec<usize> = (0..requests).map(|_| rng.gen_range(0..SIZES.len())).collect();
     let worker_tid = rt.block_on(app, sys::gettid)?;
+    let contention = if policy.learns() {
+        Some(Contention::new([worker_tid, rt.block_on(service, sys::gettid)?]))
+    } else {
+        None
+    };
     let calls = Calls {
         shared: Arc::new(Mutex::new(Offload {
             policy,
@@ -340,7 +347,7 @@ pub fn run(
             epoch_start_ns: sys::now_ns(),
             epoch_units: 0,
             round_trip_ns: rt.block_on(app, move || round_trip(service))??,
-            contention: Contention::new([worker_tid, rt.block_on(service, sys::gettid)?]),
+            contention,
         })),
         app,
         service,
