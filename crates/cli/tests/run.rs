@@ -808,6 +808,44 @@ fn the_stub_routes_every_name_the_library_interposes() {
 
 #[test]
 #[cfg_attr(not(target_arch = "x86_64"), ignore = "the start-up stub is built for x86-64 only")]
+fn the_stub_passes_a_call_on_to_the_next_library_that_defines_it() {
+    if !have("cc") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let next = dir.path().join("next_close.so");
+    let built = Command::new("cc")
+        .args(["-O1", "-shared", "-fPIC", "-o"])
+        .arg(&next)
+        .arg(Path::new(FIXTURES).join("next_close.c"))
+        .output()
+        .expect("cc");
+    assert!(built.status.success(), "cc failed: {}", text(&built.stderr));
+    // The shell closes descriptor 3 itself, and in the child it forks for `cat`.
+    let script = "exec 3</dev/null; exec 3<&-; cat /dev/null 3</dev/null; echo done";
+    let mut preload = common::stub().as_os_str().to_owned();
+    preload.push(" ");
+    preload.push(&next);
+    for walk in [true, false] {
+        let mut command = Command::new("sh");
+        common::through_the_stub(&mut command, "adaptive").env("LD_PRELOAD", &preload);
+        if !walk {
+            // The stub then asks `dlsym` for every name.
+            command.env("LD_DYNAMIC_WEAK", "1");
+        }
+        let out = command.args(["-c", script]).output().unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), "done\n");
+        assert!(
+            text(&out.stderr).contains("close reached the library after the stub"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(not(target_arch = "x86_64"), ignore = "the start-up stub is built for x86-64 only")]
 fn a_short_process_under_the_default_policy_loads_only_the_stub() {
     let out = corehop().args(["run", "--offload", "--", "cat", "/proc/self/maps"]).output().unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));

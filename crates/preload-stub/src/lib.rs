@@ -49,6 +49,9 @@ mod watch;
 mod stub_state;
 use stub_state::{State, StateWord};
 
+#[path = "../../sys/src/next_symbol.rs"]
+mod next_symbol;
+
 #[path = "../../sys/src/trampoline.rs"]
 #[macro_use]
 mod trampoline;
@@ -235,7 +238,7 @@ const MIX: i32 = 0x9E37_79B1_u32 as i32;
 
 /// The library's entry points, set once it is loaded (0 until then).
 static SLOTS: [AtomicUsize; COUNT] = [const { AtomicUsize::new(0) }; COUNT];
-/// libc's functions (`dlsym(RTLD_NEXT)`), resolved at first use (0: not yet).
+/// libc's functions (what `dlsym(RTLD_NEXT)` gives), resolved at first use (0: not yet).
 static NEXT: [AtomicUsize; COUNT] = [const { AtomicUsize::new(0) }; COUNT];
 
 /// What a call is to the library.
@@ -503,18 +506,55 @@ fn load_blocked(child_seen: bool) -> bool {
     true
 }
 
-/// libc's function for call `index` (`dlsym(RTLD_NEXT)`, cached), or [`unsupported`].
+/// libc's function for call `index` (cached), or [`unsupported`].
 fn next(index: usize) -> usize {
     let cached = NEXT[index].load(Relaxed);
     if cached != 0 {
         return cached;
     }
+    if !WALKED.swap(true, Relaxed) && tables_answer() {
+        look_up_every_name();
+        let found = NEXT[index].load(Relaxed);
+        if found != 0 {
+            return found;
+        }
+    }
+    let name = NAMES[index];
     // SAFETY: the name is NUL-terminated; dlsym calls no function this stub exports.
-    let found =
-        keeping_errno(|| unsafe { dlsym(RTLD_NEXT, NAMES[index].as_ptr() as *const c_char) }) as usize;
+    let found = keeping_errno(|| unsafe { dlsym(RTLD_NEXT, name.as_ptr() as *const c_char) }) as usize;
     let found = if found == 0 { unsupported as *const () as usize } else { found };
     NEXT[index].store(found, Relaxed);
     found
+}
+
+/// Whether this process has looked its names up in the objects' tables (a child forked after
+/// it has them all: a shell's children, which make a call or two before they exec, look
+/// nothing up).
+static WALKED: AtomicBool = AtomicBool::new(false);
+
+/// Fills [`NEXT`] with every name's function that `next_symbol` finds, in one walk over the
+/// objects: what `dlsym(RTLD_NEXT)` gives, without the loader's cold path, page faults in
+/// every process and every forked child that looked a name up.
+fn look_up_every_name() {
+    let names: [&[u8]; COUNT] = NAMES.map(|name| name.strip_suffix(b"\0").unwrap_or(name));
+    let mut found = [next_symbol::Next::Pending; COUNT];
+    // SAFETY: neither variable that changes the loader's answers is set (`tables_answer`).
+    unsafe { next_symbol::next_functions(&names, &mut found) };
+    for (next, found) in NEXT.iter().zip(found) {
+        if let next_symbol::Next::Function(address) = found {
+            // Another thread may have stored `dlsym`'s answer meanwhile: the same address.
+            next.store(address, Relaxed);
+        }
+    }
+}
+
+/// Whether `next_symbol` may answer: not if the environment changes how the loader binds
+/// names for the whole process (weak definitions, audit modules).
+fn tables_answer() -> bool {
+    // SAFETY: the names are NUL-terminated; secure_getenv returns null or a string of the
+    // environment, which is not read.
+    let set = |name: &core::ffi::CStr| !unsafe { secure_getenv(name.as_ptr()) }.is_null();
+    !set(c"LD_DYNAMIC_WEAK") && !set(c"LD_AUDIT")
 }
 
 /// Stands in for a function libc lacks: fails with ENOSYS, as the library does.

@@ -15,17 +15,21 @@
 //!   summary it appends at exit, written by the library and parsed by `corehop run`;
 //! - [`watch`]: the calls the preload library watches without moving them, `trampoline`
 //!   (x86-64): the register-preserving way into a libc function, and [`stub_state`]: the
-//!   loom-checked state word of the library's `no_std` start-up stub (all three shared by
-//!   path with the stub);
+//!   loom-checked state word of the library's `no_std` start-up stub, and [`next_symbol`]:
+//!   the stub's way to libc's functions without `dlsym` (all four shared by path with the
+//!   stub);
 //! - `testing` (feature `testing`): the checks every lane built on `handoff` must pass.
 //!
-//! Only `raw`, `futex`, `model` and `handoff` contain `unsafe`; each block carries its argument.
+//! Only `raw`, `futex`, `model`, `handoff` and `next_symbol` contain `unsafe`; each block carries
+//! its argument.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
 pub mod futex;
 pub mod handoff;
 pub mod model;
+#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+pub mod next_symbol;
 pub mod park;
 pub mod raw;
 pub mod stub_state;

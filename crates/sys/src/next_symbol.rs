@@ -1,0 +1,501 @@
+//! The functions names bind to after the object this file is compiled into, as
+//! `dlsym(RTLD_NEXT, name)` finds them, read straight from the objects' GNU hash tables, all
+//! names in one walk. The preload library's start-up stub (`crates/preload-stub`, which
+//! includes this file by path) looks up libc's function for every name it exports this way at
+//! its first call. `dlsym` took the dynamic loader's cold path for each name in each process,
+//! and in each child a shell forked, which looked up its own names again: several page faults
+//! a process, 7.7 % of a shell loop of short pipelines against 4.5 % now (an empty preloaded
+//! library: 3 %; docs/performance.md, "Fiftieth session").
+//!
+//! Only what is sure to match `dlsym` is answered; anything else is [`Next::AskTheLoader`]:
+//!
+//! - The objects are walked with `dl_iterate_phdr`, which holds the loader's lock against a
+//!   `dlopen` or `dlclose` in another thread, from the caller's object to libc (soname
+//!   `libc.so.6`) and no further: every object on the way was loaded at start-up, so it is in
+//!   the scope `dlsym` searches (one opened later without `RTLD_GLOBAL` is listed after libc
+//!   but is not). A libc listed before the caller answers nothing.
+//! - A definition is used as the loader would: the first object whose table has the name
+//!   (an unversioned definition, or its one default version) wins. One that is not a plain
+//!   function (an IFUNC, data), or an object with a filter (`DT_FILTER`, `DT_AUXILIARY`) or
+//!   without a GNU hash table on the way, is not answered.
+//! - What changes the loader's answer for the whole process is the caller's to check:
+//!   `LD_DYNAMIC_WEAK` and `LD_AUDIT` in the environment (this module checks the program's
+//!   own `DT_AUDIT` and `DT_DEPAUDIT`).
+//!
+//! Only `core`: the stub is `no_std`. ELF64 only.
+
+use core::ffi::{c_char, c_int, c_void};
+
+/// The head of `struct dl_phdr_info` (`<link.h>`): what `dl_iterate_phdr` tells of an object.
+#[repr(C)]
+struct ObjectInfo {
+    /// What the object's addresses are offset by.
+    addr: usize,
+    /// Its path; not read here.
+    _name: *const c_char,
+    phdr: *const ProgramHeader,
+    phnum: u16,
+}
+
+/// An `Elf64_Phdr`.
+#[repr(C)]
+struct ProgramHeader {
+    p_type: u32,
+    _p_flags: u32,
+    _p_offset: u64,
+    p_vaddr: u64,
+    _p_paddr: u64,
+    _p_filesz: u64,
+    _p_memsz: u64,
+    _p_align: u64,
+}
+
+/// An `Elf64_Dyn`.
+#[repr(C)]
+struct Dyn {
+    d_tag: i64,
+    d_val: u64,
+}
+
+/// An `Elf64_Sym`.
+#[repr(C)]
+struct Sym {
+    st_name: u32,
+    st_info: u8,
+    _st_other: u8,
+    st_shndx: u16,
+    st_value: u64,
+    _st_size: u64,
+}
+
+extern "C" {
+    /// libc's walk over the loaded objects, in the loader's order, under its lock.
+    fn dl_iterate_phdr(
+        callback: extern "C" fn(*const ObjectInfo, usize, *mut c_void) -> c_int,
+        data: *mut c_void,
+    ) -> c_int;
+    /// This object's dynamic section (defined by the linker); only its address is taken.
+    static _DYNAMIC: Dyn;
+}
+
+const PT_DYNAMIC: u32 = 2;
+const DT_NULL: i64 = 0;
+const DT_STRTAB: i64 = 5;
+const DT_SYMTAB: i64 = 6;
+const DT_SONAME: i64 = 14;
+const DT_GNU_HASH: i64 = 0x6fff_fef5;
+const DT_VERSYM: i64 = 0x6fff_fff0;
+const DT_DEPAUDIT: i64 = 0x6fff_fefb;
+const DT_AUDIT: i64 = 0x6fff_fefc;
+const DT_AUXILIARY: i64 = 0x7fff_fffd;
+const DT_FILTER: i64 = 0x7fff_ffff;
+const STT_FUNC: u8 = 2;
+const STB_GLOBAL: u8 = 1;
+const STB_WEAK: u8 = 2;
+const SHN_UNDEF: u16 = 0;
+const SHN_ABS: u16 = 0xfff1;
+const VERSYM_HIDDEN: u16 = 0x8000;
+/// Version indices below this are "local" and "global": unversioned definitions.
+const FIRST_VERSION: u16 = 2;
+
+/// What an object's dynamic section says, with its addresses relocated.
+#[derive(Default)]
+struct Tables {
+    gnu_hash: usize,
+    symtab: usize,
+    strtab: usize,
+    versym: usize,
+    soname: Option<u64>,
+    filter: bool,
+    audit: bool,
+}
+
+impl Tables {
+    /// # Safety
+    /// `dynamic` is the dynamic section of a loaded object whose addresses are offset by
+    /// `base`, or null.
+    unsafe fn of(dynamic: *const Dyn, base: usize) -> Tables {
+        // The loader rewrites most addresses in a writable dynamic section to run-time ones,
+        // and leaves a read-only one as linked: an address below the object's base is an
+        // offset from it (objects are mapped far above their own sizes).
+        let at = |p: u64| if (p as usize) < base { base.wrapping_add(p as usize) } else { p as usize };
+        let mut t = Tables::default();
+        let mut entry = dynamic;
+        if entry.is_null() {
+            return t;
+        }
+        loop {
+            // SAFETY: a dynamic section is an array of entries ended by DT_NULL.
+            let Dyn { d_tag, d_val } = unsafe { entry.read() };
+            match d_tag {
+                DT_NULL => return t,
+                DT_GNU_HASH => t.gnu_hash = at(d_val),
+                DT_SYMTAB => t.symtab = at(d_val),
+                DT_STRTAB => t.strtab = at(d_val),
+                DT_VERSYM => t.versym = at(d_val),
+                DT_SONAME => t.soname = Some(d_val),
+                DT_FILTER | DT_AUXILIARY => t.filter = true,
+                DT_AUDIT | DT_DEPAUDIT => t.audit = true,
+                _ => {}
+            }
+            // SAFETY: not past DT_NULL, which ends the array.
+            entry = unsafe { entry.add(1) };
+        }
+    }
+
+    /// Whether the object's soname is `want`.
+    ///
+    /// # Safety
+    /// `self` is a loaded object's, as [`Tables::of`] reads them.
+    unsafe fn soname_is(&self, want: &[u8]) -> bool {
+        // SAFETY: this function's contract.
+        unsafe { self.soname().is_some_and(|name| c_str_is(name, want)) }
+    }
+
+    /// Whether the object's soname starts with `prefix`.
+    ///
+    /// # Safety
+    /// As for [`Tables::soname_is`].
+    unsafe fn soname_starts(&self, prefix: &[u8]) -> bool {
+        // SAFETY: this function's contract.
+        unsafe { self.soname().is_some_and(|name| c_str_starts(name, prefix)) }
+    }
+
+    /// Where the soname is, if the object has one.
+    fn soname(&self) -> Option<*const u8> {
+        // DT_SONAME is an offset into the string table, of a NUL-terminated name.
+        let offset = self.soname?;
+        (self.strtab != 0).then(|| self.strtab.wrapping_add(offset as usize) as *const u8)
+    }
+}
+
+/// Whether the NUL-terminated string at `s` starts with `prefix` (which holds no NUL).
+///
+/// # Safety
+/// `s` points to a NUL-terminated string.
+unsafe fn c_str_starts(s: *const u8, prefix: &[u8]) -> bool {
+    for (i, &p) in prefix.iter().enumerate() {
+        // SAFETY: bytes up to and including the first NUL are the string's; this one is
+        // reached only if none before it was NUL (they equalled `prefix`'s, which are not).
+        if unsafe { *s.add(i) } != p {
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether the NUL-terminated string at `s` is `want` (which holds no NUL).
+///
+/// # Safety
+/// `s` points to a NUL-terminated string.
+unsafe fn c_str_is(s: *const u8, want: &[u8]) -> bool {
+    // SAFETY: the contract; the byte after a matching prefix is the string's (every byte
+    // before it matched one of `want`'s, none of them NUL).
+    unsafe { c_str_starts(s, want) && *s.add(want.len()) == 0 }
+}
+
+/// The GNU hash of a name (`dl_new_hash`).
+fn gnu_hash(name: &[u8]) -> u32 {
+    name.iter().fold(5381u32, |h, &c| h.wrapping_mul(33).wrapping_add(u32::from(c)))
+}
+
+/// What one object's table says of a name.
+enum Found {
+    /// Not defined here: the loader goes on to the next object.
+    No,
+    /// A plain function, at this address.
+    Function(usize),
+    /// Defined in a form this module does not answer for.
+    Unsure,
+}
+
+/// Looks `name` up in one object's GNU hash table as the loader does for `dlsym`.
+///
+/// # Safety
+/// `t` is the tables of a loaded object, with a GNU hash table and a symbol table.
+unsafe fn find_in(t: &Tables, base: usize, name: &[u8], hash: u32) -> Found {
+    let words = t.gnu_hash as *const u32;
+    // SAFETY (this block and the reads below): a GNU hash table is four words (buckets,
+    // first hashed symbol, bloom words, bloom shift), the bloom filter (64-bit words), the
+    // buckets and the chain, one word per hashed symbol; the chain of a bucket ends at a word
+    // with its low bit set. The symbol and version tables hold every symbol the chain names.
+    let (nbuckets, symoffset, bloom_size, bloom_shift) =
+        unsafe { (words.read(), words.add(1).read(), words.add(2).read(), words.add(3).read()) };
+    if nbuckets == 0 || bloom_size == 0 {
+        return Found::No;
+    }
+    let bloom = unsafe { words.add(4) } as *const u64;
+    let word = unsafe { bloom.add((hash / 64 % bloom_size) as usize).read_unaligned() };
+    let mask = (1u64 << (hash % 64)) | (1u64 << ((hash >> (bloom_shift % 32)) % 64));
+    if word & mask != mask {
+        return Found::No;
+    }
+    let buckets = unsafe { bloom.add(bloom_size as usize) } as *const u32;
+    let chain = unsafe { buckets.add(nbuckets as usize) };
+    let mut index = unsafe { buckets.add((hash % nbuckets) as usize).read() };
+    if index < symoffset {
+        return Found::No;
+    }
+    // The loader takes an unversioned definition at once, else the one version not hidden.
+    let mut versioned = None;
+    let mut versions = 0;
+    loop {
+        let link = unsafe { chain.add((index - symoffset) as usize).read() };
+        if (link | 1) == (hash | 1) {
+            let sym = unsafe { &*(t.symtab as *const Sym).add(index as usize) };
+            if unsafe { c_str_is((t.strtab + sym.st_name as usize) as *const u8, name) } {
+                let version = if t.versym == 0 {
+                    0
+                } else {
+                    unsafe { (t.versym as *const u16).add(index as usize).read() }
+                };
+                if version & !VERSYM_HIDDEN < FIRST_VERSION {
+                    return judge(sym, base);
+                }
+                if version & VERSYM_HIDDEN == 0 {
+                    versions += 1;
+                    versioned = Some(sym);
+                }
+            }
+        }
+        if link & 1 != 0 {
+            break;
+        }
+        index += 1;
+    }
+    match (versions, versioned) {
+        (1, Some(sym)) => judge(sym, base),
+        (0, _) => Found::No,
+        // Two versions not hidden: the loader takes neither here and looks further on.
+        _ => Found::Unsure,
+    }
+}
+
+/// A definition the loader would bind: a plain function is answered, anything else is not.
+fn judge(sym: &Sym, base: usize) -> Found {
+    let (kind, binding) = (sym.st_info & 0xf, sym.st_info >> 4);
+    let plain = kind == STT_FUNC
+        && (binding == STB_GLOBAL || binding == STB_WEAK)
+        && sym.st_shndx != SHN_UNDEF
+        && sym.st_shndx != SHN_ABS
+        && sym.st_value != 0;
+    if plain {
+        Found::Function(base.wrapping_add(sym.st_value as usize))
+    } else {
+        Found::Unsure
+    }
+}
+
+/// What a walk found of a name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Not looked up yet.
+    Pending,
+    /// A plain function, at this address.
+    Function(usize),
+    /// Not answered here: ask `dlsym`.
+    AskTheLoader,
+}
+
+/// For each of `names` whose `found` is [`Next::Pending`]: the function it binds to in the
+/// first object after the one this file is compiled into that defines it, if that object is
+/// libc or one listed before it and the definition is a plain function; else
+/// [`Next::AskTheLoader`]. One walk over the objects for all the names.
+///
+/// # Safety
+/// Neither `LD_DYNAMIC_WEAK` nor `LD_AUDIT` is set (the caller has checked).
+pub unsafe fn next_functions(names: &[&[u8]], found: &mut [Next]) {
+    let mut search = Search { names, found, past_own: false, first: true };
+    // SAFETY: `visit` takes `data` back as the `Search` it is given here, which outlives the
+    // walk; it does not unwind (it cannot panic).
+    unsafe { dl_iterate_phdr(visit, (&mut search as *mut Search).cast()) };
+    // Whatever the walk did not reach.
+    search.give_up();
+}
+
+/// A lookup under way: what [`visit`] keeps between objects.
+struct Search<'a> {
+    names: &'a [&'a [u8]],
+    found: &'a mut [Next],
+    /// Whether the walk has passed the object this file is compiled into.
+    past_own: bool,
+    /// Whether the next object is the first, the program.
+    first: bool,
+}
+
+impl Search<'_> {
+    /// Leaves every name still pending to the loader.
+    fn give_up(&mut self) {
+        for found in self.found.iter_mut().filter(|f| **f == Next::Pending) {
+            *found = Next::AskTheLoader;
+        }
+    }
+}
+
+/// [`next_functions`]'s step over one object: 0 goes on to the next one, 1 ends the walk.
+extern "C" fn visit(info: *const ObjectInfo, _size: usize, data: *mut c_void) -> c_int {
+    const GO_ON: c_int = 0;
+    const STOP: c_int = 1;
+    // SAFETY: `data` is `next_functions`'s `Search`, borrowed by no one else during the walk;
+    // `info` is the loader's, valid for this call. Its first four fields are the ones every
+    // glibc has filled in since `dl_iterate_phdr` was added.
+    let (search, info) = unsafe { (&mut *data.cast::<Search>(), &*info) };
+    // SAFETY: the loader's program headers of a loaded object, `phnum` of them.
+    let dynamic = unsafe { dynamic_section(info) };
+    // SAFETY: the object is loaded, and stays so while the walk holds the loader's lock.
+    let t = unsafe { Tables::of(dynamic, info.addr) };
+    let first = core::mem::replace(&mut search.first, false);
+    // SAFETY: as above.
+    let is_libc = unsafe { t.soname_is(b"libc.so.6") };
+    if !search.past_own {
+        search.past_own = dynamic == core::ptr::addr_of!(_DYNAMIC);
+        return if (first && t.audit) || is_libc { STOP } else { GO_ON };
+    }
+    // SAFETY: as above.
+    if unsafe { t.soname_starts(b"linux-") } {
+        // The kernel's vDSO: listed, but not in the scope `dlsym` searches.
+        return GO_ON;
+    }
+    if t.filter || t.gnu_hash == 0 || t.symtab == 0 || t.strtab == 0 {
+        return STOP;
+    }
+    let mut pending = false;
+    for (name, found) in search.names.iter().zip(search.found.iter_mut()) {
+        if *found != Next::Pending {
+            continue;
+        }
+        // SAFETY: a loaded object's tables, as checked just above.
+        *found = match unsafe { find_in(&t, info.addr, name, gnu_hash(name)) } {
+            Found::Function(address) => Next::Function(address),
+            Found::Unsure => Next::AskTheLoader,
+            Found::No if is_libc => Next::AskTheLoader,
+            Found::No => {
+                pending = true;
+                Next::Pending
+            }
+        };
+    }
+    if pending {
+        GO_ON
+    } else {
+        STOP
+    }
+}
+
+/// The run-time address of an object's dynamic section (null if it has none).
+///
+/// # Safety
+/// `info` is `dl_iterate_phdr`'s, of an object that is loaded.
+unsafe fn dynamic_section(info: &ObjectInfo) -> *const Dyn {
+    for i in 0..usize::from(info.phnum) {
+        // SAFETY: `phdr` holds `phnum` headers (the caller's contract).
+        let header = unsafe { &*info.phdr.add(i) };
+        if header.p_type == PT_DYNAMIC {
+            return info.addr.wrapping_add(header.p_vaddr as usize) as *const Dyn;
+        }
+    }
+    core::ptr::null()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `dlsym(RTLD_DEFAULT, name)`: the global scope from the program on.
+    fn loader(name: &str) -> usize {
+        let c = std::ffi::CString::new(name).unwrap();
+        // SAFETY: a NUL-terminated name.
+        unsafe { libc::dlsym(libc::RTLD_DEFAULT, c.as_ptr()) as usize }
+    }
+
+    /// [`next_functions`] of one name.
+    fn next_function(name: &str) -> Next {
+        let mut found = [Next::Pending];
+        // SAFETY: the test's environment sets neither variable (checked below). The test
+        // program is the object this file is compiled into, listed first.
+        unsafe { next_functions(&[name.as_bytes()], &mut found) };
+        assert!(std::env::var_os("LD_DYNAMIC_WEAK").is_none() && std::env::var_os("LD_AUDIT").is_none());
+        found[0]
+    }
+
+    /// The names of every kind the stub routes: plain wrappers, weak ones, versioned ones.
+    const NAMES: [&str; 29] = [
+        "read",
+        "write",
+        "pread64",
+        "readv",
+        "open",
+        "open64",
+        "openat",
+        "__open_2",
+        "stat",
+        "lstat",
+        "fstat",
+        "fstat64",
+        "fstatat",
+        "fstatat64",
+        "statx",
+        "fsync",
+        "sendfile",
+        "sendfile64",
+        "poll",
+        "close",
+        "dup2",
+        "dup3",
+        "vfork",
+        "clone",
+        "_Fork",
+        "syscall",
+        "prctl",
+        "unshare",
+        "setns",
+    ];
+
+    #[test]
+    fn the_stub_s_names_bind_to_what_the_loader_finds() {
+        for name in NAMES {
+            match next_function(name) {
+                Next::Function(address) => assert_eq!(address, loader(name), "{name}"),
+                other => panic!("{name}: {other:?}, the loader finds {:#x}", loader(name)),
+            }
+        }
+    }
+
+    #[test]
+    fn the_kernel_s_vdso_is_not_searched() {
+        // The vDSO defines clock_gettime too, and is listed right after the program; `dlsym`
+        // finds libc's.
+        assert_eq!(next_function("clock_gettime"), Next::Function(loader("clock_gettime")));
+    }
+
+    #[test]
+    fn one_walk_finds_every_name_as_a_walk_each_does() {
+        let names: Vec<&[u8]> = NAMES.iter().map(|n| n.as_bytes()).chain([b"memcpy".as_slice()]).collect();
+        let mut found = vec![Next::Pending; names.len()];
+        // One already known is left alone.
+        found[1] = Next::Function(1);
+        // SAFETY: as in `next_function`.
+        unsafe { next_functions(&names, &mut found) };
+        assert_eq!(found[1], Next::Function(1));
+        for (i, name) in NAMES.iter().enumerate().filter(|&(i, _)| i != 1) {
+            assert_eq!(found[i], next_function(name), "{name}");
+        }
+        assert_eq!(found[NAMES.len()], Next::AskTheLoader, "memcpy");
+    }
+
+    #[test]
+    fn what_it_cannot_answer_for_is_left_to_the_loader() {
+        // IFUNCs (their variants are picked at load) and a name nobody defines.
+        for name in ["memcpy", "strlen", "corehop_no_such_function"] {
+            assert_eq!(next_function(name), Next::AskTheLoader, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_gnu_hash_is_the_loader_s() {
+        // Values from the GNU hash's definition (dl_new_hash).
+        assert_eq!(gnu_hash(b""), 5381);
+        assert_eq!(gnu_hash(b"printf"), 0x156b_2bb8);
+        assert_eq!(gnu_hash(b"exit"), 0x7c96_7e3f);
+    }
+}
