@@ -285,7 +285,7 @@ unsafe extern "C" fn resolve(index: usize, a0: i64, a1: i64, a2: i64) -> usize {
     if STATE.load(Acquire) == State::Loaded {
         return SLOTS[index].load(Relaxed);
     }
-    next(index)
+    next(name)
 }
 
 /// How long a process runs on libc before the stub loads the library: twice the default
@@ -487,11 +487,24 @@ fn load_blocked(child_seen: bool) -> bool {
         }
     }
     // SAFETY: as above.
-    let handover = unsafe { dlsym(handle, c"corehop_preload_handover".as_ptr()) };
-    if handover.is_null() {
+    let (next_after_stub, handover) = unsafe {
+        (
+            dlsym(handle, c"corehop_preload_next_after_stub".as_ptr()),
+            dlsym(handle, c"corehop_preload_handover".as_ptr()),
+        )
+    };
+    if next_after_stub.is_null() || handover.is_null() {
         complain(b"$COREHOP_LIBRARY is not corehop's preload library");
         return false;
     }
+    // SAFETY: the library defines `corehop_preload_next_after_stub` with this type.
+    let next_after_stub = unsafe {
+        core::mem::transmute::<*mut c_void, extern "C" fn(extern "C" fn(*const c_char) -> *mut c_void)>(
+            next_after_stub,
+        )
+    };
+    // Before anything in the library looks a function up.
+    next_after_stub(next_for_library);
     // SAFETY: the library defines `corehop_preload_handover` with this type.
     let handover =
         unsafe { core::mem::transmute::<*mut c_void, extern "C" fn(u64, u32, i64, u64) -> bool>(handover) };
@@ -506,8 +519,9 @@ fn load_blocked(child_seen: bool) -> bool {
     true
 }
 
-/// libc's function for call `index` (cached), or [`unsupported`].
-fn next(index: usize) -> usize {
+/// libc's function for calls of `name` (cached), or [`unsupported`].
+fn next(name: Name) -> usize {
+    let index = name as usize;
     let cached = NEXT[index].load(Relaxed);
     if cached != 0 {
         return cached;
@@ -525,6 +539,42 @@ fn next(index: usize) -> usize {
     let found = if found == 0 { unsupported as *const () as usize } else { found };
     NEXT[index].store(found, Relaxed);
     found
+}
+
+/// What `name` (NUL-terminated) binds to after this stub, for the library this stub loaded
+/// (null if nothing does): opened with `dlopen`, its own `dlsym(RTLD_NEXT)` would skip what is
+/// preloaded after the stub. One of this stub's names gets [`next`]'s answer, another
+/// `dlsym(RTLD_NEXT)`'s from here.
+extern "C" fn next_for_library(name: *const c_char) -> *mut c_void {
+    let mine = NAMES.iter().position(|known| same_name(known, name));
+    let found = match mine {
+        // SAFETY: a position in NAMES, below COUNT; `Name` is repr(usize) with variants
+        // 0..COUNT.
+        Some(index) => next(unsafe { core::mem::transmute::<usize, Name>(index) }),
+        // SAFETY: the library passes a NUL-terminated name; dlsym calls no function this stub
+        // exports.
+        None => keeping_errno(|| unsafe { dlsym(RTLD_NEXT, name) }) as usize,
+    };
+    if found == unsupported as *const () as usize {
+        core::ptr::null_mut()
+    } else {
+        found as *mut c_void
+    }
+}
+
+/// Whether the NUL-terminated `name` is `known` (NUL-terminated too).
+fn same_name(known: &[u8], name: *const c_char) -> bool {
+    for (i, &byte) in known.iter().enumerate() {
+        // SAFETY: `name` is NUL-terminated, and every byte before this one matched one of
+        // `known`'s before its NUL: this one is still `name`'s.
+        if unsafe { *name.add(i) } as u8 != byte {
+            return false;
+        }
+        if byte == 0 {
+            return true;
+        }
+    }
+    false
 }
 
 /// Whether this process has looked its names up in the objects' tables (a child forked after

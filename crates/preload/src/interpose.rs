@@ -780,13 +780,21 @@ fn reassigned_by(nr: c_long, a: c_long, b: c_long) -> Option<(u32, u32)> {
 
 // ---- the start-up stub's hand-over ------------------------------------------------------
 
-/// Called once by the start-up stub (`crates/preload-stub`) right after it loaded this library
-/// with `dlopen`, before it routes any call here: starts the library up in the process that
-/// loaded it, with the default policy's first epoch counted from `first_call_ns` (the
-/// monotonic clock, ns). `flags` bit 0: the stub saw a call start a process the fork handlers
-/// do not see. `first_tid` and `first_blocked`: the thread that made the first call and the
-/// signals it blocked then (see `corehop_sys::stub_state::outside_a_handler`). Returns
-/// whether offload may happen.
+/// Called by the start-up stub right after it loaded this library with `dlopen`, before
+/// anything else: `resolve` finds what a libc name binds to after the stub, where the
+/// program's calls go on from it ([`sys::look_up_through`]).
+#[no_mangle]
+pub extern "C" fn corehop_preload_next_after_stub(resolve: sys::NextAfterStub) {
+    sys::look_up_through(resolve);
+}
+
+/// Called once by the start-up stub (`crates/preload-stub`) after
+/// [`corehop_preload_next_after_stub`], before it routes any call here: starts the library up
+/// in the process that loaded it, with the default policy's first epoch counted from
+/// `first_call_ns` (the monotonic clock, ns). `flags` bit 0: the stub saw a call start a
+/// process the fork handlers do not see. `first_tid` and `first_blocked`: the thread that made
+/// the first call and the signals it blocked then (see
+/// `corehop_sys::stub_state::outside_a_handler`). Returns whether offload may happen.
 #[no_mangle]
 pub extern "C" fn corehop_preload_handover(
     first_call_ns: u64,

@@ -254,8 +254,25 @@ pub fn write_all(fd: i32, mut bytes: &[u8]) {
     }
 }
 
-/// A lazily resolved pointer to the next definition of a libc symbol (`dlsym(RTLD_NEXT)`),
-/// i.e. the function the program would have called without this library.
+/// What finds the function a libc name binds to after the start-up stub, handed over by the
+/// stub that loaded this library ([`look_up_through`]); null if nothing does.
+pub type NextAfterStub = extern "C" fn(*const core::ffi::c_char) -> *mut c_void;
+
+/// Set when the start-up stub loaded this library. Opened by `dlopen`, this library's
+/// `dlsym(RTLD_NEXT)` searches its own scope, which holds libc but not what is preloaded
+/// after the stub: another library's `close` (a `fakeroot`, an `eatmydata`) would be skipped
+/// once this library took the calls over. The stub's lookup starts where the program's calls
+/// reach it.
+static NEXT_AFTER_STUB: std::sync::OnceLock<NextAfterStub> = std::sync::OnceLock::new();
+
+/// Makes every [`Real`] look its function up through `resolve` (the stub's), from now on.
+pub fn look_up_through(resolve: NextAfterStub) {
+    let _ = NEXT_AFTER_STUB.set(resolve);
+}
+
+/// A lazily resolved pointer to the next definition of a libc symbol (`dlsym(RTLD_NEXT)`, or
+/// the stub's lookup: [`look_up_through`]), i.e. the function the program would have called
+/// without this library.
 pub struct Real {
     name: &'static CStr,
     ptr: AtomicPtr<c_void>,
@@ -282,9 +299,12 @@ impl Real {
     #[cold]
     #[inline(never)]
     fn look_up(&self) -> *mut c_void {
-        // SAFETY: `name` is NUL-terminated; dlsym is thread-safe and does not call any
-        // interposed function.
-        let p = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) };
+        let p = match NEXT_AFTER_STUB.get() {
+            Some(resolve) => resolve(self.name.as_ptr()),
+            // SAFETY: `name` is NUL-terminated; dlsym is thread-safe and does not call any
+            // interposed function.
+            None => unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) },
+        };
         self.ptr.store(p, Ordering::Release);
         p
     }
