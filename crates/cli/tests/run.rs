@@ -145,15 +145,21 @@ fn coreutils_give_identical_results_and_files() {
 
 /// Builds `fixtures/run/calls.c` into `dir`.
 fn call_exerciser(dir: &Path) -> PathBuf {
-    let exe = dir.join("calls");
+    compile("calls.c", &["-pthread"], &dir.join("calls"))
+}
+
+/// Compiles `fixtures/run/SOURCE` with `flags` into `out`.
+fn compile(source: &str, flags: &[&str], out: &Path) -> PathBuf {
     let built = Command::new("cc")
-        .args(["-O1", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(Path::new(FIXTURES).join("calls.c"))
+        .arg("-O1")
+        .args(flags)
+        .arg("-o")
+        .arg(out)
+        .arg(Path::new(FIXTURES).join(source))
         .output()
         .expect("cc");
     assert!(built.status.success(), "cc failed: {}", text(&built.stderr));
-    exe
+    out.to_path_buf()
 }
 
 #[test]
@@ -828,14 +834,7 @@ fn a_call_reaches_a_library_preloaded_after_the_stub_before_and_after_the_stub_l
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let next = dir.path().join("next_close.so");
-    let built = Command::new("cc")
-        .args(["-O1", "-shared", "-fPIC", "-o"])
-        .arg(&next)
-        .arg(Path::new(FIXTURES).join("next_close.c"))
-        .output()
-        .expect("cc");
-    assert!(built.status.success(), "cc failed: {}", text(&built.stderr));
+    let next = compile("next_close.c", &["-shared", "-fPIC"], &dir.path().join("next_close.so"));
     // `: 9</etc/hostname` opens the file as descriptor 9 and closes it. The shell does so once
     // on the stub alone, then reads until the stub has loaded our library (past its 40 ms),
     // then once more.
