@@ -499,7 +499,7 @@ fn load_blocked(child_seen: bool) -> bool {
     }
     // SAFETY: the library defines `corehop_preload_next_after_stub` with this type.
     let next_after_stub = unsafe {
-        core::mem::transmute::<*mut c_void, extern "C" fn(extern "C" fn(*const c_char) -> *mut c_void)>(
+        core::mem::transmute::<*mut c_void, extern "C" fn(unsafe extern "C" fn(*const c_char) -> *mut c_void)>(
             next_after_stub,
         )
     };
@@ -541,18 +541,22 @@ fn next(name: Name) -> usize {
     found
 }
 
-/// What `name` (NUL-terminated) binds to after this stub, for the library this stub loaded
-/// (null if nothing does): opened with `dlopen`, its own `dlsym(RTLD_NEXT)` would skip what is
-/// preloaded after the stub. One of this stub's names gets [`next`]'s answer, another
-/// `dlsym(RTLD_NEXT)`'s from here.
-extern "C" fn next_for_library(name: *const c_char) -> *mut c_void {
-    let mine = NAMES.iter().position(|known| same_name(known, name));
+/// What `name` binds to after this stub, for the library this stub loaded (null if nothing
+/// does): opened with `dlopen`, its own `dlsym(RTLD_NEXT)` would skip what is preloaded after
+/// the stub. One of this stub's names gets [`next`]'s answer, another `dlsym(RTLD_NEXT)`'s
+/// from here.
+///
+/// # Safety
+/// `name` is NUL-terminated.
+unsafe extern "C" fn next_for_library(name: *const c_char) -> *mut c_void {
+    // SAFETY: this function's contract.
+    let mine = NAMES.iter().position(|known| unsafe { same_name(known, name) });
     let found = match mine {
         // SAFETY: a position in NAMES, below COUNT; `Name` is repr(usize) with variants
         // 0..COUNT.
         Some(index) => next(unsafe { core::mem::transmute::<usize, Name>(index) }),
-        // SAFETY: the library passes a NUL-terminated name; dlsym calls no function this stub
-        // exports.
+        // SAFETY: a NUL-terminated name (this function's contract); dlsym calls no function
+        // this stub exports.
         None => keeping_errno(|| unsafe { dlsym(RTLD_NEXT, name) }) as usize,
     };
     if found == unsupported as *const () as usize {
@@ -562,11 +566,14 @@ extern "C" fn next_for_library(name: *const c_char) -> *mut c_void {
     }
 }
 
-/// Whether the NUL-terminated `name` is `known` (NUL-terminated too).
-fn same_name(known: &[u8], name: *const c_char) -> bool {
+/// Whether `name` is `known` (NUL-terminated too).
+///
+/// # Safety
+/// `name` is NUL-terminated.
+unsafe fn same_name(known: &[u8], name: *const c_char) -> bool {
     for (i, &byte) in known.iter().enumerate() {
-        // SAFETY: `name` is NUL-terminated, and every byte before this one matched one of
-        // `known`'s before its NUL: this one is still `name`'s.
+        // SAFETY: `name` is NUL-terminated (this function's contract), and every byte before
+        // this one matched one of `known`'s before its NUL: this one is still `name`'s.
         if unsafe { *name.add(i) } as u8 != byte {
             return false;
         }

@@ -31,8 +31,9 @@ macro_rules! real {
             sys::set_errno(libc::ENOSYS);
             -1i64
         } else {
-            // SAFETY: dlsym(RTLD_NEXT, $name) returned libc's function of that name, whose C
-            // type is $ty; the arguments are the program's own, passed on unchanged.
+            // SAFETY: `Real` found the next function of that name (libc's, or that of a
+            // library preloaded after us), whose C type is $ty; the arguments are the
+            // program's own, passed on unchanged.
             unsafe { core::mem::transmute::<*mut c_void, $ty>(ptr)($($arg),*) as i64 }
         }
     }};

@@ -254,9 +254,10 @@ pub fn write_all(fd: i32, mut bytes: &[u8]) {
     }
 }
 
-/// What finds the function a libc name binds to after the start-up stub, handed over by the
-/// stub that loaded this library ([`look_up_through`]); null if nothing does.
-pub type NextAfterStub = extern "C" fn(*const core::ffi::c_char) -> *mut c_void;
+/// What finds the function a libc name (NUL-terminated) binds to after the start-up stub,
+/// handed over by the stub that loaded this library ([`look_up_through`]); null if nothing
+/// does. Unsafe: it reads the name.
+pub type NextAfterStub = unsafe extern "C" fn(*const core::ffi::c_char) -> *mut c_void;
 
 /// Set when the start-up stub loaded this library. Opened by `dlopen`, this library's
 /// `dlsym(RTLD_NEXT)` searches its own scope, which holds libc but not what is preloaded
@@ -300,7 +301,8 @@ impl Real {
     #[inline(never)]
     fn look_up(&self) -> *mut c_void {
         let p = match NEXT_AFTER_STUB.get() {
-            Some(resolve) => resolve(self.name.as_ptr()),
+            // SAFETY: `name` is NUL-terminated.
+            Some(resolve) => unsafe { resolve(self.name.as_ptr()) },
             // SAFETY: `name` is NUL-terminated; dlsym is thread-safe and does not call any
             // interposed function.
             None => unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) },

@@ -71,7 +71,7 @@ struct Sym {
 extern "C" {
     /// libc's walk over the loaded objects, in the loader's order, under its lock.
     fn dl_iterate_phdr(
-        callback: extern "C" fn(*const ObjectInfo, usize, *mut c_void) -> c_int,
+        callback: unsafe extern "C" fn(*const ObjectInfo, usize, *mut c_void) -> c_int,
         data: *mut c_void,
     ) -> c_int;
     /// This object's dynamic section (defined by the linker); only its address is taken.
@@ -333,12 +333,16 @@ impl Search<'_> {
 }
 
 /// [`next_functions`]'s step over one object: 0 goes on to the next one, 1 ends the walk.
-extern "C" fn visit(info: *const ObjectInfo, _size: usize, data: *mut c_void) -> c_int {
+///
+/// # Safety
+/// `data` is a `Search` no one else borrows, and `info` the loader's description of a loaded
+/// object, as `dl_iterate_phdr` passes them.
+unsafe extern "C" fn visit(info: *const ObjectInfo, _size: usize, data: *mut c_void) -> c_int {
     const GO_ON: c_int = 0;
     const STOP: c_int = 1;
-    // SAFETY: `data` is `next_functions`'s `Search`, borrowed by no one else during the walk;
-    // `info` is the loader's, valid for this call. Its first four fields are the ones every
-    // glibc has filled in since `dl_iterate_phdr` was added.
+    // SAFETY: this function's contract (`data` is `next_functions`'s `Search`); `info` is valid
+    // for this call, and its first four fields are the ones every glibc has filled in since
+    // `dl_iterate_phdr` was added.
     let (search, info) = unsafe { (&mut *data.cast::<Search>(), &*info) };
     // SAFETY: the loader's program headers of a loaded object, `phnum` of them.
     let dynamic = unsafe { dynamic_section(info) };
