@@ -549,8 +549,12 @@ fn next(name: Name) -> usize {
 /// # Safety
 /// `name` is NUL-terminated.
 unsafe extern "C" fn next_for_library(name: *const c_char) -> *mut c_void {
-    // SAFETY: this function's contract.
-    let mine = NAMES.iter().position(|known| unsafe { same_name(known, name) });
+    let mine = NAMES.iter().position(|known| {
+        let known = known.strip_suffix(b"\0").unwrap_or(known);
+        // SAFETY: `name` is NUL-terminated (this function's contract); `known` without its NUL
+        // holds none.
+        unsafe { next_symbol::c_str_is(name.cast(), known) }
+    });
     let found = match mine {
         // SAFETY: a position in NAMES, below COUNT; `Name` is repr(usize) with variants
         // 0..COUNT.
@@ -564,24 +568,6 @@ unsafe extern "C" fn next_for_library(name: *const c_char) -> *mut c_void {
     } else {
         found as *mut c_void
     }
-}
-
-/// Whether `name` is `known` (NUL-terminated too).
-///
-/// # Safety
-/// `name` is NUL-terminated.
-unsafe fn same_name(known: &[u8], name: *const c_char) -> bool {
-    for (i, &byte) in known.iter().enumerate() {
-        // SAFETY: `name` is NUL-terminated (this function's contract), and every byte before
-        // this one matched one of `known`'s before its NUL: this one is still `name`'s.
-        if unsafe { *name.add(i) } as u8 != byte {
-            return false;
-        }
-        if byte == 0 {
-            return true;
-        }
-    }
-    false
 }
 
 /// Whether this process has looked its names up in the objects' tables (a child forked after

@@ -188,7 +188,7 @@ unsafe fn c_str_starts(s: *const u8, prefix: &[u8]) -> bool {
 ///
 /// # Safety
 /// `s` points to a NUL-terminated string.
-unsafe fn c_str_is(s: *const u8, want: &[u8]) -> bool {
+pub(crate) unsafe fn c_str_is(s: *const u8, want: &[u8]) -> bool {
     // SAFETY: the contract; the byte after a matching prefix is the string's (every byte
     // before it matched one of `want`'s, none of them NUL).
     unsafe { c_str_starts(s, want) && *s.add(want.len()) == 0 }
