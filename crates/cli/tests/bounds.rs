@@ -43,11 +43,19 @@ fn predictor_tables_are_bounded() {
     let thresholds: Vec<String> = (1..=65).map(|n| n.to_string()).collect();
     let thresholds = thresholds.join(",");
     assert_refused(&["predict", "--thresholds", &thresholds, "--trace", "no-such-trace.csv"], "at most 64");
-    // A trace larger than 4 GiB is refused before it is read (a sparse file: nothing written).
+    // A trace larger than 1 GiB is refused before it is read (a sparse file: nothing written).
     let dir = tempfile::tempdir().unwrap();
     let huge = dir.path().join("huge.csv");
-    std::fs::File::create(&huge).unwrap().set_len((1 << 32) + 1).unwrap();
-    assert_refused(&["predict", "--trace", huge.to_str().unwrap()], "(split it)");
+    std::fs::File::create(&huge).unwrap().set_len((1 << 30) + 1).unwrap();
+    assert_refused(&["predict", "--trace", huge.to_str().unwrap()], "split it");
+}
+
+#[test]
+fn files_that_never_end_are_refused_at_their_bound() {
+    // A device has no size to check first: it is read up to the bound, then refused.
+    assert_refused(&["sim", "/dev/zero"], "read at most");
+    assert_refused(&["topo", "--machine", "/dev/zero"], "read at most");
+    assert_refused(&["predict", "--trace", "/dev/zero"], "read at most");
 }
 
 #[test]

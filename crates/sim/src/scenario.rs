@@ -171,11 +171,14 @@ impl ScenarioDoc {
     /// ```
     pub fn load(path: &Path) -> Result<ScenarioDoc, ScenarioError> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
-            file: file.clone(),
-            key: "(file)".into(),
-            problem: Problem::Io(e.to_string()),
-        })?;
+        let text =
+            corehop_topology::read_text_file(path, corehop_topology::MAX_DESCRIPTION_BYTES).map_err(|e| {
+                ScenarioError {
+                    file: file.clone(),
+                    key: "(file)".into(),
+                    problem: Problem::Io(e.to_string()),
+                }
+            })?;
         let mut doc = ScenarioDoc::parse(&file, &text)?;
         doc.stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
         doc.dir = path.parent().map(Path::to_path_buf);

@@ -348,83 +348,92 @@ impl Summary {
     /// Parses the lines the preload library appends; blank lines are skipped.
     pub fn parse(text: &str) -> Result<Summary, ParseError> {
         let mut summary = Summary::default();
-        for (number, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-            let bad = |why: String| ParseError { line: number + 1, why, text: line.to_string() };
-            let mut fields = line.split_whitespace();
-            match fields.next() {
-                Some(SUMMARY_TAG) => {}
-                Some(old) if OLD_TAGS.contains(&old) => {
-                    return Err(bad(format!(
-                        "written by an older preload library ({old}, expected {SUMMARY_TAG}): rebuild it \
-                         with corehop (`cargo build --workspace`) or point COREHOP_PRELOAD at the new one"
-                    )))
-                }
-                _ => return Err(bad(format!("not a {SUMMARY_TAG} summary"))),
+        for (number, line) in text.lines().enumerate() {
+            summary.add_line(number + 1, line)?;
+        }
+        Ok(summary)
+    }
+
+    /// Adds one line the preload library appended (`number`, from 1, names it in errors): a
+    /// file of them is read a line at a time, however many processes wrote it. A blank line
+    /// adds nothing.
+    pub fn add_line(&mut self, number: usize, line: &str) -> Result<(), ParseError> {
+        if line.trim().is_empty() {
+            return Ok(());
+        }
+        let bad = |why: String| ParseError { line: number, why, text: line.to_string() };
+        let mut fields = line.split_whitespace();
+        match fields.next() {
+            Some(SUMMARY_TAG) => {}
+            Some(old) if OLD_TAGS.contains(&old) => {
+                return Err(bad(format!(
+                    "written by an older preload library ({old}, expected {SUMMARY_TAG}): rebuild it \
+                     with corehop (`cargo build --workspace`) or point COREHOP_PRELOAD at the new one"
+                )))
             }
-            summary.processes += 1;
-            let mut settled: Option<&str> = None;
-            for field in fields {
-                let (key, value) =
-                    field.split_once('=').ok_or_else(|| bad(format!("field {field:?} has no '='")))?;
-                let number = || value.parse::<u64>().map_err(|_| bad(format!("{key} is not a number")));
-                match key {
-                    "pid" | "lanes" => {}
-                    "pinned" => summary.unpinned += usize::from(value == "0"),
-                    "polled_ns" => summary.polled_ns += number()?,
-                    "spun_ns" => summary.spun_ns += number()?,
-                    "checked_ns" => summary.checked_ns += number()?,
-                    "inherited" => summary.inherited += usize::from(value == "1"),
-                    "settled" => {
-                        summary.settled.entry(value.to_string()).or_default().processes += 1;
-                        settled = Some(value);
-                    }
-                    hist if hist.starts_with("hist.") => {
-                        let mut buckets = [0u64; HIST_BUCKETS];
-                        for pair in value.split(',') {
-                            let parsed = pair
-                                .split_once(':')
-                                .and_then(|(b, n)| Some((b.parse::<usize>().ok()?, n.parse::<u64>().ok()?)));
-                            match parsed {
-                                Some((bucket, count)) if bucket < HIST_BUCKETS => buckets[bucket] += count,
-                                _ => {
-                                    return Err(bad(format!(
+            _ => return Err(bad(format!("not a {SUMMARY_TAG} summary"))),
+        }
+        self.processes += 1;
+        let mut settled: Option<&str> = None;
+        for field in fields {
+            let (key, value) =
+                field.split_once('=').ok_or_else(|| bad(format!("field {field:?} has no '='")))?;
+            let number = || value.parse::<u64>().map_err(|_| bad(format!("{key} is not a number")));
+            match key {
+                "pid" | "lanes" => {}
+                "pinned" => self.unpinned += usize::from(value == "0"),
+                "polled_ns" => self.polled_ns += number()?,
+                "spun_ns" => self.spun_ns += number()?,
+                "checked_ns" => self.checked_ns += number()?,
+                "inherited" => self.inherited += usize::from(value == "1"),
+                "settled" => {
+                    self.settled.entry(value.to_string()).or_default().processes += 1;
+                    settled = Some(value);
+                }
+                hist if hist.starts_with("hist.") => {
+                    let mut buckets = [0u64; HIST_BUCKETS];
+                    for pair in value.split(',') {
+                        let parsed = pair
+                            .split_once(':')
+                            .and_then(|(b, n)| Some((b.parse::<usize>().ok()?, n.parse::<u64>().ok()?)));
+                        match parsed {
+                            Some((bucket, count)) if bucket < HIST_BUCKETS => buckets[bucket] += count,
+                            _ => {
+                                return Err(bad(format!(
                                     "{hist}: {pair:?} is not BUCKET:COUNT with BUCKET below {HIST_BUCKETS}"
                                 )))
-                                }
                             }
                         }
-                        let sum = summary
-                            .handoff
-                            .entry(hist["hist.".len()..].to_string())
-                            .or_insert([0; HIST_BUCKETS]);
-                        sum.iter_mut().zip(buckets).for_each(|(a, b)| *a = a.saturating_add(b));
                     }
-                    "rounds" | "switches" | "taken_back" | "regret_ppm" => {
-                        let n = number()?;
-                        let arm = settled.ok_or_else(|| bad(format!("{key} before settled")))?;
-                        let entry = summary.settled.entry(arm.to_string()).or_default();
-                        match key {
-                            "rounds" => entry.rounds += n,
-                            "switches" => entry.switches += n,
-                            "taken_back" => entry.taken_back += n,
-                            _ => entry.max_regret_ppm = entry.max_regret_ppm.max(n),
-                        }
+                    let sum =
+                        self.handoff.entry(hist["hist.".len()..].to_string()).or_insert([0; HIST_BUCKETS]);
+                    sum.iter_mut().zip(buckets).for_each(|(a, b)| *a = a.saturating_add(b));
+                }
+                "rounds" | "switches" | "taken_back" | "regret_ppm" => {
+                    let n = number()?;
+                    let arm = settled.ok_or_else(|| bad(format!("{key} before settled")))?;
+                    let entry = self.settled.entry(arm.to_string()).or_default();
+                    match key {
+                        "rounds" => entry.rounds += n,
+                        "switches" => entry.switches += n,
+                        "taken_back" => entry.taken_back += n,
+                        _ => entry.max_regret_ppm = entry.max_regret_ppm.max(n),
                     }
-                    call => {
-                        let numbers: Vec<u64> = value
-                            .split(':')
-                            .map(str::parse)
-                            .collect::<Result<_, _>>()
-                            .map_err(|_| bad(format!("counters of {call} are not numbers")))?;
-                        let fields: [u64; COUNTERS.len()] = numbers.as_slice().try_into().map_err(|_| {
-                            bad(format!("{call} has {} counters, expected {}", numbers.len(), COUNTERS.len()))
-                        })?;
-                        summary.calls.entry(call.to_string()).or_default().add_fields(fields);
-                    }
+                }
+                call => {
+                    let numbers: Vec<u64> = value
+                        .split(':')
+                        .map(str::parse)
+                        .collect::<Result<_, _>>()
+                        .map_err(|_| bad(format!("counters of {call} are not numbers")))?;
+                    let fields: [u64; COUNTERS.len()] = numbers.as_slice().try_into().map_err(|_| {
+                        bad(format!("{call} has {} counters, expected {}", numbers.len(), COUNTERS.len()))
+                    })?;
+                    self.calls.entry(call.to_string()).or_default().add_fields(fields);
                 }
             }
         }
-        Ok(summary)
+        Ok(())
     }
 
     /// Everything added up.

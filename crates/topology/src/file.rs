@@ -36,6 +36,7 @@
 //! ```
 
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::Path;
 
 use serde::Deserialize;
@@ -220,7 +221,7 @@ impl Machine {
     /// Reads a machine file; errors name the file. `source` becomes `"file:<path>"`.
     pub fn from_toml_file(path: impl AsRef<Path>) -> Result<Machine, TopologyError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path)
+        let text = read_text_file(path, MAX_DESCRIPTION_BYTES)
             .map_err(|error| TopologyError::Io { path: path.to_path_buf(), error })?;
         let mut machine = Machine::from_toml_str(&text).map_err(|e| e.in_file(path))?;
         machine.source = format!("file:{}", path.display());
@@ -307,10 +308,61 @@ fn from_cpu_entries(
     Ok(machine)
 }
 
+/// The largest machine description or scenario read: a machine of [`crate::MAX_CPUS`] CPUs,
+/// one line each and every cache listed, is about a megabyte.
+pub const MAX_DESCRIPTION_BYTES: u64 = 16 << 20;
+
+/// Reads a UTF-8 text file of at most `max_bytes`. A longer one, or one that never ends (a
+/// device such as `/dev/zero`), is an error of kind [`std::io::ErrorKind::FileTooLarge`] once
+/// `max_bytes + 1` bytes have come, not an allocation as large as the file. Pipes and other
+/// files without a size are read as far as they go, so `<(command)` works.
+pub fn read_text_file(path: &Path, max_bytes: u64) -> std::io::Result<String> {
+    let too_large = || {
+        std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!("longer than the {} read at most", crate::format_size(max_bytes)),
+        )
+    };
+    let file = std::fs::File::open(path)?;
+    // A file that says its size is refused before any of it is read.
+    if file.metadata()?.len() > max_bytes {
+        return Err(too_large());
+    }
+    let mut text = String::new();
+    if file.take(max_bytes.saturating_add(1)).read_to_string(&mut text)? as u64 > max_bytes {
+        return Err(too_large());
+    }
+    Ok(text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_text_file_is_read_up_to_its_bound_and_no_further() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("ten.txt");
+        std::fs::write(&file, "0123456789").unwrap();
+        assert_eq!(read_text_file(&file, 10).unwrap(), "0123456789");
+        let refused = read_text_file(&file, 9).unwrap_err();
+        assert_eq!(refused.kind(), std::io::ErrorKind::FileTooLarge);
+        assert!(refused.to_string().contains("read at most"), "{refused}");
+        // A device that never ends, and says it has no size.
+        let endless = read_text_file(Path::new("/dev/zero"), 1 << 10).unwrap_err();
+        assert_eq!(endless.kind(), std::io::ErrorKind::FileTooLarge);
+        // A pipe is read as far as it goes.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "printf piped"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(child.stdout.as_ref().unwrap());
+        let piped = read_text_file(Path::new(&format!("/proc/self/fd/{fd}")), 1 << 10).unwrap();
+        child.wait().unwrap();
+        assert_eq!(piped, "piped");
+    }
 
     const GROUPS: &str = r#"
 name = "tiny hybrid"

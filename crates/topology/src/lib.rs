@@ -58,6 +58,7 @@ pub use discover::{
 };
 pub use emulate::parse_emulation;
 pub use error::{excerpt, TopologyError, MESSAGE_CHARS, VALUE_CHARS};
+pub use file::{read_text_file, MAX_DESCRIPTION_BYTES};
 
 /// The most CPUs a machine may have, and one past the largest CPU number: Linux's own
 /// largest `NR_CPUS`. Every count and CPU number read from outside is checked against it.

@@ -11,7 +11,6 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use anyhow::Context;
 use corehop_policy::offload::{within_tolerance, Learned, RunLengthPredictor, Source, TableForm};
 use serde::Serialize;
 
@@ -220,15 +219,12 @@ pub fn evaluate(
 
 /// Parses and scores one trace file.
 pub fn replay(path: &std::path::Path, args: &Args) -> anyhow::Result<TraceReport> {
-    let bytes = std::fs::metadata(path).with_context(|| format!("reading trace {}", path.display()))?.len();
-    anyhow::ensure!(
-        bytes <= MAX_TRACE_BYTES,
-        "trace {} has {bytes} bytes; at most {MAX_TRACE_BYTES} are replayed (split it)",
-        path.display()
-    );
-    let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
+    let text = corehop_topology::read_text_file(path, MAX_TRACE_BYTES).map_err(|e| match e.kind() {
         std::io::ErrorKind::InvalidData => {
             anyhow::anyhow!("trace {} is not text (a trace is `strace -f -T` output or CSV)", path.display())
+        }
+        std::io::ErrorKind::FileTooLarge => {
+            anyhow::anyhow!("trace {} is {e}: split it", path.display())
         }
         _ => anyhow::Error::new(e).context(format!("reading trace {}", path.display())),
     })?;
@@ -263,9 +259,9 @@ const MAX_TABLE_ENTRIES: usize = 1 << 21;
 /// The most thresholds scored at once: the timed form keeps a predictor per threshold.
 const MAX_THRESHOLDS: usize = 64;
 
-/// The largest trace read (4 GiB, some hundred million calls), where an unchecked size would
-/// read a file of any size into memory.
-const MAX_TRACE_BYTES: u64 = 1 << 32;
+/// The largest trace read (1 GiB, some ten million calls), where an unchecked size would read
+/// a file of any size, or a device that never ends, into memory.
+const MAX_TRACE_BYTES: u64 = 1 << 30;
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(!args.thresholds.is_empty(), "--thresholds needs at least one value");

@@ -171,6 +171,33 @@ pub fn trace_pid(line: &str) -> Option<&str> {
     line.strip_prefix("# pid ").filter(|pid| !pid.contains(':')).map(str::trim)
 }
 
+/// The calls and processes a recorded trace holds, read a line at a time (a long program's
+/// trace may not fit in memory); none if it cannot be read.
+fn count_recorded(path: &std::path::Path) -> (usize, usize) {
+    let Ok(file) = std::fs::File::open(path) else { return (0, 0) };
+    let (mut calls, mut pids) = (0, std::collections::HashSet::new());
+    for line in std::io::BufRead::lines(std::io::BufReader::new(file)).map_while(Result::ok) {
+        // A process's block may come in several pieces, each headed by its pid.
+        if let Some(pid) = trace_pid(&line) {
+            pids.insert(pid.to_string());
+        } else if !line.starts_with('#') && !line.starts_with("call,") {
+            calls += 1;
+        }
+    }
+    (calls, pids.len())
+}
+
+/// The summary the program's processes appended to `path`, a line at a time; an empty one if
+/// none wrote (the file is made by the library's first process).
+fn read_summary(path: &std::path::Path) -> anyhow::Result<Summary> {
+    let mut summary = Summary::default();
+    let Ok(file) = std::fs::File::open(path) else { return Ok(summary) };
+    for (number, line) in std::io::BufRead::lines(std::io::BufReader::new(file)).enumerate() {
+        summary.add_line(number + 1, &line?)?;
+    }
+    Ok(summary)
+}
+
 /// `path` made absolute (the program may change its working directory).
 fn absolute(path: &std::path::Path) -> anyhow::Result<PathBuf> {
     std::path::absolute(path).with_context(|| format!("resolving {}", path.display()))
@@ -333,10 +360,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let finished = launch.run()?;
     if let Some(path) = launch.offload.as_ref().and_then(|o| o.trace_file.as_ref()) {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        // A process's block may come in several pieces, each headed by its pid.
-        let processes = text.lines().filter_map(trace_pid).collect::<std::collections::HashSet<_>>().len();
-        let calls = text.lines().filter(|l| !l.starts_with('#') && !l.starts_with("call,")).count();
+        let (calls, processes) = count_recorded(path);
         eprintln!("corehop: recorded {calls} calls of {processes} process(es) in {}", path.display());
         if calls == 0 {
             eprintln!("corehop: {NOTHING_INTERCEPTED}");
@@ -770,12 +794,9 @@ impl Launch {
         let wall_ns = start.elapsed().as_nanos() as u64;
         let summary = match self.offload.as_ref().and_then(|o| o.stats_file.as_ref()) {
             Some(path) => {
-                let text = std::fs::read_to_string(path).unwrap_or_default();
+                let summary = read_summary(path);
                 let _ = std::fs::remove_file(path);
-                Some(
-                    Summary::parse(&text)
-                        .with_context(|| format!("reading the offload summary {}", path.display()))?,
-                )
+                Some(summary.with_context(|| format!("reading the offload summary {}", path.display()))?)
             }
             None => None,
         };
