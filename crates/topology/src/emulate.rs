@@ -55,12 +55,11 @@ pub fn parse_emulation(input: &str, cpus: usize) -> Result<Vec<(CpuId, f64)>, To
         if first > last {
             return Err(bad(format!("range {} runs backwards", target.trim())));
         }
-        let fraction: f64 = fraction
-            .trim()
-            .parse()
-            .map_err(|_| bad(format!("{:?} is not a number", excerpt(fraction.trim(), VALUE_CHARS))))?;
+        let text = excerpt(fraction.trim(), VALUE_CHARS);
+        let fraction: f64 = fraction.trim().parse().map_err(|_| bad(format!("{text:?} is not a number")))?;
         if !(fraction > 0.0 && fraction <= 1.0) {
-            return Err(bad(format!("speed {fraction} is outside (0, 1]")));
+            // As typed: `1e300` written out in full is 301 digits.
+            return Err(bad(format!("speed {text} is outside (0, 1]")));
         }
         for cpu in first..=last {
             if cpu >= cpus {
@@ -97,6 +96,7 @@ mod tests {
             ("4=0.5", "cpu4 does not exist"),
             ("1=0", "outside (0, 1]"),
             ("1=1.5", "outside (0, 1]"),
+            ("1=1e300", "speed 1e300 is outside"),
             ("1=fast", "not a number"),
             ("1", "no `=`"),
             ("x=0.5", "not a CPU number"),
