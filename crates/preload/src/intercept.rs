@@ -76,6 +76,11 @@ static INHERITED: AtomicBool = AtomicBool::new(false);
 /// Set for good once a thread may have made itself differ from the service threads in what
 /// the kernel checks (see [`thread_state_changes`]): from then on every call runs locally.
 static THREAD_STATE_CHANGED: AtomicBool = AtomicBool::new(false);
+/// Set at start-up if a sanitizer's runtime is in the process: its interceptors, which the
+/// program's calls reach through this library, check each call in the thread that makes it
+/// (AddressSanitizer the buffers a call writes, ThreadSanitizer the order of calls on a
+/// descriptor), and a call a service thread makes would pass them by. Every call stays.
+static SANITIZED: AtomicBool = AtomicBool::new(false);
 
 /// Called before a call that changes security state of the calling thread alone: raw
 /// `syscall(SYS_setresuid, ...)` and the other per-thread credential calls, `setfsuid`,
@@ -246,6 +251,7 @@ fn start_up() -> bool {
             }
         },
     };
+    SANITIZED.store(sys::sanitizer_loaded(), SeqCst);
     let tracing = config.trace_file.is_some() && trace::start();
     let learns = policy.as_ref().is_none_or(Policy::learns);
     TIMING.store(learns || config.stats_file.is_some() || tracing, SeqCst);
@@ -470,6 +476,7 @@ extern "C" fn at_exit() {
             spun_ns: stats::SPUN_NS.load(SeqCst),
             checked_ns: service::CHECKED_NS.iter().map(|c| c.load(SeqCst)).sum(),
             inherited: INHERITED.load(SeqCst),
+            sanitized: SANITIZED.load(SeqCst),
             standing: if DEFERRED.load(SeqCst) {
                 Some(decide::UNBUILT)
             } else {
@@ -600,7 +607,7 @@ pub(crate) fn dispatch_as(
         }
         let counters = stats::of(kind);
         stats::bump(&counters.seen);
-        if THREAD_STATE_CHANGED.load(core::sync::atomic::Ordering::Relaxed) {
+        if THREAD_STATE_CHANGED.load(Relaxed) || SANITIZED.load(Relaxed) {
             stats::bump(&counters.kept);
             return run_local(thread, counters, &Desc { kind, fd, size: 0, site: 0 }, local);
         }

@@ -231,6 +231,7 @@ mod tests {
             spun_ns: 0,
             checked_ns: 0,
             inherited: false,
+            sanitized: false,
             standing: Some(standing),
         };
         format_summary(&mut line, &process).unwrap();
@@ -257,6 +258,7 @@ mod tests {
             spun_ns: u64::MAX,
             checked_ns: u64::MAX,
             inherited: true,
+            sanitized: false,
             standing: None,
         };
         let names = NAMED_KINDS.iter().map(|k| k.name().unwrap_or("other")).chain(["other"]);

@@ -312,6 +312,16 @@ impl Real {
     }
 }
 
+/// Whether a sanitizer's runtime is in the process ([`corehop_sys::wire::SANITIZER_INITS`]),
+/// linked into the program or loaded with it.
+pub fn sanitizer_loaded() -> bool {
+    corehop_sys::wire::SANITIZER_INITS.iter().any(|name| {
+        // SAFETY: `name` is NUL-terminated; dlsym is thread-safe and does not call any
+        // interposed function.
+        !unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) }.is_null()
+    })
+}
+
 /// The highest kernel CPU number the calling thread may run on (0 if that cannot be read).
 pub fn last_allowed_cpu() -> usize {
     let mut set = [0u64; 16];

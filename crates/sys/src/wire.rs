@@ -4,7 +4,7 @@
 //! its own.
 //!
 //! ```text
-//! corehop-preload-v2 pid=1234 lanes=1 pinned=1 polled_ns=N spun_ns=N checked_ns=N [inherited=1] [settled=ARM rounds=R switches=S taken_back=T regret_ppm=P] read=SEEN:OFF:LOCAL:KEPT:WITHDRAWN:BUSY:SVC_NS:WAIT_NS:LOCAL_NS:LOCAL_TIMED hist.read=BUCKET:N,BUCKET:N write=...
+//! corehop-preload-v2 pid=1234 lanes=1 pinned=1 polled_ns=N spun_ns=N checked_ns=N [inherited=1] [sanitized=1] [settled=ARM rounds=R switches=S taken_back=T regret_ppm=P] read=SEEN:OFF:LOCAL:KEPT:WITHDRAWN:BUSY:SVC_NS:WAIT_NS:LOCAL_NS:LOCAL_TIMED hist.read=BUCKET:N,BUCKET:N write=...
 //! ```
 //!
 //! `polled_ns` is the time the service threads spent polling for work, `spun_ns` the time
@@ -12,6 +12,8 @@
 //! the time the service threads spent on their safety checks before and after the calls they
 //! ran (part of what callers wait beyond a call's own run). `inherited=1`: the process's
 //! run-length predictor started from what the run's processes before it learned.
+//! `sanitized=1`: a sanitizer's runtime was in the process ([`SANITIZER_INITS`]), so every call
+//! stayed with its caller (counted as `KEPT`), where the sanitizer checks it.
 //! A `hist.CALL=…` field follows each call whose calls went across: the hand-off times (the
 //! caller's wait beyond the call's own run) as a log-linear histogram ([`bucket_of`]: 8
 //! buckets per power of two, so a percentile is known to within 1/8), written as
@@ -66,6 +68,13 @@ pub const DEFAULT_POLICY: &str = "adaptive";
 
 /// The first word of every summary line; a new format gets a new tag.
 pub const SUMMARY_TAG: &str = "corehop-preload-v2";
+
+/// The start-up functions of the sanitizers' runtimes that check system calls in the calling
+/// thread (their interceptors check a call's buffers, or note the order of calls on a
+/// descriptor): a process that has one keeps every call with its caller, and `corehop run`
+/// lets AddressSanitizer's runtime come after the preloaded library (`ASAN_OPTIONS`).
+pub const SANITIZER_INITS: [&core::ffi::CStr; 4] =
+    [c"__asan_init", c"__hwasan_init", c"__msan_init", c"__tsan_init"];
 /// The tags of older formats, refused with a word on what to do.
 const OLD_TAGS: [&str; 1] = ["corehop-preload-v1"];
 
@@ -170,6 +179,8 @@ pub struct Process<'a> {
     /// Whether its run-length predictor started from what the run's processes before it
     /// learned (`COREHOP_LEARNED`).
     pub inherited: bool,
+    /// Whether a sanitizer's runtime was in it ([`SANITIZER_INITS`]): every call stayed.
+    pub sanitized: bool,
     /// Where an adaptive policy stood.
     pub standing: Option<Standing<'a>>,
 }
@@ -182,7 +193,8 @@ pub fn write_line<'a, W: fmt::Write>(
     process: &Process<'_>,
     calls: impl IntoIterator<Item = (&'a str, [u64; COUNTERS.len()], [u64; HIST_BUCKETS])>,
 ) -> fmt::Result {
-    let Process { pid, lanes, pinned, polled_ns, spun_ns, checked_ns, inherited, standing } = *process;
+    let Process { pid, lanes, pinned, polled_ns, spun_ns, checked_ns, inherited, sanitized, standing } =
+        *process;
     write!(
         out,
         "{SUMMARY_TAG} pid={pid} lanes={lanes} pinned={} polled_ns={polled_ns} spun_ns={spun_ns} checked_ns={checked_ns}",
@@ -190,6 +202,9 @@ pub fn write_line<'a, W: fmt::Write>(
     )?;
     if inherited {
         out.write_str(" inherited=1")?;
+    }
+    if sanitized {
+        out.write_str(" sanitized=1")?;
     }
     if let Some(s) = standing {
         write!(
@@ -299,6 +314,8 @@ pub struct Summary {
     /// Processes whose run-length predictor started from what the run's processes before them
     /// learned.
     pub inherited: usize,
+    /// Processes with a sanitizer's runtime, whose calls all stayed with their callers.
+    pub sanitized: usize,
     /// Adaptive policies: settled arm → the processes that settled there.
     pub settled: BTreeMap<String, Settled>,
     /// Call name → counters.
@@ -386,6 +403,7 @@ impl Summary {
                 "spun_ns" => self.spun_ns += number()?,
                 "checked_ns" => self.checked_ns += number()?,
                 "inherited" => self.inherited += usize::from(value == "1"),
+                "sanitized" => self.sanitized += usize::from(value == "1"),
                 "settled" => {
                     self.settled.entry(value.to_string()).or_default().processes += 1;
                     settled = Some(value);
@@ -468,11 +486,12 @@ mod tests {
             spun_ns: 9,
             checked_ns: 5,
             inherited: true,
+            sanitized: true,
             standing: Some(standing),
         };
         write_line(&mut line, &process, [("read", read, hist), ("fsync", fsync, none)]).unwrap();
         assert!(line.starts_with(
-            "corehop-preload-v2 pid=7 lanes=1 pinned=0 polled_ns=40 spun_ns=9 checked_ns=5 inherited=1 settled=never rounds=3"
+            "corehop-preload-v2 pid=7 lanes=1 pinned=0 polled_ns=40 spun_ns=9 checked_ns=5 inherited=1 sanitized=1 settled=never rounds=3"
         ));
         assert!(
             line.contains(&format!(" hist.read={}:3,{}:1 ", bucket_of(1_000), bucket_of(50_000))),
@@ -485,7 +504,7 @@ mod tests {
         assert_eq!(s.calls["fsync"].local_ns, 14);
         assert_eq!(s.total().seen, 8);
         assert_eq!(s.calls["read"].fields(), read.map(|n| 2 * n));
-        assert_eq!((s.polled_ns, s.spun_ns, s.checked_ns, s.inherited), (80, 18, 10, 2));
+        assert_eq!((s.polled_ns, s.spun_ns, s.checked_ns, s.inherited, s.sanitized), (80, 18, 10, 2, 2));
         let never = &s.settled["never"];
         assert_eq!(
             (never.processes, never.rounds, never.switches, never.taken_back, never.max_regret_ppm),

@@ -94,7 +94,7 @@ pub struct Args {
     pub stats: bool,
 
     /// Write the summary as JSON to FILE (shape: `processes`, `unpinned`, `polled_ns`,
-    /// `spun_ns`, `checked_ns`, `inherited`, `settled`, `calls`: call name → seen, offloaded, local, kept,
+    /// `spun_ns`, `checked_ns`, `inherited`, `sanitized`, `settled`, `calls`: call name → seen, offloaded, local, kept,
     /// withdrawn, busy, service_ns, wait_ns, local_ns, local_timed; `handoff`: call name →
     /// `[low_ns, high_ns, count]` per non-empty histogram bucket; `on_round_trip`: `from_cpu`,
     /// `to_cpu`, `round_trip_ns` {min, median, max, samples} of the runtime's `on()` measured
@@ -169,6 +169,31 @@ pub const TRACE_HEADER: &str = "# corehop run --record-trace: calls under the `#
 /// note about a process, `# pid 123: …`, is not).
 pub fn trace_pid(line: &str) -> Option<&str> {
     line.strip_prefix("# pid ").filter(|pid| !pid.contains(':')).map(str::trim)
+}
+
+/// AddressSanitizer's settings, read by a sanitized program's runtime as it starts.
+const ASAN_OPTIONS: &str = "ASAN_OPTIONS";
+
+/// `ASAN_OPTIONS` for the program, if it needs changing: AddressSanitizer's runtime, loaded
+/// with a program built with `-fsanitize=address` (GCC's default), refuses to start unless it
+/// comes first in the initial library list, and the preloaded library comes before it. The
+/// order does not matter here: the library passes each call on to the sanitizer's interceptor
+/// and keeps every call of a sanitized process where it is made. A `verify_asan_link_order`
+/// the user set stays as it is.
+fn asan_options(set: Option<OsString>) -> Option<OsString> {
+    const ANY_ORDER: &str = "verify_asan_link_order=0";
+    match set {
+        None => Some(ANY_ORDER.into()),
+        Some(options) if options.as_encoded_bytes().windows(22).any(|w| w == b"verify_asan_link_order") => {
+            None
+        }
+        Some(mut options) if !options.is_empty() => {
+            options.push(":");
+            options.push(ANY_ORDER);
+            Some(options)
+        }
+        Some(_) => Some(ANY_ORDER.into()),
+    }
 }
 
 /// The calls and processes a recorded trace holds, read a line at a time (a long program's
@@ -706,6 +731,9 @@ impl Launch {
                     environment.remove(env::LIBRARY);
                 }
             }
+            if let Some(options) = asan_options(std::env::var_os(ASAN_OPTIONS)) {
+                environment.set(ASAN_OPTIONS, options);
+            }
             environment
                 .set("LD_PRELOAD", preload)
                 .set(env::SERVICE_CPUS, format_cpu_list(&offload.service_cpus))
@@ -1099,6 +1127,13 @@ impl SummaryTable for Summary {
         if self.unpinned > 0 {
             table.note(format!("{} process(es) could not pin their service threads", self.unpinned));
         }
+        if self.sanitized > 0 {
+            table.note(format!(
+                "{} of {} process(es) kept every call with its caller: a sanitizer (AddressSanitizer, \
+                 ThreadSanitizer, ...) checks each call in the thread that makes it",
+                self.sanitized, self.processes
+            ));
+        }
         if self.inherited > 0 {
             table.note(format!(
                 "{} of {} process(es) started their run-length predictor from what the processes before them learned",
@@ -1278,6 +1313,18 @@ pub fn tour() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn address_sanitizer_may_come_after_the_library_unless_the_user_said_otherwise() {
+        let any = Some(OsString::from("verify_asan_link_order=0"));
+        assert_eq!(asan_options(None), any);
+        assert_eq!(asan_options(Some("".into())), any);
+        assert_eq!(
+            asan_options(Some("detect_leaks=0".into())),
+            Some("detect_leaks=0:verify_asan_link_order=0".into())
+        );
+        assert_eq!(asan_options(Some("verify_asan_link_order=1".into())), None);
+    }
 
     #[test]
     fn policy_specs() {
