@@ -76,10 +76,11 @@ static INHERITED: AtomicBool = AtomicBool::new(false);
 /// Set for good once a thread may have made itself differ from the service threads in what
 /// the kernel checks (see [`thread_state_changes`]): from then on every call runs locally.
 static THREAD_STATE_CHANGED: AtomicBool = AtomicBool::new(false);
-/// Set at start-up if a sanitizer's runtime is in the process: its interceptors, which the
-/// program's calls reach through this library, check each call in the thread that makes it
-/// (AddressSanitizer the buffers a call writes, ThreadSanitizer the order of calls on a
-/// descriptor), and a call a service thread makes would pass them by. Every call stays.
+/// Set, before the first service thread would start, if a sanitizer's runtime is in the
+/// process: its interceptors, which the program's calls reach through this library, check
+/// each call in the thread that makes it (AddressSanitizer the buffers a call writes,
+/// ThreadSanitizer the order of calls on a descriptor), and a call a service thread made
+/// would pass them by. No service thread starts, and every call stays.
 static SANITIZED: AtomicBool = AtomicBool::new(false);
 
 /// Called before a call that changes security state of the calling thread alone: raw
@@ -251,7 +252,6 @@ fn start_up() -> bool {
             }
         },
     };
-    SANITIZED.store(sys::sanitizer_loaded(), SeqCst);
     let tracing = config.trace_file.is_some() && trace::start();
     let learns = policy.as_ref().is_none_or(Policy::learns);
     TIMING.store(learns || config.stats_file.is_some() || tracing, SeqCst);
@@ -348,6 +348,12 @@ fn service_running(thread: &Thread) -> bool {
     }
     start_once(&SERVICE, || {
         let Some(config) = CONFIG.get() else { return false };
+        // Here, where a call is about to move (the loader's lock is free: not in a handler),
+        // and only in a process that moves one.
+        if sys::sanitizer_loaded() {
+            SANITIZED.store(true, SeqCst);
+            return false;
+        }
         let mut cpus = [0; MAX_LANES];
         cpus[..config.service_cpus.len()].copy_from_slice(&config.service_cpus);
         // SAFETY: callers reach a lane only once `service_running` has returned true, which
@@ -651,7 +657,7 @@ pub(crate) fn dispatch_as(
             return run_refused(thread, counters, &call, request, local);
         }
         if !service_running(thread) {
-            stats::bump(&counters.busy);
+            stats::bump(if SANITIZED.load(Relaxed) { &counters.kept } else { &counters.busy });
             return run_local(thread, counters, &call, local);
         }
         // A pending cancellation acts at the call's start, as it would in libc's wrapper.

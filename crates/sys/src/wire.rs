@@ -12,8 +12,9 @@
 //! the time the service threads spent on their safety checks before and after the calls they
 //! ran (part of what callers wait beyond a call's own run). `inherited=1`: the process's
 //! run-length predictor started from what the run's processes before it learned.
-//! `sanitized=1`: a sanitizer's runtime was in the process ([`SANITIZER_INITS`]), so every call
-//! stayed with its caller (counted as `KEPT`), where the sanitizer checks it.
+//! `sanitized=1`: a call was about to move when a sanitizer's runtime was found in the process
+//! ([`SANITIZER_INITS`]), so no service thread started and every call stayed with its caller
+//! (counted as `KEPT`), where the sanitizer checks it.
 //! A `hist.CALL=…` field follows each call whose calls went across: the hand-off times (the
 //! caller's wait beyond the call's own run) as a log-linear histogram ([`bucket_of`]: 8
 //! buckets per power of two, so a percentile is known to within 1/8), written as
