@@ -810,6 +810,11 @@ fn the_stub_routes_every_name_the_library_interposes() {
     let mut library = exported(common::library());
     assert!(library.remove("corehop_preload_handover"), "the library lacks its hand-over");
     assert!(library.remove("corehop_preload_next_after_stub"), "the library lacks its hand-over");
+    // The ends that run no `atexit` handlers matter only to a run that asks for a summary or a
+    // trace, which preloads the library itself.
+    for end in ["_exit", "_Exit"] {
+        assert!(library.remove(end), "the library lacks {end}");
+    }
     assert_eq!(exported(common::stub()), library);
 }
 
@@ -1233,4 +1238,39 @@ fn a_sanitized_program_runs_and_reports_as_it_does_plain() {
     assert!(stats.status.success(), "{}", text(&stats.stderr));
     let summary = text(&stats.stderr);
     assert!(summary.contains("1 of 1 process(es) kept every call with its caller: a sanitizer"), "{summary}");
+}
+
+#[test]
+fn a_process_that_ends_with_exit_reports_and_a_vfork_child_does_not() {
+    if !have("cc") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("ends_with_exit.c", &[], &dir.path().join("ends_with_exit"));
+    let exe = exe.to_str().unwrap();
+    let plain = Command::new(exe).output().unwrap();
+    assert_eq!(text(&plain.stdout), "fork child 3, vfork child 4\n");
+    let json = dir.path().join("stats.json");
+    let trace = dir.path().join("trace.csv");
+    for policy in ["adaptive", "always"] {
+        let out = corehop()
+            .args(["run", "--offload", "--policy", policy, "--stats-json"])
+            .arg(&json)
+            .arg("--record-trace")
+            .arg(&trace)
+            .args(["--", exe])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{policy}: {}", text(&out.stderr));
+        assert_eq!(out.stdout, plain.stdout, "{policy}");
+        // The parent and the forked child, which left with `_exit`; not the `vfork` child,
+        // whose memory was the parent's.
+        let stats: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(stats["processes"], 2, "{policy}: {stats}");
+        let recorded = std::fs::read_to_string(&trace).unwrap();
+        let processes = recorded.lines().filter(|l| l.starts_with("# pid ")).count();
+        assert_eq!(processes, 2, "{policy}: {recorded}");
+        // The child's reads of its own file: 50 opens, and one read past each end.
+        assert!(stats["calls"]["read"]["seen"].as_u64().unwrap() >= 100, "{policy}: {stats}");
+    }
 }

@@ -82,6 +82,11 @@ static THREAD_STATE_CHANGED: AtomicBool = AtomicBool::new(false);
 /// ThreadSanitizer the order of calls on a descriptor), and a call a service thread made
 /// would pass them by. No service thread starts, and every call stays.
 static SANITIZED: AtomicBool = AtomicBool::new(false);
+/// Set once [`at_exit`] is registered: the run asked for a summary, a trace or what the
+/// predictor learned, and a process that ends with `_exit` writes them too ([`before_exit`]).
+static REPORTS: AtomicBool = AtomicBool::new(false);
+/// Set once [`at_exit`] has run in this process: it writes once, from whichever end comes first.
+static REPORTED: AtomicBool = AtomicBool::new(false);
 
 /// Called before a call that changes security state of the calling thread alone: raw
 /// `syscall(SYS_setresuid, ...)` and the other per-thread credential calls, `setfsuid`,
@@ -286,6 +291,7 @@ fn start_up() -> bool {
         // SAFETY: `at_exit` is a plain function that touches static state and makes raw
         // syscalls.
         unsafe { libc::atexit(at_exit) };
+        REPORTS.store(true, SeqCst);
     }
     let _ = CONFIG.set(config);
     QUIET.store(quiet, SeqCst);
@@ -387,6 +393,7 @@ extern "C" fn after_fork_child() {
     // SAFETY: see above; in the child, the process has this one thread.
     unsafe { POLICY.after_fork(FORK_HAD_LOCK.load(SeqCst), true) };
     PID.store(sys::getpid(), SeqCst);
+    REPORTED.store(false, SeqCst);
     // The child's one thread is the one that forked, with what it blocked then.
     FIRST_CALL_TID.store(i64::from(sys::gettid()), SeqCst);
     FIRST_CALL_BLOCKED.store(sys::blocked_signals(), SeqCst);
@@ -453,12 +460,22 @@ fn on_a_stack_of_its_own<R>(f: impl FnOnce() -> R) -> R {
     }
 }
 
+/// Before `_exit` ends the process without running `atexit` handlers (a forked worker of
+/// Python's `multiprocessing`, a child whose `exec` failed): writes what [`at_exit`] would
+/// have. Not in a child that shares our memory (`vfork`, a raw `clone`), whose pid is not the
+/// one this memory was started in: what it holds is the parent's.
+pub(crate) fn before_exit() {
+    if REPORTS.load(SeqCst) && sys::getpid() == PID.load(SeqCst) {
+        at_exit();
+    }
+}
+
 /// At exit (registered only when a stats, trace or learned file is asked for): hand on what
 /// the policy learned, append the trace and this process's summary. Nothing in a process that
 /// changed its own security state ([`thread_state_changes`]): a seccomp filter may kill it at
 /// a call it never made plainly (its summary and trace are then missing).
 extern "C" fn at_exit() {
-    if STATE.load(Acquire) != READY || THREAD_STATE_CHANGED.load(SeqCst) {
+    if STATE.load(Acquire) != READY || THREAD_STATE_CHANGED.load(SeqCst) || REPORTED.swap(true, SeqCst) {
         return;
     }
     if let Some(path) = CONFIG.get().and_then(|c| c.learned_file.as_deref()) {

@@ -806,6 +806,42 @@ pub extern "C" fn corehop_preload_handover(
     crate::intercept::handover(first_call_ns, flags & 1 != 0, (first_tid, first_blocked))
 }
 
+// ---- the end of a process that runs no `atexit` handlers --------------------------------
+
+/// libc's `_exit` (`_Exit` is the same function).
+static REAL_EXIT: sys::Real = sys::Real::new(c"_exit");
+
+/// `_exit`: writes the summary, trace and learned state a run asked for, as `exit` would
+/// have ([`crate::intercept::before_exit`]), then ends the process with libc's `_exit`.
+///
+/// # Safety
+/// None beyond `_exit`'s: it does not return.
+#[no_mangle]
+pub unsafe extern "C" fn _exit(status: c_int) -> ! {
+    crate::intercept::before_exit();
+    let real = REAL_EXIT.get();
+    if !real.is_null() {
+        // SAFETY: the address is libc's `_exit`, whose type this is.
+        let real: unsafe extern "C" fn(c_int) -> ! = unsafe { core::mem::transmute(real) };
+        // SAFETY: `_exit` has no preconditions.
+        unsafe { real(status) }
+    }
+    loop {
+        // SAFETY: exit_group takes an integer and does not return.
+        unsafe { sys::raw(libc::SYS_exit_group, [status as u64, 0, 0, 0, 0, 0]) };
+    }
+}
+
+/// `_Exit`: as [`_exit`].
+///
+/// # Safety
+/// None beyond `_Exit`'s: it does not return.
+#[no_mangle]
+pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
+    // SAFETY: the same function.
+    unsafe { _exit(status) }
+}
+
 // ---- calls that change one thread's security state (not offloaded: watched) -------------
 
 entry_points! {

@@ -119,8 +119,9 @@ pub struct Args {
     /// monotonic clock, where the policy ran it; site = the program's return address, so keys
     /// are per process), each process's calls under its `# pid` line, appended at its exit
     /// (64 KiB at a time, each piece headed by that line). Use `--policy
-    /// never` for local run lengths. A process that ends by `exec`, `_exit` or a signal adds
-    /// nothing; at most 1 048 576 calls per process are kept.
+    /// never` for local run lengths. A process that ends by `exec`, a signal or a raw exit
+    /// system call (as Go programs end) adds nothing; at most 1 048 576 calls per process are
+    /// kept.
     #[arg(long, value_name = "FILE", requires = "offload", conflicts_with = "compare", value_parser = corehop_bench::report::output_path)]
     pub record_trace: Option<PathBuf>,
 
@@ -160,7 +161,8 @@ const NOTHING_INTERCEPTED: &str =
     "no process reported: the preload library sees only the calls a program makes \
 through libc's exported functions (libc's own paths to the kernel, such as stdio's fopen, fread and \
 fwrite, pass it by); a statically linked or set-user-ID program does not load it; and a process \
-reports at exit(), not at _exit, exec or a fatal signal";
+reports at exit() or _exit(), not at exec, a fatal signal or a raw exit system call (as Go \
+programs end)";
 
 /// The first lines of a `--record-trace` file.
 pub const TRACE_HEADER: &str = "# corehop run --record-trace: calls under the `# pid` line of the process that made them, run lengths in ns\ncall,fd,size,site,run_ns\n";
