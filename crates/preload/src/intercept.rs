@@ -282,6 +282,9 @@ fn start_up() -> bool {
         }
     }
     PID.store(sys::getpid(), SeqCst);
+    // `_exit` is often called once, from a signal handler, where a first lookup would take
+    // the loader's lock, held maybe by the code the signal interrupted: looked up now.
+    sys::REAL_EXIT.get();
     // SAFETY: the three handlers are plain functions that only touch atomics and static state.
     unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork_parent), Some(after_fork_child)) };
     let quiet = config.stats_file.is_none() && config.trace_file.is_none();

@@ -808,18 +808,15 @@ pub extern "C" fn corehop_preload_handover(
 
 // ---- the end of a process that runs no `atexit` handlers --------------------------------
 
-/// libc's `_exit` (`_Exit` is the same function).
-static REAL_EXIT: sys::Real = sys::Real::new(c"_exit");
-
 /// `_exit`: writes the summary, trace and learned state a run asked for, as `exit` would
-/// have ([`crate::intercept::before_exit`]), then ends the process with libc's `_exit`.
+/// have ([`crate::intercept::before_exit`]), then ends the process with the next `_exit`.
 ///
 /// # Safety
 /// None beyond `_exit`'s: it does not return.
 #[no_mangle]
 pub unsafe extern "C" fn _exit(status: c_int) -> ! {
     crate::intercept::before_exit();
-    let real = REAL_EXIT.get();
+    let real = sys::REAL_EXIT.get();
     if !real.is_null() {
         // SAFETY: the address is libc's `_exit`, whose type this is.
         let real: unsafe extern "C" fn(c_int) -> ! = unsafe { core::mem::transmute(real) };

@@ -312,6 +312,10 @@ impl Real {
     }
 }
 
+/// The next `_exit` (a sanitizer's, else libc's; `_Exit` is the same function), which the
+/// library's own `_exit` goes on to.
+pub static REAL_EXIT: Real = Real::new(c"_exit");
+
 /// Whether a sanitizer's runtime is in the process ([`corehop_sys::wire::SANITIZER_INITS`]),
 /// linked into the program or loaded with it.
 pub fn sanitizer_loaded() -> bool {
