@@ -101,7 +101,7 @@ impl Distribution {
             return Some(Problem::Negative(v.to_string()));
         }
         if let Some(v) = values.iter().find(|v| !v.is_finite()) {
-            return Some(Problem::Invalid(format!("must be a finite number, got {v}")));
+            return Some(Problem::Invalid(format!("must be a finite number, got {v:?}")));
         }
         if let Some(v) = values.iter().find(|v| **v > MAX_VALUE) {
             return Some(Problem::Invalid(format!("{v} is too large (at most {MAX_VALUE:e}: a day in ns)")));
@@ -151,7 +151,7 @@ impl WeightedChoice {
     /// Adds the next kind; its weight must be finite and > 0.
     pub fn push(&mut self, weight: f64) -> Result<(), Problem> {
         if !(weight.is_finite() && weight > 0.0) {
-            return Err(Problem::Invalid(format!("must be > 0, got {weight}")));
+            return Err(Problem::Invalid(format!("must be > 0, got {weight:?}")));
         }
         let total = self.cumulative.last().copied().unwrap_or(0.0) + weight;
         self.cumulative.push(total);

@@ -249,7 +249,7 @@ impl CostModel {
             if v < 0.0 {
                 out.push((name.to_string(), Problem::Negative(v.to_string())));
             } else if !v.is_finite() {
-                out.push((name.to_string(), Problem::Invalid(format!("must be a finite number, got {v}"))));
+                out.push((name.to_string(), Problem::Invalid(format!("must be a finite number, got {v:?}"))));
             }
         };
         non_negative("l1_latency_ns", self.l1_latency_ns);
@@ -270,18 +270,21 @@ impl CostModel {
         }
         let positive = |v: f64| v.is_finite() && v > 0.0;
         if !positive(self.clock_ghz) {
-            out.push(("clock_ghz".into(), Problem::Invalid(format!("must be > 0, got {}", self.clock_ghz))));
+            out.push((
+                "clock_ghz".into(),
+                Problem::Invalid(format!("must be > 0, got {:?}", self.clock_ghz)),
+            ));
         }
         for (i, &ghz) in self.cpu_clock_ghz.iter().enumerate() {
             if !positive(ghz) {
                 out.push((
                     format!("cpu_clock_ghz[{i}]"),
-                    Problem::Invalid(format!("must be > 0, got {ghz}")),
+                    Problem::Invalid(format!("must be > 0, got {ghz:?}")),
                 ));
             }
         }
         if !(self.smt_interference > 0.0 && self.smt_interference <= 1.0) {
-            let why = format!("must be in (0, 1], got {}", self.smt_interference);
+            let why = format!("must be in (0, 1], got {:?}", self.smt_interference);
             out.push(("smt_interference".into(), Problem::Invalid(why)));
         }
         out

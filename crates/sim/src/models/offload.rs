@@ -340,13 +340,13 @@ impl FromScenario for Offload {
         if !(cfg.os_core_factor.is_finite() && cfg.os_core_factor > 0.0) {
             return Err(s.error(
                 "workload.os_core_factor",
-                Problem::Invalid(format!("must be > 0, got {}", cfg.os_core_factor)),
+                Problem::Invalid(format!("must be > 0, got {:?}", cfg.os_core_factor)),
             ));
         }
         if !(cfg.epoch_cycles.is_finite() && cfg.epoch_cycles > 0.0) {
             return Err(s.error(
                 "workload.epoch_cycles",
-                Problem::Invalid(format!("must be > 0, got {}", cfg.epoch_cycles)),
+                Problem::Invalid(format!("must be > 0, got {:?}", cfg.epoch_cycles)),
             ));
         }
         s.check_distribution("workload.compute_cycles", &cfg.compute_cycles)?;

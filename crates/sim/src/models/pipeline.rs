@@ -227,7 +227,7 @@ impl FromScenario for Pipeline {
             if v > 0.0 && v <= 1.0 {
                 Ok(())
             } else {
-                Err(s.error(key, Problem::Invalid(format!("speed must be in (0, 1], got {v}"))))
+                Err(s.error(key, Problem::Invalid(format!("speed must be in (0, 1], got {v:?}"))))
             }
         };
         fraction("workload.speed", cfg.speed)?;
@@ -264,10 +264,14 @@ impl FromScenario for Pipeline {
         positive(
             "workload.line_rate_gbps",
             rate.is_finite() && rate > 0.0,
-            format!("must be > 0, got {rate}"),
+            format!("must be > 0, got {rate:?}"),
         )?;
         let epoch = cfg.epoch_us;
-        positive("workload.epoch_us", epoch.is_finite() && epoch > 0.0, format!("must be > 0, got {epoch}"))?;
+        positive(
+            "workload.epoch_us",
+            epoch.is_finite() && epoch > 0.0,
+            format!("must be > 0, got {epoch:?}"),
+        )?;
 
         let n = s.machine.cpu_count();
         let mut throttle = vec![cfg.speed; n];

@@ -355,14 +355,14 @@ impl FromScenario for SmtModel {
             if v > 0.0 && v <= 1.0 {
                 Ok(())
             } else {
-                Err(invalid(key, format!("must be in (0, 1], got {v}")))
+                Err(invalid(key, format!("must be in (0, 1], got {v:?}")))
             }
         };
         let positive = |key: &str, v: f64| {
             if v > 0.0 && v.is_finite() {
                 Ok(())
             } else {
-                Err(invalid(key, format!("must be > 0, got {v}")))
+                Err(invalid(key, format!("must be > 0, got {v:?}")))
             }
         };
         let non_negative = |key: &str, v: f64| {

@@ -311,7 +311,7 @@ impl FromScenario for Switch {
             if !(0.0..=1.0).contains(&call.memory_bound) {
                 return Err(s.error(
                     &format!("workload.calls[{i}].memory_bound"),
-                    Problem::Invalid(format!("must be in [0, 1], got {}", call.memory_bound)),
+                    Problem::Invalid(format!("must be in [0, 1], got {:?}", call.memory_bound)),
                 ));
             }
         }
