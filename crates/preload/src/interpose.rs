@@ -818,7 +818,7 @@ pub unsafe extern "C" fn _exit(status: c_int) -> ! {
     crate::intercept::before_exit();
     let real = sys::REAL_EXIT.get();
     if !real.is_null() {
-        // SAFETY: the address is libc's `_exit`, whose type this is.
+        // SAFETY: the address is the next `_exit` (a sanitizer's or libc's), of this type.
         let real: unsafe extern "C" fn(c_int) -> ! = unsafe { core::mem::transmute(real) };
         // SAFETY: `_exit` has no preconditions.
         unsafe { real(status) }

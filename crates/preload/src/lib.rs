@@ -83,15 +83,15 @@
 //! or, after a while, from another thread. A thread whose first call came from a handler, a
 //! handler that blocks nothing more (`SA_NODEFER` with an empty `sa_mask`), and a thread's
 //! first access to this library's thread-locals (from `malloc`, once `dlopen`ed) made in a
-//! handler are not told apart. A signal handler that `longjmp`s out of a call waiting for its reply, and
-//! asynchronous thread cancellation during that wait, are not supported (the service thread
-//! may still write into the abandoned buffer). A process that ends by a signal or a raw
-//! exit system call writes no summary (one that ends with `_exit` writes it there, as `exit`
-//! would: not through the start-up stub, which no summary or trace is asked of). A descriptor on which positioned calls (`pread`, `pwrite`) were found
-//! safe is checked again only once the library sees its number closed or reassigned
-//! ([`memo`]): a number closed behind its back (inline assembly, io_uring, glibc's own
-//! `fclose`) and reused for a file on FUSE or tracefs would have its positioned calls go across
-//! unchecked.
+//! handler are not told apart. A signal handler that `longjmp`s out of a call waiting for its
+//! reply, and asynchronous thread cancellation during that wait, are not supported (the
+//! service thread may still write into the abandoned buffer). A process that ends by a signal
+//! or a raw exit system call writes no summary (one that ends with `_exit` writes it there, as
+//! `exit` would: not through the start-up stub, of which no summary or trace is asked). A
+//! descriptor on which positioned calls (`pread`, `pwrite`) were found safe is checked again
+//! only once the library sees its number closed or reassigned ([`memo`]): a number closed
+//! behind its back (inline assembly, io_uring, glibc's own `fclose`) and reused for a file on
+//! FUSE or tracefs would have its positioned calls go across unchecked.
 //!
 //! Configuration: environment variables, see [`config`]. Summary format: see [`stats`].
 #![deny(unsafe_op_in_unsafe_fn)]
