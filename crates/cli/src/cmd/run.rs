@@ -45,7 +45,9 @@ pub struct Args {
     /// any existing one) so that read, write, pread/pwrite, readv/writev, open/openat, the stat
     /// family, fsync/fdatasync, sendfile, sendto/recvfrom and non-waiting poll/select may run on
     /// a service thread pinned to a service CPU. Results (return values, errno, short reads,
-    /// EINTR) are unchanged; only where the kernel work runs changes.
+    /// EINTR) are unchanged; only where the kernel work runs changes. A process built with a
+    /// sanitizer keeps its calls where its checks see them (`ASAN_OPTIONS` gets
+    /// `verify_asan_link_order=0`, so that AddressSanitizer starts after the library).
     #[arg(long)]
     pub offload: bool,
 
