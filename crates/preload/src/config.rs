@@ -40,6 +40,14 @@ pub struct Config {
     pub test_stall_ns: u64,
 }
 
+impl Config {
+    /// Whether a process writes anything as it ends: a summary, a trace, or what its
+    /// predictor learned.
+    pub fn writes_at_exit(&self) -> bool {
+        self.stats_file.is_some() || self.trace_file.is_some() || self.learned_file.is_some()
+    }
+}
+
 /// A variable with a value the library cannot use.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ConfigError {

@@ -82,9 +82,6 @@ static THREAD_STATE_CHANGED: AtomicBool = AtomicBool::new(false);
 /// ThreadSanitizer the order of calls on a descriptor), and a call a service thread made
 /// would pass them by. No service thread starts, and every call stays.
 static SANITIZED: AtomicBool = AtomicBool::new(false);
-/// Set once [`at_exit`] is registered: the run asked for a summary, a trace or what the
-/// predictor learned, and a process that ends with `_exit` writes them too ([`before_exit`]).
-static REPORTS: AtomicBool = AtomicBool::new(false);
 /// Set once [`at_exit`] has run in this process: it writes once, from whichever end comes first.
 static REPORTED: AtomicBool = AtomicBool::new(false);
 
@@ -288,13 +285,12 @@ fn start_up() -> bool {
     // SAFETY: the three handlers are plain functions that only touch atomics and static state.
     unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork_parent), Some(after_fork_child)) };
     let quiet = config.stats_file.is_none() && config.trace_file.is_none();
-    if !quiet || config.learned_file.is_some() {
+    if config.writes_at_exit() {
         // Registered now, after the program's own early `atexit` handlers, so it runs before
         // them (they run in reverse): GNU tools close stderr in theirs.
         // SAFETY: `at_exit` is a plain function that touches static state and makes raw
         // syscalls.
         unsafe { libc::atexit(at_exit) };
-        REPORTS.store(true, SeqCst);
     }
     let _ = CONFIG.set(config);
     QUIET.store(quiet, SeqCst);
@@ -468,7 +464,7 @@ fn on_a_stack_of_its_own<R>(f: impl FnOnce() -> R) -> R {
 /// have. Not in a child that shares our memory (`vfork`, a raw `clone`), whose pid is not the
 /// one this memory was started in: what it holds is the parent's.
 pub(crate) fn before_exit() {
-    if REPORTS.load(SeqCst) && sys::getpid() == PID.load(SeqCst) {
+    if CONFIG.get().is_some_and(Config::writes_at_exit) && sys::getpid() == PID.load(SeqCst) {
         at_exit();
     }
 }

@@ -185,12 +185,11 @@ const ASAN_OPTIONS: &str = "ASAN_OPTIONS";
 /// and keeps every call of a sanitized process where it is made. A `verify_asan_link_order`
 /// the user set stays as it is.
 fn asan_options(set: Option<OsString>) -> Option<OsString> {
+    const KEY: &[u8] = b"verify_asan_link_order";
     const ANY_ORDER: &str = "verify_asan_link_order=0";
     match set {
         None => Some(ANY_ORDER.into()),
-        Some(options) if options.as_encoded_bytes().windows(22).any(|w| w == b"verify_asan_link_order") => {
-            None
-        }
+        Some(options) if options.as_encoded_bytes().windows(KEY.len()).any(|w| w == KEY) => None,
         Some(mut options) if !options.is_empty() => {
             options.push(":");
             options.push(ANY_ORDER);
