@@ -381,6 +381,36 @@ fn a_thread_cancelled_in_a_blocking_call_ends_as_it_does_plainly() {
 }
 
 #[test]
+fn a_thread_cancelled_at_a_call_the_library_handles_ends_as_it_does_plainly() {
+    let Some((_dir, exe)) = fixture("cancel_at_calls") else { return };
+    let run = |mode: &str, how: &str, set_up: &dyn Fn(&mut Command)| {
+        let files = tempfile::tempdir().unwrap();
+        let mut command = Command::new(&exe);
+        command.arg(mode).arg(files.path());
+        set_up(&mut command);
+        finish(command, &format!("cancel_at_calls {mode} {how}"))
+    };
+    for mode in ["moved", "fifo", "pending"] {
+        let plain = run(mode, "plain", &|_| {});
+        assert_eq!(text(&plain.stdout), format!("{mode}: cancelled: yes, cleanup ran: yes\n"));
+        // With the library preloaded from the start every call takes its full path; `always`
+        // and `size` move the reads, and the cancellation acts at the start of a moved one.
+        for policy in ["never", "adaptive", "always", "size"] {
+            let out = run(mode, policy, &|c| {
+                c.env("LD_PRELOAD", common::library()).env("COREHOP_POLICY", policy);
+            });
+            assert!(out.status.success(), "{mode} under {policy}: {:?} {}", out.status, text(&out.stderr));
+            assert_eq!(text(&out.stdout), text(&plain.stdout), "{mode} under {policy}");
+        }
+        let out = run(mode, "through the stub", &|c| {
+            common::through_the_stub(c, "adaptive");
+        });
+        assert!(out.status.success(), "{mode} through the stub: {:?} {}", out.status, text(&out.stderr));
+        assert_eq!(text(&out.stdout), text(&plain.stdout), "{mode} through the stub");
+    }
+}
+
+#[test]
 fn a_call_the_library_passes_by_returns_straight_to_the_program() {
     // `never`: every call after the first passes the library by (nothing counts or times them).
     let Some((_dir, exe)) = fixture("passing_frames") else { return };

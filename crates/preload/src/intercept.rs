@@ -526,47 +526,47 @@ pub(crate) fn to_libc_token(result: i64) -> Option<u32> {
     u32::try_from(result.wrapping_sub(TO_LIBC)).ok()
 }
 
-/// A call that stays: libc's function, run here, or left to the entry point ([`TO_LIBC`]).
-pub(crate) struct Stay<F> {
-    run: F,
-    leave: bool,
-}
+/// A bit of a [`TO_LIBC`] token: the call returns a new descriptor, which [`finish_timed`]
+/// tells `memo` about. Timed calls' own tokens stay below it.
+pub(crate) const NEW_FD: u32 = 1 << 31;
 
-impl<F: FnOnce() -> i64> Stay<F> {
-    /// `run` (libc's function), always run here: for a caller that looks at its result.
-    pub(crate) fn here(run: F) -> Stay<F> {
-        Stay { run, leave: false }
-    }
-
-    /// The call, where nothing is to be done after it.
-    fn untimed(self) -> i64 {
-        if self.leave {
-            TO_LIBC
-        } else {
-            (self.run)()
+/// `result` of [`dispatch`] for a call that returns a new descriptor, which `memo` is told
+/// of: now, for a call that moved; in [`finish_timed`], for one left to libc. libc's function
+/// so runs from the entry point, with no frame of ours under it, as every call left to libc
+/// does (an `open` of a FIFO blocks, and may be cancelled there: see
+/// [`act_on_a_pending_cancellation`]).
+pub(crate) fn new_fd(result: i64) -> i64 {
+    match to_libc_token(result) {
+        Some(token) => TO_LIBC + i64::from(token | NEW_FD),
+        None => {
+            memo::reassigned(result as i32);
+            result
         }
-    }
-
-    /// The call, timed: here, or by the entry point, which then calls [`finish_timed`]. Out
-    /// of line: one call in `time_every` comes here, and the others' path stays short.
-    #[inline(never)]
-    fn timed(self, thread: &Thread, counters: &'static stats::Counters, call: &Desc) -> i64 {
-        if !self.leave {
-            let start = sys::now_ns();
-            let result = (self.run)();
-            end_timed(thread, counters, call, start);
-            return result;
-        }
-        let token = thread.last_token.get().wrapping_add(1).max(1);
-        thread.last_token.set(token);
-        thread.timed.set(Some(Timed { call: *call, counters, start: sys::now_ns(), token }));
-        TO_LIBC + i64::from(token)
     }
 }
 
-/// The end of a timed call its entry point made (`result`, libc's, passed back unchanged):
-/// shows the policy its cost, as [`Stay::timed`] does for one run here. Touches no errno.
+/// A call that stays, timed: libc's function, made by the entry point, which then calls
+/// [`finish_timed`]. Out of line: one call in `time_every` comes here, and the others' path
+/// stays short.
+#[inline(never)]
+fn to_libc_timed(thread: &Thread, counters: &'static stats::Counters, call: &Desc) -> i64 {
+    let token = ((thread.last_token.get() + 1) % NEW_FD).max(1);
+    thread.last_token.set(token);
+    thread.timed.set(Some(Timed { call: *call, counters, start: sys::now_ns(), token }));
+    TO_LIBC + i64::from(token)
+}
+
+/// The end of a call its entry point made (`result`, libc's, passed back unchanged): shows
+/// the policy a timed one's cost, and `memo` a new descriptor ([`NEW_FD`]). Touches no errno.
 pub(crate) extern "C" fn finish_timed(result: i64, token: u32) -> i64 {
+    if token & NEW_FD != 0 {
+        // libc's function returns an int: the upper half of the register is not its.
+        memo::reassigned(result as i32);
+    }
+    let token = token & !NEW_FD;
+    if token == 0 {
+        return result;
+    }
     let _ = THREAD.try_with(|thread| {
         let Some(timed) = thread.timed.get().filter(|t| t.token == token) else { return };
         thread.timed.set(None);
@@ -578,43 +578,26 @@ pub(crate) extern "C" fn finish_timed(result: i64, token: u32) -> i64 {
     result
 }
 
-/// The interposed path of every call: decide, offload or run locally, count.
+/// The interposed path of every call: decide, offload or leave to libc, count.
 ///
-/// `request` is `None` when the call must stay with its caller whatever the policy says;
-/// `local` runs the real libc function and returns its libc-convention result. A call that
-/// stays untimed is not run here but returned as [`TO_LIBC`]: `local` must be the entry
-/// point's own libc function with the program's arguments, and the caller must pass the
-/// result on unchanged (a caller that looks at it passes [`Stay::here`] to [`dispatch_as`]).
-pub(crate) fn dispatch(
-    kind: CallKind,
-    fd: i32,
-    size: impl FnOnce() -> u64,
-    request: Option<Request>,
-    local: impl FnOnce() -> i64,
-) -> i64 {
-    dispatch_as(kind, fd, size, request, Stay { run: local, leave: true })
-}
-
-/// [`dispatch`], with the call that stays as `local` says.
-pub(crate) fn dispatch_as(
-    kind: CallKind,
-    fd: i32,
-    size: impl FnOnce() -> u64,
-    request: Option<Request>,
-    local: Stay<impl FnOnce() -> i64>,
-) -> i64 {
+/// `request` is `None` when the call must stay with its caller whatever the policy says. A
+/// call that stays is not made here: the result is [`TO_LIBC`] (or `TO_LIBC` and a token),
+/// and the entry point makes the call to its own libc function with the program's arguments
+/// once the library's frames are gone, so the caller must pass the result on unchanged (or
+/// through [`new_fd`]).
+pub(crate) fn dispatch(kind: CallKind, fd: i32, size: impl FnOnce() -> u64, request: Option<Request>) -> i64 {
     THREAD.with(|thread| {
         let Some(_inside) = Inside::enter(thread) else {
             if STATE.load(Acquire) == READY {
                 stats::bump(&stats::of(kind).seen);
                 stats::bump(&stats::of(kind).busy);
             }
-            return local.untimed();
+            return TO_LIBC;
         };
         // The call that starts the library up did not come as a sample of `passes_by`.
         let sampled = STATE.load(Acquire) == READY;
         if !ready() {
-            return local.untimed();
+            return TO_LIBC;
         }
         if thread.first_blocked.get().is_none() {
             thread.first_blocked.set(Some(sys::blocked_signals()));
@@ -624,14 +607,14 @@ pub(crate) fn dispatch_as(
             if DEFERRED.load(Relaxed) && QUIET.load(Relaxed) {
                 // Still waiting, and nothing counts calls: this call came only to look at the
                 // clock, and there is no policy to time it for.
-                return local.untimed();
+                return TO_LIBC;
             }
         }
         let counters = stats::of(kind);
         stats::bump(&counters.seen);
         if THREAD_STATE_CHANGED.load(Relaxed) || SANITIZED.load(Relaxed) {
             stats::bump(&counters.kept);
-            return run_local(thread, counters, &Desc { kind, fd, size: 0, site: 0 }, local);
+            return run_local(thread, counters, &Desc { kind, fd, size: 0, site: 0 });
         }
         let call = Desc { kind, fd, size: size(), site: thread.site.get() };
         if POLICY.keeps_all_local() {
@@ -640,45 +623,42 @@ pub(crate) fn dispatch_as(
             if sampled && QUIET.load(Relaxed) && TIMING.load(Relaxed) {
                 // One in `time_every` calls comes here (`passes_by`); it stands for them all.
                 thread.uncounted.set(thread.uncounted.get() + u64::from(POLICY.time_every()) - 1);
-                return local.timed(thread, counters, &call);
+                return to_libc_timed(thread, counters, &call);
             }
-            return run_local(thread, counters, &call, local);
+            return run_local(thread, counters, &call);
         }
         let Some(request) =
             request.filter(|r| !r.check.fds().iter().flatten().any(|&fd| memo::may_block(fd)))
         else {
             stats::bump(&counters.kept);
-            return run_local(thread, counters, &call, local);
+            return run_local(thread, counters, &call);
         };
         match POLICY.decide(&call) {
             Some(true) => {}
             Some(false) => {
                 stats::bump(&counters.local);
-                return run_local(thread, counters, &call, local);
+                return run_local(thread, counters, &call);
             }
             None => {
                 stats::bump(&counters.busy);
-                return run_local(thread, counters, &call, local);
+                return run_local(thread, counters, &call);
             }
         }
         // A child sharing our memory must not reach our service threads (see CHECK_PID).
         if CHECK_PID.load(Relaxed) && sys::getpid() != PID.load(Relaxed) {
             stats::bump(&counters.busy);
-            return run_local(thread, counters, &call, local);
+            return run_local(thread, counters, &call);
         }
         // A call the service would refuse does not start it: once a process has a second
         // thread, glibc toggles cancellation around each of its calls for good (about 1 % of a
         // one-byte read of /dev/zero here).
         if SERVICE.load(Acquire) == UNINIT && service::refuses(request.check) {
-            return run_refused(thread, counters, &call, request, local);
+            return run_refused(thread, counters, &call, request);
         }
         if !service_running(thread) {
             stats::bump(if SANITIZED.load(Relaxed) { &counters.kept } else { &counters.busy });
-            return run_local(thread, counters, &call, local);
+            return run_local(thread, counters, &call);
         }
-        // A pending cancellation acts at the call's start, as it would in libc's wrapper.
-        // SAFETY: pthread_testcancel has no preconditions.
-        unsafe { pthread_testcancel() };
         if thread.ticket.get() == 0 {
             thread.ticket.set(NEXT_TICKET.fetch_add(1, SeqCst));
         }
@@ -694,7 +674,7 @@ pub(crate) fn dispatch_as(
         // The caller's polling cost: the whole wait if it never slept.
         stats::add(&stats::SPUN_NS, slept_after.unwrap_or(waited));
         match outcome {
-            Outcome::Done(reply) if reply.refused => run_refused(thread, counters, &call, request, local),
+            Outcome::Done(reply) if reply.refused => run_refused(thread, counters, &call, request),
             Outcome::Done(reply) => {
                 stats::bump(&counters.offloaded);
                 stats::add(&counters.service_ns, reply.run_ns);
@@ -711,54 +691,42 @@ pub(crate) fn dispatch_as(
             }
             Outcome::Withdrawn => {
                 stats::bump(&counters.withdrawn);
-                run_local(thread, counters, &call, local)
+                run_local(thread, counters, &call)
             }
             Outcome::Full => {
                 stats::bump(&counters.busy);
-                run_local(thread, counters, &call, local)
+                run_local(thread, counters, &call)
             }
         }
     })
 }
 
-/// Runs the real libc function on the calling thread (or leaves it to the entry point),
-/// timing one call in `time_every` when someone wants to know, picked by [`sys::one_in`].
-/// Nothing after `local` touches errno.
+/// Leaves the call to the entry point, to make on the calling thread, timing one call in
+/// `time_every` when someone wants to know, picked by [`sys::one_in`].
 #[inline]
-fn run_local(
-    thread: &Thread,
-    counters: &'static stats::Counters,
-    call: &Desc,
-    local: Stay<impl FnOnce() -> i64>,
-) -> i64 {
+fn run_local(thread: &Thread, counters: &'static stats::Counters, call: &Desc) -> i64 {
     if !TIMING.load(Relaxed) {
-        return local.untimed();
+        return TO_LIBC;
     }
     let timed = trace::on() || sys::one_in(POLICY.time_every());
     if !timed {
         thread.uncounted.set(thread.uncounted.get() + 1);
-        return local.untimed();
+        return TO_LIBC;
     }
-    local.timed(thread, counters, call)
+    to_libc_timed(thread, counters, call)
 }
 
 /// A call the policy chose to move that the service refuses: its descriptors' later calls
 /// stay without asking, it counts as kept, and it runs here, timed whenever the policy
 /// learns, so that a probe due on its key is taken by it. Untimed, the probe stayed due until
 /// the next timed call of the process, and every call until then took the full path.
-fn run_refused(
-    thread: &Thread,
-    counters: &'static stats::Counters,
-    call: &Desc,
-    request: Request,
-    local: Stay<impl FnOnce() -> i64>,
-) -> i64 {
+fn run_refused(thread: &Thread, counters: &'static stats::Counters, call: &Desc, request: Request) -> i64 {
     request.check.fds().iter().flatten().for_each(|&fd| memo::mark(fd));
     stats::bump(&counters.kept);
     if TIMING.load(Relaxed) {
-        return local.timed(thread, counters, call);
+        return to_libc_timed(thread, counters, call);
     }
-    run_local(thread, counters, call, local)
+    run_local(thread, counters, call)
 }
 
 /// Shows the policy what a call that ran here from `start` until now cost. Nothing here
@@ -790,7 +758,80 @@ fn count_done(thread: &Thread) -> u64 {
     DONE.fetch_add(mine, Relaxed) + mine
 }
 
-extern "C" {
+/// Whether the libc function `name` is a cancellation point: one that acts on a pending
+/// `pthread_cancel` at its start, and while it blocks, by unwinding the thread's stack (the
+/// stat family, `sendfile`, `statx`, `dup2` are not).
+pub(crate) const fn cancellation_point(name: &str) -> bool {
+    const POINTS: [&str; 27] = [
+        "read",
+        "write",
+        "pread",
+        "pread64",
+        "pwrite",
+        "pwrite64",
+        "readv",
+        "writev",
+        "open",
+        "open64",
+        "openat",
+        "openat64",
+        "__open_2",
+        "__open64_2",
+        "__openat_2",
+        "__openat64_2",
+        "fsync",
+        "fdatasync",
+        "sendto",
+        "recvfrom",
+        "poll",
+        "select",
+        "close",
+        "__read_chk",
+        "__pread_chk",
+        "__pread64_chk",
+        "__poll_chk",
+    ];
+    let mut i = 0;
+    while i < POINTS.len() {
+        let (a, b) = (name.as_bytes(), POINTS[i].as_bytes());
+        if a.len() == b.len() {
+            let mut j = 0;
+            while j < a.len() && a[j] == b[j] {
+                j += 1;
+            }
+            if j == a.len() {
+                return true;
+            }
+        }
+        i += 1;
+    }
+    false
+}
+
+/// Acts on a pending cancellation at the start of a call to a cancellation point that the
+/// library may make elsewhere (moved, its libc function is not the one that runs), as libc's
+/// own wrapper would; unless the thread is inside the library already (a signal handler's
+/// call), where the unwinding would cross the frames it interrupted.
+///
+/// glibc cancels by unwinding with the unwinder it loads (libgcc_s), and this library carries
+/// its own copy (`build.rs`), whose state that unwinding never set up: a frame of ours with
+/// anything to clean up on the way aborts the process in our personality routine. So this is
+/// called only from the entry points' first frame (`route`, `body`), which holds nothing to
+/// clean up, and is `extern "C-unwind"`, as is everything between it and libc's functions.
+#[inline(always)]
+pub(crate) fn act_on_a_pending_cancellation() {
+    if THREAD.try_with(|thread| !thread.inside.get()).unwrap_or(false) {
+        // SAFETY: pthread_testcancel has no preconditions.
+        unsafe { pthread_testcancel() };
+    }
+}
+
+extern "C-unwind" {
+    /// Unwinds the calling thread if a cancellation is pending (see
+    /// [`act_on_a_pending_cancellation`]).
     fn pthread_testcancel();
+}
+
+extern "C" {
     fn secure_getenv(name: *const libc::c_char) -> *mut libc::c_char;
 }

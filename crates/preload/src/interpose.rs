@@ -14,7 +14,7 @@ use core::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
 use libc::{iovec, mode_t, nfds_t, off_t, pollfd, size_t, sockaddr, socklen_t, ssize_t, timeval};
 
 use crate::intercept::{
-    before_unseen_child, dispatch, dispatch_as, finish_timed, thread_state_changes, to_libc_token, Stay,
+    before_unseen_child, dispatch, finish_timed, new_fd, thread_state_changes, to_libc_token,
 };
 use crate::lane::{Check, Request};
 use crate::memo;
@@ -82,10 +82,15 @@ macro_rules! entry_points {
                 real!(REAL: $name as $real_ty, $($arg),*)
             }
 
+            /// Whether libc's function of this name is a cancellation point.
+            const CANCELLATION_POINT: bool = crate::intercept::cancellation_point(stringify!($name));
+
             /// Where the x86-64 entry point goes (see [`exported!`]): libc's function, for a
-            /// call that passes the library by, else 0 (to [`full`]).
+            /// call that passes the library by, else 0 (to [`full`]), after acting on a
+            /// pending cancellation if this is a cancellation point (its libc function may
+            /// not be the one to run).
             #[allow(dead_code)] // the entry points of watched calls and of six arguments
-            pub(super) extern "C" fn route() -> usize {
+            pub(super) extern "C-unwind" fn route() -> usize {
                 entry_points!(@route $mode REAL)
             }
 
@@ -94,8 +99,11 @@ macro_rules! entry_points {
             /// goes to libc from here: kept apart from [`full`], it pays no frame of that
             /// function's size.
             #[allow(dead_code)] // x86-64 routes the entry points of up to five arguments
-            pub(super) unsafe extern "C" fn body($($arg: $ty,)* site: usize) -> $ret {
+            pub(super) unsafe extern "C-unwind" fn body($($arg: $ty,)* site: usize) -> $ret {
                 entry_points!(@pass $mode real($($arg),*), $ret);
+                if CANCELLATION_POINT {
+                    crate::intercept::act_on_a_pending_cancellation();
+                }
                 // SAFETY: this function's contract.
                 let done = unsafe { full($($arg,)* site) };
                 if done.libc == 0 {
@@ -115,7 +123,7 @@ macro_rules! entry_points {
             /// As for the entry point.
             #[inline(never)]
             #[allow(clippy::too_many_arguments)] // libc's own, plus the call site
-            pub(super) unsafe extern "C" fn full($($arg: $ty,)* site: usize) -> Done {
+            pub(super) unsafe extern "C-unwind" fn full($($arg: $ty,)* site: usize) -> Done {
                 let $real = || real($($arg),*);
                 entry_points!(@enter $mode site);
                 // SAFETY: the body passes on this entry point's own arguments, which the
@@ -148,6 +156,9 @@ macro_rules! entry_points {
         if crate::intercept::passes_by() {
             $real.get() as usize
         } else {
+            if CANCELLATION_POINT {
+                crate::intercept::act_on_a_pending_cancellation();
+            }
             0
         }
     };
@@ -198,7 +209,7 @@ macro_rules! exported {
         /// exactly as without this library).
         #[no_mangle]
         #[unsafe(naked)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+        pub unsafe extern "C-unwind" fn $name($($arg: $ty),*) -> $ret {
             // SAFETY (of the trampoline): it runs before any frame of ours exists, changes
             // only a register that carries no argument of `$name`'s C type, and jumps to a
             // function of the same arguments plus that one, with the stack untouched.
@@ -211,9 +222,8 @@ macro_rules! exported {
     (@x86 watch $name:ident, $x86:literal) => {
         core::arch::naked_asm!(concat!("mov ", $x86, ", qword ptr [rsp]"), "jmp {body}", body = sym $name::body)
     };
-    // SAFETY (beyond the above): `route`, `full` and `finish_timed` are `extern "C"`
-    // functions, each called with the stack aligned (the return address and seven registers:
-    // 64 bytes). The registers that may carry an argument (rax: a variadic call's count of
+    // SAFETY (beyond the above): `route`, `full` and `finish_timed` are C functions, each
+    // called with the stack aligned (the return address and seven registers: 64 bytes). The registers that may carry an argument (rax: a variadic call's count of
     // vector registers) are saved in that frame; `full` gets them back, and the call site in
     // the register after them. r10 and r11 are scratch in the C ABI. A non-zero address from
     // `route` or `full` is libc's function of this name, and it gets the saved registers: the
@@ -300,7 +310,7 @@ macro_rules! exported {
         #[doc = concat!("The contract of libc's `", stringify!($name), "`: every pointer valid for")]
         /// the call as libc documents it.
         #[no_mangle]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+        pub unsafe extern "C-unwind" fn $name($($arg: $ty),*) -> $ret {
             // SAFETY: the caller keeps libc's contract, which is the body's.
             unsafe { $name::body($($arg,)* 0) }
         }
@@ -340,45 +350,39 @@ fn needs_mode(flags: c_int) -> bool {
 
 /// # Safety
 /// The pointers valid for the call as libc documents it, as for [`Request::new`].
-unsafe fn do_read(fd: c_int, buf: *mut c_void, count: size_t, local: impl FnOnce() -> i64) -> i64 {
+unsafe fn do_read(fd: c_int, buf: *mut c_void, count: size_t) -> i64 {
     let args = [fd as u64, buf as u64, count as u64, 0, 0, 0];
     // SAFETY: this function's contract.
     let req = unsafe { request(libc::SYS_read, args, Check::Fd(fd)) };
-    dispatch(CallKind::Read, fd, || count as u64, Some(req), local)
+    dispatch(CallKind::Read, fd, || count as u64, Some(req))
 }
 
 entry_points! {
     fn [read](fd: c_int, buf: *mut c_void, count: size_t) -> ssize_t
-        as unsafe extern "C" fn(c_int, *mut c_void, size_t) -> ssize_t
-        => |real| do_read(fd, buf, count, real)
+        as unsafe extern "C-unwind" fn(c_int, *mut c_void, size_t) -> ssize_t
+        => |_real| do_read(fd, buf, count)
 }
 
 entry_points! {
     fn [__read_chk](fd: c_int, buf: *mut c_void, count: size_t, buflen: size_t) -> ssize_t
-        as unsafe extern "C" fn(c_int, *mut c_void, size_t, size_t) -> ssize_t
+        as unsafe extern "C-unwind" fn(c_int, *mut c_void, size_t, size_t) -> ssize_t
         // On overflow glibc's own variant reports it.
-        => |real| if count > buflen { real() } else { do_read(fd, buf, count, real) }
+        => |real| if count > buflen { real() } else { do_read(fd, buf, count) }
 }
 
 entry_points! {
     fn [write](fd: c_int, buf: *const c_void, count: size_t) -> ssize_t
-        as unsafe extern "C" fn(c_int, *const c_void, size_t) -> ssize_t
-        => |real| {
+        as unsafe extern "C-unwind" fn(c_int, *const c_void, size_t) -> ssize_t
+        => |_real| {
             let args = [fd as u64, buf as u64, count as u64, 0, 0, 0];
             let req = signalling(libc::SYS_write, args, Check::Fd(fd));
-            dispatch(CallKind::Write, fd, || count as u64, Some(req), real)
+            dispatch(CallKind::Write, fd, || count as u64, Some(req))
         }
 }
 
 /// # Safety
 /// The pointers valid for the call as libc documents it, as for [`Request::new`].
-unsafe fn do_pread(
-    fd: c_int,
-    buf: *mut c_void,
-    count: size_t,
-    offset: off_t,
-    local: impl FnOnce() -> i64,
-) -> i64 {
+unsafe fn do_pread(fd: c_int, buf: *mut c_void, count: size_t, offset: off_t) -> i64 {
     let args = [fd as u64, buf as u64, count as u64, offset as u64, 0, 0];
     dispatch(
         CallKind::Pread,
@@ -386,14 +390,13 @@ unsafe fn do_pread(
         || count as u64,
         // SAFETY: this function's contract.
         Some(unsafe { request(libc::SYS_pread64, args, Check::Positioned(fd)) }),
-        local,
     )
 }
 
 entry_points! {
     fn [pread, pread64](fd: c_int, buf: *mut c_void, count: size_t, offset: off_t) -> ssize_t
-        as unsafe extern "C" fn(c_int, *mut c_void, size_t, off_t) -> ssize_t
-        => |real| do_pread(fd, buf, count, offset, real)
+        as unsafe extern "C-unwind" fn(c_int, *mut c_void, size_t, off_t) -> ssize_t
+        => |_real| do_pread(fd, buf, count, offset)
 }
 
 entry_points! {
@@ -404,37 +407,37 @@ entry_points! {
         offset: off_t,
         buflen: size_t,
     ) -> ssize_t
-        as unsafe extern "C" fn(c_int, *mut c_void, size_t, off_t, size_t) -> ssize_t
-        => |real| if count > buflen { real() } else { do_pread(fd, buf, count, offset, real) }
+        as unsafe extern "C-unwind" fn(c_int, *mut c_void, size_t, off_t, size_t) -> ssize_t
+        => |real| if count > buflen { real() } else { do_pread(fd, buf, count, offset) }
 }
 
 entry_points! {
     fn [pwrite, pwrite64](fd: c_int, buf: *const c_void, count: size_t, offset: off_t) -> ssize_t
-        as unsafe extern "C" fn(c_int, *const c_void, size_t, off_t) -> ssize_t
-        => |real| {
+        as unsafe extern "C-unwind" fn(c_int, *const c_void, size_t, off_t) -> ssize_t
+        => |_real| {
             let args = [fd as u64, buf as u64, count as u64, offset as u64, 0, 0];
             let req = signalling(libc::SYS_pwrite64, args, Check::Positioned(fd));
-            dispatch(CallKind::Pwrite, fd, || count as u64, Some(req), real)
+            dispatch(CallKind::Pwrite, fd, || count as u64, Some(req))
         }
 }
 
 entry_points! {
     fn [readv](fd: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t
-        as unsafe extern "C" fn(c_int, *const iovec, c_int) -> ssize_t
-        => |real| {
+        as unsafe extern "C-unwind" fn(c_int, *const iovec, c_int) -> ssize_t
+        => |_real| {
             let args = [fd as u64, iov as u64, iovcnt as u64, 0, 0, 0];
             let req = request(libc::SYS_readv, args, Check::Fd(fd));
-            dispatch(CallKind::Readv, fd, || sys::iov_total(iov as u64, iovcnt), Some(req), real)
+            dispatch(CallKind::Readv, fd, || sys::iov_total(iov as u64, iovcnt), Some(req))
         }
 }
 
 entry_points! {
     fn [writev](fd: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t
-        as unsafe extern "C" fn(c_int, *const iovec, c_int) -> ssize_t
-        => |real| {
+        as unsafe extern "C-unwind" fn(c_int, *const iovec, c_int) -> ssize_t
+        => |_real| {
             let args = [fd as u64, iov as u64, iovcnt as u64, 0, 0, 0];
             let req = signalling(libc::SYS_writev, args, Check::Fd(fd));
-            dispatch(CallKind::Writev, fd, || sys::iov_total(iov as u64, iovcnt), Some(req), real)
+            dispatch(CallKind::Writev, fd, || sys::iov_total(iov as u64, iovcnt), Some(req))
         }
 }
 
@@ -442,57 +445,47 @@ entry_points! {
 
 /// # Safety
 /// The pointers valid for the call as libc documents it, as for [`Request::new`].
-unsafe fn do_openat(
-    kind: CallKind,
-    dirfd: c_int,
-    path: *const c_char,
-    flags: c_int,
-    mode: mode_t,
-    local: impl FnOnce() -> i64,
-) -> i64 {
+unsafe fn do_openat(kind: CallKind, dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t) -> i64 {
     let mode = if needs_mode(flags) { mode } else { 0 };
     let args = [dirfd as u64, path as u64, flags as u64, mode as u64, 0, 0];
     let check = Check::Open { dirfd, path: path as u64, flags };
     // SAFETY: this function's contract.
     let req = unsafe { request(libc::SYS_openat, args, check) };
-    // It looks at the result, so the call is made here even where it stays.
-    let fd = dispatch_as(kind, -1, || 0, Some(req), Stay::here(local));
     // It names a new file now (`reassigned` also forgets a mark: a number can be marked only
     // once the memo is armed, which is when `reassigned` acts).
-    memo::reassigned(fd as c_int);
-    fd
+    new_fd(dispatch(kind, -1, || 0, Some(req)))
 }
 
 entry_points! {
     fn [open, open64](path: *const c_char, flags: c_int, mode: c_uint) -> c_int
-        as unsafe extern "C" fn(*const c_char, c_int, ...) -> c_int
-        => |real| do_openat(CallKind::Open, libc::AT_FDCWD, path, flags, mode, real)
+        as unsafe extern "C-unwind" fn(*const c_char, c_int, ...) -> c_int
+        => |_real| do_openat(CallKind::Open, libc::AT_FDCWD, path, flags, mode)
 }
 
 entry_points! {
     fn [__open_2, __open64_2](path: *const c_char, flags: c_int) -> c_int
-        as unsafe extern "C" fn(*const c_char, c_int) -> c_int
+        as unsafe extern "C-unwind" fn(*const c_char, c_int) -> c_int
         // A mode-taking open without a mode: glibc's own variant reports it.
         => |real| if needs_mode(flags) {
             real()
         } else {
-            do_openat(CallKind::Open, libc::AT_FDCWD, path, flags, 0, real)
+            do_openat(CallKind::Open, libc::AT_FDCWD, path, flags, 0)
         }
 }
 
 entry_points! {
     fn [openat, openat64](dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int
-        as unsafe extern "C" fn(c_int, *const c_char, c_int, ...) -> c_int
-        => |real| do_openat(CallKind::Openat, dirfd, path, flags, mode, real)
+        as unsafe extern "C-unwind" fn(c_int, *const c_char, c_int, ...) -> c_int
+        => |_real| do_openat(CallKind::Openat, dirfd, path, flags, mode)
 }
 
 entry_points! {
     fn [__openat_2, __openat64_2](dirfd: c_int, path: *const c_char, flags: c_int) -> c_int
-        as unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int
+        as unsafe extern "C-unwind" fn(c_int, *const c_char, c_int) -> c_int
         => |real| if needs_mode(flags) {
             real()
         } else {
-            do_openat(CallKind::Openat, dirfd, path, flags, 0, real)
+            do_openat(CallKind::Openat, dirfd, path, flags, 0)
         }
 }
 
@@ -502,27 +495,20 @@ type Stat = libc::stat;
 
 /// # Safety
 /// The pointers valid for the call as libc documents it, as for [`Request::new`].
-unsafe fn do_fstatat(
-    kind: CallKind,
-    dirfd: c_int,
-    path: *const c_char,
-    buf: *mut Stat,
-    flags: c_int,
-    local: impl FnOnce() -> i64,
-) -> i64 {
+unsafe fn do_fstatat(kind: CallKind, dirfd: c_int, path: *const c_char, buf: *mut Stat, flags: c_int) -> i64 {
     let args = [dirfd as u64, path as u64, buf as u64, flags as u64, 0, 0];
     // SAFETY: this function's contract.
     let req = unsafe { request(libc::SYS_newfstatat, args, Check::Nothing) };
-    dispatch(kind, if kind == CallKind::Newfstatat { dirfd } else { -1 }, || 0, Some(req), local)
+    dispatch(kind, if kind == CallKind::Newfstatat { dirfd } else { -1 }, || 0, Some(req))
 }
 
 /// # Safety
 /// The pointers valid for the call as libc documents it, as for [`Request::new`].
-unsafe fn do_fstat(fd: c_int, buf: *mut Stat, local: impl FnOnce() -> i64) -> i64 {
+unsafe fn do_fstat(fd: c_int, buf: *mut Stat) -> i64 {
     let args = [fd as u64, buf as u64, 0, 0, 0, 0];
     // SAFETY: this function's contract.
     let req = unsafe { request(libc::SYS_fstat, args, Check::Nothing) };
-    dispatch(CallKind::Fstat, fd, || 0, Some(req), local)
+    dispatch(CallKind::Fstat, fd, || 0, Some(req))
 }
 
 /// The `struct stat` versions the legacy `__xstat` entry points accept on this ABI
@@ -533,52 +519,52 @@ fn known_stat_version(version: c_int) -> bool {
 
 entry_points! {
     fn [stat, stat64](path: *const c_char, buf: *mut Stat) -> c_int
-        as unsafe extern "C" fn(*const c_char, *mut Stat) -> c_int
-        => |real| do_fstatat(CallKind::Stat, libc::AT_FDCWD, path, buf, 0, real)
+        as unsafe extern "C-unwind" fn(*const c_char, *mut Stat) -> c_int
+        => |_real| do_fstatat(CallKind::Stat, libc::AT_FDCWD, path, buf, 0)
 }
 
 entry_points! {
     fn [lstat, lstat64](path: *const c_char, buf: *mut Stat) -> c_int
-        as unsafe extern "C" fn(*const c_char, *mut Stat) -> c_int
-        => |real| do_fstatat(CallKind::Lstat, libc::AT_FDCWD, path, buf, libc::AT_SYMLINK_NOFOLLOW, real)
+        as unsafe extern "C-unwind" fn(*const c_char, *mut Stat) -> c_int
+        => |_real| do_fstatat(CallKind::Lstat, libc::AT_FDCWD, path, buf, libc::AT_SYMLINK_NOFOLLOW)
 }
 
 entry_points! {
     fn [fstat, fstat64](fd: c_int, buf: *mut Stat) -> c_int
-        as unsafe extern "C" fn(c_int, *mut Stat) -> c_int
-        => |real| do_fstat(fd, buf, real)
+        as unsafe extern "C-unwind" fn(c_int, *mut Stat) -> c_int
+        => |_real| do_fstat(fd, buf)
 }
 
 entry_points! {
     fn [fstatat, fstatat64](dirfd: c_int, path: *const c_char, buf: *mut Stat, flags: c_int) -> c_int
-        as unsafe extern "C" fn(c_int, *const c_char, *mut Stat, c_int) -> c_int
-        => |real| do_fstatat(CallKind::Newfstatat, dirfd, path, buf, flags, real)
+        as unsafe extern "C-unwind" fn(c_int, *const c_char, *mut Stat, c_int) -> c_int
+        => |_real| do_fstatat(CallKind::Newfstatat, dirfd, path, buf, flags)
 }
 
 entry_points! {
     fn [__xstat, __xstat64](version: c_int, path: *const c_char, buf: *mut Stat) -> c_int
-        as unsafe extern "C" fn(c_int, *const c_char, *mut Stat) -> c_int
+        as unsafe extern "C-unwind" fn(c_int, *const c_char, *mut Stat) -> c_int
         => |real| if !known_stat_version(version) {
             real()
         } else {
-            do_fstatat(CallKind::Stat, libc::AT_FDCWD, path, buf, 0, real)
+            do_fstatat(CallKind::Stat, libc::AT_FDCWD, path, buf, 0)
         }
 }
 
 entry_points! {
     fn [__lxstat, __lxstat64](version: c_int, path: *const c_char, buf: *mut Stat) -> c_int
-        as unsafe extern "C" fn(c_int, *const c_char, *mut Stat) -> c_int
+        as unsafe extern "C-unwind" fn(c_int, *const c_char, *mut Stat) -> c_int
         => |real| if !known_stat_version(version) {
             real()
         } else {
-            do_fstatat(CallKind::Lstat, libc::AT_FDCWD, path, buf, libc::AT_SYMLINK_NOFOLLOW, real)
+            do_fstatat(CallKind::Lstat, libc::AT_FDCWD, path, buf, libc::AT_SYMLINK_NOFOLLOW)
         }
 }
 
 entry_points! {
     fn [__fxstat, __fxstat64](version: c_int, fd: c_int, buf: *mut Stat) -> c_int
-        as unsafe extern "C" fn(c_int, c_int, *mut Stat) -> c_int
-        => |real| if !known_stat_version(version) { real() } else { do_fstat(fd, buf, real) }
+        as unsafe extern "C-unwind" fn(c_int, c_int, *mut Stat) -> c_int
+        => |real| if !known_stat_version(version) { real() } else { do_fstat(fd, buf) }
 }
 
 entry_points! {
@@ -589,37 +575,37 @@ entry_points! {
         buf: *mut Stat,
         flags: c_int,
     ) -> c_int
-        as unsafe extern "C" fn(c_int, c_int, *const c_char, *mut Stat, c_int) -> c_int
+        as unsafe extern "C-unwind" fn(c_int, c_int, *const c_char, *mut Stat, c_int) -> c_int
         => |real| if !known_stat_version(version) {
             real()
         } else {
-            do_fstatat(CallKind::Newfstatat, dirfd, path, buf, flags, real)
+            do_fstatat(CallKind::Newfstatat, dirfd, path, buf, flags)
         }
 }
 
 entry_points! {
     fn [statx](dirfd: c_int, path: *const c_char, flags: c_int, mask: c_uint, buf: *mut libc::statx) -> c_int
-        as unsafe extern "C" fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int
-        => |real| {
+        as unsafe extern "C-unwind" fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int
+        => |_real| {
             let args = [dirfd as u64, path as u64, flags as u64, mask as u64, buf as u64, 0];
             let req = request(libc::SYS_statx, args, Check::Nothing);
-            dispatch(CallKind::Statx, dirfd, || 0, Some(req), real)
+            dispatch(CallKind::Statx, dirfd, || 0, Some(req))
         }
 }
 
 // ---- fsync / fdatasync -----------------------------------------------------------------
 
 entry_points! {
-    fn [fsync](fd: c_int) -> c_int as unsafe extern "C" fn(c_int) -> c_int => |real| {
+    fn [fsync](fd: c_int) -> c_int as unsafe extern "C-unwind" fn(c_int) -> c_int => |_real| {
         let req = request(libc::SYS_fsync, [fd as u64, 0, 0, 0, 0, 0], Check::Nothing);
-        dispatch(CallKind::Fsync, fd, || 0, Some(req), real)
+        dispatch(CallKind::Fsync, fd, || 0, Some(req))
     }
 }
 
 entry_points! {
-    fn [fdatasync](fd: c_int) -> c_int as unsafe extern "C" fn(c_int) -> c_int => |real| {
+    fn [fdatasync](fd: c_int) -> c_int as unsafe extern "C-unwind" fn(c_int) -> c_int => |_real| {
         let req = request(libc::SYS_fdatasync, [fd as u64, 0, 0, 0, 0, 0], Check::Nothing);
-        dispatch(CallKind::Fdatasync, fd, || 0, Some(req), real)
+        dispatch(CallKind::Fdatasync, fd, || 0, Some(req))
     }
 }
 
@@ -627,11 +613,11 @@ entry_points! {
 
 entry_points! {
     fn [sendfile, sendfile64](out_fd: c_int, in_fd: c_int, offset: *mut off_t, count: size_t) -> ssize_t
-        as unsafe extern "C" fn(c_int, c_int, *mut off_t, size_t) -> ssize_t
-        => |real| {
+        as unsafe extern "C-unwind" fn(c_int, c_int, *mut off_t, size_t) -> ssize_t
+        => |_real| {
             let args = [out_fd as u64, in_fd as u64, offset as u64, count as u64, 0, 0];
             let req = signalling(libc::SYS_sendfile, args, Check::Fds(out_fd, in_fd));
-            dispatch(CallKind::Sendfile, out_fd, || count as u64, Some(req), real)
+            dispatch(CallKind::Sendfile, out_fd, || count as u64, Some(req))
         }
 }
 
@@ -644,11 +630,11 @@ entry_points! {
         addr: *const sockaddr,
         addrlen: socklen_t,
     ) -> ssize_t
-        as unsafe extern "C" fn(c_int, *const c_void, size_t, c_int, *const sockaddr, socklen_t) -> ssize_t
-        => |real| {
+        as unsafe extern "C-unwind" fn(c_int, *const c_void, size_t, c_int, *const sockaddr, socklen_t) -> ssize_t
+        => |_real| {
             let args = [fd as u64, buf as u64, len as u64, flags as u64, addr as u64, addrlen as u64];
             let req = Request::new(libc::SYS_sendto, args, Check::Socket(fd, flags), flags & libc::MSG_NOSIGNAL == 0);
-            dispatch(CallKind::Sendto, fd, || len as u64, Some(req), real)
+            dispatch(CallKind::Sendto, fd, || len as u64, Some(req))
         }
 }
 
@@ -661,11 +647,11 @@ entry_points! {
         addr: *mut sockaddr,
         addrlen: *mut socklen_t,
     ) -> ssize_t
-        as unsafe extern "C" fn(c_int, *mut c_void, size_t, c_int, *mut sockaddr, *mut socklen_t) -> ssize_t
-        => |real| {
+        as unsafe extern "C-unwind" fn(c_int, *mut c_void, size_t, c_int, *mut sockaddr, *mut socklen_t) -> ssize_t
+        => |_real| {
             let args = [fd as u64, buf as u64, len as u64, flags as u64, addr as u64, addrlen as u64];
             let req = request(libc::SYS_recvfrom, args, Check::Socket(fd, flags));
-            dispatch(CallKind::Recvfrom, fd, || len as u64, Some(req), real)
+            dispatch(CallKind::Recvfrom, fd, || len as u64, Some(req))
         }
 }
 
@@ -673,28 +659,28 @@ entry_points! {
 
 /// # Safety
 /// The pointers valid for the call as libc documents it, as for [`Request::new`].
-unsafe fn do_poll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int, local: impl FnOnce() -> i64) -> i64 {
+unsafe fn do_poll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -> i64 {
     // Only a poll that cannot wait goes across: a waiting one must stay interruptible by the
     // caller's signals.
     // SAFETY: this function's contract.
     let req = (timeout == 0)
         .then(|| unsafe { request(libc::SYS_poll, [fds as u64, nfds, 0, 0, 0, 0], Check::Nothing) });
-    dispatch(CallKind::Poll, -1, || 0, req, local)
+    dispatch(CallKind::Poll, -1, || 0, req)
 }
 
 entry_points! {
     fn [poll](fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -> c_int
-        as unsafe extern "C" fn(*mut pollfd, nfds_t, c_int) -> c_int
-        => |real| do_poll(fds, nfds, timeout, real)
+        as unsafe extern "C-unwind" fn(*mut pollfd, nfds_t, c_int) -> c_int
+        => |_real| do_poll(fds, nfds, timeout)
 }
 
 entry_points! {
     fn [__poll_chk](fds: *mut pollfd, nfds: nfds_t, timeout: c_int, fdslen: size_t) -> c_int
-        as unsafe extern "C" fn(*mut pollfd, nfds_t, c_int, size_t) -> c_int
+        as unsafe extern "C-unwind" fn(*mut pollfd, nfds_t, c_int, size_t) -> c_int
         => |real| if (fdslen / core::mem::size_of::<pollfd>()) < nfds as usize {
             real()
         } else {
-            do_poll(fds, nfds, timeout, real)
+            do_poll(fds, nfds, timeout)
         }
 }
 
@@ -706,21 +692,21 @@ entry_points! {
         exceptfds: *mut libc::fd_set,
         timeout: *mut timeval,
     ) -> c_int
-        as unsafe extern "C" fn(
+        as unsafe extern "C-unwind" fn(
             c_int,
             *mut libc::fd_set,
             *mut libc::fd_set,
             *mut libc::fd_set,
             *mut timeval,
         ) -> c_int
-        => |real| {
+        => |_real| {
             // As for poll: only a select with a zero timeout goes across.
             let mut tv = [0u8; core::mem::size_of::<timeval>()];
             let zero_timeout =
                 !timeout.is_null() && sys::read_user(timeout as u64, &mut tv) && tv.iter().all(|&b| b == 0);
             let args = [nfds as u64, readfds as u64, writefds as u64, exceptfds as u64, timeout as u64, 0];
             let req = zero_timeout.then(|| request(libc::SYS_select, args, Check::Nothing));
-            dispatch(CallKind::Select, -1, || 0, req, real)
+            dispatch(CallKind::Select, -1, || 0, req)
         }
 }
 
@@ -744,24 +730,24 @@ fn reassigning_fd(fd: c_int, call: impl FnOnce() -> i64) -> i64 {
 }
 
 entry_points! {
-    watch fn [close](fd: c_int) -> c_int as unsafe extern "C" fn(c_int) -> c_int => |real| reassigning_fd(fd, real)
+    watch fn [close](fd: c_int) -> c_int as unsafe extern "C-unwind" fn(c_int) -> c_int => |real| reassigning_fd(fd, real)
 }
 
 entry_points! {
     watch fn [dup2](old: c_int, new: c_int) -> c_int
-        as unsafe extern "C" fn(c_int, c_int) -> c_int
+        as unsafe extern "C-unwind" fn(c_int, c_int) -> c_int
         => |real| reassigning_fd(new, real)
 }
 
 entry_points! {
     watch fn [dup3](old: c_int, new: c_int, flags: c_int) -> c_int
-        as unsafe extern "C" fn(c_int, c_int, c_int) -> c_int
+        as unsafe extern "C-unwind" fn(c_int, c_int, c_int) -> c_int
         => |real| reassigning_fd(new, real)
 }
 
 entry_points! {
     watch fn [close_range](first: c_uint, last: c_uint, flags: c_int) -> c_int
-        as unsafe extern "C" fn(c_uint, c_uint, c_int) -> c_int
+        as unsafe extern "C-unwind" fn(c_uint, c_uint, c_int) -> c_int
         => |real| reassigning(first, last, real)
 }
 
@@ -843,7 +829,7 @@ pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
 
 entry_points! {
     watch fn [syscall](nr: c_long, a: c_long, b: c_long, c: c_long, d: c_long, e: c_long, f: c_long) -> c_long
-        as unsafe extern "C" fn(c_long, ...) -> c_long
+        as unsafe extern "C-unwind" fn(c_long, ...) -> c_long
         => |real| {
             if watch::changes_thread_state(nr) {
                 thread_state_changes();
@@ -860,7 +846,7 @@ entry_points! {
 
 // A fork that runs no fork handlers: the child's copy of our memory names our pid.
 entry_points! {
-    watch fn [_Fork]() -> libc::pid_t as unsafe extern "C" fn() -> libc::pid_t => |real| {
+    watch fn [_Fork]() -> libc::pid_t as unsafe extern "C-unwind" fn() -> libc::pid_t => |real| {
         before_unseen_child();
         real()
     }
@@ -868,7 +854,7 @@ entry_points! {
 
 entry_points! {
     watch fn [prctl](option: c_int, a: c_ulong, b: c_ulong, c: c_ulong, d: c_ulong) -> c_int
-        as unsafe extern "C" fn(c_int, ...) -> c_int
+        as unsafe extern "C-unwind" fn(c_int, ...) -> c_int
         => |real| {
             if watch::prctl_changes_thread_state(i64::from(option)) {
                 thread_state_changes();
@@ -878,21 +864,21 @@ entry_points! {
 }
 
 entry_points! {
-    watch fn [setfsuid, setfsgid](id: c_uint) -> c_int as unsafe extern "C" fn(c_uint) -> c_int => |real| {
+    watch fn [setfsuid, setfsgid](id: c_uint) -> c_int as unsafe extern "C-unwind" fn(c_uint) -> c_int => |real| {
         thread_state_changes();
         real()
     }
 }
 
 entry_points! {
-    watch fn [unshare](flags: c_int) -> c_int as unsafe extern "C" fn(c_int) -> c_int => |real| {
+    watch fn [unshare](flags: c_int) -> c_int as unsafe extern "C-unwind" fn(c_int) -> c_int => |real| {
         thread_state_changes();
         real()
     }
 }
 
 entry_points! {
-    watch fn [setns](fd: c_int, nstype: c_int) -> c_int as unsafe extern "C" fn(c_int, c_int) -> c_int => |real| {
+    watch fn [setns](fd: c_int, nstype: c_int) -> c_int as unsafe extern "C-unwind" fn(c_int, c_int) -> c_int => |real| {
         thread_state_changes();
         real()
     }
@@ -900,7 +886,7 @@ entry_points! {
 
 entry_points! {
     watch fn [capset](header: *mut c_void, data: *const c_void) -> c_int
-        as unsafe extern "C" fn(*mut c_void, *const c_void) -> c_int
+        as unsafe extern "C-unwind" fn(*mut c_void, *const c_void) -> c_int
         => |real| {
             thread_state_changes();
             real()
