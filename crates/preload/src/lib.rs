@@ -61,6 +61,12 @@
 //!   `syscall` forms, and notes each before the child exists (`intercept::CHECK_PID`).
 //! - **Stalls**: a request not claimed within `COREHOP_STALL_TIMEOUT_NS` is withdrawn and run
 //!   by the caller; a claimed request is always waited for, so no call runs twice.
+//! - **Cancellation**: glibc cancels a thread by unwinding its stack, with an unwinder of its
+//!   own (libgcc_s), and this library carries another (`build.rs`), which aborts at a frame of
+//!   ours with anything to clean up. So every call that stays is made by its entry point once
+//!   our frames are gone, and a pending cancellation is acted on, at a cancellation point of
+//!   libc's, in the entry point's first frame, which holds nothing
+//!   (`intercept::act_on_a_pending_cancellation`).
 //!
 //! # Known limits
 //!
