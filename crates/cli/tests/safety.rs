@@ -352,6 +352,29 @@ fn a_coroutine_with_a_small_stack_runs_as_it_does_plainly() {
 }
 
 #[test]
+fn a_handler_on_a_small_alternate_stack_runs_as_it_does_plainly() {
+    // The handler's `write` comes to the library while the default policy is due to be
+    // built: the call must not take the build's frame (4 KiB) on the way. Its own path takes
+    // under 2 KiB beyond a plain `write`'s, 4 KiB unoptimized.
+    let spare = if cfg!(debug_assertions) { "8192" } else { "3072" };
+    let Some((_dir, exe)) = fixture("alt_stack_handler") else { return };
+    let mut plain = Command::new(&exe);
+    plain.arg(spare);
+    let plain = finish(plain, "alt_stack_handler plain");
+    assert!(plain.status.success(), "plain: {:?}", plain.status);
+    assert_eq!(text(&plain.stdout), "handled: yes\n");
+    let mut stub = Command::new(&exe);
+    common::through_the_stub(stub.arg(spare), "adaptive");
+    let mut library = Command::new(&exe);
+    library.arg(spare).env("LD_PRELOAD", common::library()).env("COREHOP_POLICY", "adaptive");
+    for (command, how) in [(stub, "through the stub"), (library, "preloaded")] {
+        let out = finish(command, &format!("alt_stack_handler {how}"));
+        assert!(out.status.success(), "{how}: {:?} {}", out.status, text(&out.stderr));
+        assert_eq!(text(&out.stdout), text(&plain.stdout), "{how}");
+    }
+}
+
+#[test]
 fn a_thread_cancelled_in_a_blocking_call_ends_as_it_does_plainly() {
     let Some((_dir, exe)) = fixture("cancel_blocked") else { return };
     let exe = exe.to_str().unwrap();

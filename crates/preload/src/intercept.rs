@@ -418,6 +418,15 @@ fn build_deferred_policy(thread: &Thread) {
     {
         return;
     }
+    install_the_default_policy();
+}
+
+/// [`build_deferred_policy`]'s work, in a frame of its own: with it inlined, the 4 KiB frame
+/// of the build (in place, where no stack of its own can be had) was taken by every call that
+/// came this way, a signal handler's too. On an alternate signal stack of 7 KiB, where a
+/// handler's `write` runs plainly, that ran off its end into the heap below it.
+#[inline(never)]
+fn install_the_default_policy() {
     let built = on_a_stack_of_its_own(|| {
         let mut policy = Policy::parse(decide::DEFAULT_SPEC)?;
         if let Some(config) = CONFIG.get() {
