@@ -578,18 +578,31 @@ static WALKED: AtomicBool = AtomicBool::new(false);
 /// Fills [`NEXT`] with every name's function that `next_symbol` finds, in one walk over the
 /// objects: what `dlsym(RTLD_NEXT)` gives, without the loader's cold path, page faults in
 /// every process and every forked child that looked a name up.
+///
+/// Its answers go to static memory, not the stack: it runs at a process's first call of a name,
+/// which may be a signal handler's on a small alternate stack, where an array of answers on
+/// the stack (with the names, 4 KiB of frame) ran off its end.
 fn look_up_every_name() {
-    let names: [&[u8]; COUNT] = NAMES.map(|name| name.strip_suffix(b"\0").unwrap_or(name));
-    let mut found = [next_symbol::Next::Pending; COUNT];
+    // SAFETY: only the thread that set `WALKED` gets here, once a process (a forked child
+    // finds it set, as its parent left it), so no one else touches `FOUND`.
+    let found = unsafe { &mut *FOUND.0.get() };
     // SAFETY: neither variable that changes the loader's answers is set (`tables_answer`).
-    unsafe { next_symbol::next_functions(&names, &mut found) };
-    for (next, found) in NEXT.iter().zip(found) {
-        if let next_symbol::Next::Function(address) = found {
+    unsafe { next_symbol::next_functions(&NAMES, found) };
+    for (next, found) in NEXT.iter().zip(found.iter()) {
+        if let next_symbol::Next::Function(address) = *found {
             // Another thread may have stored `dlsym`'s answer meanwhile: the same address.
             next.store(address, Relaxed);
         }
     }
 }
+
+/// [`look_up_every_name`]'s answers.
+struct Found(core::cell::UnsafeCell<[next_symbol::Next; COUNT]>);
+
+// SAFETY: written and read by one thread only, once a process (see `look_up_every_name`).
+unsafe impl Sync for Found {}
+
+static FOUND: Found = Found(core::cell::UnsafeCell::new([next_symbol::Next::Pending; COUNT]));
 
 /// Whether `next_symbol` may answer: not if the environment changes how the loader binds
 /// names for the whole process (weak definitions, audit modules).

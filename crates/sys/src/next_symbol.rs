@@ -297,7 +297,8 @@ pub enum Next {
     AskTheLoader,
 }
 
-/// For each of `names` whose `found` is [`Next::Pending`]: the function it binds to in the
+/// For each of `names` (a trailing NUL is not part of a name) whose `found` is
+/// [`Next::Pending`]: the function it binds to in the
 /// first object after the one this file is compiled into that defines it, if that object is
 /// libc or one listed before it and the definition is a plain function; else
 /// [`Next::AskTheLoader`]. One walk over the objects for all the names.
@@ -368,6 +369,7 @@ unsafe extern "C" fn visit(info: *const ObjectInfo, _size: usize, data: *mut c_v
         if *found != Next::Pending {
             continue;
         }
+        let name = name.strip_suffix(b"\0").unwrap_or(name);
         // SAFETY: a loaded object's tables, as checked just above.
         *found = match unsafe { find_in(&t, info.addr, name, gnu_hash(name)) } {
             Found::Function(address) => Next::Function(address),
