@@ -223,8 +223,9 @@ macro_rules! exported {
         core::arch::naked_asm!(concat!("mov ", $x86, ", qword ptr [rsp]"), "jmp {body}", body = sym $name::body)
     };
     // SAFETY (beyond the above): `route`, `full` and `finish_timed` are C functions, each
-    // called with the stack aligned (the return address and seven registers: 64 bytes). The registers that may carry an argument (rax: a variadic call's count of
-    // vector registers) are saved in that frame; `full` gets them back, and the call site in
+    // called with the stack aligned (the return address and seven registers: 64 bytes). The
+    // registers that may carry an argument (rax: a variadic call's count of vector
+    // registers) are saved in that frame; `full` gets them back, and the call site in
     // the register after them. r10 and r11 are scratch in the C ABI. A non-zero address from
     // `route` or `full` is libc's function of this name, and it gets the saved registers: the
     // program's call, as it made it. From `route`, or from `full` with rdx 0, it is jumped to,
