@@ -298,10 +298,10 @@ pub enum Next {
 }
 
 /// For each of `names` (a trailing NUL is not part of a name) whose `found` is
-/// [`Next::Pending`]: the function it binds to in the
-/// first object after the one this file is compiled into that defines it, if that object is
-/// libc or one listed before it and the definition is a plain function; else
-/// [`Next::AskTheLoader`]. One walk over the objects for all the names.
+/// [`Next::Pending`]: the function it binds to in the first object after the one this file is
+/// compiled into that defines it, if that object is libc or one listed before it and the
+/// definition is a plain function; else [`Next::AskTheLoader`]. One walk over the objects for
+/// all the names.
 ///
 /// # Safety
 /// Neither `LD_DYNAMIC_WEAK` nor `LD_AUDIT` is set (the caller has checked).
