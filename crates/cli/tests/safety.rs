@@ -340,12 +340,18 @@ fn a_coroutine_with_a_small_stack_runs_as_it_does_plainly() {
     plain.arg(kib);
     let plain = finish(plain, "small_stack plain");
     assert_eq!(text(&plain.stdout), "coroutine wrote: yes\n");
-    let mut stub = Command::new(&exe);
-    common::through_the_stub(stub.arg(kib), "adaptive");
-    let mut library = Command::new(&exe);
-    library.arg(kib).env("LD_PRELOAD", common::library()).env("COREHOP_POLICY", "adaptive");
+    same_under_the_default_policy(&exe, kib, &plain, "small_stack");
+}
+
+/// Runs `exe arg` through the start-up stub and with the library preloaded, both under the
+/// default policy, and checks that each ends well with `plain`'s output.
+fn same_under_the_default_policy(exe: &Path, arg: &str, plain: &Output, what: &str) {
+    let mut stub = Command::new(exe);
+    common::through_the_stub(stub.arg(arg), "adaptive");
+    let mut library = Command::new(exe);
+    library.arg(arg).env("LD_PRELOAD", common::library()).env("COREHOP_POLICY", "adaptive");
     for (command, how) in [(stub, "through the stub"), (library, "preloaded")] {
-        let out = finish(command, &format!("small_stack {how}"));
+        let out = finish(command, &format!("{what} {how}"));
         assert!(out.status.success(), "{how}: {:?} {}", out.status, text(&out.stderr));
         assert_eq!(text(&out.stdout), text(&plain.stdout), "{how}");
     }
@@ -363,15 +369,7 @@ fn a_handler_on_a_small_alternate_stack_runs_as_it_does_plainly() {
     let plain = finish(plain, "alt_stack_handler plain");
     assert!(plain.status.success(), "plain: {:?}", plain.status);
     assert_eq!(text(&plain.stdout), "handled: yes\n");
-    let mut stub = Command::new(&exe);
-    common::through_the_stub(stub.arg(spare), "adaptive");
-    let mut library = Command::new(&exe);
-    library.arg(spare).env("LD_PRELOAD", common::library()).env("COREHOP_POLICY", "adaptive");
-    for (command, how) in [(stub, "through the stub"), (library, "preloaded")] {
-        let out = finish(command, &format!("alt_stack_handler {how}"));
-        assert!(out.status.success(), "{how}: {:?} {}", out.status, text(&out.stderr));
-        assert_eq!(text(&out.stdout), text(&plain.stdout), "{how}");
-    }
+    same_under_the_default_policy(&exe, spare, &plain, "alt_stack_handler");
 }
 
 #[test]

@@ -778,50 +778,36 @@ fn count_done(thread: &Thread) -> u64 {
 /// `pthread_cancel` at its start, and while it blocks, by unwinding the thread's stack (the
 /// stat family, `sendfile`, `statx`, `dup2` are not).
 pub(crate) const fn cancellation_point(name: &str) -> bool {
-    const POINTS: [&str; 27] = [
-        "read",
-        "write",
-        "pread",
-        "pread64",
-        "pwrite",
-        "pwrite64",
-        "readv",
-        "writev",
-        "open",
-        "open64",
-        "openat",
-        "openat64",
-        "__open_2",
-        "__open64_2",
-        "__openat_2",
-        "__openat64_2",
-        "fsync",
-        "fdatasync",
-        "sendto",
-        "recvfrom",
-        "poll",
-        "select",
-        "close",
-        "__read_chk",
-        "__pread_chk",
-        "__pread64_chk",
-        "__poll_chk",
-    ];
-    let mut i = 0;
-    while i < POINTS.len() {
-        let (a, b) = (name.as_bytes(), POINTS[i].as_bytes());
-        if a.len() == b.len() {
-            let mut j = 0;
-            while j < a.len() && a[j] == b[j] {
-                j += 1;
-            }
-            if j == a.len() {
-                return true;
-            }
-        }
-        i += 1;
-    }
-    false
+    matches!(
+        name.as_bytes(),
+        b"read"
+            | b"write"
+            | b"pread"
+            | b"pread64"
+            | b"pwrite"
+            | b"pwrite64"
+            | b"readv"
+            | b"writev"
+            | b"open"
+            | b"open64"
+            | b"openat"
+            | b"openat64"
+            | b"__open_2"
+            | b"__open64_2"
+            | b"__openat_2"
+            | b"__openat64_2"
+            | b"fsync"
+            | b"fdatasync"
+            | b"sendto"
+            | b"recvfrom"
+            | b"poll"
+            | b"select"
+            | b"close"
+            | b"__read_chk"
+            | b"__pread_chk"
+            | b"__pread64_chk"
+            | b"__poll_chk"
+    )
 }
 
 /// Acts on a pending cancellation at the start of a call to a cancellation point that the
