@@ -432,6 +432,41 @@ fn a_thread_cancelled_at_a_call_the_library_handles_ends_as_it_does_plainly() {
 }
 
 #[test]
+fn a_handler_that_jumps_out_of_a_moved_read_finds_it_done_as_plainly() {
+    // Plainly the handler runs once the read has returned; were it to run while the read was
+    // away, the service thread would write into the buffer after the jump. Each way of
+    // installing it: three the library sees, and one before its first call that it does not.
+    let Some((_dir, exe)) = fixture("jump_from_handler") else { return };
+    for how in ["sigaction", "signal", "syscall", "early"] {
+        let run = |what: &str, set_up: &dyn Fn(&mut Command)| {
+            let files = tempfile::tempdir().unwrap();
+            let mut command = Command::new(&exe);
+            command.arg(files.path()).arg(how);
+            set_up(&mut command);
+            let out = finish(command, &format!("jump_from_handler {how} {what}"));
+            assert!(out.status.success(), "{how} {what}: {:?} {}", out.status, text(&out.stderr));
+            out
+        };
+        let plain = run("plain", &|_| {});
+        if text(&plain.stdout).starts_with("jumped: no") {
+            common::skip("the reads ended before the timer: no jump to check");
+            return;
+        }
+        assert_eq!(text(&plain.stdout), "jumped: yes, buffer written after the jump: no\n");
+        for policy in ["always", "adaptive"] {
+            let out = run(policy, &|c| {
+                c.env("LD_PRELOAD", common::library()).env("COREHOP_POLICY", policy);
+            });
+            assert_eq!(text(&out.stdout), text(&plain.stdout), "{how} under {policy}");
+        }
+        let out = run("through the stub", &|c| {
+            common::through_the_stub(c, "adaptive");
+        });
+        assert_eq!(text(&out.stdout), text(&plain.stdout), "{how} through the stub");
+    }
+}
+
+#[test]
 fn a_call_the_library_passes_by_returns_straight_to_the_program() {
     // `never`: every call after the first passes the library by (nothing counts or times them).
     let Some((_dir, exe)) = fixture("passing_frames") else { return };

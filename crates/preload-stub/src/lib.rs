@@ -207,7 +207,7 @@ stub! {
     __xstat __xstat64 __lxstat __lxstat64 __fxstat __fxstat64 __fxstatat __fxstatat64
     fsync fdatasync sendfile sendfile64 sendto recvfrom poll select
     __read_chk __pread_chk __pread64_chk __poll_chk
-    close dup2 dup3 close_range;
+    close dup2 dup3 close_range sigaction signal sigset;
     watched:
     vfork __vfork clone __clone _Fork syscall
     prctl setfsuid setfsgid unshare setns capset

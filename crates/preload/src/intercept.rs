@@ -10,7 +10,7 @@ use crate::config::{self, Config};
 use crate::decide::{self, Desc, Policy, Shared};
 use crate::lane::{Outcome, Request, Waiting};
 use crate::service::{self, ServiceConfig, LANES, MAX_LANES};
-use crate::{memo, stats, sys, trace};
+use crate::{caught, memo, stats, sys, trace};
 use corehop_policy::offload::{CallCost, CallKind};
 
 const UNINIT: u32 = 0;
@@ -602,7 +602,11 @@ pub(crate) extern "C" fn finish_timed(result: i64, token: u32) -> i64 {
 /// once the library's frames are gone, so the caller must pass the result on unchanged (or
 /// through [`new_fd`]).
 pub(crate) fn dispatch(kind: CallKind, fd: i32, size: impl FnOnce() -> u64, request: Option<Request>) -> i64 {
-    THREAD.with(|thread| {
+    // The caller's signal mask while a call of its was away (see `sys::hold_signals`), given
+    // back once the thread is no longer inside the library: a handler that runs then may leave
+    // with `siglongjmp`, and finds nothing of ours to undo.
+    let mut held = None;
+    let result = THREAD.with(|thread| {
         let Some(_inside) = Inside::enter(thread) else {
             if STATE.load(Acquire) == READY {
                 stats::bump(&stats::of(kind).seen);
@@ -682,11 +686,18 @@ pub(crate) fn dispatch(kind: CallKind, fd: i32, size: impl FnOnce() -> u64, requ
         let lanes = LANE_COUNT.load(SeqCst).max(1);
         let waiting =
             Waiting { spin_ns: SPIN_NS.load(SeqCst), stall_timeout_ns: STALL_TIMEOUT_NS.load(SeqCst) };
+        let hold = caught::any_held();
         let start = sys::now_ns();
+        // What giving the mask back after the call will cost: what taking it did.
+        let mut release_ns = 0;
+        if hold {
+            held = Some(sys::hold_signals());
+            release_ns = sys::now_ns().saturating_sub(start);
+        }
         let (outcome, slept_after) = LANES[ticket % lanes].call_spun(request, start, ticket / lanes, waiting);
         // Read first: the counters' locked adds below wait for the slot's line to come back.
         let end = sys::now_ns();
-        let waited = end.saturating_sub(start);
+        let waited = end.saturating_sub(start) + release_ns;
         // The caller's polling cost: the whole wait if it never slept.
         stats::add(&stats::SPUN_NS, slept_after.unwrap_or(waited));
         match outcome {
@@ -714,7 +725,11 @@ pub(crate) fn dispatch(kind: CallKind, fd: i32, size: impl FnOnce() -> u64, requ
                 run_local(thread, counters, &call)
             }
         }
-    })
+    });
+    if let Some(mask) = held {
+        sys::release_signals(mask);
+    }
+    result
 }
 
 /// Leaves the call to the entry point, to make on the calling thread, timing one call in

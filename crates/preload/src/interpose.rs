@@ -17,8 +17,8 @@ use crate::intercept::{
     before_unseen_child, dispatch, finish_timed, new_fd, thread_state_changes, to_libc_token,
 };
 use crate::lane::{Check, Request};
-use crate::memo;
 use crate::sys;
+use crate::{caught, memo};
 use corehop_policy::offload::CallKind;
 use corehop_sys::watch;
 
@@ -840,9 +840,24 @@ entry_points! {
             }
             match reassigned_by(nr, a, b) {
                 Some((first, last)) => reassigning(first, last, real),
+                None if nr == libc::SYS_rt_sigaction => caught::installing(a as c_int, b != 0, real),
                 None => real(),
             }
         }
+}
+
+// ---- calls that install signal handlers (not offloaded: watched, see `caught`) ----------
+
+entry_points! {
+    watch fn [sigaction](sig: c_int, act: *const c_void, old: *mut c_void) -> c_int
+        as unsafe extern "C-unwind" fn(c_int, *const c_void, *mut c_void) -> c_int
+        => |real| caught::installing(sig, !act.is_null(), real)
+}
+
+entry_points! {
+    watch fn [signal, sigset](sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t
+        as unsafe extern "C-unwind" fn(c_int, libc::sighandler_t) -> libc::sighandler_t
+        => |real| caught::installing(sig, true, real)
 }
 
 // A fork that runs no fork handlers: the child's copy of our memory names our pid.

@@ -130,6 +130,70 @@ pub fn block_all_signals() {
     };
 }
 
+/// Signals a thread raises at itself by faulting: left open while a caller waits for a call,
+/// since the kernel kills a thread that faults with its signal blocked.
+const FAULTS: u64 = signal_bit(libc::SIGSEGV)
+    | signal_bit(libc::SIGBUS)
+    | signal_bit(libc::SIGFPE)
+    | signal_bit(libc::SIGILL)
+    | signal_bit(libc::SIGTRAP)
+    | signal_bit(libc::SIGSYS);
+
+/// Signal `sig`'s bit in a kernel sigset.
+const fn signal_bit(sig: i32) -> u64 {
+    1 << (sig - 1)
+}
+
+/// The signals [`hold_signals`] holds back.
+pub const HELD_SIGNALS: u64 = !(corehop_sys::stub_state::GLIBC_SIGNALS | FAULTS);
+
+/// Holds back the calling thread's signals while a call it handed to a service thread runs,
+/// returning the mask to give back with [`release_signals`]. Without a library a handler runs
+/// only once such a call has returned (a regular file's read or an `fsync` does not stop for
+/// one); one run in the middle of the wait could leave it with `siglongjmp`, and the service
+/// thread would go on writing into memory the program has moved on from. glibc's own signals
+/// stay open, as for the service threads.
+pub fn hold_signals() -> u64 {
+    let mut old = 0u64;
+    // SAFETY: rt_sigprocmask with a valid 8-byte kernel sigset, the old one written to `old`.
+    unsafe {
+        raw(
+            libc::SYS_rt_sigprocmask,
+            [
+                libc::SIG_BLOCK as u64,
+                &HELD_SIGNALS as *const u64 as u64,
+                &mut old as *mut u64 as u64,
+                8,
+                0,
+                0,
+            ],
+        )
+    };
+    old
+}
+
+/// Gives the calling thread back the mask [`hold_signals`] returned: a signal that came
+/// meanwhile is handled now, as it would have been on the call's return.
+pub fn release_signals(mask: u64) {
+    // SAFETY: rt_sigprocmask with a valid 8-byte kernel sigset; old set not wanted.
+    unsafe {
+        raw(libc::SYS_rt_sigprocmask, [libc::SIG_SETMASK as u64, &mask as *const u64 as u64, 0, 8, 0, 0])
+    };
+}
+
+/// The handler of signal `sig` (`SIG_DFL` for a signal that has none or does not exist).
+pub fn handler_of(sig: i32) -> usize {
+    // The kernel's struct sigaction: the handler first, then flags, restorer and an 8-byte mask.
+    let mut old = [0usize; 4];
+    // SAFETY: rt_sigaction with no new action writes at most 32 bytes of the old one to `old`.
+    let ret = unsafe { raw(libc::SYS_rt_sigaction, [sig as u64, 0, old.as_mut_ptr() as u64, 8, 0, 0]) };
+    if ret == 0 {
+        old[0]
+    } else {
+        libc::SIG_DFL
+    }
+}
+
 /// The calling thread's blocked signals (a kernel sigset: bit `n - 1` for signal `n`).
 pub fn blocked_signals() -> u64 {
     let mut old = 0u64;
