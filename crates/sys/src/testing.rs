@@ -171,11 +171,24 @@ fn with_service<L: LaneUnderTest>(caller: impl FnOnce(&Arc<L>)) -> [u32; 2] {
     [runs[1].load(SeqCst), runs[2].load(SeqCst)]
 }
 
+/// `loom::model(body)`, with `body` on a thread of a 1 MiB stack: the model's own thread has 32
+/// KiB, and a lane under loom (whose atomics and cells carry loom's bookkeeping) passes over
+/// the stack on its way into its `Arc` (`Arc::new` alone took 8 KiB for the preload library's
+/// wrapper, which then ran off the end of those 32 KiB).
+#[cfg(loom)]
+fn model(body: fn()) {
+    loom::model(move || {
+        // In words of the stack (the `generator` crate's unit): 128 Ki of 8 bytes.
+        let stack = thread::Builder::new().stack_size(1 << 17);
+        stack.spawn(body).expect("a model thread").join().expect("the model's body");
+    });
+}
+
 /// A caller that gives up at once races the service thread's claim: the call runs exactly once
 /// if the caller got `Done`, never if it withdrew, and the parked caller is always woken.
 #[cfg(loom)]
 pub fn loom_withdraw_races_claim<L: LaneUnderTest>() {
-    loom::model(|| {
+    model(|| {
         let mut outcome = None;
         let [runs, _] = with_service::<L>(|lane| {
             outcome = Some(lane.call(1, 0, Waiting { spin_ns: 0, stall_timeout_ns: 0 }));
@@ -194,7 +207,7 @@ pub fn loom_withdraw_races_claim<L: LaneUnderTest>() {
 /// Two callers that wait as long as it takes each get their own reply; no wake-up is lost.
 #[cfg(loom)]
 pub fn loom_two_patient_callers<L: LaneUnderTest>() {
-    loom::model(|| {
+    model(|| {
         let patient = Waiting { spin_ns: 0, stall_timeout_ns: u64::MAX };
         let runs = with_service::<L>(|lane| {
             let other = {
@@ -212,7 +225,7 @@ pub fn loom_two_patient_callers<L: LaneUnderTest>() {
 /// (the sequence number tells them apart), and each runs once.
 #[cfg(loom)]
 pub fn loom_a_reused_slot<L: LaneUnderTest>() {
-    loom::model(|| {
+    model(|| {
         let patient = Waiting { spin_ns: 0, stall_timeout_ns: u64::MAX };
         let runs = with_service::<L>(|lane| {
             assert_eq!(lane.call(1, 0, patient), Outcome::Done(101));
