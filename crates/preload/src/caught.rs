@@ -24,8 +24,9 @@ fn is_function(handler: usize) -> bool {
     handler > 2 && handler != libc::SIG_ERR
 }
 
+/// `sig`'s bit in [`CAUGHT`], if the kernel has such a signal.
 fn bit(sig: i32) -> Option<u64> {
-    (1..=64).contains(&sig).then(|| 1 << (sig - 1))
+    (1..=64).contains(&sig).then(|| sys::signal_bit(sig))
 }
 
 /// Whether a signal a hold would hold back has a handler: asks the kernel the first time.

@@ -140,7 +140,7 @@ const FAULTS: u64 = signal_bit(libc::SIGSEGV)
     | signal_bit(libc::SIGSYS);
 
 /// Signal `sig`'s bit in a kernel sigset.
-const fn signal_bit(sig: i32) -> u64 {
+pub const fn signal_bit(sig: i32) -> u64 {
     1 << (sig - 1)
 }
 
