@@ -1,7 +1,7 @@
-//! Which signals the program has handlers for. A call that moves holds the caller's signals
-//! back while it is away (`sys::hold_signals`: two system calls, about 0.3 µs here), which
-//! only a handler needs: one could leave the wait with `siglongjmp` while the service thread
-//! still writes into the program's memory. A program that catches nothing skips the hold.
+//! Which signals the program has handlers for. A call that moves holds those back while it is
+//! away (`sys::hold_signals`: two system calls, about 0.3 µs here): a handler could leave the
+//! wait with `siglongjmp` while the service thread still writes into the program's memory. A
+//! program that catches nothing skips the hold.
 //!
 //! The kernel is asked once, before the first call moves (handlers installed before this
 //! library was loaded included); after that the library's `sigaction`, `signal`, `sigset` and
@@ -29,8 +29,11 @@ fn bit(sig: i32) -> Option<u64> {
     (1..=64).contains(&sig).then(|| sys::signal_bit(sig))
 }
 
-/// Whether a signal a hold would hold back has a handler: asks the kernel the first time.
-pub fn any_held() -> bool {
+/// The signals a moved call holds back ([`sys::hold_signals`]): those with a handler, but
+/// glibc's own and the faults (0: none). Asks the kernel the first time. A signal without one
+/// runs no code of the program's, and one that ends the process must end it as it does
+/// plainly, while a call waits on a file system that does not answer.
+pub fn to_hold() -> u64 {
     if !ASKED.load(Acquire) {
         let caught = (1..=64)
             .filter(|&sig| is_function(sys::handler_of(sig)))
@@ -38,7 +41,7 @@ pub fn any_held() -> bool {
         CAUGHT.fetch_or(caught, Relaxed);
         ASKED.store(true, Release);
     }
-    CAUGHT.load(Relaxed) & sys::HELD_SIGNALS != 0
+    CAUGHT.load(Relaxed) & sys::HOLDABLE
 }
 
 /// Runs `call`, which may change the handler of `sig` (`changes`: it may, as far as its
@@ -78,7 +81,7 @@ mod tests {
         let mask = 1u64 << (sig - 1);
         set(sig, handler_address());
         assert_ne!(CAUGHT.load(Relaxed) & mask, 0);
-        assert!(any_held());
+        assert_ne!(to_hold() & mask, 0);
         set(sig, libc::SIG_IGN);
         assert_eq!(CAUGHT.load(Relaxed) & mask, 0);
         set(sig, handler_address());

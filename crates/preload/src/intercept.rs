@@ -686,12 +686,12 @@ pub(crate) fn dispatch(kind: CallKind, fd: i32, size: impl FnOnce() -> u64, requ
         let lanes = LANE_COUNT.load(SeqCst).max(1);
         let waiting =
             Waiting { spin_ns: SPIN_NS.load(SeqCst), stall_timeout_ns: STALL_TIMEOUT_NS.load(SeqCst) };
-        let hold = caught::any_held();
+        let hold = caught::to_hold();
         let start = sys::now_ns();
         // What giving the mask back after the call will cost: what taking it did.
         let mut release_ns = 0;
-        if hold {
-            held = Some(sys::hold_signals());
+        if hold != 0 {
+            held = Some(sys::hold_signals(hold));
             release_ns = sys::now_ns().saturating_sub(start);
         }
         let (outcome, slept_after) = LANES[ticket % lanes].call_spun(request, start, ticket / lanes, waiting);

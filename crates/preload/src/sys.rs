@@ -144,29 +144,23 @@ pub const fn signal_bit(sig: i32) -> u64 {
     1 << (sig - 1)
 }
 
-/// The signals [`hold_signals`] holds back.
-pub const HELD_SIGNALS: u64 = !(corehop_sys::stub_state::GLIBC_SIGNALS | FAULTS);
+/// The signals [`hold_signals`] may hold back.
+pub const HOLDABLE: u64 = !(corehop_sys::stub_state::GLIBC_SIGNALS | FAULTS);
 
-/// Holds back the calling thread's signals while a call it handed to a service thread runs,
-/// returning the mask to give back with [`release_signals`]. Without a library a handler runs
-/// only once such a call has returned (a regular file's read or an `fsync` does not stop for
-/// one); one run in the middle of the wait could leave it with `siglongjmp`, and the service
-/// thread would go on writing into memory the program has moved on from. glibc's own signals
-/// stay open, as for the service threads.
-pub fn hold_signals() -> u64 {
+/// Holds back `signals` (a kernel sigset, within [`HOLDABLE`]) in the calling thread while a
+/// call it handed to a service thread runs, returning the mask to give back with
+/// [`release_signals`]. Without a library a handler runs only once such a call has returned (a
+/// regular file's read or an `fsync` does not stop for one); one run in the middle of the wait
+/// could leave it with `siglongjmp`, and the service thread would go on writing into memory
+/// the program has moved on from. glibc's own signals stay open, as for the service threads.
+pub fn hold_signals(signals: u64) -> u64 {
+    let signals = signals & HOLDABLE;
     let mut old = 0u64;
     // SAFETY: rt_sigprocmask with a valid 8-byte kernel sigset, the old one written to `old`.
     unsafe {
         raw(
             libc::SYS_rt_sigprocmask,
-            [
-                libc::SIG_BLOCK as u64,
-                &HELD_SIGNALS as *const u64 as u64,
-                &mut old as *mut u64 as u64,
-                8,
-                0,
-                0,
-            ],
+            [libc::SIG_BLOCK as u64, &signals as *const u64 as u64, &mut old as *mut u64 as u64, 8, 0, 0],
         )
     };
     old
