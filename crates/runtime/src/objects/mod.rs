@@ -192,9 +192,13 @@ impl Counters {
 /// while all stay). With the value and the route on the lock's line, an operation waited for
 /// that line to come from the CPU that operated last before it could read them: O² ran at
 /// 0.94-0.96 of plain threads over 3M of directories, against 0.96-0.98 apart, and as fast
-/// past the caches (docs/performance.md, "Twenty-ninth session").
+/// past the caches (docs/performance.md, "Twenty-ninth session"). The lock's line and the
+/// value's are one 128-byte pair, which the L2's adjacent-line prefetcher fetches together (as
+/// `CachePadded` pads to 128 bytes on x86-64): aligned to 64 bytes, each shared its pair with
+/// a line the operation does not read (the reference counts, the counters), and O² ran 1.5-2.5
+/// % slower from 1M to 32M of directories (docs/performance.md, "Fifty-third session").
 #[derive(Debug)]
-#[repr(C, align(64))]
+#[repr(C, align(128))]
 pub struct Object<T> {
     cell: LockedCell<T>,
     route: AtomicU64,
@@ -1163,7 +1167,7 @@ mod tests {
     }
 
     #[test]
-    fn an_objects_lock_has_its_cache_line_to_itself() {
+    fn an_objects_lock_has_its_cache_line_to_itself_and_pairs_with_its_values() {
         let object = Box::new(Object {
             cell: LockedCell::new([0u64; 4]),
             route: AtomicU64::new(0),
@@ -1173,7 +1177,8 @@ mod tests {
         });
         let start = &*object as *const Object<[u64; 4]> as usize;
         let line = |field: usize| (field - start) / 64;
-        assert_eq!(start % 64, 0);
+        // The lock's line and the value's are one pair of lines.
+        assert_eq!(start % 128, 0);
         assert_eq!(object.cell.lock() as *const OpLock as usize, start);
         // What operations only read sits on the next line; the counters on the one after.
         let value = object.cell.exclusive(|v| v as *const [u64; 4] as usize);
