@@ -335,26 +335,28 @@ fn a_coroutine_with_a_small_stack_runs_as_it_does_plainly() {
     // 8 KiB: the deepest call of the default policy takes 4.7 KiB, 10 KiB with the policy built
     // in place. Unoptimized, the library's own path takes 9 KiB.
     let kib = if cfg!(debug_assertions) { "16" } else { "8" };
-    let Some((_dir, exe)) = fixture("small_stack") else { return };
-    let mut plain = Command::new(&exe);
-    plain.arg(kib);
-    let plain = finish(plain, "small_stack plain");
-    assert_eq!(text(&plain.stdout), "coroutine wrote: yes\n");
-    same_under_the_default_policy(&exe, kib, &plain, "small_stack");
+    same_under_the_default_policy("small_stack", kib, "coroutine wrote: yes\n");
 }
 
-/// Runs `exe arg` through the start-up stub and with the library preloaded, both under the
-/// default policy, and checks that each ends well with `plain`'s output.
-fn same_under_the_default_policy(exe: &Path, arg: &str, plain: &Output, what: &str) {
-    let mut stub = Command::new(exe);
+/// Runs fixture `name` with `arg` plainly, checks that it printed `expected`, then through the
+/// start-up stub and with the library preloaded, both under the default policy, and checks
+/// that each ends well with the same output; returns the plain run (`None`: no C compiler).
+fn same_under_the_default_policy(name: &str, arg: &str, expected: &str) -> Option<Output> {
+    let (_dir, exe) = fixture(name)?;
+    let mut plain = Command::new(&exe);
+    plain.arg(arg);
+    let plain = finish(plain, &format!("{name} plain"));
+    assert_eq!(text(&plain.stdout), expected);
+    let mut stub = Command::new(&exe);
     common::through_the_stub(stub.arg(arg), "adaptive");
-    let mut library = Command::new(exe);
+    let mut library = Command::new(&exe);
     library.arg(arg).env("LD_PRELOAD", common::library()).env("COREHOP_POLICY", "adaptive");
     for (command, how) in [(stub, "through the stub"), (library, "preloaded")] {
-        let out = finish(command, &format!("{what} {how}"));
+        let out = finish(command, &format!("{name} {how}"));
         assert!(out.status.success(), "{how}: {:?} {}", out.status, text(&out.stderr));
         assert_eq!(text(&out.stdout), text(&plain.stdout), "{how}");
     }
+    Some(plain)
 }
 
 #[test]
@@ -363,13 +365,9 @@ fn a_handler_on_a_small_alternate_stack_runs_as_it_does_plainly() {
     // built: the call must not take the build's frame (4 KiB) on the way. Its own path takes
     // under 2 KiB beyond a plain `write`'s, 4 KiB unoptimized.
     let spare = if cfg!(debug_assertions) { "8192" } else { "3072" };
-    let Some((_dir, exe)) = fixture("alt_stack_handler") else { return };
-    let mut plain = Command::new(&exe);
-    plain.arg(spare);
-    let plain = finish(plain, "alt_stack_handler plain");
-    assert!(plain.status.success(), "plain: {:?}", plain.status);
-    assert_eq!(text(&plain.stdout), "handled: yes\n");
-    same_under_the_default_policy(&exe, spare, &plain, "alt_stack_handler");
+    if let Some(plain) = same_under_the_default_policy("alt_stack_handler", spare, "handled: yes\n") {
+        assert!(plain.status.success(), "plain: {:?}", plain.status);
+    }
 }
 
 #[test]

@@ -3,21 +3,20 @@
 //! wait with `siglongjmp` while the service thread still writes into the program's memory. A
 //! program that catches nothing skips the hold.
 //!
-//! The kernel is asked once, before the first call moves (handlers installed before this
-//! library was loaded included); after that the library's `sigaction`, `signal`, `sigset` and
+//! The kernel is asked when the service threads start, before the first call moves (handlers
+//! installed before this library was loaded included); after that the library's `sigaction`, `signal`, `sigset` and
 //! the raw `syscall(SYS_rt_sigaction)` keep the set current. A handler is noted before it is
 //! installed and forgotten only once the kernel says it is gone, so the set errs toward
 //! holding. Handlers installed later by other means (glibc's rarer names for `signal`, inline
 //! assembly) are not seen.
 
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::sys;
 
-/// A bit per signal the program has a handler for (bit `n - 1` for signal `n`).
+/// A bit per signal the program has a handler for (bit `n - 1` for signal `n`), complete once
+/// [`ask_the_kernel`] has run.
 static CAUGHT: AtomicU64 = AtomicU64::new(0);
-/// Whether the kernel has been asked (then `CAUGHT` covers every handler).
-static ASKED: AtomicBool = AtomicBool::new(false);
 
 /// `SIG_DFL`, `SIG_IGN` and `SIG_HOLD` (`sigset`): no function of the program's.
 fn is_function(handler: usize) -> bool {
@@ -29,18 +28,20 @@ fn bit(sig: i32) -> Option<u64> {
     (1..=64).contains(&sig).then(|| sys::signal_bit(sig))
 }
 
+/// Asks the kernel which signals have handlers now: when the service threads start, before
+/// the first call moves (handlers installed before this library was loaded included).
+pub fn ask_the_kernel() {
+    let caught = (1..=64)
+        .filter(|&sig| is_function(sys::handler_of(sig)))
+        .fold(0, |set, sig| set | bit(sig).unwrap_or(0));
+    CAUGHT.fetch_or(caught, Relaxed);
+}
+
 /// The signals a moved call holds back ([`sys::hold_signals`]): those with a handler, but
-/// glibc's own and the faults (0: none). Asks the kernel the first time. A signal without one
-/// runs no code of the program's, and one that ends the process must end it as it does
-/// plainly, while a call waits on a file system that does not answer.
+/// glibc's own and the faults (0: none). A signal without one runs no code of the program's,
+/// and one that ends the process must end it as it does plainly, while a call waits on a file
+/// system that does not answer.
 pub fn to_hold() -> u64 {
-    if !ASKED.load(Acquire) {
-        let caught = (1..=64)
-            .filter(|&sig| is_function(sys::handler_of(sig)))
-            .fold(0, |set, sig| set | bit(sig).unwrap_or(0));
-        CAUGHT.fetch_or(caught, Relaxed);
-        ASKED.store(true, Release);
-    }
     CAUGHT.load(Relaxed) & sys::HOLDABLE
 }
 

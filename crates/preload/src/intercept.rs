@@ -359,6 +359,7 @@ fn service_running(thread: &Thread) -> bool {
             SANITIZED.store(true, SeqCst);
             return false;
         }
+        caught::ask_the_kernel();
         let mut cpus = [0; MAX_LANES];
         cpus[..config.service_cpus.len()].copy_from_slice(&config.service_cpus);
         // SAFETY: callers reach a lane only once `service_running` has returned true, which

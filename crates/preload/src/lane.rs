@@ -15,9 +15,9 @@
 //! A request may point into the caller's memory (buffers, paths): the service thread touches
 //! it only while CLAIMED, and a caller never leaves a CLAIMED request — it waits for the
 //! answer, with the signals that have handlers held back (`sys::hold_signals`), so that no
-//! handler can take it away. A caller that finds its request still SUBMITTED after the stall timeout withdraws
-//! it with one CAS; whoever wins that CAS against the service thread's claim decides where the
-//! call runs, so it runs exactly once. No wake-up is lost either way (loom-checked there and,
+//! handler can take it away. A caller that finds its request still SUBMITTED after the stall
+//! timeout withdraws it with one CAS; whoever wins that CAS against the service thread's claim
+//! decides where the call runs, so it runs exactly once. No wake-up is lost either way (loom-checked there and,
 //! through this module, in `loom_tests` below).
 //!
 //! Here a request (number, six arguments, what to check, and when it was sent) takes two

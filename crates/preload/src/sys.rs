@@ -123,11 +123,17 @@ pub fn pin_self(cpu: usize) -> i64 {
 pub fn block_all_signals() {
     // glibc's own signals stay open (see `GLIBC_SIGNALS`): blocking them hangs a program
     // that calls a set*id function.
-    let all: u64 = !corehop_sys::stub_state::GLIBC_SIGNALS;
-    // SAFETY: rt_sigprocmask with a valid 8-byte kernel sigset; old set not wanted.
-    unsafe {
-        raw(libc::SYS_rt_sigprocmask, [libc::SIG_SETMASK as u64, &all as *const u64 as u64, 0, 8, 0, 0])
-    };
+    sigprocmask(libc::SIG_SETMASK, Some(!corehop_sys::stub_state::GLIBC_SIGNALS));
+}
+
+/// `rt_sigprocmask(how, set)` for the calling thread (no new set: only asks); returns the mask
+/// it had before (a kernel sigset: bit `n - 1` for signal `n`).
+fn sigprocmask(how: i32, set: Option<u64>) -> u64 {
+    let new = set.as_ref().map_or(0, |set| set as *const u64 as u64);
+    let mut old = 0u64;
+    // SAFETY: the new set, if any, and the old one are valid 8-byte kernel sigsets.
+    unsafe { raw(libc::SYS_rt_sigprocmask, [how as u64, new, &mut old as *mut u64 as u64, 8, 0, 0]) };
+    old
 }
 
 /// Signals a thread raises at itself by faulting: left open while a caller waits for a call,
@@ -154,25 +160,13 @@ pub const HOLDABLE: u64 = !(corehop_sys::stub_state::GLIBC_SIGNALS | FAULTS);
 /// could leave it with `siglongjmp`, and the service thread would go on writing into memory
 /// the program has moved on from. glibc's own signals stay open, as for the service threads.
 pub fn hold_signals(signals: u64) -> u64 {
-    let signals = signals & HOLDABLE;
-    let mut old = 0u64;
-    // SAFETY: rt_sigprocmask with a valid 8-byte kernel sigset, the old one written to `old`.
-    unsafe {
-        raw(
-            libc::SYS_rt_sigprocmask,
-            [libc::SIG_BLOCK as u64, &signals as *const u64 as u64, &mut old as *mut u64 as u64, 8, 0, 0],
-        )
-    };
-    old
+    sigprocmask(libc::SIG_BLOCK, Some(signals & HOLDABLE))
 }
 
 /// Gives the calling thread back the mask [`hold_signals`] returned: a signal that came
 /// meanwhile is handled now, as it would have been on the call's return.
 pub fn release_signals(mask: u64) {
-    // SAFETY: rt_sigprocmask with a valid 8-byte kernel sigset; old set not wanted.
-    unsafe {
-        raw(libc::SYS_rt_sigprocmask, [libc::SIG_SETMASK as u64, &mask as *const u64 as u64, 0, 8, 0, 0])
-    };
+    sigprocmask(libc::SIG_SETMASK, Some(mask));
 }
 
 /// The handler of signal `sig` (`SIG_DFL` for a signal that has none or does not exist).
@@ -190,12 +184,7 @@ pub fn handler_of(sig: i32) -> usize {
 
 /// The calling thread's blocked signals (a kernel sigset: bit `n - 1` for signal `n`).
 pub fn blocked_signals() -> u64 {
-    let mut old = 0u64;
-    // SAFETY: rt_sigprocmask with no new set writes the 8-byte old one to `old`.
-    unsafe {
-        raw(libc::SYS_rt_sigprocmask, [libc::SIG_BLOCK as u64, 0, &mut old as *mut u64 as u64, 8, 0, 0])
-    };
-    old
+    sigprocmask(libc::SIG_BLOCK, None)
 }
 
 /// Whether `fd` names a regular file.
