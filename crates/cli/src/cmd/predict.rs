@@ -29,6 +29,12 @@ pub use trace::{Format, TraceCall};
 /// own, as each process under the library has its own, started from what the last process to
 /// end had learned of call kinds (`--start`). Several traces end in a table of each form's
 /// scores averaged over them.
+///
+/// strace stops the program at every call, and its `-T` times include that stop: a call that
+/// runs 1 µs plainly shows several (at least 5 µs on a 2-vCPU KVM guest). Thresholds below
+/// that find every call of an strace trace above them: "always" is right at each, and a
+/// predictor can at best tie it (each process's first calls, made before it has seen a run,
+/// cost it a few). Only `--record-trace` times calls as the library sees them.
 #[derive(clap::Args)]
 pub struct Args {
     /// Trace file(s) to replay, each reported on its own: `--trace a.csv b.csv` (a shell
