@@ -682,11 +682,18 @@ fn compare_runs_both_ways_and_checks_the_outputs() {
     assert!(json["paired_ratio"].as_f64().is_some_and(|r| r > 0.0), "{json}");
     assert!(json["paired_interval"].is_null(), "one repetition has no interval: {json}");
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
-    // A program whose output differs from run to run (its pid) is caught.
+    // A program whose output differs from run to run (its pid) is caught, and so named.
     let out =
         corehop().args(["run", "--offload", "--compare", "2", "--", "sh", "-c", "echo $$"]).output().unwrap();
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("did not all give the same output"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("plain runs' own stdout differed"), "{}", text(&out.stderr));
+    // One whose output differs only when offloaded (it sees the preload) is told apart.
+    let out = corehop()
+        .args(["run", "--offload", "--compare", "2", "--", "sh", "-c", "echo ${LD_PRELOAD:+preloaded}"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("offloaded runs' stdout differed"), "{}", text(&out.stderr));
 }
 
 #[test]

@@ -133,7 +133,9 @@ pub struct Args {
     /// (min / median / max, and the ratio to the plain median, the same-run baseline), the
     /// paired ratio (the median of each offloaded run over the plain run next to it, and where
     /// its true value lies with 95 % chance from 6 repetitions up) and whether every run's
-    /// stdout, stderr and exit status matched the reference. Fails if any did not. The timed
+    /// stdout, stderr and exit status matched the reference. Fails if any did not, and says
+    /// whether the offloaded runs alone differed or the plain runs' own output varies from run
+    /// to run (a program that prints times or pids), which no comparison can see past. The timed
     /// runs collect no summary, as a run without --stats does not; with --stats, one more run
     /// prints it. Warns on stderr if, in a comparison of 2 s or more, other processes or the
     /// hypervisor took a tenth of the CPUs' time or more (as every `corehop bench` does).
@@ -544,7 +546,8 @@ fn compare(mut launch: Launch, reps: u32, service_cpus: &[usize], out: &CompareO
     let reference = (warm_up.status, output.0, output.1);
     bar.inc(1);
     let mut times: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
-    let mut same = [true, true];
+    // Per side, whether any run's exit status, stdout or stderr differed from the reference.
+    let mut differed = [[false; 3]; 2];
     for rep in 0..reps {
         // Which side goes first alternates, so a drift of the host falls on both alike.
         let order = if rep % 2 == 0 { [false, true] } else { [true, false] };
@@ -558,11 +561,15 @@ fn compare(mut launch: Launch, reps: u32, service_cpus: &[usize], out: &CompareO
             let mode = usize::from(with_offload);
             times[mode].push(finished.wall_ns as f64);
             let output = finished.output.unwrap_or_default();
-            same[mode] &= reference == (finished.status, output.0, output.1);
+            let this = [finished.status != reference.0, output.0 != reference.1, output.1 != reference.2];
+            for (seen, now) in differed[mode].iter_mut().zip(this) {
+                *seen |= now;
+            }
             bar.inc(1);
         }
     }
     bar.finish_and_clear();
+    let same = differed.map(|side| !side.contains(&true));
     // Only the table prints the summary.
     let summary = if out.stats && !out.json {
         launch.offload = Some(Offload { stats_file: Some(stats_path()), ..offload.clone() });
@@ -648,7 +655,22 @@ fn compare(mut launch: Launch, reps: u32, service_cpus: &[usize], out: &CompareO
         )?;
     }
     if !(same[0] && same[1]) {
-        bail!("the runs did not all give the same output (see the table)");
+        let streams = |side: [bool; 3]| {
+            let names = ["exit status", "stdout", "stderr"];
+            names.into_iter().zip(side).filter(|(_, d)| *d).map(|(n, _)| n).collect::<Vec<_>>().join(", ")
+        };
+        let offload_alone = [0, 1, 2].map(|i| differed[1][i] && !differed[0][i]);
+        if offload_alone.contains(&true) {
+            bail!(
+                "the offloaded runs' {} differed from the plain runs', which did not differ there",
+                streams(offload_alone)
+            );
+        }
+        bail!(
+            "the plain runs' own {} differed from one run to the next (times, pids or addresses in the output?), \
+             so the outputs cannot show whether offload changed anything",
+            streams(differed[0])
+        );
     }
     Ok(())
 }
