@@ -527,13 +527,17 @@ fn next(name: Name) -> usize {
         return cached;
     }
     if !WALKED.swap(true, Relaxed) && tables_answer() {
-        look_up_every_name();
-        let found = NEXT[index].load(Relaxed);
-        if found != 0 {
-            return found;
-        }
+        // SAFETY: neither variable that changes the loader's answers is set (`tables_answer`).
+        unsafe { SCOPE.record() };
     }
     let name = NAMES[index];
+    // SAFETY: only `record` above fills the scope, in this process or the one it was forked
+    // from.
+    if let Some(next_symbol::Next::Function(address)) = unsafe { SCOPE.lookup(name) } {
+        // Another thread may have stored the same answer meanwhile.
+        NEXT[index].store(address, Relaxed);
+        return address;
+    }
     // SAFETY: the name is NUL-terminated; dlsym calls no function this stub exports.
     let found = keeping_errno(|| unsafe { dlsym(RTLD_NEXT, name.as_ptr() as *const c_char) }) as usize;
     let found = if found == 0 { unsupported as *const () as usize } else { found };
@@ -570,39 +574,17 @@ unsafe extern "C" fn next_for_library(name: *const c_char) -> *mut c_void {
     }
 }
 
-/// Whether this process has looked its names up in the objects' tables (a child forked after
-/// it has them all: a shell's children, which make a call or two before they exec, look
-/// nothing up).
+/// Whether a thread of this process (or of the one it was forked from) has begun to record
+/// [`SCOPE`]: it is recorded once, at a process's first call, and a child forked after that
+/// looks its names up in its parent's scope.
 static WALKED: AtomicBool = AtomicBool::new(false);
 
-/// Fills [`NEXT`] with every name's function that `next_symbol` finds, in one walk over the
-/// objects: what `dlsym(RTLD_NEXT)` gives, without the loader's cold path, page faults in
-/// every process and every forked child that looked a name up.
-///
-/// Its answers go to static memory, not the stack: it runs at a process's first call of a name,
-/// which may be a signal handler's on a small alternate stack, where an array of answers on
-/// the stack (with the names, 4 KiB of frame) ran off its end.
-fn look_up_every_name() {
-    // SAFETY: only the thread that set `WALKED` gets here, once a process (a forked child
-    // finds it set, as its parent left it), so no one else touches `FOUND`.
-    let found = unsafe { &mut *FOUND.0.get() };
-    // SAFETY: neither variable that changes the loader's answers is set (`tables_answer`).
-    unsafe { next_symbol::next_functions(&NAMES, found) };
-    for (next, found) in NEXT.iter().zip(found.iter()) {
-        if let next_symbol::Next::Function(address) = *found {
-            // Another thread may have stored `dlsym`'s answer meanwhile: the same address.
-            next.store(address, Relaxed);
-        }
-    }
-}
-
-/// [`look_up_every_name`]'s answers.
-struct Found(core::cell::UnsafeCell<[next_symbol::Next; COUNT]>);
-
-// SAFETY: written and read by one thread only, once a process (see `look_up_every_name`).
-unsafe impl Sync for Found {}
-
-static FOUND: Found = Found(core::cell::UnsafeCell::new([next_symbol::Next::Pending; COUNT]));
+/// The objects a name binds to after this stub, up to libc, with where their tables are: each
+/// name is looked up there at its first call. Looking every name up at the first call read
+/// the tables' lines for all of the stub's names, about 10 µs a process that makes calls
+/// (docs/performance.md, "Fifty-fourth session"). Static, not on the stack: the first call
+/// may be a signal handler's, on a small alternate stack.
+static SCOPE: next_symbol::Scope = next_symbol::Scope::new();
 
 /// Whether `next_symbol` may answer: not if the environment changes how the loader binds
 /// names for the whole process (weak definitions, audit modules).

@@ -1,11 +1,14 @@
 //! The functions names bind to after the object this file is compiled into, as
-//! `dlsym(RTLD_NEXT, name)` finds them, read straight from the objects' GNU hash tables, all
-//! names in one walk. The preload library's start-up stub (`crates/preload-stub`, which
-//! includes this file by path) looks up libc's function for every name it exports this way at
-//! its first call. `dlsym` took the dynamic loader's cold path for each name in each process,
-//! and in each child a shell forked, which looked up its own names again: several page faults
-//! a process, 7.7 % of a shell loop of short pipelines against 4.5 % now (an empty preloaded
-//! library: 3 %; docs/performance.md, "Fiftieth session").
+//! `dlsym(RTLD_NEXT, name)` finds them, read straight from the objects' GNU hash tables. The
+//! preload library's start-up stub (`crates/preload-stub`, which includes this file by path)
+//! finds libc's function for each name it exports this way, at the name's first call: one walk
+//! over the objects records where their tables are (a [`Scope`]), and each name is then looked
+//! up in those tables alone. `dlsym` took the dynamic loader's cold path for each name in each
+//! process, and in each child a shell forked, which looked up its own names again: several
+//! page faults a process, 7.7 % of a shell loop of short pipelines against 4.5 % with one walk
+//! for every name (an empty preloaded library: 3 %; docs/performance.md, "Fiftieth session").
+//! Looking every name up in that walk read the tables' lines for all of the stub's names,
+//! most of which a process never calls: about 10 µs a process ("Fifty-fourth session").
 //!
 //! Only what is sure to match `dlsym` is answered; anything else is [`Next::AskTheLoader`]:
 //!
@@ -13,7 +16,8 @@
 //!   `dlopen` or `dlclose` in another thread, from the caller's object to libc (soname
 //!   `libc.so.6`) and no further: every object on the way was loaded at start-up, so it is in
 //!   the scope `dlsym` searches (one opened later without `RTLD_GLOBAL` is listed after libc
-//!   but is not). A libc listed before the caller answers nothing.
+//!   but is not), and is never unloaded, so its tables stay where the walk found them. A libc
+//!   listed before the caller answers nothing.
 //! - A definition is used as the loader would: the first object whose table has the name
 //!   (an unversioned definition, or its one default version) wins. One that is not a plain
 //!   function (an IFUNC, data), or an object with a filter (`DT_FILTER`, `DT_AUXILIARY`) or
@@ -22,9 +26,18 @@
 //!   `LD_DYNAMIC_WEAK` and `LD_AUDIT` in the environment (this module checks the program's
 //!   own `DT_AUDIT` and `DT_DEPAUDIT`).
 //!
-//! Only `core`: the stub is `no_std`. ELF64 only.
+//! A scope is recorded once and read by every thread: its words are published with a release
+//! store of its state, which a loom model below checks. Only `core` (and loom's atomics under
+//! `--cfg loom`): the stub is `no_std`. ELF64 only.
 
 use core::ffi::{c_char, c_int, c_void};
+use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+
+#[cfg(loom)]
+use loom::sync::atomic::{AtomicU32, AtomicUsize};
+
+#[cfg(not(loom))]
+use core::sync::atomic::{AtomicU32, AtomicUsize};
 
 /// The head of `struct dl_phdr_info` (`<link.h>`): what `dl_iterate_phdr` tells of an object.
 #[repr(C)]
@@ -99,7 +112,7 @@ const VERSYM_HIDDEN: u16 = 0x8000;
 const FIRST_VERSION: u16 = 2;
 
 /// What an object's dynamic section says, with its addresses relocated.
-#[derive(Default)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 struct Tables {
     gnu_hash: usize,
     symtab: usize,
@@ -286,74 +299,179 @@ fn judge(sym: &Sym, base: usize) -> Found {
     }
 }
 
-/// What a walk found of a name.
+/// What a scope finds of a name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Next {
-    /// Not looked up yet.
-    Pending,
     /// A plain function, at this address.
     Function(usize),
     /// Not answered here: ask `dlsym`.
     AskTheLoader,
 }
 
-/// For each of `names` (a trailing NUL is not part of a name) whose `found` is
-/// [`Next::Pending`]: the function it binds to in the first object after the one this file is
-/// compiled into that defines it, if that object is libc or one listed before it and the
-/// definition is a plain function; else [`Next::AskTheLoader`]. One walk over the objects for
-/// all the names.
-///
-/// # Safety
-/// Neither `LD_DYNAMIC_WEAK` nor `LD_AUDIT` is set (the caller has checked).
-pub unsafe fn next_functions(names: &[&[u8]], found: &mut [Next]) {
-    let mut search = Search { names, found, past_own: false, first: true };
-    // SAFETY: `visit` takes `data` back as the `Search` it is given here, which outlives the
-    // walk; it does not unwind (it cannot panic).
-    unsafe { dl_iterate_phdr(visit, (&mut search as *mut Search).cast()) };
-    // Whatever the walk did not reach.
-    search.give_up();
+/// Objects a [`Scope`] holds at most: those after the caller's, up to libc (libc alone, unless
+/// other libraries are preloaded after the caller). A name found in none of them is left to
+/// the loader, as one found nowhere is.
+const SCOPE_OBJECTS: usize = 6;
+/// A scope's words per object: its base, then its GNU hash, symbol, string and version tables.
+const OBJECT_WORDS: usize = 5;
+
+/// [`Scope::state`]: not recorded, being recorded, recorded.
+const EMPTY: u32 = 0;
+const RECORDING: u32 = 1;
+const READY: u32 = 2;
+
+/// The objects `dlsym(RTLD_NEXT, name)` searches, in its order, with where their tables are:
+/// recorded once a process by [`Scope::record`], then read by [`Scope::lookup`] for each name.
+/// A forked child shares its parent's objects, and so its scope.
+pub struct Scope {
+    state: AtomicU32,
+    /// Objects recorded, at most [`SCOPE_OBJECTS`].
+    count: AtomicUsize,
+    words: [AtomicUsize; SCOPE_OBJECTS * OBJECT_WORDS],
 }
 
-/// A lookup under way: what [`visit`] keeps between objects.
-struct Search<'a> {
-    names: &'a [&'a [u8]],
-    found: &'a mut [Next],
+impl Default for Scope {
+    fn default() -> Scope {
+        Scope::new()
+    }
+}
+
+impl Scope {
+    /// A scope not recorded yet.
+    #[cfg(not(loom))]
+    pub const fn new() -> Scope {
+        Scope {
+            state: AtomicU32::new(EMPTY),
+            count: AtomicUsize::new(0),
+            words: [const { AtomicUsize::new(0) }; SCOPE_OBJECTS * OBJECT_WORDS],
+        }
+    }
+
+    /// A scope not recorded yet.
+    #[cfg(loom)]
+    pub fn new() -> Scope {
+        Scope {
+            state: AtomicU32::new(EMPTY),
+            count: AtomicUsize::new(0),
+            words: core::array::from_fn(|_| AtomicUsize::new(0)),
+        }
+    }
+
+    /// Records the objects after the one this file is compiled into, up to libc, in one walk,
+    /// unless a thread has begun to (which then records them; meanwhile [`Scope::lookup`]
+    /// answers nothing).
+    ///
+    /// # Safety
+    /// Neither `LD_DYNAMIC_WEAK` nor `LD_AUDIT` is set (the caller has checked).
+    pub unsafe fn record(&self) {
+        if !self.begin() {
+            return;
+        }
+        let mut walk = Walk { scope: self, count: 0, past_own: false, first: true };
+        // SAFETY: `visit` takes `data` back as the `Walk` it is given here, which outlives the
+        // walk; it does not unwind (it cannot panic).
+        unsafe { dl_iterate_phdr(visit, (&mut walk as *mut Walk).cast()) };
+        self.finish(walk.count);
+    }
+
+    /// Claims the recording; false if another thread has.
+    fn begin(&self) -> bool {
+        self.state.compare_exchange(EMPTY, RECORDING, Relaxed, Relaxed).is_ok()
+    }
+
+    /// Notes the `index`th object (the recording thread only, before [`Scope::finish`]).
+    fn push(&self, index: usize, base: usize, t: &Tables) {
+        // No indexing: a bounds check would link core's panic formatting into the stub.
+        if let Some(words) = self.words.chunks_exact(OBJECT_WORDS).nth(index) {
+            for (word, value) in words.iter().zip([base, t.gnu_hash, t.symtab, t.strtab, t.versym]) {
+                word.store(value, Relaxed);
+            }
+        }
+    }
+
+    /// Publishes the `count` objects pushed.
+    fn finish(&self, count: usize) {
+        self.count.store(count, Relaxed);
+        self.state.store(READY, Release);
+    }
+
+    /// The objects recorded, each as its base and tables; `None` while not recorded.
+    fn objects(&self) -> Option<impl Iterator<Item = (usize, Tables)> + '_> {
+        if self.state.load(Acquire) != READY {
+            return None;
+        }
+        let count = self.count.load(Relaxed).min(SCOPE_OBJECTS);
+        Some(self.words.chunks_exact(OBJECT_WORDS).take(count).map(|words| {
+            let mut values = words.iter().map(|word| word.load(Relaxed));
+            let mut next = || values.next().unwrap_or(0);
+            let base = next();
+            (
+                base,
+                Tables {
+                    gnu_hash: next(),
+                    symtab: next(),
+                    strtab: next(),
+                    versym: next(),
+                    ..Tables::default()
+                },
+            )
+        }))
+    }
+
+    /// The function `name` (a trailing NUL is not part of it) binds to in the first recorded
+    /// object that defines it, if the definition is a plain function; else
+    /// [`Next::AskTheLoader`]. `None` while the scope is not recorded.
+    ///
+    /// # Safety
+    /// The scope was recorded by [`Scope::record`] in this process or in the one it was forked
+    /// from.
+    pub unsafe fn lookup(&self, name: &[u8]) -> Option<Next> {
+        let name = name.strip_suffix(b"\0").unwrap_or(name);
+        let hash = gnu_hash(name);
+        for (base, t) in self.objects()? {
+            // SAFETY: a loaded object's tables, as `visit` checked them, and it stays loaded
+            // (this function's contract: it was loaded at start-up).
+            match unsafe { find_in(&t, base, name, hash) } {
+                Found::Function(address) => return Some(Next::Function(address)),
+                Found::Unsure => return Some(Next::AskTheLoader),
+                Found::No => {}
+            }
+        }
+        Some(Next::AskTheLoader)
+    }
+}
+
+/// A recording under way: what [`visit`] keeps between objects.
+struct Walk<'a> {
+    scope: &'a Scope,
+    count: usize,
     /// Whether the walk has passed the object this file is compiled into.
     past_own: bool,
     /// Whether the next object is the first, the program.
     first: bool,
 }
 
-impl Search<'_> {
-    /// Leaves every name still pending to the loader.
-    fn give_up(&mut self) {
-        for found in self.found.iter_mut().filter(|f| **f == Next::Pending) {
-            *found = Next::AskTheLoader;
-        }
-    }
-}
-
-/// [`next_functions`]'s step over one object: 0 goes on to the next one, 1 ends the walk.
+/// [`Scope::record`]'s step over one object: 0 goes on to the next one, 1 ends the walk.
 ///
 /// # Safety
-/// `data` is a `Search` no one else borrows, and `info` the loader's description of a loaded
+/// `data` is a `Walk` no one else borrows, and `info` the loader's description of a loaded
 /// object, as `dl_iterate_phdr` passes them.
 unsafe extern "C" fn visit(info: *const ObjectInfo, _size: usize, data: *mut c_void) -> c_int {
     const GO_ON: c_int = 0;
     const STOP: c_int = 1;
-    // SAFETY: this function's contract (`data` is `next_functions`'s `Search`); `info` is valid
-    // for this call, and its first four fields are the ones every glibc has filled in since
+    // SAFETY: this function's contract (`data` is `record`'s `Walk`); `info` is valid for this
+    // call, and its first four fields are the ones every glibc has filled in since
     // `dl_iterate_phdr` was added.
-    let (search, info) = unsafe { (&mut *data.cast::<Search>(), &*info) };
+    let (walk, info) = unsafe { (&mut *data.cast::<Walk>(), &*info) };
     // SAFETY: the loader's program headers of a loaded object, `phnum` of them.
     let dynamic = unsafe { dynamic_section(info) };
     // SAFETY: the object is loaded, and stays so while the walk holds the loader's lock.
     let t = unsafe { Tables::of(dynamic, info.addr) };
-    let first = core::mem::replace(&mut search.first, false);
+    let first = core::mem::replace(&mut walk.first, false);
     // SAFETY: as above.
     let is_libc = unsafe { t.soname_is(b"libc.so.6") };
-    if !search.past_own {
-        search.past_own = dynamic == core::ptr::addr_of!(_DYNAMIC);
+    if !walk.past_own {
+        walk.past_own = dynamic == core::ptr::addr_of!(_DYNAMIC);
         return if (first && t.audit) || is_libc { STOP } else { GO_ON };
     }
     // SAFETY: as above.
@@ -361,30 +479,15 @@ unsafe extern "C" fn visit(info: *const ObjectInfo, _size: usize, data: *mut c_v
         // The kernel's vDSO: listed, but not in the scope `dlsym` searches.
         return GO_ON;
     }
-    if t.filter || t.gnu_hash == 0 || t.symtab == 0 || t.strtab == 0 {
+    if t.filter || t.gnu_hash == 0 || t.symtab == 0 || t.strtab == 0 || walk.count == SCOPE_OBJECTS {
         return STOP;
     }
-    let mut pending = false;
-    for (name, found) in search.names.iter().zip(search.found.iter_mut()) {
-        if *found != Next::Pending {
-            continue;
-        }
-        let name = name.strip_suffix(b"\0").unwrap_or(name);
-        // SAFETY: a loaded object's tables, as checked just above.
-        *found = match unsafe { find_in(&t, info.addr, name, gnu_hash(name)) } {
-            Found::Function(address) => Next::Function(address),
-            Found::Unsure => Next::AskTheLoader,
-            Found::No if is_libc => Next::AskTheLoader,
-            Found::No => {
-                pending = true;
-                Next::Pending
-            }
-        };
-    }
-    if pending {
-        GO_ON
-    } else {
+    walk.scope.push(walk.count, info.addr, &t);
+    walk.count += 1;
+    if is_libc {
         STOP
+    } else {
+        GO_ON
     }
 }
 
@@ -403,7 +506,7 @@ unsafe fn dynamic_section(info: &ObjectInfo) -> *const Dyn {
     core::ptr::null()
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 
@@ -414,14 +517,21 @@ mod tests {
         unsafe { libc::dlsym(libc::RTLD_DEFAULT, c.as_ptr()) as usize }
     }
 
-    /// [`next_functions`] of one name.
-    fn next_function(name: &str) -> Next {
-        let mut found = [Next::Pending];
-        // SAFETY: the test's environment sets neither variable (checked below). The test
-        // program is the object this file is compiled into, listed first.
-        unsafe { next_functions(&[name.as_bytes()], &mut found) };
+    /// A scope recorded now.
+    fn recorded() -> Scope {
         assert!(std::env::var_os("LD_DYNAMIC_WEAK").is_none() && std::env::var_os("LD_AUDIT").is_none());
-        found[0]
+        let scope = Scope::new();
+        // SAFETY: the test's environment sets neither variable (checked above). The test
+        // program is the object this file is compiled into, listed first.
+        unsafe { scope.record() };
+        scope
+    }
+
+    /// What a scope recorded now answers for one name.
+    fn next_function(name: &str) -> Next {
+        let scope = recorded();
+        // SAFETY: recorded in this process.
+        unsafe { scope.lookup(name.as_bytes()) }.expect("a recorded scope answers")
     }
 
     /// The names of every kind the stub routes: plain wrappers, weak ones, versioned ones.
@@ -475,18 +585,35 @@ mod tests {
     }
 
     #[test]
-    fn one_walk_finds_every_name_as_a_walk_each_does() {
-        let names: Vec<&[u8]> = NAMES.iter().map(|n| n.as_bytes()).chain([b"memcpy".as_slice()]).collect();
-        let mut found = vec![Next::Pending; names.len()];
-        // One already known is left alone.
-        found[1] = Next::Function(1);
-        // SAFETY: as in `next_function`.
-        unsafe { next_functions(&names, &mut found) };
-        assert_eq!(found[1], Next::Function(1));
-        for (i, name) in NAMES.iter().enumerate().filter(|&(i, _)| i != 1) {
-            assert_eq!(found[i], next_function(name), "{name}");
+    fn one_scope_answers_every_name_as_the_loader_and_a_second_records_nothing() {
+        let scope = recorded();
+        for name in NAMES {
+            // SAFETY: recorded in this process.
+            let found = unsafe { scope.lookup(name.as_bytes()) };
+            assert_eq!(found, Some(Next::Function(loader(name))), "{name}");
+            // A trailing NUL is not part of the name.
+            let with_nul = format!("{name}\0");
+            // SAFETY: as above.
+            assert_eq!(unsafe { scope.lookup(with_nul.as_bytes()) }, found, "{name}");
         }
-        assert_eq!(found[NAMES.len()], Next::AskTheLoader, "memcpy");
+        // The test program's libraries up to libc (libgcc_s before it, say).
+        let objects: Vec<_> = scope.objects().expect("recorded").collect();
+        assert!((1..=SCOPE_OBJECTS).contains(&objects.len()), "{objects:?}");
+        // Recording again is a no-op: the first recording stands.
+        // SAFETY: as in `recorded`.
+        unsafe { scope.record() };
+        assert_eq!(scope.objects().expect("recorded").collect::<Vec<_>>(), objects);
+    }
+
+    #[test]
+    fn a_scope_not_recorded_answers_nothing() {
+        let scope = Scope::new();
+        // SAFETY: nothing is read from a scope not recorded.
+        assert_eq!(unsafe { scope.lookup(b"read") }, None);
+        assert!(scope.begin(), "the first claim wins");
+        assert!(!scope.begin(), "a second finds it claimed");
+        // SAFETY: as above: being recorded is not recorded.
+        assert_eq!(unsafe { scope.lookup(b"read") }, None);
     }
 
     #[test]
@@ -503,5 +630,43 @@ mod tests {
         assert_eq!(gnu_hash(b""), 5381);
         assert_eq!(gnu_hash(b"printf"), 0x156b_2bb8);
         assert_eq!(gnu_hash(b"exit"), 0x7c96_7e3f);
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::Arc;
+
+    /// A thread recording a scope and one looking a name up: the reader sees no object, or
+    /// every word the recorder wrote.
+    #[test]
+    fn loom_a_scope_is_read_whole_or_not_at_all() {
+        loom::model(|| {
+            let scope = Arc::new(Scope::new());
+            let tables = |i: usize| Tables {
+                gnu_hash: 10 * i + 1,
+                symtab: 10 * i + 2,
+                strtab: 10 * i + 3,
+                versym: 10 * i + 4,
+                ..Tables::default()
+            };
+            let recorder = {
+                let scope = Arc::clone(&scope);
+                loom::thread::spawn(move || {
+                    assert!(scope.begin());
+                    for i in 0..2 {
+                        scope.push(i, 1000 * (i + 1), &tables(i));
+                    }
+                    scope.finish(2);
+                })
+            };
+            if let Some(objects) = scope.objects() {
+                let objects: Vec<_> = objects.collect();
+                assert_eq!(objects, vec![(1000, tables(0)), (2000, tables(1))]);
+            }
+            recorder.join().unwrap();
+            assert_eq!(scope.objects().map(Iterator::count), Some(2));
+        });
     }
 }
