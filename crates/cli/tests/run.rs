@@ -687,9 +687,10 @@ fn compare_runs_both_ways_and_checks_the_outputs() {
         corehop().args(["run", "--offload", "--compare", "2", "--", "sh", "-c", "echo $$"]).output().unwrap();
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("plain runs' own stdout differed"), "{}", text(&out.stderr));
-    // One whose output differs only when offloaded (it sees the preload) is told apart.
+    // One whose output differs only when offloaded (it sees corehop's settings) is told apart.
     let out = corehop()
-        .args(["run", "--offload", "--compare", "2", "--", "sh", "-c", "echo ${LD_PRELOAD:+preloaded}"])
+        .args(["run", "--offload", "--compare", "2", "--", "sh", "-c", "echo ${COREHOP_POLICY:+offloaded}"])
+        .env_remove("COREHOP_POLICY")
         .output()
         .unwrap();
     assert!(!out.status.success());
