@@ -23,8 +23,10 @@ pub use trace::{Format, TraceCall};
 /// Replay system-call traces through the run-length predictor and report its accuracy.
 ///
 /// Record a trace with `corehop run --offload --policy never --record-trace t.csv -- CMD`, with
-/// `strace -f -T -tt -o trace.txt CMD …`, or write a CSV with the columns
-/// `call,fd,size,site,run_ns`. Each process of a trace (the calls under a `# pid` line of a
+/// `strace -f -T -tt -o trace.txt CMD …` (add `-k` for call sites: each call's first stack
+/// frame outside the C library; `-i`, `-n`, `-y`, `-r`, `-ttt` are read past), or write a CSV
+/// with the columns `call,fd,size,site,run_ns`, or with a header line naming its columns in
+/// any order (`call` and `run_ns` needed, other columns ignored). Each process of a trace (the calls under a `# pid` line of a
 /// recorded one, a pid of strace's with its threads) is replayed through predictors of its
 /// own, as each process under the library has its own, started from what the last process to
 /// end had learned of call kinds (`--start`). Several traces end in a table of each form's

@@ -1,8 +1,15 @@
 //! System-call traces as [`TraceCall`] values: `strace -f -T -tt` output, or a simple CSV.
 //!
-//! strace records no call site, so for calls that name a path (open, stat, …) the path
-//! stands in for it: the paper's AState hashes argument registers, and different paths are
-//! different pointers. Byte-moving calls are keyed by descriptor and byte count instead.
+//! strace records a call site only with `-k` (a stack trace after each call): the call site is
+//! then the first frame outside the object that made the system call (libc), as the preload
+//! library's is the return address into the program. Without `-k`, for calls that name a path
+//! (open, stat, …) the path stands in for it: the paper's AState hashes argument registers,
+//! and different paths are different pointers. Byte-moving calls are keyed by descriptor and
+//! byte count instead. strace's other decorations are read past: `-tt`/`-ttt`/`-r` times,
+//! `-i` instruction pointers, `-n` system-call numbers, `-y`/`-yy` descriptor names.
+//!
+//! A CSV trace's header names its columns, in any order and with any others beside them
+//! (ignored); without a header the columns are `call,fd,size,site,run_ns`.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -28,7 +35,8 @@ pub enum Format {
     Auto,
     /// `strace -f -T -tt` (pid prefix and timestamps optional, `-T` durations required).
     Strace,
-    /// `call,fd,size,site,run_ns` per line; a header line and `#` comments are allowed.
+    /// `call,fd,size,site,run_ns` per line, or the columns a header line names (`call` and
+    /// `run_ns` required; `fd`, `size`, `site` default to -1, 0, 0); `#` comments are allowed.
     Csv,
 }
 
@@ -58,6 +66,9 @@ pub fn parse(path: &Path, text: &str, format: Format) -> Result<Trace, ParseErro
     };
     let mut parser = Parser {
         file,
+        columns: Columns::POSITIONAL,
+        data_seen: false,
+        frames: None,
         pending: HashMap::new(),
         processes: HashMap::new(),
         process: 0,
@@ -79,15 +90,73 @@ pub fn parse(path: &Path, text: &str, format: Format) -> Result<Trace, ParseErro
 
 fn detect(text: &str) -> Format {
     let first = text.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#')).unwrap_or("");
-    if first.starts_with("call,") || (!first.contains('(') && first.split(',').count() == 5) {
+    let names_call = first.split(',').any(|field| field.trim() == "call");
+    if names_call || (!first.contains('(') && first.split(',').count() == 5) {
         Format::Csv
     } else {
         Format::Strace
     }
 }
 
+/// Where each field of a CSV line is (column indices).
+#[derive(Clone, Copy, Debug)]
+struct Columns {
+    call: usize,
+    fd: Option<usize>,
+    size: Option<usize>,
+    site: Option<usize>,
+    run_ns: usize,
+    /// Fields a line has.
+    width: usize,
+    /// Whether a header named them.
+    named: bool,
+}
+
+impl Columns {
+    const POSITIONAL: Columns =
+        Columns { call: 0, fd: Some(1), size: Some(2), site: Some(3), run_ns: 4, width: 5, named: false };
+
+    /// The columns a header line names, or why it cannot be a trace's header.
+    fn from_header(fields: &[&str]) -> Result<Columns, String> {
+        let find = |name: &str| fields.iter().position(|f| f.eq_ignore_ascii_case(name));
+        let (Some(call), Some(run_ns)) = (find("call"), find("run_ns")) else {
+            return Err(format!(
+                "the header names no `call` and `run_ns` columns (it has {} fields; a trace has \
+                 call,fd,size,site,run_ns)",
+                fields.len()
+            ));
+        };
+        Ok(Columns {
+            call,
+            fd: find("fd"),
+            size: find("size"),
+            site: find("site"),
+            run_ns,
+            width: fields.len(),
+            named: true,
+        })
+    }
+}
+
+/// What the frames of a `strace -k` stack trace have said so far about the call before them.
+struct Frames {
+    /// The call's index in [`Parser::calls`].
+    call: usize,
+    /// The object of the innermost frame (the one that made the system call).
+    inner: Option<String>,
+    /// Whether the call site was found.
+    found: bool,
+}
+
 struct Parser {
     file: String,
+    /// Where a CSV line's fields are (from its header, if any).
+    columns: Columns,
+    /// Whether a CSV data line came (a header after it is a mistake).
+    data_seen: bool,
+    /// The stack trace being read (`strace -k`), if the line before was a completed call or
+    /// one of its frames.
+    frames: Option<Frames>,
     /// pid → the text of an `<unfinished ...>` call so far.
     pending: HashMap<String, String>,
     /// pid (a thread's: strace names threads by their own ids) → its process's number.
@@ -123,22 +192,45 @@ impl Parser {
             self.process = self.process_of(pid);
             return Ok(());
         }
-        if line.is_empty() || line.starts_with('#') || line.starts_with("call,") {
+        if line.is_empty() || line.starts_with('#') {
             return Ok(());
         }
         let fields: Vec<&str> = line.split(',').map(str::trim).collect();
-        let [call, fd, size, site, run] = fields[..] else {
-            return Err(format!("expected 5 fields call,fd,size,site,run_ns, found {}", fields.len()));
-        };
+        if fields.iter().any(|f| f.eq_ignore_ascii_case("call")) {
+            if self.data_seen {
+                return Err("a header line after data lines".into());
+            }
+            self.columns = Columns::from_header(&fields)?;
+            return Ok(());
+        }
+        self.data_seen = true;
+        let columns = self.columns;
+        if fields.len() != columns.width {
+            let which = if columns.named { "as the header names" } else { "call,fd,size,site,run_ns" };
+            return Err(format!("expected {} fields {which}, found {}", columns.width, fields.len()));
+        }
+        let call = fields[columns.call];
         if call.is_empty() {
             return Err("empty call name".into());
         }
-        let number = |text: &str, what: &str| {
-            text.parse::<u64>().map_err(|_| format!("{what} {} is not a whole number", quote(text)))
+        let number = |at: Option<usize>, what: &str| match at {
+            None => Ok(0),
+            Some(i) => fields[i]
+                .parse::<u64>()
+                .map_err(|_| format!("{what} {} is not a whole number", quote(fields[i]))),
         };
-        let fd: i32 = fd.parse().map_err(|_| format!("fd {} is not an integer", quote(fd)))?;
-        let desc = CallDesc::new(CallKind::from_name(call), fd, number(size, "size")?, number(site, "site")?);
-        self.calls.push(TraceCall { call: desc, run_ns: number(run, "run_ns")?, process: self.process });
+        let fd: i32 = match columns.fd {
+            None => -1,
+            Some(i) => fields[i].parse().map_err(|_| format!("fd {} is not an integer", quote(fields[i])))?,
+        };
+        let desc = CallDesc::new(
+            CallKind::from_name(call),
+            fd,
+            number(columns.size, "size")?,
+            number(columns.site, "site")?,
+        );
+        let run_ns = number(Some(columns.run_ns), "run_ns")?;
+        self.calls.push(TraceCall { call: desc, run_ns, process: self.process });
         Ok(())
     }
 
@@ -147,6 +239,11 @@ impl Parser {
         if rest.is_empty() {
             return Ok(());
         }
+        if let Some(frame) = rest.strip_prefix('>') {
+            self.frame(frame.trim());
+            return Ok(());
+        }
+        self.frames = None;
         // "[pid  123] " (terminal output) or "123 " (-o with -f).
         let mut pid = String::new();
         if let Some(after) = rest.strip_prefix("[pid") {
@@ -166,6 +263,15 @@ impl Parser {
             {
                 rest = tail.trim_start();
             }
+        }
+        // "[00007f…] " (-i: the instruction pointer, "[????…]" where there is none) and
+        // "[  0] " (-n: the call's number).
+        while let Some(after) = rest.strip_prefix('[') {
+            let Some((inside, tail)) = after.split_once(']') else { break };
+            if !inside.trim().bytes().all(|b| b.is_ascii_hexdigit() || b == b'?') {
+                break;
+            }
+            rest = tail.trim_start();
         }
         self.process = if pid.is_empty() { 0 } else { self.process_of(&pid) };
         if rest.starts_with("---") || rest.starts_with("+++") || rest.starts_with("strace:") {
@@ -229,7 +335,8 @@ impl Parser {
             }
         }
         let kind = CallKind::from_name(name);
-        let fd = args.first().and_then(|a| a.parse::<i32>().ok()).unwrap_or(-1);
+        // "3" or, with -y, "3</etc/passwd>".
+        let fd = args.first().and_then(|a| a.split('<').next()?.parse::<i32>().ok()).unwrap_or(-1);
         let size = match kind {
             CallKind::Read
             | CallKind::Write
@@ -246,12 +353,28 @@ impl Parser {
         } else {
             args.iter().take(2).find(|a| a.starts_with('"')).map_or(0, |path| fnv64(path))
         };
+        self.frames = Some(Frames { call: self.calls.len(), inner: None, found: false });
         self.calls.push(TraceCall {
             call: CallDesc::new(kind, fd, size, site),
             run_ns,
             process: self.process,
         });
         Ok(())
+    }
+
+    /// One frame of a `strace -k` stack trace, innermost first: `object(symbol+off) [0xaddr]`.
+    /// The first frame outside the innermost frame's object is the call site.
+    fn frame(&mut self, frame: &str) {
+        let Some(frames) = self.frames.as_mut().filter(|f| !f.found) else { return };
+        let object = frame.split(['(', ' ', '[']).next().unwrap_or("");
+        match &frames.inner {
+            None => frames.inner = Some(object.to_string()),
+            Some(inner) if inner != object => {
+                frames.found = true;
+                self.calls[frames.call].call.site = fnv64(frame);
+            }
+            Some(_) => {}
+        }
     }
 }
 
@@ -390,6 +513,76 @@ mod tests {
         assert_eq!(
             t.calls[1],
             TraceCall { call: CallDesc::new(CallKind::Fsync, 3, 0, 9), run_ns: 80_000, process: 0 }
+        );
+    }
+
+    #[test]
+    fn reads_past_what_stracers_other_options_add() {
+        // -i (instruction pointers), -n (call numbers), -y (descriptor names), -tt.
+        let t = strace(
+            "7 00:00:01.000001 [00007f680b555ad7] [  0] read(3</etc/passwd>, \"r\", 4096) = 1 <0.000012>\n\
+             7 00:00:01.000002 [00007f680b555ad8] [ 44] sendto(5<TCP:[1.2.3.4:5->6.7.8.9:10]>, \"x\", 9, 0, NULL, 0) = 9 <0.000003>\n\
+             7 00:00:01.000003 [????????????????] +++ exited with 0 +++\n",
+        );
+        let got: Vec<(CallKind, i32, u64)> =
+            t.calls.iter().map(|c| (c.call.kind, c.call.fd, c.call.size)).collect();
+        assert_eq!(got, vec![(CallKind::Read, 3, 4096), (CallKind::Sendto, 5, 9)]);
+        assert_eq!(t.skipped, 1);
+    }
+
+    #[test]
+    fn a_stack_trace_gives_the_call_site_outside_the_c_library() {
+        // strace -f -k: frames follow the completed line, innermost first.
+        let t = strace(
+            "9 read(3, \"a\", 10) = 1 <0.000002>\n\
+             \x20> /lib/libc.so.6(__read+0x12) [0x10012]\n\
+             \x20> /lib/libc.so.6(_IO_file_underflow+0x40) [0x8040]\n\
+             \x20> /usr/bin/prog() [0x1234]\n\
+             \x20> /usr/bin/prog() [0x5678]\n\
+             9 read(3, \"a\", 10) = 1 <0.000002>\n\
+             \x20> /lib/libc.so.6(__read+0x12) [0x10012]\n\
+             \x20> /usr/bin/prog() [0x2222]\n\
+             9 read(3, \"a\", 10 <unfinished ...>\n\
+             10 exit_group(0) = ?\n\
+             9 <... read resumed>) = 1 <0.000002>\n\
+             \x20> /lib/libc.so.6(__read+0x12) [0x10012]\n\
+             \x20> /usr/bin/prog() [0x1234]\n\
+             9 openat(AT_FDCWD, \"/x\", O_RDONLY) = 4 <0.000002>\n\
+             9 openat(AT_FDCWD, \"/x\", O_RDONLY) = 4 <0.000002>\n\
+             \x20> /lib/libc.so.6(open64+0x4) [0x4004]\n\
+             \x20> /usr/bin/prog() [0x1234]\n",
+        );
+        let sites: Vec<u64> = t.calls.iter().map(|c| c.call.site).collect();
+        assert_eq!(sites.len(), 5);
+        assert_eq!(sites[0], sites[2], "the same caller, the same site");
+        assert_ne!(sites[0], sites[1], "another caller, another site");
+        assert_ne!(sites[0], 0);
+        assert_eq!(sites[3], fnv64("\"/x\""), "no stack trace: the path stands in");
+        assert_eq!(sites[4], sites[0], "a stack trace: the caller, not the path");
+    }
+
+    #[test]
+    fn a_csv_header_names_the_columns_in_any_order() {
+        let t = parse(
+            Path::new("t.csv"),
+            "ts,run_ns,call,size,fd\n1,1500,read,4096,3\n2,80000,fsync,0,3\n",
+            Format::Auto,
+        )
+        .unwrap();
+        assert_eq!(t.format, Format::Csv);
+        assert_eq!(
+            t.calls[0],
+            TraceCall { call: CallDesc::new(CallKind::Read, 3, 4096, 0), run_ns: 1500, process: 0 }
+        );
+        let err = |text: &str| parse(Path::new("t.csv"), text, Format::Csv).unwrap_err().to_string();
+        assert!(err("call,fd,size\nread,3,1\n").contains("t.csv:1: the header names no `call` and `run_ns`"));
+        assert_eq!(
+            err("call,run_ns,fd\nread,5\n"),
+            "t.csv:2: expected 3 fields as the header names, found 2"
+        );
+        assert_eq!(
+            err("read,3,1,0,9\ncall,fd,size,site,run_ns\n"),
+            "t.csv:2: a header line after data lines"
         );
     }
 
