@@ -401,6 +401,7 @@ fn load(child_seen: bool) -> bool {
     let before = set_blocked_signals(!stub_state::GLIBC_SIGNALS);
     LOAD_CHILD_SEEN.store(child_seen, Relaxed);
     let stack = map_load_stack();
+    LOAD_STACK_MAPPED.store(stack != 0, Relaxed);
     if stack == 0 {
         load_on_this_stack();
     } else {
@@ -430,9 +431,11 @@ fn load(child_seen: bool) -> bool {
 
 /// What [`load`] passes to, and gets back from, [`load_on_this_stack`].
 static LOAD_CHILD_SEEN: AtomicBool = AtomicBool::new(false);
+static LOAD_STACK_MAPPED: AtomicBool = AtomicBool::new(false);
 static LOADED: AtomicBool = AtomicBool::new(false);
 
-/// The stack `dlopen` runs on, above a guard page.
+/// The stack `dlopen` runs on, above a guard page. The library's start-up runs on it too
+/// (`handover`'s flag bit 1), as on the stack of this size it would take otherwise.
 const LOAD_STACK_BYTES: usize = 256 * 1024;
 const LOAD_GUARD_BYTES: usize = 4096;
 
@@ -510,7 +513,8 @@ fn load_blocked(child_seen: bool) -> bool {
         unsafe { core::mem::transmute::<*mut c_void, extern "C" fn(u64, u32, i64, u64) -> bool>(handover) };
     let first = FIRST_CALL_NS.load(Relaxed);
     let (tid, blocked) = (FIRST_CALL_TID.load(Relaxed), FIRST_CALL_BLOCKED.load(Relaxed));
-    if !handover(if first == 0 { now_ns() } else { first }, u32::from(child_seen), tid, blocked) {
+    let flags = u32::from(child_seen) | u32::from(LOAD_STACK_MAPPED.load(Relaxed)) << 1;
+    if !handover(if first == 0 { now_ns() } else { first }, flags, tid, blocked) {
         return false;
     }
     for (slot, target) in SLOTS.iter().zip(targets) {

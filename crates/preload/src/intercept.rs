@@ -185,14 +185,14 @@ impl Drop for Inside<'_> {
 /// OFF), on a stack of its own, and says whether it is READY. A caller that finds it
 /// INITIALIZING (another thread, or a call made from inside `start` itself) gets false and runs
 /// its call locally, never waits.
-fn start_once(state: &AtomicU32, start: impl FnOnce() -> bool) -> bool {
+fn start_once(state: &AtomicU32, start: impl FnOnce() -> bool, stack: Stack) -> bool {
     match state.load(Acquire) {
         READY => true,
         UNINIT => {
             if state.compare_exchange(UNINIT, INITIALIZING, SeqCst, SeqCst).is_err() {
                 return false;
             }
-            let ok = on_a_stack_of_its_own(start);
+            let ok = stack.run(start);
             state.store(if ok { READY } else { OFF }, Release);
             ok
         }
@@ -203,7 +203,7 @@ fn start_once(state: &AtomicU32, start: impl FnOnce() -> bool) -> bool {
 /// Whether the library is configured and offload may happen; starts it up on first use.
 #[inline]
 fn ready() -> bool {
-    start_once(&STATE, start_up)
+    start_once(&STATE, start_up, Stack::Own)
 }
 
 fn env_bytes(name: &'static str) -> Option<Vec<u8>> {
@@ -303,7 +303,10 @@ fn start_up() -> bool {
 /// this library loaded from the start. `child_seen`: the stub saw a call start a process the
 /// fork handlers do not see (as [`before_unseen_child`] would have noted). Returns whether
 /// offload may happen.
-pub(crate) fn handover(first_call_ns: u64, child_seen: bool, first_thread: (i64, u64)) -> bool {
+/// `stack`: [`Stack::Callers`] when the stub calls on a stack of its own as big as
+/// [`on_a_stack_of_its_own`]'s, where the start-up and the default policy's build run in
+/// place (each stack of their own cost a map and an unmap, 20-100 µs of the load here).
+pub(crate) fn handover(first_call_ns: u64, child_seen: bool, first_thread: (i64, u64), stack: Stack) -> bool {
     FIRST_CALL_NS.store(first_call_ns, SeqCst);
     FIRST_CALL_TID.store(first_thread.0, SeqCst);
     FIRST_CALL_BLOCKED.store(first_thread.1, SeqCst);
@@ -313,7 +316,17 @@ pub(crate) fn handover(first_call_ns: u64, child_seen: bool, first_thread: (i64,
     // A library loaded by `dlopen` gets its thread-locals on a thread's first access to them,
     // from `malloc`: on the loading thread (not in a handler, see the stub) that is now.
     std::hint::black_box(THREAD.with(|thread| thread as *const Thread));
-    ready()
+    if !start_once(&STATE, start_up, stack) {
+        return false;
+    }
+    // The stub loads a process that outlived the first epoch, whose next call would build the
+    // default policy: built now, outside any handler (the stub saw to that), on this stack.
+    if sys::now_ns().saturating_sub(STARTED_NS.load(Relaxed)) >= decide::EPOCH_NS
+        && DEFERRED.compare_exchange(true, false, SeqCst, Relaxed).is_ok()
+    {
+        install_the_default_policy(stack);
+    }
+    true
 }
 
 /// Whether this call can go straight to libc, before the library looks at it at all: the
@@ -351,30 +364,34 @@ fn service_running(thread: &Thread) -> bool {
     if SERVICE.load(Acquire) == UNINIT && !outside_a_handler(thread) {
         return false;
     }
-    start_once(&SERVICE, || {
-        let Some(config) = CONFIG.get() else { return false };
-        // Here, where a call is about to move (the loader's lock is free: not in a handler),
-        // and only in a process that moves one.
-        if sys::sanitizer_loaded() {
-            SANITIZED.store(true, SeqCst);
-            return false;
-        }
-        caught::ask_the_kernel();
-        let mut cpus = [0; MAX_LANES];
-        cpus[..config.service_cpus.len()].copy_from_slice(&config.service_cpus);
-        // SAFETY: callers reach a lane only once `service_running` has returned true, which
-        // `start_once` says only after this closure returned, and runs it in one thread only.
-        // Its state goes back to UNINIT only in a child after `fork`, whose one thread is in
-        // `fork`, not in a lane.
-        unsafe {
-            service::start(&ServiceConfig {
-                cpus,
-                lanes: config.service_cpus.len(),
-                spin_ns: config.spin_ns,
-                test_stall_ns: config.test_stall_ns,
-            })
-        }
-    })
+    start_once(
+        &SERVICE,
+        || {
+            let Some(config) = CONFIG.get() else { return false };
+            // Here, where a call is about to move (the loader's lock is free: not in a handler),
+            // and only in a process that moves one.
+            if sys::sanitizer_loaded() {
+                SANITIZED.store(true, SeqCst);
+                return false;
+            }
+            caught::ask_the_kernel();
+            let mut cpus = [0; MAX_LANES];
+            cpus[..config.service_cpus.len()].copy_from_slice(&config.service_cpus);
+            // SAFETY: callers reach a lane only once `service_running` has returned true, which
+            // `start_once` says only after this closure returned, and runs it in one thread only.
+            // Its state goes back to UNINIT only in a child after `fork`, whose one thread is in
+            // `fork`, not in a lane.
+            unsafe {
+                service::start(&ServiceConfig {
+                    cpus,
+                    lanes: config.service_cpus.len(),
+                    spin_ns: config.spin_ns,
+                    test_stall_ns: config.test_stall_ns,
+                })
+            }
+        },
+        Stack::Own,
+    )
 }
 
 extern "C" fn before_fork() {
@@ -419,7 +436,7 @@ fn build_deferred_policy(thread: &Thread) {
     {
         return;
     }
-    install_the_default_policy();
+    install_the_default_policy(Stack::Own);
 }
 
 /// [`build_deferred_policy`]'s work, in a frame of its own: with it inlined, the 4 KiB frame
@@ -427,8 +444,8 @@ fn build_deferred_policy(thread: &Thread) {
 /// came this way, a signal handler's too. On an alternate signal stack of 7 KiB, where a
 /// handler's `write` runs plainly, that ran off its end into the heap below it.
 #[inline(never)]
-fn install_the_default_policy() {
-    let built = on_a_stack_of_its_own(|| {
+fn install_the_default_policy(stack: Stack) {
+    let built = stack.run(|| {
         let mut policy = Policy::parse(decide::DEFAULT_SPEC)?;
         if let Some(config) = CONFIG.get() {
             start_from_the_run(config, &mut policy);
@@ -453,6 +470,24 @@ fn start_from_the_run(config: &Config, policy: &mut Policy) {
         if let Some(learned) = policy.learned().and_then(|_| crate::learned::read(path)) {
             policy.start_from(&learned);
             INHERITED.store(true, SeqCst);
+        }
+    }
+}
+
+/// Where a step that needs some KiB of stack runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stack {
+    /// On a stack of its own ([`on_a_stack_of_its_own`]): the caller's may be small.
+    Own,
+    /// On the caller's, which is at least as big.
+    Callers,
+}
+
+impl Stack {
+    fn run<R>(self, f: impl FnOnce() -> R) -> R {
+        match self {
+            Stack::Own => on_a_stack_of_its_own(f),
+            Stack::Callers => in_place(f),
         }
     }
 }

@@ -780,7 +780,8 @@ pub extern "C" fn corehop_preload_next_after_stub(resolve: sys::NextAfterStub) {
 /// [`corehop_preload_next_after_stub`], before it routes any call here: starts the library up
 /// in the process that loaded it, with the default policy's first epoch counted from
 /// `first_call_ns` (the monotonic clock, ns). `flags` bit 0: the stub saw a call start a
-/// process the fork handlers do not see. `first_tid` and `first_blocked`: the thread that made
+/// process the fork handlers do not see; bit 1: it calls on a stack of its own of at least
+/// 256 KiB (the start-up then runs on it). `first_tid` and `first_blocked`: the thread that made
 /// the first call and the signals it blocked then (see
 /// `corehop_sys::stub_state::outside_a_handler`). Returns whether offload may happen.
 #[no_mangle]
@@ -790,7 +791,8 @@ pub extern "C" fn corehop_preload_handover(
     first_tid: i64,
     first_blocked: u64,
 ) -> bool {
-    crate::intercept::handover(first_call_ns, flags & 1 != 0, (first_tid, first_blocked))
+    let stack = if flags & 2 != 0 { crate::intercept::Stack::Callers } else { crate::intercept::Stack::Own };
+    crate::intercept::handover(first_call_ns, flags & 1 != 0, (first_tid, first_blocked), stack)
 }
 
 // ---- the end of a process that runs no `atexit` handlers --------------------------------
