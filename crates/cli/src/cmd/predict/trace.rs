@@ -398,12 +398,30 @@ fn seconds_to_ns(text: &str) -> Option<u64> {
     whole.checked_mul(1_000_000_000)?.checked_add(frac)
 }
 
-/// Top-level comma-separated arguments, respecting quotes, brackets and braces.
+/// Top-level comma-separated arguments, respecting quotes, brackets and braces, and the name
+/// `-y` prints after a descriptor (`3</a, b>`, `5<TCP:[1.2.3.4:5->6.7.8.9:10]>`).
 fn split_args(text: &str) -> Vec<String> {
     let mut args = vec![];
     let mut current = String::new();
     let (mut depth, mut quoted, mut escaped) = (0i32, false, false);
+    // Brackets open inside a descriptor's name, while in one.
+    let mut named: Option<i32> = None;
     for c in text.chars() {
+        if let Some(open) = named.as_mut() {
+            current.push(c);
+            match c {
+                '(' | '[' | '{' => *open += 1,
+                ')' | ']' | '}' => *open -= 1,
+                '>' if *open <= 0 => named = None,
+                _ => {}
+            }
+            continue;
+        }
+        if c == '<' && !current.trim().is_empty() && current.trim().bytes().all(|b| b.is_ascii_digit()) {
+            current.push(c);
+            named = Some(0);
+            continue;
+        }
         if quoted {
             current.push(c);
             match c {
@@ -528,6 +546,8 @@ mod tests {
             t.calls.iter().map(|c| (c.call.kind, c.call.fd, c.call.size)).collect();
         assert_eq!(got, vec![(CallKind::Read, 3, 4096), (CallKind::Sendto, 5, 9)]);
         assert_eq!(t.skipped, 1);
+        let named = strace("write(4</tmp/a, b>, \"x\", 7) = 7 <0.000003>\n");
+        assert_eq!((named.calls[0].call.fd, named.calls[0].call.size), (4, 7), "a comma in the name");
     }
 
     #[test]
