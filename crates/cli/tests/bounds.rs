@@ -71,6 +71,24 @@ fn simulated_task_counts_are_bounded() {
 }
 
 #[test]
+fn simulated_threads_and_objects_are_bounded() {
+    let o2 = Path::new(ROOT).join("scenarios/o2-16core.toml");
+    let o2 = o2.to_str().unwrap();
+    for threads in ["100000", "4000000000"] {
+        let set = format!("workload.threads_per_cpu={threads}");
+        assert_refused(&["sim", o2, "--set", &set], "workload.threads_per_cpu");
+    }
+    // One-byte directories: millions of objects at the sweep's larger sizes, refused before
+    // the smaller sizes run.
+    assert_refused(&["sim", o2, "--set", "workload.object_bytes=1"], "workload.total_kib");
+    let dir = tempfile::tempdir().unwrap();
+    let smt = dir.path().join("smt.toml");
+    let text = std::fs::read_to_string(Path::new(ROOT).join("scenarios/smt-modes.toml")).unwrap();
+    std::fs::write(&smt, text.replacen("threads = 4", "threads = 4000000000", 1)).unwrap();
+    assert_refused(&["sim", smt.to_str().unwrap()], "threads in all is too many");
+}
+
+#[test]
 fn benchmark_counts_are_bounded() {
     // Each of these sizes a buffer (latencies, round-trip times, a channel's queue, task
     // stacks) or a run; past its bound it is refused before anything is measured.

@@ -191,7 +191,7 @@ impl<E> Sim<E> {
 /// let machine = corehop_topology::presets::by_name("switch-cs").unwrap();
 /// let mut sim = Sim::new(SimMachine::new(machine, CostModel::for_preset("switch-cs")), 1);
 /// let stop = run(&mut Ticks { left: 3 }, &mut sim, Limits::default(), &mut |_| {});
-/// assert_eq!((stop, sim.now(), sim.stats.ops.len()), (Stop::Drained, ns_to_ps(30.0), 3));
+/// assert_eq!((stop, sim.now(), sim.stats.ops.count_until(sim.now())), (Stop::Drained, ns_to_ps(30.0), 3));
 /// ```
 pub trait Model {
     /// The model's event type (usually a small `Copy` enum).

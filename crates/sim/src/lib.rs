@@ -96,4 +96,4 @@ pub use parallel::{available_threads, map_points, run_points};
 pub use scenario::{
     Point, Problem, Scenario, ScenarioDoc, ScenarioError, Sweep, DEFAULT_MAX_EVENTS, MAX_EVENTS, MAX_POINTS,
 };
-pub use stats::{CoreLedger, Metric, ModelReport, Report, RunQueues, Stats, Summary};
+pub use stats::{CoreLedger, Metric, ModelReport, Ops, Report, RunQueues, Samples, Stats, Summary};

@@ -1,7 +1,8 @@
 //! What every model measures the same way: per-CPU busy/idle time, hops, queueing delay and
 //! completed operations, plus [`RunQueues`], the one-job-at-a-time CPU most models need.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
 use serde::Serialize;
 
@@ -188,6 +189,106 @@ impl HopStats {
     }
 }
 
+/// Durations kept for a [`Summary`], in bounded memory: count, sum and maximum exactly, and for
+/// the percentiles every sample up to [`Samples::KEPT`], then a uniform sample of that many
+/// (reservoir sampling with a fixed seed, so a run stays reproducible). A run of a billion
+/// operations would otherwise keep 16 GB of them.
+#[derive(Debug, Clone, Default)]
+pub struct Samples {
+    kept: Vec<Ps>,
+    count: u64,
+    sum: u128,
+    max: Ps,
+    /// The reservoir's random state (xorshift64*), seeded at the first sample past the bound.
+    rng: u64,
+}
+
+impl Samples {
+    /// Samples kept for the percentiles: 32 MiB each. Past it a percentile's rank is off by
+    /// about 1/sqrt(KEPT) of the count (0.05 %).
+    pub const KEPT: usize = 1 << 22;
+
+    /// Adds one duration.
+    pub fn push(&mut self, sample: Ps) {
+        self.count += 1;
+        self.sum += u128::from(sample);
+        self.max = self.max.max(sample);
+        if self.kept.len() < Self::KEPT {
+            self.kept.push(sample);
+            return;
+        }
+        // Algorithm R: the n-th sample replaces a kept one with chance KEPT / n.
+        if self.rng == 0 {
+            self.rng = 0x9e37_79b9_7f4a_7c15;
+        }
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        let draw = self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) % self.count;
+        if let Some(slot) = usize::try_from(draw).ok().and_then(|i| self.kept.get_mut(i)) {
+            *slot = sample;
+        }
+    }
+
+    /// How many durations were added.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Whether none was added.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The durations kept for the percentiles (all of them, up to [`Samples::KEPT`]).
+    pub fn kept(&self) -> &[Ps] {
+        &self.kept
+    }
+
+    /// Their summary; `None` when empty.
+    pub fn summary(&self) -> Option<Summary> {
+        let mut kept = Summary::of(&self.kept)?;
+        kept.count = self.count;
+        kept.mean_ns = self.sum as f64 / self.count as f64 / 1e3;
+        kept.max_ns = ps_to_ns(self.max);
+        Some(kept)
+    }
+}
+
+/// Operation latencies: [`Samples`] of the operations complete so far, and those recorded
+/// ahead of their completion, which count once the clock reaches it.
+#[derive(Debug, Clone, Default)]
+pub struct Ops {
+    done: Samples,
+    /// (completion time, latency), the soonest first.
+    ahead: BinaryHeap<Reverse<(Ps, Ps)>>,
+}
+
+impl Ops {
+    /// Counts every operation recorded ahead that completes by `now`.
+    fn complete_until(&mut self, now: Ps) {
+        while let Some(&Reverse((at, latency))) = self.ahead.peek() {
+            if at > now {
+                break;
+            }
+            self.ahead.pop();
+            self.done.push(latency);
+        }
+    }
+
+    /// Operations complete by `now` (recorded ahead or not).
+    pub fn count_until(&self, now: Ps) -> u64 {
+        self.done.count() + self.ahead.iter().filter(|Reverse((at, _))| *at <= now).count() as u64
+    }
+
+    /// The latencies of the operations complete by `now`.
+    pub fn until(&self, now: Ps) -> Samples {
+        let mut ops = self.clone();
+        ops.complete_until(now);
+        ops.done
+    }
+}
+
 /// Everything the engine measures for every model.
 #[derive(Debug, Clone)]
 pub struct Stats {
@@ -196,11 +297,11 @@ pub struct Stats {
     /// Every hop recorded with [`Stats::record_hop`].
     pub hops: HopStats,
     /// Time each job waited in a run queue before it started (0 when it started at once).
-    pub queue_delays: Vec<Ps>,
-    /// (completion time, latency) of each operation (what an operation is, the model says).
-    /// A model may record an operation ahead of time, when it already knows when it will
-    /// complete; the report counts only those complete by the end of the run.
-    pub ops: Vec<(Ps, Ps)>,
+    pub queue_delays: Samples,
+    /// The latency of each operation (what an operation is, the model says). A model may
+    /// record an operation ahead of time, when it already knows when it will complete; the
+    /// report counts only those complete by the end of the run.
+    pub ops: Ops,
     /// The engine's clock, kept here so that recording needs no time argument.
     pub(crate) now: Ps,
 }
@@ -210,8 +311,8 @@ impl Stats {
         Stats {
             cores: CoreLedger::new(cpus),
             hops: HopStats::default(),
-            queue_delays: Vec::new(),
-            ops: Vec::new(),
+            queue_delays: Samples::default(),
+            ops: Ops::default(),
             now: 0,
         }
     }
@@ -225,13 +326,19 @@ impl Stats {
     /// Records one operation that completed now (at the time of the event being handled)
     /// after taking `latency`.
     pub fn record_op(&mut self, latency: Ps) {
-        self.ops.push((self.now, latency));
+        self.ops.complete_until(self.now);
+        self.ops.done.push(latency);
     }
 
     /// Records one operation that will complete at `completed_at` (now or later) after taking
     /// `latency`; it counts only if the run gets that far.
     pub fn record_op_at(&mut self, completed_at: Ps, latency: Ps) {
-        self.ops.push((completed_at.max(self.now), latency));
+        self.ops.complete_until(self.now);
+        if completed_at <= self.now {
+            self.ops.done.push(latency);
+        } else {
+            self.ops.ahead.push(Reverse((completed_at, latency)));
+        }
     }
 
     pub(crate) fn close(&mut self, end: Ps) {
@@ -383,9 +490,8 @@ impl Report {
                 }
             })
             .collect();
-        let latencies: Vec<Ps> =
-            sim.stats.ops.iter().filter(|&&(at, _)| at <= elapsed).map(|&(_, latency)| latency).collect();
-        let ops = latencies.len() as u64;
+        let latencies = sim.stats.ops.until(elapsed);
+        let ops = latencies.count();
         let hops = sim.stats.hops.count();
         Report {
             scenario: scenario.to_string(),
@@ -397,8 +503,8 @@ impl Report {
             events: sim.events_delivered(),
             ops,
             throughput_per_s: if elapsed == 0 { 0.0 } else { ops as f64 / (elapsed as f64 * 1e-12) },
-            op_latency: Summary::of(&latencies),
-            queue_delay: Summary::of(&sim.stats.queue_delays),
+            op_latency: latencies.summary(),
+            queue_delay: sim.stats.queue_delays.summary(),
             hops,
             hop_cost_ns: (hops > 0).then(|| ps_to_ns(sim.stats.hops.total_cost) / hops as f64),
             cpus,
@@ -519,6 +625,38 @@ mod tests {
         assert_eq!(q.finish(0, &mut sim), Some('c'));
         assert_eq!(q.finish(0, &mut sim), None);
         assert!(!q.is_running(0));
-        assert_eq!(sim.stats.queue_delays, vec![0, 0, 0]);
+        assert_eq!(sim.stats.queue_delays.kept(), [0, 0, 0]);
+    }
+
+    #[test]
+    fn samples_keep_count_mean_and_max_exact_past_their_bound() {
+        let mut samples = Samples::default();
+        let n = 2 * Samples::KEPT as u64;
+        for i in 1..=n {
+            samples.push(i * 1000);
+        }
+        assert_eq!(samples.kept().len(), Samples::KEPT);
+        let s = samples.summary().unwrap();
+        assert_eq!((s.count, s.max_ns), (n, n as f64));
+        assert!((s.mean_ns - (n + 1) as f64 / 2.0).abs() < 1e-6, "{}", s.mean_ns);
+        // The kept ones are a uniform sample of all: about half from the second half, and the
+        // median near the middle.
+        let late = samples.kept().iter().filter(|&&x| x > n / 2 * 1000).count() as f64;
+        assert!((late / Samples::KEPT as f64 - 0.5).abs() < 0.01, "{late}");
+        assert!((s.p50_ns / (n as f64 / 2.0) - 1.0).abs() < 0.01, "{}", s.p50_ns);
+    }
+
+    #[test]
+    fn an_operation_recorded_ahead_counts_once_its_time_comes() {
+        let mut stats = Stats::new(1);
+        stats.now = 10;
+        stats.record_op_at(30, 25);
+        stats.record_op(5);
+        stats.record_op_at(8, 3);
+        assert_eq!((stats.ops.count_until(10), stats.ops.count_until(30)), (2, 3));
+        stats.now = 40;
+        stats.record_op(7);
+        let all = stats.ops.until(40);
+        assert_eq!((all.count(), all.summary().unwrap().max_ns), (4, 0.025));
     }
 }

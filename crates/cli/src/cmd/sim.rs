@@ -162,8 +162,11 @@ fn listing() -> String {
 
 /// Runs every point on `jobs` threads (0: every allowed CPU), with a progress bar when
 /// `show_progress` and there is more than one point. Results in point order; the first
-/// failing point (in point order) is the error.
+/// failing point (in point order) is the error. Every point is checked before any runs.
 fn run_points(points: &[Point], jobs: usize, show_progress: bool) -> anyhow::Result<Vec<(Point, Report)>> {
+    for point in points {
+        corehop_sim::models::check_scenario(&point.scenario)?;
+    }
     let bar = if show_progress && points.len() > 1 {
         report::progress(points.len() as u64, "sim")
     } else {

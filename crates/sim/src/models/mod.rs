@@ -12,6 +12,15 @@ use crate::engine::{run, Model, Ps, Sim};
 use crate::scenario::{Problem, Scenario, ScenarioError};
 use crate::stats::Report;
 
+/// The most tasks or threads a scenario may ask for, all together: each is a few hundred bytes
+/// of state, allocated up front, so a typo (`tasks = 1e8`) is an error instead of an
+/// allocation failure.
+pub const MAX_TASKS: usize = 1_000_000;
+
+/// The most objects (directories) a scenario may ask for: each is some hundred bytes of the
+/// model's and the placer's state.
+pub const MAX_OBJECTS: usize = 1 << 21;
+
 /// Builds a model from a scenario and runs it; the callback gets the simulated time now and then.
 pub type RunModel = fn(&Scenario, &mut dyn FnMut(Ps)) -> Result<Report, ScenarioError>;
 
@@ -23,13 +32,15 @@ pub struct ModelEntry {
     pub about: &'static str,
     /// Builds the model from the scenario (validating its `[workload]`) and runs it.
     pub run: RunModel,
+    /// Checks the scenario's `[workload]` as `run` would, without running it.
+    pub check: fn(&Scenario) -> Result<(), ScenarioError>,
 }
 
 impl ModelEntry {
     /// The entry of model `M` under `kind`: its `run` builds `M` from the scenario and
     /// simulates it.
     pub const fn of<M: FromScenario>(kind: &'static str, about: &'static str) -> ModelEntry {
-        ModelEntry { kind, about, run: build_and_simulate::<M> }
+        ModelEntry { kind, about, run: build_and_simulate::<M>, check: M::check }
     }
 }
 
@@ -37,6 +48,12 @@ impl ModelEntry {
 pub trait FromScenario: Model + Sized {
     /// Builds the model from a scenario, checking its `[workload]`.
     fn from_scenario(scenario: &Scenario) -> Result<Self, ScenarioError>;
+
+    /// Checks the scenario as [`FromScenario::from_scenario`] does; by default, by building
+    /// the model and dropping it (a model whose build is heavy checks without it).
+    fn check(scenario: &Scenario) -> Result<(), ScenarioError> {
+        Self::from_scenario(scenario).map(drop)
+    }
 }
 
 fn build_and_simulate<M: FromScenario>(
@@ -82,7 +99,17 @@ pub fn find(kind: &str) -> Option<&'static ModelEntry> {
 /// # Ok::<(), corehop_sim::ScenarioError>(())
 /// ```
 pub fn run_scenario(scenario: &Scenario, progress: &mut dyn FnMut(Ps)) -> Result<Report, ScenarioError> {
-    let entry = find(&scenario.kind).ok_or_else(|| {
+    (entry_of(scenario)?.run)(scenario, progress)
+}
+
+/// Checks `scenario` as [`run_scenario`] would before it runs anything: a sweep checks every
+/// point first, so that its last point's mistake does not wait for the others to run.
+pub fn check_scenario(scenario: &Scenario) -> Result<(), ScenarioError> {
+    (entry_of(scenario)?.check)(scenario)
+}
+
+fn entry_of(scenario: &Scenario) -> Result<&'static ModelEntry, ScenarioError> {
+    find(&scenario.kind).ok_or_else(|| {
         scenario.error(
             "workload.kind",
             Problem::UnknownKind {
@@ -90,8 +117,7 @@ pub fn run_scenario(scenario: &Scenario, progress: &mut dyn FnMut(Ps)) -> Result
                 known: MODELS.iter().map(|m| m.kind).collect(),
             },
         )
-    })?;
-    (entry.run)(scenario, progress)
+    })
 }
 
 /// Runs an already built `model` on the scenario's machine, seed and limits; returns the

@@ -432,8 +432,18 @@ pub struct Objects {
     periods_following: u64,
 }
 
-impl FromScenario for Objects {
-    fn from_scenario(s: &Scenario) -> Result<Objects, ScenarioError> {
+/// A checked `[workload]`: the settings, how many objects, and the placer for this machine
+/// (no object registered yet).
+struct Checked {
+    cfg: ObjectsConfig,
+    objects: u32,
+    cpus: Vec<CpuId>,
+    placer: Placer,
+}
+
+impl Objects {
+    /// Checks the scenario's settings and bounds, allocating nothing per object or thread.
+    fn checked(s: &Scenario) -> Result<Checked, ScenarioError> {
         let cfg: ObjectsConfig = s.workload()?;
         let positive = |key: &str, v: f64| {
             if !v.is_finite() || v < 0.0 {
@@ -460,23 +470,50 @@ impl FromScenario for Objects {
             return Err(s.error("workload.warmup_us", Problem::Negative(cfg.warmup_us.to_string())));
         }
         let objects = ((cfg.total_kib * 1024.0) / cfg.object_bytes as f64).round().max(1.0);
-        if objects > f64::from(u32::MAX / 2) {
+        if objects > super::MAX_OBJECTS as f64 {
             return Err(s.error(
                 "workload.total_kib",
-                Problem::Invalid(format!("{objects} directories is too many")),
+                Problem::Invalid(format!(
+                    "{objects} directories of {} bytes is too many: at most {}",
+                    cfg.object_bytes,
+                    super::MAX_OBJECTS
+                )),
             ));
         }
         let objects = objects as u32;
         let machine = s.machine.topology();
         let cpus: Vec<CpuId> = machine.cpus().iter().map(|c| c.id).collect();
         let n = cpus.len();
+        if n.saturating_mul(cfg.threads_per_cpu as usize) > super::MAX_TASKS {
+            return Err(s.error(
+                "workload.threads_per_cpu",
+                Problem::Invalid(format!(
+                    "{} threads on each of {n} CPUs is too many: at most {} in all",
+                    cfg.threads_per_cpu,
+                    super::MAX_TASKS
+                )),
+            ));
+        }
         let mut placer_cfg = cfg.placer.clone();
         // The placer starts from this machine's hop cost (there and back, CPU time), as the
         // runtime starts from its own.
         let probe = s.machine.hop(cfg.mechanism, 0, n.saturating_sub(1), false);
         placer_cfg.hop_ns_hint = 2.0 * ps_to_ns(probe.src + probe.dst);
-        let mut placer = Placer::for_machine(machine, &cpus, placer_cfg)
+        let placer = Placer::for_machine(machine, &cpus, placer_cfg)
             .map_err(|e| s.error("workload.placer", Problem::Invalid(e.to_string())))?;
+        Ok(Checked { cfg, objects, cpus, placer })
+    }
+}
+
+impl FromScenario for Objects {
+    fn check(s: &Scenario) -> Result<(), ScenarioError> {
+        Objects::checked(s).map(drop)
+    }
+
+    fn from_scenario(s: &Scenario) -> Result<Objects, ScenarioError> {
+        let Checked { cfg, objects, cpus, mut placer } = Objects::checked(s)?;
+        let machine = s.machine.topology();
+        let n = cpus.len();
         for _ in 0..objects {
             placer.register(ObjectHints { bytes: cfg.object_bytes, ..ObjectHints::default() });
         }

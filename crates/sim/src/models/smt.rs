@@ -426,6 +426,13 @@ impl FromScenario for SmtModel {
             }
             scenario.check_distribution(&format!("workload.apps[{i}].iteration_ns"), &app.iteration_ns)?;
         }
+        let threads: u64 = cfg.apps.iter().map(|a| u64::from(a.threads)).sum();
+        if threads > super::MAX_TASKS as u64 {
+            return Err(invalid(
+                "workload.apps",
+                format!("{threads} threads in all is too many: at most {}", super::MAX_TASKS),
+            ));
+        }
 
         let layout = SmtLayout::from_machine(scenario.machine.topology());
         let group = match cfg.mode {

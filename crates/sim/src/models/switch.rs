@@ -99,9 +99,7 @@ impl HopChoice {
     }
 }
 
-/// The most tasks a scenario may ask for: each is a few hundred bytes of state, allocated up
-/// front, so a typo (`tasks = 1e8`) is an error instead of an allocation failure.
-pub const MAX_TASKS: usize = 1_000_000;
+use super::MAX_TASKS;
 
 /// Which service CPU a hop goes to (the paper's WC / AF / PA settings, §9.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
