@@ -90,7 +90,8 @@ struct Dir {
 pub struct Args {
     /// Total directory sizes to measure, comma-separated ("256K,1M,1.5M,4M"). Default: from a
     /// quarter of one CPU's private cache to twice all on-chip cache, doubling, plus 1.5× one
-    /// and 1.5× all private caches (where O²'s gain should appear).
+    /// and 1.5× all private caches (where O²'s gain should appear). Each at most 4G and half
+    /// the memory available.
     #[arg(long, value_delimiter = ',')]
     sizes: Vec<String>,
     /// Which popularity patterns to run.
@@ -667,6 +668,17 @@ impl Bench {
     }
 }
 
+/// The largest total directory size a run measures.
+const MAX_SIZE: u64 = 4 << 30;
+
+/// `MemAvailable` of /proc/meminfo, in bytes, if it can be read.
+fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
 /// Cache sizes of the CPUs of a run, in bytes.
 #[derive(Clone, Copy)]
 struct CacheSizes {
@@ -733,6 +745,18 @@ fn setup(args: &Args) -> anyhow::Result<(Bench, Vec<u64>, CacheSizes)> {
     };
     if let Some(&bad) = sizes.iter().find(|&&s| s < DIR_BYTES) {
         anyhow::bail!("--sizes: {bad} bytes is less than one directory ({DIR_BYTES} bytes)");
+    }
+    // The directories are allocated whole: a size past the memory at hand is refused before
+    // anything is, rather than ending in a failed allocation or the kernel's OOM killer.
+    let limit = available_memory().map_or(MAX_SIZE, |bytes| (bytes / 2).min(MAX_SIZE)) >> 20 << 20;
+    if let Some(&big) = sizes.iter().find(|&&s| s > limit) {
+        anyhow::bail!(
+            "--sizes: {} is more than this run may allocate, {} (at most {}, and half the memory \
+             available now)",
+            format_size(big),
+            format_size(limit),
+            format_size(MAX_SIZE)
+        );
     }
     let (ms, reps) = if args.output.quick { (40, 1) } else { (args.ms, args.reps) };
     let bench = Bench {

@@ -92,12 +92,13 @@ fn simulated_threads_and_objects_are_bounded() {
 fn benchmark_counts_are_bounded() {
     // Each of these sizes a buffer (latencies, round-trip times, a channel's queue, task
     // stacks) or a run; past its bound it is refused before anything is measured.
-    let cases: [(&[&str], &str); 9] = [
+    let cases: [(&[&str], &str); 10] = [
         (&["bench", "offload", "--txns", "99999999999"], "--txns must be between 1 and 10000000"),
         (&["bench", "offload", "--requests", "99999999999"], "--requests must be between 1"),
         (&["bench", "offload", "--reps", "100000000"], "--reps must be between 1 and 10000"),
         (&["bench", "o2", "--tasks-per-cpu", "100000000"], "--tasks-per-cpu must be between 1 and 256"),
         (&["bench", "o2", "--ms", "99999999999"], "--ms must be between 1 and 600000"),
+        (&["bench", "o2", "--sizes", "100G"], "--sizes: 100G is more than this run may allocate"),
         (&["bench", "switch", "--iters", "99999999999999"], "--iters must be between 1"),
         (&["bench", "pipeline", "--capacity", "99999999999"], "--capacity must be between 1 and 1048576"),
         (&["bench", "pipeline", "--duration-ms", "0"], "--duration-ms must be between 1"),
