@@ -33,6 +33,9 @@ use stack::{App, Desc, Driver, Ip, Ring, Tcp, PAYLOAD};
 
 const COMPONENTS: [&str; 4] = ["driver", "ip", "tcp", "app"];
 
+/// The slowest emulated speed `--speeds` takes: slower, a stage moves no frame in a run.
+const MIN_SPEED: f64 = 0.001;
+
 /// A driver → IP → TCP (payload copy) → application pipeline under placements and speeds.
 ///
 /// --quick runs 1 repetition of at most 100 ms per configuration and 1 head-to-head pair.
@@ -65,7 +68,7 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', default_values = ["one-core", "split", "dedicated", "smt"])]
     pub placements: Vec<String>,
     /// Emulated speeds to run every used CPU at (comma-separated fractions of full speed, in
-    /// (0, 1]); duty-cycle throttling, as the paper emulated slow cores.
+    /// [0.001, 1]); duty-cycle throttling, as the paper emulated slow cores.
     #[arg(long, value_delimiter = ',', default_values_t = [1.0, 0.5, 0.25])]
     pub speeds: Vec<f64>,
     /// Idle modes to compare (comma-separated): poll-then-park (adaptive spin budget, then
@@ -418,8 +421,8 @@ fn bench(args: &Args) -> anyhow::Result<Report> {
     report::check_range("--duration-ms", args.duration_ms, 1..=report::MAX_RUN_MS)?;
     report::check_range("--capacity", args.capacity, 1..=MAX_CHANNEL_CAPACITY)?;
     anyhow::ensure!(!args.speeds.is_empty(), "--speeds needs at least one speed");
-    if let Some(&bad) = args.speeds.iter().find(|s| !(**s > 0.0 && **s <= 1.0)) {
-        anyhow::bail!("speed {bad} in --speeds is outside (0, 1]");
+    if let Some(&bad) = args.speeds.iter().find(|s| !(**s >= MIN_SPEED && **s <= 1.0)) {
+        anyhow::bail!("speed {bad} in --speeds is outside [{MIN_SPEED}, 1]");
     }
     if let Some(rate) = args.rate {
         anyhow::ensure!(rate > 0.0 && rate.is_finite(), "--rate must be a positive number of frames/s");

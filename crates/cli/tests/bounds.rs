@@ -92,7 +92,7 @@ fn simulated_threads_and_objects_are_bounded() {
 fn benchmark_counts_are_bounded() {
     // Each of these sizes a buffer (latencies, round-trip times, a channel's queue, task
     // stacks) or a run; past its bound it is refused before anything is measured.
-    let cases: [(&[&str], &str); 10] = [
+    let cases: [(&[&str], &str); 11] = [
         (&["bench", "offload", "--txns", "99999999999"], "--txns must be between 1 and 10000000"),
         (&["bench", "offload", "--requests", "99999999999"], "--requests must be between 1"),
         (&["bench", "offload", "--reps", "100000000"], "--reps must be between 1 and 10000"),
@@ -102,6 +102,7 @@ fn benchmark_counts_are_bounded() {
         (&["bench", "switch", "--iters", "99999999999999"], "--iters must be between 1"),
         (&["bench", "pipeline", "--capacity", "99999999999"], "--capacity must be between 1 and 1048576"),
         (&["bench", "pipeline", "--duration-ms", "0"], "--duration-ms must be between 1"),
+        (&["bench", "pipeline", "--speeds", "1e-300"], "outside [0.001, 1]"),
         (&["bench", "delegate", "--reps", "0"], "--reps must be between 1 and 10000"),
     ];
     for (args, expected) in cases {

@@ -230,6 +230,25 @@ fn tiny_channels_lose_no_wake_up_parked_or_polling() {
 }
 
 #[test]
+fn a_cpu_emulated_very_slow_still_takes_a_new_speed_and_a_stop() {
+    // At a billionth of full speed the stall after a batch of a few µs lasts hours: the new
+    // speed, and then the stop, must end it.
+    let cpus = cpus_here();
+    let c = chain(1, 5_000, 16, Idle::Park, &cpus, Crashes::default()).unwrap();
+    c.pipeline.set_speed(cpus[0], 1e-9).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    c.pipeline.set_speed(cpus[0], 1.0).unwrap();
+    wait_for(&c.got, 5_000);
+    assert_eq!(*c.got.lock().unwrap(), (0..5_000).collect::<Vec<_>>());
+    let slow = chain(1, u64::MAX, 16, Idle::Park, &cpus, Crashes::default()).unwrap();
+    slow.pipeline.set_speed(cpus[0], 1e-9).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let sample = slow.pipeline.stop();
+    assert!(sample.components[0].produced > 0, "the source ran a batch before its stall");
+    c.pipeline.stop();
+}
+
+#[test]
 fn all_on_one_cpu_polling_components_do_not_starve_each_other() {
     let c = chain(2, 10_000, 8, Idle::Poll, &[CpuId(0)], Crashes::default()).unwrap();
     wait_for(&c.got, 10_000);

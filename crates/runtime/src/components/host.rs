@@ -92,9 +92,18 @@ pub(crate) fn stall_ns(work_ns: u64, speed: f64) -> u64 {
     (work_ns as f64 * (1.0 / speed - 1.0)).round() as u64
 }
 
-fn spin_until(deadline_ns: u64) {
-    while sys::now_ns() < deadline_ns {
-        sys::cpu_relax();
+/// Spins until `deadline_ns`, until control mail comes or until the host's speed changes
+/// from `speed_bits`, and returns when it stopped: at a very low speed the stall after a batch
+/// lasts seconds, and a stop or a new speed must not wait for it.
+fn stall_until(deadline_ns: u64, inbox: &Inbox, speed: &AtomicU64, speed_bits: u64) -> u64 {
+    loop {
+        for _ in 0..64 {
+            sys::cpu_relax();
+        }
+        let now = sys::now_ns();
+        if now >= deadline_ns || inbox.has_mail() || speed.load(Ordering::Relaxed) != speed_bits {
+            return now;
+        }
     }
 }
 
@@ -126,7 +135,8 @@ pub(crate) fn run(
         if inbox.has_mail() && !handle_controls(&cfg, &shared, &mut inbox, &mut slots) {
             return;
         }
-        let speed = f64::from_bits(me.speed_bits.load(Ordering::Relaxed));
+        let speed_bits = me.speed_bits.load(Ordering::Relaxed);
+        let speed = f64::from_bits(speed_bits);
         if speed != waker_speed {
             waker_speed = speed;
             set_waker_speed(speed);
@@ -138,8 +148,11 @@ pub(crate) fn run(
             if n > 0 {
                 let t1 = sys::now_ns();
                 let work = t1.saturating_sub(t0);
-                let stall = stall_ns(work, speed);
-                spin_until(t1 + stall);
+                let stall = match stall_ns(work, speed) {
+                    0 => 0,
+                    stall => stall_until(t1.saturating_add(stall), &inbox, &me.speed_bits, speed_bits)
+                        .saturating_sub(t1),
+                };
                 slot.add_busy(work + stall);
                 me.stats.busy_ns.fetch_add(work + stall, Ordering::Relaxed);
                 did += n;
