@@ -64,8 +64,8 @@ int ct_where(const void *obj);
  * replicated. Any pointer may be NULL. */
 int corehop_census(size_t *local, size_t *core, size_t *domain, size_t *replicated);
 
-/* Why the last failing call on this thread failed (a static or thread-local string; never
- * NULL). */
+/* Why the last failing call on this thread failed (never NULL). The string stays valid
+ * while the thread lives and until sixteen more calls on it have failed. */
 const char *corehop_last_error(void);
 
 #ifdef __cplusplus

@@ -11,6 +11,7 @@
 //! a per-thread message from `corehop_last_error`.
 #![warn(missing_docs)]
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::sync::{Arc, RwLock};
 
@@ -64,12 +65,24 @@ impl Drop for Open {
 
 thread_local! {
     static OPEN: RefCell<Option<Open>> = const { RefCell::new(None) };
-    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::new("no error").expect("no NUL"));
+    /// This thread's last [`KEPT_ERRORS`] messages, the newest last.
+    static LAST_ERRORS: RefCell<VecDeque<CString>> = const { RefCell::new(VecDeque::new()) };
 }
+
+/// How many failures on a thread a message outlives: `corehop_last_error()` read as an
+/// argument beside the failing call (`printf("%d %s", ct_start(o), corehop_last_error())`,
+/// whose order C leaves open) must not point at a message already freed.
+const KEPT_ERRORS: usize = 16;
 
 fn fail(message: impl std::fmt::Display) -> c_int {
     let text = CString::new(message.to_string().replace('\0', " ")).expect("NULs were replaced");
-    LAST_ERROR.with(|e| *e.borrow_mut() = text);
+    LAST_ERRORS.with(|e| {
+        let mut kept = e.borrow_mut();
+        if kept.len() == KEPT_ERRORS {
+            kept.pop_front();
+        }
+        kept.push_back(text);
+    });
     -1
 }
 
@@ -214,7 +227,7 @@ pub unsafe extern "C" fn corehop_census(
 /// Why the last failing call on this thread failed.
 #[no_mangle]
 pub extern "C" fn corehop_last_error() -> *const c_char {
-    // The CString lives in this thread's LAST_ERROR until the next failure on this thread,
-    // which the header documents.
-    LAST_ERROR.with(|e| e.borrow().as_ptr())
+    // The CString lives in this thread's LAST_ERRORS for KEPT_ERRORS more failures on this
+    // thread, as the header documents; "no error" is static.
+    LAST_ERRORS.with(|e| e.borrow().back().map_or(c"no error".as_ptr(), |m| m.as_ptr()))
 }

@@ -5,8 +5,8 @@ use std::ptr;
 use corehop::*;
 
 fn last_error() -> String {
-    // SAFETY: corehop_last_error never returns NULL and its string lives until the next failure
-    // on this thread.
+    // SAFETY: corehop_last_error never returns NULL, and its string lives for sixteen more
+    // failures on this thread.
     unsafe { CStr::from_ptr(corehop_last_error()) }.to_string_lossy().into_owned()
 }
 
@@ -59,4 +59,22 @@ fn lifecycle_and_misuse() {
     assert_eq!(corehop_init(), 0);
     assert_eq!(ct_where(obj), -2);
     assert_eq!(corehop_shutdown(), 0);
+}
+
+#[test]
+fn an_error_message_outlives_the_failures_after_it() {
+    // C leaves open whether `corehop_last_error()` is read before or after the failing call
+    // beside it in one argument list: an earlier message must still be readable.
+    std::thread::spawn(|| {
+        assert_eq!(ct_end(), -1);
+        let first = corehop_last_error();
+        for _ in 0..15 {
+            assert_eq!(ct_end(), -1);
+        }
+        // SAFETY: fifteen failures later the first message is still kept.
+        let text = unsafe { CStr::from_ptr(first) }.to_string_lossy().into_owned();
+        assert!(text.contains("no operation open"), "{text}");
+    })
+    .join()
+    .unwrap();
 }
