@@ -38,3 +38,11 @@ fn the_tour_sets_the_timed_predictor_beside_the_papers_form_and_the_constant_rul
     assert!(timed.iter().zip(&constant).all(|(t, c)| t >= c), "{stdout}");
     assert!(stdout.contains("1 of 1 parts ok"), "{stdout}");
 }
+
+#[test]
+fn a_part_the_tour_does_not_have_is_an_error() {
+    let out = common::corehop(&["tour", "--only", "nope"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("names no part of the tour; its parts: machine, switch"), "{stderr}");
+}

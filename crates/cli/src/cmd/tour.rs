@@ -35,6 +35,14 @@ fn predict_part() -> anyhow::Result<()> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if let Some(only) = &args.only {
+        let names: Vec<&str> = PARTS.iter().map(|p| p.0).collect();
+        anyhow::ensure!(
+            names.iter().any(|name| name.contains(only.as_str())),
+            "--only {only:?} names no part of the tour; its parts: {}",
+            names.join(", ")
+        );
+    }
     let started = Instant::now();
     let mut outcomes = Vec::new();
     for &(name, what, part) in PARTS {
