@@ -985,7 +985,8 @@ fn the_library_the_stub_loads_moves_calls_and_results_stay_the_same() {
 #[test]
 fn the_run_suite_compares_real_programs_and_their_outputs() {
     let out = corehop()
-        .args(["bench", "run-suite", "--programs", "cp-r,find-grep,sqlite3", "--reps", "2", "--json"])
+        // A program named twice runs once.
+        .args(["bench", "run-suite", "--programs", "cp-r,find-grep,sqlite3,cp-r", "--reps", "2", "--json"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));

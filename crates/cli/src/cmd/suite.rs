@@ -325,6 +325,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut chosen = Vec::new();
     for name in &args.programs {
         match PROGRAMS.iter().find(|p| p.name == name.trim()) {
+            // A program named twice runs once.
+            Some(p) if chosen.iter().any(|c: &&Program| c.name == p.name) => {}
             Some(p) => chosen.push(p),
             None => bail!(
                 "unknown program {:?} in --programs (expected some of: {})",
