@@ -523,7 +523,14 @@ fn collect(args: &Args) -> anyhow::Result<Output> {
             choices.push(choice);
         }
     }
-    let workloads = args.workloads.iter().map(|w| Workload::parse(w)).collect::<anyhow::Result<Vec<_>>>()?;
+    let mut workloads = Vec::new();
+    for name in &args.workloads {
+        let workload = Workload::parse(name)?;
+        // A workload named twice runs once, as a policy named twice does.
+        if !workloads.contains(&workload) {
+            workloads.push(workload);
+        }
+    }
     anyhow::ensure!(!workloads.is_empty(), "--workloads is empty");
 
     let allowed: Vec<usize> = sys::affinity()?.into_iter().map(|cpu| cpu.0).collect();

@@ -158,13 +158,24 @@ fn bad_flags_are_clear_errors() {
 /// the same calls, or a skip line naming why io_uring is missing. Shapes only, never speed.
 #[test]
 fn handoff_rows_put_the_service_core_next_to_io_uring_or_say_why_not() {
-    let quick =
-        ["bench", "offload", "--quick", "--workloads", "files", "--policies", "never", "--requests", "10"];
+    // A workload named twice runs once.
+    let quick = [
+        "bench",
+        "offload",
+        "--quick",
+        "--workloads",
+        "files,files",
+        "--policies",
+        "never",
+        "--requests",
+        "10",
+    ];
     let mut json = quick.to_vec();
     json.push("--json");
     let out = corehop(&json);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["results"].as_array().unwrap().len(), 1, "{v}");
     let handoff = &v["handoff"];
     let rows = handoff["rows"].as_array().unwrap();
     let skipped: Vec<&str> =
