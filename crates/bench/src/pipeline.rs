@@ -427,8 +427,27 @@ fn bench(args: &Args) -> anyhow::Result<Report> {
     if let Some(rate) = args.rate {
         anyhow::ensure!(rate > 0.0 && rate.is_finite(), "--rate must be a positive number of frames/s");
     }
-    let idles: Vec<Idle> = args.idle.iter().map(|s| parse_idle(s)).collect::<anyhow::Result<_>>()?;
+    let mut idles: Vec<Idle> = Vec::new();
+    for name in &args.idle {
+        let idle = parse_idle(name)?;
+        if !idles.contains(&idle) {
+            idles.push(idle);
+        }
+    }
     anyhow::ensure!(!idles.is_empty(), "--idle needs at least one mode");
+    // A value named twice runs once.
+    let mut speeds: Vec<f64> = Vec::new();
+    for &speed in &args.speeds {
+        if !speeds.contains(&speed) {
+            speeds.push(speed);
+        }
+    }
+    let mut placements: Vec<&str> = Vec::new();
+    for placement in &args.placements {
+        if !placements.contains(&placement.trim()) {
+            placements.push(placement.trim());
+        }
+    }
     let machine = corehop_topology::discover().context("discovering this machine")?;
     if machine.cpus().len() > 64 {
         anyhow::bail!("this machine offers {} CPUs; the pipeline runtime handles 64", machine.cpus().len());
@@ -436,17 +455,17 @@ fn bench(args: &Args) -> anyhow::Result<Report> {
 
     let mut configs = Vec::new();
     let mut skipped = Vec::new();
-    for placement in &args.placements {
+    for &placement in &placements {
         match place(&machine, placement)? {
             Ok(cpus) => {
-                for &speed in &args.speeds {
+                for &speed in &speeds {
                     for &idle in &idles {
-                        let kind = Kind::Fixed { placement: placement.trim().to_string(), cpus, speed };
+                        let kind = Kind::Fixed { placement: placement.to_string(), cpus, speed };
                         configs.push(Config { kind, idle });
                     }
                 }
             }
-            Err(reason) => skipped.push(Skipped { placement: placement.trim().to_string(), reason }),
+            Err(reason) => skipped.push(Skipped { placement: placement.to_string(), reason }),
         }
     }
     anyhow::ensure!(!configs.is_empty(), "no placement in --placements fits this machine");
