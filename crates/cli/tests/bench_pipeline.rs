@@ -107,8 +107,8 @@ fn the_table_names_the_baseline_and_skipped_placements() {
 #[test]
 fn bad_flags_are_clear_errors() {
     for (args, expect) in [
-        (&["--speeds", "0"][..], "outside (0, 1]"),
-        (&["--speeds", "1.5"][..], "outside (0, 1]"),
+        (&["--speeds", "0"][..], "outside [0.001, 1]"),
+        (&["--speeds", "1.5"][..], "outside [0.001, 1]"),
         (&["--placements", "everywhere"][..], "unknown placement \"everywhere\""),
         (&["--idle", "nap"][..], "unknown idle mode \"nap\""),
         (&["--reps", "0"][..], "--reps must be between 1 and 10000"),
