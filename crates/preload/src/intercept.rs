@@ -182,7 +182,7 @@ impl Drop for Inside<'_> {
 }
 
 /// Runs `start` the first time for the state word `state` (UNINIT -> INITIALIZING -> READY or
-/// OFF), on a stack of its own, and says whether it is READY. A caller that finds it
+/// OFF), where `stack` says, and says whether it is READY. A caller that finds it
 /// INITIALIZING (another thread, or a call made from inside `start` itself) gets false and runs
 /// its call locally, never waits.
 fn start_once(state: &AtomicU32, start: impl FnOnce() -> bool, stack: Stack) -> bool {
