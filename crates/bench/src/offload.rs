@@ -523,14 +523,9 @@ fn collect(args: &Args) -> anyhow::Result<Output> {
             choices.push(choice);
         }
     }
-    let mut workloads = Vec::new();
-    for name in &args.workloads {
-        let workload = Workload::parse(name)?;
-        // A workload named twice runs once, as a policy named twice does.
-        if !workloads.contains(&workload) {
-            workloads.push(workload);
-        }
-    }
+    let workloads = report::each_once(
+        args.workloads.iter().map(|w| Workload::parse(w)).collect::<anyhow::Result<Vec<_>>>()?,
+    );
     anyhow::ensure!(!workloads.is_empty(), "--workloads is empty");
 
     let allowed: Vec<usize> = sys::affinity()?.into_iter().map(|cpu| cpu.0).collect();

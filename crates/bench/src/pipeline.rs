@@ -427,27 +427,11 @@ fn bench(args: &Args) -> anyhow::Result<Report> {
     if let Some(rate) = args.rate {
         anyhow::ensure!(rate > 0.0 && rate.is_finite(), "--rate must be a positive number of frames/s");
     }
-    let mut idles: Vec<Idle> = Vec::new();
-    for name in &args.idle {
-        let idle = parse_idle(name)?;
-        if !idles.contains(&idle) {
-            idles.push(idle);
-        }
-    }
+    let idles =
+        report::each_once(args.idle.iter().map(|s| parse_idle(s)).collect::<anyhow::Result<Vec<_>>>()?);
     anyhow::ensure!(!idles.is_empty(), "--idle needs at least one mode");
-    // A value named twice runs once.
-    let mut speeds: Vec<f64> = Vec::new();
-    for &speed in &args.speeds {
-        if !speeds.contains(&speed) {
-            speeds.push(speed);
-        }
-    }
-    let mut placements: Vec<&str> = Vec::new();
-    for placement in &args.placements {
-        if !placements.contains(&placement.trim()) {
-            placements.push(placement.trim());
-        }
-    }
+    let speeds = report::each_once(args.speeds.iter().copied());
+    let placements = report::each_once(args.placements.iter().map(|p| p.trim()));
     let machine = corehop_topology::discover().context("discovering this machine")?;
     if machine.cpus().len() > 64 {
         anyhow::bail!("this machine offers {} CPUs; the pipeline runtime handles 64", machine.cpus().len());

@@ -538,6 +538,17 @@ pub const MAX_REPS: usize = 10_000;
 /// Milliseconds one measured run may last at most (ten minutes).
 pub const MAX_RUN_MS: u64 = 600_000;
 
+/// `items` in their order, each value once: a value named twice in a list flag runs once.
+pub fn each_once<T: PartialEq>(items: impl IntoIterator<Item = T>) -> Vec<T> {
+    let mut once = Vec::new();
+    for item in items {
+        if !once.contains(&item) {
+            once.push(item);
+        }
+    }
+    once
+}
+
 /// Checks that `value`, given as `flag`, lies in `range`: every count that sizes a
 /// buffer or a run is bounded, with an error that names the flag and the bounds.
 pub fn check_range<T>(flag: &str, value: T, range: std::ops::RangeInclusive<T>) -> anyhow::Result<()>

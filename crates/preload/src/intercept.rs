@@ -321,11 +321,7 @@ pub(crate) fn handover(first_call_ns: u64, child_seen: bool, first_thread: (i64,
     }
     // The stub loads a process that outlived the first epoch, whose next call would build the
     // default policy: built now, outside any handler (the stub saw to that), on this stack.
-    if sys::now_ns().saturating_sub(STARTED_NS.load(Relaxed)) >= decide::EPOCH_NS
-        && DEFERRED.compare_exchange(true, false, SeqCst, Relaxed).is_ok()
-    {
-        install_the_default_policy(stack);
-    }
+    build_deferred_policy_if(stack, || true);
     true
 }
 
@@ -430,13 +426,18 @@ extern "C" fn after_fork_child() {
 #[cold]
 fn build_deferred_policy(thread: &Thread) {
     // Not from a signal handler: building the policy allocates its tables.
-    if sys::now_ns().saturating_sub(STARTED_NS.load(Relaxed)) < decide::EPOCH_NS
-        || !outside_a_handler(thread)
-        || DEFERRED.compare_exchange(true, false, SeqCst, Relaxed).is_err()
+    build_deferred_policy_if(Stack::Own, || outside_a_handler(thread));
+}
+
+/// [`build_deferred_policy`] where `allowed` (asked only once the epoch has passed) says the
+/// call may allocate, on `stack`.
+fn build_deferred_policy_if(stack: Stack, allowed: impl FnOnce() -> bool) {
+    if sys::now_ns().saturating_sub(STARTED_NS.load(Relaxed)) >= decide::EPOCH_NS
+        && allowed()
+        && DEFERRED.compare_exchange(true, false, SeqCst, Relaxed).is_ok()
     {
-        return;
+        install_the_default_policy(stack);
     }
-    install_the_default_policy(Stack::Own);
 }
 
 /// [`build_deferred_policy`]'s work, in a frame of its own: with it inlined, the 4 KiB frame

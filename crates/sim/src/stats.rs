@@ -235,11 +235,6 @@ impl Samples {
         self.count
     }
 
-    /// Whether none was added.
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
-    }
-
     /// The durations kept for the percentiles (all of them, up to [`Samples::KEPT`]).
     pub fn kept(&self) -> &[Ps] {
         &self.kept

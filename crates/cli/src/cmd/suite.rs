@@ -20,7 +20,7 @@ use corehop_runtime::sys;
 use serde::Serialize;
 
 use super::run::{find_library, program_path, Launch, Offload, PolicyArg};
-use corehop_bench::report::{fmt_ns, Interval, OutputArgs, Stats, Table};
+use corehop_bench::report::{each_once, fmt_ns, Interval, OutputArgs, Stats, Table};
 
 /// Real programs plain and under `corehop run --offload`, alternating, outputs compared.
 ///
@@ -323,10 +323,8 @@ fn prepare(dir: &Path) -> anyhow::Result<()> {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let reps = args.reps.unwrap_or(if args.output.quick { 2 } else { 11 });
     let mut chosen = Vec::new();
-    for name in &args.programs {
-        match PROGRAMS.iter().find(|p| p.name == name.trim()) {
-            // A program named twice runs once.
-            Some(p) if chosen.iter().any(|c: &&Program| c.name == p.name) => {}
+    for name in each_once(args.programs.iter().map(|n| n.trim())) {
+        match PROGRAMS.iter().find(|p| p.name == name) {
             Some(p) => chosen.push(p),
             None => bail!(
                 "unknown program {:?} in --programs (expected some of: {})",

@@ -144,8 +144,6 @@ struct Frames {
     call: usize,
     /// The object of the innermost frame (the one that made the system call).
     inner: Option<String>,
-    /// Whether the call site was found.
-    found: bool,
 }
 
 struct Parser {
@@ -155,7 +153,7 @@ struct Parser {
     /// Whether a CSV data line came (a header after it is a mistake).
     data_seen: bool,
     /// The stack trace being read (`strace -k`), if the line before was a completed call or
-    /// one of its frames.
+    /// one of its frames, until the call site is found.
     frames: Option<Frames>,
     /// pid → the text of an `<unfinished ...>` call so far.
     pending: HashMap<String, String>,
@@ -353,7 +351,7 @@ impl Parser {
         } else {
             args.iter().take(2).find(|a| a.starts_with('"')).map_or(0, |path| fnv64(path))
         };
-        self.frames = Some(Frames { call: self.calls.len(), inner: None, found: false });
+        self.frames = Some(Frames { call: self.calls.len(), inner: None });
         self.calls.push(TraceCall {
             call: CallDesc::new(kind, fd, size, site),
             run_ns,
@@ -365,13 +363,13 @@ impl Parser {
     /// One frame of a `strace -k` stack trace, innermost first: `object(symbol+off) [0xaddr]`.
     /// The first frame outside the innermost frame's object is the call site.
     fn frame(&mut self, frame: &str) {
-        let Some(frames) = self.frames.as_mut().filter(|f| !f.found) else { return };
+        let Some(frames) = self.frames.as_mut() else { return };
         let object = frame.split(['(', ' ', '[']).next().unwrap_or("");
         match &frames.inner {
             None => frames.inner = Some(object.to_string()),
             Some(inner) if inner != object => {
-                frames.found = true;
                 self.calls[frames.call].call.site = fnv64(frame);
+                self.frames = None;
             }
             Some(_) => {}
         }
