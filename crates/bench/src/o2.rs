@@ -60,17 +60,16 @@ struct Dir {
     index: Arc<[u16]>,
 }
 
-/// Directory lookups: plain threads vs static sharding vs O² object scheduling, one lookup at a
-/// time and in batches.
+/// Directory lookups: plain threads vs static sharding vs O² object scheduling.
 ///
-/// Throughput (lookups per second, all CPUs together) against the total size of all
-/// directories, from well under one CPU's private cache to well over all on-chip cache
-/// (sizes taken from this machine's caches). `threads` is the same-run baseline: every other
-/// figure is also shown as a ratio to it. Each point is the min/median/max of --reps runs of
-/// --ms milliseconds, after a warm-up run (as long, at least 150 ms) that lets O² place
-/// directories. `o2` moves each lookup to its directory's CPU and back (a round trip each);
-/// `o2 batched` sends the lookups of a batch (--batch) bound for another CPU there as one
-/// request, served while the task's CPU runs its own lookups and its other tasks.
+/// O² runs one lookup at a time and in batches. Throughput (lookups per second, all CPUs
+/// together) against the total size of all directories, from well under one CPU's private cache
+/// to well over all on-chip cache (sizes taken from this machine's caches). `threads` is the
+/// same-run baseline: every other figure is also shown as a ratio to it. Each point is the
+/// min/median/max of --reps runs of --ms milliseconds, after a warm-up run (as long, at least
+/// 150 ms) that lets O² place directories. `o2` moves each lookup to its directory's CPU and back
+/// (a round trip each); `o2 batched` sends the lookups of a batch (--batch) bound for another CPU
+/// there as one request, served while the task's CPU runs its own lookups and its other tasks.
 ///
 /// --quick measures two sizes, one rep, 40 ms each; --plot draws throughput against size.
 ///
