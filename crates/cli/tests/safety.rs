@@ -338,6 +338,26 @@ fn a_coroutine_with_a_small_stack_runs_as_it_does_plainly() {
     same_under_the_default_policy("small_stack", kib, "coroutine wrote: yes\n");
 }
 
+/// The library's memory is its own: a program that reads its `malloc` heap after the library
+/// started up, built the default policy and learned from 80 ms of calls finds it as it is
+/// plainly (the policy's tables once sat in it, and changed when the heap could shrink).
+#[test]
+fn the_program_s_heap_holds_nothing_of_the_library() {
+    let Some((_dir, exe)) = fixture("own_heap") else { return };
+    let plain = finish(Command::new(&exe), "own_heap plain");
+    assert!(text(&plain.stdout).starts_with("heap grew "), "{}", text(&plain.stderr));
+    let mut default = Command::new(&exe);
+    default.env("LD_PRELOAD", common::library()).env("COREHOP_POLICY", "adaptive");
+    let mut counted = corehop();
+    counted.args(["run", "--offload", "--stats", "--"]).arg(&exe);
+    for (command, how) in [(default, "preloaded, default policy"), (counted, "corehop run --offload --stats")]
+    {
+        let out = finish(command, &format!("own_heap {how}"));
+        assert!(out.status.success(), "{how}: {:?} {}", out.status, text(&out.stderr));
+        assert_eq!(text(&out.stdout), text(&plain.stdout), "{how}");
+    }
+}
+
 /// Runs fixture `name` with `arg` plainly, checks that it printed `expected`, then through the
 /// start-up stub and with the library preloaded, both under the default policy, and checks
 /// that each ends well with the same output; returns the plain run (`None`: no C compiler).

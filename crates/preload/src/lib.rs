@@ -42,6 +42,11 @@
 //! - **No allocation on the interposed path** after start-up: slots live in static memory,
 //!   counters are static atomics, the policy is allocated once (the default one at the first
 //!   sampled call after its first epoch, which a short process never reaches).
+//! - **Its memory is its own** ([`heap`]): what the library allocates comes from pages it maps,
+//!   not from the program's `malloc`, so the program's heap grows, shrinks and reads
+//!   (`mallinfo2`) as it does plainly. glibc's own part stays in that heap: the loader's record
+//!   of the library when the start-up stub loads it, and a few hundred bytes of thread-local
+//!   bookkeeping for each service thread.
 //! - **Re-entry runs locally**: a per-thread flag marks "inside the library"; a nested call (a
 //!   signal handler calling `write` while its thread waits for a reply) runs on the caller.
 //! - **Thread-bound calls stay**: nothing that depends on the calling thread is offloaded
@@ -120,6 +125,8 @@ mod children;
 pub mod config;
 pub mod decide;
 #[cfg(not(loom))]
+pub mod heap;
+#[cfg(not(loom))]
 mod intercept;
 #[cfg(not(any(test, loom)))] // a test binary must not interpose its own libc calls
 mod interpose;
@@ -131,3 +138,8 @@ pub mod service;
 pub mod stats;
 pub mod sys;
 pub mod trace;
+
+/// Everything the library allocates comes from its own pages, not the program's heap.
+#[cfg(not(any(test, loom)))]
+#[global_allocator]
+static HEAP: heap::Heap = heap::Heap;
