@@ -213,13 +213,21 @@ impl Parser {
         }
         let number = |at: Option<usize>, what: &str| match at {
             None => Ok(0),
-            Some(i) => fields[i]
-                .parse::<u64>()
-                .map_err(|_| format!("{what} {} is not a whole number", quote(fields[i]))),
+            Some(i) => fields[i].parse::<u64>().map_err(|e| match e.kind() {
+                std::num::IntErrorKind::PosOverflow => {
+                    format!("{what} {} is past the largest ({})", quote(fields[i]), u64::MAX)
+                }
+                _ => format!("{what} {} is not a whole number", quote(fields[i])),
+            }),
         };
         let fd: i32 = match columns.fd {
             None => -1,
-            Some(i) => fields[i].parse().map_err(|_| format!("fd {} is not an integer", quote(fields[i])))?,
+            Some(i) => fields[i].parse().map_err(|e: std::num::ParseIntError| match e.kind() {
+                std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow => {
+                    format!("fd {} is outside {}..={}", quote(fields[i]), i32::MIN, i32::MAX)
+                }
+                _ => format!("fd {} is not an integer", quote(fields[i])),
+            })?,
         };
         let desc = CallDesc::new(
             CallKind::from_name(call),
@@ -609,6 +617,13 @@ mod tests {
         let err =
             parse(Path::new("bad.csv"), "call,fd,size,site,run_ns\nread,3,x,0,1\n", Format::Csv).unwrap_err();
         assert_eq!(err.to_string(), "bad.csv:2: size \"x\" is not a whole number");
+        let err = parse(Path::new("big.csv"), "read,3,1,0,18446744073709551616\n", Format::Csv).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "big.csv:1: run_ns \"18446744073709551616\" is past the largest (18446744073709551615)"
+        );
+        let err = parse(Path::new("fd.csv"), "read,2147483648,1,0,5\n", Format::Csv).unwrap_err();
+        assert_eq!(err.to_string(), "fd.csv:1: fd \"2147483648\" is outside -2147483648..=2147483647");
         let err = parse(Path::new("t.strace"), "read(3, \"\", 10) = 0\n", Format::Strace).unwrap_err();
         assert!(err.to_string().starts_with("t.strace:1: read: no <duration>"), "{err}");
         let err = parse(Path::new("t.strace"), "hello world\n", Format::Strace).unwrap_err();
