@@ -153,6 +153,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             machine.name,
             if emulated { " in the description" } else { "" }
         );
+        if let Some(path) = &args.output.plot {
+            // Said on stderr, so that `--json` output stays one JSON document.
+            eprintln!("corehop bench modes: no plot written to {}: nothing was measured", path.display());
+        }
         if args.output.json {
             return report::print_json(&Unsupported { supported: false, reason, see: SIM_HINT });
         }

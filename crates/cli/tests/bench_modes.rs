@@ -45,6 +45,14 @@ fn without_smt_it_says_so_and_points_to_the_simulator() {
         text.contains("cannot be measured live") && text.contains("corehop sim scenarios/smt-modes.toml"),
         "{text}"
     );
+    // A plot asked for is not drawn, and that is said (on stderr: `--json` stays one document).
+    let svg = dir.path().join("modes.svg");
+    let out =
+        corehop(&["bench", "modes", "--machine", &two_cores, "--json", "--plot", svg.to_str().unwrap()]);
+    assert_eq!(json(&out)["supported"], false);
+    assert!(!svg.exists());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no plot written to") && stderr.contains("modes.svg"), "{stderr}");
 }
 
 #[test]
