@@ -117,8 +117,14 @@ extern "C" fn after_fork() {
 }
 
 /// Whether `layout` gets a mapping of its own: the same answer at allocation and at release.
+/// A mapping starts on a page, and no Linux page is smaller than 4 KiB.
 fn is_large(layout: Layout) -> bool {
-    layout.size() >= LARGE && layout.align() <= page_size()
+    layout.size() >= LARGE && layout.align() <= 4096
+}
+
+/// A mapping of its own for a large `layout`, zeroed; null if the kernel refused.
+fn map_large(layout: Layout) -> *mut u8 {
+    round_to_pages(layout.size()).and_then(|bytes| sys::map_anonymous(bytes, 0)).unwrap_or(ptr::null_mut())
 }
 
 fn page_size() -> usize {
@@ -133,28 +139,6 @@ fn page_size() -> usize {
 fn round_to_pages(bytes: usize) -> Option<usize> {
     let page = page_size();
     bytes.checked_add(page - 1).map(|b| b & !(page - 1))
-}
-
-/// Maps `bytes` (a multiple of the page size) of fresh zeroed memory; null on failure.
-fn map(bytes: usize) -> *mut u8 {
-    let prot = (libc::PROT_READ | libc::PROT_WRITE) as u64;
-    let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
-    // SAFETY: an anonymous private mapping at an address the kernel picks touches nothing of ours.
-    let addr = unsafe { sys::raw(libc::SYS_mmap, [0, bytes as u64, prot, flags, u64::MAX, 0]) };
-    if sys::is_err(addr) {
-        ptr::null_mut()
-    } else {
-        addr as *mut u8
-    }
-}
-
-/// Unmaps what [`map`] mapped (or a tail of it); whether the kernel did.
-///
-/// # Safety
-/// `addr..addr + bytes` is a mapping of ours (or its page-aligned tail) that nothing uses.
-unsafe fn unmap(addr: *mut u8, bytes: usize) -> bool {
-    // SAFETY: the caller's promise.
-    !sys::is_err(unsafe { sys::raw(libc::SYS_munmap, [addr as u64, bytes as u64, 0, 0, 0, 0]) })
 }
 
 /// Resizes a mapping of ours; null if the kernel would not (then the old one stands).
@@ -179,11 +163,8 @@ struct Pages;
 // regions are released only as dlmalloc asks, with the sizes it was given.
 unsafe impl dlmalloc::Allocator for Pages {
     fn alloc(&self, size: usize) -> (*mut u8, usize, u32) {
-        match round_to_pages(size) {
-            Some(bytes) => match map(bytes) {
-                p if p.is_null() => (ptr::null_mut(), 0, 0),
-                p => (p, bytes, 0),
-            },
+        match round_to_pages(size).and_then(|bytes| Some((sys::map_anonymous(bytes, 0)?, bytes))) {
+            Some((p, bytes)) => (p, bytes, 0),
             None => (ptr::null_mut(), 0, 0),
         }
     }
@@ -197,13 +178,13 @@ unsafe impl dlmalloc::Allocator for Pages {
     fn free_part(&self, ptr: *mut u8, oldsize: usize, newsize: usize) -> bool {
         // SAFETY: dlmalloc gives back the unused tail of a segment of ours.
         unsafe {
-            !remap(ptr, oldsize, newsize, false).is_null() || unmap(ptr.add(newsize), oldsize - newsize)
+            !remap(ptr, oldsize, newsize, false).is_null() || sys::unmap(ptr.add(newsize), oldsize - newsize)
         }
     }
 
     fn free(&self, ptr: *mut u8, size: usize) -> bool {
         // SAFETY: dlmalloc gives back a whole segment of ours that it no longer uses.
-        unsafe { unmap(ptr, size) }
+        unsafe { sys::unmap(ptr, size) }
     }
 
     fn can_release_part(&self, _flags: u32) -> bool {
@@ -226,7 +207,7 @@ unsafe impl dlmalloc::Allocator for Pages {
 unsafe impl GlobalAlloc for Heap {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if is_large(layout) {
-            return round_to_pages(layout.size()).map_or(ptr::null_mut(), map);
+            return map_large(layout);
         }
         // SAFETY: a layout Rust made (non-zero size, power-of-two alignment).
         SMALL.with(|d| unsafe { d.malloc(layout.size(), layout.align()) })
@@ -235,7 +216,7 @@ unsafe impl GlobalAlloc for Heap {
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         if is_large(layout) {
             // A fresh mapping is zero already.
-            return round_to_pages(layout.size()).map_or(ptr::null_mut(), map);
+            return map_large(layout);
         }
         // SAFETY: as in `alloc`.
         SMALL.with(|d| unsafe { d.calloc(layout.size(), layout.align()) })
@@ -246,7 +227,7 @@ unsafe impl GlobalAlloc for Heap {
             let bytes = round_to_pages(layout.size()).expect("mapped with this size");
             // SAFETY: `ptr` is the mapping `alloc` made for this layout, and the caller is done
             // with it.
-            unsafe { unmap(ptr, bytes) };
+            unsafe { sys::unmap(ptr, bytes) };
             return;
         }
         // SAFETY: `ptr` came from dlmalloc with this layout.

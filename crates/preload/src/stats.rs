@@ -157,13 +157,7 @@ struct Mapped {
 
 impl Mapped {
     fn new() -> Option<Mapped> {
-        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
-        let prot = libc::PROT_READ | libc::PROT_WRITE;
-        // SAFETY: an anonymous private mapping at an address the kernel picks touches no
-        // memory of ours; the result is checked before use.
-        let addr =
-            unsafe { sys::raw(libc::SYS_mmap, [0, MAX_LINE as u64, prot as u64, flags as u64, u64::MAX, 0]) };
-        (!sys::is_err(addr)).then_some(Mapped { base: addr as *mut u8, len: 0 })
+        sys::map_anonymous(MAX_LINE, 0).map(|base| Mapped { base, len: 0 })
     }
 
     fn bytes(&self) -> &[u8] {
@@ -188,7 +182,7 @@ impl core::fmt::Write for Mapped {
 impl Drop for Mapped {
     fn drop(&mut self) {
         // SAFETY: unmaps the mapping made in `new`, which nothing borrows any more.
-        unsafe { sys::raw(libc::SYS_munmap, [self.base as u64, MAX_LINE as u64, 0, 0, 0, 0]) };
+        unsafe { sys::unmap(self.base, MAX_LINE) };
     }
 }
 

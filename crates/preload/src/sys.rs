@@ -104,6 +104,27 @@ pub fn sleep_ns(ns: u64) {
     }
 }
 
+/// Maps `bytes` of fresh zeroed, readable and writable memory at an address the kernel picks
+/// (`flags`: more `MAP_*` flags, such as `MAP_NORESERVE`); `None` if the kernel refused.
+pub fn map_anonymous(bytes: usize, flags: i32) -> Option<*mut u8> {
+    let prot = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+    let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags) as u64;
+    // SAFETY: an anonymous private mapping at an address the kernel picks touches no memory
+    // of ours; the result is checked before use.
+    let addr = unsafe { raw(libc::SYS_mmap, [0, bytes as u64, prot, flags, u64::MAX, 0]) };
+    (!is_err(addr)).then_some(addr as *mut u8)
+}
+
+/// Unmaps `bytes` at `addr`; whether the kernel did.
+///
+/// # Safety
+/// `addr..addr + bytes` is (a page-aligned part of) a mapping made by [`map_anonymous`] that
+/// nothing uses any more.
+pub unsafe fn unmap(addr: *mut u8, bytes: usize) -> bool {
+    // SAFETY: the caller's promise.
+    !is_err(unsafe { raw(libc::SYS_munmap, [addr as u64, bytes as u64, 0, 0, 0, 0]) })
+}
+
 /// Restricts the calling thread to kernel CPU `cpu`. Returns the raw result.
 pub fn pin_self(cpu: usize) -> i64 {
     if cpu >= libc::CPU_SETSIZE as usize {

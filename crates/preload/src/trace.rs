@@ -31,15 +31,8 @@ static DROPPED: AtomicU64 = AtomicU64::new(0);
 /// Maps the record buffer; false if the kernel refused (recording stays off).
 pub fn start() -> bool {
     let bytes = MAX_RECORDS * core::mem::size_of::<Record>();
-    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
-    let prot = libc::PROT_READ | libc::PROT_WRITE;
-    // SAFETY: an anonymous private mapping at an address the kernel picks touches no memory of
-    // ours; the result is checked before use.
-    let addr = unsafe { sys::raw(libc::SYS_mmap, [0, bytes as u64, prot as u64, flags as u64, u64::MAX, 0]) };
-    if sys::is_err(addr) {
-        return false;
-    }
-    RECORDS.store(addr as *mut Record, Release);
+    let Some(addr) = sys::map_anonymous(bytes, libc::MAP_NORESERVE) else { return false };
+    RECORDS.store(addr.cast::<Record>(), Release);
     true
 }
 
