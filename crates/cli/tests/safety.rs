@@ -208,6 +208,23 @@ fn thread_bound_calls_answer_for_the_calling_thread() {
     assert!(out.contains("signalfd: signal 10"), "{out}");
 }
 
+/// A program that makes itself a user namespace after calls went across gets it as plainly
+/// (where the kernel allows one at all): the kernel refuses a process of more than one thread,
+/// so the service thread must be off its list by then, not only joined.
+#[test]
+fn a_program_that_unshares_its_user_namespace_gets_it_as_plainly() {
+    let Some((_dir, exe)) = fixture("unshare") else { return };
+    for how in ["libc", "syscall"] {
+        let argv = [exe.to_str().unwrap(), how];
+        // The window is microseconds wide; without the wait, three in four runs met it here.
+        for _ in 0..2 {
+            let (plain, offload) = pair(&argv, &[]);
+            assert_same(&argv, &plain, &offload);
+            assert!(text(&offload.stdout).contains("after: done"), "{how}: {}", text(&offload.stdout));
+        }
+    }
+}
+
 /// A child sharing its parent's memory (vfork, clone with CLONE_VM, a raw clone through
 /// `syscall`) runs its intercepted calls itself, on its own descriptors and directory: none
 /// reaches the parent's service thread, and the parent's calls still go across after it,

@@ -52,6 +52,10 @@ static UP: AtomicU32 = AtomicU32::new(0);
 const UP_WAIT_NS: u64 = 10_000_000;
 /// The service threads (`pthread_t`, 0: none), joinable so [`stop`] can wait for them.
 static THREADS: [AtomicU64; MAX_LANES] = [const { AtomicU64::new(0) }; MAX_LANES];
+/// The kernel's id of each lane's service thread (0: not started yet), for [`stop`].
+static TIDS: [AtomicI32; MAX_LANES] = [const { AtomicI32::new(0) }; MAX_LANES];
+/// How long [`stop`] waits for a joined thread to leave the kernel's thread list.
+const GONE_WAIT_NS: u64 = 20_000_000;
 /// Set by [`stop`]: service threads leave after their current batch.
 static STOP: AtomicBool = AtomicBool::new(false);
 /// The process the service threads serve (set by [`start`], which runs in it): their own
@@ -136,7 +140,23 @@ pub fn stop() {
             // SAFETY: a joinable thread this module created and nobody else joins (the swap
             // above hands it to one caller).
             unsafe { libc::pthread_join(thread as libc::pthread_t, core::ptr::null_mut()) };
+            wait_gone(TIDS[lane].swap(0, SeqCst));
         }
+    }
+}
+
+/// Waits until the kernel has taken the joined thread `tid` off the process's thread list.
+/// `pthread_join` returns when the kernel clears the thread's id word, which it does before
+/// that: an `unshare(CLONE_NEWUSER)` or `setns` made at once, which needs a process of one
+/// thread, would still count two and fail with EINVAL where it succeeds plainly. Bounded, in
+/// case the id were taken again by a new thread of the program meanwhile.
+fn wait_gone(tid: i32) {
+    if tid <= 0 {
+        return;
+    }
+    let deadline = sys::now_ns() + GONE_WAIT_NS;
+    while sys::tgkill_self(tid, 0) == 0 && sys::now_ns() < deadline {
+        sys::sleep_ns(2_000);
     }
 }
 
@@ -151,6 +171,7 @@ pub fn forget() {
 
 extern "C" fn service_main(arg: *mut c_void) -> *mut c_void {
     let lane = arg as usize;
+    TIDS[lane].store(sys::gettid(), SeqCst);
     sys::block_all_signals();
     if sys::pin_self(CPU_OF_LANE[lane].load(SeqCst) as usize) < 0 {
         PIN_FAILED.store(1, SeqCst);

@@ -15,10 +15,11 @@ use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
 pub use corehop_sys::raw::{getpid, gettid, is_err, syscall as raw};
 
-/// Sends `sig` to thread `tid` of this process.
-pub fn tgkill_self(tid: i32, sig: i32) {
-    // SAFETY: plain integers; a failed send has no effect we could act on.
-    unsafe { raw(libc::SYS_tgkill, [getpid() as u64, tid as u64, sig as u64, 0, 0, 0]) };
+/// Sends `sig` to thread `tid` of this process (0: only checks that the thread exists); the
+/// kernel's result (`-ESRCH`: no such thread).
+pub fn tgkill_self(tid: i32, sig: i32) -> i64 {
+    // SAFETY: plain integers.
+    unsafe { raw(libc::SYS_tgkill, [getpid() as u64, tid as u64, sig as u64, 0, 0, 0]) }
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds (vDSO: no system call, and not an interposed symbol).
