@@ -501,6 +501,24 @@ fn a_handler_that_jumps_out_of_a_moved_read_finds_it_done_as_plainly() {
     }
 }
 
+/// A moved write that fails and raises SIGPIPE or SIGXFSZ at its caller: the program's handler
+/// runs before libc sets errno, as plainly, so errno is the write's own error whatever the
+/// handler left in it (it was the handler's: the library set errno before giving the held
+/// signal back).
+#[test]
+fn errno_after_a_handler_the_call_raised_is_the_call_s() {
+    if !have_cc() {
+        return;
+    }
+    let (plain, _) = same_both_ways("handler_errno");
+    assert!(
+        text(&plain.stdout).contains("pipe: -1 Broken pipe, handler ran 1 times"),
+        "{}",
+        text(&plain.stdout)
+    );
+    assert!(text(&plain.stdout).contains("file: -1 File too large"), "{}", text(&plain.stdout));
+}
+
 #[test]
 fn a_call_the_library_passes_by_returns_straight_to_the_program() {
     // `never`: every call after the first passes the library by (nothing counts or times them).

@@ -643,6 +643,10 @@ pub(crate) fn dispatch(kind: CallKind, fd: i32, size: impl FnOnce() -> u64, requ
     // back once the thread is no longer inside the library: a handler that runs then may leave
     // with `siglongjmp`, and finds nothing of ours to undo.
     let mut held = None;
+    // The errno of a moved call that failed, set once the held signals are given back: a
+    // handler that runs then (a SIGPIPE the call raised, a SIGCHLD that came meanwhile) runs
+    // plainly before libc sets errno, so errno is the call's whatever the handler left in it.
+    let mut failed = None;
     let result = THREAD.with(|thread| {
         let Some(_inside) = Inside::enter(thread) else {
             if STATE.load(Acquire) == READY {
@@ -751,7 +755,12 @@ pub(crate) fn dispatch(kind: CallKind, fd: i32, size: impl FnOnce() -> u64, requ
                 if reply.signal != 0 {
                     sys::tgkill_self(sys::gettid(), reply.signal);
                 }
-                sys::to_libc(reply.ret)
+                if sys::is_err(reply.ret) {
+                    failed = Some(-reply.ret as i32);
+                    -1
+                } else {
+                    reply.ret
+                }
             }
             Outcome::Withdrawn => {
                 stats::bump(&counters.withdrawn);
@@ -765,6 +774,9 @@ pub(crate) fn dispatch(kind: CallKind, fd: i32, size: impl FnOnce() -> u64, requ
     });
     if let Some(mask) = held {
         sys::release_signals(mask);
+    }
+    if let Some(errno) = failed {
+        sys::set_errno(errno);
     }
     result
 }

@@ -297,16 +297,6 @@ pub fn set_errno(e: i32) {
     unsafe { *libc::__errno_location() = e };
 }
 
-/// Converts a raw kernel result into the libc convention: the value, or -1 with errno set.
-pub fn to_libc(ret: i64) -> i64 {
-    if is_err(ret) {
-        set_errno(-ret as i32);
-        -1
-    } else {
-        ret
-    }
-}
-
 /// Writes all of `bytes` to `fd` with raw `write` (the library's own output).
 pub fn write_all(fd: i32, mut bytes: &[u8]) {
     while !bytes.is_empty() {
