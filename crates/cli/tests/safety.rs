@@ -208,6 +208,25 @@ fn thread_bound_calls_answer_for_the_calling_thread() {
     assert!(out.contains("signalfd: signal 10"), "{out}");
 }
 
+/// A poll or select that cannot wait, on a signalfd or an epoll set holding one, answers for
+/// the calling thread's pending signals (the service thread has none), while one on regular
+/// files alone still goes across.
+#[test]
+fn a_poll_of_a_signalfd_answers_for_the_calling_thread() {
+    if !have_cc() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("polled_signalfd", dir.path());
+    let argv = [exe.to_str().unwrap()];
+    let (plain, offload, summary) = pair_with_summary(&argv);
+    assert_same(&argv, &plain, &offload);
+    let out = text(&plain.stdout);
+    assert!(out.contains("poll: 2 (file 4, signalfd 1), epoll set: 1 (1), select: 1, read: 128"), "{out}");
+    let poll = &summary["calls"]["poll"];
+    assert_eq!(poll["offloaded"].as_u64(), Some(3), "the file's own polls: {summary}");
+}
+
 /// A program that makes itself a user namespace after calls went across gets it as plainly
 /// (where the kernel allows one at all): the kernel refuses a process of more than one thread,
 /// so the service thread must be off its list by then, not only joined.

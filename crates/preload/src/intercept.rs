@@ -713,7 +713,7 @@ pub(crate) fn dispatch(kind: CallKind, fd: i32, size: impl FnOnce() -> u64, requ
         // A call the service would refuse does not start it: once a process has a second
         // thread, glibc toggles cancellation around each of its calls for good (about 1 % of a
         // one-byte read of /dev/zero here).
-        if SERVICE.load(Acquire) == UNINIT && service::refuses(request.check) {
+        if SERVICE.load(Acquire) == UNINIT && service::refuses(&request) {
             return run_refused(thread, counters, &call, request);
         }
         if !service_running(thread) {

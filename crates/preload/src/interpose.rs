@@ -665,7 +665,7 @@ unsafe fn do_poll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -> i64 {
     // caller's signals.
     // SAFETY: this function's contract.
     let req = (timeout == 0)
-        .then(|| unsafe { request(libc::SYS_poll, [fds as u64, nfds, 0, 0, 0, 0], Check::Nothing) });
+        .then(|| unsafe { request(libc::SYS_poll, [fds as u64, nfds, 0, 0, 0, 0], Check::Watched) });
     dispatch(CallKind::Poll, -1, || 0, req)
 }
 
@@ -706,7 +706,7 @@ entry_points! {
             let zero_timeout =
                 !timeout.is_null() && sys::read_user(timeout as u64, &mut tv) && tv.iter().all(|&b| b == 0);
             let args = [nfds as u64, readfds as u64, writefds as u64, exceptfds as u64, timeout as u64, 0];
-            let req = zero_timeout.then(|| request(libc::SYS_select, args, Check::Nothing));
+            let req = zero_timeout.then(|| request(libc::SYS_select, args, Check::Watched));
             dispatch(CallKind::Select, -1, || 0, req)
         }
 }

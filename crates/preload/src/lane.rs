@@ -43,7 +43,7 @@ pub const MAX_LANES: usize = 8;
 /// the call itself, so EINTR and blocking behave exactly as without offload).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Check {
-    /// The call cannot block (stat family, poll/select with a zero timeout). A stat that
+    /// The call cannot block (stat family, fsync). A stat that
     /// reached /proc is refused after it ran (`service`).
     Nothing,
     /// The call blocks if this descriptor can (pipes, sockets, terminals without O_NONBLOCK).
@@ -58,6 +58,10 @@ pub enum Check {
     Socket(i32, i32),
     /// `openat(dirfd, path, flags)`: opening a FIFO or a device may wait for the other side.
     Open { dirfd: i32, path: u64, flags: i32 },
+    /// A `poll` or `select` that cannot wait, on the descriptors its arguments name: one whose
+    /// readiness depends on the thread asking (a signalfd, or an epoll set that may hold one)
+    /// stays.
+    Watched,
 }
 
 impl Check {
@@ -67,7 +71,7 @@ impl Check {
             Check::Socket(_, flags) if flags & libc::MSG_DONTWAIT != 0 => [None, None],
             Check::Fd(fd) | Check::Positioned(fd) | Check::Socket(fd, _) => [Some(fd), None],
             Check::Fds(a, b) => [Some(a), Some(b)],
-            Check::Nothing | Check::Open { .. } => [None, None],
+            Check::Nothing | Check::Open { .. } | Check::Watched => [None, None],
         }
     }
 }

@@ -270,7 +270,7 @@ pub fn execute(request: &Request, checked_ns: &AtomicU64) -> Reply {
     let checked = |ns: u64| checked_ns.store(checked_ns.load(Relaxed).wrapping_add(ns), Relaxed);
     let checks_first = checks_before(request.check);
     let before = if checks_first { sys::now_ns() } else { 0 };
-    if checks_first && must_stay_with_caller(request.check) {
+    if checks_first && must_stay_with_caller(request, SERVICE_PID.load(Relaxed)) {
         checked(sys::now_ns().saturating_sub(before));
         return Reply { refused: true, ..Reply::default() };
     }
@@ -298,8 +298,8 @@ pub fn execute(request: &Request, checked_ns: &AtomicU64) -> Reply {
 
 /// Whether [`execute`] would refuse `check`'s call before running it. Asked by a caller before
 /// any service thread runs: a call that must stay anyway then starts none.
-pub(crate) fn refuses(check: Check) -> bool {
-    checks_before(check) && must_stay_with_caller(check)
+pub(crate) fn refuses(request: &Request) -> bool {
+    checks_before(request.check) && must_stay_with_caller(request, sys::getpid())
 }
 
 /// Whether [`must_stay_with_caller`] has anything to ask the kernel. An O_CREAT|O_EXCL open
@@ -317,16 +317,75 @@ fn checks_before(check: Check) -> bool {
 }
 
 /// Whether the call must run on the calling thread: it could block until a signal to the
-/// caller interrupts it, or its meaning depends on the calling thread.
-fn must_stay_with_caller(check: Check) -> bool {
-    match check {
+/// caller interrupts it, or its meaning depends on the calling thread. `pid`: this process's.
+fn must_stay_with_caller(request: &Request, pid: i32) -> bool {
+    match request.check {
         Check::Nothing => false,
         Check::Fd(fd) => fd_may_block(fd),
         Check::Positioned(fd) => positioned_may_block(fd),
         Check::Fds(a, b) => fd_may_block(a) || fd_may_block(b),
         Check::Socket(fd, flags) => flags & libc::MSG_DONTWAIT == 0 && fd_may_block(fd),
         Check::Open { dirfd, path, flags } => open_stays(dirfd, path, flags),
+        Check::Watched => watches_thread_bound(request.nr, &request.args, pid),
     }
+}
+
+/// The most descriptors a moved `poll` or `select` may watch: each is looked at first.
+const MAX_WATCHED: usize = 64;
+
+/// Whether a `poll` or `select` (`nr`, with `args`, made in process `pid`) watches an anonymous inode: a signalfd is
+/// ready when the thread that polls it has a signal pending (the service thread never has), and
+/// an epoll set may hold one. Also when it watches more than [`MAX_WATCHED`] descriptors. Memory
+/// that cannot be read says nothing: the call fails with EFAULT alike on either thread.
+fn watches_thread_bound(nr: i64, args: &[u64; 6], pid: i32) -> bool {
+    let mut fds = [0i32; MAX_WATCHED];
+    let mut count = 0;
+    if nr == libc::SYS_poll {
+        let nfds = args[1] as usize;
+        if nfds > MAX_WATCHED {
+            return true;
+        }
+        let mut raw = [0u8; MAX_WATCHED * 8];
+        let raw = &mut raw[..nfds * 8];
+        if !sys::read_user_of(pid, args[0], raw) {
+            return false;
+        }
+        // A `struct pollfd` is the descriptor, then two shorts.
+        for entry in raw.chunks_exact(8) {
+            fds[count] = i32::from_ne_bytes([entry[0], entry[1], entry[2], entry[3]]);
+            count += 1;
+        }
+    } else {
+        let nfds = (args[0] as i32).max(0) as usize;
+        if nfds > libc::FD_SETSIZE {
+            return true;
+        }
+        let bytes = nfds.div_ceil(64) * 8;
+        for &set in &args[1..4] {
+            let mut raw = [0u8; libc::FD_SETSIZE / 8];
+            if set == 0 || !sys::read_user_of(pid, set, &mut raw[..bytes]) {
+                continue;
+            }
+            for fd in (0..nfds).filter(|&fd| raw[fd / 8] & (1 << (fd % 8)) != 0) {
+                if count == MAX_WATCHED {
+                    return true;
+                }
+                fds[count] = fd as i32;
+                count += 1;
+            }
+        }
+    }
+    fds[..count].iter().any(|&fd| fd >= 0 && is_anonymous(fd))
+}
+
+/// Whether `fd` is an anonymous inode (a signalfd, eventfd, epoll set, timerfd...): its file
+/// type is none of the usual ones.
+fn is_anonymous(fd: i32) -> bool {
+    let mut st = core::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat writes one struct stat into `st`.
+    let ret = unsafe { sys::raw(libc::SYS_fstat, [fd as u64, st.as_mut_ptr() as u64, 0, 0, 0, 0]) };
+    // SAFETY: fstat succeeded, so the kernel filled `st`.
+    ret == 0 && unsafe { st.assume_init() }.st_mode & libc::S_IFMT == 0
 }
 
 /// A descriptor whose calls can wait for another party, or whose answer depends on the
