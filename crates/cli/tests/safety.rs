@@ -227,6 +227,27 @@ fn a_poll_of_a_signalfd_answers_for_the_calling_thread() {
     assert_eq!(poll["offloaded"].as_u64(), Some(3), "the file's own polls: {summary}");
 }
 
+/// A thread made by `clone` with CLONE_THREAD but without CLONE_FS and CLONE_FILES has its own
+/// directory and descriptors: its calls act on them, also when the library is loaded by the
+/// start-up stub after calls went across, not on the process's that a service thread has.
+#[test]
+fn a_thread_with_files_of_its_own_makes_its_calls_on_them() {
+    let Some((_dir, exe)) = fixture("own_files") else { return };
+    let exe = exe.to_str().unwrap();
+    for mode in ["early", "late"] {
+        let argv = [exe, mode];
+        let (plain, offload) = pair(&argv, &[]);
+        assert_same(&argv, &plain, &offload);
+        assert!(text(&plain.stdout).starts_with("thread: fd 3, read 6 'inner!'"), "{}", text(&plain.stdout));
+        let files = tempfile::tempdir().unwrap();
+        let mut command = Command::new(exe);
+        command.arg(mode).current_dir(files.path());
+        common::through_the_stub(&mut command, "always");
+        let out = finish(command, &format!("own_files {mode} through the stub"));
+        assert_eq!(text(&out.stdout), text(&plain.stdout), "{mode} through the stub");
+    }
+}
+
 /// A program that makes itself a user namespace after calls went across gets it as plainly
 /// (where the kernel allows one at all): the kernel refuses a process of more than one thread,
 /// so the service thread must be off its list by then, not only joined.

@@ -14,7 +14,7 @@
 
 use core::ffi::{c_int, c_void};
 
-use crate::intercept::before_unseen_child;
+use crate::intercept::{before_unseen_child, thread_state_changes};
 use crate::sys;
 
 static REAL_VFORK: sys::Real = sys::Real::new(c"vfork");
@@ -43,11 +43,14 @@ extern "C" fn before_vfork() -> usize {
 }
 
 /// Called by the `clone` trampolines with clone's flags: a child that is not a thread of ours
-/// is noted (one sharing our memory, or a copy of it that no fork handler saw); returns libc's
-/// `clone`.
+/// is noted (one sharing our memory, or a copy of it that no fork handler saw), a thread with
+/// a directory or descriptors of its own ends offload ([`crate::intercept::own_files`]);
+/// returns libc's `clone`.
 extern "C" fn before_clone(flags: c_int) -> usize {
     if flags & libc::CLONE_THREAD == 0 {
         before_unseen_child();
+    } else if crate::intercept::own_files(i64::from(flags)) {
+        thread_state_changes();
     }
     target(&REAL_CLONE)
 }

@@ -834,7 +834,7 @@ entry_points! {
     watch fn [syscall](nr: c_long, a: c_long, b: c_long, c: c_long, d: c_long, e: c_long, f: c_long) -> c_long
         as unsafe extern "C-unwind" fn(c_long, ...) -> c_long
         => |real| {
-            if watch::changes_thread_state(nr) {
+            if watch::changes_thread_state(nr) || makes_a_thread_of_its_own_files(nr, a) {
                 thread_state_changes();
             }
             if watch::starts_unseen_child(nr, a) {
@@ -846,6 +846,21 @@ entry_points! {
                 None => real(),
             }
         }
+}
+
+/// Whether a raw `clone` or `clone3` (`nr`, first argument `a`) makes a thread with a
+/// directory or descriptors of its own ([`crate::intercept::own_files`]). clone3's flags are
+/// the first word of the struct `a` points to; memory that cannot be read says no (the call
+/// fails with EFAULT).
+fn makes_a_thread_of_its_own_files(nr: c_long, a: c_long) -> bool {
+    match nr {
+        libc::SYS_clone => crate::intercept::own_files(a),
+        libc::SYS_clone3 => {
+            let mut flags = [0u8; 8];
+            sys::read_user(a as u64, &mut flags) && crate::intercept::own_files(i64::from_ne_bytes(flags))
+        }
+        _ => false,
+    }
 }
 
 // ---- calls that install signal handlers (not offloaded: watched, see `caught`) ----------
