@@ -248,6 +248,24 @@ fn a_thread_with_files_of_its_own_makes_its_calls_on_them() {
     }
 }
 
+/// A moved call's buffer is checked against the calling thread's memory protection-key rights
+/// (PKRU, its own): a read into a page that this thread may write, but the service thread
+/// could not, succeeds as plainly, and one this thread may not write fails alike.
+#[test]
+fn a_call_into_memory_of_a_protection_key_has_the_callers_rights() {
+    if !have_cc() {
+        return;
+    }
+    let (plain, _) = same_both_ways("pkeys");
+    let out = text(&plain.stdout);
+    if out.starts_with("no protection keys") {
+        common::skip("no memory protection keys on this machine");
+        return;
+    }
+    assert!(out.contains("write allowed: pread 11  'hello pkeys'"), "{out}");
+    assert!(out.contains("write denied: pread -1 Bad address"), "{out}");
+}
+
 /// A program that makes itself a user namespace after calls went across gets it as plainly
 /// (where the kernel allows one at all): the kernel refuses a process of more than one thread,
 /// so the service thread must be off its list by then, not only joined.

@@ -88,6 +88,9 @@ pub struct Request {
     pub check: Check,
     /// The call may fail with EPIPE/EFBIG and raise SIGPIPE/SIGXFSZ at the thread that made it.
     pub may_signal: bool,
+    /// The calling thread's memory protection-key rights ([`crate::sys::pkru`]): the kernel
+    /// checks the program's buffers against those of the thread that makes the call.
+    pub pkru: u32,
     _valid: (),
 }
 
@@ -100,7 +103,7 @@ impl Request {
     /// checks it, as without this library), for as long as the request or a copy of it may
     /// run. A lane keeps its caller waiting until then.
     pub unsafe fn new(nr: i64, args: [u64; 6], check: Check, may_signal: bool) -> Request {
-        Request { nr, args, check, may_signal, _valid: () }
+        Request { nr, args, check, may_signal, pkru: crate::sys::pkru(), _valid: () }
     }
 }
 

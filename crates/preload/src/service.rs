@@ -268,6 +268,8 @@ fn end_process(status: i32) -> ! {
 /// is read for them only around checks that make a system call.
 pub fn execute(request: &Request, checked_ns: &AtomicU64) -> Reply {
     let checked = |ns: u64| checked_ns.store(checked_ns.load(Relaxed).wrapping_add(ns), Relaxed);
+    // Before the checks too: they read the program's paths as the call will.
+    sys::set_pkru(request.pkru);
     let checks_first = checks_before(request.check);
     let before = if checks_first { sys::now_ns() } else { 0 };
     if checks_first && must_stay_with_caller(request, SERVICE_PID.load(Relaxed)) {

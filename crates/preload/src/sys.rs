@@ -11,9 +11,67 @@
 //! (`-errno` on failure); errno is set only by the wrapper that returns to the program.
 
 use core::ffi::{c_void, CStr};
-use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU8, Ordering};
 
 pub use corehop_sys::raw::{getpid, gettid, is_err, syscall as raw};
+
+/// Whether threads here have memory protection-key rights (x86-64 PKU, enabled by the
+/// kernel): 0 not asked yet, 1 no, 2 yes.
+static PKU: AtomicU8 = AtomicU8::new(0);
+
+#[cfg(target_arch = "x86_64")]
+fn pku() -> bool {
+    match PKU.load(Ordering::Relaxed) {
+        0 => {
+            // CPUID leaf 7: ECX bit 4 (OSPKE), set once the kernel enabled the keys.
+            #[allow(unused_unsafe)] // safe in newer Rust
+            // SAFETY: CPUID leaf 7 exists on every x86-64 CPU that runs this (it reads zeros
+            // where it does not); it has no side effects.
+            let yes = unsafe { core::arch::x86_64::__cpuid_count(7, 0) }.ecx & (1 << 4) != 0;
+            PKU.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
+            yes
+        }
+        known => known == 2,
+    }
+}
+
+/// The calling thread's protection-key rights register (PKRU), 0 without protection keys. Each
+/// thread has its own: a program may let one thread alone write a region (`pkey_set`), and
+/// a call the kernel makes for another thread would fail with EFAULT there.
+#[cfg(target_arch = "x86_64")]
+pub fn pkru() -> u32 {
+    if !pku() {
+        return 0;
+    }
+    let pkru: u32;
+    // SAFETY: RDPKRU (with ecx 0) reads the register into eax and zeroes edx; the kernel
+    // enabled it (OSPKE), so it does not fault. It touches no memory.
+    unsafe {
+        core::arch::asm!("rdpkru", in("ecx") 0, out("eax") pkru, out("edx") _, options(nomem, nostack));
+    }
+    pkru
+}
+
+/// Gives the calling (service) thread the rights `pkru` of the thread whose call it makes.
+#[cfg(target_arch = "x86_64")]
+pub fn set_pkru(pkru: u32) {
+    if pku() && self::pkru() != pkru {
+        // SAFETY: WRPKRU (ecx and edx 0) sets this thread's rights; a service thread's own
+        // memory (its stack, the lanes, the library's statics) has key 0, whose rights a
+        // program thread that can run at all has too.
+        unsafe {
+            core::arch::asm!("wrpkru", in("eax") pkru, in("ecx") 0, in("edx") 0, options(nostack));
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+pub fn pkru() -> u32 {
+    0
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+pub fn set_pkru(_: u32) {}
 
 /// Sends `sig` to thread `tid` of this process (0: only checks that the thread exists); the
 /// kernel's result (`-ESRCH`: no such thread).
