@@ -258,23 +258,16 @@ fn kind(name: Name, a0: i64, a1: i64, a2: i64) -> Kind {
         Name::vfork | Name::__vfork | Name::_Fork => Kind::Child,
         // clone's flags are its third argument, an int.
         Name::clone | Name::__clone if i64::from(a2 as i32) & watch::CLONE_THREAD == 0 => Kind::Child,
-        Name::clone | Name::__clone if own_files(i64::from(a2 as i32)) => Kind::ThreadState,
-        Name::syscall if a0 == watch::nr::CLONE && own_files(a1) => Kind::ThreadState,
+        Name::clone | Name::__clone if watch::thread_with_own_files(i64::from(a2 as i32)) => {
+            Kind::ThreadState
+        }
+        Name::syscall if a0 == watch::nr::CLONE && watch::thread_with_own_files(a1) => Kind::ThreadState,
         Name::syscall if watch::starts_unseen_child(a0, a1) => Kind::Child,
         Name::syscall if watch::changes_thread_state(a0) => Kind::ThreadState,
         Name::prctl if watch::prctl_changes_thread_state(i64::from(a0 as i32)) => Kind::ThreadState,
         Name::setfsuid | Name::setfsgid | Name::unshare | Name::setns | Name::capset => Kind::ThreadState,
         _ => Kind::Plain,
     }
-}
-
-/// Whether a clone with `flags` makes a thread with a directory (no CLONE_FS) or descriptors
-/// (no CLONE_FILES) of its own: the library would move its calls to a thread with the
-/// process's, so it stays unloaded, as after an `unshare`. (A clone3's flags are in memory:
-/// the library, once loaded, reads them.)
-fn own_files(flags: i64) -> bool {
-    const SHARED: i64 = 0x200 | 0x400; // CLONE_FS | CLONE_FILES
-    flags & watch::CLONE_THREAD != 0 && flags & SHARED != SHARED
 }
 
 /// Where call `index` continues: the library's entry point once it is loaded, else libc's

@@ -44,12 +44,12 @@ extern "C" fn before_vfork() -> usize {
 
 /// Called by the `clone` trampolines with clone's flags: a child that is not a thread of ours
 /// is noted (one sharing our memory, or a copy of it that no fork handler saw), a thread with
-/// a directory or descriptors of its own ends offload ([`crate::intercept::own_files`]);
+/// a directory or descriptors of its own ends offload ([`corehop_sys::watch::thread_with_own_files`]);
 /// returns libc's `clone`.
 extern "C" fn before_clone(flags: c_int) -> usize {
     if flags & libc::CLONE_THREAD == 0 {
         before_unseen_child();
-    } else if crate::intercept::own_files(i64::from(flags)) {
+    } else if corehop_sys::watch::thread_with_own_files(i64::from(flags)) {
         thread_state_changes();
     }
     target(&REAL_CLONE)

@@ -103,15 +103,6 @@ pub(crate) fn thread_state_changes() {
     }
 }
 
-/// Whether a clone with `flags` makes a thread of ours with a directory (no CLONE_FS) or a
-/// descriptor table (no CLONE_FILES) of its own: its calls, made by a service thread, would
-/// act on the process's. Such a thread changes the kernel state of its own as an `unshare`
-/// does, and is treated alike ([`thread_state_changes`]).
-pub(crate) fn own_files(flags: i64) -> bool {
-    const SHARED: i64 = (libc::CLONE_FS | libc::CLONE_FILES) as i64;
-    flags & libc::CLONE_THREAD as i64 != 0 && flags & SHARED != SHARED
-}
-
 /// Called before a process starts that the fork handlers will not see (see [`CHECK_PID`]):
 /// `vfork`, `clone` and `_Fork`, and raw `syscall(SYS_vfork, ...)` and friends.
 pub(crate) fn before_unseen_child() {

@@ -849,15 +849,15 @@ entry_points! {
 }
 
 /// Whether a raw `clone` or `clone3` (`nr`, first argument `a`) makes a thread with a
-/// directory or descriptors of its own ([`crate::intercept::own_files`]). clone3's flags are
+/// directory or descriptors of its own ([`watch::thread_with_own_files`]). clone3's flags are
 /// the first word of the struct `a` points to; memory that cannot be read says no (the call
 /// fails with EFAULT).
 fn makes_a_thread_of_its_own_files(nr: c_long, a: c_long) -> bool {
     match nr {
-        libc::SYS_clone => crate::intercept::own_files(a),
+        libc::SYS_clone => watch::thread_with_own_files(a),
         libc::SYS_clone3 => {
             let mut flags = [0u8; 8];
-            sys::read_user(a as u64, &mut flags) && crate::intercept::own_files(i64::from_ne_bytes(flags))
+            sys::read_user(a as u64, &mut flags) && watch::thread_with_own_files(i64::from_ne_bytes(flags))
         }
         _ => false,
     }

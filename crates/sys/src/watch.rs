@@ -15,6 +15,17 @@ pub const FIRST_EPOCH_NS: u64 = 20_000_000;
 /// `CLONE_THREAD`: a clone with it makes a thread of ours, not a process.
 pub const CLONE_THREAD: i64 = 0x0001_0000;
 
+/// `CLONE_FS` and `CLONE_FILES`: a thread made without them has a directory or a descriptor
+/// table of its own.
+const CLONE_FS_FILES: i64 = 0x200 | 0x400;
+
+/// Whether a clone with `flags` makes a thread of ours with a directory or descriptors of its
+/// own: a service thread, which has the process's, would act on those, so the library treats
+/// it as an `unshare` (clone3's flags are in memory: the library reads them).
+pub fn thread_with_own_files(flags: i64) -> bool {
+    flags & CLONE_THREAD != 0 && flags & CLONE_FS_FILES != CLONE_FS_FILES
+}
+
 /// Kernel system-call numbers of this architecture (x86-64 or aarch64).
 pub mod nr {
     macro_rules! numbers {
@@ -92,6 +103,16 @@ pub fn starts_unseen_child(nr: i64, a: i64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_without_the_process_s_files_is_told_apart() {
+        let thread = i64::from(libc::CLONE_VM | libc::CLONE_SIGHAND | libc::CLONE_THREAD);
+        let files = i64::from(libc::CLONE_FS | libc::CLONE_FILES);
+        assert!(!thread_with_own_files(thread | files));
+        assert!(thread_with_own_files(thread));
+        assert!(thread_with_own_files(thread | i64::from(libc::CLONE_FS)));
+        assert!(!thread_with_own_files(i64::from(libc::CLONE_VM)), "a process, not a thread");
+    }
 
     #[test]
     fn the_numbers_are_the_kernels() {
