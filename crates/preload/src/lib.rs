@@ -56,8 +56,11 @@
 //! - **Same credentials**: glibc's set*id calls reach the service threads (they leave
 //!   SIGSETXID open). A call that changes one thread's security state alone (a raw
 //!   `syscall(SYS_setresuid)`, `setfsuid`, `capset`, a per-thread seccomp filter or
-//!   no_new_privs, Landlock, `unshare`, `setns`) turns offload off for the whole process
-//!   (`intercept::thread_state_changes`).
+//!   no_new_privs, Landlock, `unshare`, `setns`, a `clone` of a thread without the process's
+//!   directory or descriptors) turns offload off for the whole process
+//!   (`intercept::thread_state_changes`), and the service threads are off the kernel's thread
+//!   list before the call is made (a new user namespace needs a process of one thread). A
+//!   moved call runs with its caller's memory protection-key rights.
 //! - **fork**: a `pthread_atfork` child handler forgets the parent's service threads, slots and
 //!   counters; the child starts its own service threads at its first offloaded call. A `vfork`
 //!   child, or any other child sharing our memory, is recognised by its pid and runs
