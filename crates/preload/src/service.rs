@@ -272,7 +272,7 @@ pub fn execute(request: &Request, checked_ns: &AtomicU64) -> Reply {
     sys::set_pkru(request.pkru);
     let checks_first = checks_before(request.check);
     let before = if checks_first { sys::now_ns() } else { 0 };
-    if checks_first && must_stay_with_caller(request, SERVICE_PID.load(Relaxed)) {
+    if checks_first && must_stay_with_caller(request, || SERVICE_PID.load(Relaxed)) {
         checked(sys::now_ns().saturating_sub(before));
         return Reply { refused: true, ..Reply::default() };
     }
@@ -301,7 +301,7 @@ pub fn execute(request: &Request, checked_ns: &AtomicU64) -> Reply {
 /// Whether [`execute`] would refuse `check`'s call before running it. Asked by a caller before
 /// any service thread runs: a call that must stay anyway then starts none.
 pub(crate) fn refuses(request: &Request) -> bool {
-    checks_before(request.check) && must_stay_with_caller(request, sys::getpid())
+    checks_before(request.check) && must_stay_with_caller(request, sys::getpid)
 }
 
 /// Whether [`must_stay_with_caller`] has anything to ask the kernel. An O_CREAT|O_EXCL open
@@ -319,8 +319,9 @@ fn checks_before(check: Check) -> bool {
 }
 
 /// Whether the call must run on the calling thread: it could block until a signal to the
-/// caller interrupts it, or its meaning depends on the calling thread. `pid`: this process's.
-fn must_stay_with_caller(request: &Request, pid: i32) -> bool {
+/// caller interrupts it, or its meaning depends on the calling thread. `pid`: this process's,
+/// asked only by a call whose arguments are read.
+fn must_stay_with_caller(request: &Request, pid: impl FnOnce() -> i32) -> bool {
     match request.check {
         Check::Nothing => false,
         Check::Fd(fd) => fd_may_block(fd),
@@ -328,17 +329,18 @@ fn must_stay_with_caller(request: &Request, pid: i32) -> bool {
         Check::Fds(a, b) => fd_may_block(a) || fd_may_block(b),
         Check::Socket(fd, flags) => flags & libc::MSG_DONTWAIT == 0 && fd_may_block(fd),
         Check::Open { dirfd, path, flags } => open_stays(dirfd, path, flags),
-        Check::Watched => watches_thread_bound(request.nr, &request.args, pid),
+        Check::Watched => watches_thread_bound(request.nr, &request.args, pid()),
     }
 }
 
 /// The most descriptors a moved `poll` or `select` may watch: each is looked at first.
 const MAX_WATCHED: usize = 64;
 
-/// Whether a `poll` or `select` (`nr`, with `args`, made in process `pid`) watches an anonymous inode: a signalfd is
-/// ready when the thread that polls it has a signal pending (the service thread never has), and
-/// an epoll set may hold one. Also when it watches more than [`MAX_WATCHED`] descriptors. Memory
-/// that cannot be read says nothing: the call fails with EFAULT alike on either thread.
+/// Whether a `poll` or `select` (`nr`, with `args`, made in process `pid`) watches an
+/// anonymous inode: a signalfd is ready when the thread that polls it has a signal pending
+/// (the service thread never has), and an epoll set may hold one. Also when it watches more
+/// than [`MAX_WATCHED`] descriptors. Memory that cannot be read says nothing: the call fails
+/// with EFAULT alike on either thread.
 fn watches_thread_bound(nr: i64, args: &[u64; 6], pid: i32) -> bool {
     let mut fds = [0i32; MAX_WATCHED];
     let mut count = 0;
@@ -383,11 +385,7 @@ fn watches_thread_bound(nr: i64, args: &[u64; 6], pid: i32) -> bool {
 /// Whether `fd` is an anonymous inode (a signalfd, eventfd, epoll set, timerfd...): its file
 /// type is none of the usual ones.
 fn is_anonymous(fd: i32) -> bool {
-    let mut st = core::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: fstat writes one struct stat into `st`.
-    let ret = unsafe { sys::raw(libc::SYS_fstat, [fd as u64, st.as_mut_ptr() as u64, 0, 0, 0, 0]) };
-    // SAFETY: fstat succeeded, so the kernel filled `st`.
-    ret == 0 && unsafe { st.assume_init() }.st_mode & libc::S_IFMT == 0
+    sys::fstat(fd).is_some_and(|st| st.st_mode & libc::S_IFMT == 0)
 }
 
 /// A descriptor whose calls can wait for another party, or whose answer depends on the
@@ -412,14 +410,7 @@ enum FdKind {
 }
 
 fn fd_kind(fd: i32) -> FdKind {
-    let mut st = core::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: fstat writes one struct stat into `st`.
-    let ret = unsafe { sys::raw(libc::SYS_fstat, [fd as u64, st.as_mut_ptr() as u64, 0, 0, 0, 0]) };
-    if ret < 0 {
-        return FdKind::NonBlockingNow;
-    }
-    // SAFETY: fstat succeeded, so the kernel filled `st`.
-    let st = unsafe { st.assume_init() };
+    let Some(st) = sys::fstat(fd) else { return FdKind::NonBlockingNow };
     match st.st_mode & libc::S_IFMT {
         libc::S_IFREG if fs::of_dev(st.st_dev, || fs::fd_type(fd)) != fs::Kind::Plain => {
             return FdKind::MayBlock

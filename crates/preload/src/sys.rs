@@ -267,13 +267,18 @@ pub fn blocked_signals() -> u64 {
     sigprocmask(libc::SIG_BLOCK, None)
 }
 
-/// Whether `fd` names a regular file.
-pub fn is_regular(fd: i32) -> bool {
+/// `fstat` of `fd`, by the raw call; `None` if it failed.
+pub fn fstat(fd: i32) -> Option<libc::stat> {
     let mut st = core::mem::MaybeUninit::<libc::stat>::uninit();
     // SAFETY: fstat writes one struct stat into `st`.
     let ret = unsafe { raw(libc::SYS_fstat, [fd as u64, st.as_mut_ptr() as u64, 0, 0, 0, 0]) };
     // SAFETY: on success the kernel filled `st`.
-    ret == 0 && unsafe { st.assume_init() }.st_mode & libc::S_IFMT == libc::S_IFREG
+    (ret == 0).then(|| unsafe { st.assume_init() })
+}
+
+/// Whether `fd` names a regular file.
+pub fn is_regular(fd: i32) -> bool {
+    fstat(fd).is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG)
 }
 
 /// Opens `path` (NUL-terminated) with raw calls, with `flags` (and `mode` if it creates the
