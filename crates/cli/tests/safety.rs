@@ -248,6 +248,38 @@ fn a_thread_with_files_of_its_own_makes_its_calls_on_them() {
     }
 }
 
+/// A library opened with `dlopen` whose constructor joins a thread that makes calls: the
+/// opener holds the loader's lock meanwhile, so neither the stub's load of corehop's library
+/// nor the library's own look-ups (its names, whether a sanitizer is loaded) may wait for it.
+#[test]
+fn a_constructor_that_joins_a_thread_making_calls_ends_as_plainly() {
+    let Some((dir, exe)) = fixture("dlopen_ctor") else { return };
+    let library = dir.path().join("libdlopen_ctor.so");
+    let built = Command::new("cc")
+        .args(["-O1", "-pthread", "-shared", "-fPIC", "-DCTOR_LIBRARY", "-o"])
+        .arg(&library)
+        .arg(Path::new(FIXTURES).join("dlopen_ctor.c"))
+        .output()
+        .expect("cc");
+    assert!(built.status.success(), "cc: {}", text(&built.stderr));
+    let (exe, library) = (exe.to_str().unwrap(), library.to_str().unwrap());
+    for mode in ["idle", "busy"] {
+        let argv = [exe, library, mode];
+        let (plain, offload) = pair(&argv, &[]);
+        assert_same(&argv, &plain, &offload);
+        let expected = format!("{mode}: main 1, constructor's thread 200 of 200\n");
+        assert_eq!(text(&plain.stdout), expected);
+        for policy in ["adaptive", "always"] {
+            let files = tempfile::tempdir().unwrap();
+            let mut command = Command::new(exe);
+            command.args([library, mode]).current_dir(files.path());
+            common::through_the_stub(&mut command, policy);
+            let out = finish(command, &format!("dlopen_ctor {mode} through the stub ({policy})"));
+            assert_eq!(text(&out.stdout), expected, "{mode} through the stub ({policy})");
+        }
+    }
+}
+
 /// A moved call's buffer is checked against the calling thread's memory protection-key rights
 /// (PKRU, its own): a read into a page that this thread may write, but the service thread
 /// could not, succeeds as plainly, and one this thread may not write fails alike.

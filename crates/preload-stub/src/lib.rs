@@ -23,9 +23,9 @@
 //!
 //! The library is found at `$COREHOP_LIBRARY` (read with `secure_getenv`). If it cannot be
 //! loaded the process runs on without offload, as plainly as it started. The call that loads
-//! it runs `dlopen`, which allocates and takes the dynamic loader's lock, so the load waits for
-//! a call that does not look like a signal handler's (`stub_state::outside_a_handler`), and
-//! runs with the program's signals blocked.
+//! it starts a thread that runs `dlopen` (see [`load_once`]), which allocates and takes the
+//! dynamic loader's lock, so the load waits for a call that does not look like a signal
+//! handler's (`stub_state::outside_a_handler`), and runs with the program's signals blocked.
 //!
 //! Built by `crates/cli/build.rs` with `panic = abort` (a `no_std` library cannot unwind), and
 //! linked with two load segments and no RELRO: each segment and protection change is a system
@@ -62,6 +62,17 @@ extern "C" {
     fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void;
     fn secure_getenv(name: *const c_char) -> *const c_char;
     fn __errno_location() -> *mut c_int;
+    fn pthread_attr_init(attr: *mut PthreadAttr) -> c_int;
+    fn pthread_attr_setstacksize(attr: *mut PthreadAttr, bytes: usize) -> c_int;
+    fn pthread_attr_destroy(attr: *mut PthreadAttr) -> c_int;
+    fn pthread_create(
+        thread: *mut u64,
+        attr: *const PthreadAttr,
+        start: extern "C" fn(*mut c_void) -> *mut c_void,
+        arg: *mut c_void,
+    ) -> c_int;
+    fn pthread_join(thread: u64, result: *mut *mut c_void) -> c_int;
+    fn pthread_detach(thread: u64) -> c_int;
     fn __register_atfork(
         prepare: Option<extern "C" fn()>,
         parent: Option<extern "C" fn()>,
@@ -391,11 +402,127 @@ extern "C" fn after_fork_child() {
     STATE.after_fork_child();
 }
 
-/// Loads the library if no thread has begun to (`from`: the state the caller saw).
+/// Loads the library if no thread has begun to (`from`: the state the caller saw), on a
+/// thread of the stub's own that this call waits for at most [`LOAD_WAIT_NS`].
+///
+/// Why a thread: `dlopen` takes the dynamic loader's lock. A library whose constructor starts
+/// a thread that makes calls and then joins it holds that lock while it waits; had that
+/// thread's call loaded the library itself, neither would ever go on. The loader thread waits
+/// for the lock instead, and the call goes on to libc once the wait is up; the library takes
+/// the calls over when the constructor has returned.
 #[cold]
 fn load_once(from: State) {
-    STATE.load_once(from, me(), |child_seen| keeping_errno(|| load(child_seen)));
+    if LOADER.compare_exchange(NO_LOADER, LOADER_RUNNING, Relaxed, Relaxed).is_err() {
+        return;
+    }
+    keeping_errno(|| {
+        // The loader starts with this mask: no handler of the program runs in `dlopen`.
+        let before = set_blocked_signals(!stub_state::GLIBC_SIGNALS);
+        // Where a sanitizer's runtime may hold its threads' lock around this call
+        // (`next_symbol::SANITIZER_INITS`), or no thread is to be had (a limit on threads, a
+        // filter on `clone`): load here.
+        if next_symbol::sanitizer_loaded() != Some(false) || !load_on_a_thread(from) {
+            STATE.load_once(from, me(), load);
+        }
+        set_blocked_signals(before);
+    });
 }
+
+/// [`LOADER`]: no loader thread was started, one runs, it has finished.
+static LOADER: AtomicU32 = AtomicU32::new(NO_LOADER);
+const NO_LOADER: u32 = 0;
+const LOADER_RUNNING: u32 = 1;
+const LOADER_DONE: u32 = 2;
+/// The loader thread's kernel id, once it runs.
+static LOADER_TID: AtomicI64 = AtomicI64::new(0);
+/// How long the call that started the loader waits for it: a load takes 100-200 µs here,
+/// and one that waits for the loader's lock takes as long as the lock's holder.
+const LOAD_WAIT_NS: u64 = 2_000_000;
+/// How long, after joining the loader, the call waits for the kernel to take the thread off
+/// the process's list (as the library does for its service threads: an `unshare` of a user
+/// namespace made right after needs a process of one thread).
+const LOADER_GONE_NS: u64 = 2_000_000;
+
+/// Starts the loader thread for `from` and waits for it (bounded); false if no thread could
+/// be started (nothing was loaded then).
+fn load_on_a_thread(from: State) -> bool {
+    let mut attr = PthreadAttr([0; 56]);
+    let mut thread = 0u64;
+    let child_seen = usize::from(from == State::PlainWithChild) as *mut c_void;
+    // SAFETY: `attr` is a `pthread_attr_t`'s size and alignment, initialized before use and
+    // destroyed after; `loader_main` takes its argument as an integer, not a pointer.
+    let started = unsafe {
+        pthread_attr_init(&mut attr) == 0 && {
+            let ok = pthread_attr_setstacksize(&mut attr, LOAD_STACK_BYTES) == 0
+                && pthread_create(&mut thread, &attr, loader_main, child_seen) == 0;
+            pthread_attr_destroy(&mut attr);
+            ok
+        }
+    };
+    if !started {
+        LOADER.store(NO_LOADER, Relaxed);
+        return false;
+    }
+    let deadline = now_ns() + LOAD_WAIT_NS;
+    loop {
+        if LOADER.load(Acquire) == LOADER_DONE {
+            // SAFETY: `thread` is the loader, joined once, and it has returned (or is about to).
+            unsafe { pthread_join(thread, core::ptr::null_mut()) };
+            wait_gone(LOADER_TID.load(Relaxed));
+            return true;
+        }
+        let now = now_ns();
+        if now >= deadline {
+            // It waits for the loader's lock: it finishes on its own, after this call.
+            // SAFETY: `thread` is the loader, not joined.
+            unsafe { pthread_detach(thread) };
+            return true;
+        }
+        futex_wait(&LOADER, LOADER_RUNNING, deadline - now);
+    }
+}
+
+/// The loader thread: loads the library once, says so and ends. `child_seen` (0 or 1): the
+/// state its starter saw was [`State::PlainWithChild`].
+extern "C" fn loader_main(child_seen: *mut c_void) -> *mut c_void {
+    LOADER_TID.store(raw_syscall(SYS_GETTID), Relaxed);
+    let from = if child_seen.is_null() { State::Plain } else { State::PlainWithChild };
+    STATE.load_once(from, me(), |child_seen| {
+        // Its own stack is the size the library's start-up may take (`handover`'s flag bit 1).
+        LOAD_STACK_MAPPED.store(true, Relaxed);
+        load_blocked(child_seen)
+    });
+    LOADER.store(LOADER_DONE, Release);
+    futex_wake(&LOADER);
+    core::ptr::null_mut()
+}
+
+/// Waits until thread `tid` of this process is gone, at most [`LOADER_GONE_NS`].
+fn wait_gone(tid: i64) {
+    if tid <= 0 {
+        return;
+    }
+    let (pid, deadline) = (raw_syscall(SYS_GETPID), now_ns() + LOADER_GONE_NS);
+    while raw_syscall6(SYS_TGKILL, [pid, tid, 0, 0, 0, 0]) == 0 && now_ns() < deadline {
+        raw_syscall(SYS_SCHED_YIELD);
+    }
+}
+
+/// Sleeps while `word` holds `expected`, at most `ns`.
+fn futex_wait(word: &AtomicU32, expected: u32, ns: u64) {
+    let timeout = [(ns / 1_000_000_000) as i64, (ns % 1_000_000_000) as i64];
+    let args = [word.as_ptr() as i64, FUTEX_WAIT_PRIVATE, i64::from(expected), timeout.as_ptr() as i64, 0, 0];
+    raw_syscall6(SYS_FUTEX, args);
+}
+
+/// Wakes every thread waiting on `word`.
+fn futex_wake(word: &AtomicU32) {
+    raw_syscall6(SYS_FUTEX, [word.as_ptr() as i64, FUTEX_WAKE_PRIVATE, i64::from(i32::MAX), 0, 0, 0]);
+}
+
+/// A `pthread_attr_t` of glibc on x86-64: 56 bytes, aligned as a pointer.
+#[repr(C, align(8))]
+struct PthreadAttr([u8; 56]);
 
 /// [`load_blocked`] with every signal but glibc's own blocked (a handler that ran in the
 /// middle of `dlopen` would find the loader's lock held by its own thread and its data
@@ -534,29 +661,31 @@ fn next(name: Name) -> usize {
     if cached != 0 {
         return cached;
     }
-    if !WALKED.swap(true, Relaxed) && tables_answer() {
-        // SAFETY: neither variable that changes the loader's answers is set (`tables_answer`).
-        unsafe { SCOPE.record() };
-    }
-    let name = NAMES[index];
-    // SAFETY: only `record` above fills the scope, in this process or the one it was forked
-    // from.
-    if let Some(next_symbol::Next::Function(address)) = unsafe { SCOPE.lookup(name) } {
-        // Another thread may have stored the same answer meanwhile.
-        NEXT[index].store(address, Relaxed);
-        return address;
-    }
-    // SAFETY: the name is NUL-terminated; dlsym calls no function this stub exports.
-    let found = keeping_errno(|| unsafe { dlsym(RTLD_NEXT, name.as_ptr() as *const c_char) }) as usize;
+    let found = next_function(NAMES[index]);
     let found = if found == 0 { unsupported as *const () as usize } else { found };
+    // Another thread may have stored the same answer meanwhile.
     NEXT[index].store(found, Relaxed);
     found
 }
 
+/// The function `name` (NUL-terminated) binds to after this stub: from the tables of the
+/// objects after it if they answer, else from `dlsym(RTLD_NEXT)`; 0 if nothing defines it.
+fn next_function(name: &[u8]) -> usize {
+    if !WALKED.swap(true, Relaxed) {
+        SCOPE.record();
+    }
+    // SAFETY: only `record` above fills the scope, in this process or the one it was forked
+    // from.
+    if let Some(next_symbol::Next::Function(address)) = unsafe { SCOPE.lookup(name) } {
+        return address;
+    }
+    // SAFETY: the name is NUL-terminated; dlsym calls no function this stub exports.
+    keeping_errno(|| unsafe { dlsym(RTLD_NEXT, name.as_ptr() as *const c_char) }) as usize
+}
+
 /// What `name` binds to after this stub, for the library this stub loaded (null if nothing
 /// does): opened with `dlopen`, its own `dlsym(RTLD_NEXT)` would skip what is preloaded after
-/// the stub. One of this stub's names gets [`next`]'s answer, another `dlsym(RTLD_NEXT)`'s
-/// from here.
+/// the stub. One of this stub's names gets [`next`]'s answer, another [`next_function`]'s.
 ///
 /// # Safety
 /// `name` is NUL-terminated.
@@ -571,9 +700,8 @@ unsafe extern "C" fn next_for_library(name: *const c_char) -> *mut c_void {
         // SAFETY: a position in NAMES, below COUNT; `Name` is repr(usize) with variants
         // 0..COUNT.
         Some(index) => next(unsafe { core::mem::transmute::<usize, Name>(index) }),
-        // SAFETY: a NUL-terminated name (this function's contract); dlsym calls no function
-        // this stub exports.
-        None => keeping_errno(|| unsafe { dlsym(RTLD_NEXT, name) }) as usize,
+        // SAFETY: a NUL-terminated name (this function's contract).
+        None => next_function(unsafe { core::ffi::CStr::from_ptr(name) }.to_bytes_with_nul()),
     };
     if found == unsupported as *const () as usize {
         core::ptr::null_mut()
@@ -593,15 +721,6 @@ static WALKED: AtomicBool = AtomicBool::new(false);
 /// (docs/performance.md, "Fifty-fourth session"). Static, not on the stack: the first call
 /// may be a signal handler's, on a small alternate stack.
 static SCOPE: next_symbol::Scope = next_symbol::Scope::new();
-
-/// Whether `next_symbol` may answer: not if the environment changes how the loader binds
-/// names for the whole process (weak definitions, audit modules).
-fn tables_answer() -> bool {
-    // SAFETY: the names are NUL-terminated; secure_getenv returns null or a string of the
-    // environment, which is not read.
-    let set = |name: &core::ffi::CStr| !unsafe { secure_getenv(name.as_ptr()) }.is_null();
-    !set(c"LD_DYNAMIC_WEAK") && !set(c"LD_AUDIT")
-}
 
 /// Stands in for a function libc lacks: fails with ENOSYS, as the library does.
 extern "C" fn unsupported() -> c_int {
@@ -661,6 +780,10 @@ const SYS_RT_SIGPROCMASK: i64 = 14;
 const SYS_MMAP: i64 = 9;
 const SYS_MPROTECT: i64 = 10;
 const SYS_MUNMAP: i64 = 11;
+const SYS_FUTEX: i64 = 202;
+const SYS_TGKILL: i64 = 234;
+const FUTEX_WAIT_PRIVATE: i64 = 128;
+const FUTEX_WAKE_PRIVATE: i64 = 129;
 const PROT_NONE: i64 = 0;
 const PROT_READ: i64 = 1;
 const PROT_WRITE: i64 = 2;
@@ -674,8 +797,9 @@ const MAP_STACK: i64 = 0x20000;
 fn raw_syscall6(nr: i64, args: [i64; 6]) -> i64 {
     let ret: i64;
     // SAFETY: the calls made through this (mmap, mprotect, munmap) touch only the memory they
-    // map or unmap, which no Rust reference covers; the syscall instruction clobbers rcx and
-    // r11.
+    // map or unmap, which no Rust reference covers; futex reads the word and the timeout it is
+    // given, which live for the call; tgkill with signal 0 sends nothing. The syscall
+    // instruction clobbers rcx and r11.
     unsafe {
         core::arch::asm!(
             "syscall",

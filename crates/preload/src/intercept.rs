@@ -364,8 +364,8 @@ fn service_running(thread: &Thread) -> bool {
         &SERVICE,
         || {
             let Some(config) = CONFIG.get() else { return false };
-            // Here, where a call is about to move (the loader's lock is free: not in a handler),
-            // and only in a process that moves one.
+            // Here, where a call is about to move (not in a handler), and only in a process
+            // that moves one.
             if sys::sanitizer_loaded() {
                 SANITIZED.store(true, SeqCst);
                 return false;

@@ -425,13 +425,35 @@ impl Real {
         let p = match NEXT_AFTER_STUB.get() {
             // SAFETY: `name` is NUL-terminated.
             Some(resolve) => unsafe { resolve(self.name.as_ptr()) },
-            // SAFETY: `name` is NUL-terminated; dlsym is thread-safe and does not call any
-            // interposed function.
-            None => unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) },
+            None => next_after_this_library(self.name),
         };
         self.ptr.store(p, Ordering::Release);
         p
     }
+}
+
+/// The objects after this library up to libc, where a preloaded library looks its names up
+/// (`corehop_sys::next_symbol`): `dlsym` waits for the loader's lock, which a thread running
+/// a library's constructor holds while it may wait for the thread that asks. (Its atomics
+/// are loom's in a loom build, which has no such statics and makes no calls.)
+#[cfg(not(loom))]
+static SCOPE: corehop_sys::next_symbol::Scope = corehop_sys::next_symbol::Scope::new();
+
+/// What `name` binds to after this library (null if nothing does).
+fn next_after_this_library(name: &CStr) -> *mut c_void {
+    #[cfg(not(loom))]
+    {
+        SCOPE.record();
+        // SAFETY: only `record` fills the scope, in this process or the one it was forked from.
+        if let Some(corehop_sys::next_symbol::Next::Function(address)) =
+            unsafe { SCOPE.lookup(name.to_bytes()) }
+        {
+            return address as *mut c_void;
+        }
+    }
+    // SAFETY: `name` is NUL-terminated; dlsym is thread-safe and does not call any interposed
+    // function.
+    unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) }
 }
 
 /// The next `_exit` (a sanitizer's, else libc's; `_Exit` is the same function), which the
@@ -439,8 +461,12 @@ impl Real {
 pub static REAL_EXIT: Real = Real::new(c"_exit");
 
 /// Whether a sanitizer's runtime is in the process ([`corehop_sys::wire::SANITIZER_INITS`]),
-/// linked into the program or loaded with it.
+/// linked into the program or loaded with it (or, to be safe, opened by it), read from the
+/// objects' tables where they answer: not with `dlsym` (see [`SCOPE`]).
 pub fn sanitizer_loaded() -> bool {
+    if let Some(found) = corehop_sys::next_symbol::sanitizer_loaded() {
+        return found;
+    }
     corehop_sys::wire::SANITIZER_INITS.iter().any(|name| {
         // SAFETY: `name` is NUL-terminated; dlsym is thread-safe and does not call any
         // interposed function.

@@ -12,8 +12,9 @@
 //!
 //! Only what is sure to match `dlsym` is answered; anything else is [`Next::AskTheLoader`]:
 //!
-//! - The objects are walked with `dl_iterate_phdr`, which holds the loader's lock against a
-//!   `dlopen` or `dlclose` in another thread, from the caller's object to libc (soname
+//! - The objects are walked with `dl_iterate_phdr`, which holds the lock a `dlopen` or
+//!   `dlclose` in another thread takes to change the list (not the one `dlsym` waits for, which
+//!   a `dlopen` holds while the library's constructors run), from the caller's object to libc (soname
 //!   `libc.so.6`) and no further: every object on the way was loaded at start-up, so it is in
 //!   the scope `dlsym` searches (one opened later without `RTLD_GLOBAL` is listed after libc
 //!   but is not), and is never unloaded, so its tables stay where the walk found them. A libc
@@ -22,9 +23,13 @@
 //!   (an unversioned definition, or its one default version) wins. One that is not a plain
 //!   function (an IFUNC, data), or an object with a filter (`DT_FILTER`, `DT_AUXILIARY`) or
 //!   without a GNU hash table on the way, is not answered.
-//! - What changes the loader's answer for the whole process is the caller's to check:
-//!   `LD_DYNAMIC_WEAK` and `LD_AUDIT` in the environment (this module checks the program's
-//!   own `DT_AUDIT` and `DT_DEPAUDIT`).
+//! - Nothing is recorded where the loader's answer changes for the whole process:
+//!   `LD_DYNAMIC_WEAK` or `LD_AUDIT` in the environment, or the program's own `DT_AUDIT` or
+//!   `DT_DEPAUDIT`.
+//!
+//! The preload library looks its names up here too when it is preloaded itself, and asks
+//! [`defined_anywhere`] whether a sanitizer is in the process: never through `dlsym`, which a
+//! library's constructor that waits for a thread making calls would hold up for good.
 //!
 //! A scope is recorded once and read by every thread: its words are published with a release
 //! store of its state, which a loom model below checks. Only `core` (and loom's atomics under
@@ -82,7 +87,10 @@ struct Sym {
 }
 
 extern "C" {
-    /// libc's walk over the loaded objects, in the loader's order, under its lock.
+    /// The variable `name` of the environment, or null (unset, or a set-user-ID process).
+    fn secure_getenv(name: *const c_char) -> *const c_char;
+    /// libc's walk over the loaded objects, in the loader's order, under the lock `dlopen`
+    /// holds while it lists a new object (not the one it holds while it runs constructors).
     fn dl_iterate_phdr(
         callback: unsafe extern "C" fn(*const ObjectInfo, usize, *mut c_void) -> c_int,
         data: *mut c_void,
@@ -359,17 +367,16 @@ impl Scope {
 
     /// Records the objects after the one this file is compiled into, up to libc, in one walk,
     /// unless a thread has begun to (which then records them; meanwhile [`Scope::lookup`]
-    /// answers nothing).
-    ///
-    /// # Safety
-    /// Neither `LD_DYNAMIC_WEAK` nor `LD_AUDIT` is set (the caller has checked).
-    pub unsafe fn record(&self) {
-        if !self.begin() {
+    /// answers nothing), or the environment changes how the loader binds names for the whole
+    /// process (`LD_DYNAMIC_WEAK`, `LD_AUDIT`: then nothing is recorded).
+    pub fn record(&self) {
+        if !environment_keeps_binding() || !self.begin() {
             return;
         }
         let mut walk = Walk { scope: self, count: 0, past_own: false, first: true };
         // SAFETY: `visit` takes `data` back as the `Walk` it is given here, which outlives the
-        // walk; it does not unwind (it cannot panic).
+        // walk; it does not unwind (it cannot panic). Neither variable that changes the
+        // loader's answers is set (checked above).
         unsafe { dl_iterate_phdr(visit, (&mut walk as *mut Walk).cast()) };
         self.finish(walk.count);
     }
@@ -439,6 +446,80 @@ impl Scope {
         }
         Some(Next::AskTheLoader)
     }
+}
+
+/// Whether the environment leaves the loader binding names as the tables say: not with
+/// `LD_DYNAMIC_WEAK` (weak definitions) or `LD_AUDIT` (audit modules) set.
+fn environment_keeps_binding() -> bool {
+    // SAFETY: the names are NUL-terminated; secure_getenv returns null or a string of the
+    // environment, which is not read.
+    let set = |name: &core::ffi::CStr| !unsafe { secure_getenv(name.as_ptr()) }.is_null();
+    !set(c"LD_DYNAMIC_WEAK") && !set(c"LD_AUDIT")
+}
+
+/// The start-up functions of the sanitizers' runtimes that check system calls in the calling
+/// thread (their interceptors check a call's buffers, or note the order of calls on a
+/// descriptor): a process that has one keeps every call with its caller, and `corehop run`
+/// lets AddressSanitizer's runtime come after the preloaded library (`ASAN_OPTIONS`). Their
+/// interceptors of `pthread_create` keep a registry of threads whose lock they may hold when
+/// they make a call: the start-up stub starts no thread of its own where one is loaded.
+pub const SANITIZER_INITS: [&core::ffi::CStr; 4] =
+    [c"__asan_init", c"__hwasan_init", c"__msan_init", c"__tsan_init"];
+
+/// Whether a sanitizer's runtime ([`SANITIZER_INITS`]) is in the process, by
+/// [`defined_anywhere`]; `None` if that cannot say.
+pub fn sanitizer_loaded() -> Option<bool> {
+    defined_anywhere(&SANITIZER_INITS.map(core::ffi::CStr::to_bytes))
+}
+
+/// Whether a loaded object defines one of `names` (a trailing NUL is not part of a name), in
+/// any form, as `dlsym(RTLD_DEFAULT, name)` would find it in a program that loaded nothing
+/// with `dlopen`. Read from the objects' tables: `dlsym` waits for the loader's lock, which a
+/// thread running a library's constructor holds, maybe while it waits for the caller. `None`
+/// if an object has no GNU hash table: only `dlsym` can say then.
+pub fn defined_anywhere(names: &[&[u8]]) -> Option<bool> {
+    let mut search = Search { names, found: false, unsure: false };
+    // SAFETY: `visit_searching` takes `data` back as the `Search` it is given here, which
+    // outlives the walk; it does not unwind (it cannot panic).
+    unsafe { dl_iterate_phdr(visit_searching, (&mut search as *mut Search).cast()) };
+    if search.found {
+        Some(true)
+    } else {
+        (!search.unsure).then_some(false)
+    }
+}
+
+/// A [`defined_anywhere`] under way.
+struct Search<'a> {
+    names: &'a [&'a [u8]],
+    found: bool,
+    /// Whether an object could not be searched.
+    unsure: bool,
+}
+
+/// [`defined_anywhere`]'s step over one object: 0 goes on to the next one, 1 ends the walk.
+///
+/// # Safety
+/// As for [`visit`], with `data` a `Search`.
+unsafe extern "C" fn visit_searching(info: *const ObjectInfo, _size: usize, data: *mut c_void) -> c_int {
+    // SAFETY: this function's contract, as in `visit`.
+    let (search, info) = unsafe { (&mut *data.cast::<Search>(), &*info) };
+    // SAFETY: as in `visit`.
+    let t = unsafe { Tables::of(dynamic_section(info), info.addr) };
+    if t.gnu_hash == 0 || t.symtab == 0 || t.strtab == 0 {
+        // The vDSO has a GNU hash table; an object without one is searched by `dlsym` alone.
+        search.unsure = true;
+        return 0;
+    }
+    for name in search.names {
+        let name = name.strip_suffix(b"\0").unwrap_or(name);
+        // SAFETY: a loaded object's tables, with a GNU hash table and a symbol table.
+        if !matches!(unsafe { find_in(&t, info.addr, name, gnu_hash(name)) }, Found::No) {
+            search.found = true;
+            return 1;
+        }
+    }
+    0
 }
 
 /// A recording under way: what [`visit`] keeps between objects.
@@ -521,9 +602,8 @@ mod tests {
     fn recorded() -> Scope {
         assert!(std::env::var_os("LD_DYNAMIC_WEAK").is_none() && std::env::var_os("LD_AUDIT").is_none());
         let scope = Scope::new();
-        // SAFETY: the test's environment sets neither variable (checked above). The test
-        // program is the object this file is compiled into, listed first.
-        unsafe { scope.record() };
+        // The test program is the object this file is compiled into, listed first.
+        scope.record();
         scope
     }
 
@@ -600,8 +680,7 @@ mod tests {
         let objects: Vec<_> = scope.objects().expect("recorded").collect();
         assert!((1..=SCOPE_OBJECTS).contains(&objects.len()), "{objects:?}");
         // Recording again is a no-op: the first recording stands.
-        // SAFETY: as in `recorded`.
-        unsafe { scope.record() };
+        scope.record();
         assert_eq!(scope.objects().expect("recorded").collect::<Vec<_>>(), objects);
     }
 
@@ -622,6 +701,16 @@ mod tests {
         for name in ["memcpy", "strlen", "corehop_no_such_function"] {
             assert_eq!(next_function(name), Next::AskTheLoader, "{name}");
         }
+    }
+
+    #[test]
+    fn a_name_is_defined_anywhere_where_the_loader_finds_it() {
+        for name in ["read", "dl_iterate_phdr", "memcpy", "corehop_no_such_function", "__asan_init"] {
+            let found = defined_anywhere(&[name.as_bytes()]).expect("every object here has a GNU hash table");
+            assert_eq!(found, loader(name) != 0, "{name}");
+        }
+        assert_eq!(defined_anywhere(&[b"corehop_no_such_function\0", b"fstat\0"]), Some(true));
+        assert_eq!(defined_anywhere(&[]), Some(false));
     }
 
     #[test]

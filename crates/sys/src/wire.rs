@@ -70,12 +70,7 @@ pub const DEFAULT_POLICY: &str = "adaptive";
 /// The first word of every summary line; a new format gets a new tag.
 pub const SUMMARY_TAG: &str = "corehop-preload-v2";
 
-/// The start-up functions of the sanitizers' runtimes that check system calls in the calling
-/// thread (their interceptors check a call's buffers, or note the order of calls on a
-/// descriptor): a process that has one keeps every call with its caller, and `corehop run`
-/// lets AddressSanitizer's runtime come after the preloaded library (`ASAN_OPTIONS`).
-pub const SANITIZER_INITS: [&core::ffi::CStr; 4] =
-    [c"__asan_init", c"__hwasan_init", c"__msan_init", c"__tsan_init"];
+pub use crate::next_symbol::SANITIZER_INITS;
 /// The tags of older formats, refused with a word on what to do.
 const OLD_TAGS: [&str; 1] = ["corehop-preload-v1"];
 
