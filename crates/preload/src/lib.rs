@@ -39,6 +39,11 @@
 //!
 //! - **Its own I/O is raw** ([`sys`]): inside the process our wrappers *are* `read`, `write`,
 //!   `open`, so calling them would recurse. The summary at exit is written with raw syscalls.
+//! - **No wait for the loader's lock on a program's call**: a thread running a library's
+//!   constructor (inside `dlopen`) holds it, maybe while it joins the thread making the call.
+//!   Names are looked up in the objects' tables (`corehop_sys::next_symbol`; `dlsym` only
+//!   where they cannot answer, as for an IFUNC), and the start-up stub runs its `dlopen` of this library on a thread of its own
+//!   (except where a sanitizer is loaded).
 //! - **No allocation on the interposed path** after start-up: slots live in static memory,
 //!   counters are static atomics, the policy is allocated once (the default one at the first
 //!   sampled call after its first epoch, which a short process never reaches).
