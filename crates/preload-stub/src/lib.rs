@@ -435,9 +435,12 @@ const LOADER_RUNNING: u32 = 1;
 const LOADER_DONE: u32 = 2;
 /// The loader thread's kernel id, once it runs.
 static LOADER_TID: AtomicI64 = AtomicI64::new(0);
-/// How long the call that started the loader waits for it: a load takes 100-200 µs here,
-/// and one that waits for the loader's lock takes as long as the lock's holder.
-const LOAD_WAIT_NS: u64 = 2_000_000;
+/// How long the call that started the loader waits for it: a load takes 100-200 µs here
+/// (a few ms while the host stalls), and one that waits for the loader's lock as long as the
+/// lock's holder, which may be waiting for this call's thread. Long enough that a load goes
+/// on after the call only then: a `fork` made while the loader holds the lock would leave the
+/// child a lock no thread of its own holds.
+const LOAD_WAIT_NS: u64 = 20_000_000;
 /// How long, after joining the loader, the call waits for the kernel to take the thread off
 /// the process's list (as the library does for its service threads: an `unshare` of a user
 /// namespace made right after needs a process of one thread).
