@@ -418,14 +418,36 @@ fn load_once(from: State) {
     keeping_errno(|| {
         // The loader starts with this mask: no handler of the program runs in `dlopen`.
         let before = set_blocked_signals(!stub_state::GLIBC_SIGNALS);
-        // Where a sanitizer's runtime may hold its threads' lock around this call
-        // (`next_symbol::SANITIZER_INITS`), or no thread is to be had (a limit on threads, a
-        // filter on `clone`): load here.
-        if next_symbol::sanitizer_loaded() != Some(false) || !load_on_a_thread(from) {
+        // Here, where no other thread may hold the loader's lock (the process has one), where
+        // a sanitizer's runtime may hold its threads' lock around this call
+        // (`next_symbol::SANITIZER_INITS`), or where no thread is to be had (a limit on
+        // threads, a filter on `clone`). A loader thread adds about 250 µs to the load here.
+        if single_threaded() || next_symbol::sanitizer_loaded() != Some(false) || !load_on_a_thread(from) {
             STATE.load_once(from, me(), load);
         }
         set_blocked_signals(before);
     });
+}
+
+/// Whether the process has one thread, by the kernel's count (`/proc/self/stat`); false if
+/// that cannot be read.
+fn single_threaded() -> bool {
+    let mut stat = [0u8; 512];
+    let path = c"/proc/self/stat";
+    let fd = raw_syscall6(SYS_OPEN, [path.as_ptr() as i64, O_RDONLY | O_CLOEXEC, 0, 0, 0, 0]);
+    if fd < 0 {
+        return false;
+    }
+    let len = raw_syscall6(SYS_READ, [fd, stat.as_mut_ptr() as i64, stat.len() as i64, 0, 0, 0]);
+    raw_syscall6(SYS_CLOSE, [fd, 0, 0, 0, 0, 0]);
+    let Some(line) = stat.get(..len.max(0) as usize) else { return false };
+    // After the name in parentheses (which may hold spaces and parentheses itself): the
+    // state, field 3, then the others; the thread count is field 20.
+    let Some(rest) = line.iter().rposition(|&b| b == b')').and_then(|end| line.get(end + 1..)) else {
+        return false;
+    };
+    let mut fields = rest.split(|&b| b == b' ').filter(|f| !f.is_empty());
+    fields.nth(17) == Some(b"1".as_slice())
 }
 
 /// [`LOADER`]: no loader thread was started, one runs, it has finished.
@@ -456,7 +478,8 @@ fn load_on_a_thread(from: State) -> bool {
     // destroyed after; `loader_main` takes its argument as an integer, not a pointer.
     let started = unsafe {
         pthread_attr_init(&mut attr) == 0 && {
-            let ok = pthread_attr_setstacksize(&mut attr, LOAD_STACK_BYTES) == 0
+            // Twice the load stack: glibc keeps the thread's own block and static TLS at its top.
+            let ok = pthread_attr_setstacksize(&mut attr, 2 * LOAD_STACK_BYTES) == 0
                 && pthread_create(&mut thread, &attr, loader_main, child_seen) == 0;
             pthread_attr_destroy(&mut attr);
             ok
@@ -774,7 +797,12 @@ fn one_in_16() -> bool {
     (ticks.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) & 15 == 0
 }
 
+const SYS_READ: i64 = 0;
 const SYS_WRITE: i64 = 1;
+const SYS_OPEN: i64 = 2;
+const SYS_CLOSE: i64 = 3;
+const O_RDONLY: i64 = 0;
+const O_CLOEXEC: i64 = 0o2_000_000;
 const SYS_SCHED_YIELD: i64 = 24;
 const SYS_GETPID: i64 = 39;
 const SYS_GETTID: i64 = 186;
@@ -801,8 +829,9 @@ fn raw_syscall6(nr: i64, args: [i64; 6]) -> i64 {
     let ret: i64;
     // SAFETY: the calls made through this (mmap, mprotect, munmap) touch only the memory they
     // map or unmap, which no Rust reference covers; futex reads the word and the timeout it is
-    // given, which live for the call; tgkill with signal 0 sends nothing. The syscall
-    // instruction clobbers rcx and r11.
+    // given, open the path, read writes at most the length it is given into the buffer, all of
+    // which live for the call; tgkill with signal 0 sends nothing. The syscall instruction
+    // clobbers rcx and r11.
     unsafe {
         core::arch::asm!(
             "syscall",
