@@ -23,8 +23,8 @@
 //!
 //! The library is found at `$COREHOP_LIBRARY` (read with `secure_getenv`). If it cannot be
 //! loaded the process runs on without offload, as plainly as it started. The call that loads
-//! it starts a thread that runs `dlopen` (see [`load_once`]), which allocates and takes the
-//! dynamic loader's lock, so the load waits for a call that does not look like a signal
+//! it runs `dlopen` (on a thread of its own in a process with others: see [`load_once`]),
+//! which allocates and takes the dynamic loader's lock, so the load waits for a call that does not look like a signal
 //! handler's (`stub_state::outside_a_handler`), and runs with the program's signals blocked.
 //!
 //! Built by `crates/cli/build.rs` with `panic = abort` (a `no_std` library cannot unwind), and
@@ -402,8 +402,9 @@ extern "C" fn after_fork_child() {
     STATE.after_fork_child();
 }
 
-/// Loads the library if no thread has begun to (`from`: the state the caller saw), on a
-/// thread of the stub's own that this call waits for at most [`LOAD_WAIT_NS`].
+/// Loads the library if no thread has begun to (`from`: the state the caller saw): in a
+/// process with other threads, on a thread of the stub's own that this call waits for at most
+/// [`LOAD_WAIT_NS`].
 ///
 /// Why a thread: `dlopen` takes the dynamic loader's lock. A library whose constructor starts
 /// a thread that makes calls and then joins it holds that lock while it waits; had that
@@ -460,8 +461,8 @@ static LOADER_TID: AtomicI64 = AtomicI64::new(0);
 /// How long the call that started the loader waits for it: a load takes 100-200 µs here
 /// (a few ms while the host stalls), and one that waits for the loader's lock as long as the
 /// lock's holder, which may be waiting for this call's thread. Long enough that a load goes
-/// on after the call only then: a `fork` made while the loader holds the lock would leave the
-/// child a lock no thread of its own holds.
+/// on after the call only then: a `fork` made while the loader is inside `dlopen` would leave
+/// the child the loader's data half-changed.
 const LOAD_WAIT_NS: u64 = 20_000_000;
 /// How long, after joining the loader, the call waits for the kernel to take the thread off
 /// the process's list (as the library does for its service threads: an `unshare` of a user
