@@ -62,17 +62,6 @@ extern "C" {
     fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void;
     fn secure_getenv(name: *const c_char) -> *const c_char;
     fn __errno_location() -> *mut c_int;
-    fn pthread_attr_init(attr: *mut PthreadAttr) -> c_int;
-    fn pthread_attr_setstacksize(attr: *mut PthreadAttr, bytes: usize) -> c_int;
-    fn pthread_attr_destroy(attr: *mut PthreadAttr) -> c_int;
-    fn pthread_create(
-        thread: *mut u64,
-        attr: *const PthreadAttr,
-        start: extern "C" fn(*mut c_void) -> *mut c_void,
-        arg: *mut c_void,
-    ) -> c_int;
-    fn pthread_join(thread: u64, result: *mut *mut c_void) -> c_int;
-    fn pthread_detach(thread: u64) -> c_int;
     fn __register_atfork(
         prepare: Option<extern "C" fn()>,
         parent: Option<extern "C" fn()>,
@@ -472,17 +461,22 @@ const LOADER_GONE_NS: u64 = 2_000_000;
 /// Starts the loader thread for `from` and waits for it (bounded); false if no thread could
 /// be started (nothing was loaded then).
 fn load_on_a_thread(from: State) -> bool {
+    let Some(pthread) = Pthread::look_up() else {
+        LOADER.store(NO_LOADER, Relaxed);
+        return false;
+    };
     let mut attr = PthreadAttr([0; 56]);
     let mut thread = 0u64;
     let child_seen = usize::from(from == State::PlainWithChild) as *mut c_void;
-    // SAFETY: `attr` is a `pthread_attr_t`'s size and alignment, initialized before use and
-    // destroyed after; `loader_main` takes its argument as an integer, not a pointer.
+    // SAFETY: libc's functions of these types; `attr` is a `pthread_attr_t`'s size and
+    // alignment, initialized before use and destroyed after; `loader_main` takes its argument
+    // as an integer, not a pointer.
     let started = unsafe {
-        pthread_attr_init(&mut attr) == 0 && {
+        (pthread.attr_init)(&mut attr) == 0 && {
             // Twice the load stack: glibc keeps the thread's own block and static TLS at its top.
-            let ok = pthread_attr_setstacksize(&mut attr, 2 * LOAD_STACK_BYTES) == 0
-                && pthread_create(&mut thread, &attr, loader_main, child_seen) == 0;
-            pthread_attr_destroy(&mut attr);
+            let ok = (pthread.attr_setstacksize)(&mut attr, 2 * LOAD_STACK_BYTES) == 0
+                && (pthread.create)(&mut thread, &attr, loader_main, child_seen) == 0;
+            (pthread.attr_destroy)(&mut attr);
             ok
         }
     };
@@ -494,7 +488,7 @@ fn load_on_a_thread(from: State) -> bool {
     loop {
         if LOADER.load(Acquire) == LOADER_DONE {
             // SAFETY: `thread` is the loader, joined once, and it has returned (or is about to).
-            unsafe { pthread_join(thread, core::ptr::null_mut()) };
+            unsafe { (pthread.join)(thread, core::ptr::null_mut()) };
             wait_gone(LOADER_TID.load(Relaxed));
             return true;
         }
@@ -502,7 +496,7 @@ fn load_on_a_thread(from: State) -> bool {
         if now >= deadline {
             // It waits for the loader's lock: it finishes on its own, after this call.
             // SAFETY: `thread` is the loader, not joined.
-            unsafe { pthread_detach(thread) };
+            unsafe { (pthread.detach)(thread) };
             return true;
         }
         futex_wait(&LOADER, LOADER_RUNNING, deadline - now);
@@ -545,6 +539,55 @@ fn futex_wait(word: &AtomicU32, expected: u32, ns: u64) {
 /// Wakes every thread waiting on `word`.
 fn futex_wake(word: &AtomicU32) {
     raw_syscall6(SYS_FUTEX, [word.as_ptr() as i64, FUTEX_WAKE_PRIVATE, i64::from(i32::MAX), 0, 0, 0]);
+}
+
+/// libc's thread functions the loader needs, looked up when a load first needs them: bound
+/// when the stub is loaded, as its other names are, each cost every process a look-up.
+struct Pthread {
+    attr_init: AttrFn,
+    attr_setstacksize: unsafe extern "C" fn(*mut PthreadAttr, usize) -> c_int,
+    attr_destroy: AttrFn,
+    create: CreateFn,
+    join: unsafe extern "C" fn(u64, *mut *mut c_void) -> c_int,
+    detach: unsafe extern "C" fn(u64) -> c_int,
+}
+
+type AttrFn = unsafe extern "C" fn(*mut PthreadAttr) -> c_int;
+type CreateFn = unsafe extern "C" fn(
+    *mut u64,
+    *const PthreadAttr,
+    extern "C" fn(*mut c_void) -> *mut c_void,
+    *mut c_void,
+) -> c_int;
+
+impl Pthread {
+    /// The functions after this stub (libc's), or `None` if one is missing.
+    fn look_up() -> Option<Pthread> {
+        let find = |name: &[u8]| Some(next_function(name)).filter(|&address| address != 0);
+        let (attr_init, attr_setstacksize, attr_destroy) = (
+            find(b"pthread_attr_init\0")?,
+            find(b"pthread_attr_setstacksize\0")?,
+            find(b"pthread_attr_destroy\0")?,
+        );
+        let (create, join, detach) =
+            (find(b"pthread_create\0")?, find(b"pthread_join\0")?, find(b"pthread_detach\0")?);
+        // SAFETY: each address is the function of that name, whose C type each field has.
+        unsafe {
+            Some(Pthread {
+                attr_init: core::mem::transmute::<usize, AttrFn>(attr_init),
+                attr_setstacksize: core::mem::transmute::<
+                    usize,
+                    unsafe extern "C" fn(*mut PthreadAttr, usize) -> c_int,
+                >(attr_setstacksize),
+                attr_destroy: core::mem::transmute::<usize, AttrFn>(attr_destroy),
+                create: core::mem::transmute::<usize, CreateFn>(create),
+                join: core::mem::transmute::<usize, unsafe extern "C" fn(u64, *mut *mut c_void) -> c_int>(
+                    join,
+                ),
+                detach: core::mem::transmute::<usize, unsafe extern "C" fn(u64) -> c_int>(detach),
+            })
+        }
+    }
 }
 
 /// A `pthread_attr_t` of glibc on x86-64: 56 bytes, aligned as a pointer.
@@ -728,13 +771,26 @@ unsafe extern "C" fn next_for_library(name: *const c_char) -> *mut c_void {
         // 0..COUNT.
         Some(index) => next(unsafe { core::mem::transmute::<usize, Name>(index) }),
         // SAFETY: a NUL-terminated name (this function's contract).
-        None => next_function(unsafe { core::ffi::CStr::from_ptr(name) }.to_bytes_with_nul()),
+        None => unsafe { with_nul(name) }.map_or(0, next_function),
     };
     if found == unsupported as *const () as usize {
         core::ptr::null_mut()
     } else {
         found as *mut c_void
     }
+}
+
+/// The bytes of the NUL-terminated `name`, its NUL included; `None` past 255 bytes (no name
+/// of libc's is that long). Not `CStr::from_ptr`: its `strlen` would be one more name bound
+/// when the stub is loaded, in every process.
+///
+/// # Safety
+/// `name` is NUL-terminated.
+unsafe fn with_nul<'a>(name: *const c_char) -> Option<&'a [u8]> {
+    // SAFETY: bytes up to and including the first NUL are the string's (the contract).
+    let len = (0..256).find(|&i| unsafe { *name.add(i) } == 0)?;
+    // SAFETY: as above: `len + 1` bytes of the string, its NUL last.
+    Some(unsafe { core::slice::from_raw_parts(name.cast::<u8>(), len + 1) })
 }
 
 /// Whether a thread of this process (or of the one it was forked from) has begun to record
