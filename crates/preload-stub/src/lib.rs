@@ -485,6 +485,7 @@ fn load_on_a_thread(from: State) -> bool {
         return false;
     }
     let deadline = now_ns() + LOAD_WAIT_NS;
+    let (mut next_look, mut looks_waiting) = (now_ns() + LOOK_EVERY_NS, 0);
     loop {
         if LOADER.load(Acquire) == LOADER_DONE {
             // SAFETY: `thread` is the loader, joined once, and it has returned (or is about to).
@@ -493,14 +494,55 @@ fn load_on_a_thread(from: State) -> bool {
             return true;
         }
         let now = now_ns();
-        if now >= deadline {
-            // It waits for the loader's lock: it finishes on its own, after this call.
+        if now >= next_look {
+            next_look = now + LOOK_EVERY_NS;
+            looks_waiting = if waits_in_futex(LOADER_TID.load(Relaxed)) { looks_waiting + 1 } else { 0 };
+        }
+        if now >= deadline || looks_waiting >= 2 {
+            // It waits for a lock, the loader's as like as not, whose holder may be this
+            // thread or wait for it: it finishes on its own, after this call.
             // SAFETY: `thread` is the loader, not joined.
             unsafe { (pthread.detach)(thread) };
             return true;
         }
-        futex_wait(&LOADER, LOADER_RUNNING, deadline - now);
+        futex_wait(&LOADER, LOADER_RUNNING, deadline.min(next_look) - now);
     }
+}
+
+/// How often the call that waits for the loader looks at what the loader is doing: twice in
+/// a row in a `futex` wait, and it stops waiting (a dlopen'd constructor that makes calls
+/// would otherwise hold it up for all of [`LOAD_WAIT_NS`]).
+const LOOK_EVERY_NS: u64 = 1_000_000;
+
+/// Whether thread `tid` of this process is in a `futex` call (`/proc/self/task/TID/syscall`
+/// starts with its number); false if that cannot be read.
+fn waits_in_futex(tid: i64) -> bool {
+    const HEAD: &[u8] = b"/proc/self/task/";
+    const TAIL: &[u8] = b"/syscall\0";
+    if tid <= 0 {
+        return false;
+    }
+    let mut path = [0u8; 48];
+    let mut digits = [0u8; 20];
+    let (mut n, mut count) = (tid as u64, 0);
+    while let (true, Some(digit)) = (n > 0, digits.get_mut(count)) {
+        *digit = b'0' + (n % 10) as u8;
+        (n, count) = (n / 10, count + 1);
+    }
+    let mut at = 0;
+    let reversed = digits.iter().take(count).rev();
+    for &byte in HEAD.iter().chain(reversed).chain(TAIL) {
+        let Some(slot) = path.get_mut(at) else { return false };
+        (*slot, at) = (byte, at + 1);
+    }
+    let mut text = [0u8; 8];
+    let fd = raw_syscall6(SYS_OPEN, [path.as_ptr() as i64, O_RDONLY | O_CLOEXEC, 0, 0, 0, 0]);
+    if fd < 0 {
+        return false;
+    }
+    let len = raw_syscall6(SYS_READ, [fd, text.as_mut_ptr() as i64, text.len() as i64, 0, 0, 0]);
+    raw_syscall6(SYS_CLOSE, [fd, 0, 0, 0, 0, 0]);
+    text.get(..len.max(0) as usize).is_some_and(|t| t.starts_with(b"202 "))
 }
 
 /// The loader thread: loads the library once, says so and ends. `child_seen` (0 or 1): the
