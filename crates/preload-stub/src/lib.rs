@@ -423,14 +423,7 @@ fn load_once(from: State) {
 /// that cannot be read.
 fn single_threaded() -> bool {
     let mut stat = [0u8; 512];
-    let path = c"/proc/self/stat";
-    let fd = raw_syscall6(SYS_OPEN, [path.as_ptr() as i64, O_RDONLY | O_CLOEXEC, 0, 0, 0, 0]);
-    if fd < 0 {
-        return false;
-    }
-    let len = raw_syscall6(SYS_READ, [fd, stat.as_mut_ptr() as i64, stat.len() as i64, 0, 0, 0]);
-    raw_syscall6(SYS_CLOSE, [fd, 0, 0, 0, 0, 0]);
-    let Some(line) = stat.get(..len.max(0) as usize) else { return false };
+    let Some(line) = read_start(b"/proc/self/stat\0", &mut stat) else { return false };
     // After the name in parentheses (which may hold spaces and parentheses itself): the
     // state, field 3, then the others; the thread count is field 20.
     let Some(rest) = line.iter().rposition(|&b| b == b')').and_then(|end| line.get(end + 1..)) else {
@@ -536,13 +529,22 @@ fn waits_in_futex(tid: i64) -> bool {
         (*slot, at) = (byte, at + 1);
     }
     let mut text = [0u8; 8];
+    path.get(..at).and_then(|path| read_start(path, &mut text)).is_some_and(|t| t.starts_with(b"202 "))
+}
+
+/// The first bytes of the file at `path` (NUL-terminated), as many as fit in `buf`, read with
+/// raw calls (`open` and `read` are this stub's own names); `None` if it cannot be read.
+fn read_start<'b>(path: &[u8], buf: &'b mut [u8]) -> Option<&'b [u8]> {
+    if path.last() != Some(&0) {
+        return None;
+    }
     let fd = raw_syscall6(SYS_OPEN, [path.as_ptr() as i64, O_RDONLY | O_CLOEXEC, 0, 0, 0, 0]);
     if fd < 0 {
-        return false;
+        return None;
     }
-    let len = raw_syscall6(SYS_READ, [fd, text.as_mut_ptr() as i64, text.len() as i64, 0, 0, 0]);
+    let len = raw_syscall6(SYS_READ, [fd, buf.as_mut_ptr() as i64, buf.len() as i64, 0, 0, 0]);
     raw_syscall6(SYS_CLOSE, [fd, 0, 0, 0, 0, 0]);
-    text.get(..len.max(0) as usize).is_some_and(|t| t.starts_with(b"202 "))
+    buf.get(..usize::try_from(len).ok()?)
 }
 
 /// The loader thread: loads the library once, says so and ends. `child_seen` (0 or 1): the
