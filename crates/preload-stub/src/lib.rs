@@ -412,7 +412,7 @@ fn load_once(from: State) {
         // a sanitizer's runtime may hold its threads' lock around this call
         // (`next_symbol::SANITIZER_INITS`), or where no thread is to be had (a limit on
         // threads, a filter on `clone`). A loader thread adds about 250 µs to the load here.
-        if single_threaded() || next_symbol::sanitizer_loaded() != Some(false) || !load_on_a_thread(from) {
+        if single_threaded() || next_symbol::sanitizer_loaded() != Some(false) || !load_on_a_thread() {
             STATE.load_once(from, me(), load);
         }
         set_blocked_signals(before);
@@ -433,7 +433,8 @@ fn single_threaded() -> bool {
     fields.nth(17) == Some(b"1".as_slice())
 }
 
-/// [`LOADER`]: no loader thread was started, one runs, it has finished.
+/// [`LOADER`]: no load begun, one begun (on the caller or on a loader thread), the loader
+/// thread has finished.
 static LOADER: AtomicU32 = AtomicU32::new(NO_LOADER);
 const NO_LOADER: u32 = 0;
 const LOADER_RUNNING: u32 = 1;
@@ -451,30 +452,24 @@ const LOAD_WAIT_NS: u64 = 20_000_000;
 /// namespace made right after needs a process of one thread).
 const LOADER_GONE_NS: u64 = 2_000_000;
 
-/// Starts the loader thread for `from` and waits for it (bounded); false if no thread could
-/// be started (nothing was loaded then).
-fn load_on_a_thread(from: State) -> bool {
-    let Some(pthread) = Pthread::look_up() else {
-        LOADER.store(NO_LOADER, Relaxed);
-        return false;
-    };
+/// Starts the loader thread and waits for it (bounded); false if no thread could be started
+/// (nothing was loaded then).
+fn load_on_a_thread() -> bool {
+    let Some(pthread) = Pthread::look_up() else { return false };
     let mut attr = PthreadAttr([0; 56]);
     let mut thread = 0u64;
-    let child_seen = usize::from(from == State::PlainWithChild) as *mut c_void;
     // SAFETY: libc's functions of these types; `attr` is a `pthread_attr_t`'s size and
-    // alignment, initialized before use and destroyed after; `loader_main` takes its argument
-    // as an integer, not a pointer.
+    // alignment, initialized before use and destroyed after; `loader_main` reads no argument.
     let started = unsafe {
         (pthread.attr_init)(&mut attr) == 0 && {
             // Twice the load stack: glibc keeps the thread's own block and static TLS at its top.
             let ok = (pthread.attr_setstacksize)(&mut attr, 2 * LOAD_STACK_BYTES) == 0
-                && (pthread.create)(&mut thread, &attr, loader_main, child_seen) == 0;
+                && (pthread.create)(&mut thread, &attr, loader_main, core::ptr::null_mut()) == 0;
             (pthread.attr_destroy)(&mut attr);
             ok
         }
     };
     if !started {
-        LOADER.store(NO_LOADER, Relaxed);
         return false;
     }
     let deadline = now_ns() + LOAD_WAIT_NS;
@@ -547,16 +542,17 @@ fn read_start<'b>(path: &[u8], buf: &'b mut [u8]) -> Option<&'b [u8]> {
     buf.get(..usize::try_from(len).ok()?)
 }
 
-/// The loader thread: loads the library once, says so and ends. `child_seen` (0 or 1): the
-/// state its starter saw was [`State::PlainWithChild`].
-extern "C" fn loader_main(child_seen: *mut c_void) -> *mut c_void {
+/// The loader thread: loads the library once, says so and ends.
+extern "C" fn loader_main(_: *mut c_void) -> *mut c_void {
     LOADER_TID.store(raw_syscall(SYS_GETTID), Relaxed);
-    let from = if child_seen.is_null() { State::Plain } else { State::PlainWithChild };
-    STATE.load_once(from, me(), |child_seen| {
-        // Its own stack is the size the library's start-up may take (`handover`'s flag bit 1).
-        LOAD_STACK_MAPPED.store(true, Relaxed);
-        load_blocked(child_seen)
-    });
+    // The state now, not its starter's: a child sharing this memory may have started since.
+    if let from @ (State::Plain | State::PlainWithChild) = STATE.load(Acquire) {
+        STATE.load_once(from, me(), |child_seen| {
+            // Its own stack is the size the library's start-up may take (`handover`'s flag bit 1).
+            LOAD_STACK_MAPPED.store(true, Relaxed);
+            load_blocked(child_seen)
+        });
+    }
     LOADER.store(LOADER_DONE, Release);
     futex_wake(&LOADER);
     core::ptr::null_mut()
