@@ -26,7 +26,7 @@ fn build_stub(target: &str) -> Option<PathBuf> {
     let source = manifest.join("../preload-stub/src/lib.rs");
     // The stub's source and the files of corehop-sys it includes by path.
     println!("cargo:rerun-if-changed={}", source.display());
-    for shared in ["watch.rs", "trampoline.rs", "stub_state.rs", "next_symbol.rs"] {
+    for shared in ["watch.rs", "trampoline.rs", "stub_state.rs", "next_symbol.rs", "hidden_env.rs"] {
         println!("cargo:rerun-if-changed={}", manifest.join("../sys/src").join(shared).display());
     }
     println!("cargo:rerun-if-changed=build.rs");

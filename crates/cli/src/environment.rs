@@ -31,12 +31,52 @@ impl Environment {
         self.change(key.into(), None)
     }
 
+    /// Empties `key` if it is set here (so that it keeps its place, and the preload code can
+    /// show the program its value: see [`Environment::hide_from_program`]), else leaves it
+    /// out. For a variable whose empty value means none.
+    pub fn clear(&mut self, key: &str) -> &mut Self {
+        match std::env::var_os(key) {
+            Some(_) => self.set(key, ""),
+            None => self.remove(key),
+        }
+    }
+
     fn change(&mut self, key: OsString, value: Option<OsString>) -> &mut Self {
         match self.changes.iter_mut().find(|(k, _)| *k == key) {
             Some((_, v)) => *v = value,
             None => self.changes.push((key, value)),
         }
         self
+    }
+
+    /// Has the preload code take the changes of `names` back out of the program's sight and
+    /// show it what each held here before (`corehop_sys::hidden_env`): sets the marker that
+    /// says which changed and what they held. Call it after the changes.
+    pub fn hide_from_program(&mut self, names: &[&str]) -> &mut Self {
+        self.hide_from_program_in(names, |name| std::env::var_os(name))
+    }
+
+    fn hide_from_program_in(&mut self, names: &[&str], here: impl Fn(&str) -> Option<OsString>) -> &mut Self {
+        use corehop_sys::hidden_env::{marker_item, MARKER};
+        let mut marker = Vec::new();
+        for name in names {
+            let Some((_, value)) = self.changes.iter().find(|(k, _)| k == name) else { continue };
+            let before = here(name);
+            if *value == before {
+                continue;
+            }
+            marker_item(
+                marker.is_empty(),
+                name.as_bytes(),
+                before.as_deref().map(OsStr::as_bytes),
+                |piece| marker.extend_from_slice(piece),
+            );
+        }
+        if marker.is_empty() {
+            self.remove(MARKER)
+        } else {
+            self.set(MARKER, <OsString as std::os::unix::ffi::OsStringExt>::from_vec(marker))
+        }
     }
 
     /// `current` with the changes: a variable set keeps its place, one that was not there
@@ -148,6 +188,30 @@ mod tests {
         env.set("M", "new").set("NEW2", "b").set("NEW1", "a").remove("A").set("NEW2", "c");
         let out = env.applied(vars(&[("Z", "1"), ("A", "2"), ("M", "3"), ("B", "4")]));
         assert_eq!(out, vars(&[("Z", "1"), ("M", "new"), ("B", "4"), ("NEW2", "c"), ("NEW1", "a")]));
+    }
+
+    #[test]
+    fn the_marker_names_what_changed_and_what_it_held() {
+        let mut env = Environment::default();
+        env.set("LD_PRELOAD", "/a.so:/stub.so")
+            .set("COREHOP_POLICY", "adaptive")
+            .set("SAME", "1")
+            .remove("GONE");
+        env.hide_from_program(&["LD_PRELOAD", "COREHOP_POLICY", "SAME", "GONE", "UNCHANGED"]);
+        let here = |name: &str| match name {
+            "LD_PRELOAD" => Some(OsString::from("/a.so")),
+            "SAME" => Some(OsString::from("1")),
+            "GONE" => Some(OsString::from("x,y")),
+            _ => None,
+        };
+        env.hide_from_program_in(&["LD_PRELOAD", "COREHOP_POLICY", "SAME", "GONE", "UNCHANGED"], here);
+        let out = env.applied(vars(&[("GONE", "x,y")]));
+        assert_eq!(out.last().unwrap().0, corehop_sys::hidden_env::MARKER);
+        assert_eq!(out.last().unwrap().1, "LD_PRELOAD=5:/a.so,COREHOP_POLICY,GONE=3:x,y");
+        // Nothing changed: no marker.
+        let mut env = Environment::default();
+        env.set("SAME", "1").hide_from_program_in(&["SAME"], here);
+        assert_eq!(env.applied(vec![]), vars(&[("SAME", "1")]));
     }
 
     #[test]

@@ -687,10 +687,19 @@ fn compare_runs_both_ways_and_checks_the_outputs() {
         corehop().args(["run", "--offload", "--compare", "2", "--", "sh", "-c", "echo $$"]).output().unwrap();
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("plain runs' own stdout differed"), "{}", text(&out.stderr));
-    // One whose output differs only when offloaded (it sees corehop's settings) is told apart.
+    // One whose output differs only when offloaded (it finds corehop's code mapped) is told
+    // apart.
     let out = corehop()
-        .args(["run", "--offload", "--compare", "2", "--", "sh", "-c", "echo ${COREHOP_POLICY:+offloaded}"])
-        .env_remove("COREHOP_POLICY")
+        .args([
+            "run",
+            "--offload",
+            "--compare",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            "grep -q corehop /proc/$$/maps && echo on; true",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -824,6 +833,61 @@ fn the_stub_routes_every_name_the_library_interposes() {
         assert!(library.remove(end), "the library lacks {end}");
     }
     assert_eq!(exported(common::stub()), library);
+}
+
+/// A program sees the environment it would see plainly (corehop's variables out of sight, the
+/// values they had before in their places), under the start-up stub and with the library
+/// preloaded itself; and what it starts through the exec family or `posix_spawn` sees what it
+/// passed, and runs under corehop. A child of `system` or `popen` (libc starts its shell
+/// without going through the names a preloaded library can wrap) sees the same and runs
+/// plainly.
+#[test]
+fn programs_see_their_own_environment_and_what_they_start_runs_under_corehop() {
+    if !have("cc") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("exec_family.c", &[], &dir.path().join("exec_family"));
+    let before =
+        [("LD_PRELOAD", "libm.so.6"), ("ASAN_OPTIONS", "detect_leaks=0"), ("COREHOP_STATS_FILE", "/nowhere")];
+    let run = |flags: &[&str]| {
+        let out = corehop().arg("run").args(flags).arg("--").arg(&exe).envs(before).env_remove("_").output();
+        let out = out.expect("corehop run");
+        assert!(out.status.success(), "{flags:?}: {}", text(&out.stderr));
+        out
+    };
+    let plain = run(&[]);
+    let seen = text(&plain.stdout);
+    assert!(seen.contains("LD_PRELOAD=libm.so.6\n") && !seen.contains("COREHOP_ENV_WAS"), "{seen}");
+    assert!(!text(&plain.stderr).contains("mapped=1"), "{}", text(&plain.stderr));
+    for flags in [&["--offload"][..], &["--offload", "--policy", "always"]] {
+        let offload = run(flags);
+        assert_eq!(text(&plain.stdout), text(&offload.stdout), "{flags:?}: the environments differ");
+        let report = text(&offload.stderr);
+        for way in [
+            "self",
+            "execl",
+            "execlp",
+            "execle",
+            "execv",
+            "execvp",
+            "execve",
+            "execvpe",
+            "fexecve",
+            "execveat",
+            "posix_spawn",
+            "posix_spawnp",
+            "changed",
+        ] {
+            assert!(
+                report.contains(&format!("{way} mapped=1\n")),
+                "{flags:?}: {way} ran without corehop:\n{report}"
+            );
+        }
+        for way in ["system", "popen"] {
+            assert!(report.contains(&format!("{way} mapped=0\n")), "{flags:?}: {way}:\n{report}");
+        }
+    }
 }
 
 /// A panic path in the stub (a bounds check the compiler cannot drop, say) links the
@@ -1109,8 +1173,10 @@ fn the_processes_of_a_run_hand_on_what_their_predictors_learned() {
     let (copy, json) = (dir.path().join("learned"), dir.path().join("summary.json"));
     // `ls` learns, ends and hands on; the second `ls` starts from it, and `cat`, started after
     // both, copies the run's file out. `sh` and the first `ls` start before anything is handed on.
+    // The file's name is out of the shell's sight; the kernel's copy of its environment has it.
     let script = format!(
-        "ls -la / > /dev/null; ls -la / > /dev/null; cat \"$COREHOP_LEARNED\" > '{}'",
+        "ls -la / > /dev/null; ls -la / > /dev/null; \
+         cat \"$(tr '\\0' '\\n' < /proc/$$/environ | sed -n 's/^COREHOP_LEARNED=//p')\" > '{}'",
         copy.display()
     );
     let out = corehop()
@@ -1181,16 +1247,17 @@ fn without_a_summary_to_collect_corehop_becomes_the_program() {
     assert_ne!(text(&out.stdout).trim(), pid.to_string());
 }
 
-/// `corehop run -- env` under `env -i` with the variables out of key order, `_` among them
-/// (a shell's, which corehop sets to the program's path): its lines.
-fn env_lines_through_corehop(extra: &[&str]) -> Vec<String> {
+/// `corehop run -- PROGRAM` under `env -i` with the variables out of key order, `_` among
+/// them (a shell's, which corehop sets to the program's path): its lines.
+fn env_lines_through_corehop(extra: &[&str], program: &[&str]) -> Vec<String> {
     common::library();
     let out = Command::new("/usr/bin/env")
         .args(["-i", "Z=1", "_=/bin/sh", "A=2", "PATH=/usr/bin:/bin"])
         .arg(env!("CARGO_BIN_EXE_corehop"))
         .arg("run")
         .args(extra)
-        .args(["--", "env"])
+        .arg("--")
+        .args(program)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -1200,12 +1267,19 @@ fn env_lines_through_corehop(extra: &[&str]) -> Vec<String> {
 #[test]
 fn the_program_gets_the_environment_in_its_order() {
     // Plain: only `_` changes, in its place (`Command` sorted the whole list once one changed).
-    let plain = env_lines_through_corehop(&[]);
+    let plain = env_lines_through_corehop(&[], &["env"]);
     assert_eq!(plain, ["Z=1", "_=/usr/bin/env", "A=2", "PATH=/usr/bin:/bin"]);
-    // Offload: the library's settings follow the program's own variables.
-    let offload = env_lines_through_corehop(&["--offload"]);
-    assert_eq!(offload[..4], plain[..]);
+    // Offload: the program sees the same (corehop's variables out of its sight)...
+    assert_eq!(env_lines_through_corehop(&["--offload"], &["env"]), plain);
+    // ...and the kernel's copy of what it started with has the library's settings after the
+    // program's own variables, and the marker of what they held before.
+    let started = ["sh", "-c", "tr '\\0' '\\n' < /proc/$$/environ"];
+    let offload = env_lines_through_corehop(&["--offload"], &started);
+    assert_eq!([&offload[0], &offload[2], &offload[3]], ["Z=1", "A=2", "PATH=/usr/bin:/bin"]);
+    assert!(offload[1].starts_with("_=") && offload[1].ends_with("/sh"), "{offload:?}");
     assert!(offload[4..].iter().any(|l| l.starts_with("LD_PRELOAD=")), "{offload:?}");
+    assert!(offload.last().is_some_and(|l| l.starts_with("COREHOP_ENV_WAS=LD_PRELOAD,")), "{offload:?}");
+    let offload = &offload[..offload.len() - 1];
     // And AddressSanitizer's leave to start after the library (see `asan_options`).
     let ours = |l: &&String| {
         l.starts_with("LD_PRELOAD=")

@@ -8,7 +8,11 @@
 //! Why: most processes of a shell pipeline end inside that first epoch, and they paid for
 //! loading a 600 KB library with the Rust standard library in it (relocations, page faults and
 //! constructors: about 75 µs a process here) for nothing. This stub is a few pages with no
-//! constructor and no `std` (docs/performance.md, "Nineteenth session").
+//! `std` and one small constructor (docs/performance.md, "Nineteenth session").
+//!
+//! That constructor takes corehop's variables out of the program's sight before `main`, and
+//! the stub's exec wrappers give them back to what the program starts (`corehop_sys::hidden_env`,
+//! included by path); the library's settings come from what it hid.
 //!
 //! Two kinds of call are the library's business even before it is loaded
 //! (`corehop_sys::watch`, which this file includes by path and shares with the library):
@@ -56,6 +60,10 @@ mod next_symbol;
 #[macro_use]
 mod trampoline;
 
+#[path = "../../sys/src/hidden_env.rs"]
+#[macro_use]
+mod hidden_env;
+
 #[link(name = "c")]
 extern "C" {
     fn dlopen(path: *const c_char, flags: c_int) -> *mut c_void;
@@ -90,6 +98,30 @@ static OWNER_PID: AtomicI64 = AtomicI64::new(0);
 /// Whether [`after_fork_child`] is registered (at the first such child: a process that
 /// never starts one pays nothing for it).
 static FORK_HANDLER: AtomicBool = AtomicBool::new(false);
+/// corehop's variables, out of the program's sight from before `main` (see `hidden_env`):
+/// the library's settings come from here, and the programs this process starts get them back.
+static HIDDEN: hidden_env::Hidden = hidden_env::Hidden::new();
+
+/// This stub's one constructor: a look for `corehop run`'s marker, and the hiding.
+#[used]
+#[link_section = ".init_array"]
+static HIDE_AT_START: unsafe extern "C" fn(c_int, *mut *mut c_char, *mut *mut c_char) = hide_at_start;
+
+/// Hides corehop's variables from the program (glibc passes a constructor the environment).
+///
+/// # Safety
+///
+/// Called once, by the dynamic loader, with the process's environment, before `main`.
+unsafe extern "C" fn hide_at_start(_argc: c_int, _argv: *mut *mut c_char, envp: *mut *mut c_char) {
+    // SAFETY: the name is NUL-terminated. A set-user-ID process (secure_getenv: null) keeps its
+    // environment as it came.
+    if !unsafe { secure_getenv(c"COREHOP_ENV_WAS".as_ptr()) }.is_null() {
+        // SAFETY: the loader runs constructors before `main`, on the one thread there is.
+        unsafe { HIDDEN.hide(envp) };
+    }
+}
+
+exec_wrappers!(crate::HIDDEN, crate::next_function);
 
 macro_rules! stub {
     (counted: $($counted:ident)* ; watched: $($watched:ident)*) => {
@@ -706,9 +738,13 @@ fn unmap(addr: usize, bytes: usize) {
 /// Loads the library, hands it the first call's time and whether an unseen child may exist,
 /// and fills [`SLOTS`]; false if any step fails (nothing is routed to the library then).
 fn load_blocked(child_seen: bool) -> bool {
-    // SAFETY: the name is NUL-terminated; secure_getenv returns null (unset, or a set-user-ID
-    // process) or a NUL-terminated string of the environment.
-    let path = unsafe { secure_getenv(c"COREHOP_LIBRARY".as_ptr()) };
+    // The path `corehop run` hid, or else the environment's.
+    let path = match HIDDEN.setting_c(b"COREHOP_LIBRARY") {
+        Some(path) => path,
+        // SAFETY: the name is NUL-terminated; secure_getenv returns null (unset, or a
+        // set-user-ID process) or a NUL-terminated string of the environment.
+        None => unsafe { secure_getenv(c"COREHOP_LIBRARY".as_ptr()) },
+    };
     if path.is_null() {
         return false;
     }
@@ -750,12 +786,16 @@ fn load_blocked(child_seen: bool) -> bool {
     // Before anything in the library looks a function up.
     next_after_stub(next_for_library);
     // SAFETY: the library defines `corehop_preload_handover` with this type.
-    let handover =
-        unsafe { core::mem::transmute::<*mut c_void, extern "C" fn(u64, u32, i64, u64) -> bool>(handover) };
+    let handover = unsafe {
+        core::mem::transmute::<
+            *mut c_void,
+            extern "C" fn(u64, u32, i64, u64, *const hidden_env::Hidden) -> bool,
+        >(handover)
+    };
     let first = FIRST_CALL_NS.load(Relaxed);
     let (tid, blocked) = (FIRST_CALL_TID.load(Relaxed), FIRST_CALL_BLOCKED.load(Relaxed));
     let flags = u32::from(child_seen) | u32::from(LOAD_STACK_MAPPED.load(Relaxed)) << 1;
-    if !handover(if first == 0 { now_ns() } else { first }, flags, tid, blocked) {
+    if !handover(if first == 0 { now_ns() } else { first }, flags, tid, blocked, &HIDDEN) {
         return false;
     }
     for (slot, target) in SLOTS.iter().zip(targets) {

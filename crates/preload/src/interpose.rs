@@ -783,14 +783,18 @@ pub extern "C" fn corehop_preload_next_after_stub(resolve: sys::NextAfterStub) {
 /// process the fork handlers do not see; bit 1: it calls on a stack of its own of at least
 /// 256 KiB (the start-up then runs on it). `first_tid` and `first_blocked`: the thread that made
 /// the first call and the signals it blocked then (see
-/// `corehop_sys::stub_state::outside_a_handler`). Returns whether offload may happen.
+/// `corehop_sys::stub_state::outside_a_handler`). `hidden`: what the stub took out of the
+/// program's environment (`corehop_sys::hidden_env`), this library's settings among it; null
+/// or a static of the stub's. Returns whether offload may happen.
 #[no_mangle]
 pub extern "C" fn corehop_preload_handover(
     first_call_ns: u64,
     flags: u32,
     first_tid: i64,
     first_blocked: u64,
+    hidden: *const corehop_sys::hidden_env::Hidden,
 ) -> bool {
+    crate::hidden::from_stub(hidden);
     let stack = if flags & 2 != 0 { crate::intercept::Stack::Callers } else { crate::intercept::Stack::Own };
     crate::intercept::handover(first_call_ns, flags & 1 != 0, (first_tid, first_blocked), stack)
 }

@@ -1,7 +1,8 @@
 //! LD_PRELOAD system-call offload for unmodified programs.
 //!
 //! `corehop run --offload -- CMD` loads this library into CMD (and every program CMD starts:
-//! `LD_PRELOAD` travels with the environment through `exec`). It interposes the calls the
+//! `LD_PRELOAD` travels with the environment through `exec`, out of each program's sight:
+//! [`hidden`]). It interposes the calls the
 //! papers move to an OS core (fast-core-switching §3.6: read, write, pread/pwrite, readv/writev,
 //! open/openat, the stat family, fsync, fdatasync, sendfile, sendto/recvfrom, poll, select) and,
 //! when the policy says so, hands each one to a **service thread** pinned on a service CPU,
@@ -134,6 +135,8 @@ pub mod config;
 pub mod decide;
 #[cfg(not(loom))]
 pub mod heap;
+#[cfg(not(loom))]
+mod hidden;
 #[cfg(not(loom))]
 mod intercept;
 #[cfg(not(any(test, loom)))] // a test binary must not interpose its own libc calls

@@ -422,13 +422,19 @@ impl Real {
     #[cold]
     #[inline(never)]
     fn look_up(&self) -> *mut c_void {
-        let p = match NEXT_AFTER_STUB.get() {
-            // SAFETY: `name` is NUL-terminated.
-            Some(resolve) => unsafe { resolve(self.name.as_ptr()) },
-            None => next_after_this_library(self.name),
-        };
+        let p = next_function(self.name);
         self.ptr.store(p, Ordering::Release);
         p
+    }
+}
+
+/// The function the program would have called for `name` without this library (null if
+/// nothing defines it): through the stub's lookup if it loaded this library.
+pub fn next_function(name: &CStr) -> *mut c_void {
+    match NEXT_AFTER_STUB.get() {
+        // SAFETY: `name` is NUL-terminated.
+        Some(resolve) => unsafe { resolve(name.as_ptr()) },
+        None => next_after_this_library(name),
     }
 }
 

@@ -18,15 +18,19 @@
 //!   loom-checked state word of the library's `no_std` start-up stub, and [`next_symbol`]:
 //!   the stub's way to libc's functions without `dlsym` (all four shared by path with the
 //!   stub);
+//! - [`hidden_env`]: corehop's variables, hidden from the program and given back to the
+//!   programs it starts (shared by path with the stub too);
 //! - `testing` (feature `testing`): the checks every lane built on `handoff` must pass.
 //!
-//! Only `raw`, `futex`, `model`, `handoff` and `next_symbol` contain `unsafe`; each block carries
+//! Only `raw`, `futex`, `model`, `handoff`, `hidden_env` and `next_symbol` contain `unsafe`; each block carries
 //! its argument.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
 pub mod futex;
 pub mod handoff;
+#[cfg(target_os = "linux")]
+pub mod hidden_env;
 pub mod model;
 #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
 pub mod next_symbol;

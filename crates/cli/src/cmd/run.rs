@@ -47,7 +47,9 @@ pub struct Args {
     /// a service thread pinned to a service CPU. Results (return values, errno, short reads,
     /// EINTR) are unchanged; only where the kernel work runs changes. A process built with a
     /// sanitizer keeps its calls where its checks see them (`ASAN_OPTIONS` gets
-    /// `verify_asan_link_order=0`, so that AddressSanitizer starts after the library).
+    /// `verify_asan_link_order=0`, so that AddressSanitizer starts after the library). CMD and
+    /// what it starts see their environment as they would plainly: corehop's variables are
+    /// taken out of their sight before `main` and given back to each program they start.
     #[arg(long)]
     pub offload: bool,
 
@@ -753,7 +755,7 @@ impl Launch {
                 }
                 None => {
                     preload.push(&offload.library);
-                    environment.remove(env::LIBRARY);
+                    environment.clear(env::LIBRARY);
                 }
             }
             if let Some(options) = asan_options(std::env::var_os(ASAN_OPTIONS)) {
@@ -767,16 +769,29 @@ impl Launch {
                 .set(env::SPIN_NS, offload.spin_ns.to_string());
             match &offload.stats_file {
                 Some(path) => environment.set(env::STATS_FILE, path),
-                None => environment.remove(env::STATS_FILE),
+                None => environment.clear(env::STATS_FILE),
             };
             match &offload.trace_file {
                 Some(path) => environment.set(env::TRACE_FILE, path),
-                None => environment.remove(env::TRACE_FILE),
+                None => environment.clear(env::TRACE_FILE),
             };
             match learned {
                 Some(path) => environment.set(env::LEARNED, path),
-                None => environment.remove(env::LEARNED),
+                None => environment.clear(env::LEARNED),
             };
+            // The program sees what it would plainly; what it starts gets these back.
+            environment.hide_from_program(&[
+                "LD_PRELOAD",
+                ASAN_OPTIONS,
+                env::LIBRARY,
+                env::SERVICE_CPUS,
+                env::POLICY,
+                env::STALL_TIMEOUT_NS,
+                env::SPIN_NS,
+                env::STATS_FILE,
+                env::TRACE_FILE,
+                env::LEARNED,
+            ]);
         }
         if exec {
             // Last: the program starts from this hook, after `keep_for`'s.

@@ -1,0 +1,1035 @@
+//! corehop's own variables, out of the program's sight and back in its children's.
+//!
+//! `corehop run --offload` starts a program with `LD_PRELOAD` and its settings (`COREHOP_*`,
+//! sometimes `ASAN_OPTIONS`) changed, and with [`MARKER`] saying what each of those held
+//! before: its value, or nothing. Run plainly, the program would see those values, and a
+//! program that prints or passes on its environment would print or pass on different bytes.
+//! So the preload code (the start-up stub, or the library where it is preloaded itself) takes
+//! corehop's values out of the environment in a constructor, before `main`, and puts the
+//! values from before back in their places ([`Hidden::hide`]). It keeps corehop's values for
+//! the library's settings ([`Hidden::setting`]) and for every program the process starts: the
+//! exec wrappers ([`exec_wrappers!`]) give a child the environment its parent passed with
+//! corehop's variables added back and a marker of its own ([`Hidden::for_child`]), so the child
+//! runs under corehop and sees what its parent gave it.
+//!
+//! What stays visible: `/proc/PID/environ` (the kernel's copy of what the process started
+//! with); a child started by `system`, `popen` or a raw `execve` system call gets the
+//! environment as the program sees it, and runs without corehop.
+//!
+//! Only `core`, no allocation and no panicking path: the stub (`no_std`, which cannot unwind)
+//! includes this file by path.
+
+use core::cell::UnsafeCell;
+use core::ffi::c_char;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+/// The variable that says what `corehop run` changed: a comma-separated list of the names it
+/// changed, each followed by `=LEN:VALUE` if it had a value before (LEN bytes of it).
+pub const MARKER: &str = "COREHOP_ENV_WAS";
+
+/// Bytes a [`Hidden`] keeps corehop's entries and the values from before in.
+const BYTES: usize = 4096;
+/// Variables a marker may name.
+const MAX_NAMES: usize = 16;
+/// A child's environment is built on the stack of the call that starts it, in at most this
+/// many entries and [`CHILD_BYTES`] bytes of new text; a larger one is passed on as the
+/// program gave it, and the child runs without corehop.
+const CHILD_ENTRIES: usize = 512;
+const CHILD_BYTES: usize = 2048;
+
+/// Where a piece of text sits in [`Block::bytes`].
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Span {
+    start: u16,
+    len: u16,
+}
+
+/// A span or none, laid out the same in the stub and the library (an `Option`'s layout is
+/// the compiler's to choose).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct MaybeSpan {
+    span: Span,
+    set: bool,
+}
+
+impl MaybeSpan {
+    const NONE: MaybeSpan = MaybeSpan { span: Span { start: 0, len: 0 }, set: false };
+
+    fn get(self) -> Option<Span> {
+        self.set.then_some(self.span)
+    }
+}
+
+impl From<Option<Span>> for MaybeSpan {
+    fn from(span: Option<Span>) -> MaybeSpan {
+        span.map_or(MaybeSpan::NONE, |span| MaybeSpan { span, set: true })
+    }
+}
+
+/// A variable `corehop run` changed.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Changed {
+    name: Span,
+    /// `NAME=VALUE` as corehop set it, followed by a NUL (if it set one).
+    ours: MaybeSpan,
+    /// `NAME=VALUE` as it was before, followed by a NUL (if it had one).
+    before: MaybeSpan,
+}
+
+impl Changed {
+    const NONE: Changed =
+        Changed { name: Span { start: 0, len: 0 }, ours: MaybeSpan::NONE, before: MaybeSpan::NONE };
+
+    fn ours(&self) -> Option<Span> {
+        self.ours.get()
+    }
+
+    fn before(&self) -> Option<Span> {
+        self.before.get()
+    }
+}
+
+#[repr(C)]
+struct Block {
+    bytes: [u8; BYTES],
+    used: usize,
+    changed: [Changed; MAX_NAMES],
+    count: usize,
+}
+
+/// What a process hid of its environment. Filled once, by [`Hidden::hide`] in a constructor
+/// (before any other thread), then only read. `repr(C)`: the stub hands its own to the
+/// library, which is built from this file separately.
+#[repr(C)]
+pub struct Hidden {
+    ready: AtomicBool,
+    block: UnsafeCell<Block>,
+}
+
+// SAFETY: `block` is written only by `hide`, which its contract confines to one thread before
+// any other exists, and published by `ready` (release); readers look at it only after seeing
+// `ready` (acquire).
+unsafe impl Sync for Hidden {}
+
+impl Default for Hidden {
+    fn default() -> Hidden {
+        Hidden::new()
+    }
+}
+
+impl Hidden {
+    /// Nothing hidden yet.
+    pub const fn new() -> Hidden {
+        Hidden {
+            ready: AtomicBool::new(false),
+            block: UnsafeCell::new(Block {
+                bytes: [0; BYTES],
+                used: 0,
+                changed: [Changed::NONE; MAX_NAMES],
+                count: 0,
+            }),
+        }
+    }
+
+    fn block(&self) -> Option<&Block> {
+        // SAFETY: once `ready` is seen set, nothing writes the block again (see `Sync`).
+        self.ready.load(Ordering::Acquire).then(|| unsafe { &*self.block.get() })
+    }
+
+    /// Takes corehop's variables out of the environment `envp` (the process's initial
+    /// `environ`), as [`MARKER`] lists them, and puts the values from before back in their
+    /// places; the marker goes too. If the marker cannot be read or what it names does not fit,
+    /// only the marker goes: the program then sees corehop's variables, and its children get
+    /// them as it passes them.
+    ///
+    /// # Safety
+    ///
+    /// Once per process, from a constructor, before any other thread runs and before anything
+    /// reads the environment through `envp`'s array; `envp` is null or that array (writable,
+    /// null-terminated, of NUL-terminated strings).
+    pub unsafe fn hide(&self, envp: *mut *mut c_char) {
+        if envp.is_null() || self.ready.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut marker = None;
+        let mut count = 0;
+        // SAFETY: `envp` is a null-terminated array of C strings (the contract).
+        unsafe {
+            while let Some(entry) = entry_at(envp as *const *const c_char, count) {
+                if same(name_of(entry), MARKER.as_bytes()) {
+                    marker = Some(count);
+                }
+                count += 1;
+            }
+        }
+        let Some(marker) = marker else { return };
+        // SAFETY: the contract: nothing else touches the block yet.
+        let block = unsafe { &mut *self.block.get() };
+        // SAFETY: `marker < count`, an entry of the array.
+        let value = value_of(unsafe { entry_at(envp as *const *const c_char, marker) }.unwrap_or(&[]));
+        let ok = block.read_marker(value)
+            // SAFETY: as above.
+            && (0..count).all(|i| match unsafe { entry_at(envp as *const *const c_char, i) } {
+                Some(entry) => block.keep_ours(entry),
+                None => true,
+            });
+        let mut kept = 0;
+        let mut shown = [false; MAX_NAMES];
+        for i in 0..count {
+            // SAFETY: `i < count`, and `kept <= i`: entries move down, never past one unread.
+            unsafe {
+                let entry = *envp.add(i);
+                let keep = if i == marker {
+                    None
+                } else if !ok {
+                    Some(entry)
+                } else {
+                    let name = name_of(c_bytes(entry));
+                    match block.find(name) {
+                        None => Some(entry),
+                        // The value from before, at the first entry of the name; later
+                        // entries of it go.
+                        Some(k) if !shown[k] => {
+                            shown[k] = true;
+                            block.changed[k]
+                                .before()
+                                .map(|s| block.bytes.as_mut_ptr().add(s.start.into()) as *mut c_char)
+                        }
+                        Some(_) => None,
+                    }
+                };
+                if let Some(entry) = keep {
+                    *envp.add(kept) = entry;
+                    kept += 1;
+                }
+            }
+        }
+        // A variable corehop took away comes back at the end, where there is room (at least
+        // the marker's).
+        if ok {
+            for (changed, shown) in block.changed.iter().zip(shown).take(block.count) {
+                if let (Some(before), false, true) = (changed.before(), shown, kept < count) {
+                    // SAFETY: `kept < count`, a slot of the array.
+                    unsafe {
+                        *envp.add(kept) = block.bytes.as_mut_ptr().add(before.start.into()) as *mut c_char
+                    };
+                    kept += 1;
+                }
+            }
+        }
+        // SAFETY: `kept <= count`: the terminating null moves down with the entries.
+        unsafe { *envp.add(kept) = core::ptr::null_mut() };
+        self.ready.store(ok, Ordering::Release);
+    }
+
+    /// corehop's value of `name` (without the NUL that follows it in memory), if it hid one.
+    pub fn setting(&self, name: &[u8]) -> Option<&[u8]> {
+        let block = self.block()?;
+        let ours = block.changed.get(block.find(name)?)?.ours()?;
+        value_of(block.text(ours))
+            .split_last()
+            .map(|(_, value)| value)
+            .filter(|_| block.text(ours).last() == Some(&0))
+    }
+
+    /// corehop's value of `name`, NUL-terminated, if it hid one.
+    pub fn setting_c(&self, name: &[u8]) -> Option<*const c_char> {
+        self.setting(name).map(|value| value.as_ptr() as *const c_char)
+    }
+
+    /// Runs `start` with the environment a child started with `envp` gets: `envp` with
+    /// corehop's variables added back (appended to the child's `LD_PRELOAD` and
+    /// `ASAN_OPTIONS`, unless they hold it already; in place of its `COREHOP_*`) and a marker
+    /// of what `envp` held. `envp` itself if nothing was hidden, if it carries a marker already
+    /// (it comes from `corehop run`), if it names one of corehop's variables twice, or if the
+    /// result does not fit (see [`CHILD_ENTRIES`]).
+    ///
+    /// # Safety
+    ///
+    /// `envp` is null or a null-terminated array of NUL-terminated strings, unchanged while this
+    /// runs. Only the stack is written: this may run in a `vfork` child.
+    pub unsafe fn for_child<R>(
+        &self,
+        envp: *const *const c_char,
+        start: impl FnOnce(*const *const c_char) -> R,
+    ) -> R {
+        let mut entries = [core::ptr::null::<c_char>(); CHILD_ENTRIES];
+        let mut text = [0u8; CHILD_BYTES];
+        // SAFETY: the contract.
+        start(unsafe { self.child_env(envp, &mut entries, &mut text) })
+    }
+
+    /// The environment [`Hidden::for_child`] starts a child with, built in `entries` and
+    /// `text` (or `envp` itself). One copy for all the wrappers: not generic, not inlined.
+    ///
+    /// # Safety
+    ///
+    /// As [`Hidden::for_child`].
+    #[inline(never)]
+    unsafe fn child_env(
+        &self,
+        envp: *const *const c_char,
+        entries: &mut [*const c_char; CHILD_ENTRIES],
+        text: &mut [u8; CHILD_BYTES],
+    ) -> *const *const c_char {
+        let Some(block) = self.block() else { return envp };
+        // SAFETY: the contract.
+        match unsafe { block.child(envp, entries, text) } {
+            Some(()) => entries.as_ptr(),
+            None => envp,
+        }
+    }
+}
+
+/// Appends to `out` (through `push`) the marker item for `name` with the value it had before
+/// (`None`: unset), preceded by a comma unless it is the first.
+pub fn marker_item(first: bool, name: &[u8], before: Option<&[u8]>, mut push: impl FnMut(&[u8])) {
+    if !first {
+        push(b",");
+    }
+    push(name);
+    if let Some(value) = before {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        let mut n = value.len();
+        loop {
+            at -= 1;
+            if let Some(d) = digits.get_mut(at) {
+                *d = b'0' + (n % 10) as u8;
+            }
+            n /= 10;
+            if n == 0 || at == 0 {
+                break;
+            }
+        }
+        push(b"=");
+        push(digits.get(at..).unwrap_or(&[]));
+        push(b":");
+        push(value);
+    }
+}
+
+impl Block {
+    fn text(&self, span: Span) -> &[u8] {
+        let start = usize::from(span.start);
+        self.bytes.get(start..start + usize::from(span.len)).unwrap_or(&[])
+    }
+
+    fn find(&self, name: &[u8]) -> Option<usize> {
+        self.changed.get(..self.count)?.iter().position(|c| same(self.text(c.name), name))
+    }
+
+    /// Copies `pieces` in one after another; their span, or none if they do not fit.
+    fn put(&mut self, pieces: &[&[u8]]) -> Option<Span> {
+        let start = self.used;
+        for piece in pieces {
+            let end = self.used.checked_add(piece.len())?;
+            let to = self.bytes.get_mut(self.used..end)?;
+            for (to, from) in to.iter_mut().zip(piece.iter()) {
+                *to = *from;
+            }
+            self.used = end;
+        }
+        Some(Span { start: u16::try_from(start).ok()?, len: u16::try_from(self.used - start).ok()? })
+    }
+
+    /// Reads the marker's list into `changed`; false if it is malformed or too long.
+    fn read_marker(&mut self, mut list: &[u8]) -> bool {
+        while !list.is_empty() {
+            let end = list.iter().position(|&b| b == b',' || b == b'=').unwrap_or(list.len());
+            let (Some(name), Some(rest)) = (list.get(..end), list.get(end..)) else { return false };
+            if name.is_empty() || !name.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'_') {
+                return false;
+            }
+            let (before, rest) = match rest.split_first() {
+                Some((b'=', rest)) => {
+                    let colon = rest.iter().position(|&b| b == b':').unwrap_or(rest.len());
+                    let Some(len) = rest.get(..colon).and_then(decimal) else { return false };
+                    let Some(value) = rest.get(colon + 1..).and_then(|r| r.get(..len)) else { return false };
+                    (Some(value), rest.get(colon + 1 + len..).unwrap_or(&[]))
+                }
+                _ => (None, rest),
+            };
+            list = match rest.split_first() {
+                None => &[],
+                Some((b',', rest)) if !rest.is_empty() => rest,
+                _ => return false,
+            };
+            if self.count >= MAX_NAMES || self.find(name).is_some() {
+                return false;
+            }
+            let Some(name_span) = self.put(&[name]) else { return false };
+            let before = match before {
+                Some(value) => match self.put(&[name, b"=", value, b"\0"]) {
+                    Some(span) => Some(span),
+                    None => return false,
+                },
+                None => None,
+            };
+            let Some(slot) = self.changed.get_mut(self.count) else { return false };
+            *slot = Changed { name: name_span, ours: MaybeSpan::NONE, before: before.into() };
+            self.count += 1;
+        }
+        true
+    }
+
+    /// Keeps `entry` (`NAME=VALUE`) as corehop's value of its name, if the marker names it
+    /// and it is the first entry of it; false if it does not fit.
+    fn keep_ours(&mut self, entry: &[u8]) -> bool {
+        let Some(k) = self.find(name_of(entry)) else { return true };
+        if self.changed.get(k).is_some_and(|c| c.ours().is_some()) {
+            return true;
+        }
+        let Some(span) = self.put(&[entry, b"\0"]) else { return false };
+        if let Some(changed) = self.changed.get_mut(k) {
+            changed.ours = Some(span).into();
+        }
+        true
+    }
+
+    /// What corehop added to `name`'s value before: the part of its value after the one from
+    /// before and a colon, or all of it if there was none. `None`: corehop's value replaces
+    /// the child's (its own variables, or one it did not just add to).
+    fn addition(&self, changed: &Changed) -> Option<&[u8]> {
+        let name = self.text(changed.name);
+        if starts(name, b"COREHOP_") {
+            return None;
+        }
+        let ours = value_of(self.text(changed.ours()?));
+        let ours = ours.split_last().map_or(ours, |(_, v)| v);
+        match changed.before().map(|s| value_of(self.text(s))) {
+            None => Some(ours),
+            Some(before) => {
+                let before = before.split_last().map_or(before, |(_, v)| v);
+                if before.is_empty() {
+                    Some(ours)
+                } else if ours.len() > before.len() + 1
+                    && starts(ours, before)
+                    && ours.get(before.len()) == Some(&b':')
+                {
+                    ours.get(before.len() + 1..)
+                } else {
+                    None
+                }
+            }
+        }
+    }
+
+    /// Fills `entries` and `text` with a child's environment (see [`Hidden::for_child`]).
+    ///
+    /// # Safety
+    ///
+    /// As [`Hidden::for_child`].
+    unsafe fn child(
+        &self,
+        envp: *const *const c_char,
+        entries: &mut [*const c_char; CHILD_ENTRIES],
+        text: &mut [u8; CHILD_BYTES],
+    ) -> Option<()> {
+        let base = text.as_mut_ptr();
+        let mut used = 0usize;
+        // Copies pieces into `text`; where they start.
+        let mut put = |pieces: &[&[u8]]| -> Option<*const c_char> {
+            let start = used;
+            for piece in pieces {
+                let end = used.checked_add(piece.len())?;
+                let to = text.get_mut(used..end)?;
+                for (to, from) in to.iter_mut().zip(piece.iter()) {
+                    *to = *from;
+                }
+                used = end;
+            }
+            // SAFETY: `start <= used <= CHILD_BYTES`, within `text`.
+            Some(unsafe { base.add(start) } as *const c_char)
+        };
+        let mut count = 0;
+        let mut push = |entry: *const c_char| -> Option<()> {
+            *entries.get_mut(count)? = entry;
+            count += 1;
+            Some(())
+        };
+        let mut passed: [Option<&[u8]>; MAX_NAMES] = [None; MAX_NAMES];
+        let mut i = 0;
+        // SAFETY: `envp` is null or a null-terminated array of C strings (the contract).
+        while let Some(entry) = unsafe { entry_at(envp, i) } {
+            let name = name_of(entry);
+            if same(name, MARKER.as_bytes()) {
+                return None;
+            }
+            match self.find(name) {
+                None => push(entry.as_ptr() as *const c_char)?,
+                Some(k) if passed.get(k).is_some_and(Option::is_none) => {
+                    let changed = self.changed.get(k)?;
+                    let value = value_of(entry);
+                    *passed.get_mut(k)? = Some(value);
+                    if let Some(ours) = changed.ours() {
+                        match self.addition(changed) {
+                            None => push(self.text(ours).as_ptr() as *const c_char)?,
+                            Some(add) if contains(value, add) => push(entry.as_ptr() as *const c_char)?,
+                            Some(add) if value.is_empty() => push(put(&[name, b"=", add, b"\0"])?)?,
+                            Some(add) => push(put(&[name, b"=", value, b":", add, b"\0"])?)?,
+                        }
+                    }
+                }
+                // A name given twice: which one a reader takes is its own business (the
+                // loader takes the last `LD_PRELOAD`, `getenv` the first), so the child gets
+                // the environment as given, and runs without corehop.
+                Some(_) => return None,
+            }
+            i += 1;
+        }
+        for (changed, passed) in self.changed.get(..self.count)?.iter().zip(passed) {
+            if let (Some(ours), None) = (changed.ours(), passed) {
+                match self.addition(changed) {
+                    None => push(self.text(ours).as_ptr() as *const c_char)?,
+                    Some(add) => push(put(&[self.text(changed.name), b"=", add, b"\0"])?)?,
+                }
+            }
+        }
+        let start = put(&[MARKER.as_bytes(), b"="])?;
+        let mut fits = true;
+        for (k, (changed, passed)) in self.changed.get(..self.count)?.iter().zip(passed).enumerate() {
+            marker_item(k == 0, self.text(changed.name), passed, |piece| fits &= put(&[piece]).is_some());
+        }
+        if !fits {
+            return None;
+        }
+        put(&[b"\0"])?;
+        push(start)?;
+        push(core::ptr::null())
+    }
+}
+
+/// The entry at `i` of a null-terminated array of C strings, without its NUL; `None` at the
+/// end (or if `envp` is null).
+///
+/// # Safety
+///
+/// `envp` is null or such an array with at least `i` entries before its null, whose strings
+/// outlive `'a`.
+unsafe fn entry_at<'a>(envp: *const *const c_char, i: usize) -> Option<&'a [u8]> {
+    if envp.is_null() {
+        return None;
+    }
+    // SAFETY: the contract: `i` is at most the index of the terminating null.
+    let entry = unsafe { *envp.add(i) };
+    // SAFETY: a non-null entry is a NUL-terminated string.
+    (!entry.is_null()).then(|| unsafe { c_bytes(entry) })
+}
+
+/// The bytes of a NUL-terminated string, without the NUL. Volatile reads: the compiler turns
+/// a plain loop into a call of `strlen`, one more name the stub would bind in every process
+/// (the strings are a few dozen bytes, read once a start or an exec).
+///
+/// # Safety
+///
+/// `s` is a NUL-terminated string that outlives `'a`.
+unsafe fn c_bytes<'a>(s: *const c_char) -> &'a [u8] {
+    let mut len = 0;
+    // SAFETY: every byte up to the NUL is part of the string.
+    while unsafe { s.add(len).read_volatile() } != 0 {
+        len += 1;
+    }
+    // SAFETY: `len` bytes from `s` are the string's.
+    unsafe { core::slice::from_raw_parts(s as *const u8, len) }
+}
+
+/// `NAME` of `NAME=VALUE` (all of it without `=`).
+fn name_of(entry: &[u8]) -> &[u8] {
+    let end = entry.iter().position(|&b| b == b'=').unwrap_or(entry.len());
+    entry.get(..end).unwrap_or(entry)
+}
+
+/// `VALUE` of `NAME=VALUE` (empty without `=`).
+fn value_of(entry: &[u8]) -> &[u8] {
+    match entry.iter().position(|&b| b == b'=') {
+        Some(at) => entry.get(at + 1..).unwrap_or(&[]),
+        None => &[],
+    }
+}
+
+/// Whether `a` and `b` hold the same bytes. By hand, as the rest: slice comparison calls
+/// libc's `memcmp` or `bcmp`, one more name the stub would bind in every process.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && starts(a, b)
+}
+
+/// Whether `s` starts with `prefix`.
+fn starts(s: &[u8], prefix: &[u8]) -> bool {
+    s.len() >= prefix.len() && s.iter().zip(prefix).all(|(x, y)| x == y)
+}
+
+/// Whether `needle` occurs in `hay`.
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    (0..=hay.len().saturating_sub(needle.len()))
+        .any(|i| hay.get(i..).is_some_and(|rest| starts(rest, needle)))
+}
+
+/// A decimal number of at most nine digits.
+fn decimal(digits: &[u8]) -> Option<usize> {
+    if digits.is_empty() || digits.len() > 9 {
+        return None;
+    }
+    digits.iter().try_fold(0usize, |n, &d| d.is_ascii_digit().then(|| n * 10 + usize::from(d - b'0')))
+}
+
+/// Exports the exec family (`execve`, `execv`, `execvp`, `execvpe`, `execl`, `execlp`,
+/// `execle`, `fexecve`, `execveat`, `posix_spawn`, `posix_spawnp`): each starts its program
+/// with the environment [`Hidden::for_child`] makes of the one it was given (or of
+/// `environ`). `$hidden`: this object's `&'static Hidden`; `$next`: the path of a
+/// `fn(&'static [u8]) -> usize` giving libc's function of a NUL-terminated name (0: none).
+/// x86-64: `execl`, `execlp` and `execle` are variadic, which Rust cannot define; each is a
+/// naked function that lays its arguments out as the array they are.
+#[macro_export]
+macro_rules! exec_wrappers {
+    ($hidden:expr, $next:path) => {
+        /// The exec family, starting children under corehop (`hidden_env`).
+        mod exec_wrappers {
+            use core::ffi::{c_char, c_int, c_void};
+            use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+            type Argv = *const *const c_char;
+            type Exec = unsafe extern "C" fn(*const c_char, Argv, Argv) -> c_int;
+            type Spawn = unsafe extern "C" fn(
+                *mut c_int,
+                *const c_char,
+                *const c_void,
+                *const c_void,
+                Argv,
+                Argv,
+            ) -> c_int;
+            const ENOSYS: c_int = 38;
+
+            extern "C" {
+                static environ: Argv;
+                fn __errno_location() -> *mut c_int;
+            }
+
+            /// libc's function of `name`, looked up at its first use; `None` if libc has none.
+            fn real<F: Copy>(cache: &AtomicUsize, name: &'static [u8]) -> Option<F> {
+                let mut found = cache.load(Relaxed);
+                if found == 0 {
+                    found = $next(name);
+                    cache.store(found, Relaxed);
+                }
+                // SAFETY: `F` is the type of libc's function of that name, a pointer in size.
+                (found != 0).then(|| unsafe { core::mem::transmute_copy::<usize, F>(&found) })
+            }
+
+            fn no_such_function() -> c_int {
+                // SAFETY: the calling thread's errno.
+                unsafe { *__errno_location() = ENOSYS };
+                -1
+            }
+
+            /// # Safety
+            /// The contract of libc's function of this name.
+            #[no_mangle]
+            pub unsafe extern "C" fn execve(path: *const c_char, argv: Argv, envp: Argv) -> c_int {
+                static REAL: AtomicUsize = AtomicUsize::new(0);
+                let Some(next) = real::<Exec>(&REAL, b"execve\0") else { return no_such_function() };
+                let hidden = &$hidden;
+                // SAFETY: the caller's contract; `for_child` passes an environment of the same kind.
+                unsafe { hidden.for_child(envp, |envp| next(path, argv, envp)) }
+            }
+
+            /// # Safety
+            /// The contract of libc's function of this name.
+            #[no_mangle]
+            pub unsafe extern "C" fn execvpe(file: *const c_char, argv: Argv, envp: Argv) -> c_int {
+                static REAL: AtomicUsize = AtomicUsize::new(0);
+                let Some(next) = real::<Exec>(&REAL, b"execvpe\0") else { return no_such_function() };
+                let hidden = &$hidden;
+                // SAFETY: as for `execve`.
+                unsafe { hidden.for_child(envp, |envp| next(file, argv, envp)) }
+            }
+
+            /// # Safety
+            /// The contract of libc's function of this name.
+            #[no_mangle]
+            pub unsafe extern "C" fn execv(path: *const c_char, argv: Argv) -> c_int {
+                // SAFETY: `environ` is the process's environment, as libc's `execv` passes it.
+                unsafe { execve(path, argv, environ) }
+            }
+
+            /// # Safety
+            /// The contract of libc's function of this name.
+            #[no_mangle]
+            pub unsafe extern "C" fn execvp(file: *const c_char, argv: Argv) -> c_int {
+                // SAFETY: as for `execv`.
+                unsafe { execvpe(file, argv, environ) }
+            }
+
+            /// # Safety
+            /// The contract of libc's function of this name.
+            #[no_mangle]
+            pub unsafe extern "C" fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
+                static REAL: AtomicUsize = AtomicUsize::new(0);
+                type F = unsafe extern "C" fn(c_int, Argv, Argv) -> c_int;
+                let Some(next) = real::<F>(&REAL, b"fexecve\0") else { return no_such_function() };
+                let hidden = &$hidden;
+                // SAFETY: as for `execve`.
+                unsafe { hidden.for_child(envp, |envp| next(fd, argv, envp)) }
+            }
+
+            /// # Safety
+            /// The contract of libc's function of this name.
+            #[no_mangle]
+            pub unsafe extern "C" fn execveat(
+                dirfd: c_int,
+                path: *const c_char,
+                argv: Argv,
+                envp: Argv,
+                flags: c_int,
+            ) -> c_int {
+                static REAL: AtomicUsize = AtomicUsize::new(0);
+                type F = unsafe extern "C" fn(c_int, *const c_char, Argv, Argv, c_int) -> c_int;
+                let Some(next) = real::<F>(&REAL, b"execveat\0") else { return no_such_function() };
+                let hidden = &$hidden;
+                // SAFETY: as for `execve`.
+                unsafe { hidden.for_child(envp, |envp| next(dirfd, path, argv, envp, flags)) }
+            }
+
+            /// # Safety
+            /// The contract of libc's function of this name.
+            #[no_mangle]
+            pub unsafe extern "C" fn posix_spawn(
+                pid: *mut c_int,
+                path: *const c_char,
+                actions: *const c_void,
+                attributes: *const c_void,
+                argv: Argv,
+                envp: Argv,
+            ) -> c_int {
+                static REAL: AtomicUsize = AtomicUsize::new(0);
+                let Some(next) = real::<Spawn>(&REAL, b"posix_spawn\0") else { return ENOSYS };
+                let hidden = &$hidden;
+                // SAFETY: as for `execve`.
+                unsafe { hidden.for_child(envp, |envp| next(pid, path, actions, attributes, argv, envp)) }
+            }
+
+            /// # Safety
+            /// The contract of libc's function of this name.
+            #[no_mangle]
+            pub unsafe extern "C" fn posix_spawnp(
+                pid: *mut c_int,
+                file: *const c_char,
+                actions: *const c_void,
+                attributes: *const c_void,
+                argv: Argv,
+                envp: Argv,
+            ) -> c_int {
+                static REAL: AtomicUsize = AtomicUsize::new(0);
+                let Some(next) = real::<Spawn>(&REAL, b"posix_spawnp\0") else { return ENOSYS };
+                let hidden = &$hidden;
+                // SAFETY: as for `execve`.
+                unsafe { hidden.for_child(envp, |envp| next(pid, file, actions, attributes, argv, envp)) }
+            }
+
+            /// `execl` (`kind` 0), `execlp` (1) or `execle` (2) of the arguments `argv`, laid
+            /// out as an array by the naked entry points below (`exec_variadic!`): the program's words up to a
+            /// null, then for `execle` the environment.
+            ///
+            /// # Safety
+            /// The contract of the function of that kind; `argv` holds its arguments.
+            unsafe extern "C" fn exec_list(path: *const c_char, argv: Argv, kind: c_int) -> c_int {
+                // SAFETY: the caller's contract: the words end with a null, and `execle`'s
+                // environment follows it.
+                unsafe {
+                    match kind {
+                        0 => execve(path, argv, environ),
+                        1 => execvpe(path, argv, environ),
+                        _ => {
+                            let mut end = 0;
+                            while !(*argv.add(end)).is_null() {
+                                end += 1;
+                            }
+                            execve(path, argv, *argv.add(end + 1) as Argv)
+                        }
+                    }
+                }
+            }
+
+            $crate::exec_variadic!(execl, 0, exec_list);
+            $crate::exec_variadic!(execlp, 1, exec_list);
+            $crate::exec_variadic!(execle, 2, exec_list);
+        }
+    };
+}
+
+/// Defines `$name`, an entry point of the variadic `execl` family, as a naked function that
+/// hands `$list` (an `unsafe extern "C" fn(path, argv, kind) -> c_int`) the arguments as the
+/// array they are, with `$kind`. Why it is sound: a variadic call of pointers passes the first
+/// after `path` in rsi, rdx, rcx, r8 and r9 and the rest on the stack above the return
+/// address. The entry point takes the return address off, pushes those five registers below
+/// the stack's arguments (so all the arguments are one array, at rsp), puts the return address
+/// back below them (rsp is then 16-byte aligned for the call), calls `$list` with the array,
+/// and on its return takes the five words off and returns with the stack as it came in. The
+/// caller's stack above the return address is only read.
+#[macro_export]
+macro_rules! exec_variadic {
+    ($name:ident, $kind:literal, $list:ident) => {
+        /// # Safety
+        /// The contract of libc's function of this name.
+        #[no_mangle]
+        #[unsafe(naked)]
+        pub unsafe extern "C" fn $name() {
+            core::arch::naked_asm!(
+                "pop r11",
+                "push r9",
+                "push r8",
+                "push rcx",
+                "push rdx",
+                "push rsi",
+                "push r11",
+                "lea rsi, [rsp + 8]",
+                concat!("mov edx, ", $kind),
+                "call {list}",
+                "pop r11",
+                "add rsp, 40",
+                "push r11",
+                "ret",
+                list = sym $list,
+            )
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::ffi::{CStr, CString};
+
+    /// An environment array over `entries`, as a process starts with.
+    struct Env {
+        _strings: Vec<CString>,
+        array: Vec<*mut c_char>,
+    }
+
+    impl Env {
+        fn new(entries: &[Vec<u8>]) -> Env {
+            let strings: Vec<CString> = entries.iter().map(|e| CString::new(e.clone()).unwrap()).collect();
+            let mut array: Vec<*mut c_char> = strings.iter().map(|s| s.as_ptr() as *mut c_char).collect();
+            array.push(core::ptr::null_mut());
+            Env { _strings: strings, array }
+        }
+    }
+
+    fn read(envp: *const *const c_char) -> Vec<Vec<u8>> {
+        let mut out = vec![];
+        let mut i = 0;
+        // SAFETY: a null-terminated array of C strings.
+        while let Some(entry) = unsafe { entry_at(envp, i) } {
+            out.push(entry.to_vec());
+            i += 1;
+        }
+        out
+    }
+
+    fn marker(changed: &[(&str, Option<&[u8]>)]) -> Vec<u8> {
+        let mut out = format!("{MARKER}=").into_bytes();
+        for (k, (name, before)) in changed.iter().enumerate() {
+            marker_item(k == 0, name.as_bytes(), *before, |piece| out.extend_from_slice(piece));
+        }
+        out
+    }
+
+    fn b(s: &str) -> Vec<u8> {
+        s.as_bytes().to_vec()
+    }
+
+    /// Hides in a fresh `Hidden`; what the program then sees.
+    fn hide_in_new(entries: &[Vec<u8>]) -> (Box<Hidden>, Vec<Vec<u8>>) {
+        let hidden = Box::new(Hidden::new());
+        let mut env = Env::new(entries);
+        // SAFETY: this thread alone reads the array.
+        unsafe { hidden.hide(env.array.as_mut_ptr()) };
+        let seen = read(env.array.as_ptr() as *const *const c_char);
+        (hidden, seen)
+    }
+
+    fn child_of(hidden: &Hidden, entries: &[Vec<u8>]) -> Vec<Vec<u8>> {
+        let env = Env::new(entries);
+        // SAFETY: a null-terminated array of C strings, unchanged meanwhile.
+        unsafe { hidden.for_child(env.array.as_ptr() as *const *const c_char, read) }
+    }
+
+    #[test]
+    fn the_program_sees_what_was_there_before_in_its_places() {
+        let (hidden, seen) = hide_in_new(&[
+            b("A=1"),
+            b("LD_PRELOAD=/lib/user.so:/stub.so"),
+            b("COREHOP_POLICY=adaptive"),
+            b("B=2"),
+            marker(&[
+                ("LD_PRELOAD", Some(b"/lib/user.so")),
+                ("COREHOP_POLICY", None),
+                ("COREHOP_SPIN_NS", None),
+            ]),
+            b("COREHOP_SPIN_NS=20000"),
+            b("C="),
+        ]);
+        assert_eq!(seen, [b("A=1"), b("LD_PRELOAD=/lib/user.so"), b("B=2"), b("C=")]);
+        assert_eq!(hidden.setting(b"LD_PRELOAD"), Some(&b"/lib/user.so:/stub.so"[..]));
+        assert_eq!(hidden.setting(b"COREHOP_POLICY"), Some(&b"adaptive"[..]));
+        assert_eq!(hidden.setting(b"A"), None);
+        let policy = hidden.setting_c(b"COREHOP_POLICY").unwrap();
+        // SAFETY: `setting_c` gives a NUL-terminated string.
+        assert_eq!(unsafe { CStr::from_ptr(policy) }.to_bytes(), b"adaptive");
+    }
+
+    #[test]
+    fn a_child_gets_corehop_back_and_sees_what_its_parent_passed() {
+        let before = [
+            b("LD_PRELOAD=/lib/user.so:/stub.so"),
+            b("PATH=/bin"),
+            b("ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0"),
+            b("COREHOP_POLICY=adaptive"),
+            marker(&[
+                ("LD_PRELOAD", Some(b"/lib/user.so")),
+                ("ASAN_OPTIONS", Some(b"detect_leaks=0")),
+                ("COREHOP_POLICY", Some(b"never")),
+                ("COREHOP_STATS_FILE", Some(b"/tmp/x")),
+            ]),
+        ];
+        let (hidden, seen) = hide_in_new(&before);
+        assert_eq!(
+            seen,
+            [
+                b("LD_PRELOAD=/lib/user.so"),
+                b("PATH=/bin"),
+                b("ASAN_OPTIONS=detect_leaks=0"),
+                b("COREHOP_POLICY=never"),
+                b("COREHOP_STATS_FILE=/tmp/x")
+            ]
+        );
+        // The program passes what it sees, less LD_PRELOAD, plus a variable.
+        let passed = [b("PATH=/bin"), b("ASAN_OPTIONS=detect_leaks=0"), b("COREHOP_POLICY=never"), b("X=1")];
+        let child = child_of(&hidden, &passed);
+        assert_eq!(
+            child,
+            [
+                b("PATH=/bin"),
+                b("ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0"),
+                b("COREHOP_POLICY=adaptive"),
+                b("X=1"),
+                b("LD_PRELOAD=/stub.so"),
+                marker(&[
+                    ("LD_PRELOAD", None),
+                    ("ASAN_OPTIONS", Some(b"detect_leaks=0")),
+                    ("COREHOP_POLICY", Some(b"never")),
+                    ("COREHOP_STATS_FILE", None),
+                ]),
+            ]
+        );
+        // And the child, hiding in turn, sees what was passed.
+        assert_eq!(hidden_view(&child), passed);
+    }
+
+    fn hidden_view(entries: &[Vec<u8>]) -> Vec<Vec<u8>> {
+        hide_in_new(entries).1
+    }
+
+    #[test]
+    fn what_already_holds_corehops_addition_is_passed_as_it_is() {
+        let (hidden, _) = hide_in_new(&[
+            b("LD_PRELOAD=/stub.so"),
+            marker(&[("LD_PRELOAD", None)]),
+            b("COREHOP_LIBRARY=/lib.so"),
+        ]);
+        let child = child_of(&hidden, &[b("LD_PRELOAD=/other.so /stub.so")]);
+        assert_eq!(
+            child,
+            [b("LD_PRELOAD=/other.so /stub.so"), marker(&[("LD_PRELOAD", Some(b"/other.so /stub.so"))])]
+        );
+        let child = child_of(&hidden, &[b("LD_PRELOAD=")]);
+        assert_eq!(child, [b("LD_PRELOAD=/stub.so"), marker(&[("LD_PRELOAD", Some(b""))])]);
+    }
+
+    #[test]
+    fn an_environment_from_corehop_run_itself_is_passed_as_it_is() {
+        let (hidden, _) = hide_in_new(&[b("LD_PRELOAD=/stub.so"), marker(&[("LD_PRELOAD", None)])]);
+        let own =
+            [b("LD_PRELOAD=/inner.so"), b("COREHOP_POLICY=always"), marker(&[("COREHOP_POLICY", None)])];
+        assert_eq!(child_of(&hidden, &own), own);
+    }
+
+    #[test]
+    fn an_environment_naming_a_variable_of_corehops_twice_is_passed_as_it_is() {
+        let (hidden, _) = hide_in_new(&[b("LD_PRELOAD=/stub.so"), marker(&[("LD_PRELOAD", None)])]);
+        let twice = [b("LD_PRELOAD=/a.so"), b("B=1"), b("LD_PRELOAD=")];
+        assert_eq!(child_of(&hidden, &twice), twice);
+    }
+
+    #[test]
+    fn a_bad_marker_takes_only_itself_away() {
+        for bad in [
+            "COREHOP_ENV_WAS=LD_PRELOAD=5:ab",
+            "COREHOP_ENV_WAS=LD PRELOAD",
+            "COREHOP_ENV_WAS=A,",
+            "COREHOP_ENV_WAS=A=x:y",
+        ] {
+            let (hidden, seen) = hide_in_new(&[b("A=1"), b(bad), b("LD_PRELOAD=/stub.so")]);
+            assert_eq!(seen, [b("A=1"), b("LD_PRELOAD=/stub.so")], "{bad}");
+            assert_eq!(hidden.setting(b"LD_PRELOAD"), None);
+            // Nothing hidden: a child gets what it is passed.
+            assert_eq!(child_of(&hidden, &[b("B=2")]), [b("B=2")]);
+        }
+        // No marker: nothing changes.
+        let (_, seen) = hide_in_new(&[b("A=1"), b("LD_PRELOAD=/stub.so")]);
+        assert_eq!(seen, [b("A=1"), b("LD_PRELOAD=/stub.so")]);
+    }
+
+    #[test]
+    fn what_does_not_fit_is_passed_as_it_is() {
+        let long = vec![b'x'; BYTES];
+        let mut entry = b("LD_PRELOAD=");
+        entry.extend_from_slice(&long);
+        let (hidden, seen) = hide_in_new(&[entry.clone(), marker(&[("LD_PRELOAD", None)])]);
+        assert_eq!(seen, [entry]);
+        assert_eq!(hidden.setting(b"LD_PRELOAD"), None);
+        let (hidden, _) = hide_in_new(&[b("LD_PRELOAD=/stub.so"), marker(&[("LD_PRELOAD", None)])]);
+        let many: Vec<Vec<u8>> = (0..CHILD_ENTRIES).map(|i| format!("V{i}=1").into_bytes()).collect();
+        assert_eq!(child_of(&hidden, &many), many);
+    }
+
+    fn name() -> impl Strategy<Value = String> {
+        prop_oneof![Just("LD_PRELOAD".to_string()), Just("COREHOP_POLICY".to_string()), "[A-Z]{1,3}"]
+    }
+
+    proptest! {
+        /// Whatever a program passes, its child, hiding in turn, sees exactly that.
+        #[test]
+        fn a_child_sees_what_was_passed(
+            before in proptest::collection::vec((name(), proptest::option::of("[ -~]{0,12}")), 0..6),
+            passed in proptest::collection::vec((name(), "[ -<>-~]{0,12}"), 0..8),
+        ) {
+            let mut start = vec![b("LD_PRELOAD=/stub.so"), b("COREHOP_POLICY=adaptive")];
+            let mut changed = vec![("LD_PRELOAD", None), ("COREHOP_POLICY", None)];
+            let mut names = std::collections::HashSet::from(["LD_PRELOAD".to_string(), "COREHOP_POLICY".to_string()]);
+            let extra: Vec<(String, Option<String>)> =
+                before.into_iter().filter(|(n, _)| names.insert(n.clone())).collect();
+            for (n, v) in &extra {
+                start.push(format!("{n}=ours").into_bytes());
+                changed.push((n.as_str(), v.as_deref().map(str::as_bytes)));
+            }
+            start.push(marker(&changed));
+            let (hidden, _) = hide_in_new(&start);
+            prop_assert!(hidden.setting(b"LD_PRELOAD").is_some());
+            let mut seen = std::collections::HashSet::new();
+            let passed: Vec<Vec<u8>> = passed
+                .into_iter()
+                .filter(|(n, _)| seen.insert(n.clone()))
+                .map(|(n, v)| format!("{n}={v}").into_bytes())
+                .collect();
+            let child = child_of(&hidden, &passed);
+            prop_assert!(child.iter().any(|e| e.starts_with(b"LD_PRELOAD=") && e.ends_with(b"/stub.so")));
+            prop_assert!(child.contains(&b("COREHOP_POLICY=adaptive")));
+            prop_assert_eq!(hidden_view(&child), passed);
+        }
+    }
+}
