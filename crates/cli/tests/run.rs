@@ -859,6 +859,8 @@ fn programs_see_their_own_environment_and_what_they_start_runs_under_corehop() {
     let plain = run(&[]);
     let seen = text(&plain.stdout);
     assert!(seen.contains("LD_PRELOAD=libm.so.6\n") && !seen.contains("COREHOP_ENV_WAS"), "{seen}");
+    // The words of `execl` and `execle` past the registers came from the stack.
+    assert!(seen.contains("== execl 1 2 3 4 5\n") && seen.contains("== execle 1 2 3 4 5 6\n"), "{seen}");
     assert!(!text(&plain.stderr).contains("mapped=1"), "{}", text(&plain.stderr));
     for flags in [&["--offload"][..], &["--offload", "--policy", "always"]] {
         let offload = run(flags);

@@ -625,15 +625,37 @@ macro_rules! exec_wrappers {
                 -1
             }
 
+            /// Calls libc's function `name` (of type `F`, looked up once into `cache`) through
+            /// `call`, with the environment a child started with `envp` gets; `missing()` if
+            /// libc has none.
+            ///
+            /// # Safety
+            /// `envp` as `Hidden::for_child` takes it; `call` makes the call its caller's
+            /// contract allows.
+            unsafe fn through<F: Copy, R>(
+                cache: &AtomicUsize,
+                name: &'static [u8],
+                envp: Argv,
+                missing: impl FnOnce() -> R,
+                call: impl FnOnce(F, Argv) -> R,
+            ) -> R {
+                let Some(next) = real::<F>(cache, name) else { return missing() };
+                let hidden = &$hidden;
+                // SAFETY: the caller's contract; `for_child` passes an environment of the same kind.
+                unsafe { hidden.for_child(envp, |envp| call(next, envp)) }
+            }
+
             /// # Safety
             /// The contract of libc's function of this name.
             #[no_mangle]
             pub unsafe extern "C" fn execve(path: *const c_char, argv: Argv, envp: Argv) -> c_int {
                 static REAL: AtomicUsize = AtomicUsize::new(0);
-                let Some(next) = real::<Exec>(&REAL, b"execve\0") else { return no_such_function() };
-                let hidden = &$hidden;
-                // SAFETY: the caller's contract; `for_child` passes an environment of the same kind.
-                unsafe { hidden.for_child(envp, |envp| next(path, argv, envp)) }
+                // SAFETY: the caller's contract (each wrapper below: the same).
+                unsafe {
+                    through(&REAL, b"execve\0", envp, no_such_function, |next: Exec, envp| {
+                        next(path, argv, envp)
+                    })
+                }
             }
 
             /// # Safety
@@ -641,10 +663,12 @@ macro_rules! exec_wrappers {
             #[no_mangle]
             pub unsafe extern "C" fn execvpe(file: *const c_char, argv: Argv, envp: Argv) -> c_int {
                 static REAL: AtomicUsize = AtomicUsize::new(0);
-                let Some(next) = real::<Exec>(&REAL, b"execvpe\0") else { return no_such_function() };
-                let hidden = &$hidden;
                 // SAFETY: as for `execve`.
-                unsafe { hidden.for_child(envp, |envp| next(file, argv, envp)) }
+                unsafe {
+                    through(&REAL, b"execvpe\0", envp, no_such_function, |next: Exec, envp| {
+                        next(file, argv, envp)
+                    })
+                }
             }
 
             /// # Safety
@@ -669,10 +693,10 @@ macro_rules! exec_wrappers {
             pub unsafe extern "C" fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
                 static REAL: AtomicUsize = AtomicUsize::new(0);
                 type F = unsafe extern "C" fn(c_int, Argv, Argv) -> c_int;
-                let Some(next) = real::<F>(&REAL, b"fexecve\0") else { return no_such_function() };
-                let hidden = &$hidden;
                 // SAFETY: as for `execve`.
-                unsafe { hidden.for_child(envp, |envp| next(fd, argv, envp)) }
+                unsafe {
+                    through(&REAL, b"fexecve\0", envp, no_such_function, |next: F, envp| next(fd, argv, envp))
+                }
             }
 
             /// # Safety
@@ -687,10 +711,12 @@ macro_rules! exec_wrappers {
             ) -> c_int {
                 static REAL: AtomicUsize = AtomicUsize::new(0);
                 type F = unsafe extern "C" fn(c_int, *const c_char, Argv, Argv, c_int) -> c_int;
-                let Some(next) = real::<F>(&REAL, b"execveat\0") else { return no_such_function() };
-                let hidden = &$hidden;
                 // SAFETY: as for `execve`.
-                unsafe { hidden.for_child(envp, |envp| next(dirfd, path, argv, envp, flags)) }
+                unsafe {
+                    through(&REAL, b"execveat\0", envp, no_such_function, |next: F, envp| {
+                        next(dirfd, path, argv, envp, flags)
+                    })
+                }
             }
 
             /// # Safety
@@ -705,10 +731,16 @@ macro_rules! exec_wrappers {
                 envp: Argv,
             ) -> c_int {
                 static REAL: AtomicUsize = AtomicUsize::new(0);
-                let Some(next) = real::<Spawn>(&REAL, b"posix_spawn\0") else { return ENOSYS };
-                let hidden = &$hidden;
                 // SAFETY: as for `execve`.
-                unsafe { hidden.for_child(envp, |envp| next(pid, path, actions, attributes, argv, envp)) }
+                unsafe {
+                    through(
+                        &REAL,
+                        b"posix_spawn\0",
+                        envp,
+                        || ENOSYS,
+                        |next: Spawn, envp| next(pid, path, actions, attributes, argv, envp),
+                    )
+                }
             }
 
             /// # Safety
@@ -723,10 +755,16 @@ macro_rules! exec_wrappers {
                 envp: Argv,
             ) -> c_int {
                 static REAL: AtomicUsize = AtomicUsize::new(0);
-                let Some(next) = real::<Spawn>(&REAL, b"posix_spawnp\0") else { return ENOSYS };
-                let hidden = &$hidden;
                 // SAFETY: as for `execve`.
-                unsafe { hidden.for_child(envp, |envp| next(pid, file, actions, attributes, argv, envp)) }
+                unsafe {
+                    through(
+                        &REAL,
+                        b"posix_spawnp\0",
+                        envp,
+                        || ENOSYS,
+                        |next: Spawn, envp| next(pid, file, actions, attributes, argv, envp),
+                    )
+                }
             }
 
             /// `execl` (`kind` 0), `execlp` (1) or `execle` (2) of the arguments `argv`, laid
