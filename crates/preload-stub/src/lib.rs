@@ -102,25 +102,7 @@ static FORK_HANDLER: AtomicBool = AtomicBool::new(false);
 /// the library's settings come from here, and the programs this process starts get them back.
 static HIDDEN: hidden_env::Hidden = hidden_env::Hidden::new();
 
-/// This stub's one constructor: a look for `corehop run`'s marker, and the hiding.
-#[used]
-#[link_section = ".init_array"]
-static HIDE_AT_START: unsafe extern "C" fn(c_int, *mut *mut c_char, *mut *mut c_char) = hide_at_start;
-
-/// Hides corehop's variables from the program (glibc passes a constructor the environment).
-///
-/// # Safety
-///
-/// Called once, by the dynamic loader, with the process's environment, before `main`.
-unsafe extern "C" fn hide_at_start(_argc: c_int, _argv: *mut *mut c_char, envp: *mut *mut c_char) {
-    // SAFETY: the name is NUL-terminated. A set-user-ID process (secure_getenv: null) keeps its
-    // environment as it came.
-    if !unsafe { secure_getenv(c"COREHOP_ENV_WAS".as_ptr()) }.is_null() {
-        // SAFETY: the loader runs constructors before `main`, on the one thread there is.
-        unsafe { HIDDEN.hide(envp) };
-    }
-}
-
+hide_at_start!(crate::HIDDEN);
 exec_wrappers!(crate::HIDDEN, crate::next_function);
 
 macro_rules! stub {

@@ -27,37 +27,13 @@ pub(crate) fn setting(name: &str) -> Option<&'static [u8]> {
 }
 
 #[cfg(all(target_arch = "x86_64", not(test)))]
-mod at_start {
-    use core::ffi::{c_char, c_int, CStr};
+corehop_sys::hide_at_start!(crate::hidden::HIDDEN);
 
-    /// This library's constructor: a look for `corehop run`'s marker, and the hiding. Loaded
-    /// by the stub, it finds none (the stub took it away before `main`).
-    #[used]
-    #[link_section = ".init_array"]
-    static HIDE_AT_START: unsafe extern "C" fn(c_int, *mut *mut c_char, *mut *mut c_char) = hide_at_start;
-
-    /// Hides corehop's variables from the program (glibc passes a constructor the environment).
-    ///
-    /// # Safety
-    ///
-    /// Called once, by the dynamic loader, with the process's environment.
-    unsafe extern "C" fn hide_at_start(_argc: c_int, _argv: *mut *mut c_char, envp: *mut *mut c_char) {
-        let marker = c"COREHOP_ENV_WAS";
-        debug_assert_eq!(marker.to_bytes(), corehop_sys::hidden_env::MARKER.as_bytes());
-        // SAFETY: the name is NUL-terminated. A set-user-ID process (null) keeps its
-        // environment as it came.
-        if !unsafe { crate::intercept::secure_getenv(marker.as_ptr()) }.is_null() {
-            // SAFETY: preloaded, the loader runs this before `main`, on the one thread there
-            // is; loaded by the stub there is no marker left to find.
-            unsafe { super::HIDDEN.hide(envp) };
-        }
-    }
-
-    /// libc's function of the NUL-terminated `name` (0: none), for the exec wrappers.
-    pub(super) fn next(name: &'static [u8]) -> usize {
-        CStr::from_bytes_with_nul(name).map_or(0, |name| crate::sys::next_function(name) as usize)
-    }
+/// libc's function of the NUL-terminated `name` (0: none), for the exec wrappers.
+#[cfg(all(target_arch = "x86_64", not(test)))]
+fn next(name: &'static [u8]) -> usize {
+    core::ffi::CStr::from_bytes_with_nul(name).map_or(0, |name| crate::sys::next_function(name) as usize)
 }
 
 #[cfg(all(target_arch = "x86_64", not(test)))]
-corehop_sys::exec_wrappers!(crate::hidden::HIDDEN, crate::hidden::at_start::next);
+corehop_sys::exec_wrappers!(crate::hidden::HIDDEN, crate::hidden::next);

@@ -903,5 +903,5 @@ extern "C-unwind" {
 }
 
 extern "C" {
-    pub(crate) fn secure_getenv(name: *const libc::c_char) -> *mut libc::c_char;
+    fn secure_getenv(name: *const libc::c_char) -> *const libc::c_char;
 }

@@ -576,6 +576,44 @@ fn decimal(digits: &[u8]) -> Option<usize> {
     digits.iter().try_fold(0usize, |n, &d| d.is_ascii_digit().then(|| n * 10 + usize::from(d - b'0')))
 }
 
+/// Defines this object's constructor (`.init_array`), which hides corehop's variables into
+/// `$hidden` (a `&'static Hidden`) before `main` if `corehop run` left its marker. glibc
+/// passes a constructor the environment; a set-user-ID process (`secure_getenv` finds
+/// nothing) keeps its environment as it came.
+#[macro_export]
+macro_rules! hide_at_start {
+    ($hidden:expr) => {
+        /// The constructor: a look for `corehop run`'s marker, and the hiding.
+        #[used]
+        #[link_section = ".init_array"]
+        static HIDE_AT_START: unsafe extern "C" fn(
+            core::ffi::c_int,
+            *mut *mut core::ffi::c_char,
+            *mut *mut core::ffi::c_char,
+        ) = hide_at_start;
+
+        /// # Safety
+        /// Called once, by the dynamic loader, with the process's environment, before `main`
+        /// (or, for an object opened later, with no marker left to find).
+        unsafe extern "C" fn hide_at_start(
+            _argc: core::ffi::c_int,
+            _argv: *mut *mut core::ffi::c_char,
+            envp: *mut *mut core::ffi::c_char,
+        ) {
+            extern "C" {
+                fn secure_getenv(name: *const core::ffi::c_char) -> *const core::ffi::c_char;
+            }
+            let hidden = &$hidden;
+            // SAFETY: the name is NUL-terminated.
+            if !unsafe { secure_getenv(c"COREHOP_ENV_WAS".as_ptr()) }.is_null() {
+                // SAFETY: the loader runs constructors before `main`, on the one thread
+                // there is.
+                unsafe { hidden.hide(envp) };
+            }
+        }
+    };
+}
+
 /// Exports the exec family (`execve`, `execv`, `execvp`, `execvpe`, `execl`, `execlp`,
 /// `execle`, `fexecve`, `execveat`, `posix_spawn`, `posix_spawnp`): each starts its program
 /// with the environment [`Hidden::for_child`] makes of the one it was given (or of
@@ -894,6 +932,12 @@ mod tests {
         let env = Env::new(entries);
         // SAFETY: a null-terminated array of C strings, unchanged meanwhile.
         unsafe { hidden.for_child(env.array.as_ptr() as *const *const c_char, read) }
+    }
+
+    #[test]
+    fn the_constructor_looks_for_the_marker_by_its_name() {
+        let source = include_str!("hidden_env.rs");
+        assert!(source.contains(&format!("c\"{MARKER}\"")));
     }
 
     #[test]
