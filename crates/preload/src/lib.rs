@@ -2,7 +2,7 @@
 //!
 //! `corehop run --offload -- CMD` loads this library into CMD (and every program CMD starts:
 //! `LD_PRELOAD` travels with the environment through `exec`, out of each program's sight:
-//! [`hidden`]). It interposes the calls the
+//! `hidden`). It interposes the calls the
 //! papers move to an OS core (fast-core-switching §3.6: read, write, pread/pwrite, readv/writev,
 //! open/openat, the stat family, fsync, fdatasync, sendfile, sendto/recvfrom, poll, select) and,
 //! when the policy says so, hands each one to a **service thread** pinned on a service CPU,

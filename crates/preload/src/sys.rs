@@ -468,7 +468,7 @@ pub static REAL_EXIT: Real = Real::new(c"_exit");
 
 /// Whether a sanitizer's runtime is in the process ([`corehop_sys::wire::SANITIZER_INITS`]),
 /// linked into the program or loaded with it (or, to be safe, opened by it), read from the
-/// objects' tables where they answer: not with `dlsym` (see [`SCOPE`]).
+/// objects' tables where they answer: not with `dlsym` (see `SCOPE`).
 pub fn sanitizer_loaded() -> bool {
     if let Some(found) = corehop_sys::next_symbol::sanitizer_loaded() {
         return found;

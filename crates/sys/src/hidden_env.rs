@@ -8,7 +8,7 @@
 //! corehop's values out of the environment in a constructor, before `main`, and puts the
 //! values from before back in their places ([`Hidden::hide`]). It keeps corehop's values for
 //! the library's settings ([`Hidden::setting`]) and for every program the process starts: the
-//! exec wrappers ([`exec_wrappers!`]) give a child the environment its parent passed with
+//! exec wrappers ([`crate::exec_wrappers!`]) give a child the environment its parent passed with
 //! corehop's variables added back and a marker of its own ([`Hidden::for_child`]), so the child
 //! runs under corehop and sees what its parent gave it.
 //!
@@ -245,7 +245,7 @@ impl Hidden {
     /// `ASAN_OPTIONS`, unless they hold it already; in place of its `COREHOP_*`) and a marker
     /// of what `envp` held. `envp` itself if nothing was hidden, if it carries a marker already
     /// (it comes from `corehop run`), if it names one of corehop's variables twice, or if the
-    /// result does not fit (see [`CHILD_ENTRIES`]).
+    /// result does not fit (more than 511 variables, or 2 KiB of new text).
     ///
     /// # Safety
     ///
