@@ -1041,6 +1041,22 @@ mod tests {
     }
 
     #[test]
+    fn a_variable_corehop_took_away_comes_back_at_the_end_where_there_is_room() {
+        // `corehop run` removed A and B; the array has one slot to spare, the marker's.
+        let start = [b("X=1"), marker(&[("A", Some(b"a")), ("B", Some(b"b"))])];
+        let (hidden, seen) = hide_in_new(&start);
+        assert_eq!(seen, [b("X=1"), b("A=a")]);
+        assert_eq!(hidden.setting(b"A"), None);
+        // With corehop's own entries gone too, both fit.
+        let start = [
+            b("X=1"),
+            b("LD_PRELOAD=/stub.so"),
+            marker(&[("A", Some(b"a")), ("B", Some(b"b")), ("LD_PRELOAD", None)]),
+        ];
+        assert_eq!(hide_in_new(&start).1, [b("X=1"), b("A=a"), b("B=b")]);
+    }
+
+    #[test]
     fn an_environment_naming_a_variable_of_corehops_twice_is_passed_as_it_is() {
         let (hidden, _) = hide_in_new(&[b("LD_PRELOAD=/stub.so"), marker(&[("LD_PRELOAD", None)])]);
         let twice = [b("LD_PRELOAD=/a.so"), b("B=1"), b("LD_PRELOAD=")];
