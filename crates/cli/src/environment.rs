@@ -124,8 +124,17 @@ impl Environment {
     }
 
     /// Gives `command` the changes `Command`'s way: the program gets the environment in key
-    /// order if anything changed.
+    /// order, also with nothing to change. So every program corehop spawns (plain or under
+    /// the library, whose start-up hides corehop's variables in their places) sees the same
+    /// list: `--compare` of a program that prints its environment finds its plain and
+    /// offloaded runs alike.
     pub fn set_on(&self, command: &mut Command) {
+        if self.changes.is_empty() {
+            // Any variable set makes `Command` hand over the whole list, in key order.
+            if let Some((key, value)) = std::env::vars_os().next() {
+                command.env(key, value);
+            }
+        }
         for (key, value) in &self.changes {
             match value {
                 Some(v) => command.env(key, v),

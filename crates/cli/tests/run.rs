@@ -704,6 +704,20 @@ fn compare_runs_both_ways_and_checks_the_outputs() {
         .unwrap();
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("offloaded runs' stdout differed"), "{}", text(&out.stderr));
+    // One that prints its environment prints the same list both ways, with the library
+    // preloaded itself and through the stub (corehop's variables hidden in their places).
+    // Its variables out of key order, as a shell may hand them on.
+    for policy in ["adaptive", "always"] {
+        let out = Command::new("/usr/bin/env")
+            .args(["-i", "Z=1", "A=2", "PATH=/usr/bin:/bin"])
+            .arg(env!("CARGO_BIN_EXE_corehop"))
+            .args(["run", "--offload", "--policy", policy, "--compare", "2", "--json", "--", "env"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{policy}: {}", text(&out.stderr));
+        let json: Value = serde_json::from_slice(&out.stdout).expect("--json prints JSON");
+        assert_eq!(json["offload"]["same_output"], true, "{json}");
+    }
 }
 
 #[test]
