@@ -708,12 +708,10 @@ fn compare_runs_both_ways_and_checks_the_outputs() {
     // preloaded itself and through the stub (corehop's variables hidden in their places).
     // Its variables out of key order, as a shell may hand them on.
     for policy in ["adaptive", "always"] {
-        let out = Command::new("/usr/bin/env")
-            .args(["-i", "Z=1", "A=2", "PATH=/usr/bin:/bin"])
-            .arg(env!("CARGO_BIN_EXE_corehop"))
-            .args(["run", "--offload", "--policy", policy, "--compare", "2", "--json", "--", "env"])
-            .output()
-            .unwrap();
+        let out = corehop_under_env_i(
+            &["Z=1", "A=2", "PATH=/usr/bin:/bin"],
+            &["run", "--offload", "--policy", policy, "--compare", "2", "--json", "--", "env"],
+        );
         assert!(out.status.success(), "{policy}: {}", text(&out.stderr));
         let json: Value = serde_json::from_slice(&out.stdout).expect("--json prints JSON");
         assert_eq!(json["offload"]["same_output"], true, "{json}");
@@ -1263,19 +1261,18 @@ fn without_a_summary_to_collect_corehop_becomes_the_program() {
     assert_ne!(text(&out.stdout).trim(), pid.to_string());
 }
 
+/// `corehop ARGS` started by `env -i VARS`: with exactly those variables, in that order.
+fn corehop_under_env_i(vars: &[&str], args: &[&str]) -> Output {
+    common::library();
+    let corehop = env!("CARGO_BIN_EXE_corehop");
+    Command::new("/usr/bin/env").arg("-i").args(vars).arg(corehop).args(args).output().unwrap()
+}
+
 /// `corehop run -- PROGRAM` under `env -i` with the variables out of key order, `_` among
 /// them (a shell's, which corehop sets to the program's path): its lines.
 fn env_lines_through_corehop(extra: &[&str], program: &[&str]) -> Vec<String> {
-    common::library();
-    let out = Command::new("/usr/bin/env")
-        .args(["-i", "Z=1", "_=/bin/sh", "A=2", "PATH=/usr/bin:/bin"])
-        .arg(env!("CARGO_BIN_EXE_corehop"))
-        .arg("run")
-        .args(extra)
-        .arg("--")
-        .args(program)
-        .output()
-        .unwrap();
+    let args: Vec<&str> = ["run"].iter().chain(extra).chain(&["--"]).chain(program).copied().collect();
+    let out = corehop_under_env_i(&["Z=1", "_=/bin/sh", "A=2", "PATH=/usr/bin:/bin"], &args);
     assert!(out.status.success(), "{}", text(&out.stderr));
     text(&out.stdout).lines().map(str::to_string).collect()
 }

@@ -228,11 +228,7 @@ impl Hidden {
     /// corehop's value of `name` (without the NUL that follows it in memory), if it hid one.
     pub fn setting(&self, name: &[u8]) -> Option<&[u8]> {
         let block = self.block()?;
-        let ours = block.changed.get(block.find(name)?)?.ours()?;
-        value_of(block.text(ours))
-            .split_last()
-            .map(|(_, value)| value)
-            .filter(|_| block.text(ours).last() == Some(&0))
+        Some(block.value(block.changed.get(block.find(name)?)?.ours()?))
     }
 
     /// corehop's value of `name`, NUL-terminated, if it hid one.
@@ -318,21 +314,19 @@ impl Block {
         self.bytes.get(start..start + usize::from(span.len)).unwrap_or(&[])
     }
 
+    /// `VALUE` of the `NAME=VALUE` and NUL at `span`.
+    fn value(&self, span: Span) -> &[u8] {
+        let value = value_of(self.text(span));
+        value.split_last().map_or(value, |(_, value)| value)
+    }
+
     fn find(&self, name: &[u8]) -> Option<usize> {
         self.changed.get(..self.count)?.iter().position(|c| same(self.text(c.name), name))
     }
 
     /// Copies `pieces` in one after another; their span, or none if they do not fit.
     fn put(&mut self, pieces: &[&[u8]]) -> Option<Span> {
-        let start = self.used;
-        for piece in pieces {
-            let end = self.used.checked_add(piece.len())?;
-            let to = self.bytes.get_mut(self.used..end)?;
-            for (to, from) in to.iter_mut().zip(piece.iter()) {
-                *to = *from;
-            }
-            self.used = end;
-        }
+        let start = append(&mut self.bytes, &mut self.used, pieces)?;
         Some(Span { start: u16::try_from(start).ok()?, len: u16::try_from(self.used - start).ok()? })
     }
 
@@ -398,12 +392,10 @@ impl Block {
         if starts(name, b"COREHOP_") {
             return None;
         }
-        let ours = value_of(self.text(changed.ours()?));
-        let ours = ours.split_last().map_or(ours, |(_, v)| v);
-        match changed.before().map(|s| value_of(self.text(s))) {
+        let ours = self.value(changed.ours()?);
+        match changed.before().map(|s| self.value(s)) {
             None => Some(ours),
             Some(before) => {
-                let before = before.split_last().map_or(before, |(_, v)| v);
                 if before.is_empty() {
                     Some(ours)
                 } else if ours.len() > before.len() + 1
@@ -429,19 +421,14 @@ impl Block {
         entries: &mut [*const c_char; CHILD_ENTRIES],
         text: &mut [u8; CHILD_BYTES],
     ) -> Option<()> {
+        // Written only through `base`, so that the pointers handed out stay valid.
         let base = text.as_mut_ptr();
         let mut used = 0usize;
         // Copies pieces into `text`; where they start.
         let mut put = |pieces: &[&[u8]]| -> Option<*const c_char> {
-            let start = used;
-            for piece in pieces {
-                let end = used.checked_add(piece.len())?;
-                let to = text.get_mut(used..end)?;
-                for (to, from) in to.iter_mut().zip(piece.iter()) {
-                    *to = *from;
-                }
-                used = end;
-            }
+            // SAFETY: `base` is `text`'s, `CHILD_BYTES` long, and nothing else uses `text`.
+            let buf = unsafe { core::slice::from_raw_parts_mut(base, CHILD_BYTES) };
+            let start = append(buf, &mut used, pieces)?;
             // SAFETY: `start <= used <= CHILD_BYTES`, within `text`.
             Some(unsafe { base.add(start) } as *const c_char)
         };
@@ -501,6 +488,20 @@ impl Block {
         push(start)?;
         push(core::ptr::null())
     }
+}
+
+/// Copies `pieces` one after another into `buf` from `*used` on, moving `*used` past them;
+/// where they start, or none if they do not fit (the caller then gives the buffer up).
+fn append(buf: &mut [u8], used: &mut usize, pieces: &[&[u8]]) -> Option<usize> {
+    let start = *used;
+    for piece in pieces {
+        let end = used.checked_add(piece.len())?;
+        for (to, from) in buf.get_mut(*used..end)?.iter_mut().zip(piece.iter()) {
+            *to = *from;
+        }
+        *used = end;
+    }
+    Some(start)
 }
 
 /// The entry at `i` of a null-terminated array of C strings, without its NUL; `None` at the
