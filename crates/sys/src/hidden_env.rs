@@ -92,12 +92,16 @@ impl Changed {
     }
 }
 
+/// The text last: a hide writes the other fields and the start of `bytes` (a few hundred
+/// bytes), and in the stub they then share the page the loader wrote already. With `bytes`
+/// first, the rest fell on a page of its own, whose first touch cost a process under `corehop
+/// run` two page faults, about 10 µs here (docs/performance.md, "Sixtieth session").
 #[repr(C)]
 struct Block {
-    bytes: [u8; BYTES],
+    count: usize,
     used: usize,
     changed: [Changed; MAX_NAMES],
-    count: usize,
+    bytes: [u8; BYTES],
 }
 
 /// What a process hid of its environment. Filled once, by [`Hidden::hide`] in a constructor
@@ -154,12 +158,15 @@ impl Hidden {
         if envp.is_null() || self.ready.load(Ordering::Relaxed) {
             return;
         }
+        let envp_const = envp as *const *const c_char;
         let mut marker = None;
         let mut count = 0;
+        // Names only, here and below: the values, most of an environment's bytes, are read
+        // only of the variables corehop changed.
         // SAFETY: `envp` is a null-terminated array of C strings (the contract).
         unsafe {
-            while let Some(entry) = entry_at(envp as *const *const c_char, count) {
-                if same(name_of(entry), MARKER.as_bytes()) {
+            while let Some(name) = name_at(envp_const, count) {
+                if same(name, MARKER.as_bytes()) {
                     marker = Some(count);
                 }
                 count += 1;
@@ -169,11 +176,12 @@ impl Hidden {
         // SAFETY: the contract: nothing else touches the block yet.
         let block = unsafe { &mut *self.block.get() };
         // SAFETY: `marker < count`, an entry of the array.
-        let value = value_of(unsafe { entry_at(envp as *const *const c_char, marker) }.unwrap_or(&[]));
+        let value = value_of(unsafe { entry_at(envp_const, marker) }.unwrap_or(&[]));
         let ok = block.read_marker(value)
             // SAFETY: as above.
-            && (0..count).all(|i| match unsafe { entry_at(envp as *const *const c_char, i) } {
-                Some(entry) => block.keep_ours(entry),
+            && (0..count).all(|i| match unsafe { name_at(envp_const, i) }.and_then(|name| block.find(name)) {
+                // SAFETY: as above.
+                Some(k) => block.keep_ours(k, || unsafe { entry_at(envp_const, i) }.unwrap_or(&[])),
                 None => true,
             });
         let mut kept = 0;
@@ -187,8 +195,7 @@ impl Hidden {
                 } else if !ok {
                     Some(entry)
                 } else {
-                    let name = name_of(c_bytes(entry));
-                    match block.find(name) {
+                    match name_at(envp_const, i).and_then(|name| block.find(name)) {
                         None => Some(entry),
                         // The value from before, at the first entry of the name; later
                         // entries of it go.
@@ -370,14 +377,13 @@ impl Block {
         true
     }
 
-    /// Keeps `entry` (`NAME=VALUE`) as corehop's value of its name, if the marker names it
-    /// and it is the first entry of it; false if it does not fit.
-    fn keep_ours(&mut self, entry: &[u8]) -> bool {
-        let Some(k) = self.find(name_of(entry)) else { return true };
+    /// Keeps `entry` (`NAME=VALUE`, read only if needed) as corehop's value of the `k`th name
+    /// of the marker, if it is the first entry of it; false if it does not fit.
+    fn keep_ours<'e>(&mut self, k: usize, entry: impl FnOnce() -> &'e [u8]) -> bool {
         if self.changed.get(k).is_some_and(|c| c.ours().is_some()) {
             return true;
         }
-        let Some(span) = self.put(&[entry, b"\0"]) else { return false };
+        let Some(span) = self.put(&[entry(), b"\0"]) else { return false };
         if let Some(changed) = self.changed.get_mut(k) {
             changed.ours = Some(span).into();
         }
@@ -521,6 +527,35 @@ unsafe fn entry_at<'a>(envp: *const *const c_char, i: usize) -> Option<&'a [u8]>
     (!entry.is_null()).then(|| unsafe { c_bytes(entry) })
 }
 
+/// The name of the entry at `i` (`NAME` of `NAME=VALUE`), read up to its `=` only: empty
+/// for an entry without one, which names no variable (`getenv` passes it by); `None` at the
+/// end (or if `envp` is null).
+///
+/// # Safety
+///
+/// As for [`entry_at`].
+unsafe fn name_at<'a>(envp: *const *const c_char, i: usize) -> Option<&'a [u8]> {
+    if envp.is_null() {
+        return None;
+    }
+    // SAFETY: the contract: `i` is at most the index of the terminating null.
+    let entry = unsafe { *envp.add(i) };
+    if entry.is_null() {
+        return None;
+    }
+    let mut len = 0;
+    let end = loop {
+        // SAFETY: every byte up to the NUL is part of the string; volatile as in `c_bytes`.
+        match unsafe { entry.add(len).read_volatile() } as u8 {
+            0 => break 0,
+            b'=' => break len,
+            _ => len += 1,
+        }
+    };
+    // SAFETY: `end` bytes from `entry` are the string's.
+    Some(unsafe { core::slice::from_raw_parts(entry as *const u8, end) })
+}
+
 /// The bytes of a NUL-terminated string, without the NUL. Volatile reads: the compiler turns
 /// a plain loop into a call of `strlen`, one more name the stub would bind in every process
 /// (the strings are a few dozen bytes, read once a start or an exec).
@@ -538,10 +573,10 @@ unsafe fn c_bytes<'a>(s: *const c_char) -> &'a [u8] {
     unsafe { core::slice::from_raw_parts(s as *const u8, len) }
 }
 
-/// `NAME` of `NAME=VALUE` (all of it without `=`).
+/// `NAME` of `NAME=VALUE` (empty without `=`: as [`name_at`]).
 fn name_of(entry: &[u8]) -> &[u8] {
-    let end = entry.iter().position(|&b| b == b'=').unwrap_or(entry.len());
-    entry.get(..end).unwrap_or(entry)
+    let end = entry.iter().position(|&b| b == b'=').unwrap_or(0);
+    entry.get(..end).unwrap_or(&[])
 }
 
 /// `VALUE` of `NAME=VALUE` (empty without `=`).
@@ -963,6 +998,25 @@ mod tests {
         let policy = hidden.setting_c(b"COREHOP_POLICY").unwrap();
         // SAFETY: `setting_c` gives a NUL-terminated string.
         assert_eq!(unsafe { CStr::from_ptr(policy) }.to_bytes(), b"adaptive");
+    }
+
+    #[test]
+    fn entries_without_a_value_are_names_and_stay_as_they_are() {
+        // A bare name of corehop's is not its variable: `getenv` would not find it either.
+        let (hidden, seen) = hide_in_new(&[
+            b("BARE"),
+            b("COREHOP_POLICY"),
+            b("=odd"),
+            b("COREHOP_POLICY=adaptive"),
+            marker(&[("COREHOP_POLICY", None)]),
+            b("LONG=x=y=z"),
+        ]);
+        assert_eq!(seen, [b("BARE"), b("COREHOP_POLICY"), b("=odd"), b("LONG=x=y=z")]);
+        assert_eq!(hidden.setting(b"COREHOP_POLICY"), Some(&b"adaptive"[..]));
+        // A child passed a bare name of corehop's gets it as passed, and corehop's variable.
+        let child = child_of(&hidden, &[b("LD_PRELOAD"), b("COREHOP_POLICY"), b("A=1")]);
+        assert_eq!(child[..3], [b("LD_PRELOAD"), b("COREHOP_POLICY"), b("A=1")]);
+        assert!(child.contains(&b("COREHOP_POLICY=adaptive")));
     }
 
     #[test]
