@@ -22,6 +22,16 @@ fn csv_traces(folder: &str) -> Vec<String> {
     traces
 }
 
+/// `corehop predict --json` of `traces` at N = 1, 2, 5 and 20 µs, with `more` options.
+fn replay_at_issue_thresholds(traces: &[String], more: &[&str]) -> serde_json::Value {
+    let mut args = vec!["predict", "--thresholds", "1000,2000,5000,20000", "--json"];
+    args.extend(more);
+    for trace in traces {
+        args.extend(["--trace", trace]);
+    }
+    json(&args)
+}
+
 fn json(args: &[&str]) -> serde_json::Value {
     let out = corehop(args);
     assert!(out.status.success(), "corehop {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -244,11 +254,7 @@ fn the_timed_form_beats_the_papers_on_traces_timed_in_ns() {
 fn timed_form_beats_constant_rules_on_recorded_programs() {
     let names = csv_traces("recorded");
     assert!(names.len() >= 6, "{names:?}");
-    let mut args = vec!["predict", "--thresholds", "1000,2000,5000,20000", "--json"];
-    for name in &names {
-        args.extend(["--trace", name]);
-    }
-    let reports = json(&args);
+    let reports = replay_at_issue_thresholds(&names, &[]);
     let (mut right_sum, mut constant_sum, mut points) = (0.0, 0.0, 0);
     for report in reports.as_array().unwrap() {
         let forms = report["forms"].as_array().unwrap();
@@ -286,12 +292,8 @@ fn held_out_programs_start_better_from_what_the_run_learned() {
     // Per start: the mean right share over traces and N, the points below the constant, and
     // the right share of each trace of more than five processes.
     let score = |start: &str| {
-        let mut args = vec!["predict", "--thresholds", "1000,2000,5000,20000", "--json", "--start", start];
-        for trace in &traces {
-            args.extend(["--trace", trace]);
-        }
         let (mut sum, mut points, mut below, mut many, mut worst) = (0.0, 0, 0, Vec::new(), 0.0f64);
-        for report in json(&args).as_array().unwrap() {
+        for report in replay_at_issue_thresholds(&traces, &["--start", start]).as_array().unwrap() {
             let timed = report["forms"].as_array().unwrap().iter().find(|f| f["form"] == "time1500").unwrap();
             let mut trace_sum = 0.0;
             for d in timed["decisions"].as_array().unwrap() {
@@ -334,12 +336,8 @@ fn held_out_programs_start_better_from_what_the_run_learned() {
 fn timed_form_holds_on_programs_recorded_after_it_was_tuned() {
     let names = csv_traces("out-of-sample");
     assert!(names.len() >= 10, "{names:?}");
-    let mut args = vec!["predict", "--thresholds", "1000,2000,5000,20000", "--json"];
-    for name in &names {
-        args.extend(["--trace", name]);
-    }
     let (mut right_at, mut constant_at) = ([0.0; 4], [0.0; 4]);
-    for report in json(&args).as_array().unwrap() {
+    for report in replay_at_issue_thresholds(&names, &[]).as_array().unwrap() {
         let timed = report["forms"].as_array().unwrap().iter().find(|f| f["form"] == "time1500").unwrap();
         let calls = report["calls"].as_f64().unwrap();
         for (i, d) in timed["decisions"].as_array().unwrap().iter().enumerate() {
