@@ -98,3 +98,23 @@ fn restore(closed: u8) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// The signal state and standard descriptors corehop was started with.
+#[derive(Clone, Copy, Debug)]
+pub struct StartedWith {
+    /// Whether SIGPIPE was ignored.
+    pub pipe_ignored: bool,
+    /// The signals blocked: bit `s - 1` for signal `s`.
+    pub blocked: u64,
+    /// Which of the descriptors 0, 1 and 2 were closed: bit `fd`.
+    pub closed: u8,
+}
+
+/// What [`record`] found at corehop's start (for a spawn that sets it up itself).
+pub fn started_with() -> StartedWith {
+    StartedWith {
+        pipe_ignored: PIPE_IGNORED.load(Relaxed),
+        blocked: BLOCKED.load(Relaxed),
+        closed: CLOSED.load(Relaxed),
+    }
+}

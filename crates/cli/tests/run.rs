@@ -1282,8 +1282,13 @@ fn the_program_gets_the_environment_in_its_order() {
     // Plain: only `_` changes, in its place (`Command` sorted the whole list once one changed).
     let plain = env_lines_through_corehop(&[], &["env"]);
     assert_eq!(plain, ["Z=1", "_=/usr/bin/env", "A=2", "PATH=/usr/bin:/bin"]);
-    // Offload: the program sees the same (corehop's variables out of its sight)...
+    // Offload: the program sees the same (corehop's variables out of its sight), also where
+    // corehop waits for it to collect a summary or a trace (`Command` sorted the list there)...
     assert_eq!(env_lines_through_corehop(&["--offload"], &["env"]), plain);
+    assert_eq!(env_lines_through_corehop(&["--offload", "--stats"], &["env"])[..4], plain);
+    let trace = tempfile::NamedTempFile::new().unwrap();
+    let traced = ["--offload", "--record-trace", trace.path().to_str().unwrap()];
+    assert_eq!(env_lines_through_corehop(&traced, &["env"]), plain);
     // ...and the kernel's copy of what it started with has the library's settings after the
     // program's own variables, and the marker of what they held before.
     let started = ["sh", "-c", "tr '\\0' '\\n' < /proc/$$/environ"];

@@ -704,11 +704,16 @@ impl Launch {
     /// collected after it ends: it keeps corehop's process id, its signals and exit status are
     /// the program's own, and it pays no second process. Returns only if the exec failed.
     pub fn exec(&self) -> anyhow::Error {
-        let command = match self.command(false, true, None) {
-            Ok(command) => command,
+        let (words, environment) = match self.prepared(false, None) {
+            Ok(prepared) => prepared,
             Err(e) => return e,
         };
-        let mut command = command;
+        let words: Vec<&std::ffi::OsStr> = words.iter().map(OsString::as_os_str).collect();
+        let mut command = Command::new(words[0]);
+        command.args(&words[1..]);
+        crate::inherited::keep_for(&mut command, false);
+        // Last: the program starts from this hook, after `keep_for`'s.
+        environment.start_with(&mut command, &words);
         if let Some(cpus) = &self.cpus {
             if let Err(e) = sys::set_affinity(&os_cpus(cpus)) {
                 return anyhow::Error::from(e).context(format!("running on CPUs {}", format_cpu_list(cpus)));
@@ -717,28 +722,26 @@ impl Launch {
         NotStarted { program: self.command[0].to_string_lossy().into_owned(), source: command.exec() }.into()
     }
 
-    /// The program's command line and environment (the preload library and its settings);
-    /// `via_shell`: run by `/bin/sh`, for a file the kernel cannot run itself. `exec`: the
-    /// command replaces this process, and its environment keeps the order of ours; a command
-    /// spawned gets it in key order, as `Command` builds it (keeping the order takes a hook
-    /// between fork and exec, which makes `Command` fork instead of `posix_spawn`: 0.6 to 1 ms
-    /// more a spawn here, more than a short program of the run suite may lose).
-    fn command(&self, via_shell: bool, exec: bool, learned: Option<&Path>) -> anyhow::Result<Command> {
+    /// The program's words and the changes to its environment (the preload library and its
+    /// settings); `via_shell`: run by `/bin/sh`, for a file the kernel cannot run itself.
+    /// Started either way (exec or spawn), the program gets the environment in our order.
+    fn prepared(
+        &self,
+        via_shell: bool,
+        learned: Option<&Path>,
+    ) -> anyhow::Result<(Vec<OsString>, Environment)> {
         let (program, rest) = self.command.split_first().context("no command given")?;
         // A shell sets `_` to the path of the program it starts; started from one, corehop
         // holds its own there. The program gets its own, as from the shell.
         let underscore = std::env::var_os("_").is_some();
         let found = if via_shell || underscore { program_path(program) } else { None };
-        let mut words: Vec<&std::ffi::OsStr> = Vec::with_capacity(self.command.len() + 1);
+        let mut words: Vec<OsString> = Vec::with_capacity(self.command.len() + 1);
         if via_shell {
-            words.extend(["/bin/sh".as_ref(), found.as_deref().map_or(program.as_os_str(), Path::as_os_str)]);
+            words.extend(["/bin/sh".into(), found.clone().map_or(program.clone(), PathBuf::into_os_string)]);
         } else {
-            words.push(program);
+            words.push(program.clone());
         }
-        words.extend(rest.iter().map(OsString::as_os_str));
-        let mut command = Command::new(words[0]);
-        command.args(&words[1..]);
-        crate::inherited::keep_for(&mut command, self.capture);
+        words.extend(rest.iter().cloned());
         let mut environment = Environment::default();
         if let (true, Some(path)) = (underscore, &found) {
             environment.set("_", path);
@@ -793,27 +796,18 @@ impl Launch {
                 env::LEARNED,
             ]);
         }
-        if exec {
-            // Last: the program starts from this hook, after `keep_for`'s.
-            environment.start_with(&mut command, &words);
-        } else {
-            environment.set_on(&mut command);
-        }
-        Ok(command)
+        Ok((words, environment))
     }
 
     /// Starts the program, waits for it, and collects the offload summary if one was asked for.
     pub fn run(&self) -> anyhow::Result<Finished> {
         let program = self.command.first().context("no command given")?;
         let learned = self.offload.as_ref().and_then(|_| LearnedFile::new());
-        let build = |via_shell| -> anyhow::Result<Command> {
-            let mut command = self.command(via_shell, false, learned.as_ref().map(LearnedFile::path))?;
-            if self.capture {
-                command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
-            }
-            Ok(command)
+        let spawn = |via_shell| -> anyhow::Result<std::io::Result<crate::spawn::Child>> {
+            let (words, environment) = self.prepared(via_shell, learned.as_ref().map(LearnedFile::path))?;
+            let words: Vec<&std::ffi::OsStr> = words.iter().map(OsString::as_os_str).collect();
+            Ok(crate::spawn::spawn(&words, environment.entries().as_deref(), self.capture))
         };
-        let mut command = build(false)?;
         // The child inherits the CPU mask of the thread that starts it: narrow ours for the
         // spawn, then put it back.
         let previous = sys::affinity().context("reading this thread's CPU affinity")?;
@@ -832,11 +826,11 @@ impl Launch {
         }
         forward::install();
         let start = Instant::now();
-        let mut spawned = command.spawn();
+        let mut spawned = spawn(false)?;
         if spawned.as_ref().is_err_and(|e| e.raw_os_error() == Some(libc::ENOEXEC)) {
             // A file the kernel cannot run (a script without `#!`): `/bin/sh` runs it, as the
             // shell and `execvp` (so `corehop run` without a summary) do.
-            spawned = build(true)?.spawn();
+            spawned = spawn(true)?;
         }
         if self.cpus.is_some() {
             sys::set_affinity(&previous).context("restoring this thread's CPU affinity")?;
@@ -852,10 +846,9 @@ impl Launch {
         };
         forward::started(child.id());
         let (status, output) = if self.capture {
-            let out = child.wait_with_output().context("waiting for the program")?;
-            (out.status, Some((out.stdout, out.stderr)))
+            let (status, stdout, stderr) = child.wait_with_output().context("waiting for the program")?;
+            (status, Some((stdout, stderr)))
         } else {
-            let mut child = child;
             (child.wait().context("waiting for the program")?, None)
         };
         forward::ended();
