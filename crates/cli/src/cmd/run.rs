@@ -803,11 +803,16 @@ impl Launch {
     pub fn run(&self) -> anyhow::Result<Finished> {
         let program = self.command.first().context("no command given")?;
         let learned = self.offload.as_ref().and_then(|_| LearnedFile::new());
-        let spawn = |via_shell| -> anyhow::Result<std::io::Result<crate::spawn::Child>> {
+        // Words and environment made before the clock starts; started after.
+        let prepare = |via_shell| -> anyhow::Result<(Vec<OsString>, Option<Vec<std::ffi::CString>>)> {
             let (words, environment) = self.prepared(via_shell, learned.as_ref().map(LearnedFile::path))?;
-            let words: Vec<&std::ffi::OsStr> = words.iter().map(OsString::as_os_str).collect();
-            Ok(crate::spawn::spawn(&words, environment.entries().as_deref(), self.capture))
+            Ok((words, environment.entries()))
         };
+        let spawn = |(words, entries): &(Vec<OsString>, Option<Vec<std::ffi::CString>>)| {
+            let words: Vec<&std::ffi::OsStr> = words.iter().map(OsString::as_os_str).collect();
+            crate::spawn::spawn(&words, entries.as_deref(), self.capture)
+        };
+        let prepared = prepare(false)?;
         // The child inherits the CPU mask of the thread that starts it: narrow ours for the
         // spawn, then put it back.
         let previous = sys::affinity().context("reading this thread's CPU affinity")?;
@@ -826,11 +831,11 @@ impl Launch {
         }
         forward::install();
         let start = Instant::now();
-        let mut spawned = spawn(false)?;
+        let mut spawned = spawn(&prepared);
         if spawned.as_ref().is_err_and(|e| e.raw_os_error() == Some(libc::ENOEXEC)) {
             // A file the kernel cannot run (a script without `#!`): `/bin/sh` runs it, as the
             // shell and `execvp` (so `corehop run` without a summary) do.
-            spawned = spawn(true)?;
+            spawned = spawn(&prepare(true)?);
         }
         if self.cpus.is_some() {
             sys::set_affinity(&previous).context("restoring this thread's CPU affinity")?;
