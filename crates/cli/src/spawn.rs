@@ -9,10 +9,11 @@
 //! the standard descriptors corehop was started with ([`crate::inherited`]), and with its
 //! stdout and stderr in pipes if they are to be captured.
 //!
-//! The one `unsafe` piece is the spawn itself: every pointer handed to `posix_spawnp` points
-//! into memory this module owns for the call (the words and variables as `CString`s, their
-//! null-terminated pointer arrays, the initialised file actions and attributes), or is
-//! `environ`, which nothing in corehop changes after its start.
+//! The `unsafe` here is libc's spawn, wait, pipe and signal calls, each block with why its
+//! arguments are valid. The spawn's: every pointer handed to `posix_spawnp` points into memory
+//! this module owns for the call (the words and variables as `CString`s, their null-terminated
+//! pointer arrays, the initialised file actions and attributes), or is `environ`, which
+//! nothing in corehop changes after its start.
 
 use std::ffi::{c_char, CString, OsStr};
 use std::fs::File;
