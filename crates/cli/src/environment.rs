@@ -171,7 +171,7 @@ mod exec {
     impl Start {
         /// `args` must not be empty.
         pub fn new(args: Vec<CString>, envp: Vec<CString>) -> Start {
-            let array = |v: &[CString]| v.iter().map(|s| s.as_ptr()).chain([std::ptr::null()]).collect();
+            let array = crate::spawn::null_terminated;
             Start { argv: array(&args), envv: array(&envp), _args: args, _envp: envp }
         }
 

@@ -42,13 +42,24 @@ extern "C" fn record() {
     }
 }
 
-/// Whether `signal` is ignored in this process now.
+/// Whether `signal` is ignored in this process now, asked of the kernel itself: glibc's
+/// `sigaction` refuses its two internal signals (32 and 33).
 pub fn ignored(signal: i32) -> bool {
-    // SAFETY: a query (null new action) into a zeroed sigaction.
-    unsafe {
-        let mut action: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(signal, std::ptr::null(), &mut action) == 0 && action.sa_sigaction == libc::SIG_IGN
+    /// The kernel's `struct sigaction` on x86-64 and aarch64.
+    #[repr(C)]
+    struct KernelSigaction {
+        handler: usize,
+        flags: u64,
+        restorer: usize,
+        mask: u64,
     }
+    let mut old = KernelSigaction { handler: 0, flags: 0, restorer: 0, mask: 0 };
+    // SAFETY: a query (no new action) into a value of the kernel's layout, with the size of
+    // its 64-bit mask.
+    let rc = unsafe {
+        libc::syscall(libc::SYS_rt_sigaction, signal, std::ptr::null::<KernelSigaction>(), &mut old, 8usize)
+    };
+    rc == 0 && old.handler == libc::SIG_IGN
 }
 
 /// Makes `command` start its program with the SIGPIPE action, the signal mask and the closed

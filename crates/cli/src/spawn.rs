@@ -121,7 +121,7 @@ impl Child {
 }
 
 /// Null-terminated pointers to `strings`.
-fn null_terminated(strings: &[CString]) -> Vec<*const c_char> {
+pub fn null_terminated(strings: &[CString]) -> Vec<*const c_char> {
     strings.iter().map(|s| s.as_ptr()).chain([std::ptr::null()]).collect()
 }
 
@@ -193,34 +193,23 @@ impl Drop for FileActions {
 /// was ignored at corehop's start (Rust's runtime ignores it since). Without this, glibc's
 /// `posix_spawn` sets its two internal signals (32 and 33) to be ignored in the child unless
 /// they are in this set, and the program kept them ignored after the exec.
+///
+/// Asked once: what corehop ignores does not change after its start (its own handlers only
+/// replace default actions), and each spawn of `--compare` and the run suite would otherwise
+/// pay 62 system calls.
 fn default_signals(pipe_ignored: bool) -> u64 {
-    let mut bits = 0u64;
-    for signal in (1..=64).filter(|&s| s != libc::SIGKILL && s != libc::SIGSTOP) {
-        if signal == libc::SIGPIPE && !pipe_ignored || signal != libc::SIGPIPE && !ignored_now(signal) {
-            bits |= 1 << (signal - 1);
+    static DEFAULT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *DEFAULT.get_or_init(|| {
+        let mut bits = 0u64;
+        for signal in (1..=64).filter(|&s| s != libc::SIGKILL && s != libc::SIGSTOP) {
+            let ignored =
+                if signal == libc::SIGPIPE { pipe_ignored } else { crate::inherited::ignored(signal) };
+            if !ignored {
+                bits |= 1 << (signal - 1);
+            }
         }
-    }
-    bits
-}
-
-/// Whether `signal` is ignored in this process, asked of the kernel itself: glibc's
-/// `sigaction` refuses its internal signals.
-fn ignored_now(signal: i32) -> bool {
-    /// The kernel's `struct sigaction` on x86-64 and aarch64.
-    #[repr(C)]
-    struct KernelSigaction {
-        handler: usize,
-        flags: u64,
-        restorer: usize,
-        mask: u64,
-    }
-    let mut old = KernelSigaction { handler: 0, flags: 0, restorer: 0, mask: 0 };
-    // SAFETY: a query (no new action) into a value of the kernel's layout, with the size of
-    // its 64-bit mask.
-    let rc = unsafe {
-        libc::syscall(libc::SYS_rt_sigaction, signal, std::ptr::null::<KernelSigaction>(), &mut old, 8usize)
-    };
-    rc == 0 && old.handler == libc::SIG_IGN
+        bits
+    })
 }
 
 /// A signal set of `bits` (bit `s - 1` for signal `s`), written directly: `sigaddset`
