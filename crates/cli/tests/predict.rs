@@ -326,8 +326,8 @@ fn held_out_programs_start_better_from_what_the_run_learned() {
     );
 }
 
-/// Ten programs recorded after every change to the predictor so far (the sixtieth session),
-/// on this host's fast band: many of their calls run within a few hundred ns of 1 µs, where a
+/// Ten programs recorded after the predictor was tuned (the sixtieth session; one change since,
+/// made for one of them, `file`), on this host's fast band: many of their calls run within a few hundred ns of 1 µs, where a
 /// key's runs fall on either side about as often (`open` and `stat` with medians of 1.00-1.06
 /// µs), so no rule is right 90 % of the time there (docs/performance.md, "Sixtieth session").
 /// The timed form must still beat the better constant rule by five points on average and by
