@@ -363,3 +363,19 @@ fn timed_form_holds_on_programs_recorded_after_it_was_tuned() {
         "at 1 µs: {right_at:?} against {constant_at:?}"
     );
 }
+
+/// `file` reading a pipe (`out-of-sample/file.csv`), in a run whose first process made only
+/// short stats: its reads wait milliseconds each, and from the third on they move at N = 5
+/// and 20 µs, though the plain majority of all calls, which decides until the keys have
+/// earned their place, still says "below" (it said so to every read: the constant rule's
+/// 73.5 %).
+#[test]
+fn long_waits_move_after_a_process_of_short_calls() {
+    let traces = [fixture("out-of-sample/file.csv").to_str().unwrap().to_string()];
+    let reports = replay_at_issue_thresholds(&traces, &[]);
+    let timed = reports[0]["forms"].as_array().unwrap().iter().find(|f| f["form"] == "time1500").unwrap();
+    for d in &timed["decisions"].as_array().unwrap()[2..] {
+        let (right, constant) = (d["right"].as_f64().unwrap(), d["best_constant"].as_f64().unwrap());
+        assert!(right >= constant + 0.1, "N={}: right {right}, the constant rule {constant}", d["n_ns"]);
+    }
+}
