@@ -24,11 +24,10 @@
 //! between that and what followed the sides of the key's last two runs before (a key whose
 //! runs take turns, as `find`'s two stats of each entry do); and over all calls, between the
 //! keys' decisions and the plain majority of all calls at N (which decides first, until the
-//! keys have earned their place, for all but a key whose last runs lie far on one side of
-//! N). On a key or a program where runs land on either side of N
-//! at random, the decisions then stay within a learning cost of the better of always and
-//! never moving, where the prediction alone fell up to 19 points below it
-//! (docs/performance.md, "run-length predictor").
+//! keys have earned their place, for all but a key whose last runs lie far on one side of N).
+//! On a key or a program where runs land on either side of N at random, the decisions then
+//! stay within a learning cost of the better of always and never moving, where the prediction
+//! alone fell up to 19 points below it (docs/performance.md, "run-length predictor").
 //!
 //! A process's keys are its own call sites, but what its call kinds and calls as a whole ran,
 //! and whether its keys or the plain majority decided better, say as much about the next
