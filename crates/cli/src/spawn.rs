@@ -53,7 +53,7 @@ pub fn spawn(words: &[&OsStr], environment: Option<&[CString]>, capture: bool) -
     for fd in (0..3).filter(|fd| closed & (1 << fd) != 0) {
         actions.close(fd)?;
     }
-    let attributes = Attributes::new(signals.blocked, default_signals(signals.pipe_ignored))?;
+    let attributes = Attributes::new(signals.blocked, default_signals())?;
     let mut pid: libc::pid_t = 0;
     // SAFETY: `argv` and `envp` end in a null pointer and point at NUL-terminated strings
     // owned by `words` and the caller, alive for the call; `environ` is the process's own
@@ -197,9 +197,10 @@ impl Drop for FileActions {
 /// Asked once: what corehop ignores does not change after its start (its own handlers only
 /// replace default actions), and each spawn of `--compare` and the run suite would otherwise
 /// pay 62 system calls.
-fn default_signals(pipe_ignored: bool) -> u64 {
+fn default_signals() -> u64 {
     static DEFAULT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *DEFAULT.get_or_init(|| {
+        let pipe_ignored = crate::inherited::started_with().pipe_ignored;
         let mut bits = 0u64;
         for signal in (1..=64).filter(|&s| s != libc::SIGKILL && s != libc::SIGSTOP) {
             let ignored =

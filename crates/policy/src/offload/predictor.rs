@@ -604,12 +604,15 @@ impl Timed {
         Recent(slot[2..SEEN].try_into().expect("a slot holds a Recent"))
     }
 
-    fn predict(&self, key: u64, kind: Option<CallKind>) -> Prediction {
+    /// `key`'s runs, if its slot holds them (not another key's).
+    fn runs_of(&self, key: u64) -> Option<Recent> {
         let slot = &self.words[self.slot(key)];
-        if Self::tag_of(slot) == Self::tag(key) {
-            if let Some(run) = Self::recent_of(slot).typical() {
-                return Prediction { run, source: Source::Local };
-            }
+        (Self::tag_of(slot) == Self::tag(key)).then(|| Self::recent_of(slot))
+    }
+
+    fn predict(&self, key: u64, kind: Option<CallKind>) -> Prediction {
+        if let Some(run) = self.runs_of(key).and_then(|r| r.typical()) {
+            return Prediction { run, source: Source::Local };
         }
         match kind.and_then(|k| self.kinds[Self::kind_slot(k)].typical()).or_else(|| self.any.typical()) {
             Some(run) => Prediction { run, source: Source::Global },
@@ -626,9 +629,7 @@ impl Timed {
         if self.trust_keys >= 0 {
             return self.above_by_keys(key, kind, n);
         }
-        let slot = &self.words[self.slot(key)];
-        let far = if Self::tag_of(slot) == Self::tag(key) { Self::recent_of(slot).far_side(n) } else { None };
-        far.unwrap_or_else(|| self.majority_above(n))
+        self.runs_of(key).and_then(|r| r.far_side(n)).unwrap_or_else(|| self.majority_above(n))
     }
 
     /// Whether the plain majority of all calls says above `n`.
@@ -641,11 +642,8 @@ impl Timed {
     }
 
     fn above_by_keys(&self, key: u64, kind: Option<CallKind>, n: u64) -> bool {
-        let slot = &self.words[self.slot(key)];
-        if Self::tag_of(slot) == Self::tag(key) {
-            if let Some(above) = Self::recent_of(slot).above(n) {
-                return above;
-            }
+        if let Some(above) = self.runs_of(key).and_then(|r| r.above(n)) {
+            return above;
         }
         kind.and_then(|k| self.kinds[Self::kind_slot(k)].above(n))
             .or_else(|| self.any.above(n))
