@@ -13,8 +13,8 @@
 //! runs under corehop and sees what its parent gave it.
 //!
 //! What stays visible: `/proc/PID/environ` (the kernel's copy of what the process started
-//! with); a child started by `system`, `popen` or a raw `execve` system call gets the
-//! environment as the program sees it, and runs without corehop.
+//! with); a child started by `popen` or a raw `execve` system call gets the environment as the
+//! program sees it, and runs without corehop (`system` is wrapped: see its wrapper).
 //!
 //! Only `core`, no allocation and no panicking path: the stub (`no_std`, which cannot unwind)
 //! includes this file by path.
@@ -136,6 +136,12 @@ impl Hidden {
                 count: 0,
             }),
         }
+    }
+
+    /// Whether this process started under `corehop run` and hid its variables: only then does
+    /// a child need them back.
+    pub fn is_hiding(&self) -> bool {
+        self.block().is_some()
     }
 
     fn block(&self) -> Option<&Block> {
@@ -651,9 +657,9 @@ macro_rules! hide_at_start {
 }
 
 /// Exports the exec family (`execve`, `execv`, `execvp`, `execvpe`, `execl`, `execlp`,
-/// `execle`, `fexecve`, `execveat`, `posix_spawn`, `posix_spawnp`): each starts its program
-/// with the environment [`Hidden::for_child`] makes of the one it was given (or of
-/// `environ`). `$hidden`: this object's `&'static Hidden`; `$next`: the path of a
+/// `execle`, `fexecve`, `execveat`, `posix_spawn`, `posix_spawnp`) and `system`: each starts
+/// its program with the environment [`Hidden::for_child`] makes of the one it was given (or
+/// of `environ`). `$hidden`: this object's `&'static Hidden`; `$next`: the path of a
 /// `fn(&'static [u8]) -> usize` giving libc's function of a NUL-terminated name (0: none).
 /// x86-64: `execl`, `execlp` and `execle` are variadic, which Rust cannot define; each is a
 /// naked function that lays its arguments out as the array they are.
@@ -839,6 +845,213 @@ macro_rules! exec_wrappers {
                         |next: Spawn, envp| next(pid, file, actions, attributes, argv, envp),
                     )
                 }
+            }
+
+            /// glibc's `struct sigaction` on x86-64.
+            #[repr(C)]
+            #[derive(Clone, Copy)]
+            struct SigAction {
+                handler: usize,
+                mask: SigSet,
+                flags: c_int,
+                restorer: usize,
+            }
+            /// glibc's `sigset_t`: bit `n - 1` of the first word for signal `n`.
+            type SigSet = [u64; 16];
+            /// glibc's `posix_spawnattr_t` (336 bytes on x86-64), filled by libc alone.
+            #[repr(C, align(8))]
+            struct SpawnAttr([u8; 336]);
+            type Sigaction = unsafe extern "C" fn(c_int, *const SigAction, *mut SigAction) -> c_int;
+
+            const SIG_IGN: usize = 1;
+            const SIGINT: c_int = 2;
+            const SIGQUIT: c_int = 3;
+            const SIGCHLD: c_int = 17;
+            const SIG_BLOCK: c_int = 0;
+            const SIG_SETMASK: c_int = 2;
+            const EINTR: isize = 4;
+            const SYS_WAIT4: isize = 61;
+            const SPAWN_SETSIGDEF: i16 = 0x04;
+            const SPAWN_SETSIGMASK: i16 = 0x08;
+            const IGNORE: SigAction = SigAction { handler: SIG_IGN, mask: [0; 16], flags: 0, restorer: 0 };
+
+            extern "C" {
+                fn sigprocmask(how: c_int, set: *const SigSet, old: *mut SigSet) -> c_int;
+                fn posix_spawnattr_init(attr: *mut SpawnAttr) -> c_int;
+                fn posix_spawnattr_destroy(attr: *mut SpawnAttr) -> c_int;
+                fn posix_spawnattr_setsigmask(attr: *mut SpawnAttr, set: *const SigSet) -> c_int;
+                fn posix_spawnattr_setsigdefault(attr: *mut SpawnAttr, set: *const SigSet) -> c_int;
+                fn posix_spawnattr_setflags(attr: *mut SpawnAttr, flags: i16) -> c_int;
+                fn sched_yield() -> c_int;
+                fn gnu_get_libc_version() -> *const c_char;
+            }
+
+            /// Whether this glibc's `system` ends the shell's options with `--` (from 2.38 on).
+            fn ends_options() -> bool {
+                // SAFETY: glibc returns a static NUL-terminated string such as "2.36".
+                let version = unsafe { core::ffi::CStr::from_ptr(gnu_get_libc_version()) }.to_bytes();
+                let mut parts = version.split(|&b| b == b'.').map(|part| {
+                    part.iter().take_while(|b| b.is_ascii_digit()).fold(0u32, |n, &d| {
+                        n.saturating_mul(10).saturating_add(u32::from(d - b'0'))
+                    })
+                });
+                let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+                (major, minor) >= (2, 38)
+            }
+
+            /// What the threads inside `system` at once share, as in glibc: how many there
+            /// are, and the SIGINT and SIGQUIT actions the first of them replaced with
+            /// "ignore", which the last puts back.
+            struct Shells {
+                lock: core::sync::atomic::AtomicBool,
+                state: core::cell::UnsafeCell<(u32, SigAction, SigAction)>,
+            }
+            // SAFETY: `state` is read and written only while `lock` is held (`Shells::with`).
+            unsafe impl Sync for Shells {}
+
+            static SHELLS: Shells = Shells {
+                lock: core::sync::atomic::AtomicBool::new(false),
+                state: core::cell::UnsafeCell::new((0, IGNORE, IGNORE)),
+            };
+
+            impl Shells {
+                /// Runs `f` on the shared state, alone. Held for two `sigaction` calls at most.
+                fn with<R>(&self, f: impl FnOnce(&mut (u32, SigAction, SigAction)) -> R) -> R {
+                    while self.lock.swap(true, core::sync::atomic::Ordering::Acquire) {
+                        // SAFETY: no arguments, no memory.
+                        unsafe { sched_yield() };
+                    }
+                    // SAFETY: the lock is held: no other reference to the state exists.
+                    let out = f(unsafe { &mut *self.state.get() });
+                    self.lock.store(false, core::sync::atomic::Ordering::Release);
+                    out
+                }
+            }
+
+            /// `wait4(pid, &status, 0, NULL)` by the system call, again after EINTR: unlike
+            /// libc's `waitpid` it is no cancellation point, since a cancellation's unwinding
+            /// cannot pass this object's frames. Returns `wait4`'s result (or -errno).
+            fn wait_for(pid: c_int, status: &mut c_int) -> isize {
+                loop {
+                    let ret: isize;
+                    // SAFETY: wait4 writes the child's status into `status`, which lives for
+                    // the call, and reads nothing else; the syscall instruction clobbers rcx
+                    // and r11.
+                    unsafe {
+                        core::arch::asm!(
+                            "syscall",
+                            inlateout("rax") SYS_WAIT4 => ret,
+                            in("rdi") pid as isize,
+                            in("rsi") status as *mut c_int,
+                            in("rdx") 0isize,
+                            in("r10") 0isize,
+                            out("rcx") _,
+                            out("r11") _,
+                            options(nostack),
+                        );
+                    }
+                    if ret != -EINTR {
+                        return ret;
+                    }
+                }
+            }
+
+            /// `system`: glibc's starts its shell by an internal `posix_spawn` that no wrapper
+            /// sees, so the shell and what it starts ran without corehop. Under `corehop run`
+            /// this runs the same steps as glibc's (`sysdeps/posix/system.c`) through this
+            /// module's `posix_spawn`: SIGINT and SIGQUIT ignored while any thread is inside,
+            /// SIGCHLD blocked, the shell started with the caller's mask and those two signals
+            /// at their defaults unless they were ignored, 127 as its exit status if it could
+            /// not start, `sh -c --` from glibc 2.38 on. One difference: the wait is no cancellation point (`wait_for`).
+            /// Otherwise, and for `system(NULL)`, libc's own.
+            ///
+            /// # Safety
+            /// The contract of libc's function of this name.
+            #[no_mangle]
+            pub unsafe extern "C" fn system(line: *const c_char) -> c_int {
+                static REAL: AtomicUsize = AtomicUsize::new(0);
+                static SIGACTION: AtomicUsize = AtomicUsize::new(0);
+                type System = unsafe extern "C" fn(*const c_char) -> c_int;
+                let hidden = &$hidden;
+                match real::<Sigaction>(&SIGACTION, b"sigaction\0") {
+                    // SAFETY: the caller's contract.
+                    Some(sigaction) if !line.is_null() && hidden.is_hiding() => unsafe { shell(line, sigaction) },
+                    // SAFETY: the caller's contract.
+                    _ => real::<System>(&REAL, b"system\0").map_or_else(no_such_function, |next| unsafe { next(line) }),
+                }
+            }
+
+            /// `system(line)` under corehop (see `system`).
+            ///
+            /// # Safety
+            /// `line` is a NUL-terminated string; `sigaction` is libc's.
+            unsafe fn shell(line: *const c_char, sigaction: Sigaction) -> c_int {
+                // SAFETY (each call of `sigaction`, `sigprocmask` and the `posix_spawnattr`
+                // functions below): their arguments are live and of glibc's layout.
+                let (intr, quit) = SHELLS.with(|(inside, intr, quit)| {
+                    if *inside == 0 {
+                        unsafe { sigaction(SIGINT, &IGNORE, intr) };
+                        unsafe { sigaction(SIGQUIT, &IGNORE, quit) };
+                    }
+                    *inside += 1;
+                    (*intr, *quit)
+                });
+                let leave = || {
+                    SHELLS.with(|(inside, intr, quit)| {
+                        *inside -= 1;
+                        if *inside == 0 {
+                            unsafe { sigaction(SIGQUIT, quit, core::ptr::null_mut()) };
+                            unsafe { sigaction(SIGINT, intr, core::ptr::null_mut()) };
+                        }
+                    })
+                };
+                let mut child_only = [0u64; 16];
+                child_only[0] = 1 << (SIGCHLD - 1);
+                let mut mask: SigSet = [0; 16];
+                if unsafe { sigprocmask(SIG_BLOCK, &child_only, &mut mask) } < 0 {
+                    leave();
+                    return -1;
+                }
+                let mut reset: SigSet = [0; 16];
+                for (signal, was) in [(SIGINT, intr), (SIGQUIT, quit)] {
+                    if was.handler != SIG_IGN {
+                        reset[0] |= 1 << (signal - 1);
+                    }
+                }
+                let mut attr = SpawnAttr([0; 336]);
+                let mut pid: c_int = 0;
+                let argv = if ends_options() {
+                    [c"sh".as_ptr(), c"-c".as_ptr(), c"--".as_ptr(), line, core::ptr::null()]
+                } else {
+                    [c"sh".as_ptr(), c"-c".as_ptr(), line, core::ptr::null(), core::ptr::null()]
+                };
+                let started = unsafe {
+                    posix_spawnattr_init(&mut attr);
+                    posix_spawnattr_setsigmask(&mut attr, &mask);
+                    posix_spawnattr_setsigdefault(&mut attr, &reset);
+                    posix_spawnattr_setflags(&mut attr, SPAWN_SETSIGDEF | SPAWN_SETSIGMASK);
+                    // SAFETY: the arguments are live; `environ` is the process's environment.
+                    let started = posix_spawn(
+                        &mut pid,
+                        c"/bin/sh".as_ptr(),
+                        core::ptr::null(),
+                        (&attr as *const SpawnAttr).cast(),
+                        argv.as_ptr(),
+                        environ,
+                    );
+                    posix_spawnattr_destroy(&mut attr);
+                    started
+                };
+                let mut status: c_int = -1;
+                if started != 0 {
+                    // POSIX: as if the shell had exited with 127.
+                    status = 127 << 8;
+                } else if wait_for(pid, &mut status) != pid as isize {
+                    status = -1;
+                }
+                leave();
+                unsafe { sigprocmask(SIG_SETMASK, &mask, core::ptr::null_mut()) };
+                status
             }
 
             /// `execl` (`kind` 0), `execlp` (1) or `execle` (2) of the arguments `argv`, laid
