@@ -13,8 +13,8 @@
 //! runs under corehop and sees what its parent gave it.
 //!
 //! What stays visible: `/proc/PID/environ` (the kernel's copy of what the process started
-//! with); a child started by `popen` or a raw `execve` system call gets the environment as the
-//! program sees it, and runs without corehop (`system` is wrapped: see its wrapper).
+//! with); a child started by a raw `execve` system call gets the environment as the program
+//! sees it, and runs without corehop.
 //!
 //! Only `core`, no allocation and no panicking path: the stub (`no_std`, which cannot unwind)
 //! includes this file by path.
@@ -657,9 +657,9 @@ macro_rules! hide_at_start {
 }
 
 /// Exports the exec family (`execve`, `execv`, `execvp`, `execvpe`, `execl`, `execlp`,
-/// `execle`, `fexecve`, `execveat`, `posix_spawn`, `posix_spawnp`) and `system`: each starts
-/// its program with the environment [`Hidden::for_child`] makes of the one it was given (or
-/// of `environ`). `$hidden`: this object's `&'static Hidden`; `$next`: the path of a
+/// `execle`, `fexecve`, `execveat`, `posix_spawn`, `posix_spawnp`), `system` and `popen`
+/// (with `pclose` and `fclose`): each starts its program with the environment
+/// [`Hidden::for_child`] makes of the one it was given (or of `environ`). `$hidden`: this object's `&'static Hidden`; `$next`: the path of a
 /// `fn(&'static [u8]) -> usize` giving libc's function of a NUL-terminated name (0: none).
 /// x86-64: `execl`, `execlp` and `execle` are variadic, which Rust cannot define; each is a
 /// naked function that lays its arguments out as the array they are.
@@ -928,6 +928,36 @@ macro_rules! exec_wrappers {
                 }
             }
 
+            /// The words glibc starts its shell with for `line` (`sh -c --` from 2.38 on).
+            fn shell_argv(line: *const c_char) -> [*const c_char; 5] {
+                if ends_options() {
+                    [c"sh".as_ptr(), c"-c".as_ptr(), c"--".as_ptr(), line, core::ptr::null()]
+                } else {
+                    [c"sh".as_ptr(), c"-c".as_ptr(), line, core::ptr::null(), core::ptr::null()]
+                }
+            }
+
+            /// A system call of up to three arguments; returns its result (-errno on failure).
+            fn raw3(nr: isize, a: isize, b: isize, c: isize) -> isize {
+                let ret: isize;
+                // SAFETY: the calls made through this (pipe2, fcntl, close) write at most the
+                // two descriptors pipe2 returns into the live array it is given; the syscall
+                // instruction clobbers rcx and r11.
+                unsafe {
+                    core::arch::asm!(
+                        "syscall",
+                        inlateout("rax") nr => ret,
+                        in("rdi") a,
+                        in("rsi") b,
+                        in("rdx") c,
+                        out("rcx") _,
+                        out("r11") _,
+                        options(nostack),
+                    );
+                }
+                ret
+            }
+
             /// `wait4(pid, &status, 0, NULL)` by the system call, again after EINTR: unlike
             /// libc's `waitpid` it is no cancellation point, since a cancellation's unwinding
             /// cannot pass this object's frames. Returns `wait4`'s result (or -errno).
@@ -1020,11 +1050,7 @@ macro_rules! exec_wrappers {
                 }
                 let mut attr = SpawnAttr([0; 336]);
                 let mut pid: c_int = 0;
-                let argv = if ends_options() {
-                    [c"sh".as_ptr(), c"-c".as_ptr(), c"--".as_ptr(), line, core::ptr::null()]
-                } else {
-                    [c"sh".as_ptr(), c"-c".as_ptr(), line, core::ptr::null(), core::ptr::null()]
-                };
+                let argv = shell_argv(line);
                 let started = unsafe {
                     posix_spawnattr_init(&mut attr);
                     posix_spawnattr_setsigmask(&mut attr, &mask);
@@ -1052,6 +1078,273 @@ macro_rules! exec_wrappers {
                 leave();
                 unsafe { sigprocmask(SIG_SETMASK, &mask, core::ptr::null_mut()) };
                 status
+            }
+
+            /// glibc's `posix_spawn_file_actions_t` (80 bytes on x86-64), filled by libc alone.
+            #[repr(C, align(8))]
+            struct FileActions([u8; 80]);
+            type File = *mut c_void;
+
+            extern "C" {
+                fn posix_spawn_file_actions_init(actions: *mut FileActions) -> c_int;
+                fn posix_spawn_file_actions_destroy(actions: *mut FileActions) -> c_int;
+                fn posix_spawn_file_actions_adddup2(actions: *mut FileActions, fd: c_int, to: c_int) -> c_int;
+                fn posix_spawn_file_actions_addclose(actions: *mut FileActions, fd: c_int) -> c_int;
+                fn fdopen(fd: c_int, mode: *const c_char) -> File;
+            }
+
+            const SYS_CLOSE: isize = 3;
+            const SYS_FCNTL: isize = 72;
+            const SYS_PIPE2: isize = 293;
+            const O_CLOEXEC: isize = 0o2000000;
+            const F_DUPFD_CLOEXEC: isize = 1030;
+            const F_SETFD: isize = 2;
+            const ENOMEM: c_int = 12;
+            /// Streams `popen` can keep at once; past them it is libc's own.
+            const STREAMS: usize = 64;
+
+            /// A stream this module's `popen` opened: its `FILE`, its shell and the descriptor.
+            #[derive(Clone, Copy)]
+            struct Stream {
+                file: usize,
+                pid: c_int,
+                fd: c_int,
+            }
+
+            /// The open streams of `popen`, as glibc's chain of them: a shell started later
+            /// closes the others' descriptors, and `pclose` (or `fclose`) waits for the shell.
+            struct Streams {
+                lock: core::sync::atomic::AtomicBool,
+                /// How many streams are open: 0 lets `pclose` and `fclose` skip the lock.
+                open: core::sync::atomic::AtomicUsize,
+                list: core::cell::UnsafeCell<[Stream; STREAMS]>,
+            }
+            // SAFETY: `list` is read and written only while `lock` is held (`Streams::with`).
+            unsafe impl Sync for Streams {}
+
+            static OPEN_STREAMS: Streams = Streams {
+                lock: core::sync::atomic::AtomicBool::new(false),
+                open: core::sync::atomic::AtomicUsize::new(0),
+                list: core::cell::UnsafeCell::new([Stream { file: 0, pid: 0, fd: -1 }; STREAMS]),
+            };
+
+            impl Streams {
+                /// Runs `f` on the list (a `file` of 0: a free entry), alone.
+                fn with<R>(&self, f: impl FnOnce(&mut [Stream; STREAMS]) -> R) -> R {
+                    while self.lock.swap(true, core::sync::atomic::Ordering::Acquire) {
+                        // SAFETY: no arguments, no memory.
+                        unsafe { sched_yield() };
+                    }
+                    // SAFETY: the lock is held: no other reference to the list exists.
+                    let out = f(unsafe { &mut *self.list.get() });
+                    self.lock.store(false, core::sync::atomic::Ordering::Release);
+                    out
+                }
+
+                /// Takes `file` off the list, if this module opened it.
+                fn take(&self, file: File) -> Option<Stream> {
+                    if self.open.load(core::sync::atomic::Ordering::Acquire) == 0 || file.is_null() {
+                        return None;
+                    }
+                    self.with(|list| {
+                        let entry = list.iter_mut().find(|s| s.file == file as usize)?;
+                        let stream = *entry;
+                        entry.file = 0;
+                        self.open.fetch_sub(1, core::sync::atomic::Ordering::Release);
+                        Some(stream)
+                    })
+                }
+            }
+
+            fn set_errno(errno: c_int) {
+                // SAFETY: the calling thread's errno.
+                unsafe { *__errno_location() = errno };
+            }
+
+            /// `popen`: glibc's starts its shell by an internal `posix_spawn`, like `system`'s
+            /// (see there). Under `corehop run` this takes glibc's steps
+            /// (`libio/iopopen.c`) through this module's `posix_spawn`: a close-on-exec pipe,
+            /// the child's end moved off the descriptor the shell reads or writes if it is that
+            /// one already, then dup'ed onto it, the other streams' descriptors closed in the
+            /// child, the parent's end close-on-exec only with `e`, ENOMEM if the shell cannot
+            /// start. The stream is a plain `fdopen` one that `pclose` and `fclose` (below)
+            /// know by its address. Otherwise (a mode glibc refuses, every stream entry taken)
+            /// libc's own.
+            ///
+            /// # Safety
+            /// The contract of libc's function of this name.
+            #[no_mangle]
+            pub unsafe extern "C" fn popen(command: *const c_char, mode: *const c_char) -> File {
+                static REAL: AtomicUsize = AtomicUsize::new(0);
+                type Popen = unsafe extern "C" fn(*const c_char, *const c_char) -> File;
+                let libc = || match real::<Popen>(&REAL, b"popen\0") {
+                    // SAFETY: the caller's contract.
+                    Some(next) => unsafe { next(command, mode) },
+                    None => {
+                        no_such_function();
+                        core::ptr::null_mut()
+                    }
+                };
+                if command.is_null() || mode.is_null() || !$hidden.is_hiding() {
+                    return libc();
+                }
+                // SAFETY: the caller's contract: a NUL-terminated mode.
+                let (mut read, mut write, mut cloexec) = (false, false, false);
+                for &c in unsafe { core::ffi::CStr::from_ptr(mode) }.to_bytes() {
+                    match c {
+                        b'r' => read = true,
+                        b'w' => write = true,
+                        b'e' => cloexec = true,
+                        _ => return libc(),
+                    }
+                }
+                if read == write {
+                    return libc();
+                }
+                OPEN_STREAMS.with(|list| {
+                    let free = list.iter().position(|s| s.file == 0)?;
+                    // SAFETY: the caller's contract, and the list's descriptors are open.
+                    Some(unsafe { open_stream(command, read, cloexec, list, free) })
+                })
+                .unwrap_or_else(libc)
+            }
+
+            /// `popen(command, read ? "r" : "w")` into `list[free]` (see `popen`).
+            ///
+            /// # Safety
+            /// `command` is a NUL-terminated string.
+            unsafe fn open_stream(
+                command: *const c_char,
+                read: bool,
+                cloexec: bool,
+                list: &mut [Stream; STREAMS],
+                free: usize,
+            ) -> File {
+                let mut fds: [c_int; 2] = [-1; 2];
+                let made = raw3(SYS_PIPE2, fds.as_mut_ptr() as isize, O_CLOEXEC, 0);
+                if made < 0 {
+                    set_errno(-made as c_int);
+                    return core::ptr::null_mut();
+                }
+                let (parent, mut child, child_fd) = if read { (fds[0], fds[1], 1) } else { (fds[1], fds[0], 0) };
+                let close = |fd: c_int| raw3(SYS_CLOSE, fd as isize, 0, 0);
+                let fail = |errno: c_int, child: c_int| {
+                    close(child);
+                    close(parent);
+                    set_errno(errno);
+                    core::ptr::null_mut()
+                };
+                if child == child_fd {
+                    // The dup2 onto itself would leave it close-on-exec.
+                    let moved = raw3(SYS_FCNTL, child as isize, F_DUPFD_CLOEXEC, 0);
+                    if moved < 0 {
+                        return fail(-moved as c_int, child);
+                    }
+                    close(child);
+                    child = moved as c_int;
+                }
+                // SAFETY: `parent` is an open descriptor; the mode is NUL-terminated.
+                let file = unsafe { fdopen(parent, if read { c"r" } else { c"w" }.as_ptr()) };
+                if file.is_null() {
+                    return fail(ENOMEM, child);
+                }
+                let mut actions = FileActions([0; 80]);
+                let mut pid: c_int = 0;
+                let argv = shell_argv(command);
+                // SAFETY: the actions are of glibc's layout and live; the descriptors are open;
+                // `environ` is the process's environment.
+                let started = unsafe {
+                    posix_spawn_file_actions_init(&mut actions);
+                    let mut ready = posix_spawn_file_actions_adddup2(&mut actions, child, child_fd) == 0;
+                    for stream in list.iter().filter(|s| s.file != 0 && s.fd != child_fd) {
+                        ready &= posix_spawn_file_actions_addclose(&mut actions, stream.fd) == 0;
+                    }
+                    let started = ready
+                        && posix_spawn(
+                            &mut pid,
+                            c"/bin/sh".as_ptr(),
+                            (&actions as *const FileActions).cast(),
+                            core::ptr::null(),
+                            argv.as_ptr(),
+                            environ,
+                        ) == 0;
+                    posix_spawn_file_actions_destroy(&mut actions);
+                    started
+                };
+                close(child);
+                if !started {
+                    // SAFETY: `file` is the stream just opened, closed once (with `parent`).
+                    unsafe { real_fclose(file) };
+                    set_errno(ENOMEM);
+                    return core::ptr::null_mut();
+                }
+                if !cloexec {
+                    raw3(SYS_FCNTL, parent as isize, F_SETFD, 0);
+                }
+                list[free] = Stream { file: file as usize, pid, fd: parent };
+                OPEN_STREAMS.open.fetch_add(1, core::sync::atomic::Ordering::Release);
+                file
+            }
+
+            /// libc's `fclose`.
+            ///
+            /// # Safety
+            /// The contract of `fclose`.
+            unsafe fn real_fclose(file: File) -> c_int {
+                static REAL: AtomicUsize = AtomicUsize::new(0);
+                type Fclose = unsafe extern "C" fn(File) -> c_int;
+                // SAFETY: the caller's contract.
+                real::<Fclose>(&REAL, b"fclose\0").map_or_else(no_such_function, |next| unsafe { next(file) })
+            }
+
+            /// Closes a stream of this module's `popen` as glibc closes one of its own: what
+            /// is buffered written, the descriptor closed, the shell waited for (again after
+            /// EINTR, no cancellation point); its status, or the flush's failure if the shell
+            /// exited with 0, or -1 if it cannot be waited for.
+            ///
+            /// # Safety
+            /// `stream` was just taken off the list; its `FILE` is open.
+            unsafe fn close_stream(stream: Stream) -> c_int {
+                // SAFETY: the contract.
+                let closed = unsafe { real_fclose(stream.file as File) };
+                let mut status: c_int = 0;
+                let waited = wait_for(stream.pid, &mut status);
+                if waited < 0 {
+                    set_errno(-waited as c_int);
+                    -1
+                } else if status != 0 {
+                    status
+                } else {
+                    closed
+                }
+            }
+
+            /// # Safety
+            /// The contract of libc's function of this name.
+            #[no_mangle]
+            pub unsafe extern "C" fn pclose(file: File) -> c_int {
+                static REAL: AtomicUsize = AtomicUsize::new(0);
+                type Pclose = unsafe extern "C" fn(File) -> c_int;
+                match OPEN_STREAMS.take(file) {
+                    // SAFETY: the stream was on the list.
+                    Some(stream) => unsafe { close_stream(stream) },
+                    // SAFETY: the caller's contract.
+                    None => real::<Pclose>(&REAL, b"pclose\0").map_or_else(no_such_function, |next| unsafe { next(file) }),
+                }
+            }
+
+            /// glibc's `fclose` of a `popen` stream waits for its shell too.
+            ///
+            /// # Safety
+            /// The contract of libc's function of this name.
+            #[no_mangle]
+            pub unsafe extern "C" fn fclose(file: File) -> c_int {
+                match OPEN_STREAMS.take(file) {
+                    // SAFETY: the stream was on the list.
+                    Some(stream) => unsafe { close_stream(stream) },
+                    // SAFETY: the caller's contract.
+                    None => unsafe { real_fclose(file) },
+                }
             }
 
             /// `execl` (`kind` 0), `execlp` (1) or `execle` (2) of the arguments `argv`, laid
