@@ -899,34 +899,40 @@ macro_rules! exec_wrappers {
                 (major, minor) >= (2, 38)
             }
 
-            /// What the threads inside `system` at once share, as in glibc: how many there
-            /// are, and the SIGINT and SIGQUIT actions the first of them replaced with
-            /// "ignore", which the last puts back.
-            struct Shells {
+            /// A value one thread at a time uses: a lock that yields the CPU while it waits,
+            /// held for a few system calls at most (the stub has no `std` for a `Mutex`).
+            struct Locked<T> {
                 lock: core::sync::atomic::AtomicBool,
-                state: core::cell::UnsafeCell<(u32, SigAction, SigAction)>,
+                value: core::cell::UnsafeCell<T>,
             }
-            // SAFETY: `state` is read and written only while `lock` is held (`Shells::with`).
-            unsafe impl Sync for Shells {}
+            // SAFETY: `value` is reached only through `Locked::with`, while `lock` is held.
+            unsafe impl<T: Send> Sync for Locked<T> {}
 
-            static SHELLS: Shells = Shells {
-                lock: core::sync::atomic::AtomicBool::new(false),
-                state: core::cell::UnsafeCell::new((0, IGNORE, IGNORE)),
-            };
+            impl<T> Locked<T> {
+                const fn new(value: T) -> Locked<T> {
+                    Locked {
+                        lock: core::sync::atomic::AtomicBool::new(false),
+                        value: core::cell::UnsafeCell::new(value),
+                    }
+                }
 
-            impl Shells {
-                /// Runs `f` on the shared state, alone. Held for two `sigaction` calls at most.
-                fn with<R>(&self, f: impl FnOnce(&mut (u32, SigAction, SigAction)) -> R) -> R {
+                /// Runs `f` on the value, alone.
+                fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
                     while self.lock.swap(true, core::sync::atomic::Ordering::Acquire) {
                         // SAFETY: no arguments, no memory.
                         unsafe { sched_yield() };
                     }
-                    // SAFETY: the lock is held: no other reference to the state exists.
-                    let out = f(unsafe { &mut *self.state.get() });
+                    // SAFETY: the lock is held: no other reference to the value exists.
+                    let out = f(unsafe { &mut *self.value.get() });
                     self.lock.store(false, core::sync::atomic::Ordering::Release);
                     out
                 }
             }
+
+            /// What the threads inside `system` at once share, as in glibc: how many there
+            /// are, and the SIGINT and SIGQUIT actions the first of them replaced with
+            /// "ignore", which the last puts back.
+            static SHELLS: Locked<(u32, SigAction, SigAction)> = Locked::new((0, IGNORE, IGNORE));
 
             /// The words glibc starts its shell with for `line` (`sh -c --` from 2.38 on).
             fn shell_argv(line: *const c_char) -> [*const c_char; 5] {
@@ -1114,39 +1120,24 @@ macro_rules! exec_wrappers {
             /// The open streams of `popen`, as glibc's chain of them: a shell started later
             /// closes the others' descriptors, and `pclose` (or `fclose`) waits for the shell.
             struct Streams {
-                lock: core::sync::atomic::AtomicBool,
                 /// How many streams are open: 0 lets `pclose` and `fclose` skip the lock.
                 open: core::sync::atomic::AtomicUsize,
-                list: core::cell::UnsafeCell<[Stream; STREAMS]>,
+                /// The streams (a `file` of 0: a free entry).
+                list: Locked<[Stream; STREAMS]>,
             }
-            // SAFETY: `list` is read and written only while `lock` is held (`Streams::with`).
-            unsafe impl Sync for Streams {}
 
             static OPEN_STREAMS: Streams = Streams {
-                lock: core::sync::atomic::AtomicBool::new(false),
                 open: core::sync::atomic::AtomicUsize::new(0),
-                list: core::cell::UnsafeCell::new([Stream { file: 0, pid: 0, fd: -1 }; STREAMS]),
+                list: Locked::new([Stream { file: 0, pid: 0, fd: -1 }; STREAMS]),
             };
 
             impl Streams {
-                /// Runs `f` on the list (a `file` of 0: a free entry), alone.
-                fn with<R>(&self, f: impl FnOnce(&mut [Stream; STREAMS]) -> R) -> R {
-                    while self.lock.swap(true, core::sync::atomic::Ordering::Acquire) {
-                        // SAFETY: no arguments, no memory.
-                        unsafe { sched_yield() };
-                    }
-                    // SAFETY: the lock is held: no other reference to the list exists.
-                    let out = f(unsafe { &mut *self.list.get() });
-                    self.lock.store(false, core::sync::atomic::Ordering::Release);
-                    out
-                }
-
                 /// Takes `file` off the list, if this module opened it.
                 fn take(&self, file: File) -> Option<Stream> {
                     if self.open.load(core::sync::atomic::Ordering::Acquire) == 0 || file.is_null() {
                         return None;
                     }
-                    self.with(|list| {
+                    self.list.with(|list| {
                         let entry = list.iter_mut().find(|s| s.file == file as usize)?;
                         let stream = *entry;
                         entry.file = 0;
@@ -1201,7 +1192,7 @@ macro_rules! exec_wrappers {
                 if read == write {
                     return libc();
                 }
-                OPEN_STREAMS.with(|list| {
+                OPEN_STREAMS.list.with(|list| {
                     let free = list.iter().position(|s| s.file == 0)?;
                     // SAFETY: the caller's contract, and the list's descriptors are open.
                     Some(unsafe { open_stream(command, read, cloexec, list, free) })
