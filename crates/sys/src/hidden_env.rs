@@ -871,6 +871,7 @@ macro_rules! exec_wrappers {
             const SIG_SETMASK: c_int = 2;
             const EINTR: isize = 4;
             const SYS_WAIT4: isize = 61;
+            const SYS_GETPID: isize = 39;
             const SPAWN_SETSIGDEF: i16 = 0x04;
             const SPAWN_SETSIGMASK: i16 = 0x08;
             const IGNORE: SigAction = SigAction { handler: SIG_IGN, mask: [0; 16], flags: 0, restorer: 0 };
@@ -901,30 +902,46 @@ macro_rules! exec_wrappers {
 
             /// A value one thread at a time uses: a lock that yields the CPU while it waits,
             /// held for a few system calls at most (the stub has no `std` for a `Mutex`).
+            /// The lock word is the pid of the process whose thread holds it: in a child that
+            /// `fork` made while another thread held it, no thread will release it, so a
+            /// thread of another process than the holder's takes it over (glibc resets its
+            /// `popen` lock in such a child too).
             struct Locked<T> {
-                lock: core::sync::atomic::AtomicBool,
+                holder: core::sync::atomic::AtomicI32,
                 value: core::cell::UnsafeCell<T>,
             }
-            // SAFETY: `value` is reached only through `Locked::with`, while `lock` is held.
+            // SAFETY: `value` is reached only through `Locked::with`, while the lock is held.
             unsafe impl<T: Send> Sync for Locked<T> {}
 
             impl<T> Locked<T> {
                 const fn new(value: T) -> Locked<T> {
                     Locked {
-                        lock: core::sync::atomic::AtomicBool::new(false),
+                        holder: core::sync::atomic::AtomicI32::new(0),
                         value: core::cell::UnsafeCell::new(value),
                     }
                 }
 
                 /// Runs `f` on the value, alone.
                 fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
-                    while self.lock.swap(true, core::sync::atomic::Ordering::Acquire) {
+                    use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+                    // A system call, not libc's `getpid`: the callers start processes, which
+                    // costs far more.
+                    let me = raw3(SYS_GETPID, 0, 0, 0) as i32;
+                    let mut seen = 0;
+                    while let Err(holder) = self.holder.compare_exchange(seen, me, Acquire, Relaxed) {
+                        if holder != 0 && holder != me {
+                            // Held in the process this one was forked from: take it over.
+                            seen = holder;
+                            continue;
+                        }
+                        seen = 0;
                         // SAFETY: no arguments, no memory.
                         unsafe { sched_yield() };
                     }
-                    // SAFETY: the lock is held: no other reference to the value exists.
+                    // SAFETY: the lock is held: no other reference to the value exists in
+                    // this process (a holder in another process writes its own copy).
                     let out = f(unsafe { &mut *self.value.get() });
-                    self.lock.store(false, core::sync::atomic::Ordering::Release);
+                    self.holder.store(0, Release);
                     out
                 }
             }
@@ -946,9 +963,9 @@ macro_rules! exec_wrappers {
             /// A system call of up to three arguments; returns its result (-errno on failure).
             fn raw3(nr: isize, a: isize, b: isize, c: isize) -> isize {
                 let ret: isize;
-                // SAFETY: the calls made through this (pipe2, fcntl, close) write at most the
-                // two descriptors pipe2 returns into the live array it is given; the syscall
-                // instruction clobbers rcx and r11.
+                // SAFETY: the calls made through this (getpid, pipe2, fcntl, close) write at
+                // most the two descriptors pipe2 returns into the live array it is given; the
+                // syscall instruction clobbers rcx and r11.
                 unsafe {
                     core::arch::asm!(
                         "syscall",
