@@ -901,7 +901,8 @@ macro_rules! exec_wrappers {
             }
 
             /// A value one thread at a time uses: a lock that yields the CPU while it waits,
-            /// held for a few system calls at most (the stub has no `std` for a `Mutex`).
+            /// held for a few system calls, `popen`'s start of its shell the longest (the
+            /// stub has no `std` for a `Mutex`).
             /// The lock word is the pid of the process whose thread holds it: in a child that
             /// `fork` made while another thread held it, no thread will release it, so a
             /// thread of another process than the holder's takes it over (glibc resets its
