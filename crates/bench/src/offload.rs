@@ -10,7 +10,8 @@
 //! The application runs on one CPU and one service core on another. Every policy runs once
 //! per repetition, interleaved, so drifts in machine load hit all policies alike. Reported per
 //! policy: throughput (min/median/max over repetitions), ×never (median ratio), latency
-//! p50/p99 (all repetitions pooled), share of calls offloaded, and per-CPU busy time: the
+//! p50/mean/p99 (all repetitions pooled: a mean far above the median is a tail of units the
+//! host held up), share of calls offloaded, and per-CPU busy time: the
 //! application CPU (CPU time of the app threads / wall) and the service CPU (time running
 //! offloaded work / wall; the service thread's own CPU time, spinning included, in JSON). The
 //! round trip of an empty closure to the service core and back is measured in the same run:
@@ -51,7 +52,7 @@ pub mod uring;
 /// policy, ops, throughput: {min, median, max, samples}, vs_never, paired_vs_never,
 /// best_fixed: null | {policy, ratio, paired_ratio, paired_interval: {low, high, coverage} |
 /// null}, head_to_head: null | {policy, pairs, throughput: {min, median, max, samples},
-/// fixed_throughput: {...}, ratio, paired_ratio, paired_interval}, p50_ns, p99_ns, offloaded,
+/// fixed_throughput: {...}, ratio, paired_ratio, paired_interval}, p50_ns, mean_ns, p99_ns, offloaded,
 /// app_busy, service_busy, service_thread_busy, ended_on, sampling_rounds}], handoff: {batch,
 /// rows: [{mechanism, call, runs_on, round_trip_ns: {min, median, max, samples}, vs_sqpoll}],
 /// skipped: [reason]}}`
@@ -343,6 +344,8 @@ struct Row {
     best_fixed: Option<BestFixed>,
     head_to_head: Option<HeadToHead>,
     p50_ns: f64,
+    /// The mean latency: where it exceeds the median, a tail of units held up.
+    mean_ns: f64,
     p99_ns: f64,
     offloaded: f64,
     app_busy: f64,
@@ -689,6 +692,7 @@ fn measure(
                 best_fixed,
                 head_to_head: if *choice == PolicyChoice::Tuned { head_to_head.take() } else { None },
                 p50_ns: report::percentile(&s.latencies, 50.0).unwrap_or(f64::NAN),
+                mean_ns: mean(&s.latencies),
                 p99_ns: report::percentile(&s.latencies, 99.0).unwrap_or(f64::NAN),
                 offloaded: if s.calls == 0 { 0.0 } else { s.offloaded as f64 / s.calls as f64 },
                 app_busy: s.app_cpu_ns as f64 / wall,
@@ -717,6 +721,11 @@ fn write_trace(path: &Path, calls: &[(corehop_policy::offload::CallDesc, u64)]) 
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
+/// The mean of `values`; NaN for none.
+fn mean(values: &[f64]) -> f64 {
+    values.iter().sum::<f64>() / values.len() as f64
+}
+
 fn pct(x: f64) -> String {
     format!("{:.0}%", 100.0 * x)
 }
@@ -730,6 +739,7 @@ fn table(out: &Output) -> Table {
         "×never",
         "paired",
         "p50",
+        "mean",
         "p99",
         "offloaded",
         "app CPU",
@@ -758,6 +768,7 @@ fn table(out: &Output) -> Table {
             format!("{:.2}", r.vs_never),
             format!("{:.2}", r.paired_vs_never),
             report::fmt_ns(r.p50_ns),
+            report::fmt_ns(r.mean_ns),
             report::fmt_ns(r.p99_ns),
             pct(r.offloaded),
             pct(r.app_busy),
@@ -887,6 +898,7 @@ mod tests {
             best_fixed: None,
             head_to_head: None,
             p50_ns: 1.0,
+            mean_ns: 1.5,
             p99_ns: 2.0,
             offloaded: 0.0,
             app_busy: 0.5,

@@ -86,6 +86,8 @@ fn tiny_run_reports_every_policy_against_never() {
         assert_eq!(t["samples"], 2);
         assert!(t["min"].as_f64().unwrap() <= t["median"].as_f64().unwrap());
         assert!(r["p50_ns"].as_f64().unwrap() <= r["p99_ns"].as_f64().unwrap());
+        let mean = r["mean_ns"].as_f64().unwrap();
+        assert!(mean > 0.0 && mean.is_finite(), "the mean latency: {r}");
         let ops = if r["workload"] == "sqlite" { 16 } else { 80 };
         assert_eq!(r["ops"], ops, "every policy does the same work");
     }
