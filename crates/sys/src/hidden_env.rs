@@ -1127,10 +1127,9 @@ macro_rules! exec_wrappers {
             /// Streams `popen` can keep at once; past them it is libc's own.
             const STREAMS: usize = 64;
 
-            /// A stream this module's `popen` opened: its `FILE`, its shell and the descriptor.
+            /// The shell of a stream this module's `popen` opened, and the stream's descriptor.
             #[derive(Clone, Copy)]
-            struct Stream {
-                file: usize,
+            struct Shell {
                 pid: c_int,
                 fd: c_int,
             }
@@ -1140,27 +1139,38 @@ macro_rules! exec_wrappers {
             struct Streams {
                 /// How many streams are open: 0 lets `pclose` and `fclose` skip the lock.
                 open: core::sync::atomic::AtomicUsize,
-                /// The streams (a `file` of 0: a free entry).
-                list: Locked<[Stream; STREAMS]>,
+                /// Each entry's `FILE` (0: a free entry). Written with `shells` locked; read
+                /// without the lock too, so that closing another file while a stream is open
+                /// costs a look at these, not the lock and its `getpid`.
+                files: [AtomicUsize; STREAMS],
+                shells: Locked<[Shell; STREAMS]>,
             }
 
             static OPEN_STREAMS: Streams = Streams {
                 open: core::sync::atomic::AtomicUsize::new(0),
-                list: Locked::new([Stream { file: 0, pid: 0, fd: -1 }; STREAMS]),
+                files: [const { AtomicUsize::new(0) }; STREAMS],
+                shells: Locked::new([Shell { pid: 0, fd: -1 }; STREAMS]),
             };
 
             impl Streams {
-                /// Takes `file` off the list, if this module opened it.
-                fn take(&self, file: File) -> Option<Stream> {
-                    if self.open.load(core::sync::atomic::Ordering::Acquire) == 0 || file.is_null() {
+                /// Takes `file` off the list, if this module opened it, with its shell.
+                fn take(&self, file: File) -> Option<Shell> {
+                    use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+                    if self.open.load(Acquire) == 0 || file.is_null() {
                         return None;
                     }
-                    self.list.with(|list| {
-                        let entry = list.iter_mut().find(|s| s.file == file as usize)?;
-                        let stream = *entry;
-                        entry.file = 0;
-                        self.open.fetch_sub(1, core::sync::atomic::Ordering::Release);
-                        Some(stream)
+                    // `popen` listed its stream before it returned it, so a stream of this
+                    // module shows here; no other entry can change to this `FILE` meanwhile,
+                    // since it stays allocated until this call closes it.
+                    let at = self.files.iter().position(|f| f.load(Acquire) == file as usize)?;
+                    self.shells.with(|shells| {
+                        if self.files[at].load(Relaxed) != file as usize {
+                            // Another thread closed it first (a double close).
+                            return None;
+                        }
+                        self.files[at].store(0, Relaxed);
+                        self.open.fetch_sub(1, Release);
+                        Some(shells[at])
                     })
                 }
             }
@@ -1210,15 +1220,16 @@ macro_rules! exec_wrappers {
                 if read == write {
                     return libc();
                 }
-                OPEN_STREAMS.list.with(|list| {
-                    let free = list.iter().position(|s| s.file == 0)?;
-                    // SAFETY: the caller's contract, and the list's descriptors are open.
-                    Some(unsafe { open_stream(command, read, cloexec, list, free) })
+                OPEN_STREAMS.shells.with(|shells| {
+                    let free = OPEN_STREAMS.files.iter().position(|f| f.load(Relaxed) == 0)?;
+                    // SAFETY: the caller's contract, and the listed streams' descriptors are open.
+                    Some(unsafe { open_stream(command, read, cloexec, shells, free) })
                 })
                 .unwrap_or_else(libc)
             }
 
-            /// `popen(command, read ? "r" : "w")` into `list[free]` (see `popen`).
+            /// `popen(command, read ? "r" : "w")` into the free entry `free` (see `popen`);
+            /// `shells`: the locked list's.
             ///
             /// # Safety
             /// `command` is a NUL-terminated string.
@@ -1226,7 +1237,7 @@ macro_rules! exec_wrappers {
                 command: *const c_char,
                 read: bool,
                 cloexec: bool,
-                list: &mut [Stream; STREAMS],
+                shells: &mut [Shell; STREAMS],
                 free: usize,
             ) -> File {
                 let mut fds: [c_int; 2] = [-1; 2];
@@ -1265,8 +1276,9 @@ macro_rules! exec_wrappers {
                 let started = unsafe {
                     posix_spawn_file_actions_init(&mut actions);
                     let mut ready = posix_spawn_file_actions_adddup2(&mut actions, child, child_fd) == 0;
-                    for stream in list.iter().filter(|s| s.file != 0 && s.fd != child_fd) {
-                        ready &= posix_spawn_file_actions_addclose(&mut actions, stream.fd) == 0;
+                    let listed = shells.iter().zip(&OPEN_STREAMS.files).filter(|(_, f)| f.load(Relaxed) != 0);
+                    for (shell, _) in listed.filter(|(s, _)| s.fd != child_fd) {
+                        ready &= posix_spawn_file_actions_addclose(&mut actions, shell.fd) == 0;
                     }
                     let started = ready
                         && posix_spawn(
@@ -1290,7 +1302,8 @@ macro_rules! exec_wrappers {
                 if !cloexec {
                     raw3(SYS_FCNTL, parent as isize, F_SETFD, 0);
                 }
-                list[free] = Stream { file: file as usize, pid, fd: parent };
+                shells[free] = Shell { pid, fd: parent };
+                OPEN_STREAMS.files[free].store(file as usize, core::sync::atomic::Ordering::Release);
                 OPEN_STREAMS.open.fetch_add(1, core::sync::atomic::Ordering::Release);
                 file
             }
@@ -1312,12 +1325,12 @@ macro_rules! exec_wrappers {
             /// exited with 0, or -1 if it cannot be waited for.
             ///
             /// # Safety
-            /// `stream` was just taken off the list; its `FILE` is open.
-            unsafe fn close_stream(stream: Stream) -> c_int {
+            /// `file` and its `shell` were just taken off the list; `file` is open.
+            unsafe fn close_stream(file: File, shell: Shell) -> c_int {
                 // SAFETY: the contract.
-                let closed = unsafe { real_fclose(stream.file as File) };
+                let closed = unsafe { real_fclose(file) };
                 let mut status: c_int = 0;
-                let waited = wait_for(stream.pid, &mut status);
+                let waited = wait_for(shell.pid, &mut status);
                 if waited < 0 {
                     set_errno(-waited as c_int);
                     -1
@@ -1336,7 +1349,7 @@ macro_rules! exec_wrappers {
                 type Pclose = unsafe extern "C" fn(File) -> c_int;
                 match OPEN_STREAMS.take(file) {
                     // SAFETY: the stream was on the list.
-                    Some(stream) => unsafe { close_stream(stream) },
+                    Some(shell) => unsafe { close_stream(file, shell) },
                     // SAFETY: the caller's contract.
                     None => real::<Pclose>(&REAL, b"pclose\0").map_or_else(no_such_function, |next| unsafe { next(file) }),
                 }
@@ -1350,7 +1363,7 @@ macro_rules! exec_wrappers {
             pub unsafe extern "C" fn fclose(file: File) -> c_int {
                 match OPEN_STREAMS.take(file) {
                     // SAFETY: the stream was on the list.
-                    Some(stream) => unsafe { close_stream(stream) },
+                    Some(shell) => unsafe { close_stream(file, shell) },
                     // SAFETY: the caller's contract.
                     None => unsafe { real_fclose(file) },
                 }
