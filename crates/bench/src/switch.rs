@@ -56,8 +56,12 @@ unsafe fn hop(cpu: CpuId) -> Result<(), corehop_runtime::Error> {
 ///   handoff+park            hop round trip, idle worker sleeps on a futex at once
 ///   handoff+spin-then-park  hop round trip, adaptive spin then futex; back-to-back round
 ///                           trips, so the target went idle moments ago
-///   handoff+spin-then-park-after-idle
-///                           the same after the target sat idle for --idle-gap-us
+///   handoff+park-after-idle, handoff+spin-after-idle, handoff+spin-then-park-after-idle
+///                           each round trip after the target sat idle for --idle-gap-us:
+///                           the adaptive spin's two fixed arms (sleep at once: the CPU
+///                           spends nothing; poll throughout: no wake-up to wait for) and
+///                           the adaptive spin itself, which the park row bounds (it
+///                           should not lose to sleeping at once)
 ///   hop-one-way             one Handoff+Spin hop, FROM to TO (TSC stamps on both sides)
 ///   on                      on(TO, f) delegation from a task on FROM; also calls per second
 ///
@@ -69,7 +73,7 @@ unsafe fn hop(cpu: CpuId) -> Result<(), corehop_runtime::Error> {
 ///                    "calls_per_s" (only for "on") } ] }
 ///
 /// Times are ns per round trip (per call for gettid, yield and on, per hop for hop-one-way).
-/// The slow variants (affinity, handoff+park, after-idle) run a tenth of --iters per repetition.
+/// The slow variants (affinity, handoff+park, the after-idle rows) run a tenth of --iters per repetition.
 ///
 /// --quick runs 300 round trips and 2 repetitions; --plot draws the medians as a bar chart.
 /// --rows measures only the rows named (the floor is always measured: every ratio needs it).
@@ -85,8 +89,8 @@ pub struct Args {
     /// Repetitions: each rebuilds the runtimes and measures every variant once.
     #[arg(long, default_value_t = 10)]
     pub reps: usize,
-    /// How long the target sits idle before each round trip of the after-idle row, in µs (at
-    /// most 100 000: the row makes a tenth of --iters round trips).
+    /// How long the target sits idle before each round trip of the after-idle rows, in µs (at
+    /// most 100 000: those rows make a tenth of --iters round trips).
     #[arg(long, default_value_t = 20)]
     pub idle_gap_us: u64,
     /// Only these rows, comma-separated (e.g. `handoff+spin,yield`); all rows by default.
@@ -130,11 +134,26 @@ const AFFINITY: &str = "affinity";
 const SPIN: &str = "handoff+spin";
 const PARK: &str = "handoff+park";
 const SPIN_THEN_PARK: &str = "handoff+spin-then-park";
+const PARK_AFTER_IDLE: &str = "handoff+park-after-idle";
+const SPIN_AFTER_IDLE: &str = "handoff+spin-after-idle";
 const AFTER_IDLE: &str = "handoff+spin-then-park-after-idle";
 const ONE_WAY: &str = "hop-one-way";
 const ON: &str = "on";
-const NAMES: [&str; 11] =
-    [FLOOR, FLOOR_WITH_STATE, GETTID, YIELD, AFFINITY, SPIN, PARK, SPIN_THEN_PARK, AFTER_IDLE, ONE_WAY, ON];
+const NAMES: [&str; 13] = [
+    FLOOR,
+    FLOOR_WITH_STATE,
+    GETTID,
+    YIELD,
+    AFFINITY,
+    SPIN,
+    PARK,
+    SPIN_THEN_PARK,
+    PARK_AFTER_IDLE,
+    SPIN_AFTER_IDLE,
+    AFTER_IDLE,
+    ONE_WAY,
+    ON,
+];
 
 /// Slow variants run this fraction of the iterations.
 const SLOW_DIVISOR: u64 = 10;
@@ -156,6 +175,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else {
         print!("{}", table(&report));
         println!("{}", takeaway(&report.results));
+        if let Some(line) = after_idle(&report.results, args.idle_gap_us) {
+            println!("{line}");
+        }
     }
     if let Some(path) = &args.output.plot {
         let bars: Vec<(String, f64)> = report.results.iter().map(|r| (r.name.clone(), r.median_ns)).collect();
@@ -184,12 +206,15 @@ pub fn tour() -> anyhow::Result<()> {
     }
     print!("{t}");
     println!("{}", takeaway(&report.results));
+    if let Some(line) = after_idle(&report.results, args.idle_gap_us) {
+        println!("{line}");
+    }
     Ok(())
 }
 
 /// Round trips per repetition at most.
 const MAX_ITERS: u64 = 10_000_000;
-/// The after-idle row's idle gap at most, in µs.
+/// The after-idle rows' idle gap at most, in µs.
 const MAX_IDLE_GAP_US: u64 = 100_000;
 
 fn plan(args: &Args) -> anyhow::Result<Plan> {
@@ -267,6 +292,8 @@ fn measure_one(plan: &Plan, name: &str) -> anyhow::Result<f64> {
         PARK => round_trips(plan, Mechanism::Handoff, Wake::Park, slow, 0),
         SPIN_THEN_PARK => round_trips(plan, Mechanism::Handoff, Wake::SpinThenPark, plan.iters, 0),
         // Slow too: each round trip first waits out the idle gap.
+        PARK_AFTER_IDLE => round_trips(plan, Mechanism::Handoff, Wake::Park, slow, plan.idle_gap_ns),
+        SPIN_AFTER_IDLE => round_trips(plan, Mechanism::Handoff, Wake::Spin, slow, plan.idle_gap_ns),
         AFTER_IDLE => round_trips(plan, Mechanism::Handoff, Wake::SpinThenPark, slow, plan.idle_gap_ns),
         ONE_WAY => one_way_hops(&spin()?, plan),
         ON => on_calls(&spin()?, plan),
@@ -585,6 +612,21 @@ fn takeaway(rows: &[Row]) -> String {
         ),
         _ => "takeaway: needs every row (this run measured only some, see --rows)".into(),
     }
+}
+
+/// How the adaptive spin did after an idle gap against its two fixed arms, if all three ran.
+fn after_idle(rows: &[Row], gap_us: u64) -> Option<String> {
+    let (park, spin, adaptive) =
+        (median_of(rows, PARK_AFTER_IDLE)?, median_of(rows, SPIN_AFTER_IDLE)?, median_of(rows, AFTER_IDLE)?);
+    Some(format!(
+        "after {gap_us} µs idle: spin-then-park {} a round trip, {:.2}x sleeping at once ({}; the arm that \
+         spends no CPU) and {:.1}x polling throughout ({}; the arm that never waits for a wake-up)",
+        report::fmt_ns(adaptive),
+        adaptive / park,
+        report::fmt_ns(park),
+        adaptive / spin,
+        report::fmt_ns(spin),
+    ))
 }
 
 #[cfg(test)]

@@ -27,6 +27,9 @@ fn quick_json_has_the_documented_shape() {
         "handoff+spin",
         "handoff+park",
         "handoff+spin-then-park",
+        "handoff+park-after-idle",
+        "handoff+spin-after-idle",
+        "handoff+spin-then-park-after-idle",
         "on",
     ] {
         assert!(names.contains(&required), "{required} missing from {names:?}");
@@ -49,6 +52,23 @@ fn table_and_plot() {
     }
     let (text, _) = common::plotted(&["bench", "switch", "--quick"]);
     assert!(text.contains("handoff+spin-then-park") && text.contains("x floor") && text.contains("takeaway"));
+    assert!(text.contains("after 20 µs idle: spin-then-park"), "{text}");
+}
+
+#[test]
+fn the_adaptive_spin_after_idle_is_shown_against_both_of_its_arms() {
+    if !common::two_cpus("bench switch") {
+        return;
+    }
+    let rows = "handoff+park-after-idle,handoff+spin-after-idle,handoff+spin-then-park-after-idle";
+    let out = corehop(&["bench", "switch", "--quick", "--rows", rows, "--idle-gap-us", "50"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.starts_with("after 50 µs idle:")).unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("x sleeping at once") && line.contains("x polling throughout"), "{line}");
+    // Without one of the arms there is nothing to hold the adaptive row against.
+    let out = corehop(&["bench", "switch", "--quick", "--rows", "handoff+spin-then-park-after-idle"]);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("idle: spin-then-park"));
 }
 
 #[test]
