@@ -1447,3 +1447,85 @@ fn a_process_that_ends_with_exit_reports_and_a_vfork_child_does_not() {
         assert!(stats["calls"]["read"]["seen"].as_u64().unwrap() >= 100, "{policy}: {stats}");
     }
 }
+
+/// A program that lowers its file size limit below what the run's report file has reached
+/// runs as it does plainly: the library's line at its exit neither kills it with SIGXFSZ nor,
+/// where the hard limit allows, goes missing.
+#[test]
+fn a_program_that_lowers_its_file_size_limit_is_not_killed_by_the_report() {
+    if !have("python3") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("stats.json");
+    let run = |limit: &str| {
+        let program = format!(
+            "cat /etc/hostname > /dev/null; cat /etc/hostname > /dev/null; exec python3 -c \
+             'import resource; resource.setrlimit(resource.RLIMIT_FSIZE, {limit}); print(\"bye\")'"
+        );
+        let out = corehop()
+            .args(["run", "--offload", "--stats-json"])
+            .arg(&report)
+            .args(["--", "sh", "-c", &program])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{limit}: {:?} {}", out.status, text(&out.stderr));
+        assert_eq!(text(&out.stdout), "bye\n", "{limit}");
+        let summary: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        summary["processes"].as_u64().unwrap()
+    };
+    let unlimited = run("(resource.RLIM_INFINITY, resource.RLIM_INFINITY)");
+    assert_eq!(run("(100, resource.RLIM_INFINITY)"), unlimited, "the soft limit alone loses no line");
+    // Past the hard limit the line is left out, and the program still ends as it does plainly.
+    assert!(run("(100, 100)") < unlimited);
+    let out = corehop()
+        .args(["run", "--offload", "--record-trace"])
+        .arg(dir.path().join("trace.csv"))
+        .args(["--", "sh", "-c", "cat /etc/hostname; exec python3 -c 'import resource; resource.setrlimit(resource.RLIMIT_FSIZE, (10, 10)); print(1)'"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{:?} {}", out.status, text(&out.stderr));
+}
+
+/// An exec whose arguments and environment only just fit the kernel's limit starts as it
+/// does plainly: the variables corehop adds back for the child would tip it over, so the
+/// child starts without them (and without corehop) instead of failing with E2BIG.
+#[test]
+fn an_exec_that_only_just_fits_starts_as_it_does_plainly() {
+    if !have("python3") {
+        return;
+    }
+    // The most arguments of 999 bytes, then the longest last argument, that still start, each
+    // found by halving (an argument alone may not pass 128 KiB: the total is what is tested).
+    let script = r#"
+import os, subprocess
+def starts(n, extra):
+    try:
+        subprocess.run(["/bin/true"] + ["x" * 999] * n + ["y" * extra], check=True)
+        return True
+    except OSError:
+        return False
+def longest(fits, hi):
+    lo = 0
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+n = longest(lambda n: starts(n, 0), 1 << 16)
+extra = longest(lambda extra: starts(n, extra), 4000)
+# What the kernel counted, the environment included (strings and their pointers), so that
+# a run whose `_` names another path finds the same room.
+env = sum(len(k) + len(v) + 2 + 8 for k, v in os.environb.items())
+print(n * (1000 + 8) + extra + env)
+"#;
+    let plain = Command::new("python3").args(["-c", script]).output().unwrap();
+    assert!(plain.status.success(), "{}", text(&plain.stderr));
+    for policy in ["adaptive", "always"] {
+        let under = corehop()
+            .args(["run", "--offload", "--policy", policy, "--", "python3", "-c", script])
+            .output()
+            .unwrap();
+        assert!(under.status.success(), "{}", text(&under.stderr));
+        assert_eq!(text(&under.stdout), text(&plain.stdout), "{policy}");
+    }
+}

@@ -360,8 +360,45 @@ pub fn set_errno(e: i32) {
     unsafe { *libc::__errno_location() = e };
 }
 
-/// Writes all of `bytes` to `fd` with raw `write` (the library's own output).
-pub fn write_all(fd: i32, mut bytes: &[u8]) {
+/// Writes all of `bytes` to `fd` with raw `write` (the library's own output), within the
+/// program's file size limit: a program that lowered `RLIMIT_FSIZE` below what a report file
+/// has reached must not be killed by SIGXFSZ for corehop's line. The soft limit is raised to
+/// the hard one for the write and put back; past the hard one nothing is written.
+pub fn write_all(fd: i32, bytes: &[u8]) {
+    let mut limit = libc::rlimit64 { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: prlimit64 of this process writes the old limit into `limit` only.
+    let got = unsafe {
+        raw(libc::SYS_prlimit64, [0, libc::RLIMIT_FSIZE as u64, 0, &mut limit as *mut _ as u64, 0, 0])
+    };
+    if got < 0 || limit.rlim_cur == libc::RLIM64_INFINITY {
+        return write_through(fd, bytes);
+    }
+    // The limit binds regular files only; O_APPEND writes at their end.
+    let end = match fstat(fd) {
+        Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG => {
+            u64::try_from(st.st_size).unwrap_or(0).saturating_add(bytes.len() as u64)
+        }
+        _ => 0,
+    };
+    if end <= limit.rlim_cur {
+        return write_through(fd, bytes);
+    }
+    if limit.rlim_max != libc::RLIM64_INFINITY && end > limit.rlim_max {
+        return;
+    }
+    let raised = libc::rlimit64 { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
+    let set = |to: &libc::rlimit64| {
+        // SAFETY: prlimit64 of this process reads `to` only.
+        unsafe { raw(libc::SYS_prlimit64, [0, libc::RLIMIT_FSIZE as u64, to as *const _ as u64, 0, 0, 0]) }
+    };
+    if set(&raised) == 0 {
+        write_through(fd, bytes);
+        set(&limit);
+    }
+}
+
+/// [`write_all`] with no look at the file size limit.
+fn write_through(fd: i32, mut bytes: &[u8]) {
     while !bytes.is_empty() {
         // SAFETY: `bytes` is a live slice for the call.
         let ret =

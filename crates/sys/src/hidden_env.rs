@@ -682,6 +682,7 @@ macro_rules! exec_wrappers {
                 Argv,
             ) -> c_int;
             const ENOSYS: c_int = 38;
+            const E2BIG: c_int = 7;
 
             extern "C" {
                 static environ: Argv;
@@ -705,9 +706,22 @@ macro_rules! exec_wrappers {
                 -1
             }
 
+            /// Whether an exec failed because its arguments and environment did not fit.
+            fn exec_too_big(result: &c_int) -> bool {
+                // SAFETY: the calling thread's errno.
+                *result == -1 && unsafe { *__errno_location() } == E2BIG
+            }
+
+            /// Whether a spawn failed because its arguments and environment did not fit.
+            fn spawn_too_big(result: &c_int) -> bool {
+                *result == E2BIG
+            }
+
             /// Calls libc's function `name` (of type `F`, looked up once into `cache`) through
             /// `call`, with the environment a child started with `envp` gets; `missing()` if
-            /// libc has none.
+            /// libc has none. If the variables added back made the start too big for the
+            /// kernel (`too_big`), starts it again with `envp` as given, as it starts plainly:
+            /// the child then runs without corehop rather than not at all.
             ///
             /// # Safety
             /// `envp` as `Hidden::for_child` takes it; `call` makes the call its caller's
@@ -717,12 +731,18 @@ macro_rules! exec_wrappers {
                 name: &'static [u8],
                 envp: Argv,
                 missing: impl FnOnce() -> R,
-                call: impl FnOnce(F, Argv) -> R,
+                too_big: fn(&R) -> bool,
+                call: impl Fn(F, Argv) -> R,
             ) -> R {
                 let Some(next) = real::<F>(cache, name) else { return missing() };
                 let hidden = &$hidden;
                 // SAFETY: the caller's contract; `for_child` passes an environment of the same kind.
-                unsafe { hidden.for_child(envp, |envp| call(next, envp)) }
+                let (out, added) = unsafe { hidden.for_child(envp, |child| (call(next, child), child != envp)) };
+                if added && too_big(&out) {
+                    call(next, envp)
+                } else {
+                    out
+                }
             }
 
             /// # Safety
@@ -732,7 +752,7 @@ macro_rules! exec_wrappers {
                 static REAL: AtomicUsize = AtomicUsize::new(0);
                 // SAFETY: the caller's contract (each wrapper below: the same).
                 unsafe {
-                    through(&REAL, b"execve\0", envp, no_such_function, |next: Exec, envp| {
+                    through(&REAL, b"execve\0", envp, no_such_function, exec_too_big, |next: Exec, envp| {
                         next(path, argv, envp)
                     })
                 }
@@ -745,7 +765,7 @@ macro_rules! exec_wrappers {
                 static REAL: AtomicUsize = AtomicUsize::new(0);
                 // SAFETY: as for `execve`.
                 unsafe {
-                    through(&REAL, b"execvpe\0", envp, no_such_function, |next: Exec, envp| {
+                    through(&REAL, b"execvpe\0", envp, no_such_function, exec_too_big, |next: Exec, envp| {
                         next(file, argv, envp)
                     })
                 }
@@ -775,7 +795,7 @@ macro_rules! exec_wrappers {
                 type F = unsafe extern "C" fn(c_int, Argv, Argv) -> c_int;
                 // SAFETY: as for `execve`.
                 unsafe {
-                    through(&REAL, b"fexecve\0", envp, no_such_function, |next: F, envp| next(fd, argv, envp))
+                    through(&REAL, b"fexecve\0", envp, no_such_function, exec_too_big, |next: F, envp| next(fd, argv, envp))
                 }
             }
 
@@ -793,7 +813,7 @@ macro_rules! exec_wrappers {
                 type F = unsafe extern "C" fn(c_int, *const c_char, Argv, Argv, c_int) -> c_int;
                 // SAFETY: as for `execve`.
                 unsafe {
-                    through(&REAL, b"execveat\0", envp, no_such_function, |next: F, envp| {
+                    through(&REAL, b"execveat\0", envp, no_such_function, exec_too_big, |next: F, envp| {
                         next(dirfd, path, argv, envp, flags)
                     })
                 }
@@ -818,6 +838,7 @@ macro_rules! exec_wrappers {
                         b"posix_spawn\0",
                         envp,
                         || ENOSYS,
+                        spawn_too_big,
                         |next: Spawn, envp| next(pid, path, actions, attributes, argv, envp),
                     )
                 }
@@ -842,6 +863,7 @@ macro_rules! exec_wrappers {
                         b"posix_spawnp\0",
                         envp,
                         || ENOSYS,
+                        spawn_too_big,
                         |next: Spawn, envp| next(pid, file, actions, attributes, argv, envp),
                     )
                 }
