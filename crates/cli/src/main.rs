@@ -7,6 +7,7 @@ mod cmd;
 mod deferred;
 mod environment;
 mod inherited;
+mod preloadable;
 mod spawn;
 
 use deferred::{Deferred, DeferredSub};

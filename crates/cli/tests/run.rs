@@ -1529,3 +1529,36 @@ print(n * (1000 + 8) + extra + env)
         assert_eq!(text(&under.stdout), text(&plain.stdout), "{policy}");
     }
 }
+
+/// A statically linked program loads no library, so corehop's variables would only show in
+/// its environment: it starts with the environment it has plainly.
+#[test]
+fn a_static_program_sees_its_plain_environment() {
+    if !have("cc") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("environ");
+    let built = Command::new("cc")
+        .args(["-O1", "-static", "-o"])
+        .arg(&out)
+        .arg(Path::new(FIXTURES).join("environ.c"))
+        .output()
+        .unwrap();
+    if !built.status.success() {
+        eprintln!("skipped: cc cannot link statically here: {}", text(&built.stderr));
+        return;
+    }
+    // Without --offload, with the environment the runs below have.
+    let plain = corehop().args(["run", "--"]).arg(&out).output().unwrap();
+    for policy in ["adaptive", "always"] {
+        let under =
+            corehop().args(["run", "--offload", "--policy", policy, "--"]).arg(&out).output().unwrap();
+        assert!(under.status.success(), "{}", text(&under.stderr));
+        assert_eq!(text(&under.stdout), text(&plain.stdout), "{policy}");
+    }
+    // A dynamically linked one is preloaded, and sees the same.
+    let dynamic = compile("environ.c", &[], &dir.path().join("environ-dynamic"));
+    let under = corehop().args(["run", "--offload", "--"]).arg(&dynamic).output().unwrap();
+    assert_eq!(text(&under.stdout), text(&plain.stdout));
+}

@@ -166,7 +166,8 @@ pub struct Args {
 const NOTHING_INTERCEPTED: &str =
     "no process reported: the preload library sees only the calls a program makes \
 through libc's exported functions (libc's own paths to the kernel, such as stdio's fopen, fread and \
-fwrite, pass it by); a statically linked or set-user-ID program does not load it; and a process \
+fwrite, pass it by); a statically linked or set-user-ID program does not load it (it starts with \
+its plain environment, and what it starts runs plainly too); and a process \
 reports at exit() or _exit(), not at exec, a fatal signal or a raw exit system call (as Go \
 programs end)";
 
@@ -746,7 +747,10 @@ impl Launch {
         if let (true, Some(path)) = (underscore, &found) {
             environment.set("_", path);
         }
-        if let Some(offload) = &self.offload {
+        // A program no library is preloaded into starts as it would plainly.
+        let preloaded =
+            via_shell || program_path(program).is_none_or(|path| crate::preloadable::preloads(&path));
+        if let Some(offload) = self.offload.as_ref().filter(|_| preloaded) {
             let mut preload = std::env::var_os("LD_PRELOAD").unwrap_or_default();
             if !preload.is_empty() {
                 preload.push(":");
