@@ -1562,3 +1562,69 @@ fn a_static_program_sees_its_plain_environment() {
     let under = corehop().args(["run", "--offload", "--"]).arg(&dynamic).output().unwrap();
     assert_eq!(text(&under.stdout), text(&plain.stdout));
 }
+
+/// While corehop waits to collect a report, a signal sent to it reaches the program as if sent
+/// to the program: one it handles, and a SIGCONT after it stopped itself.
+#[test]
+fn signals_sent_to_corehop_reach_the_program_it_waits_for() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("stats.json");
+    let start = |script: &str| {
+        corehop()
+            .args(["run", "--offload", "--stats-json"])
+            .arg(&stats)
+            .args(["--", "sh", "-c", script])
+            .stdout(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap()
+    };
+    let signal = |pid: u32, name: &str| {
+        Command::new("kill").args(["-s", name, &pid.to_string()]).status().unwrap();
+    };
+    // Each program gives up after about 10 s, and the waker below ends its process group, so
+    // a signal that does not get through fails the test instead of hanging it.
+    let mut child =
+        start("trap 'echo got; exit 3' USR1; echo ready; for i in $(seq 200); do sleep 0.05; done; exit 9");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    signal(child.id(), "USR1");
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "got\n");
+    assert_eq!(child.wait().unwrap().code(), Some(3));
+
+    let mut child = start("echo ready; kill -STOP $$; echo resumed");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    // Until the program is running again (a SIGCONT before it stopped changes nothing).
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let waker = std::thread::spawn({
+        let (pid, done) = (child.id(), std::sync::Arc::clone(&done));
+        move || {
+            for _ in 0..200 {
+                if done.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                signal(pid, "CONT");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            if !done.load(std::sync::atomic::Ordering::SeqCst) {
+                signal(pid, "KILL");
+                Command::new("kill").args(["-s", "KILL", "--", &format!("-{pid}")]).status().unwrap();
+            }
+        }
+    });
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(line, "resumed\n");
+    assert!(child.wait().unwrap().success());
+    waker.join().unwrap();
+}

@@ -442,8 +442,9 @@ fn exit_like(status: ExitStatus) -> ! {
     std::process::exit(exit_code(status))
 }
 
-/// Passes termination signals sent to corehop on to the program it runs, so that killing
-/// corehop ends the program (corehop then ends as the program did and removes its files).
+/// Passes the signals sent to corehop on to the program it runs, so that killing corehop ends
+/// the program (corehop then ends as the program did and removes its files), and a signal the
+/// program handles (SIGUSR1, SIGCONT after it stopped) reaches it as if sent to it directly.
 mod forward {
     use std::sync::atomic::{AtomicI32, Ordering::SeqCst};
 
@@ -452,7 +453,19 @@ mod forward {
     /// A signal that came before the program started.
     static PENDING: AtomicI32 = AtomicI32::new(0);
 
-    pub const SIGNALS: [i32; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT];
+    /// What may be sent to a process to end it, tell it something or wake it; not SIGPIPE,
+    /// SIGCHLD or the job-control stops, which say something of corehop itself.
+    pub const SIGNALS: [i32; 9] = [
+        libc::SIGTERM,
+        libc::SIGINT,
+        libc::SIGHUP,
+        libc::SIGQUIT,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+        libc::SIGALRM,
+        libc::SIGWINCH,
+        libc::SIGCONT,
+    ];
 
     extern "C" fn on_signal(signal: i32, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
         // A signal from the terminal (SI_KERNEL) reached the program's process group itself;
