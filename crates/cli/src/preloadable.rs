@@ -28,8 +28,10 @@ pub fn preloads(path: &Path) -> bool {
         return false;
     }
     let Ok(mut file) = std::fs::File::open(path) else { return true };
+    // Linkers put the program headers right after the ELF header; an image whose headers lie
+    // past the first page is one this cannot tell.
     let mut head = Vec::with_capacity(4096);
-    if file.by_ref().take(64 * 1024).read_to_end(&mut head).is_err() {
+    if file.by_ref().take(4096).read_to_end(&mut head).is_err() {
         return true;
     }
     has_interpreter(&head).unwrap_or(true)

@@ -748,7 +748,8 @@ impl Launch {
         // A shell sets `_` to the path of the program it starts; started from one, corehop
         // holds its own there. The program gets its own, as from the shell.
         let underscore = std::env::var_os("_").is_some();
-        let found = if via_shell || underscore { program_path(program) } else { None };
+        let found =
+            if via_shell || underscore || self.offload.is_some() { program_path(program) } else { None };
         let mut words: Vec<OsString> = Vec::with_capacity(self.command.len() + 1);
         if via_shell {
             words.extend(["/bin/sh".into(), found.clone().map_or(program.clone(), PathBuf::into_os_string)]);
@@ -761,8 +762,7 @@ impl Launch {
             environment.set("_", path);
         }
         // A program no library is preloaded into starts as it would plainly.
-        let preloaded =
-            via_shell || program_path(program).is_none_or(|path| crate::preloadable::preloads(&path));
+        let preloaded = via_shell || found.as_deref().is_none_or(crate::preloadable::preloads);
         if let Some(offload) = self.offload.as_ref().filter(|_| preloaded) {
             let mut preload = std::env::var_os("LD_PRELOAD").unwrap_or_default();
             if !preload.is_empty() {
