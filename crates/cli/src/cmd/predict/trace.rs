@@ -9,7 +9,8 @@
 //! `-i` instruction pointers, `-n` system-call numbers, `-y`/`-yy` descriptor names.
 //!
 //! A CSV trace's header names its columns, in any order and with any others beside them
-//! (ignored); without a header the columns are `call,fd,size,site,run_ns`.
+//! (ignored); without a header the columns are `call,fd,size,site,run_ns`. Fields may be quoted
+//! as spreadsheets and pandas write them, and a byte-order mark before the first line is read past.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -36,7 +37,8 @@ pub enum Format {
     /// `strace -f -T -tt` (pid prefix and timestamps optional, `-T` durations required).
     Strace,
     /// `call,fd,size,site,run_ns` per line, or the columns a header line names (`call` and
-    /// `run_ns` required; `fd`, `size`, `site` default to -1, 0, 0); `#` comments are allowed.
+    /// `run_ns` required; `fd`, `size`, `site` default to -1, 0, 0); `#` comments are allowed,
+    /// fields may be quoted.
     Csv,
 }
 
@@ -60,6 +62,8 @@ pub struct ParseError {
 
 pub fn parse(path: &Path, text: &str, format: Format) -> Result<Trace, ParseError> {
     let file = path.display().to_string();
+    // Spreadsheets save UTF-8 CSV with a byte-order mark.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let format = match format {
         Format::Auto => detect(text),
         other => other,
@@ -90,8 +94,9 @@ pub fn parse(path: &Path, text: &str, format: Format) -> Result<Trace, ParseErro
 
 fn detect(text: &str) -> Format {
     let first = text.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#')).unwrap_or("");
-    let names_call = first.split(',').any(|field| field.trim() == "call");
-    if names_call || (!first.contains('(') && first.split(',').count() == 5) {
+    let fields = csv_fields(first);
+    let names_call = fields.iter().any(|field| field == "call");
+    if names_call || (!first.contains('(') && fields.len() == 5) {
         Format::Csv
     } else {
         Format::Strace
@@ -193,7 +198,8 @@ impl Parser {
         if line.is_empty() || line.starts_with('#') {
             return Ok(());
         }
-        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+        let fields = csv_fields(line);
+        let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
         if fields.iter().any(|f| f.eq_ignore_ascii_case("call")) {
             if self.data_seen {
                 return Err("a header line after data lines".into());
@@ -384,6 +390,38 @@ impl Parser {
     }
 }
 
+/// The fields of a CSV line, trimmed, each unquoted if it was quoted (RFC 4180: `"a,b"` is one
+/// field, `""` inside quotes is a quote).
+fn csv_fields(line: &str) -> Vec<String> {
+    let mut fields = vec![];
+    let mut chars = line.chars().peekable();
+    loop {
+        let mut field = String::new();
+        while chars.next_if(|c| *c == ' ' || *c == '\t').is_some() {}
+        if chars.next_if_eq(&'"').is_some() {
+            while let Some(c) = chars.next() {
+                match c {
+                    '"' if chars.next_if_eq(&'"').is_some() => field.push('"'),
+                    '"' => break,
+                    c => field.push(c),
+                }
+            }
+            // Anything between the closing quote and the comma belongs to the field too.
+            while let Some(c) = chars.next_if(|c| *c != ',') {
+                field.push(c);
+            }
+        } else {
+            while let Some(c) = chars.next_if(|c| *c != ',') {
+                field.push(c);
+            }
+        }
+        fields.push(field.trim().to_string());
+        if chars.next().is_none() {
+            return fields;
+        }
+    }
+}
+
 /// Where the argument list ends in `name(args)   = result`: the last " =" preceded by ')'
 /// (strace pads with spaces; results may contain '=' themselves).
 fn args_end(text: &str) -> Option<usize> {
@@ -501,6 +539,18 @@ mod tests {
         );
         assert_eq!(t.skipped, 2);
         assert_ne!(t.calls[1].call.site, 0, "the path stands in for the call site");
+    }
+
+    #[test]
+    fn reads_csv_as_spreadsheets_and_pandas_write_it() {
+        // A byte-order mark, CRLF line ends, quoted fields (one with a comma and a quote in it).
+        let text = "\u{feff}\"run_ns\",\"call\",\"note\"\r\n\"1500\",\"read\",\"a, \"\"b\"\"\"\r\n 900 , write ,\r\n";
+        let t = parse(Path::new("t.csv"), text, Format::Auto).unwrap();
+        assert_eq!(t.format, Format::Csv);
+        let got: Vec<(CallKind, u64)> = t.calls.iter().map(|c| (c.call.kind, c.run_ns)).collect();
+        assert_eq!(got, [(CallKind::Read, 1500), (CallKind::Write, 900)]);
+        assert_eq!(csv_fields(r#"a,"b,""c""",,d"#), ["a", "b,\"c\"", "", "d"]);
+        assert_eq!(csv_fields(""), [""]);
     }
 
     #[test]
