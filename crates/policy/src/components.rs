@@ -31,7 +31,8 @@
 //! rechecked (back to the old layout for a round, then the new one again) and must repeat. A
 //! change that takes capacity away is undone if the pipeline gets more than
 //! [`ControllerConfig::revert_loss`] less done than before the first of a run of such changes,
-//! so that small losses do not add up. A split made because the pipeline cannot keep up runs
+//! so that small losses do not add up, and is rechecked the same way: a host that sped up in
+//! the round after a slow-down hides what it cost. A split made because the pipeline cannot keep up runs
 //! at full speed, and the slower speeds its plan wanted follow as a change of their own, so
 //! that each is judged by what it did. An undone layout, and any that places the components
 //! as it did on CPUs no faster, is not tried again for a while
@@ -594,7 +595,7 @@ struct Trial {
     adds_capacity: bool,
     /// Which layout is being measured: `after`, or `before` again on a recheck.
     measuring: Measuring,
-    /// Rechecks still owed before a gain is believed.
+    /// Rechecks still owed before the change is believed.
     rechecks: u32,
     windows: u32,
     rate_sum: f64,
@@ -626,11 +627,14 @@ impl Trial {
     }
 }
 
-/// Rechecks of a change that added capacity and gained: it is undone for a round and made
-/// again, and must gain again. Two rounds of a few windows each is an A/B/A/B comparison, so
-/// a host that slowed the first round's `before` does not make the change look like a gain
-/// (one such round passed a split that cost a quarter of the work).
-const GAIN_RECHECKS: u32 = 1;
+/// Rechecks of a change judged by the work done that passed: it is undone for a round and
+/// made again, and must pass again (gain, if it added capacity; lose no more than
+/// `revert_loss`, if it took capacity away). Two rounds of a few windows each is an A/B/A/B
+/// comparison, so a host that slowed the first round's `before` does not make the change look
+/// like a gain (one such round passed a split that cost a quarter of the work), nor one that
+/// sped up the first round's `after` hide a loss (one such round kept a core slowed to 0.375
+/// that cost the pipeline a fifth of its frames; docs/performance.md, sixty-fifth session).
+const RECHECKS: u32 = 1;
 
 #[derive(Debug, Clone)]
 struct Rejected {
@@ -677,7 +681,7 @@ impl Controller {
     /// then a round of `patience` windows under the change and two more per recheck.
     pub fn longest_change_windows(&self) -> u32 {
         let patience = self.cfg.patience.max(1);
-        patience * (2 + 2 * GAIN_RECHECKS)
+        patience * (2 + 2 * RECHECKS)
     }
 
     /// Whether a change is still proving itself: a plan waiting out its patience, or a
@@ -761,7 +765,7 @@ impl Controller {
             after: next.clone(),
             rate_before: rate_sum / f64::from(seen),
             measuring: Measuring::After,
-            rechecks: if adds_capacity { GAIN_RECHECKS } else { 0 },
+            rechecks: RECHECKS,
             windows: 0,
             rate_sum: 0.0,
             kept_up: true,
@@ -1029,10 +1033,12 @@ mod tests {
         let slow = act(&mut ctl, &m, &spread, &light).expect("consolidates");
         let nearly_full = [obs(0.3), obs(0.3), obs(0.32)].map(|o| Observation { done: 950, ..o });
         assert_eq!(act(&mut ctl, &m, &slow, &nearly_full), Some(spread.clone()));
-        // As busy and as productive as before: kept.
+        // As busy and as productive as before, twice (a round back on the spread between): kept.
         let mut ctl = Controller::new(ControllerConfig::default(), &m, all(4)).unwrap();
         let slow = act(&mut ctl, &m, &spread, &light).unwrap();
         let same = nearly_full.map(|o| Observation { done: 1000, ..o });
+        assert_eq!(act(&mut ctl, &m, &slow, &same), Some(spread.clone()), "the recheck");
+        assert_eq!(act(&mut ctl, &m, &spread, &light), Some(slow.clone()));
         stays(&mut ctl, &m, &slow, &spread, &same);
     }
 
@@ -1130,14 +1136,28 @@ mod tests {
         assert_eq!(slowed.cpu_of, split.cpu_of);
         assert_eq!(slowed.speed[split.cpu_of[0].0], 0.5);
         assert_eq!(slowed.speed[split.cpu_of[2].0], 1.0);
-        // Kept when it costs less than `revert_loss`…
+        // Kept when it costs less than `revert_loss` twice, the second time after a round
+        // back at full speed…
         let mut kept = ctl.clone();
-        stays(&mut kept, &m, &slowed, &split, &trace.map(|o| Observation { done: 1190, ..o }));
-        // …undone when it costs more, and tried again only after the back-off.
-        let less = trace.map(|o| Observation { done: 1100, ..o });
+        let close = trace.map(|o| Observation { done: 1190, ..o });
+        assert_eq!(act(&mut kept, &m, &slowed, &close), Some(split.clone()), "the recheck");
+        assert_eq!(act(&mut kept, &m, &split, &more), Some(slowed.clone()));
+        stays(&mut kept, &m, &slowed, &split, &close);
+        // …undone when the recheck shows a loss the first round hid (the host sped up in it)…
+        let mut hid = ctl.clone();
+        assert_eq!(act(&mut hid, &m, &slowed, &close), Some(split.clone()), "the recheck");
+        assert_eq!(act(&mut hid, &m, &split, &more), Some(slowed.clone()));
+        assert_eq!(act(&mut hid, &m, &slowed, &less_of(&trace, 1100)), Some(split.clone()), "undone");
+        // …and undone at once when it costs more, and tried again only after the back-off.
+        let less = less_of(&trace, 1100);
         assert_eq!(act(&mut ctl, &m, &slowed, &less), Some(split.clone()), "undone");
         stays(&mut ctl, &m, &split, &slowed, &more);
         assert_eq!(act(&mut ctl, &m, &split, &more), Some(slowed), "tried again");
+    }
+
+    /// `trace` with `done` messages done by each component.
+    fn less_of(trace: &[Observation; 4], done: u64) -> [Observation; 4] {
+        trace.map(|o| Observation { done, ..o })
     }
 
     #[test]
