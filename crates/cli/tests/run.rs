@@ -150,6 +150,11 @@ fn call_exerciser(dir: &Path) -> PathBuf {
 
 /// Compiles `fixtures/run/SOURCE` with `flags` into `out`.
 fn compile(source: &str, flags: &[&str], out: &Path) -> PathBuf {
+    try_compile(source, flags, out).unwrap_or_else(|stderr| panic!("cc failed: {stderr}"))
+}
+
+/// [`compile`], or what `cc` said when it failed.
+fn try_compile(source: &str, flags: &[&str], out: &Path) -> Result<PathBuf, String> {
     let built = Command::new("cc")
         .arg("-O1")
         .args(flags)
@@ -158,8 +163,11 @@ fn compile(source: &str, flags: &[&str], out: &Path) -> PathBuf {
         .arg(Path::new(FIXTURES).join(source))
         .output()
         .expect("cc");
-    assert!(built.status.success(), "cc failed: {}", text(&built.stderr));
-    out.to_path_buf()
+    if built.status.success() {
+        Ok(out.to_path_buf())
+    } else {
+        Err(text(&built.stderr))
+    }
 }
 
 #[test]
@@ -1538,17 +1546,13 @@ fn a_static_program_sees_its_plain_environment() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("environ");
-    let built = Command::new("cc")
-        .args(["-O1", "-static", "-o"])
-        .arg(&out)
-        .arg(Path::new(FIXTURES).join("environ.c"))
-        .output()
-        .unwrap();
-    if !built.status.success() {
-        eprintln!("skipped: cc cannot link statically here: {}", text(&built.stderr));
-        return;
-    }
+    let out = match try_compile("environ.c", &["-static"], &dir.path().join("environ")) {
+        Ok(out) => out,
+        Err(stderr) => {
+            eprintln!("skipped: cc cannot link statically here: {stderr}");
+            return;
+        }
+    };
     // Without --offload, with the environment the runs below have.
     let plain = corehop().args(["run", "--"]).arg(&out).output().unwrap();
     for policy in ["adaptive", "always"] {

@@ -675,13 +675,18 @@ impl Timed {
         }
         let target = if ended_above { 0xffff } else { 0 };
         // A share handed on weighs as INHERITED_WEIGHT of this process's calls, which take over
-        // at 1/(calls + weight) until that is the decay's own 1/256.
-        let divisor = self.since_start.saturating_add(INHERITED_WEIGHT).min(1 << ANY_DECAY_SHIFT);
-        self.since_start = self.since_start.saturating_add(1);
+        // at 1/(calls + weight) until that is the decay's own 1/256 (a shift: this runs inside
+        // every interposed call the library decides).
+        let divisor = self.since_start.saturating_add(INHERITED_WEIGHT);
+        let early = divisor < 1 << ANY_DECAY_SHIFT;
+        let step = |gap: u32| if early { gap / divisor } else { gap >> ANY_DECAY_SHIFT };
+        if early {
+            self.since_start += 1;
+        }
         self.above_share = if target > self.above_share {
-            self.above_share + (target - self.above_share) / divisor
+            self.above_share + step(target - self.above_share)
         } else {
-            self.above_share - (self.above_share - target) / divisor
+            self.above_share - step(self.above_share - target)
         };
     }
 

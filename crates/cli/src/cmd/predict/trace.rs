@@ -12,6 +12,7 @@
 //! (ignored); without a header the columns are `call,fd,size,site,run_ns`. Fields may be quoted
 //! as spreadsheets and pandas write them, and a byte-order mark before the first line is read past.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -199,7 +200,7 @@ impl Parser {
             return Ok(());
         }
         let fields = csv_fields(line);
-        let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
+        let fields: Vec<&str> = fields.iter().map(AsRef::as_ref).collect();
         if fields.iter().any(|f| f.eq_ignore_ascii_case("call")) {
             if self.data_seen {
                 return Err("a header line after data lines".into());
@@ -391,31 +392,30 @@ impl Parser {
 }
 
 /// The fields of a CSV line, trimmed, each unquoted if it was quoted (RFC 4180: `"a,b"` is one
-/// field, `""` inside quotes is a quote).
-fn csv_fields(line: &str) -> Vec<String> {
+/// field, `""` inside quotes is a quote). A line without quotes is only split.
+fn csv_fields(line: &str) -> Vec<Cow<'_, str>> {
+    if !line.contains('"') {
+        return line.split(',').map(|field| Cow::Borrowed(field.trim())).collect();
+    }
     let mut fields = vec![];
     let mut chars = line.chars().peekable();
     loop {
         let mut field = String::new();
         while chars.next_if(|c| *c == ' ' || *c == '\t').is_some() {}
         if chars.next_if_eq(&'"').is_some() {
-            while let Some(c) = chars.next() {
-                match c {
-                    '"' if chars.next_if_eq(&'"').is_some() => field.push('"'),
-                    '"' => break,
-                    c => field.push(c),
+            loop {
+                match chars.next() {
+                    Some('"') if chars.next_if_eq(&'"').is_some() => field.push('"'),
+                    Some('"') | None => break,
+                    Some(c) => field.push(c),
                 }
             }
-            // Anything between the closing quote and the comma belongs to the field too.
-            while let Some(c) = chars.next_if(|c| *c != ',') {
-                field.push(c);
-            }
-        } else {
-            while let Some(c) = chars.next_if(|c| *c != ',') {
-                field.push(c);
-            }
         }
-        fields.push(field.trim().to_string());
+        // Unquoted, the field; quoted, anything between the closing quote and the comma.
+        while let Some(c) = chars.next_if(|c| *c != ',') {
+            field.push(c);
+        }
+        fields.push(Cow::Owned(field.trim().to_string()));
         if chars.next().is_none() {
             return fields;
         }
