@@ -855,3 +855,34 @@ fn a_descriptor_is_checked_once_per_file_for_positioned_calls() {
     let checks = std::fs::read_to_string(&log).unwrap().matches(&format!("fstat({fd},")).count();
     assert!((2..=6).contains(&checks), "{checks} fstat calls on fd {fd}; output: {out}");
 }
+
+#[test]
+fn ldd_lists_the_libraries_it_lists_plainly() {
+    if !common::have("ldd") {
+        return;
+    }
+    // The loader prints where it mapped each library; only that differs from run to run.
+    fn listed(out: &Output) -> String {
+        text(&out.stdout).lines().map(|l| l.split(" (0x").next().unwrap_or(l)).collect::<Vec<_>>().join("\n")
+    }
+    let true_path = ["/bin/true", "/usr/bin/true"].into_iter().find(|p| Path::new(p).exists()).unwrap();
+    let cases: [(&[&str], &[(&str, &str)]); 3] = [
+        (&["ldd", true_path], &[]),
+        (&["sh", "-c", &format!("ldd {true_path}")], &[]),
+        // `corehop run` itself starting a program the loader only lists.
+        (&[true_path], &[("LD_TRACE_LOADED_OBJECTS", "1")]),
+    ];
+    for (argv, env) in cases {
+        let (plain, offload) = pair(argv, env);
+        assert!(plain.status.success(), "{argv:?} plain: {}", text(&plain.stderr));
+        assert!(listed(&plain).contains("libc"), "{argv:?}: {}", listed(&plain));
+        assert_eq!(listed(&plain), listed(&offload), "{argv:?} {env:?}");
+        assert_eq!(plain.status.code(), offload.status.code());
+    }
+    // Under the default policy, through the start-up stub.
+    let mut default = corehop();
+    default.args(["run", "--offload", "--", "sh", "-c", &format!("ldd {true_path}")]);
+    let out = finish(default, "ldd under the default policy");
+    let (plain, _) = pair(&["ldd", true_path], &[]);
+    assert_eq!(listed(&out), listed(&plain));
+}

@@ -27,6 +27,12 @@ use core::sync::atomic::{AtomicBool, Ordering};
 /// changed, each followed by `=LEN:VALUE` if it had a value before (LEN bytes of it).
 pub const MARKER: &str = "COREHOP_ENV_WAS";
 
+/// With this variable set, at any value, the dynamic loader lists the libraries a program
+/// would load, preloads included, and does not run it (how `ldd` works): a child given it
+/// gets the environment as the program passed it, without corehop, so that the list is the
+/// plain one.
+pub const LOADER_TRACE: &str = "LD_TRACE_LOADED_OBJECTS";
+
 /// Bytes a [`Hidden`] keeps corehop's entries and the values from before in.
 const BYTES: usize = 4096;
 /// Variables a marker may name.
@@ -455,7 +461,9 @@ impl Block {
         // SAFETY: `envp` is null or a null-terminated array of C strings (the contract).
         while let Some(entry) = unsafe { entry_at(envp, i) } {
             let name = name_of(entry);
-            if same(name, MARKER.as_bytes()) {
+            // The marker: an environment `corehop run` made itself. The loader's trace
+            // variable (`ldd`): the child only lists its libraries, and would list ours.
+            if same(name, MARKER.as_bytes()) || same(name, LOADER_TRACE.as_bytes()) {
                 return None;
             }
             match self.find(name) {
@@ -1659,6 +1667,17 @@ mod tests {
             marker(&[("A", Some(b"a")), ("B", Some(b"b")), ("LD_PRELOAD", None)]),
         ];
         assert_eq!(hide_in_new(&start).1, [b("X=1"), b("A=a"), b("B=b")]);
+    }
+
+    #[test]
+    fn a_child_that_only_lists_its_libraries_gets_no_preload() {
+        let (hidden, _) = hide_in_new(&[b("LD_PRELOAD=/stub.so"), marker(&[("LD_PRELOAD", None)])]);
+        for trace in ["LD_TRACE_LOADED_OBJECTS=1", "LD_TRACE_LOADED_OBJECTS="] {
+            let ldd = [b("PATH=/bin"), b(trace), b("LD_WARN=")];
+            assert_eq!(child_of(&hidden, &ldd), ldd);
+        }
+        let plain = [b("PATH=/bin"), b("LD_TRACE_LOADED_OBJECTSX=1")];
+        assert!(child_of(&hidden, &plain).contains(&b("LD_PRELOAD=/stub.so")));
     }
 
     #[test]

@@ -761,8 +761,10 @@ impl Launch {
         if let (true, Some(path)) = (underscore, &found) {
             environment.set("_", path);
         }
-        // A program no library is preloaded into starts as it would plainly.
-        let preloaded = via_shell || found.as_deref().is_none_or(crate::preloadable::preloads);
+        // A program no library is preloaded into starts as it would plainly, and so does one
+        // the loader would only list the libraries of (`hidden_env::LOADER_TRACE`).
+        let traced = std::env::var_os(corehop_sys::hidden_env::LOADER_TRACE).is_some();
+        let preloaded = !traced && (via_shell || found.as_deref().is_none_or(crate::preloadable::preloads));
         if let Some(offload) = self.offload.as_ref().filter(|_| preloaded) {
             let mut preload = std::env::var_os("LD_PRELOAD").unwrap_or_default();
             if !preload.is_empty() {
