@@ -1495,6 +1495,99 @@ fn a_program_that_lowers_its_file_size_limit_is_not_killed_by_the_report() {
     assert!(out.status.success(), "{:?} {}", out.status, text(&out.stderr));
 }
 
+/// What a run under a memory limit came to: exit status, stdout, and stderr up to corehop's
+/// summary. Never a signal, and never a failed allocation of the library's.
+fn limited_outcome(what: &str, out: &Output) -> (Option<i32>, String, String) {
+    use std::os::unix::process::ExitStatusExt;
+    let stderr = text(&out.stderr);
+    let stderr = stderr.split("corehop offload summary").next().unwrap_or_default().to_string();
+    assert_eq!(out.status.signal(), None, "{what}: killed by a signal; stderr: {stderr}");
+    assert!(!stderr.contains("memory allocation"), "{what}: the library's allocation failed: {stderr}");
+    (out.status.code(), text(&out.stdout), stderr)
+}
+
+/// `sh -c 'ulimit LIMIT; cat FILE'` runs under every way corehop runs a program as it does
+/// plainly: the library, which took room of its own at start-up, aborted `cat` at
+/// `ulimit -v 3300` ("memory allocation of 1 bytes failed"), where it runs plainly. Now it
+/// stays out of a process with a memory limit and allocates nothing. Its image still takes
+/// room, so where plain succeeds a run under it may instead fail, but only exactly as plain
+/// fails at a lower limit (plain is not monotonic here: `cat` fails at 3000 KB and succeeds
+/// at 2800 here).
+#[test]
+fn a_program_under_a_memory_limit_runs_as_at_some_limit_plainly() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file.txt");
+    std::fs::write(&file, "some text\n").unwrap();
+    let run = |limit: &str, flags: &[&str]| {
+        let program = format!("ulimit {limit}; cat {}", file.display());
+        let out = corehop().arg("run").args(flags).args(["--", "sh", "-c", &program]).output().unwrap();
+        limited_outcome(&format!("{limit} {flags:?}"), &out)
+    };
+    let modes: [&[&str]; 3] =
+        [&["--offload", "--policy", "always"], &["--offload"], &["--offload", "--stats"]];
+    let mut differ = Vec::new();
+    // The old library aborted `cat` at -v 3300 to 3500 and 4100, and at -d 400.
+    for (option, plain_kb, under_kb, step) in
+        [("-v", 1000..=6000, 2800..=6000, 200), ("-d", 0..=1000, 300..=1000, 100)]
+    {
+        let plain: Vec<_> =
+            plain_kb.step_by(100).map(|kb| (kb, run(&format!("{option} {kb}"), &[]))).collect();
+        for kb in under_kb.step_by(step) {
+            let here = &plain.iter().find(|(k, _)| *k == kb).expect("a plain run at this limit").1;
+            for flags in modes {
+                let under = run(&format!("{option} {kb}"), flags);
+                let as_lower = plain.iter().any(|(k, p)| *k < kb && p.0 != Some(0) && *p == under);
+                if here.0 == Some(0) && under != *here && !as_lower {
+                    differ.push(format!("ulimit {option} {kb} {flags:?}: {under:?}, plainly {here:?}"));
+                }
+            }
+        }
+        // With room to spare every way prints the file.
+        let top = &plain.last().unwrap().1;
+        assert_eq!(top.1, "some text\n", "{option}: plainly {top:?}");
+        for flags in modes {
+            assert_eq!(
+                run(&format!("{option} {}", plain.last().unwrap().0), flags),
+                *top,
+                "{option} {flags:?}"
+            );
+        }
+    }
+    assert!(differ.is_empty(), "not as at any limit plainly:\n{}", differ.join("\n"));
+}
+
+/// A program that lowers its own address-space limit mid-run, to what it maps then, goes on
+/// as it does plainly: its small allocations come from its heap, a large one fails, and the
+/// library, which built the default policy's tables after that (and aborted the program:
+/// "memory allocation of 12288 bytes failed"), allocates nothing more. The limit is set with
+/// `setrlimit`, `prlimit` and a raw `syscall(SYS_prlimit64)`.
+#[test]
+fn a_program_that_lowers_its_own_memory_limit_keeps_running() {
+    if !have("cc") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let program = compile("lowers_its_memory_limit.c", &[], &dir.path().join("lowers"));
+    let file = dir.path().join("file.txt");
+    std::fs::write(&file, lines(50)).unwrap();
+    // Before the default policy's first epoch ends (20 ms), and after the stub loads (40 ms).
+    for (before_ms, how) in [("5", "setrlimit"), ("5", "prlimit"), ("5", "syscall"), ("60", "setrlimit")] {
+        let args = [file.to_str().unwrap(), before_ms, "100", how];
+        let plain = corehop().arg("run").arg("--").arg(&program).args(args).output().unwrap();
+        let plain = limited_outcome(how, &plain);
+        assert_eq!(plain.0, Some(0), "{plain:?}");
+        assert!(plain.1.contains("after: 0 small allocations failed"), "{plain:?}");
+        for flags in [&["--offload", "--policy", "always"][..], &["--offload"], &["--offload", "--stats"]] {
+            let out = corehop().arg("run").args(flags).arg("--").arg(&program).args(args).output().unwrap();
+            assert_eq!(
+                limited_outcome(&format!("{how} {flags:?}"), &out),
+                plain,
+                "{how} after {before_ms} ms {flags:?}"
+            );
+        }
+    }
+}
+
 /// An exec whose arguments and environment only just fit the kernel's limit starts as it
 /// does plainly: the variables corehop adds back for the child would tip it over, so the
 /// child starts without them (and without corehop) instead of failing with E2BIG.

@@ -24,6 +24,11 @@
 //!   glibc's `fork` has memory of its own again, and a fork handler says so.
 //! - One that changes a thread's credentials, filters or namespaces alone: the library would
 //!   stop moving calls for good, so the stub stays on libc for good.
+//! - One that may leave the process with a finite address-space or data limit (`setrlimit`,
+//!   `prlimit`, their raw `syscall` forms): the stub stays on libc for good, as it does when
+//!   it finds such a limit where it would load the library (`watch::memory_limited`). Under
+//!   one the room is the program's: the library's own allocations could not know what they
+//!   would find, and a failed one aborts the program.
 //!
 //! The library is found at `$COREHOP_LIBRARY` (read with `secure_getenv`). If it cannot be
 //! loaded the process runs on without offload, as plainly as it started. The call that loads
@@ -225,6 +230,7 @@ stub! {
     watched:
     vfork __vfork clone __clone _Fork syscall
     prctl setfsuid setfsgid unshare setns capset
+    setrlimit setrlimit64 prlimit prlimit64
 }
 
 /// Calls of counted names before the library is loaded: about one in this many plus one goes
@@ -264,6 +270,9 @@ enum Kind {
     Child,
     /// Changes the calling thread's credentials, filters or namespaces alone.
     ThreadState,
+    /// May leave the process with a finite address-space or data limit
+    /// (`watch::may_limit_memory`).
+    MemoryLimit,
 }
 
 /// The kind of call `name` with its first three integer arguments (as the registers hold them).
@@ -280,6 +289,20 @@ fn kind(name: Name, a0: i64, a1: i64, a2: i64) -> Kind {
         Name::syscall if watch::changes_thread_state(a0) => Kind::ThreadState,
         Name::prctl if watch::prctl_changes_thread_state(i64::from(a0 as i32)) => Kind::ThreadState,
         Name::setfsuid | Name::setfsgid | Name::unshare | Name::setns | Name::capset => Kind::ThreadState,
+        // syscall's third argument, prlimit64's new limits, is not among those passed here.
+        Name::syscall if watch::raw_call_may_limit_memory(a0, a1, a2, None, raw_for_limits) => {
+            Kind::MemoryLimit
+        }
+        Name::setrlimit | Name::setrlimit64
+            if watch::may_limit_memory(0, a0, Some(a1 as u64), raw_for_limits) =>
+        {
+            Kind::MemoryLimit
+        }
+        Name::prlimit | Name::prlimit64
+            if watch::may_limit_memory(a0, a1, Some(a2 as u64), raw_for_limits) =>
+        {
+            Kind::MemoryLimit
+        }
         _ => Kind::Plain,
     }
 }
@@ -298,7 +321,7 @@ unsafe extern "C" fn resolve(index: usize, a0: i64, a1: i64, a2: i64) -> usize {
         // name (to resolve libc's function): already sampled, or rare.
         Kind::Plain => tick(index < FIRST_WATCHED),
         Kind::Child => settle(State::PlainWithChild),
-        Kind::ThreadState => settle(State::Stays),
+        Kind::ThreadState | Kind::MemoryLimit => settle(State::Stays),
     }
     if STATE.load(Acquire) == State::Loaded {
         return SLOTS[index].load(Relaxed);
@@ -416,6 +439,12 @@ extern "C" fn after_fork_child() {
 /// the calls over when the constructor has returned.
 #[cold]
 fn load_once(from: State) {
+    // Under a memory limit the room is the program's (`watch::memory_limited`): no loader
+    // thread, no `dlopen`, on libc for good.
+    if watch::memory_limited(raw_for_limits) {
+        settle(State::Stays);
+        return;
+    }
     if LOADER.compare_exchange(NO_LOADER, LOADER_RUNNING, Relaxed, Relaxed).is_err() {
         return;
     }
@@ -942,6 +971,12 @@ const MAP_ANONYMOUS: i64 = 0x20;
 const MAP_NORESERVE: i64 = 0x4000;
 const MAP_STACK: i64 = 0x20000;
 
+/// The raw calls of `watch`'s limit checks (`prlimit64`, `getpid`, `tgkill` with signal 0,
+/// `process_vm_readv` of our own memory), which write only into the checks' locals.
+fn raw_for_limits(nr: i64, args: [u64; 6]) -> i64 {
+    raw_syscall6(nr, args.map(|a| a as i64))
+}
+
 /// A system call with six arguments (mmap and friends: libc's `mmap` is not this stub's, but
 /// a raw call sets no errno).
 fn raw_syscall6(nr: i64, args: [i64; 6]) -> i64 {
@@ -949,8 +984,9 @@ fn raw_syscall6(nr: i64, args: [i64; 6]) -> i64 {
     // SAFETY: the calls made through this (mmap, mprotect, munmap) touch only the memory they
     // map or unmap, which no Rust reference covers; futex reads the word and the timeout it is
     // given, open the path, read writes at most the length it is given into the buffer, all of
-    // which live for the call; tgkill with signal 0 sends nothing. The syscall instruction
-    // clobbers rcx and r11.
+    // which live for the call; tgkill with signal 0 sends nothing; prlimit64 and
+    // process_vm_readv write only into the locals `watch` gives them (`raw_for_limits`). The
+    // syscall instruction clobbers rcx and r11.
     unsafe {
         core::arch::asm!(
             "syscall",

@@ -20,7 +20,8 @@
 //! first allocation), so that a child never starts with it taken by a thread it does not
 //! have. Like `malloc`, this is not for signal handlers: the library allocates only at
 //! start-up, at the default policy's build and when a service thread starts, none of which
-//! runs in a handler (lib.rs, "Known limits").
+//! runs in a handler, and never in a process with a memory limit, where a failed allocation
+//! would abort the program (lib.rs, "Known limits").
 
 use core::alloc::{GlobalAlloc, Layout};
 use core::cell::UnsafeCell;

@@ -74,8 +74,9 @@ static FORK_HAD_LOCK: AtomicBool = AtomicBool::new(false);
 /// learned ([`start_from_the_run`]), for the summary.
 static INHERITED: AtomicBool = AtomicBool::new(false);
 /// Set for good once a thread may have made itself differ from the service threads in what
-/// the kernel checks (see [`thread_state_changes`]): from then on every call runs locally.
-static THREAD_STATE_CHANGED: AtomicBool = AtomicBool::new(false);
+/// the kernel checks (see [`thread_state_changes`]), or the process may have a memory limit
+/// ([`memory_limit_comes`]): from then on every call runs locally.
+static OUT_FOR_GOOD: AtomicBool = AtomicBool::new(false);
 /// Set, before the first service thread would start, if a sanitizer's runtime is in the
 /// process: its interceptors, which the program's calls reach through this library, check
 /// each call in the thread that makes it (AddressSanitizer the buffers a call writes,
@@ -95,12 +96,23 @@ static REPORTED: AtomicBool = AtomicBool::new(false);
 /// nothing. Not seen: system calls made with inline assembly, and state set up before this
 /// library loaded (the service threads inherit that).
 pub(crate) fn thread_state_changes() {
-    if !THREAD_STATE_CHANGED.swap(true, SeqCst)
-        && SERVICE.load(SeqCst) == READY
-        && sys::getpid() == PID.load(SeqCst)
+    if !OUT_FOR_GOOD.swap(true, SeqCst) && SERVICE.load(SeqCst) == READY && sys::getpid() == PID.load(SeqCst)
     {
         service::stop();
     }
+}
+
+/// Called before a call that may leave the process with a finite address-space or data limit
+/// (`setrlimit`, `prlimit`, their raw `syscall` forms: `watch::may_limit_memory`), and at the
+/// first call of a process that has one. Under such a limit the room is the program's: the
+/// library cannot know what its own later allocations would find, and a failed Rust
+/// allocation aborts the program (a `cat` at `ulimit -v 3300` did, where it ran plainly). So
+/// offload stops for good, as for [`thread_state_changes`], and nothing more is allocated: a
+/// library not yet started never starts, the default policy is not built, no service thread
+/// starts and no summary is written.
+pub(crate) fn memory_limit_comes() {
+    let _ = STATE.compare_exchange(UNINIT, OFF, SeqCst, SeqCst);
+    thread_state_changes();
 }
 
 /// Called before a process starts that the fork handlers will not see (see [`CHECK_PID`]):
@@ -203,7 +215,19 @@ fn start_once(state: &AtomicU32, start: impl FnOnce() -> bool, stack: Stack) -> 
 /// Whether the library is configured and offload may happen; starts it up on first use.
 #[inline]
 fn ready() -> bool {
-    start_once(&STATE, start_up, Stack::Own)
+    STATE.load(Acquire) == READY || start_unless_limited(Stack::Own)
+}
+
+/// Starts the library up on `stack` if no thread has begun to, unless the process has a
+/// memory limit ([`memory_limit_comes`]), which is looked at first: before the first
+/// allocation, and before a stack of its own is mapped. Whether it is READY.
+#[cold]
+fn start_unless_limited(stack: Stack) -> bool {
+    if STATE.load(Acquire) == UNINIT && sys::memory_limited() {
+        memory_limit_comes();
+        return false;
+    }
+    start_once(&STATE, start_up, stack)
 }
 
 fn env_bytes(name: &'static str) -> Option<Vec<u8>> {
@@ -320,7 +344,7 @@ pub(crate) fn handover(first_call_ns: u64, child_seen: bool, first_thread: (i64,
     // A library loaded by `dlopen` gets its thread-locals on a thread's first access to them,
     // from `malloc`: on the loading thread (not in a handler, see the stub) that is now.
     std::hint::black_box(THREAD.with(|thread| thread as *const Thread));
-    if !start_once(&STATE, start_up, stack) {
+    if !start_unless_limited(stack) {
         return false;
     }
     // The stub loads a process that outlived the first epoch, whose next call would build the
@@ -436,7 +460,10 @@ fn build_deferred_policy(thread: &Thread) {
 /// [`build_deferred_policy`] where `allowed` (asked only once the epoch has passed) says the
 /// call may allocate, on `stack`.
 fn build_deferred_policy_if(stack: Stack, allowed: impl FnOnce() -> bool) {
-    if sys::now_ns().saturating_sub(STARTED_NS.load(Relaxed)) >= decide::EPOCH_NS
+    // Out for good, no policy is built: under a memory limit its tables could abort the
+    // program.
+    if !OUT_FOR_GOOD.load(Relaxed)
+        && sys::now_ns().saturating_sub(STARTED_NS.load(Relaxed)) >= decide::EPOCH_NS
         && allowed()
         && DEFERRED.compare_exchange(true, false, SeqCst, Relaxed).is_ok()
     {
@@ -468,7 +495,7 @@ fn install_the_default_policy(stack: Stack) {
 /// (`COREHOP_LEARNED`, see [`crate::learned`]), if it has any and the run hands on.
 fn start_from_the_run(config: &Config, policy: &mut Policy) {
     // Not after a filter of the process's own: it may kill at a call the program never makes.
-    if THREAD_STATE_CHANGED.load(SeqCst) {
+    if OUT_FOR_GOOD.load(SeqCst) {
         return;
     }
     if let Some(path) = &config.learned_file {
@@ -529,9 +556,10 @@ pub(crate) fn before_exit() {
 /// At exit (registered only when a stats, trace or learned file is asked for): hand on what
 /// the policy learned, append the trace and this process's summary. Nothing in a process that
 /// changed its own security state ([`thread_state_changes`]): a seccomp filter may kill it at
-/// a call it never made plainly (its summary and trace are then missing).
+/// a call it never made plainly (its summary and trace are then missing); nor in one that may
+/// have a memory limit ([`memory_limit_comes`]), where writing them may allocate.
 extern "C" fn at_exit() {
-    if STATE.load(Acquire) != READY || THREAD_STATE_CHANGED.load(SeqCst) || REPORTED.swap(true, SeqCst) {
+    if STATE.load(Acquire) != READY || OUT_FOR_GOOD.load(SeqCst) || REPORTED.swap(true, SeqCst) {
         return;
     }
     if let Some(path) = CONFIG.get().and_then(|c| c.learned_file.as_deref()) {
@@ -677,7 +705,7 @@ pub(crate) fn dispatch(kind: CallKind, fd: i32, size: impl FnOnce() -> u64, requ
         }
         let counters = stats::of(kind);
         stats::bump(&counters.seen);
-        if THREAD_STATE_CHANGED.load(Relaxed) || SANITIZED.load(Relaxed) {
+        if OUT_FOR_GOOD.load(Relaxed) || SANITIZED.load(Relaxed) {
             stats::bump(&counters.kept);
             return run_local(thread, counters, &Desc { kind, fd, size: 0, site: 0 });
         }

@@ -14,7 +14,8 @@ use core::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
 use libc::{iovec, mode_t, nfds_t, off_t, pollfd, size_t, sockaddr, socklen_t, ssize_t, timeval};
 
 use crate::intercept::{
-    before_unseen_child, dispatch, finish_timed, new_fd, thread_state_changes, to_libc_token,
+    before_unseen_child, dispatch, finish_timed, memory_limit_comes, new_fd, thread_state_changes,
+    to_libc_token,
 };
 use crate::lane::{Check, Request};
 use crate::sys;
@@ -844,6 +845,9 @@ entry_points! {
             if watch::starts_unseen_child(nr, a) {
                 before_unseen_child();
             }
+            if sys::raw_call_may_limit_memory(nr, a, b, c) {
+                memory_limit_comes();
+            }
             match reassigned_by(nr, a, b) {
                 Some((first, last)) => reassigning(first, last, real),
                 None if nr == libc::SYS_rt_sigaction => caught::installing(a as c_int, b != 0, real),
@@ -926,6 +930,31 @@ entry_points! {
         as unsafe extern "C-unwind" fn(*mut c_void, *const c_void) -> c_int
         => |real| {
             thread_state_changes();
+            real()
+        }
+}
+
+// ---- calls that may set a memory limit (not offloaded: watched) -------------------------
+
+// Before the call, which then runs as plainly (see `intercept::memory_limit_comes`).
+entry_points! {
+    watch fn [setrlimit, setrlimit64](resource: c_int, new: *const c_void) -> c_int
+        as unsafe extern "C-unwind" fn(c_int, *const c_void) -> c_int
+        => |real| {
+            if sys::may_limit_memory(0, i64::from(resource), new as u64) {
+                memory_limit_comes();
+            }
+            real()
+        }
+}
+
+entry_points! {
+    watch fn [prlimit, prlimit64](pid: libc::pid_t, resource: c_int, new: *const c_void, old: *mut c_void) -> c_int
+        as unsafe extern "C-unwind" fn(libc::pid_t, c_int, *const c_void, *mut c_void) -> c_int
+        => |real| {
+            if sys::may_limit_memory(i64::from(pid), i64::from(resource), new as u64) {
+                memory_limit_comes();
+            }
             real()
         }
 }

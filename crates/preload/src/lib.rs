@@ -120,6 +120,16 @@
 //! behind its back (inline assembly, io_uring, glibc's own `fclose`) and reused for a file on
 //! FUSE or tracefs would have its positioned calls go across unchecked.
 //!
+//! A process with a finite address-space or data limit (`RLIMIT_AS`, `RLIMIT_DATA`: `ulimit -v`,
+//! `ulimit -d`), found at its first intercepted call or about to be set by its own
+//! `setrlimit`, `prlimit` or raw `syscall` form of them, runs without offload for good, and the
+//! library allocates nothing more in it (`intercept::memory_limit_comes`; the start-up stub
+//! stays on libc): under such a limit the room is the program's, the library cannot know what
+//! its own later allocations would find, and a failed Rust allocation aborts the program. Its
+//! image still takes room, so a program that only just fits plainly may fail there as it
+//! would plainly under a lower limit; it writes no summary. A limit set by another process
+//! (`prlimit` of our pid) or with inline assembly is not seen.
+//!
 //! Configuration: environment variables, see [`config`]. Summary format: see [`stats`].
 #![deny(unsafe_op_in_unsafe_fn)]
 // Unit tests build without the exported entry points, so the path behind them looks unused.

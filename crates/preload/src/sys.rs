@@ -184,6 +184,32 @@ pub unsafe fn unmap(addr: *mut u8, bytes: usize) -> bool {
     !is_err(unsafe { raw(libc::SYS_munmap, [addr as u64, bytes as u64, 0, 0, 0, 0]) })
 }
 
+/// The raw calls `corehop_sys::watch`'s limit checks make, each of which writes only into a
+/// local of the check that asks (`prlimit64`'s old limits, `process_vm_readv`'s copy) or into
+/// nothing (`getpid`, `tgkill` with signal 0).
+fn raw_for_limits(nr: i64, args: [u64; 6]) -> i64 {
+    // SAFETY: the calls above, with the arguments `watch` gives (its locals' addresses, live
+    // for the call).
+    unsafe { raw(nr, args) }
+}
+
+/// Whether this process has a finite address-space or data limit ([`corehop_sys::watch::memory_limited`]):
+/// two system calls, no allocation.
+pub fn memory_limited() -> bool {
+    corehop_sys::watch::memory_limited(raw_for_limits)
+}
+
+/// Whether a call setting limit `resource` of `pid` to the limits at `new` may leave this
+/// process with a memory limit ([`corehop_sys::watch::may_limit_memory`]).
+pub fn may_limit_memory(pid: i64, resource: i64, new: u64) -> bool {
+    corehop_sys::watch::may_limit_memory(pid, resource, Some(new), raw_for_limits)
+}
+
+/// [`may_limit_memory`] for a raw `syscall(nr, a, b, c)`.
+pub fn raw_call_may_limit_memory(nr: i64, a: i64, b: i64, c: i64) -> bool {
+    corehop_sys::watch::raw_call_may_limit_memory(nr, a, b, Some(c), raw_for_limits)
+}
+
 /// Restricts the calling thread to kernel CPU `cpu`. Returns the raw result.
 pub fn pin_self(cpu: usize) -> i64 {
     if cpu >= libc::CPU_SETSIZE as usize {
@@ -651,5 +677,75 @@ mod tests {
             let _ = one_in(1);
         });
         assert!((0..1000).all(|_| one_in(1)));
+    }
+
+    /// The limit checks on this process's real limits, in a child (the limit it sets is its
+    /// own), which reports by its exit status which check went wrong.
+    #[test]
+    fn a_memory_limit_is_seen_and_so_is_a_call_that_would_set_one() {
+        let infinite = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+        let finite = libc::rlimit { rlim_cur: 1 << 40, rlim_max: libc::RLIM_INFINITY };
+        let (at_infinite, at_finite) = (&infinite as *const _ as u64, &finite as *const _ as u64);
+        let (as_, data, nofile) =
+            (i64::from(libc::RLIMIT_AS), i64::from(libc::RLIMIT_DATA), i64::from(libc::RLIMIT_NOFILE));
+        let limited_by_libc = || {
+            [libc::RLIMIT_AS, libc::RLIMIT_DATA].into_iter().any(|resource| {
+                let mut limit = infinite;
+                // SAFETY: getrlimit writes into a live struct.
+                unsafe { libc::getrlimit(resource, &mut limit) != 0 || limit.rlim_cur != libc::RLIM_INFINITY }
+            })
+        };
+        let checks = || -> i32 {
+            let me = i64::from(getpid());
+            let cases = [
+                // As libc reads the limits; a call that asks for a finite one may set one.
+                memory_limited() == limited_by_libc(),
+                may_limit_memory(0, as_, at_finite),
+                may_limit_memory(me, data, at_finite),
+                may_limit_memory(i64::from(gettid()), as_, at_finite),
+                // Not a memory limit, none set, an infinite one, another process, memory the call
+                // cannot read either.
+                !may_limit_memory(0, nofile, at_finite),
+                !may_limit_memory(0, as_, 0),
+                !may_limit_memory(0, as_, at_infinite),
+                !may_limit_memory(1, as_, at_finite) || me == 1,
+                !may_limit_memory(0, as_, 8),
+                raw_call_may_limit_memory(libc::SYS_prlimit64, 0, as_, at_finite as i64),
+                !raw_call_may_limit_memory(libc::SYS_prlimit64, 0, as_, 0),
+                // The stub, which does not see prlimit64's third argument, takes it as finite.
+                corehop_sys::watch::raw_call_may_limit_memory(
+                    libc::SYS_prlimit64,
+                    0,
+                    as_,
+                    None,
+                    raw_for_limits,
+                ),
+            ];
+            if let Some(wrong) = cases.iter().position(|ok| !ok) {
+                return 10 + wrong as i32;
+            }
+            // SAFETY: sets this child's own limit from a live struct.
+            unsafe { libc::setrlimit(libc::RLIMIT_DATA, &finite) };
+            if !memory_limited() {
+                return 2;
+            }
+            0
+        };
+        // SAFETY: the child runs the checks (raw calls and setrlimit, no allocation) and leaves
+        // with `_exit`.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let status = checks();
+            unsafe { libc::_exit(status) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child made above.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "{status:#x}");
+        assert_eq!(
+            libc::WEXITSTATUS(status),
+            0,
+            "a check failed (2: the limit set was not seen, 10 + n: case n)"
+        );
     }
 }

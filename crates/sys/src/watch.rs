@@ -3,7 +3,8 @@
 //! thread alone. The library (`crates/preload`) and its start-up stub (`crates/preload-stub`,
 //! which includes this file by path and links nothing) decide with the same functions.
 //!
-//! It also holds the default policy's first epoch, which the stub waits out.
+//! It also holds the default policy's first epoch, which the stub waits out, and the check
+//! that keeps both out of a process with a memory limit ([`memory_limited`]).
 //!
 //! Only `core`: the stub is `no_std`. The system-call numbers are the kernel's (a test checks
 //! them against `libc`).
@@ -57,6 +58,11 @@ pub mod nr {
         SECCOMP: 317, 277;
         CLONE3: 435, 435;
         LANDLOCK_RESTRICT_SELF: 446, 446;
+        GETPID: 39, 172;
+        TGKILL: 234, 131;
+        SETRLIMIT: 160, -1;
+        PRLIMIT64: 302, 261;
+        PROCESS_VM_READV: 310, 270;
     }
 }
 
@@ -100,6 +106,84 @@ pub fn starts_unseen_child(nr: i64, a: i64) -> bool {
         || (nr == nr::CLONE && a & CLONE_THREAD == 0)
 }
 
+/// `RLIMIT_DATA` and `RLIMIT_AS`: the limits on a process's private writable mappings and on
+/// its whole address space, both of which the library's own memory counts toward.
+pub const RLIMIT_DATA: i64 = 2;
+#[allow(missing_docs)]
+pub const RLIMIT_AS: i64 = 9;
+const RLIM_INFINITY: u64 = u64::MAX;
+const EFAULT: i64 = 14;
+
+/// Whether this process has a finite address-space or data limit (the soft value, which the
+/// kernel enforces), or its limits cannot be read. There the room is the program's: the
+/// library cannot know what its own later allocations would find, and a failed Rust
+/// allocation aborts the program, so the stub stays on libc and the library moves nothing and
+/// allocates nothing, for good.
+///
+/// `raw` makes a system call and returns the kernel's raw result; here `prlimit64` of the
+/// caller, which writes into a local of this function.
+pub fn memory_limited(raw: impl Fn(i64, [u64; 6]) -> i64) -> bool {
+    [RLIMIT_AS, RLIMIT_DATA].into_iter().any(|resource| {
+        let mut limit = [0u64; 2];
+        let read = raw(nr::PRLIMIT64, [0, resource as u64, 0, limit.as_mut_ptr() as u64, 0, 0]);
+        read != 0 || limit[0] != RLIM_INFINITY
+    })
+}
+
+/// Whether a call that sets limit `resource` of process or thread `pid` (0: the caller) to
+/// the `struct rlimit` at address `new` (0: sets none; `None`: not known) may leave this
+/// process with a limit [`memory_limited`] stays out under. Asked before the call is made,
+/// which then runs as plainly: one that fails leaves the process out for nothing, offload
+/// only. Limits are the process's, so any thread of ours names it.
+///
+/// `raw` as for [`memory_limited`]: `getpid`, `tgkill` with signal 0 (which only checks that
+/// the thread is ours), and `process_vm_readv` of our own memory into a local of this
+/// function.
+pub fn may_limit_memory(
+    pid: i64,
+    resource: i64,
+    new: Option<u64>,
+    raw: impl Fn(i64, [u64; 6]) -> i64,
+) -> bool {
+    // The kernel's arguments are ints.
+    let (pid, resource) = (i64::from(pid as i32), i64::from(resource as u32));
+    if (resource != RLIMIT_AS && resource != RLIMIT_DATA) || new == Some(0) {
+        return false;
+    }
+    let me = raw(nr::GETPID, [0; 6]) as u64;
+    if pid != 0 && pid as u64 != me && raw(nr::TGKILL, [me, pid as u64, 0, 0, 0, 0]) != 0 {
+        return false;
+    }
+    let Some(new) = new else { return true };
+    let mut soft = [0u8; 8];
+    let local = [soft.as_mut_ptr() as u64, 8];
+    let remote = [new, 8];
+    match raw(nr::PROCESS_VM_READV, [me, local.as_ptr() as u64, 1, remote.as_ptr() as u64, 1, 0]) {
+        8 => u64::from_ne_bytes(soft) != RLIM_INFINITY,
+        // Memory the call cannot read either: it fails with EFAULT and changes nothing.
+        ret if ret == -EFAULT => false,
+        _ => true,
+    }
+}
+
+/// [`may_limit_memory`] for a raw system call `nr` with arguments `a`, `b` and `c` (`None`:
+/// not known, as to the start-up stub, which sees three registers of `syscall`'s).
+pub fn raw_call_may_limit_memory(
+    nr: i64,
+    a: i64,
+    b: i64,
+    c: Option<i64>,
+    raw: impl Fn(i64, [u64; 6]) -> i64,
+) -> bool {
+    if nr >= 0 && nr == nr::SETRLIMIT {
+        may_limit_memory(0, a, Some(b as u64), raw)
+    } else if nr == nr::PRLIMIT64 {
+        may_limit_memory(a, b, c.map(|c| c as u64), raw)
+    } else {
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,12 +218,21 @@ mod tests {
             (nr::SECCOMP, libc::SYS_seccomp),
             (nr::CLONE3, libc::SYS_clone3),
             (nr::LANDLOCK_RESTRICT_SELF, libc::SYS_landlock_restrict_self),
+            (nr::GETPID, libc::SYS_getpid),
+            (nr::TGKILL, libc::SYS_tgkill),
+            (nr::PRLIMIT64, libc::SYS_prlimit64),
+            (nr::PROCESS_VM_READV, libc::SYS_process_vm_readv),
         ];
         for (ours, kernel) in pairs {
             assert_eq!(ours, kernel);
         }
         #[cfg(target_arch = "x86_64")]
-        assert_eq!((nr::FORK, nr::VFORK), (libc::SYS_fork, libc::SYS_vfork));
+        assert_eq!(
+            (nr::FORK, nr::VFORK, nr::SETRLIMIT),
+            (libc::SYS_fork, libc::SYS_vfork, libc::SYS_setrlimit)
+        );
+        assert_eq!((RLIMIT_AS, RLIMIT_DATA), (i64::from(libc::RLIMIT_AS), i64::from(libc::RLIMIT_DATA)));
+        assert_eq!(RLIM_INFINITY, libc::RLIM_INFINITY);
         assert_eq!(CLONE_THREAD, i64::from(libc::CLONE_THREAD));
         let options = [
             libc::PR_SET_SECCOMP,
