@@ -866,7 +866,8 @@ fn ldd_lists_the_libraries_it_lists_plainly() {
         text(&out.stdout).lines().map(|l| l.split(" (0x").next().unwrap_or(l)).collect::<Vec<_>>().join("\n")
     }
     let true_path = ["/bin/true", "/usr/bin/true"].into_iter().find(|p| Path::new(p).exists()).unwrap();
-    let cases: [(&[&str], &[(&str, &str)]); 3] = [
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)]);
+    let cases: [Case; 3] = [
         (&["ldd", true_path], &[]),
         (&["sh", "-c", &format!("ldd {true_path}")], &[]),
         // `corehop run` itself starting a program the loader only lists.

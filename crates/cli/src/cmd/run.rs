@@ -167,7 +167,8 @@ const NOTHING_INTERCEPTED: &str =
     "no process reported: the preload library sees only the calls a program makes \
 through libc's exported functions (libc's own paths to the kernel, such as stdio's fopen, fread and \
 fwrite, pass it by); a statically linked or set-user-ID program does not load it (it starts with \
-its plain environment, and what it starts runs plainly too); and a process \
+its plain environment, and what it starts runs plainly too); a process under an address-space \
+or data limit (ulimit -v, ulimit -d) runs without the library's work and reports nothing; and a process \
 reports at exit() or _exit(), not at exec, a fatal signal or a raw exit system call (as Go \
 programs end)";
 
