@@ -165,12 +165,14 @@ impl Calls {
             }
             Decision::Offload => {
                 // What the move costs the application CPU, the one the policy keeps busy: while
-                // other tasks wait to run there, or once this task is already away, only the
-                // hop there and back (what it waited for beyond that at the service CPU, the
-                // application CPU spent on the other tasks); with nothing else to run, that CPU
-                // idles for the whole wait.
-                let idles_meanwhile =
-                    corehop_runtime::current_cpu() == self.app && !corehop_runtime::others_waiting();
+                // other tasks wait to run there, the hop there and back, charged to the call
+                // that leaves (the hop back comes at the next local call or the request's end,
+                // which no call is charged for; what the task waited beyond the hops at the
+                // service CPU, the application CPU spent on the other tasks), and nothing more
+                // to a call made once the task is away; with nothing else to run, that CPU
+                // idles for the whole wait, and for the hop back, about half a round trip.
+                let leaves = corehop_runtime::current_cpu() == self.app;
+                let idles_meanwhile = leaves && !corehop_runtime::others_waiting();
                 // SAFETY: this function's contract.
                 unsafe { self.go(self.service) }?;
                 let start = sys::now_ns();
@@ -179,11 +181,13 @@ impl Calls {
                 let run = end.saturating_sub(start);
                 let waited = end.saturating_sub(t0);
                 let mut offload = self.lock();
+                let hops = offload.round_trip_ns + offload.contention.as_ref().map_or(0, |c| c.wait_ns);
                 let caller = if idles_meanwhile {
-                    waited
+                    waited + offload.round_trip_ns / 2
+                } else if leaves {
+                    hops
                 } else {
-                    let contention = offload.contention.as_ref().map_or(0, |c| c.wait_ns);
-                    start.saturating_sub(t0).min(offload.round_trip_ns + contention)
+                    start.saturating_sub(t0).min(hops)
                 };
                 offload.stats.offloaded += 1;
                 offload.stats.remote_run_ns += run;
