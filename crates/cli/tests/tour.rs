@@ -46,3 +46,19 @@ fn a_part_the_tour_does_not_have_is_an_error() {
     let stderr = text(&out.stderr);
     assert!(stderr.contains("names no part of the tour; its parts: machine, switch"), "{stderr}");
 }
+
+#[test]
+fn the_tour_in_json_carries_each_part_s_outcome_and_narrative() {
+    let tour = common::json_of(&["tour", "--json", "--only", "predict"]);
+    let parts = tour["parts"].as_array().expect("parts");
+    assert_eq!(parts.len(), 1, "{tour}");
+    let part = &parts[0];
+    assert_eq!(part["name"], "predict");
+    assert_eq!(part["ok"], true, "{tour}");
+    assert!(part["error"].is_null(), "{tour}");
+    assert!(part["seconds"].as_f64().is_some_and(|s| s >= 0.0), "{tour}");
+    assert!(part["output"].as_str().is_some_and(|o| o.contains("timed (corehop run's)")), "{tour}");
+    assert_eq!((tour["ok"].as_u64(), tour["failed"].as_u64()), (Some(1), Some(0)), "{tour}");
+    let err = common::error_of(&["tour", "--json", "--only", "nosuchpart"]);
+    assert!(err.contains("names no part of the tour"), "{err}");
+}

@@ -9,10 +9,37 @@ use super::{predict, run as run_cmd, sim, topo};
 
 /// Runs every part of the tour in turn; a part that fails is reported and the tour goes on.
 #[derive(clap::Args)]
+#[command(
+    after_help = "--json prints, instead of the narrative, `{parts: [{name, what, ok, seconds, error, output}], \
+seconds, ok, failed}`: each part runs as `corehop tour --only NAME` in a process of its own, `output` is what \
+it printed, `error` null or why it failed; a line a part goes to standard error as it ends."
+)]
 pub struct Args {
     /// Run only the parts whose names contain this text (e.g. `--only switch`).
     #[arg(long)]
     only: Option<String>,
+    /// Print a JSON summary of the parts, each part's narrative in it, instead of the narrative.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One part's outcome, for `--json`.
+#[derive(serde::Serialize)]
+struct PartJson {
+    name: &'static str,
+    what: &'static str,
+    ok: bool,
+    seconds: f64,
+    error: Option<String>,
+    output: String,
+}
+
+#[derive(serde::Serialize)]
+struct TourJson {
+    parts: Vec<PartJson>,
+    seconds: f64,
+    ok: usize,
+    failed: usize,
 }
 
 type Part = (&'static str, &'static str, fn() -> anyhow::Result<()>);
@@ -43,6 +70,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             names.join(", ")
         );
     }
+    if args.json {
+        return run_json(args.only.as_deref());
+    }
     let started = Instant::now();
     let mut outcomes = Vec::new();
     for &(name, what, part) in PARTS {
@@ -69,6 +99,34 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         outcomes.len() - failed,
         outcomes.len()
     );
+    anyhow::ensure!(failed == 0, "{failed} part(s) of the tour failed");
+    Ok(())
+}
+
+/// `--json`: each part in a process of its own (`corehop tour --only NAME`), so that what it
+/// prints lands in the summary and not on standard output.
+fn run_json(only: Option<&str>) -> anyhow::Result<()> {
+    let exe = std::env::current_exe()?;
+    let started = Instant::now();
+    let mut parts = Vec::new();
+    for &(name, what, _) in PARTS {
+        if only.is_some_and(|only| !name.contains(only)) {
+            continue;
+        }
+        let t = Instant::now();
+        let out = std::process::Command::new(&exe).args(["tour", "--only", name]).output()?;
+        let seconds = t.elapsed().as_secs_f64();
+        let ok = out.status.success();
+        let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        let error = (!ok).then(|| if stderr.is_empty() { out.status.to_string() } else { stderr });
+        eprintln!("tour: {name} {} in {seconds:.1} s", if ok { "ok" } else { "FAILED" });
+        let output = String::from_utf8_lossy(&out.stdout).into_owned();
+        parts.push(PartJson { name, what, ok, seconds, error, output });
+    }
+    let failed = parts.iter().filter(|p| !p.ok).count();
+    let summary =
+        TourJson { ok: parts.len() - failed, failed, seconds: started.elapsed().as_secs_f64(), parts };
+    println!("{}", serde_json::to_string_pretty(&summary)?);
     anyhow::ensure!(failed == 0, "{failed} part(s) of the tour failed");
     Ok(())
 }
