@@ -215,19 +215,20 @@ fn start_once(state: &AtomicU32, start: impl FnOnce() -> bool, stack: Stack) -> 
 /// Whether the library is configured and offload may happen; starts it up on first use.
 #[inline]
 fn ready() -> bool {
-    STATE.load(Acquire) == READY || start_unless_limited(Stack::Own)
+    STATE.load(Acquire) == READY || start_unless_limited()
 }
 
-/// Starts the library up on `stack` if no thread has begun to, unless the process has a
+/// Starts the library up on a stack of its own if no thread has begun to, unless the process has a
 /// memory limit ([`memory_limit_comes`]), which is looked at first: before the first
-/// allocation, and before a stack of its own is mapped. Whether it is READY.
+/// allocation, and before a stack of its own is mapped. Whether it is READY. (Loaded by the
+/// stub, the library starts in [`handover`], after the stub's own check.)
 #[cold]
-fn start_unless_limited(stack: Stack) -> bool {
+fn start_unless_limited() -> bool {
     if STATE.load(Acquire) == UNINIT && sys::memory_limited() {
         memory_limit_comes();
         return false;
     }
-    start_once(&STATE, start_up, stack)
+    start_once(&STATE, start_up, Stack::Own)
 }
 
 fn env_bytes(name: &'static str) -> Option<Vec<u8>> {
@@ -344,7 +345,9 @@ pub(crate) fn handover(first_call_ns: u64, child_seen: bool, first_thread: (i64,
     // A library loaded by `dlopen` gets its thread-locals on a thread's first access to them,
     // from `malloc`: on the loading thread (not in a handler, see the stub) that is now.
     std::hint::black_box(THREAD.with(|thread| thread as *const Thread));
-    if !start_unless_limited(stack) {
+    // No limit check here: the stub made it before `dlopen`, and has watched every call that
+    // could set a limit since.
+    if !start_once(&STATE, start_up, stack) {
         return false;
     }
     // The stub loads a process that outlived the first epoch, whose next call would build the

@@ -76,7 +76,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut outcomes = Vec::new();
     for &(name, what, part) in PARTS {
-        if args.only.as_deref().is_some_and(|only| !name.contains(only)) {
+        if !chosen(args.only.as_deref(), name) {
             continue;
         }
         println!("\n━━ {name}: {what} ━━");
@@ -103,6 +103,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether `--only` (if given) picks the part `name`.
+fn chosen(only: Option<&str>, name: &str) -> bool {
+    only.is_none_or(|only| name.contains(only))
+}
+
 /// `--json`: each part in a process of its own (`corehop tour --only NAME`), so that what it
 /// prints lands in the summary and not on standard output.
 fn run_json(only: Option<&str>) -> anyhow::Result<()> {
@@ -110,7 +115,7 @@ fn run_json(only: Option<&str>) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut parts = Vec::new();
     for &(name, what, _) in PARTS {
-        if only.is_some_and(|only| !name.contains(only)) {
+        if !chosen(only, name) {
             continue;
         }
         let t = Instant::now();
