@@ -26,7 +26,9 @@ fn build_stub(target: &str) -> Option<PathBuf> {
     let source = manifest.join("../preload-stub/src/lib.rs");
     // The stub's source and the files of corehop-sys it includes by path.
     println!("cargo:rerun-if-changed={}", source.display());
-    for shared in ["watch.rs", "trampoline.rs", "stub_state.rs", "next_symbol.rs", "hidden_env.rs"] {
+    for shared in
+        ["watch.rs", "trampoline.rs", "stub_state.rs", "next_symbol.rs", "hidden_env.rs", "lifetimes.rs"]
+    {
         println!("cargo:rerun-if-changed={}", manifest.join("../sys/src").join(shared).display());
     }
     println!("cargo:rerun-if-changed=build.rs");
@@ -55,6 +57,8 @@ fn compile(target: &str, source: &Path, out: &Path, link_args: &[&str]) -> bool 
     command
         .args(["--edition", "2021", "--crate-type", "cdylib", "--crate-name", "corehop_preload_stub"])
         .args(["-C", "panic=abort", "-C", "opt-level=3", "-C", "codegen-units=1", "-C", "debuginfo=0"])
+        // The standard library's own debug information: loaded by no process, read by none.
+        .args(["-C", "strip=debuginfo"])
         .args(["--target", target])
         .arg("-o")
         .arg(out)

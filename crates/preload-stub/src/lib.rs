@@ -30,6 +30,12 @@
 //!   one the room is the program's: the library's own allocations could not know what they
 //!   would find, and a failed one aborts the program.
 //!
+//! A program whose processes have ended before the stub loaded the library, having started
+//! nothing, twice and never otherwise, gets no stub the next times this stub's exec wrappers
+//! start it (but one time in 16): it starts as it would plainly (`corehop_sys::lifetimes`,
+//! included by path, on a table in a file `corehop run` names in `$COREHOP_LIFETIMES`). The
+//! stub cost such a process 80-90 µs of loading and did nothing for it.
+//!
 //! The library is found at `$COREHOP_LIBRARY` (read with `secure_getenv`). If it cannot be
 //! loaded the process runs on without offload, as plainly as it started. The call that loads
 //! it runs `dlopen` (on a thread of its own in a process with others: see [`load_once`]),
@@ -48,7 +54,7 @@ compile_error!(
 );
 
 use core::ffi::{c_char, c_int, c_void};
-use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize};
 
 #[path = "../../sys/src/watch.rs"]
@@ -69,11 +75,17 @@ mod trampoline;
 #[macro_use]
 mod hidden_env;
 
+// Its file's name is `corehop run`'s business.
+#[allow(dead_code)]
+#[path = "../../sys/src/lifetimes.rs"]
+mod lifetimes;
+
 #[link(name = "c")]
 extern "C" {
     fn dlopen(path: *const c_char, flags: c_int) -> *mut c_void;
     fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void;
     fn secure_getenv(name: *const c_char) -> *const c_char;
+    fn getauxval(kind: u64) -> u64;
     fn __errno_location() -> *mut c_int;
     fn __register_atfork(
         prepare: Option<extern "C" fn()>,
@@ -108,7 +120,185 @@ static FORK_HANDLER: AtomicBool = AtomicBool::new(false);
 static HIDDEN: hidden_env::Hidden = hidden_env::Hidden::new();
 
 hide_at_start!(crate::HIDDEN);
-exec_wrappers!(crate::HIDDEN, crate::next_function);
+exec_wrappers!(crate::HIDDEN, crate::next_function, crate::starts_plainly);
+
+/// When this process's program started (the monotonic clock, ns).
+static STARTED_NS: AtomicU64 = AtomicU64::new(0);
+/// Whether this process, or the one it was forked from, has started a program or a process.
+static STARTED_ANOTHER: AtomicBool = AtomicBool::new(false);
+/// Where the lifetimes table is mapped: 0 not yet looked for, [`NO_TABLE`] none to be had.
+static TABLE: AtomicUsize = AtomicUsize::new(0);
+const NO_TABLE: usize = 1;
+/// This program's key in the table (`lifetimes::key`): 0 not yet read, [`NO_KEY`] none.
+static OWN_KEY: AtomicU64 = AtomicU64::new(0);
+const NO_KEY: u64 = u64::MAX;
+
+/// The stub's own constructor: notes the time, and asks to hear of every `fork`.
+#[used]
+#[link_section = ".init_array"]
+static AT_START: extern "C" fn() = at_start;
+
+/// At the end of a process (`exit`, not `_exit` or a signal: such a one notes nothing).
+#[used]
+#[link_section = ".fini_array"]
+static AT_EXIT: extern "C" fn() = at_exit;
+
+extern "C" fn at_start() {
+    STARTED_NS.store(now_ns(), Relaxed);
+    // SAFETY: `before_fork` makes raw calls and touches this stub's atomics and the table. No
+    // DSO handle: the stub is preloaded, so never unloaded.
+    unsafe { __register_atfork(Some(before_fork), None, None, core::ptr::null_mut()) };
+}
+
+/// Before glibc's `fork`, in the parent: a process that forks is a starter, and its children
+/// find the table mapped and libc's exec functions looked up already (once for a shell's
+/// hundreds of commands, not in each).
+extern "C" fn before_fork() {
+    note_started();
+    exec_wrappers::look_up_before_fork();
+}
+
+/// Notes that this process starts a program or a process (once, with the table).
+fn note_started() {
+    let table = table(may_map());
+    if !STARTED_ANOTHER.swap(true, Relaxed) {
+        if let (Some(table), Some(key)) = (table, own_key()) {
+            table.note(key, lifetimes::End::Starter);
+        }
+    }
+}
+
+/// How this process ended, into the table: short if it ended within [`LOAD_AGE_NS`] of its
+/// start, having started nothing. One that began to load the library was noted long then.
+extern "C" fn at_exit() {
+    if STARTED_ANOTHER.load(Relaxed) || !may_map() {
+        return;
+    }
+    let short = now_ns().saturating_sub(STARTED_NS.load(Relaxed)) < LOAD_AGE_NS;
+    note(if short { lifetimes::End::Short } else { lifetimes::End::Long });
+}
+
+/// Notes how this process ends (mapping the table if need be: see [`may_map`]).
+fn note(end: lifetimes::End) {
+    if let (Some(table), Some(key)) = (table(true), own_key()) {
+        table.note(key, end);
+    }
+}
+
+/// Whether the stub may make the system calls that map the table: only while it runs the
+/// process on libc, having seen nothing that keeps it there for good (a filter on system
+/// calls, which such calls could break, a credential change or a memory limit), with no load
+/// begun (the library watches those calls then). Once mapped, the table takes no calls.
+fn may_map() -> bool {
+    matches!(STATE.load(Acquire), State::Plain | State::PlainWithChild) && LOADER.load(Relaxed) == NO_LOADER
+}
+
+/// Told of every program the exec wrappers start (`program`: its path or file name, or
+/// null): whether to start it plainly, as the table says.
+///
+/// # Safety
+/// `program` is null or NUL-terminated.
+unsafe fn starts_plainly(program: *const c_char) -> bool {
+    note_started();
+    // SAFETY: the contract.
+    let key = unsafe { c_bytes(program) }.and_then(lifetimes::key);
+    match (table(may_map()), key) {
+        (Some(table), Some(key)) => table.starts_plainly(key),
+        _ => false,
+    }
+}
+
+/// This program's key: that of the file name it was started as (`AT_EXECFN`).
+fn own_key() -> Option<u64> {
+    let mut key = OWN_KEY.load(Relaxed);
+    if key == 0 {
+        // SAFETY: getauxval reads the auxiliary vector; AT_EXECFN's value is null or the
+        // address of the NUL-terminated file name on the process's first stack, which lives
+        // as long as the process.
+        let name = keeping_errno(|| unsafe { getauxval(AT_EXECFN) }) as *const c_char;
+        // SAFETY: as above.
+        key = unsafe { c_bytes(name) }.and_then(lifetimes::key).filter(|&k| k != 0).unwrap_or(NO_KEY);
+        OWN_KEY.store(key, Relaxed);
+    }
+    (key != NO_KEY).then_some(key)
+}
+
+/// The lifetimes table, mapped at its first use if `map`; `None` if it is not mapped,
+/// `corehop run` named none, it cannot be opened or is short, or the process has a memory
+/// limit (the room is its own).
+fn table(map: bool) -> Option<lifetimes::Table<'static>> {
+    let mut at = TABLE.load(Acquire);
+    if at == 0 && !map {
+        return None;
+    }
+    if at == 0 {
+        let mapped = map_table();
+        at = match TABLE.compare_exchange(0, mapped, AcqRel, Acquire) {
+            Ok(_) => mapped,
+            Err(first) => {
+                if mapped != NO_TABLE {
+                    unmap(mapped, lifetimes::TABLE_BYTES);
+                }
+                first
+            }
+        };
+    }
+    if at == NO_TABLE {
+        return None;
+    }
+    // SAFETY: `at` is a shared mapping of TABLE_BYTES, page-aligned (so aligned for
+    // AtomicU64), made by `map_table` and never unmapped once published here; every process
+    // that maps the file reads and writes it only through these atomics (`lifetimes`), for
+    // which any bit pattern is valid. Nothing shrinks the file under the mapping (which
+    // would raise SIGBUS): `corehop run` only creates it or makes it longer, in the user's
+    // own cache directory, mode 0600.
+    let slots = unsafe { core::slice::from_raw_parts(at as *const AtomicU64, lifetimes::SLOT_COUNT) };
+    lifetimes::Table::new(slots)
+}
+
+/// Maps the file `$COREHOP_LIFETIMES` names, shared; its address, or [`NO_TABLE`].
+fn map_table() -> usize {
+    let Some(path) = HIDDEN.setting_c(b"COREHOP_LIFETIMES") else { return NO_TABLE };
+    if watch::memory_limited(raw_for_limits) {
+        return NO_TABLE;
+    }
+    let fd = raw_syscall6(SYS_OPEN, [path as i64, O_RDWR | O_CLOEXEC, 0, 0, 0, 0]);
+    if fd < 0 {
+        return NO_TABLE;
+    }
+    // x86-64's `struct stat`: 144 bytes, `st_mode` (u32) at byte 24, `st_size` at 48.
+    let mut stat = [0u64; 18];
+    let fits = raw_syscall6(SYS_FSTAT, [fd, stat.as_mut_ptr() as i64, 0, 0, 0, 0]) == 0
+        && stat[3] as u32 & S_IFMT == S_IFREG
+        && stat[6] >= lifetimes::TABLE_BYTES as u64;
+    let addr = if fits {
+        let bytes = lifetimes::TABLE_BYTES as i64;
+        raw_syscall6(SYS_MMAP, [0, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0])
+    } else {
+        -1
+    };
+    raw_syscall6(SYS_CLOSE, [fd, 0, 0, 0, 0, 0]);
+    if (-4095..0).contains(&addr) {
+        NO_TABLE
+    } else {
+        addr as usize
+    }
+}
+
+/// The bytes of the NUL-terminated string at `s`, without the NUL; `None` if `s` is null or
+/// the string is longer than a path may be (4096 bytes).
+///
+/// # Safety
+/// `s` is null or NUL-terminated.
+unsafe fn c_bytes<'a>(s: *const c_char) -> Option<&'a [u8]> {
+    if s.is_null() {
+        return None;
+    }
+    // SAFETY: bytes up to and including the first NUL are the string's (the contract).
+    let len = (0..4096).find(|&i| unsafe { *s.add(i) } == 0)?;
+    // SAFETY: as above: `len` bytes of the string, before its NUL.
+    Some(unsafe { core::slice::from_raw_parts(s.cast::<u8>(), len) })
+}
 
 macro_rules! stub {
     (counted: $($counted:ident)* ; watched: $($watched:ident)*) => {
@@ -448,6 +638,8 @@ fn load_once(from: State) {
     if LOADER.compare_exchange(NO_LOADER, LOADER_RUNNING, Relaxed, Relaxed).is_err() {
         return;
     }
+    // Past the stub's wait, this process is long, whatever the load gives.
+    note(lifetimes::End::Long);
     keeping_errno(|| {
         // The loader starts with this mask: no handler of the program runs in `dlopen`.
         let before = set_blocked_signals(!stub_state::GLIBC_SIGNALS);
@@ -950,6 +1142,12 @@ const SYS_WRITE: i64 = 1;
 const SYS_OPEN: i64 = 2;
 const SYS_CLOSE: i64 = 3;
 const O_RDONLY: i64 = 0;
+const O_RDWR: i64 = 2;
+const SYS_FSTAT: i64 = 5;
+const S_IFMT: u32 = 0o170_000;
+const S_IFREG: u32 = 0o100_000;
+const AT_EXECFN: u64 = 31;
+const MAP_SHARED: i64 = 0x01;
 const O_CLOEXEC: i64 = 0o2_000_000;
 const SYS_SCHED_YIELD: i64 = 24;
 const SYS_GETPID: i64 = 39;
@@ -982,9 +1180,10 @@ fn raw_for_limits(nr: i64, args: [u64; 6]) -> i64 {
 fn raw_syscall6(nr: i64, args: [i64; 6]) -> i64 {
     let ret: i64;
     // SAFETY: the calls made through this (mmap, mprotect, munmap) touch only the memory they
-    // map or unmap, which no Rust reference covers; futex reads the word and the timeout it is
-    // given, open the path, read writes at most the length it is given into the buffer, all of
-    // which live for the call; tgkill with signal 0 sends nothing; prlimit64 and
+    // map or unmap, which no Rust reference covers until `table` makes one to the shared
+    // mapping of a file; futex reads the word and the timeout it is given, open the path,
+    // fstat writes a `struct stat` into the 144 bytes it is given, read writes at most the
+    // length it is given into the buffer, all of which live for the call; tgkill with signal 0 sends nothing; prlimit64 and
     // process_vm_readv write only into the locals `watch` gives them (`raw_for_limits`). The
     // syscall instruction clobbers rcx and r11.
     unsafe {

@@ -35,5 +35,13 @@ fn next(name: &'static [u8]) -> usize {
     core::ffi::CStr::from_bytes_with_nul(name).map_or(0, |name| crate::sys::next_function(name) as usize)
 }
 
+/// Every program this library's process starts gets corehop: preloaded itself, the library
+/// counts or records every process; loaded by the stub, it is the stub's wrappers that run
+/// (they come first), and the stub that starts some programs plainly.
 #[cfg(all(target_arch = "x86_64", not(test)))]
-corehop_sys::exec_wrappers!(crate::hidden::HIDDEN, crate::hidden::next);
+unsafe fn never_plainly(_program: *const core::ffi::c_char) -> bool {
+    false
+}
+
+#[cfg(all(target_arch = "x86_64", not(test)))]
+corehop_sys::exec_wrappers!(crate::hidden::HIDDEN, crate::hidden::next, crate::hidden::never_plainly);

@@ -668,12 +668,15 @@ macro_rules! hide_at_start {
 /// `execle`, `fexecve`, `execveat`, `posix_spawn`, `posix_spawnp`), `system` and `popen`
 /// (with `pclose` and `fclose`): each starts its program with the environment
 /// [`Hidden::for_child`] makes of the one it was given (or of `environ`). `$hidden`: this object's `&'static Hidden`; `$next`: the path of a
-/// `fn(&'static [u8]) -> usize` giving libc's function of a NUL-terminated name (0: none).
+/// `fn(&'static [u8]) -> usize` giving libc's function of a NUL-terminated name (0: none);
+/// `$plainly`: the path of an `unsafe fn(*const c_char) -> bool` told of every start, with
+/// the path or file name of the program (null if none is given), that says whether to start
+/// it plainly instead, with the environment as given (`crate::lifetimes`).
 /// x86-64: `execl`, `execlp` and `execle` are variadic, which Rust cannot define; each is a
 /// naked function that lays its arguments out as the array they are.
 #[macro_export]
 macro_rules! exec_wrappers {
-    ($hidden:expr, $next:path) => {
+    ($hidden:expr, $next:path, $plainly:path) => {
         /// The exec family, starting children under corehop (`hidden_env`).
         mod exec_wrappers {
             use core::ffi::{c_char, c_int, c_void};
@@ -726,23 +729,29 @@ macro_rules! exec_wrappers {
             }
 
             /// Calls libc's function `name` (of type `F`, looked up once into `cache`) through
-            /// `call`, with the environment a child started with `envp` gets; `missing()` if
-            /// libc has none. If the variables added back made the start too big for the
+            /// `call`, with the environment a child started with `envp` gets, or with `envp`
+            /// as given if the program at `program` starts plainly; `missing()` if libc has
+            /// none. If the variables added back made the start too big for the
             /// kernel (`too_big`), starts it again with `envp` as given, as it starts plainly:
             /// the child then runs without corehop rather than not at all.
             ///
             /// # Safety
-            /// `envp` as `Hidden::for_child` takes it; `call` makes the call its caller's
-            /// contract allows.
+            /// `envp` as `Hidden::for_child` takes it; `program` is null or NUL-terminated;
+            /// `call` makes the call its caller's contract allows.
             unsafe fn through<F: Copy, R>(
                 cache: &AtomicUsize,
                 name: &'static [u8],
+                program: *const c_char,
                 envp: Argv,
                 missing: impl FnOnce() -> R,
                 too_big: fn(&R) -> bool,
                 call: impl Fn(F, Argv) -> R,
             ) -> R {
                 let Some(next) = real::<F>(cache, name) else { return missing() };
+                // SAFETY: `program` is null or NUL-terminated (the contract).
+                if unsafe { $plainly(program) } {
+                    return call(next, envp);
+                }
                 let hidden = &$hidden;
                 // SAFETY: the caller's contract; `for_child` passes an environment of the same kind.
                 let (out, added) = unsafe { hidden.for_child(envp, |child| (call(next, child), child != envp)) };
@@ -753,14 +762,25 @@ macro_rules! exec_wrappers {
                 }
             }
 
+            /// libc's `execve` and `execvpe`, once looked up.
+            static EXECVE: AtomicUsize = AtomicUsize::new(0);
+            static EXECVPE: AtomicUsize = AtomicUsize::new(0);
+
+            /// Looks up libc's `execve` and `execvpe` before a `fork`: each child of a shell
+            /// execs, and looking them up there cost each one the walk of the loader's list.
+            #[allow(dead_code)]
+            pub fn look_up_before_fork() {
+                let _ = real::<Exec>(&EXECVE, b"execve\0");
+                let _ = real::<Exec>(&EXECVPE, b"execvpe\0");
+            }
+
             /// # Safety
             /// The contract of libc's function of this name.
             #[no_mangle]
             pub unsafe extern "C" fn execve(path: *const c_char, argv: Argv, envp: Argv) -> c_int {
-                static REAL: AtomicUsize = AtomicUsize::new(0);
                 // SAFETY: the caller's contract (each wrapper below: the same).
                 unsafe {
-                    through(&REAL, b"execve\0", envp, no_such_function, exec_too_big, |next: Exec, envp| {
+                    through(&EXECVE, b"execve\0", path, envp, no_such_function, exec_too_big, |next: Exec, envp| {
                         next(path, argv, envp)
                     })
                 }
@@ -770,10 +790,9 @@ macro_rules! exec_wrappers {
             /// The contract of libc's function of this name.
             #[no_mangle]
             pub unsafe extern "C" fn execvpe(file: *const c_char, argv: Argv, envp: Argv) -> c_int {
-                static REAL: AtomicUsize = AtomicUsize::new(0);
                 // SAFETY: as for `execve`.
                 unsafe {
-                    through(&REAL, b"execvpe\0", envp, no_such_function, exec_too_big, |next: Exec, envp| {
+                    through(&EXECVPE, b"execvpe\0", file, envp, no_such_function, exec_too_big, |next: Exec, envp| {
                         next(file, argv, envp)
                     })
                 }
@@ -803,7 +822,7 @@ macro_rules! exec_wrappers {
                 type F = unsafe extern "C" fn(c_int, Argv, Argv) -> c_int;
                 // SAFETY: as for `execve`.
                 unsafe {
-                    through(&REAL, b"fexecve\0", envp, no_such_function, exec_too_big, |next: F, envp| next(fd, argv, envp))
+                    through(&REAL, b"fexecve\0", core::ptr::null(), envp, no_such_function, exec_too_big, |next: F, envp| next(fd, argv, envp))
                 }
             }
 
@@ -821,7 +840,7 @@ macro_rules! exec_wrappers {
                 type F = unsafe extern "C" fn(c_int, *const c_char, Argv, Argv, c_int) -> c_int;
                 // SAFETY: as for `execve`.
                 unsafe {
-                    through(&REAL, b"execveat\0", envp, no_such_function, exec_too_big, |next: F, envp| {
+                    through(&REAL, b"execveat\0", path, envp, no_such_function, exec_too_big, |next: F, envp| {
                         next(dirfd, path, argv, envp, flags)
                     })
                 }
@@ -844,6 +863,7 @@ macro_rules! exec_wrappers {
                     through(
                         &REAL,
                         b"posix_spawn\0",
+                        path,
                         envp,
                         || ENOSYS,
                         spawn_too_big,
@@ -869,6 +889,7 @@ macro_rules! exec_wrappers {
                     through(
                         &REAL,
                         b"posix_spawnp\0",
+                        file,
                         envp,
                         || ENOSYS,
                         spawn_too_big,

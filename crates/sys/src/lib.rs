@@ -19,7 +19,8 @@
 //!   the stub's way to libc's functions without `dlsym` (all four shared by path with the
 //!   stub);
 //! - [`hidden_env`]: corehop's variables, hidden from the program and given back to the
-//!   programs it starts (shared by path with the stub too);
+//!   programs it starts (shared by path with the stub too), and [`lifetimes`]: which
+//!   programs end before the stub could do anything for them, so are started plainly;
 //! - `testing` (feature `testing`): the checks every lane built on `handoff` must pass.
 //!
 //! Only `raw`, `futex`, `model`, `handoff`, `hidden_env` and `next_symbol` contain `unsafe`; each block carries
@@ -31,6 +32,7 @@ pub mod futex;
 pub mod handoff;
 #[cfg(target_os = "linux")]
 pub mod hidden_env;
+pub mod lifetimes;
 pub mod model;
 #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
 pub mod next_symbol;

@@ -61,6 +61,9 @@ pub mod env {
     /// Read by the start-up stub (`crates/preload-stub`): the library it loads after the
     /// first epoch (the stub spells the name out; it links nothing).
     pub const LIBRARY: &str = "COREHOP_LIBRARY";
+    /// Read by the start-up stub: the file of how each program's processes ended
+    /// (`lifetimes`), in corehop's cache directory.
+    pub const LIFETIMES: &str = "COREHOP_LIFETIMES";
 }
 
 /// The policy `corehop run --offload` asks for by default (`COREHOP_POLICY`): the one under

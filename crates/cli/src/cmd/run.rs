@@ -8,7 +8,7 @@
 //! and prints a table on stderr after CMD ends, so CMD's own output is untouched.
 
 use std::ffi::OsString;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
@@ -775,10 +775,14 @@ impl Launch {
                 Some(stub) => {
                     preload.push(stub);
                     environment.set(env::LIBRARY, &offload.library);
+                    match lifetimes_file() {
+                        Some(path) => environment.set(env::LIFETIMES, path),
+                        None => environment.clear(env::LIFETIMES),
+                    };
                 }
                 None => {
                     preload.push(&offload.library);
-                    environment.clear(env::LIBRARY);
+                    environment.clear(env::LIBRARY).clear(env::LIFETIMES);
                 }
             }
             if let Some(options) = asan_options(std::env::var_os(ASAN_OPTIONS)) {
@@ -807,6 +811,7 @@ impl Launch {
                 "LD_PRELOAD",
                 ASAN_OPTIONS,
                 env::LIBRARY,
+                env::LIFETIMES,
                 env::SERVICE_CPUS,
                 env::POLICY,
                 env::STALL_TIMEOUT_NS,
@@ -910,6 +915,33 @@ impl LearnedFile {
     fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// The table of how each program's processes ended (`corehop_sys::lifetimes`), made if need
+/// be: `lifetimes-v1` in `$XDG_CACHE_HOME/corehop`, else in `$HOME/.cache/corehop`. `None` if
+/// neither names an absolute directory, or the file cannot be made (the stub then gives every
+/// program its start-up stub, as without a table).
+fn lifetimes_file() -> Option<PathBuf> {
+    let absolute = |name: &str| std::env::var_os(name).map(PathBuf::from).filter(|p| p.is_absolute());
+    let cache = absolute("XDG_CACHE_HOME").or_else(|| absolute("HOME").map(|home| home.join(".cache")))?;
+    let dir = cache.join("corehop");
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).ok()?;
+    let path = dir.join(corehop_sys::lifetimes::FILE_NAME);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .ok()?;
+    let metadata = file.metadata().ok()?;
+    let bytes = corehop_sys::lifetimes::TABLE_BYTES as u64;
+    // Only ever longer: a process that has it mapped would fault on a page cut off.
+    if !metadata.is_file() || metadata.len() < bytes && file.set_len(bytes).is_err() {
+        return None;
+    }
+    Some(path)
 }
 
 /// A fresh path in the temporary directory for the summary lines: `$TMPDIR` if it is an

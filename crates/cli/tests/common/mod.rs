@@ -8,10 +8,13 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 /// The `corehop` command with an environment that changes nothing it does: no inherited
-/// `LD_PRELOAD` or `COREHOP_PRELOAD`, no backtraces, no progress bars (`CI`).
+/// `LD_PRELOAD` or `COREHOP_PRELOAD`, no backtraces, no progress bars (`CI`), and the cache
+/// (`corehop run`'s table of programs' lifetimes) in the build's own temporary directory, not
+/// the user's.
 pub fn command() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_corehop"));
     command.env_remove("LD_PRELOAD").env_remove("COREHOP_PRELOAD").env("RUST_BACKTRACE", "0").env("CI", "1");
+    command.env("XDG_CACHE_HOME", Path::new(env!("CARGO_TARGET_TMPDIR")).join("cache"));
     command
 }
 
