@@ -37,6 +37,9 @@ pub const LIBRARY: &str = "libcorehop_preload.so";
     without --stats, --stats-json or --record-trace, CMD gets the library's start-up stub instead (a\n\
     few pages, built with corehop): it passes calls straight to libc and loads the library into a\n\
     process that outlives its first 40 ms, so short processes pay no more than for an empty library.\n\
+    A program seen twice to end within those 40 ms, starting nothing, and never otherwise, is then\n\
+    started plainly, with no stub, but one start in 16: the record is\n\
+    $XDG_CACHE_HOME/corehop/lifetimes-v1 (else ~/.cache/corehop/); delete it to forget.\n\
     COREHOP_STUB=none preloads the library itself.\n\n\
     Without --stats, --stats-json, --record-trace or --compare, corehop becomes CMD (exec, as env and\n\
     taskset do): same process id, CMD's own signals and exit status, no second process.")]
