@@ -1225,6 +1225,8 @@ fn the_run_suite_compares_real_programs_and_their_outputs() {
         for arm in r["settled"].as_object().unwrap().keys() {
             assert!(["never", "measured", "always", "size", "predicted"].contains(&arm.as_str()), "{arm}");
         }
+        // Counted from the stub's table of lifetimes (in the harness's cache directory).
+        assert_eq!(r["started_plainly"].is_u64(), cfg!(target_arch = "x86_64"), "{r}");
     }
     // The library's load floor and corehop's own start are measured in the same run (timings
     // are not judged).

@@ -161,7 +161,8 @@ extern "C" fn before_fork() {
 /// Notes that this process starts a program or a process (once, with the table).
 fn note_started() {
     let table = table(may_map());
-    if !STARTED_ANOTHER.swap(true, Relaxed) {
+    // Looked at first: a child of a shell that writes here copies the page for nothing.
+    if !STARTED_ANOTHER.load(Relaxed) && !STARTED_ANOTHER.swap(true, Relaxed) {
         if let (Some(table), Some(key)) = (table, own_key()) {
             table.note(key, lifetimes::End::Starter);
         }

@@ -152,6 +152,20 @@ impl<'a> Table<'a> {
     }
 }
 
+/// How many starts of a slot's program were plain between two readings of the slot, `before`
+/// and `after` (a report's figure: a slot that changed programs in between counts none).
+pub fn plain_starts_between(before: u64, after: u64) -> u64 {
+    if after & !FIELDS == 0 || (before != 0 && before & !FIELDS != after & !FIELDS) {
+        return 0;
+    }
+    let skips = |word: u64| (word >> SKIPS_SHIFT) & SKIPS_MASK;
+    let first = skips(before);
+    // The count wraps; the checked starts are the multiples of RECHECK_EVERY passed.
+    let passed = skips(after).wrapping_sub(first) & SKIPS_MASK;
+    let checked = (first + passed) / RECHECK_EVERY - first / RECHECK_EVERY;
+    passed - checked
+}
+
 /// The part of a slot that names program `key`: never 0, the empty slot.
 fn tag(key: u64) -> u64 {
     (key | 1 << 63) & !FIELDS
@@ -222,6 +236,24 @@ mod tests {
         t.note(last, End::Short);
         t.note(last, End::Short);
         assert!(!t.starts_plainly(last), "no room: started as before");
+    }
+
+    #[test]
+    fn a_report_counts_the_plain_starts_between_two_readings() {
+        let slots = table();
+        let t = Table::new(&slots).unwrap();
+        let k = key(b"true").unwrap();
+        let home = (k as usize) % SLOT_COUNT;
+        let read = || slots[home].load(Relaxed);
+        let empty = read();
+        t.note(k, End::Short);
+        t.note(k, End::Short);
+        let before = read();
+        let plain = (0..40).filter(|_| t.starts_plainly(k)).count() as u64;
+        assert_eq!(plain_starts_between(before, read()), plain);
+        assert_eq!(plain_starts_between(empty, read()), plain);
+        assert_eq!(plain_starts_between(read(), read()), 0);
+        assert_eq!(plain_starts_between(before ^ 1 << 40, read()), 0, "another program's slot");
     }
 
     #[test]

@@ -924,7 +924,7 @@ impl LearnedFile {
 /// be: `lifetimes-v1` in `$XDG_CACHE_HOME/corehop`, else in `$HOME/.cache/corehop`. `None` if
 /// neither names an absolute directory, or the file cannot be made (the stub then gives every
 /// program its start-up stub, as without a table).
-fn lifetimes_file() -> Option<PathBuf> {
+pub(crate) fn lifetimes_file() -> Option<PathBuf> {
     let absolute = |name: &str| std::env::var_os(name).map(PathBuf::from).filter(|p| p.is_absolute());
     let cache = absolute("XDG_CACHE_HOME").or_else(|| absolute("HOME").map(|home| home.join(".cache")))?;
     let dir = cache.join("corehop");
@@ -945,6 +945,14 @@ fn lifetimes_file() -> Option<PathBuf> {
         return None;
     }
     Some(path)
+}
+
+/// The words of the table of lifetimes, read now (for a report: the processes change it as
+/// they go); `None` if there is none.
+pub(crate) fn read_lifetimes() -> Option<Vec<u64>> {
+    let bytes = std::fs::read(lifetimes_file()?).ok()?;
+    let table = bytes.get(..corehop_sys::lifetimes::TABLE_BYTES)?;
+    Some(table.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes"))).collect())
 }
 
 /// A fresh path in the temporary directory for the summary lines: `$TMPDIR` if it is an

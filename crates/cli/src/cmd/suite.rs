@@ -51,10 +51,11 @@ use corehop_bench::report::{each_once, fmt_ns, Interval, OutputArgs, Stats, Tabl
 ///
 /// --json prints `{policy, reps, results: [{program, plain: {min, median, max}, offload: {min,
 /// median, max}, ratio, paired_ratio, paired_interval: {low, high, coverage} | null,
-/// same_output, settled}], skipped: [{program, reason}], load: {median_ns, min_ns} | null,
+/// same_output, settled, started_plainly}], skipped: [{program, reason}], load: {median_ns, min_ns} | null,
 /// preloads, library_load: {median_ns, min_ns} | null, launcher: {median_ns, min_ns} | null}`
 /// (times in ns; `settled` maps each arm an adaptive policy settled on to its
-/// number of processes; `load` is what preloading adds to one process, from `/bin/true` spawned
+/// number of processes; `started_plainly` counts the processes of the offloaded runs the stub
+/// started plainly, or is null without the stub's table; `load` is what preloading adds to one process, from `/bin/true` spawned
 /// plain and with offload, alternating; `preloads` says what was preloaded, `stub` (the
 /// start-up stub, under the default policy) or `library`; with the stub, `library_load` is what
 /// the library itself would add, measured the same way;
@@ -165,6 +166,9 @@ struct Result {
     paired_interval: Option<Interval>,
     same_output: bool,
     settled: std::collections::BTreeMap<String, usize>,
+    /// Processes of the offloaded runs that the start-up stub started plainly, having seen
+    /// their programs end before it could do anything for them (`None`: no stub, or no table).
+    started_plainly: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -400,6 +404,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             );
         }
         let mut same = true;
+        let table_before = offload.stub().and_then(|_| super::run::read_lifetimes());
         for rep in 0..reps {
             // Alternate which side goes first, so drifts hit both alike.
             let order = if rep % 2 == 0 { [false, true] } else { [true, false] };
@@ -418,6 +423,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 bar.inc(1);
             }
         }
+        let started_plainly = table_before.zip(super::run::read_lifetimes()).map(|(before, after)| {
+            before.iter().zip(&after).map(|(&b, &a)| corehop_sys::lifetimes::plain_starts_between(b, a)).sum()
+        });
         let launch = Launch {
             command: dirs.command()?,
             cpus: cpus.clone(),
@@ -453,6 +461,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             offload: offloaded.into(),
             same_output: same,
             settled,
+            started_plainly,
         });
     }
     report.load = load_floor(&offload)?;
@@ -482,6 +491,7 @@ fn print(report: &Report, output: &OutputArgs, service: usize) -> anyhow::Result
             "paired (interval)",
             "same output",
             "settled on",
+            "plain starts",
         ])
         .title(format!(
             "corehop bench run-suite: plain vs offload --policy {}, {} runs each",
@@ -501,6 +511,8 @@ fn print(report: &Report, output: &OutputArgs, service: usize) -> anyhow::Result
                 },
                 if r.same_output { "yes" } else { "NO" }.to_string(),
                 if settled.is_empty() { "-".to_string() } else { settled.join(", ") },
+                r.started_plainly
+                    .map_or("-".to_string(), |n| format!("{:.1}", n as f64 / f64::from(report.reps))),
             ]);
         }
         let chance = match report.results.iter().find_map(|r| r.paired_interval) {
@@ -516,7 +528,9 @@ fn print(report: &Report, output: &OutputArgs, service: usize) -> anyhow::Result
              of a sign test); same output = stdout, stderr and exit status of every run equal to the untimed \
              plain run's (each program prints a checksum of the files it wrote); settled on = the arms the \
              adaptive policy's processes ended in, in one more run with a summary (where every process loads the \
-             library at its start)"
+             library at its start); plain starts = processes an offloaded run started as they start plainly, \
+             without the stub (a run's mean): their programs had ended before the stub's 40 ms, starting \
+             nothing, in the runs before (corehop run's table of lifetimes)"
         ));
         if let Some(load) = &report.load {
             let what = match report.preloads {
