@@ -886,4 +886,22 @@ fn ldd_lists_the_libraries_it_lists_plainly() {
     let out = finish(default, "ldd under the default policy");
     let (plain, _) = pair(&["ldd", true_path], &[]);
     assert_eq!(listed(&out), listed(&plain));
+    // The loader asked itself (`ld.so --list`), started by corehop, by a shell under the
+    // library, and by one under the stub.
+    let Some(loader) =
+        ["/usr/bin/ld.so", "/lib64/ld-linux-x86-64.so.2"].into_iter().find(|p| Path::new(p).exists())
+    else {
+        return common::skip("no dynamic loader at a known path");
+    };
+    let line = format!("{loader} --list {true_path}");
+    let cases: [&[&str]; 2] = [&[loader, "--list", true_path], &["sh", "-c", &line]];
+    for argv in cases {
+        let (plain, offload) = pair(argv, &[]);
+        assert!(listed(&plain).contains("libc"), "{argv:?}: {}", listed(&plain));
+        assert_eq!(listed(&plain), listed(&offload), "{argv:?}");
+    }
+    let mut default = corehop();
+    default.args(["run", "--offload", "--", "sh", "-c", &line]);
+    let out = finish(default, "ld.so --list under the default policy");
+    assert_eq!(listed(&out), listed(&pair(&[loader, "--list", true_path], &[]).0));
 }

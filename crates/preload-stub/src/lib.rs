@@ -195,12 +195,18 @@ fn may_map() -> bool {
 }
 
 /// Told of every program the exec wrappers start (`program`: its path or file name, or
-/// null): whether to start it plainly, as the table says.
+/// null; `argv`: its words): whether to start it plainly, as the table says, or because it is
+/// the dynamic loader asked to list what a program loads (`hidden_env::start_describes`).
 ///
 /// # Safety
-/// `program` is null or NUL-terminated.
-unsafe fn starts_plainly(program: *const c_char) -> bool {
+/// `program` is null or NUL-terminated; `argv` is null or a null-terminated array of
+/// NUL-terminated strings.
+unsafe fn starts_plainly(program: *const c_char, argv: *const *const c_char) -> bool {
     note_started();
+    // SAFETY: the contract.
+    if unsafe { hidden_env::start_describes(program, argv) } {
+        return true;
+    }
     // SAFETY: the contract.
     let key = unsafe { c_bytes(program) }.and_then(lifetimes::key);
     match (table(may_map()), key) {

@@ -33,6 +33,54 @@ pub const MARKER: &str = "COREHOP_ENV_WAS";
 /// plain one.
 pub const LOADER_TRACE: &str = "LD_TRACE_LOADED_OBJECTS";
 
+/// Whether `program` (a path or file name), given the words `args` after its own name, is
+/// the dynamic loader asked to describe rather than run a program (`ld.so --list PROGRAM`,
+/// `--verify`, `--list-tunables`, `--list-diagnostics`): what it prints names what is
+/// preloaded, so it starts as it does plainly, without corehop.
+pub fn loader_describes<'a>(program: &[u8], args: impl IntoIterator<Item = &'a [u8]>) -> bool {
+    let name = program.rsplit(|&b| b == b'/').next().unwrap_or(program);
+    if !(starts(name, b"ld-linux") || starts(name, b"ld.so") || starts(name, b"ld64.so")) {
+        return false;
+    }
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        match arg {
+            b"--list" | b"--verify" | b"--list-tunables" | b"--list-diagnostics" => return true,
+            // The loader's options that take a value.
+            b"--library-path"
+            | b"--inhibit-rpath"
+            | b"--audit"
+            | b"--preload"
+            | b"--argv0"
+            | b"--glibc-hwcaps-prepend"
+            | b"--glibc-hwcaps-mask" => {
+                args.next();
+            }
+            // The program's name: the words after it are its own.
+            _ if !starts(arg, b"--") => return false,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// [`loader_describes`] of a start of the program at `program` with the words `argv`.
+///
+/// # Safety
+///
+/// `program` is null or NUL-terminated; `argv` is null or a null-terminated array of
+/// NUL-terminated strings, unchanged while this runs.
+pub unsafe fn start_describes(program: *const c_char, argv: *const *const c_char) -> bool {
+    if program.is_null() {
+        return false;
+    }
+    // SAFETY: the contract; `map_while` stops at the terminating null, so no index passes it
+    // (the name, `argv[0]`, is read first for the same reason).
+    let args = unsafe { entry_at(argv, 0) }.map(|_| (1..).map_while(|i| unsafe { entry_at(argv, i) }));
+    // SAFETY: the contract.
+    loader_describes(unsafe { c_bytes(program) }, args.into_iter().flatten())
+}
+
 /// Bytes a [`Hidden`] keeps corehop's entries and the values from before in.
 const BYTES: usize = 4096;
 /// Variables a marker may name.
@@ -669,9 +717,10 @@ macro_rules! hide_at_start {
 /// (with `pclose` and `fclose`): each starts its program with the environment
 /// [`Hidden::for_child`] makes of the one it was given (or of `environ`). `$hidden`: this object's `&'static Hidden`; `$next`: the path of a
 /// `fn(&'static [u8]) -> usize` giving libc's function of a NUL-terminated name (0: none);
-/// `$plainly`: the path of an `unsafe fn(*const c_char) -> bool` told of every start, with
-/// the path or file name of the program (null if none is given), that says whether to start
-/// it plainly instead, with the environment as given (`crate::lifetimes`).
+/// `$plainly`: the path of an `unsafe fn(*const c_char, Argv) -> bool` told of every start,
+/// with the path or file name of the program (null if none is given) and its words, that
+/// says whether to start it plainly instead, with the environment as given
+/// ([`start_describes`], `crate::lifetimes`).
 /// x86-64: `execl`, `execlp` and `execle` are variadic, which Rust cannot define; each is a
 /// naked function that lays its arguments out as the array they are.
 #[macro_export]
@@ -730,26 +779,28 @@ macro_rules! exec_wrappers {
 
             /// Calls libc's function `name` (of type `F`, looked up once into `cache`) through
             /// `call`, with the environment a child started with `envp` gets, or with `envp`
-            /// as given if the program at `program` starts plainly; `missing()` if libc has
-            /// none. If the variables added back made the start too big for the
+            /// as given if the program at `program` with the words `argv` starts plainly;
+            /// `missing()` if libc has none. If the variables added back made the start too big for the
             /// kernel (`too_big`), starts it again with `envp` as given, as it starts plainly:
             /// the child then runs without corehop rather than not at all.
             ///
             /// # Safety
-            /// `envp` as `Hidden::for_child` takes it; `program` is null or NUL-terminated;
-            /// `call` makes the call its caller's contract allows.
+            /// `envp` and `argv` as `Hidden::for_child` takes an environment; `program` is null
+            /// or NUL-terminated; `call` makes the call its caller's contract allows.
+            #[allow(clippy::too_many_arguments)]
             unsafe fn through<F: Copy, R>(
                 cache: &AtomicUsize,
                 name: &'static [u8],
                 program: *const c_char,
+                argv: Argv,
                 envp: Argv,
                 missing: impl FnOnce() -> R,
                 too_big: fn(&R) -> bool,
                 call: impl Fn(F, Argv) -> R,
             ) -> R {
                 let Some(next) = real::<F>(cache, name) else { return missing() };
-                // SAFETY: `program` is null or NUL-terminated (the contract).
-                if unsafe { $plainly(program) } {
+                // SAFETY: `program` and `argv` as the contract says.
+                if unsafe { $plainly(program, argv) } {
                     return call(next, envp);
                 }
                 let hidden = &$hidden;
@@ -780,7 +831,7 @@ macro_rules! exec_wrappers {
             pub unsafe extern "C" fn execve(path: *const c_char, argv: Argv, envp: Argv) -> c_int {
                 // SAFETY: the caller's contract (each wrapper below: the same).
                 unsafe {
-                    through(&EXECVE, b"execve\0", path, envp, no_such_function, exec_too_big, |next: Exec, envp| {
+                    through(&EXECVE, b"execve\0", path, argv, envp, no_such_function, exec_too_big, |next: Exec, envp| {
                         next(path, argv, envp)
                     })
                 }
@@ -792,7 +843,7 @@ macro_rules! exec_wrappers {
             pub unsafe extern "C" fn execvpe(file: *const c_char, argv: Argv, envp: Argv) -> c_int {
                 // SAFETY: as for `execve`.
                 unsafe {
-                    through(&EXECVPE, b"execvpe\0", file, envp, no_such_function, exec_too_big, |next: Exec, envp| {
+                    through(&EXECVPE, b"execvpe\0", file, argv, envp, no_such_function, exec_too_big, |next: Exec, envp| {
                         next(file, argv, envp)
                     })
                 }
@@ -822,7 +873,7 @@ macro_rules! exec_wrappers {
                 type F = unsafe extern "C" fn(c_int, Argv, Argv) -> c_int;
                 // SAFETY: as for `execve`.
                 unsafe {
-                    through(&REAL, b"fexecve\0", core::ptr::null(), envp, no_such_function, exec_too_big, |next: F, envp| next(fd, argv, envp))
+                    through(&REAL, b"fexecve\0", core::ptr::null(), argv, envp, no_such_function, exec_too_big, |next: F, envp| next(fd, argv, envp))
                 }
             }
 
@@ -840,7 +891,7 @@ macro_rules! exec_wrappers {
                 type F = unsafe extern "C" fn(c_int, *const c_char, Argv, Argv, c_int) -> c_int;
                 // SAFETY: as for `execve`.
                 unsafe {
-                    through(&REAL, b"execveat\0", path, envp, no_such_function, exec_too_big, |next: F, envp| {
+                    through(&REAL, b"execveat\0", path, argv, envp, no_such_function, exec_too_big, |next: F, envp| {
                         next(dirfd, path, argv, envp, flags)
                     })
                 }
@@ -864,6 +915,7 @@ macro_rules! exec_wrappers {
                         &REAL,
                         b"posix_spawn\0",
                         path,
+                        argv,
                         envp,
                         || ENOSYS,
                         spawn_too_big,
@@ -890,6 +942,7 @@ macro_rules! exec_wrappers {
                         &REAL,
                         b"posix_spawnp\0",
                         file,
+                        argv,
                         envp,
                         || ENOSYS,
                         spawn_too_big,
@@ -1527,6 +1580,30 @@ mod tests {
             marker_item(k == 0, name.as_bytes(), *before, |piece| out.extend_from_slice(piece));
         }
         out
+    }
+
+    #[test]
+    fn the_loader_asked_to_list_starts_plainly_and_runs_a_program_under_corehop() {
+        let describes = |program: &str, args: &[&str]| {
+            loader_describes(program.as_bytes(), args.iter().map(|a| a.as_bytes()))
+        };
+        assert!(describes("/lib64/ld-linux-x86-64.so.2", &["--list", "/bin/true"]));
+        assert!(describes("ld.so", &["--library-path", "/x", "--list", "/bin/true"]));
+        assert!(describes("/usr/bin/ld.so", &["--inhibit-cache", "--verify", "/bin/true"]));
+        assert!(describes("ld.so", &["--list-diagnostics"]));
+        // The program's own words are its own; another program's `--list` is its own too.
+        assert!(!describes("ld.so", &["/bin/ls", "--list"]));
+        assert!(!describes("ld.so", &["--library-path", "--list", "/bin/true"]));
+        assert!(!describes("/bin/ls", &["--list"]));
+        assert!(!describes("ld.so", &[]));
+        let words = [c"ld.so".as_ptr(), c"--list".as_ptr(), c"/bin/true".as_ptr(), core::ptr::null()];
+        // SAFETY: NUL-terminated strings and a null-terminated array of them.
+        unsafe {
+            assert!(start_describes(c"/usr/bin/ld.so".as_ptr(), words.as_ptr()));
+            assert!(!start_describes(core::ptr::null(), words.as_ptr()));
+            assert!(!start_describes(c"/usr/bin/ld.so".as_ptr(), core::ptr::null()));
+            assert!(!start_describes(c"/usr/bin/ld.so".as_ptr(), [core::ptr::null()].as_ptr()));
+        }
     }
 
     fn b(s: &str) -> Vec<u8> {

@@ -766,8 +766,14 @@ impl Launch {
             environment.set("_", path);
         }
         // A program no library is preloaded into starts as it would plainly, and so does one
-        // the loader would only list the libraries of (`hidden_env::LOADER_TRACE`).
-        let traced = std::env::var_os(corehop_sys::hidden_env::LOADER_TRACE).is_some();
+        // the loader would only list the libraries of (`hidden_env::LOADER_TRACE`), and the
+        // loader itself asked to (`ld.so --list`).
+        use std::os::unix::ffi::OsStrExt;
+        let traced = std::env::var_os(corehop_sys::hidden_env::LOADER_TRACE).is_some()
+            || corehop_sys::hidden_env::loader_describes(
+                program.as_bytes(),
+                rest.iter().map(|w| w.as_bytes()),
+            );
         let preloaded = !traced && (via_shell || found.as_deref().is_none_or(crate::preloadable::preloads));
         if let Some(offload) = self.offload.as_ref().filter(|_| preloaded) {
             let mut preload = std::env::var_os("LD_PRELOAD").unwrap_or_default();
