@@ -155,7 +155,19 @@ extern "C" fn at_start() {
 /// hundreds of commands, not in each).
 extern "C" fn before_fork() {
     note_started();
-    exec_wrappers::look_up_before_fork();
+    exec_wrappers::look_up_before_fork(function_before_fork);
+}
+
+/// libc's function `name` from the scope as recorded already, or else, in a process of one
+/// thread, as [`next_function`] finds it; 0 if neither. A `fork` handler takes no lock of the
+/// loader's (as `dlsym` or a first walk would) where another thread may hold it.
+fn function_before_fork(name: &'static [u8]) -> usize {
+    // SAFETY: only `record` fills the scope, in this process or the one it was forked from.
+    match unsafe { SCOPE.lookup(name) } {
+        Some(next_symbol::Next::Function(address)) => address,
+        _ if single_threaded() => next_function(name),
+        _ => 0,
+    }
 }
 
 /// Notes that this process starts a program or a process (once, with the table).
@@ -1190,9 +1202,9 @@ fn raw_syscall6(nr: i64, args: [i64; 6]) -> i64 {
     // map or unmap, which no Rust reference covers until `table` makes one to the shared
     // mapping of a file; futex reads the word and the timeout it is given, open the path,
     // fstat writes a `struct stat` into the 144 bytes it is given, read writes at most the
-    // length it is given into the buffer, all of which live for the call; tgkill with signal 0 sends nothing; prlimit64 and
-    // process_vm_readv write only into the locals `watch` gives them (`raw_for_limits`). The
-    // syscall instruction clobbers rcx and r11.
+    // length it is given into the buffer, all of which live for the call; tgkill with signal
+    // 0 sends nothing; prlimit64 and process_vm_readv write only into the locals `watch` gives
+    // them (`raw_for_limits`). The syscall instruction clobbers rcx and r11.
     unsafe {
         core::arch::asm!(
             "syscall",

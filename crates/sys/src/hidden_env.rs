@@ -817,12 +817,19 @@ macro_rules! exec_wrappers {
             static EXECVE: AtomicUsize = AtomicUsize::new(0);
             static EXECVPE: AtomicUsize = AtomicUsize::new(0);
 
-            /// Looks up libc's `execve` and `execvpe` before a `fork`: each child of a shell
-            /// execs, and looking them up there cost each one the walk of the loader's list.
+            /// Looks up libc's `execve` and `execvpe` with `lookup` (0: not found) before a
+            /// `fork`: each child of a shell execs, and looking them up there cost each one
+            /// the walk of the loader's list.
             #[allow(dead_code)]
-            pub fn look_up_before_fork() {
-                let _ = real::<Exec>(&EXECVE, b"execve\0");
-                let _ = real::<Exec>(&EXECVPE, b"execvpe\0");
+            pub fn look_up_before_fork(lookup: fn(&'static [u8]) -> usize) {
+                for (cache, name) in [(&EXECVE, &b"execve\0"[..]), (&EXECVPE, &b"execvpe\0"[..])] {
+                    if cache.load(Relaxed) == 0 {
+                        let found = lookup(name);
+                        if found != 0 {
+                            cache.store(found, Relaxed);
+                        }
+                    }
+                }
             }
 
             /// # Safety
