@@ -176,7 +176,7 @@ fn note_started() {
     // Looked at first: a child of a shell that writes here copies the page for nothing.
     if !STARTED_ANOTHER.load(Relaxed) && !STARTED_ANOTHER.swap(true, Relaxed) {
         if let (Some(table), Some(key)) = (table, own_key()) {
-            table.note(key, lifetimes::End::Starter);
+            write_slot(table.note(key, lifetimes::End::Starter), may_map());
         }
     }
 }
@@ -194,8 +194,32 @@ extern "C" fn at_exit() {
 /// Notes how this process ends (mapping the table if need be: see [`may_map`]).
 fn note(end: lifetimes::End) {
     if let (Some(table), Some(key)) = (table(true), own_key()) {
-        table.note(key, end);
+        write_slot(table.note(key, end), true);
     }
+}
+
+/// Makes a write the table asked for, with `pwrite` on its file, if `allowed` (see
+/// [`may_map`]) and the process's file-size limit lets it (a write past that limit raises
+/// SIGXFSZ); whether it was made. A store into a shared mapping of the file would raise
+/// SIGBUS on a full disk where the file system allocates at each write (btrfs): a failed
+/// `pwrite` only returns an error, and the write is lost, as the table allows.
+fn write_slot(write: Option<lifetimes::Write>, allowed: bool) -> bool {
+    let Some(lifetimes::Write { index, word }) = write else { return true };
+    let Some(path) = HIDDEN.setting_c(b"COREHOP_LIFETIMES").filter(|_| allowed) else { return false };
+    let mut limit = [0u64; 2];
+    let limited = raw_syscall6(SYS_PRLIMIT64, [0, RLIMIT_FSIZE, 0, limit.as_mut_ptr() as i64, 0, 0]) != 0
+        || limit[0] < lifetimes::TABLE_BYTES as u64;
+    if limited {
+        return false;
+    }
+    let fd = raw_syscall6(SYS_OPEN, [path as i64, O_WRONLY | O_CLOEXEC, 0, 0, 0, 0]);
+    if fd < 0 {
+        return false;
+    }
+    let offset = (index * 8) as i64;
+    let written = raw_syscall6(SYS_PWRITE64, [fd, &word as *const u64 as i64, 8, offset, 0, 0]) == 8;
+    raw_syscall6(SYS_CLOSE, [fd, 0, 0, 0, 0, 0]);
+    written
 }
 
 /// Whether the stub may make the system calls that map the table: only while it runs the
@@ -221,10 +245,12 @@ unsafe fn starts_plainly(program: *const c_char, argv: *const *const c_char) -> 
     }
     // SAFETY: the contract.
     let key = unsafe { c_bytes(program) }.and_then(lifetimes::key);
-    match (table(may_map()), key) {
-        (Some(table), Some(key)) => table.starts_plainly(key),
-        _ => false,
-    }
+    let (Some(table), Some(key)) = (table(may_map()), key) else { return false };
+    let (plainly, count) = table.starts_plainly(key);
+    // A start that could not be counted (the library is loaded, the disk is full) is checked
+    // one time in 16 by chance instead.
+    let counted = write_slot(count, may_map());
+    plainly && (counted || !one_in_16())
 }
 
 /// This program's key: that of the file name it was started as (`AT_EXECFN`).
@@ -265,23 +291,24 @@ fn table(map: bool) -> Option<lifetimes::Table<'static>> {
     if at == NO_TABLE {
         return None;
     }
-    // SAFETY: `at` is a shared mapping of TABLE_BYTES, page-aligned (so aligned for
-    // AtomicU64), made by `map_table` and never unmapped once published here; every process
-    // that maps the file reads and writes it only through these atomics (`lifetimes`), for
-    // which any bit pattern is valid. Nothing shrinks the file under the mapping (which
-    // would raise SIGBUS): `corehop run` only creates it or makes it longer, in the user's
-    // own cache directory, mode 0600.
+    // SAFETY: `at` is a read-only shared mapping of TABLE_BYTES, page-aligned (so aligned for
+    // AtomicU64), made by `map_table` and never unmapped once published here. `lifetimes`
+    // only loads from it (relaxed loads of a native size, which read-only memory allows), and
+    // any bit pattern is valid; other processes change the file with `pwrite`. Nothing shrinks
+    // the file under the mapping (a read past its end would raise SIGBUS): `corehop run` only
+    // creates it or makes it longer, in the user's own cache directory, mode 0600.
     let slots = unsafe { core::slice::from_raw_parts(at as *const AtomicU64, lifetimes::SLOT_COUNT) };
     lifetimes::Table::new(slots)
 }
 
-/// Maps the file `$COREHOP_LIFETIMES` names, shared; its address, or [`NO_TABLE`].
+/// Maps the file `$COREHOP_LIFETIMES` names, shared and read-only; its address, or
+/// [`NO_TABLE`].
 fn map_table() -> usize {
     let Some(path) = HIDDEN.setting_c(b"COREHOP_LIFETIMES") else { return NO_TABLE };
     if watch::memory_limited(raw_for_limits) {
         return NO_TABLE;
     }
-    let fd = raw_syscall6(SYS_OPEN, [path as i64, O_RDWR | O_CLOEXEC, 0, 0, 0, 0]);
+    let fd = raw_syscall6(SYS_OPEN, [path as i64, O_RDONLY | O_CLOEXEC, 0, 0, 0, 0]);
     if fd < 0 {
         return NO_TABLE;
     }
@@ -292,7 +319,7 @@ fn map_table() -> usize {
         && stat[6] >= lifetimes::TABLE_BYTES as u64;
     let addr = if fits {
         let bytes = lifetimes::TABLE_BYTES as i64;
-        raw_syscall6(SYS_MMAP, [0, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0])
+        raw_syscall6(SYS_MMAP, [0, bytes, PROT_READ, MAP_SHARED, fd, 0])
     } else {
         -1
     };
@@ -1161,7 +1188,10 @@ const SYS_WRITE: i64 = 1;
 const SYS_OPEN: i64 = 2;
 const SYS_CLOSE: i64 = 3;
 const O_RDONLY: i64 = 0;
-const O_RDWR: i64 = 2;
+const O_WRONLY: i64 = 1;
+const SYS_PWRITE64: i64 = 18;
+const SYS_PRLIMIT64: i64 = 302;
+const RLIMIT_FSIZE: i64 = 1;
 const SYS_FSTAT: i64 = 5;
 const S_IFMT: u32 = 0o170_000;
 const S_IFREG: u32 = 0o100_000;
@@ -1202,9 +1232,10 @@ fn raw_syscall6(nr: i64, args: [i64; 6]) -> i64 {
     // map or unmap, which no Rust reference covers until `table` makes one to the shared
     // mapping of a file; futex reads the word and the timeout it is given, open the path,
     // fstat writes a `struct stat` into the 144 bytes it is given, read writes at most the
-    // length it is given into the buffer, all of which live for the call; tgkill with signal
-    // 0 sends nothing; prlimit64 and process_vm_readv write only into the locals `watch` gives
-    // them (`raw_for_limits`). The syscall instruction clobbers rcx and r11.
+    // length it is given into the buffer, pwrite reads the 8 bytes it is given, all of which
+    // live for the call; tgkill with signal 0 sends nothing; prlimit64 and process_vm_readv
+    // write only into the locals they are given (`raw_for_limits`, `write`). The syscall
+    // instruction clobbers rcx and r11.
     unsafe {
         core::arch::asm!(
             "syscall",

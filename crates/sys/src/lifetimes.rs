@@ -13,9 +13,9 @@
 //! a process of its own (whose programs a plain start would take out from under corehop) marks
 //! its program for good.
 //!
-//! Only `core` and only atomics: the stub (`no_std`) includes this file by path and maps the
-//! table; any bit pattern in it is a valid table (another process, or a damaged file, can at
-//! worst cost a program its stub or give it one).
+//! Only `core`: the stub (`no_std`) includes this file by path, maps the table read-only and
+//! writes what [`Table`] asks for; any bit pattern in it is a valid table (another process, or
+//! a damaged file, can at worst cost a program its stub or give it one).
 
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -54,9 +54,6 @@ const SHORTS_MAX: u64 = 15;
 const SKIPS_SHIFT: u32 = 6;
 const SKIPS_MASK: u64 = (1 << 14) - 1;
 const FIELDS: u64 = (1 << 20) - 1;
-/// Bounded retries of a compare-and-swap another process keeps winning: the update is
-/// advice, and giving it up loses nothing.
-const TRIES: usize = 16;
 
 /// A program's key: the FNV-1a hash of the last component of `path` (the name a program is
 /// started as, and the one it sees as its own: `execvp("ls")` and `/usr/bin/ls` are both
@@ -71,7 +68,20 @@ pub fn key(path: &[u8]) -> Option<u64> {
     Some(hash)
 }
 
-/// A table over `SLOT_COUNT` shared words (see the module's text).
+/// A write a [`Table`] asks for: `word` into slot `index` (at byte `index * 8` of the file).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Write {
+    /// The slot.
+    pub index: usize,
+    /// Its new value.
+    pub word: u64,
+}
+
+/// A table over `SLOT_COUNT` shared words (see the module's text), read only: each change
+/// is a [`Write`] for the caller to make (the stub writes the file with `pwrite`, whose
+/// failures are return values, where a store into a shared mapping of a file on a full disk
+/// raises SIGBUS). Two processes changing one slot at once may lose one change: the table
+/// is advice.
 pub struct Table<'a> {
     slots: &'a [AtomicU64; SLOT_COUNT],
 }
@@ -82,73 +92,51 @@ impl<'a> Table<'a> {
         Some(Table { slots: slots.try_into().ok()? })
     }
 
-    /// Notes how a process of program `key` ended (or that it started something).
-    pub fn note(&self, key: u64, end: End) {
-        let Some(slot) = self.slot(key, true) else { return };
-        self.update(slot, key, |word| match end {
-            End::Long => Some(word | LONG),
-            End::Starter => Some(word | STARTER),
+    /// The write that notes how a process of program `key` ended (or that it started
+    /// something); `None` if there is nothing to change or no room.
+    pub fn note(&self, key: u64, end: End) -> Option<Write> {
+        let (index, word) = self.slot(key, true)?;
+        let new = match end {
+            End::Long => word | LONG,
+            End::Starter => word | STARTER,
             End::Short => {
                 let shorts = ((word >> SHORTS_SHIFT) & SHORTS_MAX).saturating_add(1).min(SHORTS_MAX);
-                Some(word & !(SHORTS_MAX << SHORTS_SHIFT) | shorts << SHORTS_SHIFT)
+                word & !(SHORTS_MAX << SHORTS_SHIFT) | shorts << SHORTS_SHIFT
             }
-        });
+        };
+        (new != word).then_some(Write { index, word: new })
     }
 
     /// Whether to start program `key` plainly this time: its processes have ended short
     /// [`SHORT_RUNS`] times and never otherwise, and this is not one of the starts in
-    /// [`RECHECK_EVERY`] that gets the stub to check. Counts the start.
-    pub fn starts_plainly(&self, key: u64) -> bool {
-        let Some(slot) = self.slot(key, false) else { return false };
-        let mut plainly = false;
-        self.update(slot, key, |word| {
-            let shorts = (word >> SHORTS_SHIFT) & SHORTS_MAX;
-            if word & (LONG | STARTER) != 0 || shorts < SHORT_RUNS {
-                plainly = false;
-                return None;
-            }
-            let skips = ((word >> SKIPS_SHIFT) + 1) & SKIPS_MASK;
-            plainly = !skips.is_multiple_of(RECHECK_EVERY);
-            Some(word & !(SKIPS_MASK << SKIPS_SHIFT) | skips << SKIPS_SHIFT)
-        });
-        plainly
+    /// [`RECHECK_EVERY`] that gets the stub to check; with the write that counts the start.
+    pub fn starts_plainly(&self, key: u64) -> (bool, Option<Write>) {
+        let Some((index, word)) = self.slot(key, false) else { return (false, None) };
+        let shorts = (word >> SHORTS_SHIFT) & SHORTS_MAX;
+        if word & (LONG | STARTER) != 0 || shorts < SHORT_RUNS {
+            return (false, None);
+        }
+        let skips = ((word >> SKIPS_SHIFT) + 1) & SKIPS_MASK;
+        let word = word & !(SKIPS_MASK << SKIPS_SHIFT) | skips << SKIPS_SHIFT;
+        (!skips.is_multiple_of(RECHECK_EVERY), Some(Write { index, word }))
     }
 
-    /// The slot of program `key`: the one holding its tag among the [`PROBES`] from its hash
-    /// on, or (`claim`) the first empty one there, taken.
-    fn slot(&self, key: u64, claim: bool) -> Option<&'a AtomicU64> {
+    /// The slot of program `key` and what it holds: the one holding its tag among the
+    /// [`PROBES`] from its hash on, or (`claim`) the first empty one there, as holding the tag.
+    fn slot(&self, key: u64, claim: bool) -> Option<(usize, u64)> {
         let tag = tag(key);
+        let mut empty = None;
         for probe in 0..PROBES {
-            let slot = &self.slots[(key as usize).wrapping_add(probe) % SLOT_COUNT];
-            let word = slot.load(Relaxed);
+            let index = (key as usize).wrapping_add(probe) % SLOT_COUNT;
+            let word = self.slots[index].load(Relaxed);
             if word & !FIELDS == tag {
-                return Some(slot);
+                return Some((index, word));
             }
-            if word == 0 && claim {
-                match slot.compare_exchange(0, tag, Relaxed, Relaxed) {
-                    Ok(_) => return Some(slot),
-                    Err(now) if now & !FIELDS == tag => return Some(slot),
-                    Err(_) => {}
-                }
+            if word == 0 && empty.is_none() {
+                empty = Some(index);
             }
         }
-        None
-    }
-
-    /// Applies `change` to the slot while it still holds `key`'s tag (`None`: leave it).
-    fn update(&self, slot: &AtomicU64, key: u64, mut change: impl FnMut(u64) -> Option<u64>) {
-        let tag = tag(key);
-        let mut word = slot.load(Relaxed);
-        for _ in 0..TRIES {
-            if word & !FIELDS != tag {
-                return;
-            }
-            let Some(new) = change(word) else { return };
-            match slot.compare_exchange_weak(word, new, Relaxed, Relaxed) {
-                Ok(_) => return,
-                Err(now) => word = now,
-            }
-        }
+        empty.filter(|_| claim).map(|index| (index, tag))
     }
 }
 
@@ -179,6 +167,34 @@ mod tests {
         (0..SLOT_COUNT).map(|_| AtomicU64::new(0)).collect()
     }
 
+    /// A table whose writes are made as soon as it asks for them, as the stub makes them.
+    struct Written<'a> {
+        table: Table<'a>,
+        slots: &'a [AtomicU64],
+    }
+
+    fn written(slots: &[AtomicU64]) -> Written<'_> {
+        Written { table: Table::new(slots).unwrap(), slots }
+    }
+
+    impl Written<'_> {
+        fn write(&self, write: Option<Write>) {
+            if let Some(Write { index, word }) = write {
+                self.slots[index].store(word, Relaxed);
+            }
+        }
+
+        fn note(&self, key: u64, end: End) {
+            self.write(self.table.note(key, end));
+        }
+
+        fn starts_plainly(&self, key: u64) -> bool {
+            let (plainly, write) = self.table.starts_plainly(key);
+            self.write(write);
+            plainly
+        }
+    }
+
     #[test]
     fn a_program_is_known_by_its_file_name() {
         assert_eq!(key(b"/usr/bin/ls"), key(b"ls"));
@@ -191,7 +207,7 @@ mod tests {
     #[test]
     fn a_program_that_ended_short_twice_starts_plainly_but_one_start_in_16() {
         let slots = table();
-        let t = Table::new(&slots).unwrap();
+        let t = written(&slots);
         let k = key(b"true").unwrap();
         assert!(!t.starts_plainly(k), "never seen");
         t.note(k, End::Short);
@@ -205,7 +221,7 @@ mod tests {
     #[test]
     fn a_long_end_or_a_start_of_anything_keeps_the_stub_for_good() {
         let slots = table();
-        let t = Table::new(&slots).unwrap();
+        let t = written(&slots);
         for (name, other) in [(&b"grep"[..], End::Long), (b"sh", End::Starter)] {
             let k = key(name).unwrap();
             t.note(k, End::Short);
@@ -222,7 +238,7 @@ mod tests {
     #[test]
     fn programs_that_share_a_slot_keep_apart_and_a_full_run_of_slots_turns_none_away() {
         let slots = table();
-        let t = Table::new(&slots).unwrap();
+        let t = written(&slots);
         // Keys with the same home slot and different tags.
         let keys: Vec<u64> = (0..PROBES as u64 + 1).map(|i| 7 | (i + 1) << 40).collect();
         for &k in &keys[..PROBES] {
@@ -241,7 +257,7 @@ mod tests {
     #[test]
     fn a_report_counts_the_plain_starts_between_two_readings() {
         let slots = table();
-        let t = Table::new(&slots).unwrap();
+        let t = written(&slots);
         let k = key(b"true").unwrap();
         let home = (k as usize) % SLOT_COUNT;
         let read = || slots[home].load(Relaxed);
@@ -260,12 +276,25 @@ mod tests {
     fn any_bits_are_a_table() {
         let slots: Vec<AtomicU64> =
             (0..SLOT_COUNT as u64).map(|i| AtomicU64::new(i.wrapping_mul(0x9e37_79b9_7f4a_7c15))).collect();
-        let t = Table::new(&slots).unwrap();
+        let t = written(&slots);
         for name in [&b"a"[..], b"b", b"cc", b"/bin/true"] {
             let k = key(name).unwrap();
             t.note(k, End::Short);
             let _ = t.starts_plainly(k);
         }
         assert!(Table::new(&slots[1..]).is_none());
+    }
+
+    #[test]
+    fn a_write_lost_to_another_process_costs_a_count_and_nothing_else() {
+        let slots = table();
+        let t = written(&slots);
+        let k = key(b"true").unwrap();
+        t.note(k, End::Short);
+        // Two processes read the slot, then both write: the second write wins.
+        let (first, second) = (t.table.note(k, End::Short), t.table.note(k, End::Long));
+        t.write(first);
+        t.write(second);
+        assert!(!t.starts_plainly(k), "the long end is kept, the short one lost");
     }
 }
