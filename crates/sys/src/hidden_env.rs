@@ -780,9 +780,9 @@ macro_rules! exec_wrappers {
             /// Calls libc's function `name` (of type `F`, looked up once into `cache`) through
             /// `call`, with the environment a child started with `envp` gets, or with `envp`
             /// as given if the program at `program` with the words `argv` starts plainly;
-            /// `missing()` if libc has none. If the variables added back made the start too big for the
-            /// kernel (`too_big`), starts it again with `envp` as given, as it starts plainly:
-            /// the child then runs without corehop rather than not at all.
+            /// `missing()` if libc has none. If the variables added back made the start too
+            /// big for the kernel (`too_big`), starts it again with `envp` as given, as it
+            /// starts plainly: the child then runs without corehop rather than not at all.
             ///
             /// # Safety
             /// `envp` and `argv` as `Hidden::for_child` takes an environment; `program` is null

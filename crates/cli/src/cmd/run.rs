@@ -8,6 +8,7 @@
 //! and prints a table on stderr after CMD ends, so CMD's own output is untouched.
 
 use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
@@ -707,7 +708,6 @@ pub fn exit_code(status: ExitStatus) -> i32 {
 /// Where `program` is, as `execvp` finds it: itself if it names a path, else the first
 /// executable file of that name in `PATH`.
 pub fn program_path(program: &std::ffi::OsStr) -> Option<PathBuf> {
-    use std::os::unix::ffi::OsStrExt;
     if program.as_bytes().contains(&b'/') {
         return Some(PathBuf::from(program));
     }
@@ -768,7 +768,6 @@ impl Launch {
         // A program no library is preloaded into starts as it would plainly, and so does one
         // the loader would only list the libraries of (`hidden_env::LOADER_TRACE`), and the
         // loader itself asked to (`ld.so --list`).
-        use std::os::unix::ffi::OsStrExt;
         let traced = std::env::var_os(corehop_sys::hidden_env::LOADER_TRACE).is_some()
             || corehop_sys::hidden_env::loader_describes(
                 program.as_bytes(),
