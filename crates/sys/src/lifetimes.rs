@@ -3,7 +3,7 @@
 //! processes of each program (by the file name it was started as) ended.
 //!
 //! Why: preloading any library costs a process here about 80-90 µs (the loader opens, maps and
-//! relocates one more object), and a process that ends within its first epochs never loads
+//! relocates one more object), and a process that ends within the stub's 40 ms never loads
 //! corehop's library, so the stub was pure cost to it. A shell script that starts 200 short
 //! commands ran 7-12 % slower for that alone (docs/performance.md, "Sixty-seventh session").
 //! A program whose processes have ended that way [`SHORT_RUNS`] times, and never otherwise,
@@ -19,8 +19,8 @@
 
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// Slots in the table: one per program seen (about 16 MiB of programs' names would not fill
-/// it; a program that finds no room is started as before).
+/// Slots in the table: one per program seen (a program that finds none free among its
+/// [`PROBES`] is started as before, with the stub).
 pub const SLOT_COUNT: usize = 4096;
 /// The table's size in bytes: the file is at least this long, and only ever grows.
 pub const TABLE_BYTES: usize = SLOT_COUNT * 8;
