@@ -165,10 +165,17 @@ fn function_before_fork(name: &'static [u8]) -> usize {
     // SAFETY: only `record` fills the scope, in this process or the one it was forked from.
     match unsafe { SCOPE.lookup(name) } {
         Some(next_symbol::Next::Function(address)) => address,
-        _ if single_threaded() => next_function(name),
-        _ => 0,
+        _ if WALK_BEFORE_FORK.load(Relaxed) && single_threaded() => next_function(name),
+        _ => {
+            // Threads seldom all end: the count is not read again at every fork.
+            WALK_BEFORE_FORK.store(false, Relaxed);
+            0
+        }
     }
 }
+
+/// Whether [`function_before_fork`] may still walk (it found other threads once).
+static WALK_BEFORE_FORK: AtomicBool = AtomicBool::new(true);
 
 /// Notes that this process starts a program or a process (once, with the table).
 fn note_started() {
