@@ -238,18 +238,12 @@ fn may_map() -> bool {
 }
 
 /// Told of every program the exec wrappers start (`program`: its path or file name, or
-/// null; `argv`: its words): whether to start it plainly, as the table says, or because it is
-/// the dynamic loader asked to list what a program loads (`hidden_env::start_describes`).
+/// null): whether to start it plainly, as the table says.
 ///
 /// # Safety
-/// `program` is null or NUL-terminated; `argv` is null or a null-terminated array of
-/// NUL-terminated strings.
-unsafe fn starts_plainly(program: *const c_char, argv: *const *const c_char) -> bool {
+/// `program` is null or NUL-terminated.
+unsafe fn starts_plainly(program: *const c_char) -> bool {
     note_started();
-    // SAFETY: the contract.
-    if unsafe { hidden_env::start_describes(program, argv) } {
-        return true;
-    }
     // SAFETY: the contract.
     let key = unsafe { c_bytes(program) }.and_then(lifetimes::key);
     let (Some(table), Some(key)) = (table(may_map()), key) else { return false };
@@ -338,19 +332,13 @@ fn map_table() -> usize {
     }
 }
 
-/// The bytes of the NUL-terminated string at `s`, without the NUL; `None` if `s` is null or
-/// the string is longer than a path may be (4096 bytes).
+/// The bytes of the NUL-terminated string at `s`, without the NUL; `None` if `s` is null.
 ///
 /// # Safety
-/// `s` is null or NUL-terminated.
+/// `s` is null or a NUL-terminated string that outlives `'a`.
 unsafe fn c_bytes<'a>(s: *const c_char) -> Option<&'a [u8]> {
-    if s.is_null() {
-        return None;
-    }
-    // SAFETY: bytes up to and including the first NUL are the string's (the contract).
-    let len = (0..4096).find(|&i| unsafe { *s.add(i) } == 0)?;
-    // SAFETY: as above: `len` bytes of the string, before its NUL.
-    Some(unsafe { core::slice::from_raw_parts(s.cast::<u8>(), len) })
+    // SAFETY: the contract.
+    (!s.is_null()).then(|| unsafe { hidden_env::c_bytes(s) })
 }
 
 macro_rules! stub {

@@ -35,17 +35,8 @@ fn next(name: &'static [u8]) -> usize {
     core::ffi::CStr::from_bytes_with_nul(name).map_or(0, |name| crate::sys::next_function(name) as usize)
 }
 
-/// Every program this library's process starts gets corehop (preloaded itself, the library
-/// counts or records every process; loaded by the stub, it is the stub's wrappers that run,
-/// as they come first), but the dynamic loader asked to list what a program loads.
-///
-/// # Safety
-/// As `hidden_env::start_describes`.
+// Every program this library's process starts gets corehop: preloaded itself, the library
+// counts or records every process; loaded by the stub, the stub's wrappers run (they come
+// first), and the stub starts some programs plainly.
 #[cfg(all(target_arch = "x86_64", not(test)))]
-unsafe fn plainly(program: *const core::ffi::c_char, argv: *const *const core::ffi::c_char) -> bool {
-    // SAFETY: the contract.
-    unsafe { corehop_sys::hidden_env::start_describes(program, argv) }
-}
-
-#[cfg(all(target_arch = "x86_64", not(test)))]
-corehop_sys::exec_wrappers!(crate::hidden::HIDDEN, crate::hidden::next, crate::hidden::plainly);
+corehop_sys::exec_wrappers!(crate::hidden::HIDDEN, crate::hidden::next);

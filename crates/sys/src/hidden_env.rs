@@ -625,7 +625,7 @@ unsafe fn name_at<'a>(envp: *const *const c_char, i: usize) -> Option<&'a [u8]> 
 /// # Safety
 ///
 /// `s` is a NUL-terminated string that outlives `'a`.
-unsafe fn c_bytes<'a>(s: *const c_char) -> &'a [u8] {
+pub(crate) unsafe fn c_bytes<'a>(s: *const c_char) -> &'a [u8] {
     let mut len = 0;
     // SAFETY: every byte up to the NUL is part of the string.
     while unsafe { s.add(len).read_volatile() } != 0 {
@@ -717,14 +717,22 @@ macro_rules! hide_at_start {
 /// (with `pclose` and `fclose`): each starts its program with the environment
 /// [`Hidden::for_child`] makes of the one it was given (or of `environ`). `$hidden`: this object's `&'static Hidden`; `$next`: the path of a
 /// `fn(&'static [u8]) -> usize` giving libc's function of a NUL-terminated name (0: none);
-/// `$plainly`: the path of an `unsafe fn(*const c_char, Argv) -> bool` told of every start,
-/// with the path or file name of the program (null if none is given) and its words, that
-/// says whether to start it plainly instead, with the environment as given
-/// ([`start_describes`], `crate::lifetimes`).
+/// `$plainly` (optional): the path of an `unsafe fn(*const c_char) -> bool` told of every
+/// start, with the path or file name of the program (null if none is given), that says
+/// whether to start it plainly instead, with the environment as given (`crate::lifetimes`).
+/// The dynamic loader asked to describe a program starts plainly either way
+/// ([`start_describes`]).
 /// x86-64: `execl`, `execlp` and `execle` are variadic, which Rust cannot define; each is a
 /// naked function that lays its arguments out as the array they are.
 #[macro_export]
 macro_rules! exec_wrappers {
+    ($hidden:expr, $next:path) => {
+        /// No record of how programs end: each starts under corehop.
+        unsafe fn no_record_of_lifetimes(_program: *const core::ffi::c_char) -> bool {
+            false
+        }
+        $crate::exec_wrappers!($hidden, $next, super::no_record_of_lifetimes);
+    };
     ($hidden:expr, $next:path, $plainly:path) => {
         /// The exec family, starting children under corehop (`hidden_env`).
         mod exec_wrappers {
@@ -800,7 +808,7 @@ macro_rules! exec_wrappers {
             ) -> R {
                 let Some(next) = real::<F>(cache, name) else { return missing() };
                 // SAFETY: `program` and `argv` as the contract says.
-                if unsafe { $plainly(program, argv) } {
+                if unsafe { $plainly(program) || $crate::hidden_env::start_describes(program, argv) } {
                     return call(next, envp);
                 }
                 let hidden = &$hidden;
